@@ -1,0 +1,1 @@
+"""gpufleet: a Kubernetes-native scheduler and autoscaler for shared GPU clusters."""
