@@ -1,0 +1,159 @@
+"""Loader for the Alibaba GPU cluster trace v2023 (the FGD paper's `openb` pod and node lists).
+
+Columns and quirks are in the project's data reference (data.md §2). Assumptions made here:
+
+* **GPU pods only.** The 1,088 CPU-only pods (`num_gpu == 0`) are dropped: gpufleet schedules
+  GPUs, and the simulator does not model CPU or memory (pods' `cpu_milli`/`memory_mib` are kept in
+  `TraceJob.extra` but not enforced).
+* **Arrival and run time.** `creation_time` is the arrival. The run time is
+  `deletion_time - scheduled_time`; the 897 `Pending` pods have no `scheduled_time` and use
+  `deletion_time - creation_time` (how long the owner kept them). Run times are at least 1 s and,
+  like Philly's, are taken as reference-GPU (V100 = 1.0) seconds: G1/G2/G3 are undisclosed.
+* **Fractional GPUs to MIG slices.** A one-GPU pod asking for `gpu_milli < 1000` is quantised up
+  to the smallest MIG compute size g in {1, 2, 3, 4} with g/7 >= gpu_milli/1000 (data.md §2.1
+  gives the same buckets); a request above 4/7 of a GPU takes a whole GPU.
+* **Gang shape.** A pod is a job with one replica; a multi-GPU pod needs all its GPUs on one node.
+* **GPU-type constraints.** `gpu_spec` is parsed as a set (lists repeat names) and translated to
+  fleet types with `type_map`; names without a mapping are dropped, and a constraint whose names
+  all lack a mapping leaves the job unconstrained (recorded in `extra["gpu_spec"]`).
+* **Model class.** The trace has no model; as for Philly a Gavel job type is drawn from
+  `(seed, pod name)`.
+* **Queue.** The QoS class (LS, BE, Burstable, Guaranteed) becomes the queue.
+* The `multigpu20` list has no times and is not supported for time-driven replay.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+
+from gpufleet.sim.fleet import FleetSpec, NodePoolSpec
+from gpufleet.sim.profiles import GavelProfile, gavel_scale
+from gpufleet.sim.traces.common import TraceJob
+
+__all__ = [
+    "MIG_COMPUTE_SIZES",
+    "POD_LISTS",
+    "load_alibaba_fleet",
+    "load_alibaba_pods",
+    "quantise_mig",
+]
+
+# Pod list variants with arrival times, by the name the CLI accepts.
+POD_LISTS: dict[str, str] = {
+    "default": "openb_pod_list_default.csv",
+    "gpuspec10": "openb_pod_list_gpuspec10.csv",
+}
+
+# MIG compute sizes (sevenths of a GPU) that a fractional request may be rounded up to.
+MIG_COMPUTE_SIZES: tuple[int, ...] = (1, 2, 3, 4)
+
+
+def quantise_mig(gpu_milli: int) -> int | None:
+    """Smallest MIG size g (sevenths) covering `gpu_milli`; None when a whole GPU is needed."""
+    for g in MIG_COMPUTE_SIZES:
+        if gpu_milli * 7 <= g * 1000:
+            return g
+    return None
+
+
+def load_alibaba_pods(
+    trace_dir: str | Path,
+    profile: GavelProfile,
+    *,
+    variant: str = "default",
+    jobs: int | None = None,
+    seed: int = 0,
+    window: tuple[float, float] | None = None,
+    arrival_speedup: float = 1.0,
+    type_map: Mapping[str, str] | None = None,
+) -> list[TraceJob]:
+    """GPU pods of a pod list as jobs; `window` is `(start, end)` seconds on the trace clock."""
+    if variant not in POD_LISTS:
+        raise ValueError(f"unknown Alibaba pod list {variant!r}; choose from {sorted(POD_LISTS)}")
+    if arrival_speedup <= 0:
+        raise ValueError("arrival_speedup must be positive")
+    path = Path(trace_dir) / POD_LISTS[variant]
+    out: list[TraceJob] = []
+    t0: float | None = None
+    with path.open(newline="", encoding="utf-8") as fh:
+        for rec in csv.DictReader(fh):
+            num_gpu = int(rec["num_gpu"])
+            if num_gpu == 0:
+                continue
+            created = float(rec["creation_time"])
+            if window is not None and not window[0] <= created < window[1]:
+                continue
+            deleted = float(rec["deletion_time"])
+            start = float(rec["scheduled_time"]) if rec["scheduled_time"] else created
+            milli = int(rec["gpu_milli"])
+            mig_g = quantise_mig(milli) if num_gpu == 1 and milli < 1000 else None
+            spec = frozenset(s for s in rec.get("gpu_spec", "").split("|") if s)
+            allowed: frozenset[str] | None = None
+            if spec:
+                allowed = (
+                    frozenset(type_map[s] for s in spec if s in type_map)
+                    if type_map is not None
+                    else spec
+                ) or None
+            name = rec["name"]
+            rng = random.Random(f"alibaba:{seed}:{name}")
+            if t0 is None:
+                t0 = created
+            out.append(
+                TraceJob(
+                    job_id=name,
+                    arrival_s=(created - t0) / arrival_speedup,
+                    work_s=max(1.0, deleted - start),
+                    replicas=1,
+                    gpus_per_replica=num_gpu,
+                    model=rng.choice(profile.job_types(gavel_scale(num_gpu))),
+                    queue=rec["qos"],
+                    mig_g=mig_g,
+                    gpu_milli=milli,
+                    gpu_types=allowed,
+                    extra={
+                        "cpu_milli": rec["cpu_milli"],
+                        "memory_mib": rec["memory_mib"],
+                        "gpu_spec": "|".join(sorted(spec)),
+                    },
+                )
+            )
+            if jobs is not None and len(out) >= jobs:
+                break
+    return out
+
+
+def load_alibaba_fleet(
+    trace_dir: str | Path,
+    type_map: Mapping[str, str],
+    *,
+    scale: float = 1.0,
+) -> FleetSpec:
+    """The trace's GPU node list as a fleet: one pool per (model, GPUs per node) shape.
+
+    Models are renamed to catalogue types with `type_map` (models missing from it are an error,
+    so a silent shrink of the fleet cannot happen). `scale` < 1 keeps that fraction of each
+    shape's nodes (at least one), for runs smaller than the trace's 6,212 GPUs.
+    """
+    path = Path(trace_dir) / "openb_node_list_gpu_node.csv"
+    shapes: Counter[tuple[str, int]] = Counter()
+    with path.open(newline="", encoding="utf-8") as fh:
+        for rec in csv.DictReader(fh):
+            shapes[(rec["model"], int(rec["gpu"]))] += 1
+    missing = sorted({m for m, _ in shapes if m not in type_map})
+    if missing:
+        raise ValueError(f"no catalogue type for Alibaba GPU models: {', '.join(missing)}")
+    pools = [
+        NodePoolSpec(
+            name=f"ali-{model.lower()}-{gpus}g",
+            count=max(1, round(count * scale)),
+            gpu_type=type_map[model],
+            gpus_per_node=gpus,
+        )
+        for (model, gpus), count in sorted(shapes.items())
+    ]
+    return FleetSpec(node_pools=pools)
