@@ -1,0 +1,82 @@
+"""Pending work: a gang of identical replicas with its GPU needs, type choices and wishes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Topology(StrEnum):
+    """Where a gang's GPUs must sit relative to each other."""
+
+    ANY = "any"  # each replica on one node (a pod never spans nodes), replicas anywhere
+    SAME_NODE = "same-node"  # all replicas on one node (whole-GPU gangs only)
+    NVLINK = "nvlink-domain"  # each replica's GPUs inside one NVLink domain
+
+
+class EnergyPreference(StrEnum):
+    """How much speed a gang's owner trades for energy."""
+
+    PERFORMANCE = "performance"  # never power-capped
+    BALANCED = "balanced"  # capped only when the policy caps everything
+    EFFICIENT = "efficient"  # capped whenever the policy allows caps
+
+
+@dataclass(frozen=True, slots=True)
+class TypeOption:
+    """An acceptable GPU type; `relative_throughput` None means the catalogue default."""
+
+    gpu_type: str
+    relative_throughput: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.relative_throughput is not None and self.relative_throughput <= 0:
+            raise ValueError(f"{self.gpu_type}: relative_throughput must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """A job: `replicas_min..replicas_max` identical replicas placed all-or-nothing.
+
+    Each replica needs either `gpus_per_replica` whole GPUs on one node or one `mig_profile`
+    slice. All replicas of a gang run on the same GPU type. `priority` is a small integer,
+    higher wins; only `preemptible` gangs may be evicted for higher-priority ones.
+    """
+
+    id: str
+    acceptable: tuple[TypeOption, ...]
+    replicas_min: int = 1
+    replicas_max: int = 1
+    gpus_per_replica: int = 1
+    mig_profile: str | None = None
+    priority: int = 0
+    preemptible: bool = True
+    topology: Topology = Topology.ANY
+    energy: EnergyPreference = EnergyPreference.BALANCED
+
+    def __post_init__(self) -> None:
+        if not self.acceptable:
+            raise ValueError(f"gang {self.id}: needs at least one acceptable GPU type")
+        if not 1 <= self.replicas_min <= self.replicas_max:
+            raise ValueError(f"gang {self.id}: need 1 <= replicas_min <= replicas_max")
+        if self.mig_profile is None and self.gpus_per_replica < 1:
+            raise ValueError(f"gang {self.id}: gpus_per_replica must be >= 1")
+        if self.mig_profile is not None and self.topology is Topology.SAME_NODE:
+            raise ValueError(f"gang {self.id}: same-node topology needs whole GPUs, not MIG")
+        if self.priority < 0:
+            raise ValueError(f"gang {self.id}: priority must be >= 0")
+
+    @property
+    def uses_mig(self) -> bool:
+        return self.mig_profile is not None
+
+    @property
+    def elastic(self) -> bool:
+        return self.replicas_max > self.replicas_min
+
+    def type_names(self) -> tuple[str, ...]:
+        return tuple(o.gpu_type for o in self.acceptable)
+
+    def gpus_needed(self, replicas: int) -> int:
+        """Whole GPUs (or MIG slices) for `replicas` replicas."""
+        return replicas * (1 if self.uses_mig else self.gpus_per_replica)

@@ -1,0 +1,79 @@
+"""The placement policy: objective weights, power-cap rules and solver settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Engine(StrEnum):
+    CPSAT = "cpsat"
+    GREEDY = "greedy"
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """Relative weights of the objective terms (all >= 0).
+
+    work: priority-weighted admitted throughput (relative speed x GPUs).
+    energy: watts drawn by admitted work, per 100 W; trades speed for energy.
+    consolidation: per empty node that this decision starts using.
+    fragmentation: per free GPU left stranded on a node the decision touches.
+    disruption: per MIG repartition and per preempted gang.
+    """
+
+    work: float = 1.0
+    energy: float = 0.0
+    consolidation: float = 0.05
+    fragmentation: float = 0.02
+    disruption: float = 0.1
+
+    def __post_init__(self) -> None:
+        if min(self.work, self.energy, self.consolidation, self.fragmentation) < 0:
+            raise ValueError("weights must be >= 0")
+        if self.disruption < 0:
+            raise ValueError("weights must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class PowerCapRule:
+    """When to write a GPU power cap: a gang preferring efficiency (or all, with `cap_all`)
+    gets the lowest cap that keeps its slowdown under `max_slowdown`."""
+
+    enabled: bool = False
+    max_slowdown: float = 0.1
+    cap_all: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.max_slowdown < 1:
+            raise ValueError("max_slowdown must be in [0, 1)")
+
+
+@dataclass(frozen=True, slots=True)
+class SolverSettings:
+    """CP-SAT budget. `deterministic_time` bounds the search in solver work units so the same
+    input and seed give the same answer; `time_limit_s` is a wall-clock safety net."""
+
+    engine: Engine = Engine.CPSAT
+    time_limit_s: float = 2.0
+    deterministic_time: float = 1.0
+    workers: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.time_limit_s <= 0 or self.deterministic_time <= 0 or self.workers < 1:
+            raise ValueError("time limits must be positive and workers >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    weights: Weights = field(default_factory=Weights)
+    power_caps: PowerCapRule = field(default_factory=PowerCapRule)
+    solver: SolverSettings = field(default_factory=SolverSettings)
+    allow_preemption: bool = True
+    allow_repartition: bool = True
+
+    def priority_weight(self, priority: int) -> float:
+        """Multiplier of a gang's work in the objective: each priority level doubles it, so
+        one higher-priority GPU outweighs one lower-priority GPU of the same speed."""
+        return float(2 ** min(priority, 30))

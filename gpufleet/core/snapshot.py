@@ -1,0 +1,68 @@
+"""The cluster snapshot the placement engine decides on: nodes, the catalogue, running gangs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gpufleet.model.cluster import Node
+from gpufleet.model.gpus import Catalog
+from gpufleet.model.mig import MigPlacement
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ReplicaPlacement:
+    """Where one replica runs: whole GPUs of a node, or one MIG instance of one GPU."""
+
+    node: str
+    gpus: tuple[int, ...]
+    mig: MigPlacement | None = None
+
+    def __post_init__(self) -> None:
+        if not self.gpus:
+            raise ValueError("a replica needs at least one GPU")
+        if self.mig is not None and len(self.gpus) != 1:
+            raise ValueError("a MIG replica sits on exactly one GPU")
+
+
+@dataclass(frozen=True, slots=True)
+class RunningGang:
+    """A gang already holding GPUs; the unit of preemption."""
+
+    id: str
+    gpu_type: str
+    replicas: tuple[ReplicaPlacement, ...]
+    priority: int = 0
+    preemptible: bool = True
+    relative_throughput: float | None = None  # None = catalogue default for gpu_type
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Immutable input of one placement decision."""
+
+    catalog: Catalog
+    nodes: tuple[Node, ...]
+    running: tuple[RunningGang, ...] = ()
+    _nodes_by_name: Mapping[str, Node] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        by_name = {n.name: n for n in self.nodes}
+        if len(by_name) != len(self.nodes):
+            raise ValueError("duplicate node names in snapshot")
+        for node in self.nodes:
+            if node.gpu_type not in self.catalog:
+                raise ValueError(f"node {node.name}: unknown GPU type {node.gpu_type}")
+        object.__setattr__(self, "_nodes_by_name", by_name)
+
+    def node(self, name: str) -> Node:
+        return self._nodes_by_name[name]
+
+    def has_node(self, name: str) -> bool:
+        return name in self._nodes_by_name
+
+    def without(self, gang_ids: frozenset[str]) -> Snapshot:
+        """The same cluster with the given running gangs removed (a preemption what-if)."""
+        return Snapshot(
+            self.catalog, self.nodes, tuple(g for g in self.running if g.id not in gang_ids)
+        )
