@@ -1,0 +1,547 @@
+"""Pure prefill/decode autoscaling policy: a metrics window in, desired replicas per pool out.
+
+`decide(inputs, state, settings)` is the whole policy. Per pool it:
+
+1. **Checks the data.** No samples, a newest sample older than `staleness_s`, or a missing
+   demand metric -> hold at the current count (clamped to the bounds, never below one): the
+   policy never scales down, and never to zero, on data it cannot trust.
+2. **Sizes by capacity.** Prefill: prompt-token arrival rate plus queued tokens over
+   per-replica prefill throughput, at a utilization whose M/D/1 queueing keeps TTFT p90 within
+   the SLO. Decode: concurrency by Little's law (generated-token rate x time per token) over the
+   batch a replica sustains within the ITL SLO and the KV-cache budget.
+3. **Corrects by feedback.** Observed TTFT/ITL p90 against the SLO updates a correction factor
+   carried in the state (learned headroom for what the capacity model misses, e.g. sub-scrape
+   bursts), and a violation raises an immediate latency guard.
+4. **Forecasts.** A least-squares line over the window, `forecast_horizon_s` ahead, is a floor
+   so capacity is requested before the queue builds; it never causes a scale-down.
+5. **Damps.** Hysteresis between the scale-up and scale-down utilizations, HPA-style
+   stabilization windows over recommendation history (fast up, slow down), step limits per
+   period, then `min`/`max` bounds.
+
+The state (`AutoscalerState`) is an explicit immutable value: pass in what the previous call
+returned (or `AutoscalerState()` at start) and keep what this call returns.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from gpufleet.core.autoscaling_estimators import (
+    DemandPoint,
+    check_slo,
+    decode_point,
+    fresh_samples,
+    linear_forecast,
+    prefill_point,
+    prefill_utilization_ceiling,
+    update_correction,
+)
+from gpufleet.core.autoscaling_settings import AutoscalerSettings
+from gpufleet.core.autoscaling_types import (
+    AutoscalerState,
+    CapacityProfile,
+    LatencyQuantiles,
+    MetricsSample,
+    PoolDecision,
+    PoolInput,
+    PoolRole,
+    PoolState,
+    ScaleEvent,
+    ScalingDecision,
+    ScalingInput,
+    ScalingReason,
+    Sizing,
+    Slo,
+)
+
+__all__ = [
+    "AutoscalerSettings",
+    "AutoscalerState",
+    "CapacityProfile",
+    "LatencyQuantiles",
+    "MetricsSample",
+    "PoolDecision",
+    "PoolInput",
+    "PoolRole",
+    "PoolState",
+    "ScaleEvent",
+    "ScalingDecision",
+    "ScalingInput",
+    "ScalingReason",
+    "Sizing",
+    "Slo",
+    "decide",
+]
+
+_EPS = 1e-9
+
+
+def decide(
+    inputs: ScalingInput,
+    state: AutoscalerState,
+    settings: AutoscalerSettings | None = None,
+) -> tuple[ScalingDecision, AutoscalerState]:
+    """Desired replicas for every pool of one ServingJob, and the state for the next call."""
+    settings = settings or AutoscalerSettings()
+    check_slo(inputs.slo)
+    decisions: list[PoolDecision] = []
+    states: dict[str, PoolState] = {s.name: s for s in state.pools}
+    for pool in inputs.pools:
+        decision, pool_state = _decide_pool(
+            pool, inputs.slo, inputs.now, state.pool(pool.name), settings
+        )
+        decisions.append(decision)
+        states[pool.name] = pool_state
+    next_state = AutoscalerState(pools=tuple(states[name] for name in sorted(states)))
+    return ScalingDecision(now=inputs.now, pools=tuple(decisions)), next_state
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-pool decision
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Need:
+    """Replica needs of one phase (prefill or decode) as unrounded replica counts."""
+
+    up: float  # at the scale-up utilization, including backlog
+    up_steady: float  # same without backlog (to tell capacity from queue as the driver)
+    down: float  # at the scale-down utilization, including backlog
+    forecast_up: float
+    forecast_down: float
+    latency_guard: int
+    kv_guard: int
+    demand: float
+    forecast_demand: float
+    correction: float
+
+
+_NO_NEED = _Need(0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0.0, 0.0, 1.0)
+
+
+def _ceil(x: float) -> int:
+    return max(0, math.ceil(x - _EPS))
+
+
+def _bounds(pool: PoolInput, settings: AutoscalerSettings) -> tuple[int, int]:
+    floor = 0 if settings.allow_scale_to_zero else 1
+    lo = max(pool.min_replicas, floor)
+    if pool.max_replicas < lo:
+        raise ValueError(f"pool {pool.name}: max_replicas {pool.max_replicas} < effective min {lo}")
+    return lo, pool.max_replicas
+
+
+def _clamp(n: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, n))
+
+
+def _decide_pool(
+    pool: PoolInput,
+    slo: Slo,
+    now: float,
+    state: PoolState,
+    settings: AutoscalerSettings,
+) -> tuple[PoolDecision, PoolState]:
+    lo, hi = _bounds(pool, settings)
+    current = pool.current_replicas
+
+    # 1. Data checks: hold on missing or stale metrics.
+    past = [s for s in pool.window if s.timestamp <= now]
+    if not past:
+        return _hold(pool, now, state, lo, hi, ScalingReason.METRICS_MISSING, "no samples")
+    newest = max(past, key=lambda s: s.timestamp)
+    age = now - newest.timestamp
+    samples = fresh_samples(pool.window, now, settings)
+    if age > settings.staleness_s or not samples:
+        return _hold(
+            pool,
+            now,
+            state,
+            lo,
+            hi,
+            ScalingReason.METRICS_STALE,
+            f"newest sample is {age:.0f}s old (limit {settings.staleness_s:.0f}s)",
+        )
+    missing = _missing_fields(pool.role, newest)
+    if missing:
+        return _hold(
+            pool,
+            now,
+            state,
+            lo,
+            hi,
+            ScalingReason.METRICS_MISSING,
+            "missing " + ", ".join(missing),
+        )
+
+    # While added replicas are still starting, latency still reflects the old count:
+    # do not learn from it or react to it again (Dynamo: no new action while a scale is pending).
+    pending = pool.ready_replicas is not None and pool.ready_replicas < current
+    elapsed = 0.0 if state.last_update is None else max(0.0, now - state.last_update)
+
+    prefill = _NO_NEED
+    decode = _NO_NEED
+    if pool.role in (PoolRole.PREFILL, PoolRole.UNIFIED):
+        prefill = _prefill_need(pool, samples, slo, now, state, elapsed, pending, settings)
+    if pool.role in (PoolRole.DECODE, PoolRole.UNIFIED):
+        decode = _decode_need(pool, samples, slo, now, state, elapsed, pending, settings)
+
+    # 2-4. Combine the phases (a unified replica does both, so needs add up).
+    cap_up = _ceil(prefill.up + decode.up)
+    cap_up_steady = _ceil(prefill.up_steady + decode.up_steady)
+    fc_up = _ceil(prefill.forecast_up + decode.forecast_up)
+    latency = max(prefill.latency_guard, decode.latency_guard)
+    kv = decode.kv_guard
+    rec_up = max(cap_up, fc_up, latency, kv)
+    if rec_up > current:
+        raw = rec_up
+    else:
+        # Hysteresis: only release replicas the scale-down utilization says are idle.
+        cap_down = _ceil(prefill.down + decode.down)
+        fc_down = _ceil(prefill.forecast_down + decode.forecast_down)
+        raw = min(current, max(cap_down, fc_down, latency, kv))
+    if raw == 0 and (newest.num_running or 0.0) + (newest.num_waiting or 0.0) > 0:
+        raw = 1  # work in flight: never zero while a request is running or waiting
+    recommendation = _clamp(raw, lo, hi)
+
+    # 5. Stabilization windows and step limits.
+    recs = _prune_recs((*state.recommendations, (now, recommendation)), now, settings)
+    desired = _stabilize(recs, current, now, settings)
+    limited = _step_limit(desired, current, state.events, now, settings)
+    step_limited = limited != desired
+    desired = _clamp(limited, lo, hi)
+
+    if desired > current:
+        if desired == hi and recommendation == hi and raw > hi:
+            reason = ScalingReason.BOUNDED_MAX
+        elif desired == lo and raw < lo:
+            reason = ScalingReason.BOUNDED_MIN
+        elif raw == cap_up_steady:
+            reason = ScalingReason.SCALE_UP_CAPACITY
+        elif raw == cap_up:
+            reason = ScalingReason.SCALE_UP_QUEUE
+        elif raw == fc_up:
+            reason = ScalingReason.SCALE_UP_FORECAST
+        elif raw == latency:
+            reason = ScalingReason.SCALE_UP_LATENCY
+        else:
+            reason = ScalingReason.SCALE_UP_KV_CACHE
+    elif desired < current:
+        reason = (
+            ScalingReason.BOUNDED_MAX
+            if current > hi and desired == hi
+            else (ScalingReason.SCALE_DOWN)
+        )
+    elif recommendation < current:
+        reason = ScalingReason.SCALE_DOWN_STABILIZING
+    elif raw < lo and desired == lo:
+        reason = ScalingReason.BOUNDED_MIN
+    else:
+        reason = ScalingReason.STEADY
+
+    sizing = Sizing(
+        demand=prefill.demand + decode.demand,
+        forecast_demand=prefill.forecast_demand + decode.forecast_demand,
+        capacity_replicas=cap_up,
+        forecast_replicas=fc_up,
+        latency_replicas=latency,
+        kv_replicas=kv,
+        ttft_correction=prefill.correction,
+        itl_correction=decode.correction,
+        recommendation=recommendation,
+        step_limited=step_limited,
+    )
+    message = _message(pool, current, desired, reason, sizing, newest, slo)
+    events = state.events
+    if desired != current:
+        events = (*events, ScaleEvent(now, current, desired))
+    next_state = PoolState(
+        name=pool.name,
+        recommendations=recs,
+        events=_prune_events(events, now, settings),
+        ttft_correction=prefill.correction if prefill is not _NO_NEED else state.ttft_correction,
+        itl_correction=decode.correction if decode is not _NO_NEED else state.itl_correction,
+        last_update=now,
+    )
+    return PoolDecision(pool.name, current, desired, reason, message, sizing), next_state
+
+
+def _missing_fields(role: PoolRole, sample: MetricsSample) -> list[str]:
+    missing: list[str] = []
+    if role in (PoolRole.PREFILL, PoolRole.UNIFIED) and sample.prompt_token_rate is None:
+        missing.append("prompt_token_rate")
+    if role in (PoolRole.DECODE, PoolRole.UNIFIED) and sample.generation_token_rate is None:
+        missing.append("generation_token_rate")
+    return missing
+
+
+def _hold(
+    pool: PoolInput,
+    now: float,
+    state: PoolState,
+    lo: int,
+    hi: int,
+    reason: ScalingReason,
+    why: str,
+) -> tuple[PoolDecision, PoolState]:
+    """Keep the current count (bounds still apply, and never zero) and remember the hold.
+
+    The held count enters the recommendation history, so a scale-down after the data returns
+    still waits out the stabilization window.
+    """
+    current = pool.current_replicas
+    desired = _clamp(max(current, 1), max(lo, 1), max(hi, 1))
+    recs = (*state.recommendations, (now, desired))
+    message = f"{pool.name}: hold at {desired} replicas ({reason.value}): {why}"
+    events = state.events
+    if desired != current:
+        events = (*events, ScaleEvent(now, current, desired))
+    next_state = replace(
+        state,
+        recommendations=recs,
+        events=events,
+        last_update=now,
+    )
+    sizing = Sizing(
+        ttft_correction=state.ttft_correction,
+        itl_correction=state.itl_correction,
+        recommendation=desired,
+    )
+    return PoolDecision(pool.name, current, desired, reason, message, sizing), next_state
+
+
+# ---------------------------------------------------------------------------------------------
+# Phase sizing
+# ---------------------------------------------------------------------------------------------
+
+
+def _window_mean_tokens(samples: tuple[MetricsSample, ...], prompt: bool) -> float:
+    """Mean prompt (or generated) tokens per request over the window, 0 if unknown."""
+    tokens = 0.0
+    requests = 0.0
+    for s in samples:
+        rate = s.prompt_token_rate if prompt else s.generation_token_rate
+        if rate is None or s.request_rate is None:
+            continue
+        tokens += rate
+        requests += s.request_rate
+    return tokens / requests if requests > _EPS else 0.0
+
+
+def _latency_guard(
+    observed: LatencyQuantiles | None,
+    slo_s: float,
+    current: int,
+    pending: bool,
+    settings: AutoscalerSettings,
+) -> int:
+    """Replicas the latency guard asks for: current x observed/SLO (capped) on a violation."""
+    if pending or observed is None or current <= 0:
+        return 0
+    ratio = observed.p90 / slo_s
+    if ratio <= 1.0 + settings.latency_tolerance:
+        return 0
+    return _ceil(current * min(ratio, settings.feedback_max_step))
+
+
+def _prefill_need(
+    pool: PoolInput,
+    samples: tuple[MetricsSample, ...],
+    slo: Slo,
+    now: float,
+    state: PoolState,
+    elapsed: float,
+    pending: bool,
+    settings: AutoscalerSettings,
+) -> _Need:
+    cap = pool.capacity.prefill_tokens_per_s
+    if cap <= 0:
+        raise ValueError(f"pool {pool.name}: prefill_tokens_per_s must be positive")
+    latest = samples[-1]
+    observed = latest.ttft.p90 if latest.ttft is not None else None
+    correction = state.ttft_correction
+    if not pending:
+        correction = update_correction(correction, observed, slo.ttft_p90_s, elapsed, settings)
+
+    isl = _window_mean_tokens(samples, prompt=True)
+    rho_up = prefill_utilization_ceiling(isl / cap, slo.ttft_p90_s, settings)
+    rho_down = rho_up * settings.scale_down_utilization / settings.target_utilization
+
+    points = [p for p in (prefill_point(s, settings) for s in samples) if p is not None]
+    now_point = points[-1] if points else DemandPoint(now, 0.0, 0.0)
+    forecast = linear_forecast(
+        [(p.time, p.total) for p in points], now + settings.forecast_horizon_s, settings
+    )
+    fc = max(forecast or 0.0, 0.0)
+    per_replica = cap / correction
+    return _Need(
+        up=now_point.total / (per_replica * rho_up),
+        up_steady=now_point.steady / (per_replica * rho_up),
+        down=now_point.total / (per_replica * rho_down),
+        forecast_up=fc / (per_replica * rho_up),
+        forecast_down=fc / (per_replica * rho_down),
+        latency_guard=_latency_guard(
+            latest.ttft, slo.ttft_p90_s, pool.current_replicas, pending, settings
+        ),
+        kv_guard=0,
+        demand=now_point.total,
+        forecast_demand=fc,
+        correction=correction,
+    )
+
+
+def _decode_need(
+    pool: PoolInput,
+    samples: tuple[MetricsSample, ...],
+    slo: Slo,
+    now: float,
+    state: PoolState,
+    elapsed: float,
+    pending: bool,
+    settings: AutoscalerSettings,
+) -> _Need:
+    latest = samples[-1]
+    observed = latest.itl.p90 if latest.itl is not None else None
+    correction = state.itl_correction
+    if not pending:
+        correction = update_correction(correction, observed, slo.itl_p90_s, elapsed, settings)
+    # Dynamo's SLA planner sizes decode at corrected_itl = itl_sla / d_correction (§2.2).
+    itl_target = slo.itl_p90_s / correction
+
+    sized = [
+        r
+        for r in (decode_point(s, pool.capacity, itl_target, settings) for s in samples)
+        if r is not None
+    ]
+    if sized:
+        now_point, batch = sized[-1]
+    else:
+        now_point, batch = DemandPoint(now, 0.0, 0.0), 1
+    forecast = linear_forecast(
+        [(p.time, p.total) for p, _ in sized], now + settings.forecast_horizon_s, settings
+    )
+    fc = max(forecast or 0.0, 0.0)
+    rho_up = settings.target_utilization
+    rho_down = settings.scale_down_utilization
+
+    kv_guard = 0
+    usage = latest.kv_cache_usage
+    if usage is not None and usage > settings.kv_scale_up_threshold:
+        ready = latest.ready_replicas or pool.ready_replicas or pool.current_replicas
+        kv_guard = _ceil(max(ready, 1) * usage / settings.kv_target_usage)
+    return _Need(
+        up=now_point.total / (batch * rho_up),
+        up_steady=now_point.steady / (batch * rho_up),
+        down=now_point.total / (batch * rho_down),
+        forecast_up=fc / (batch * rho_up),
+        forecast_down=fc / (batch * rho_down),
+        latency_guard=_latency_guard(
+            latest.itl, slo.itl_p90_s, pool.current_replicas, pending, settings
+        ),
+        kv_guard=kv_guard,
+        demand=now_point.total,
+        forecast_demand=fc,
+        correction=correction,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Damping: stabilization windows and step limits (Kubernetes HPA semantics, serving.md §5)
+# ---------------------------------------------------------------------------------------------
+
+
+def _prune_recs(
+    recs: tuple[tuple[float, int], ...], now: float, settings: AutoscalerSettings
+) -> tuple[tuple[float, int], ...]:
+    keep = max(settings.scale_up_stabilization_s, settings.scale_down_stabilization_s)
+    return tuple(r for r in recs if r[0] >= now - keep)
+
+
+def _prune_events(
+    events: tuple[ScaleEvent, ...], now: float, settings: AutoscalerSettings
+) -> tuple[ScaleEvent, ...]:
+    keep = max(settings.scale_up_period_s, settings.scale_down_period_s)
+    return tuple(e for e in events if e.time > now - keep)
+
+
+def _stabilize(
+    recs: tuple[tuple[float, int], ...], current: int, now: float, settings: AutoscalerSettings
+) -> int:
+    """HPA rule: up to the lowest recommendation of the up window, down to the highest of the
+    down window; otherwise keep the current count."""
+    up_window = [n for t, n in recs if t >= now - settings.scale_up_stabilization_s]
+    down_window = [n for t, n in recs if t >= now - settings.scale_down_stabilization_s]
+    up = min(up_window)
+    down = max(down_window)
+    if up > current:
+        return up
+    if down < current:
+        return down
+    return current
+
+
+def _step_limit(
+    desired: int,
+    current: int,
+    events: tuple[ScaleEvent, ...],
+    now: float,
+    settings: AutoscalerSettings,
+) -> int:
+    """Limit the change relative to the count at the start of the current period."""
+    if desired > current:
+        added = sum(
+            e.to_replicas - e.from_replicas
+            for e in events
+            if e.time > now - settings.scale_up_period_s and e.to_replicas > e.from_replicas
+        )
+        base = max(current - added, 0)
+        limit = max(
+            math.ceil(base * (1.0 + settings.scale_up_percent / 100.0)),
+            base + settings.scale_up_pods,
+        )
+        return max(current, min(desired, limit))
+    if desired < current:
+        removed = sum(
+            e.from_replicas - e.to_replicas
+            for e in events
+            if e.time > now - settings.scale_down_period_s and e.to_replicas < e.from_replicas
+        )
+        base = current + removed
+        floor = min(math.ceil(base / settings.scale_down_max_rate), base - 1)
+        return min(current, max(desired, floor))
+    return desired
+
+
+def _message(
+    pool: PoolInput,
+    current: int,
+    desired: int,
+    reason: ScalingReason,
+    sizing: Sizing,
+    newest: MetricsSample,
+    slo: Slo,
+) -> str:
+    """One deterministic human line: what changed, why, and the numbers behind it."""
+    verb = "scale" if desired != current else "keep"
+    unit = (
+        "tok/s"
+        if pool.role is PoolRole.PREFILL
+        else ("seqs" if pool.role is PoolRole.DECODE else "load")
+    )
+    parts = [
+        f"{pool.name}: {verb} {current}->{desired} ({reason.value})",
+        f"demand {sizing.demand:.1f} {unit}",
+        f"forecast {sizing.forecast_demand:.1f} {unit}",
+        f"recommend {sizing.recommendation} (capacity {sizing.capacity_replicas}, "
+        f"forecast {sizing.forecast_replicas}, latency {sizing.latency_replicas}, "
+        f"kv {sizing.kv_replicas})",
+    ]
+    if newest.ttft is not None and pool.role is not PoolRole.DECODE:
+        parts.append(f"ttft p90 {newest.ttft.p90:.3f}s/slo {slo.ttft_p90_s:.3f}s")
+    if newest.itl is not None and pool.role is not PoolRole.PREFILL:
+        parts.append(f"itl p90 {newest.itl.p90 * 1e3:.1f}ms/slo {slo.itl_p90_s * 1e3:.1f}ms")
+    if sizing.step_limited:
+        parts.append("step-limited")
+    return "; ".join(parts)

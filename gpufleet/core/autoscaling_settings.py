@@ -1,0 +1,191 @@
+"""Settings of the P/D autoscaling policy: every number the policy uses, with its source.
+
+Sources cited as `serving.md §N` are sections of the shared serving reference
+(`reference/serving.md`): Kubernetes HPA defaults (§5), AIBrix KPA/APA (§4), llm-d WVA and EPP
+(§3), NVIDIA Dynamo planner (§2). Values marked "gpufleet" are our own choices; the rationale is
+in the field description.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["AutoscalerSettings"]
+
+
+class AutoscalerSettings(BaseModel):
+    """Tunables of `gpufleet.core.autoscaling.decide`. Immutable; validated on construction."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # --- metrics window and freshness -------------------------------------------------------
+    window_s: float = Field(
+        180.0,
+        gt=0,
+        description="Samples older than now - window_s are ignored. Source: AIBrix "
+        "observeWindowSeconds 180 (serving.md §4).",
+    )
+    staleness_s: float = Field(
+        60.0,
+        gt=0,
+        description="If the newest sample is older than this the pool holds (never scales "
+        "down). Source: gpufleet; two of the slowest usual Prometheus scrape intervals (15-30 s, "
+        "serving.md §5).",
+    )
+
+    # --- capacity sizing --------------------------------------------------------------------
+    target_utilization: float = Field(
+        0.85,
+        gt=0,
+        le=1,
+        description="Scale up when demand exceeds this fraction of capacity. Source: llm-d "
+        "scaleUpThreshold 0.85 (serving.md §3.2, §9 rule 3).",
+    )
+    scale_down_utilization: float = Field(
+        0.70,
+        gt=0,
+        le=1,
+        description="Scale down only to a count that keeps demand below this fraction of "
+        "capacity (hysteresis band with target_utilization). Source: llm-d scaleDownBoundary "
+        "0.70 (serving.md §3.2).",
+    )
+    queue_p90_over_mean: float = Field(
+        2.3,
+        ge=1,
+        description="Ratio of p90 to mean queueing delay used to turn the TTFT SLO into a "
+        "prefill utilization ceiling with DistServe's M/D/1 prefill model (serving.md §7). "
+        "Source: gpufleet; ln(10)=2.3 for an exponential-tailed wait.",
+    )
+    backlog_drain_s: float = Field(
+        60.0,
+        gt=0,
+        description="Waiting work is added to demand as backlog / backlog_drain_s, i.e. the "
+        "queue must clear within about one replica cold start. Source: gpufleet; lower end of "
+        "the 60-300 s cold start in serving.md §9 rule 5.",
+    )
+    kv_target_usage: float = Field(
+        0.80,
+        gt=0,
+        le=1,
+        description="Decode replicas are sized so KV-cache usage stays below this. Source: "
+        "llm-d kvCacheUtilThreshold 0.8 (serving.md §3.1, §3.2).",
+    )
+    kv_scale_up_threshold: float = Field(
+        0.90,
+        gt=0,
+        le=1,
+        description="Observed KV-cache usage above this forces a decode scale-up. Source: "
+        "Dynamo decode_kv_scale_up_threshold 0.9 (serving.md §2.1).",
+    )
+    allow_scale_to_zero: bool = Field(
+        False,
+        description="Never go below one replica unless enabled (and never on missing data). "
+        "Source: AIBrix scale-to-zero default false (serving.md §4).",
+    )
+
+    # --- forecast ---------------------------------------------------------------------------
+    forecast_horizon_s: float = Field(
+        60.0,
+        ge=0,
+        description="A least-squares line over the window is extrapolated this far ahead and "
+        "used as a floor (only to scale up). Source: gpufleet; one replica cold start (60 s, "
+        "serving.md §9 rule 5), shorter than AIBrix's 120 s horizon (§4) because the Azure code "
+        "trace changes within minutes.",
+    )
+    forecast_min_samples: int = Field(
+        3, ge=2, description="Fewer samples than this disable the forecast. Source: gpufleet."
+    )
+    forecast_max_mean_ratio: float = Field(
+        4.0,
+        ge=1,
+        description="The forecast is clamped to [0, ratio x window mean]. Source: AIBrix "
+        "predictive clamp 4x mean (serving.md §4).",
+    )
+
+    # --- latency feedback -------------------------------------------------------------------
+    latency_tolerance: float = Field(
+        0.1,
+        ge=0,
+        description="Observed p90 latency must exceed SLO x (1 + tolerance) to count as a "
+        "violation. Source: HPA tolerance 0.1 (serving.md §5).",
+    )
+    latency_healthy_ratio: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="Below SLO x this ratio the latency correction decays toward 1. Source: "
+        "Dynamo --loadbased-scaling-down-sensitivity 80 (serving.md §2.3).",
+    )
+    feedback_gain: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="On a violation the correction is multiplied by (observed/SLO)^gain. "
+        "Source: gpufleet; square-root damping of Dynamo's observed/expected correction "
+        "factor (serving.md §2.2) because latency is not linear in replicas.",
+    )
+    feedback_max_step: float = Field(
+        2.0,
+        ge=1,
+        description="One violation raises the correction (and the latency guard) by at most "
+        "this factor. Source: AIBrix max-scale-up-rate 2 (serving.md §4).",
+    )
+    feedback_max_correction: float = Field(
+        4.0,
+        ge=1,
+        description="Upper clamp of the learned correction. Source: gpufleet; same bound as "
+        "the forecast clamp (AIBrix 4x, serving.md §4).",
+    )
+    feedback_half_life_s: float = Field(
+        900.0,
+        gt=0,
+        description="Half-life of the correction's decay toward 1 while latency is healthy. "
+        "Source: gpufleet; three scale-down stabilization windows, so learned burst headroom "
+        "is forgotten slower than replicas are released.",
+    )
+
+    # --- stabilization and step limits ------------------------------------------------------
+    scale_up_stabilization_s: float = Field(
+        0.0,
+        ge=0,
+        description="Scale up to the lowest recommendation of this window. Source: HPA "
+        "scaleUp.stabilizationWindowSeconds 0 (serving.md §5).",
+    )
+    scale_down_stabilization_s: float = Field(
+        300.0,
+        ge=0,
+        description="Scale down only to the highest recommendation of this window. Source: "
+        "HPA scaleDown.stabilizationWindowSeconds 300 (serving.md §5, §9 rule 3: >= 300 s).",
+    )
+    scale_up_percent: float = Field(
+        100.0,
+        ge=0,
+        description="Per scale_up_period_s, grow by at most this percent or scale_up_pods, "
+        "whichever is larger. Source: HPA scaleUp policy Percent 100 / 15 s (serving.md §5).",
+    )
+    scale_up_pods: int = Field(
+        4, ge=1, description="Source: HPA scaleUp policy Pods 4 / 15 s (serving.md §5)."
+    )
+    scale_up_period_s: float = Field(
+        15.0, gt=0, description="Source: HPA policy periodSeconds 15 (serving.md §5)."
+    )
+    scale_down_max_rate: float = Field(
+        2.0,
+        ge=1,
+        description="Per scale_down_period_s, shrink to no fewer than replicas / rate (and by "
+        "at least one). Source: AIBrix max-scale-down-rate 2 (serving.md §4).",
+    )
+    scale_down_period_s: float = Field(
+        60.0,
+        gt=0,
+        description="Source: gpufleet; four HPA sync periods (15 s, serving.md §5), slower "
+        "than scale-up on purpose.",
+    )
+
+    @model_validator(mode="after")
+    def _check_bands(self) -> AutoscalerSettings:
+        if self.scale_down_utilization > self.target_utilization:
+            raise ValueError("scale_down_utilization must not exceed target_utilization")
+        if self.kv_target_usage > self.kv_scale_up_threshold:
+            raise ValueError("kv_target_usage must not exceed kv_scale_up_threshold")
+        return self
