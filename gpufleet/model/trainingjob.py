@@ -1,0 +1,418 @@
+"""TrainingJob: a gang of identical workers that is placed whole or not at all.
+
+Spec shape (DESIGN.md, "Custom resources"): a replica count (or elastic bounds), whole GPUs or one
+MIG slice per replica, the acceptable GPU types with their relative throughput, priority and
+queue, preemptibility, a topology wish, an energy preference, a pod template and a run policy in
+the shape Kubeflow's RunPolicy users know. The status records the phase, conditions with stable
+reasons, the chosen placement and the GPU time and energy spent.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Final, Literal, Self
+
+from pydantic import ConfigDict, Field, model_validator
+
+from gpufleet.model.crd_common import (
+    API_GROUP,
+    API_VERSION,
+    MAX_GPUS_PER_REPLICA,
+    MAX_REPLICAS,
+    NAME_PATTERN,
+    Condition,
+    CRDModel,
+    GPUType,
+    MigProfile,
+    ObjectMeta,
+    PodTemplate,
+    cel,
+    check_gpus_xor_mig,
+    check_unique_gpu_types,
+    gpu_types_field,
+    gpus_per_replica_field,
+    gpus_xor_mig_rules,
+    mig_profile_field,
+    validations,
+)
+
+__all__ = [
+    "KIND",
+    "MAX_PRIORITY",
+    "ElasticPolicy",
+    "EnergyPolicy",
+    "EnergyPreference",
+    "MigSlice",
+    "ReplicaPlacement",
+    "RunPolicy",
+    "Topology",
+    "TrainingJob",
+    "TrainingJobConditionType",
+    "TrainingJobPhase",
+    "TrainingJobReason",
+    "TrainingJobSpec",
+    "TrainingJobStatus",
+]
+
+KIND: Final = "TrainingJob"
+MAX_PRIORITY: Final = 1000
+
+
+class Topology(enum.StrEnum):
+    """Where the replicas of one job should sit relative to each other."""
+
+    NONE = "none"
+    SAME_NODE = "sameNode"
+    NVLINK_DOMAIN = "nvlinkDomain"
+
+
+class EnergyPreference(enum.StrEnum):
+    """How the scheduler trades speed for energy for one job."""
+
+    PERFORMANCE = "performance"
+    BALANCED = "balanced"
+    ENERGY = "energy"
+
+
+class TrainingJobPhase(enum.StrEnum):
+    """Coarse lifecycle state of a TrainingJob; conditions carry the detail."""
+
+    QUEUED = "Queued"
+    ADMITTED = "Admitted"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    PREEMPTED = "Preempted"
+    SUSPENDED = "Suspended"
+
+
+class TrainingJobConditionType(enum.StrEnum):
+    """Condition types a TrainingJob's status may carry."""
+
+    ADMITTED = "Admitted"
+    PODS_READY = "PodsReady"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    PREEMPTED = "Preempted"
+    SUSPENDED = "Suspended"
+
+
+class TrainingJobReason(enum.StrEnum):
+    """Stable condition reasons; tools and tests may switch on them."""
+
+    PLACED = "Placed"
+    INSUFFICIENT_GPUS = "InsufficientGPUs"
+    NO_ACCEPTABLE_GPU_TYPE = "NoAcceptableGPUType"
+    TOPOLOGY_UNSATISFIABLE = "TopologyUnsatisfiable"
+    WAITING_FOR_MIG_RECONFIGURATION = "WaitingForMIGReconfiguration"
+    PREEMPTED_BY_HIGHER_PRIORITY = "PreemptedByHigherPriority"
+    SUSPENDED_BY_USER = "SuspendedByUser"
+    COMPLETED = "Completed"
+    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+
+
+class ElasticPolicy(CRDModel):
+    """Bounds for an elastic job, which runs with any replica count inside them."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "self.minReplicas <= self.maxReplicas",
+                "minReplicas must be less than or equal to maxReplicas",
+                ".minReplicas",
+            ),
+        )
+    )
+
+    min_replicas: int = Field(
+        ge=1,
+        le=MAX_REPLICAS,
+        description="Fewest replicas the job can make progress with; it is admitted with these.",
+    )
+    max_replicas: int = Field(
+        ge=1,
+        le=MAX_REPLICAS,
+        description="Most replicas the job can use; the scheduler grows it up to this when GPUs "
+        "are idle and shrinks it back (never below minReplicas) to make room.",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("minReplicas must be less than or equal to maxReplicas")
+        return self
+
+
+class EnergyPolicy(CRDModel):
+    """The job's energy preference."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.maxSlowdownPercent) || !has(self.preference) || "
+                "self.preference != 'performance'",
+                "maxSlowdownPercent allows a power cap and cannot be combined with "
+                "preference performance",
+                ".maxSlowdownPercent",
+                "FieldValueForbidden",
+            ),
+        )
+    )
+
+    preference: EnergyPreference = Field(
+        default=EnergyPreference.BALANCED,
+        description=(
+            "performance: fastest GPUs, no power cap. balanced: weigh time against energy. "
+            "energy: prefer the placement and power cap with the least energy per unit of work."
+        ),
+    )
+    max_slowdown_percent: int | None = Field(
+        default=None,
+        ge=1,
+        le=50,
+        description=(
+            "Largest slowdown, in percent, the job accepts from a GPU power cap; the scheduler "
+            "picks the cap that saves the most energy within it. Omitted means no cap."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _cap_needs_tolerance(self) -> Self:
+        if self.max_slowdown_percent is not None and (
+            self.preference is EnergyPreference.PERFORMANCE
+        ):
+            raise ValueError("maxSlowdownPercent cannot be combined with preference performance")
+        return self
+
+
+class RunPolicy(CRDModel):
+    """Retries, deadline and clean-up, as in Kubeflow's RunPolicy."""
+
+    backoff_limit: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="Restarts of the whole gang after a replica fails before the job is Failed.",
+    )
+    active_deadline_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Seconds the job may run, counted from its first start; past it the job is Failed "
+            "with reason DeadlineExceeded. Omitted means no deadline."
+        ),
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Seconds after the job finishes before it is deleted with its pods. Omitted means "
+            "it is kept."
+        ),
+    )
+    suspend: bool = Field(
+        default=False,
+        description=(
+            "True holds the job: it is not admitted, or, if running, its pods are deleted and "
+            "its GPUs released. Setting it back to false queues the job again."
+        ),
+    )
+
+
+class TrainingJobSpec(CRDModel):
+    """Desired state of a TrainingJob."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            *gpus_xor_mig_rules(),
+            cel(
+                "has(self.replicas) || has(self.elastic)",
+                "replicas is required unless elastic gives minReplicas and maxReplicas",
+                ".replicas",
+                "FieldValueRequired",
+            ),
+            cel(
+                "!has(self.replicas) || !has(self.elastic) || "
+                "(self.replicas >= self.elastic.minReplicas && "
+                "self.replicas <= self.elastic.maxReplicas)",
+                "replicas must lie between elastic.minReplicas and elastic.maxReplicas",
+                ".replicas",
+            ),
+            cel(
+                "!has(self.migProfile) || !has(self.topology) || self.topology != 'nvlinkDomain'",
+                "topology nvlinkDomain needs whole GPUs (gpusPerReplica); a MIG slice has "
+                "no NVLink",
+                ".topology",
+                "FieldValueForbidden",
+            ),
+        )
+    )
+
+    replicas: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_REPLICAS,
+        description=(
+            "Number of identical replicas (pods) in the gang, placed all at once or not at all. "
+            "For an elastic job it is the size to start with and may be omitted."
+        ),
+    )
+    elastic: ElasticPolicy | None = Field(
+        default=None,
+        description="Makes the job elastic: it runs with any replica count inside these bounds.",
+    )
+    gpus_per_replica: int | None = gpus_per_replica_field()
+    mig_profile: MigProfile | None = mig_profile_field()
+    gpu_types: list[GPUType] | None = gpu_types_field("the replicas")
+    priority: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_PRIORITY,
+        description=(
+            f"Priority from 0 to {MAX_PRIORITY}; higher is admitted first and may preempt "
+            "preemptible jobs of lower priority."
+        ),
+    )
+    queue: str = Field(
+        default="default",
+        max_length=63,
+        pattern=NAME_PATTERN,
+        description="Queue the job waits in; queues share the cluster by policy.",
+    )
+    preemptible: bool = Field(
+        default=True,
+        description="Whether a higher-priority job may evict this one (it is requeued).",
+    )
+    topology: Topology = Field(
+        default=Topology.NONE,
+        description=(
+            "none: replicas anywhere. sameNode: all replicas on one node. nvlinkDomain: all "
+            "GPUs of the job within one NVLink domain."
+        ),
+    )
+    energy: EnergyPolicy = Field(
+        default_factory=EnergyPolicy,
+        description="Energy preference and an optional power-cap slowdown budget.",
+        json_schema_extra={"default": {}},
+    )
+    template: PodTemplate = Field(
+        description="Pod template for every replica; gpufleet adds GPU requests and placement.",
+    )
+    run_policy: RunPolicy = Field(
+        default_factory=RunPolicy,
+        description="Retries, deadline, clean-up and suspension.",
+        json_schema_extra={"default": {}},
+    )
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> Self:
+        check_gpus_xor_mig(self.gpus_per_replica, self.mig_profile)
+        check_unique_gpu_types(self.gpu_types)
+        if self.replicas is None and self.elastic is None:
+            raise ValueError("replicas is required unless elastic is set")
+        elastic, replicas = self.elastic, self.replicas
+        if (
+            elastic is not None
+            and replicas is not None
+            and not (elastic.min_replicas <= replicas <= elastic.max_replicas)
+        ):
+            raise ValueError("replicas must lie between elastic.minReplicas and maxReplicas")
+        if self.mig_profile is not None and self.topology is Topology.NVLINK_DOMAIN:
+            raise ValueError("topology nvlinkDomain needs whole GPUs")
+        return self
+
+
+class MigSlice(CRDModel):
+    """A MIG slice held by one replica."""
+
+    profile: MigProfile = Field(description="MIG profile of the slice, for example 3g.40gb.")
+    gpu_index: int = Field(ge=0, le=MAX_GPUS_PER_REPLICA - 1, description="GPU holding the slice.")
+    start: int | None = Field(
+        default=None, ge=0, le=7, description="First memory slice the instance occupies."
+    )
+
+
+class ReplicaPlacement(CRDModel):
+    """Where one replica runs."""
+
+    replica: int = Field(ge=0, lt=MAX_REPLICAS, description="Replica index, from 0.")
+    node: str = Field(max_length=253, description="Node the replica is bound to.")
+    gpu_type: str | None = Field(default=None, max_length=32, description="GPU type of the node.")
+    gpus: list[int] | None = Field(
+        default=None,
+        max_length=MAX_GPUS_PER_REPLICA,
+        description="Indices of the whole GPUs the replica holds on the node.",
+    )
+    mig_slice: MigSlice | None = Field(
+        default=None, description="The MIG slice the replica holds, for MIG jobs."
+    )
+
+
+class TrainingJobStatus(CRDModel):
+    """Observed state of a TrainingJob, written by gpufleet."""
+
+    phase: TrainingJobPhase | None = Field(
+        default=None,
+        description="Queued, Admitted, Running, Succeeded, Failed, Preempted or Suspended.",
+    )
+    conditions: list[Condition] | None = Field(
+        default=None,
+        max_length=16,
+        description="Current conditions; a False Admitted condition says why the job waits.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    replicas: int | None = Field(
+        default=None, ge=0, le=MAX_REPLICAS, description="Replicas currently placed."
+    )
+    gpu_type: str | None = Field(
+        default=None, max_length=32, description="GPU type the job was placed on."
+    )
+    placement: list[ReplicaPlacement] | None = Field(
+        default=None,
+        max_length=MAX_REPLICAS,
+        description="Chosen node and GPUs or MIG slice for each replica.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["replica"],
+        },
+    )
+    restarts: int | None = Field(
+        default=None,
+        ge=0,
+        description="Gang restarts after failures so far; compared with runPolicy.backoffLimit.",
+    )
+    start_time: datetime | None = Field(
+        default=None, description="When the job first started running (RFC 3339)."
+    )
+    completion_time: datetime | None = Field(
+        default=None, description="When the job succeeded or failed (RFC 3339)."
+    )
+    gpu_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="GPU time used so far, in GPU-seconds (a MIG slice counts its GPU fraction).",
+    )
+    estimated_energy_joules: float | None = Field(
+        default=None,
+        ge=0,
+        description="Energy used so far by the job's GPUs, in joules, from the power model.",
+    )
+    observed_generation: int | None = Field(
+        default=None,
+        ge=0,
+        description="The .metadata.generation this status was computed from.",
+    )
+
+
+class TrainingJob(CRDModel):
+    """A gang of identical GPU workers, scheduled all-or-nothing by gpufleet."""
+
+    api_version: Literal["gpufleet.io/v1alpha1"] = Field(
+        default="gpufleet.io/v1alpha1", description=f"{API_GROUP}/{API_VERSION}"
+    )
+    kind: Literal["TrainingJob"] = Field(default="TrainingJob", description="TrainingJob")
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta, description="Object metadata.")
+    spec: TrainingJobSpec = Field(description="Desired state.")
+    status: TrainingJobStatus | None = Field(default=None, description="Observed state.")
