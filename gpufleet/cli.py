@@ -1,0 +1,83 @@
+"""The `gpufleet` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from gpufleet.sandbox.binaries import BuildError
+
+
+def _sandbox_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sandbox = subparsers.add_parser(
+        "sandbox", help="local control plane with a simulated GPU fleet"
+    )
+    sandbox.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="where the sandbox keeps its state (default: $GPUFLEET_SANDBOX_DIR or "
+        "~/.local/state/gpufleet/sandbox)",
+    )
+    actions = sandbox.add_subparsers(dest="action", required=True)
+    up = actions.add_parser("up", help="build (once), start, and create the fleet's nodes")
+    up.add_argument("--fleet", type=Path, default=None, help="fleet YAML (default: built-in)")
+    demo = actions.add_parser("demo", help="`up`, apply the examples, show fleet and jobs")
+    demo.add_argument("--fleet", type=Path, default=None, help="fleet YAML (default: built-in)")
+    demo.add_argument("--examples", type=Path, default=Path("examples"), help="manifest folder")
+    actions.add_parser("down", help="stop every sandbox process and delete its data")
+    actions.add_parser("status", help="print the state of every component as JSON")
+    actions.add_parser("kubeconfig", help="print the kubeconfig path")
+    actions.add_parser("build", help="only build the control-plane binaries into the cache")
+
+
+def _run_sandbox(args: argparse.Namespace) -> int:
+    from gpufleet.sandbox.binaries import ensure_binaries
+    from gpufleet.sandbox.cluster import Sandbox
+
+    sandbox = Sandbox(args.state_dir)
+    match args.action:
+        case "build":
+            ensure_binaries()
+        case "up":
+            sandbox.up(args.fleet)
+        case "demo":
+            from gpufleet.sandbox.demo import run_demo
+
+            run_demo(sandbox, args.fleet, args.examples)
+        case "down":
+            sandbox.down()
+        case "status":
+            info = sandbox.status()
+            print(json.dumps(info, indent=2))
+            return 0 if info["running"] else 1
+        case "kubeconfig":
+            print(sandbox.kubeconfig)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="gpufleet", description="Kubernetes-native scheduler and autoscaler for GPU clusters"
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    _sandbox_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "sandbox":
+            return _run_sandbox(args)
+    except (BuildError, TimeoutError, RuntimeError, ValueError, FileNotFoundError) as exc:
+        print(f"gpufleet: error: {exc}", file=sys.stderr)
+        return 1
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Where the sandbox's control-plane binaries live, and building them when they are missing.
+
+Binaries are built from Go modules by `build-binaries.sh` into a cache outside the repository,
+one folder per component and version, so every checkout and CI run on a machine shares them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+K8S_VERSION = "1.36.3"
+ETCD_VERSION = "3.6.16"
+KWOK_VERSION = "0.8.0"
+
+
+def cache_dir() -> Path:
+    """The build cache: $GPUFLEET_CACHE, else $XDG_CACHE_HOME/gpufleet, else ~/.cache/gpufleet."""
+    if env := os.environ.get("GPUFLEET_CACHE"):
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gpufleet"
+
+
+@dataclass(frozen=True)
+class Binaries:
+    """Paths of every binary the sandbox runs, plus kwok's stage definitions."""
+
+    etcd: Path
+    kube_apiserver: Path
+    kube_controller_manager: Path
+    kube_scheduler: Path
+    kwok: Path
+    kwok_stages: Path
+
+    @classmethod
+    def in_cache(cls, root: Path) -> Binaries:
+        k8s = root / f"kubernetes-v{K8S_VERSION}"
+        kwok = root / f"kwok-v{KWOK_VERSION}"
+        return cls(
+            etcd=root / f"etcd-v{ETCD_VERSION}" / "etcd",
+            kube_apiserver=k8s / "kube-apiserver",
+            kube_controller_manager=k8s / "kube-controller-manager",
+            kube_scheduler=k8s / "kube-scheduler",
+            kwok=kwok / "kwok",
+            kwok_stages=kwok / "kustomize" / "stage",
+        )
+
+    def missing(self) -> list[Path]:
+        """Binaries not yet built."""
+        paths = [self.etcd, self.kube_apiserver, self.kube_controller_manager]
+        paths += [self.kube_scheduler, self.kwok, self.kwok_stages]
+        return [p for p in paths if not p.exists()]
+
+
+class BuildError(RuntimeError):
+    """The Go build of the control plane failed; the message says what to check."""
+
+
+def ensure_binaries(progress: Callable[[str], None] = print) -> Binaries:
+    """Build whatever is missing (minutes when cold, nothing when cached) and return the paths."""
+    root = cache_dir() / "bin"
+    binaries = Binaries.in_cache(root)
+    if not binaries.missing():
+        return binaries
+    if shutil.which("go") is None:
+        raise BuildError(
+            "the sandbox builds etcd, kube-apiserver and kwok from Go modules, but `go` is not on "
+            "PATH; install Go >= 1.26 and retry"
+        )
+    script = resources.files("gpufleet.sandbox").joinpath("build-binaries.sh")
+    env = {
+        **os.environ,
+        "GPUFLEET_K8S_VERSION": K8S_VERSION,
+        "GPUFLEET_ETCD_VERSION": ETCD_VERSION,
+        "GPUFLEET_KWOK_VERSION": KWOK_VERSION,
+    }
+    root.mkdir(parents=True, exist_ok=True)
+    log = root / "build.log"
+    progress(f"building control-plane binaries into {root} (cold build: 15-30 min; log: {log})")
+    with (
+        log.open("w") as out,
+        subprocess.Popen(
+            ["bash", str(script), str(root)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        ) as proc,
+    ):
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.write(line)
+            if line.startswith("[build]"):
+                progress(line.removeprefix("[build] ").rstrip())
+        code = proc.wait()
+    if code != 0 or binaries.missing():
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise BuildError(f"building the sandbox binaries failed (exit {code}); see {log}:\n{tail}")
+    return binaries

@@ -1,0 +1,340 @@
+"""The sandbox: a real Kubernetes control plane on 127.0.0.1 with a simulated GPU fleet.
+
+`Sandbox.up()` starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and the
+fake MIG manager as background processes, installs gpufleet's CRDs and creates the fleet's nodes.
+Their PIDs and ports go to a state file, so `status` and `down` work from any later command.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpufleet.sandbox import processes
+from gpufleet.sandbox.binaries import Binaries, ensure_binaries
+from gpufleet.sandbox.migconfig import load_default_configs
+from gpufleet.sandbox.nodes import fleet_manifests
+from gpufleet.sandbox.pki import ensure_pki, write_kubeconfig
+from gpufleet.sim.fleet import load_fleet
+
+SYSTEM_NAMESPACE = "gpufleet-system"
+MIG_CONFIGMAP = "default-mig-parted-config"
+# Fake addresses from TEST-NET-2 / a private pod range: written into objects, never contacted.
+FAKE_NODE_IP = "198.51.100.1"
+FAKE_POD_CIDR = "10.244.0.0/16"
+# kwok stages from its module: nodes become Ready and keep a lease; bound pods become Running;
+# deleted pods go away (there is no kubelet to confirm deletion).
+KWOK_STAGES = (
+    "node/fast/node-initialize.yaml",
+    "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "pod/fast/pod-ready.yaml",
+    "pod/fast/pod-delete.yaml",
+)
+# Start order; `down` stops in reverse.
+COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "mig-manager",
+)
+
+
+def default_fleet_path() -> Path:
+    """The default fleet file shipped with the package."""
+    return Path(__file__).parent / "fleets" / "default.yaml"
+
+
+def default_state_dir() -> Path:
+    """Where `gpufleet sandbox` keeps its state: $GPUFLEET_SANDBOX_DIR or ~/.local/state."""
+    import os
+
+    if env := os.environ.get("GPUFLEET_SANDBOX_DIR"):
+        return Path(env)
+    return Path.home() / ".local" / "state" / "gpufleet" / "sandbox"
+
+
+@dataclass
+class SandboxState:
+    """What a running sandbox is: component PIDs and markers, ports, fleet file."""
+
+    pids: dict[str, int] = field(default_factory=dict)
+    markers: dict[str, str] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+    fleet: str = ""
+
+
+class Sandbox:
+    """One sandbox cluster rooted at `state_dir`."""
+
+    def __init__(self, state_dir: Path | None = None) -> None:
+        self.state_dir = (state_dir or default_state_dir()).resolve()
+        self.pki = self.state_dir / "pki"
+        self.logs = self.state_dir / "logs"
+        self.kubeconfig = self.state_dir / "kubeconfig"
+        self._state_file = self.state_dir / "state.json"
+
+    # -- state ------------------------------------------------------------------------------
+
+    def _load_state(self) -> SandboxState | None:
+        if not self._state_file.exists():
+            return None
+        return SandboxState(**json.loads(self._state_file.read_text()))
+
+    def _save_state(self, state: SandboxState) -> None:
+        self._state_file.write_text(json.dumps(state.__dict__, indent=2))
+
+    def running_components(self) -> dict[str, bool]:
+        """Each recorded component and whether its process is still alive."""
+        state = self._load_state()
+        if state is None:
+            return {}
+        return {
+            name: processes.is_ours(pid, state.markers[name]) for name, pid in state.pids.items()
+        }
+
+    def is_running(self) -> bool:
+        """Whether every component of a recorded sandbox is alive."""
+        alive = self.running_components()
+        return bool(alive) and all(alive.values()) and set(alive) == set(COMPONENTS)
+
+    # -- kubectl ----------------------------------------------------------------------------
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the real kubectl against this sandbox."""
+        result = subprocess.run(
+            ["kubectl", f"--kubeconfig={self.kubeconfig}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and result.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+        return result
+
+    def apply(self, docs: list[dict[str, Any]]) -> None:
+        """`kubectl apply` a list of objects."""
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def up(self, fleet: Path | None = None, progress: Callable[[str], None] = print) -> None:
+        """Start the sandbox (or check the running one) and make sure the fleet exists."""
+        started = time.monotonic()
+        if shutil.which("kubectl") is None:
+            raise RuntimeError("kubectl is not on PATH; the sandbox installs objects with it")
+        fleet_path = (fleet or default_fleet_path()).resolve()
+        fleet_spec = load_fleet(fleet_path)  # fail on a bad fleet file before starting anything
+        binaries = ensure_binaries(progress)
+        if self.is_running():
+            progress(f"sandbox already running ({self.state_dir})")
+        else:
+            if self._load_state() is not None:
+                progress("stopping the remains of an earlier sandbox")
+                self.down(progress=lambda _: None)
+            self._start(binaries, fleet_path, progress)
+        progress("installing CRDs and the MIG layouts")
+        self._install_crds()
+        self._install_mig_configs()
+        progress(f"creating {fleet_spec.total_nodes} nodes with {fleet_spec.total_gpus} GPUs")
+        self.apply(fleet_manifests(fleet_spec, load_default_configs()))
+        self.kubectl("wait", "--for=condition=Ready", "node", "-l", "type=kwok", "--timeout=120s")
+        elapsed = time.monotonic() - started
+        progress(f"sandbox ready in {elapsed:.1f}s; KUBECONFIG={self.kubeconfig}")
+
+    def _start(self, binaries: Binaries, fleet_path: Path, progress: Callable[[str], None]) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        ensure_pki(self.pki)
+        state = SandboxState(fleet=str(fleet_path))
+        for name in ("etcd", "etcd-peer", "kube-apiserver", "kcm", "scheduler"):
+            state.ports[name] = processes.free_port()
+        server = f"https://127.0.0.1:{state.ports['kube-apiserver']}"
+        write_kubeconfig(self.kubeconfig, self.pki, server)
+        self._save_state(state)  # recorded before each spawn, so `down` can clean up a failed up
+
+        def launch(name: str, argv: list[str]) -> None:
+            state.pids[name] = processes.spawn(argv, self.logs / f"{name}.log")
+            state.markers[name] = argv[0] if name != "mig-manager" else str(self.kubeconfig)
+            self._save_state(state)
+
+        progress("starting etcd")
+        launch("etcd", self._etcd_args(binaries, state))
+        processes.wait_until(
+            lambda: _http_ok(f"http://127.0.0.1:{state.ports['etcd']}/health"),
+            "etcd", 30, self.logs / "etcd.log",
+        )  # fmt: skip
+        progress("starting kube-apiserver")
+        launch("kube-apiserver", self._apiserver_args(binaries, state))
+        processes.wait_until(
+            lambda: _https_ok(f"{server}/readyz", self.pki),
+            "kube-apiserver", 90, self.logs / "kube-apiserver.log",
+        )  # fmt: skip
+        progress("starting kube-controller-manager, kube-scheduler, kwok, MIG manager")
+        launch("kube-controller-manager", self._kcm_args(binaries, state))
+        launch("kube-scheduler", self._scheduler_args(binaries, state))
+        launch("kwok", self._kwok_args(binaries))
+        launch(
+            "mig-manager",
+            [sys.executable, "-m", "gpufleet.sandbox.migmanager",
+             f"--kubeconfig={self.kubeconfig}", f"--namespace={SYSTEM_NAMESPACE}"],
+        )  # fmt: skip
+
+    def down(self, progress: Callable[[str], None] = print) -> None:
+        """Stop every process this sandbox started and delete its cluster data."""
+        state = self._load_state()
+        if state is None:
+            progress("no sandbox running")
+            return
+        for name in reversed(COMPONENTS):
+            if name in state.pids:
+                processes.stop(state.pids[name], state.markers[name])
+        for port in state.ports.values():
+            processes.wait_until(lambda p=port: not processes.port_open(p), f"port {port}", 15)
+        shutil.rmtree(self.state_dir / "etcd", ignore_errors=True)
+        self._state_file.unlink(missing_ok=True)
+        progress("sandbox stopped")
+
+    def status(self) -> dict[str, Any]:
+        """Components and whether they run, ports, and node readiness."""
+        state = self._load_state()
+        if state is None:
+            return {"running": False, "components": {}}
+        info: dict[str, Any] = {
+            "running": self.is_running(),
+            "components": self.running_components(),
+            "ports": state.ports,
+            "fleet": state.fleet,
+            "kubeconfig": str(self.kubeconfig),
+        }
+        if info["running"]:
+            nodes = json.loads(self.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+            info["nodes"] = len(nodes)
+            info["nodes_ready"] = sum(_node_ready(n) for n in nodes)
+        return info
+
+    # -- component arguments ----------------------------------------------------------------
+
+    def _etcd_args(self, b: Binaries, s: SandboxState) -> list[str]:
+        client = f"http://127.0.0.1:{s.ports['etcd']}"
+        peer = f"http://127.0.0.1:{s.ports['etcd-peer']}"
+        return [
+            str(b.etcd), "--name=sandbox", f"--data-dir={self.state_dir / 'etcd'}",
+            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=sandbox={peer}", "--listen-metrics-urls=",
+            "--auto-compaction-retention=1", "--quota-backend-bytes=8589934592",
+            "--unsafe-no-fsync=true",
+        ]  # fmt: skip
+
+    def _apiserver_args(self, b: Binaries, s: SandboxState) -> list[str]:
+        pki = self.pki
+        return [
+            str(b.kube_apiserver),
+            f"--etcd-servers=http://127.0.0.1:{s.ports['etcd']}",
+            "--bind-address=127.0.0.1", f"--secure-port={s.ports['kube-apiserver']}",
+            # A fake, non-loopback advertise address with the endpoint reconciler off: the
+            # `kubernetes` Service is never used here and loopback is refused for it.
+            f"--advertise-address={FAKE_NODE_IP}", "--endpoint-reconciler-type=none",
+            f"--tls-cert-file={pki / 'admin.crt'}", f"--tls-private-key-file={pki / 'admin.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--authorization-mode=Node,RBAC", "--service-cluster-ip-range=10.0.0.0/24",
+            "--allow-privileged=true",
+            # No kubelet mounts tokens here; without this, pods in a new namespace race the
+            # controller that creates its default ServiceAccount.
+            "--disable-admission-plugins=ServiceAccount",
+            # The sandbox is the only client: no request throttling, so benchmarks measure
+            # gpufleet rather than API priority and fairness.
+            "--max-requests-inflight=0", "--max-mutating-requests-inflight=0",
+            "--enable-priority-and-fairness=false",
+        ]  # fmt: skip
+
+    def _kcm_args(self, b: Binaries, s: SandboxState) -> list[str]:
+        return [
+            str(b.kube_controller_manager), f"--kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={s.ports['kcm']}",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            f"--root-ca-file={self.pki / 'ca.crt'}",
+            f"--service-account-private-key-file={self.pki / 'sa.key'}",
+            "--leader-elect=false", "--node-monitor-period=5s", "--node-monitor-grace-period=40s",
+            "--kube-api-qps=500", "--kube-api-burst=1000",
+        ]  # fmt: skip
+
+    def _scheduler_args(self, b: Binaries, s: SandboxState) -> list[str]:
+        return [
+            str(b.kube_scheduler), f"--kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={s.ports['scheduler']}",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            "--leader-elect=false", "--kube-api-qps=500", "--kube-api-burst=1000",
+        ]  # fmt: skip
+
+    def _kwok_args(self, b: Binaries) -> list[str]:
+        config = self.state_dir / "kwok.yaml"
+        config.write_text(
+            "\n---\n".join((b.kwok_stages / stage).read_text() for stage in KWOK_STAGES)
+        )
+        return [
+            str(b.kwok), f"--kubeconfig={self.kubeconfig}", f"--config={config}",
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            "--node-lease-duration-seconds=40", f"--cidr={FAKE_POD_CIDR}",
+            f"--node-ip={FAKE_NODE_IP}",
+        ]  # fmt: skip
+
+    # -- cluster objects --------------------------------------------------------------------
+
+    def _install_crds(self) -> None:
+        from gpufleet.model.crdgen import crd_documents
+
+        docs = crd_documents()
+        self.apply(docs)
+        names = [f"crd/{d['metadata']['name']}" for d in docs]
+        self.kubectl("wait", "--for=condition=Established", *names, "--timeout=60s")
+
+    def _install_mig_configs(self) -> None:
+        layouts = yaml.safe_dump(load_default_configs(), sort_keys=False)
+        self.apply(
+            [
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}},
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": MIG_CONFIGMAP, "namespace": SYSTEM_NAMESPACE},
+                    "data": {"config.yaml": layouts},
+                },
+            ]
+        )
+
+
+def _node_ready(node: dict[str, Any]) -> bool:
+    conditions = node.get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def _http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as response:
+        return bool(response.status == 200)
+
+
+def _https_ok(url: str, pki: Path) -> bool:
+    context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    with urllib.request.urlopen(url, timeout=2, context=context) as response:
+        return bool(response.status == 200)

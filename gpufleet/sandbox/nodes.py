@@ -1,0 +1,110 @@
+"""Node manifests for a simulated GPU fleet: kwok-managed nodes that look like NVIDIA GPU nodes.
+
+Each node carries the labels GPU Feature Discovery and the MIG manager would set and advertises
+whole GPUs and MIG slices as the device plugin's mixed strategy does, so the scheduler cannot tell
+it from a real node. Its status is written at creation (the API server keeps it) and kwok then
+keeps it Ready.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufleet.sandbox.gfd import hardware_for
+from gpufleet.sandbox.migconfig import node_resources, resolve_layouts
+from gpufleet.sim.fleet import FleetSpec, NodePoolSpec
+
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+POOL_LABEL = "gpufleet.io/node-pool"
+NVLINK_DOMAIN_LABEL = "gpufleet.io/nvlink-domain-size"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+# Annotation the MIG manager writes with the config it last applied (or refused), so it acts on
+# each change of `nvidia.com/mig.config` exactly once, also across its own restarts.
+MIG_APPLIED_ANNOTATION = "gpufleet.io/mig-config-applied"
+
+# CPU, memory and pod slots of every fake node: large enough that GPUs are the only limit.
+_BASE_CAPACITY = {"cpu": "128", "memory": "1Ti", "pods": "110"}
+
+
+def mig_labels(layout_resources: dict[str, int]) -> dict[str, str]:
+    """GFD's per-profile count labels (`nvidia.com/mig-<profile>.count`) for the given resources."""
+    return {
+        f"{name}.count": str(count)
+        for name, count in layout_resources.items()
+        if name.startswith("nvidia.com/mig-") and count > 0
+    }
+
+
+def node_manifest(pool: NodePoolSpec, name: str, mig_configs: dict[str, Any]) -> dict[str, Any]:
+    """The Node object for one node of `pool`, with labels and status capacity."""
+    hw = hardware_for(pool.gpu_type)
+    labels = {
+        "type": "kwok",
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        POOL_LABEL: pool.name,
+        NVLINK_DOMAIN_LABEL: str(pool.domain_size),
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": hw.product,
+        "nvidia.com/gpu.count": str(pool.gpus_per_node),
+        "nvidia.com/gpu.memory": str(hw.memory_mib),
+        "nvidia.com/gpu.family": hw.family,
+        "nvidia.com/gpu.compute.major": str(hw.compute[0]),
+        "nvidia.com/gpu.compute.minor": str(hw.compute[1]),
+        "nvidia.com/mig.capable": str(hw.mig_memory_class is not None).lower(),
+    }
+    annotations = {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"}
+    if pool.mig is not None:
+        if hw.mig_memory_class is None:
+            raise ValueError(f"pool {pool.name!r}: {pool.gpu_type} does not support MIG")
+        layouts = resolve_layouts(mig_configs, pool.mig.config, hw, pool.gpus_per_node)
+        gpu_resources = node_resources(layouts)
+        labels |= {
+            "nvidia.com/mig.strategy": pool.mig.strategy,
+            MIG_CONFIG_LABEL: pool.mig.config,
+            MIG_STATE_LABEL: "success",
+        }
+        labels |= mig_labels(gpu_resources)
+        # The layout is in place from the start: tell the MIG manager it has nothing to do.
+        annotations[MIG_APPLIED_ANNOTATION] = pool.mig.config
+    else:
+        gpu_resources = {"nvidia.com/gpu": pool.gpus_per_node}
+        labels["nvidia.com/mig.strategy"] = "none"
+    capacity = _BASE_CAPACITY | {k: str(v) for k, v in gpu_resources.items()}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "status": {
+            "capacity": capacity,
+            "allocatable": dict(capacity),
+            "nodeInfo": {
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+                "kubeletVersion": "fake",
+                "kubeProxyVersion": "fake",
+                "bootID": "",
+                "containerRuntimeVersion": "",
+                "kernelVersion": "",
+                "machineID": "",
+                "osImage": "",
+                "systemUUID": "",
+            },
+            "phase": "Running",
+        },
+    }
+
+
+def fleet_manifests(fleet: FleetSpec, mig_configs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Node objects for every node of the fleet, in pool order."""
+    return [
+        node_manifest(pool, name, mig_configs)
+        for pool in fleet.node_pools
+        for name in pool.node_names()
+    ]
