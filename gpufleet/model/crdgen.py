@@ -26,7 +26,7 @@ from typing import Any, Final
 import yaml
 from pydantic import BaseModel
 
-from gpufleet.model.crd_common import API_GROUP, API_VERSION, cel
+from gpufleet.model.crd_common import API_GROUP, API_VERSION
 from gpufleet.model.servingjob import ServingJobSpec, ServingJobStatus
 from gpufleet.model.trainingjob import TrainingJobSpec, TrainingJobStatus
 
@@ -163,17 +163,23 @@ def render_crd(
                 "type": "string",
             },
             "kind": {"description": f"Kind of this object: {kind}.", "type": "string"},
-            "metadata": {"type": "object"},
+            # The API server allows the schema to restrict only name and generateName here.
+            "metadata": {
+                "type": "object",
+                "properties": {
+                    "name": {
+                        "description": (
+                            f"Object name; at most {MAX_NAME_LENGTH} characters, so that the "
+                            "names of the pods gpufleet creates fit in a label value."
+                        ),
+                        "type": "string",
+                        "maxLength": MAX_NAME_LENGTH,
+                    }
+                },
+            },
             "spec": openapi_schema(spec),
             "status": openapi_schema(status),
         },
-        "x-kubernetes-validations": [
-            cel(
-                f"self.metadata.name.size() <= {MAX_NAME_LENGTH}",
-                f"metadata.name must be at most {MAX_NAME_LENGTH} characters, so that the "
-                "names of the pods gpufleet creates fit in a label value",
-            )
-        ],
     }
     version: dict[str, Any] = {
         "name": API_VERSION,
