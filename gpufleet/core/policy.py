@@ -72,6 +72,7 @@ class Policy:
     solver: SolverSettings = field(default_factory=SolverSettings)
     allow_preemption: bool = True
     allow_repartition: bool = True
+    max_preempting_gangs: int = 16  # stuck gangs that may evict per decision (bounds the work)
 
     def priority_weight(self, priority: int) -> float:
         """Multiplier of a gang's work in the objective: each priority level doubles it, so

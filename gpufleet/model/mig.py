@@ -113,3 +113,12 @@ def free_instances(layout: MigLayout, in_use: Iterable[MigPlacement]) -> tuple[M
     """Instances of `layout` not used by any running replica."""
     used = set(in_use)
     return tuple(p for p in layout if p not in used)
+
+
+def densest_layout(gpu: GpuType, profile: str) -> MigLayout:
+    """The valid layout holding the most instances of `profile` alone (ties: lowest starts).
+
+    This is the repartitioning target when a GPU is cut for one kind of slice.
+    """
+    layouts = enumerate_layouts(gpu, profiles=[profile], maximal_only=True)
+    return max(layouts, key=lambda lay: (len(lay), [-p.start for p in lay]))

@@ -8,6 +8,7 @@ ESTIMATE, not a measurement.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gpufleet.model.gpus import GpuType
@@ -50,10 +51,11 @@ def choose_power_cap(gpu: GpuType, max_slowdown: float) -> PowerCapChoice | None
         return None
     # Invert speed_factor: cap = uncapped * (1 - slowdown) ** (1 / exponent).
     ideal = uncapped * (1.0 - min(max_slowdown, 0.99)) ** (1.0 / CAP_EXPONENT)
-    cap = round(max(ideal, gpu.power.cap_min_w))
+    # Round up to whole watts so the slowdown bound still holds.
+    cap = float(math.ceil(max(ideal, gpu.power.cap_min_w)))
     if cap >= uncapped:
         return None
-    return PowerCapChoice(float(cap), speed_factor(gpu, cap), capped_power_w(gpu, cap))
+    return PowerCapChoice(cap, speed_factor(gpu, cap), capped_power_w(gpu, cap))
 
 
 def energy_per_work(gpu: GpuType, throughput: float, cap_w: float | None = None) -> float:

@@ -1,0 +1,133 @@
+"""Pending reasons: why a gang was not placed, as a stable reason code and a human message.
+
+Checks run from the most basic (the catalogue has none of the acceptable types) to the most
+specific (free GPUs exist but not on one node). A gang that would fit on its own in the
+snapshot was left out because other gangs got the capacity, and the message says so.
+"""
+
+from __future__ import annotations
+
+from gpufleet.core.decision import Pending, PendingReason
+from gpufleet.core.demand import Gang, Topology
+from gpufleet.core.greedy import LayoutCache, plan_gang, usable_types
+from gpufleet.core.policy import Policy
+from gpufleet.core.state import ClusterState
+
+
+def _types_text(types: list[str]) -> str:
+    return types[0] if len(types) == 1 else "{" + ", ".join(types) + "}"
+
+
+def _nodes_of(state: ClusterState, types: list[str]) -> list[int]:
+    wanted = set(types)
+    return [n for n, node in enumerate(state.nodes) if node.schedulable and node.gpu_type in wanted]
+
+
+def explain(
+    initial: ClusterState, gang: Gang, policy: Policy, layouts: LayoutCache | None = None
+) -> Pending:
+    """The reason `gang` is pending, judged against the snapshot's free capacity (`initial`)."""
+    layouts = layouts or LayoutCache()
+    catalog = initial.catalog
+    known = [t for t in gang.type_names() if t in catalog]
+    if not known:
+        return Pending(
+            gang.id,
+            PendingReason.UNKNOWN_GPU_TYPE,
+            f"none of the acceptable GPU types {_types_text(list(gang.type_names()))} "
+            "is in the GPU catalogue",
+        )
+    if gang.mig_profile is not None:
+        offering = [t for t in known if catalog[t].has_mig_profile(gang.mig_profile)]
+        if not offering:
+            return Pending(
+                gang.id,
+                PendingReason.MIG_PROFILE_UNSUPPORTED,
+                f"MIG profile {gang.mig_profile} is not offered by {_types_text(known)}",
+            )
+        known = offering
+    nodes = _nodes_of(initial, known)
+    if not nodes:
+        return Pending(
+            gang.id,
+            PendingReason.NO_NODES_OF_TYPE,
+            f"no schedulable node has {_types_text(known)} GPUs",
+        )
+    types = _types_text(known)
+    fits_alone = any(
+        plan_gang(initial, gang, t, policy, layouts) is not None
+        for t in usable_types(initial, gang, policy)
+    )
+    if fits_alone:
+        return Pending(
+            gang.id,
+            PendingReason.LOST_TO_OTHERS,
+            f"fits on free {types} GPUs on its own, but this decision gave that capacity to "
+            "higher-priority or more valuable gangs",
+        )
+    if gang.mig_profile is not None:
+        return _explain_mig(initial, gang, known, nodes)
+    return _explain_whole(initial, gang, types, nodes)
+
+
+def _explain_whole(state: ClusterState, gang: Gang, types: str, nodes: list[int]) -> Pending:
+    size = gang.gpus_per_replica
+    replicas = gang.replicas_min
+    same_node = gang.topology is Topology.SAME_NODE
+    nvlink = gang.topology is Topology.NVLINK
+    unit = replicas * size if same_node else size
+    largest = max(state.nodes[n].gpu_count for n in nodes)
+    if unit > largest:
+        return Pending(
+            gang.id,
+            PendingReason.REPLICA_TOO_LARGE,
+            f"needs {unit} x {types} on one node; the largest node has {largest} GPUs",
+        )
+    largest_domain = max(max(len(d) for d in state.nodes[n].domains().values()) for n in nodes)
+    if nvlink and size > largest_domain:
+        return Pending(
+            gang.id,
+            PendingReason.TOPOLOGY,
+            f"needs {size} x {types} in one NVLink domain; the largest domain has "
+            f"{largest_domain} GPUs",
+        )
+    total = sum(state.nodes[n].gpu_count for n in nodes)
+    need = replicas * size
+    if need > total:
+        return Pending(
+            gang.id,
+            PendingReason.GANG_TOO_LARGE,
+            f"needs {need} x {types}; the cluster has {total} such GPUs",
+        )
+    free = sum(len(state.empty[n]) for n in nodes)
+    if free < need:
+        return Pending(
+            gang.id,
+            PendingReason.INSUFFICIENT_GPUS,
+            f"needs {need} x {types}; {free} free",
+        )
+    best = max((state.max_domain_free(n) if nvlink else len(state.empty[n])) for n in nodes)
+    where = "in one NVLink domain" if nvlink else "on one node"
+    if same_node or replicas == 1:
+        message = f"needs {unit} x {types} {where}; the best node has {best} free"
+    else:
+        slots = sum(
+            (state.max_domain_free(n) if nvlink else len(state.empty[n])) // size for n in nodes
+        )
+        message = (
+            f"needs {replicas} replicas of {size} x {types}, each {where}; free GPUs fit "
+            f"{slots} such replicas (the best node has {best} free)"
+        )
+    return Pending(gang.id, PendingReason.TOPOLOGY, message)
+
+
+def _explain_mig(state: ClusterState, gang: Gang, types: list[str], nodes: list[int]) -> Pending:
+    assert gang.mig_profile is not None
+    free_slices = sum(len(state.free_instances(t, gang.mig_profile)) for t in types)
+    empty = sum(len(state.empty[n]) for n in nodes)
+    return Pending(
+        gang.id,
+        PendingReason.INSUFFICIENT_MIG,
+        f"needs {gang.replicas_min} x {gang.mig_profile} slices on {_types_text(types)}; "
+        f"{free_slices} free slices and {empty} empty GPUs to repartition",
+    )

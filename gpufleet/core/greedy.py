@@ -1,0 +1,211 @@
+"""Greedy placement: a fast, deterministic, first-class algorithm and the CP-SAT warm start.
+
+Gangs go in order of priority, then size (largest first, the classic first-fit-decreasing rule).
+Each gang tries its acceptable GPU types from most to least valuable; each replica goes to the
+best-fitting node (fewest free GPUs that still fit), which packs partly used nodes first and keeps
+idle nodes idle and large free blocks intact. MIG replicas use free slices on partly used GPUs
+first, then slices of empty MIG GPUs, then repartition the emptiest-node empty GPU to the densest
+layout of the profile. A gang is committed only when all its (minimum) replicas fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from gpufleet.core.decision import GangPlacement
+from gpufleet.core.demand import Gang, Topology
+from gpufleet.core.policy import Policy
+from gpufleet.core.snapshot import ReplicaPlacement
+from gpufleet.core.state import ClusterState
+from gpufleet.core.valuation import replica_value
+from gpufleet.model.mig import MigLayout, MigPlacement, densest_layout
+
+
+@dataclass
+class Plan:
+    """A tentative placement of one gang, applied to the state only by `commit`."""
+
+    gang: Gang
+    gpu_type: str
+    replicas: list[ReplicaPlacement] = field(default_factory=list)
+    # (node, gpu, new layout) to apply before the replicas take their instances.
+    repartitions: list[tuple[int, int, MigLayout]] = field(default_factory=list)
+
+
+class LayoutCache:
+    """Densest layouts per (type, profile), memoised for one decision only."""
+
+    def __init__(self) -> None:
+        self._layouts: dict[tuple[str, str], MigLayout] = {}
+
+    def densest(self, state: ClusterState, gpu_type: str, profile: str) -> MigLayout:
+        key = (gpu_type, profile)
+        if key not in self._layouts:
+            self._layouts[key] = densest_layout(state.catalog[gpu_type], profile)
+        return self._layouts[key]
+
+
+def usable_types(state: ClusterState, gang: Gang, policy: Policy) -> list[str]:
+    """Acceptable types that exist, offer the gang's MIG profile and have nodes; best first."""
+    scored: list[tuple[float, int, str]] = []
+    for order, name in enumerate(gang.type_names()):
+        if name not in state.catalog or not state.type_nodes(name):
+            continue
+        gpu = state.catalog[name]
+        if gang.mig_profile is not None and not gpu.has_mig_profile(gang.mig_profile):
+            continue
+        value = replica_value(gang, gpu, policy).objective
+        per_gpu = value / (1 if gang.uses_mig else gang.gpus_per_replica)
+        scored.append((-per_gpu, order, name))
+    return [name for _, _, name in sorted(scored)]
+
+
+def _best_fit_node(
+    state: ClusterState, gpu_type: str, need: int, nvlink: bool, taken: dict[int, set[int]]
+) -> int | None:
+    """Schedulable node of the type with the fewest free GPUs that still holds `need`."""
+    if nvlink and state.max_domain_size.get(gpu_type, 0) < need:
+        return None
+    best: tuple[int, int] | None = None
+    for n, gpus in taken.items():  # nodes this plan already uses have reduced free counts
+        if state.node_type[n] != gpu_type:
+            continue
+        free = len(state.empty[n]) - len(gpus)
+        fits = state.max_domain_free(n, gpus) >= need if nvlink else free >= need
+        if fits and (best is None or (free, n) < best):
+            best = (free, n)
+    buckets = state.type_nodes(gpu_type)
+    for k in range(need, len(buckets)):
+        if best is not None and k > best[0]:
+            break
+        for n in buckets[k]:  # sorted by index: the first usable one is the bucket's best
+            if n in taken or (nvlink and state.max_domain_free(n) < need):
+                continue
+            if best is None or (k, n) < best:
+                best = (k, n)
+            break
+    return None if best is None else best[1]
+
+
+def _plan_whole(state: ClusterState, gang: Gang, gpu_type: str) -> Plan | None:
+    plan = Plan(gang, gpu_type)
+    size = gang.gpus_per_replica
+    nvlink = gang.topology is Topology.NVLINK
+    if gang.topology is Topology.SAME_NODE:
+        for count in range(gang.replicas_max, gang.replicas_min - 1, -1):
+            n = _best_fit_node(state, gpu_type, count * size, False, {})
+            if n is None:
+                continue
+            gpus = state.pick_gpus(n, count * size, nvlink=False)
+            if gpus is None:
+                continue
+            name = state.nodes[n].name
+            plan.replicas = [
+                ReplicaPlacement(name, gpus[i * size : (i + 1) * size]) for i in range(count)
+            ]
+            return plan
+        return None
+    taken: dict[int, set[int]] = {}
+    for _ in range(gang.replicas_max):
+        n = _best_fit_node(state, gpu_type, size, nvlink, taken)
+        if n is None:
+            break
+        gpus = state.pick_gpus(n, size, nvlink, taken.get(n, set()))
+        if gpus is None:
+            break
+        taken.setdefault(n, set()).update(gpus)
+        plan.replicas.append(ReplicaPlacement(state.nodes[n].name, gpus))
+    return plan if len(plan.replicas) >= gang.replicas_min else None
+
+
+def _mig_mode_first(state: ClusterState, n: int) -> Callable[[int], tuple[bool, int]]:
+    def key(g: int) -> tuple[bool, int]:
+        return (state.layout[n][g] is None, g)
+
+    return key
+
+
+def _plan_mig(
+    state: ClusterState, gang: Gang, gpu_type: str, policy: Policy, layouts: LayoutCache
+) -> Plan | None:
+    assert gang.mig_profile is not None
+    profile = gang.mig_profile
+    plan = Plan(gang, gpu_type)
+    want = gang.replicas_max
+    touched: set[tuple[int, int]] = set()
+    for _tier, n, g, start in state.free_instances(gpu_type, profile):
+        if len(plan.replicas) == want:
+            break
+        inst = MigPlacement(start, profile)
+        plan.replicas.append(ReplicaPlacement(state.nodes[n].name, (g,), inst))
+        touched.add((n, g))
+    if len(plan.replicas) < want and policy.allow_repartition:
+        target = layouts.densest(state, gpu_type, profile)
+        slices = [p for p in target if p.profile == profile]
+        buckets = state.type_nodes(gpu_type)
+        for k in range(1, len(buckets)):  # emptiest-last keeps idle nodes idle
+            for n in buckets[k]:
+                # MIG-mode empty GPUs first: a config change, not a mode flip.
+                for g in sorted(state.empty[n], key=_mig_mode_first(state, n)):
+                    if len(plan.replicas) >= want:
+                        break
+                    if (n, g) in touched:
+                        continue
+                    touched.add((n, g))
+                    plan.repartitions.append((n, g, target))
+                    for inst in slices[: want - len(plan.replicas)]:
+                        plan.replicas.append(ReplicaPlacement(state.nodes[n].name, (g,), inst))
+                if len(plan.replicas) >= want:
+                    break
+            if len(plan.replicas) >= want:
+                break
+    return plan if len(plan.replicas) >= gang.replicas_min else None
+
+
+def plan_gang(
+    state: ClusterState, gang: Gang, gpu_type: str, policy: Policy, layouts: LayoutCache
+) -> Plan | None:
+    """A feasible placement of `gang` on `gpu_type` in the current state, or None."""
+    if gang.mig_profile is not None:
+        return _plan_mig(state, gang, gpu_type, policy, layouts)
+    return _plan_whole(state, gang, gpu_type)
+
+
+def commit(state: ClusterState, plan: Plan, policy: Policy) -> GangPlacement:
+    """Apply a plan to the state and return the resulting placement."""
+    for n, g, layout in plan.repartitions:
+        state.repartition(n, g, layout)
+    for replica in plan.replicas:
+        n = state.node_index[replica.node]
+        if replica.mig is None:
+            state.take_whole(n, replica.gpus)
+        else:
+            state.take_instance(n, replica.gpus[0], replica.mig)
+    value = replica_value(plan.gang, state.catalog[plan.gpu_type], policy)
+    return GangPlacement(
+        gang_id=plan.gang.id,
+        gpu_type=plan.gpu_type,
+        replicas=tuple(plan.replicas),
+        power_cap_w=None if value.cap is None else value.cap.cap_w,
+    )
+
+
+def greedy_order(gangs: Sequence[Gang]) -> list[Gang]:
+    """Priority first, then larger gangs first, then id for determinism."""
+    return sorted(gangs, key=lambda g: (-g.priority, -g.gpus_needed(g.replicas_min), g.id))
+
+
+def place_greedy(
+    state: ClusterState, gangs: Sequence[Gang], policy: Policy, layouts: LayoutCache | None = None
+) -> dict[str, GangPlacement]:
+    """Place what fits, in greedy order; mutates `state`. Returns placements by gang id."""
+    layouts = layouts or LayoutCache()
+    placed: dict[str, GangPlacement] = {}
+    for gang in greedy_order(gangs):
+        for gpu_type in usable_types(state, gang, policy):
+            plan = plan_gang(state, gang, gpu_type, policy, layouts)
+            if plan is not None:
+                placed[gang.id] = commit(state, plan, policy)
+                break
+    return placed

@@ -1,0 +1,85 @@
+"""Score a decision with the policy's objective, the same way for every engine and baseline.
+
+objective = sum over admitted replicas of their net value (priority-weighted work minus energy)
+          - consolidation x idle nodes the decision starts using
+          - fragmentation x free GPUs left on nodes the decision touches
+          - disruption x (MIG repartitions + preempted gangs)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpufleet.core.decision import Decision
+from gpufleet.core.demand import Gang
+from gpufleet.core.policy import Policy
+from gpufleet.core.snapshot import Snapshot
+from gpufleet.core.valuation import replica_value
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionMetrics:
+    admitted: int
+    admitted_gpus: float  # whole GPUs plus MIG slices as compute fractions
+    work: float  # relative throughput of admitted work (after power caps)
+    weighted_work: float  # work x priority weight
+    power_w: float  # busy watts of the admitted work
+    nodes_opened: int  # idle nodes this decision starts using
+    repartitions: int
+    preemptions: int
+    objective: float
+
+
+def evaluate(
+    snapshot: Snapshot, pending: Sequence[Gang], decision: Decision, policy: Policy
+) -> DecisionMetrics:
+    gangs = {g.id: g for g in pending}
+    evicted = {p.gang_id for p in decision.preemptions}
+    used_before: dict[str, set[int]] = {}
+    used_after: dict[str, set[int]] = {}
+    for running in snapshot.running:
+        for replica in running.replicas:
+            used_before.setdefault(replica.node, set()).update(replica.gpus)
+            if running.id not in evicted:
+                used_after.setdefault(replica.node, set()).update(replica.gpus)
+    work = weighted = power = value = gpus = 0.0
+    touched: set[str] = set()
+    for placement in decision.placements:
+        gang = gangs[placement.gang_id]
+        gpu = snapshot.catalog[placement.gpu_type]
+        figures = replica_value(gang, gpu, policy)
+        count = placement.replica_count
+        work += figures.work * count
+        weighted += figures.work * count * policy.priority_weight(gang.priority)
+        power += figures.power_w * count
+        value += figures.objective * count
+        if gang.mig_profile is not None:
+            gpus += gpu.mig_profile(gang.mig_profile).compute_fraction * count
+        else:
+            gpus += gang.gpus_per_replica * count
+        for replica in placement.replicas:
+            touched.add(replica.node)
+            used_after.setdefault(replica.node, set()).update(replica.gpus)
+    opened = sum(1 for name in touched if not used_before.get(name))
+    stranded = sum(
+        snapshot.node(name).gpu_count - len(used_after.get(name, set())) for name in touched
+    )
+    weights = policy.weights
+    objective = (
+        value
+        - weights.consolidation * opened
+        - weights.fragmentation * stranded
+        - weights.disruption * (len(decision.repartitions) + len(decision.preemptions))
+    )
+    return DecisionMetrics(
+        admitted=len(decision.placements),
+        admitted_gpus=gpus,
+        work=work,
+        weighted_work=weighted,
+        power_w=power,
+        nodes_opened=opened,
+        repartitions=len(decision.repartitions),
+        preemptions=len(decision.preemptions),
+        objective=objective,
+    )

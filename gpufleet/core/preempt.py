@@ -1,0 +1,124 @@
+"""Gang-aware preemption: evict whole lower-priority preemptible gangs for a stuck gang.
+
+For each gang still pending (highest priority first, a bounded number per decision) the victims
+are running gangs that are preemptible, of strictly lower priority and on an acceptable GPU type,
+tried cheapest first. Victims are released one at a time until the gang fits; then victims that
+turn out unnecessary are put back, and the eviction happens only if the gang's objective value
+beats what the victims lose plus the disruption cost. Every what-if is undone when not taken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpufleet.core.decision import GangPlacement, Preemption
+from gpufleet.core.demand import Gang
+from gpufleet.core.greedy import LayoutCache, Plan, commit, greedy_order, plan_gang, usable_types
+from gpufleet.core.policy import Policy
+from gpufleet.core.snapshot import RunningGang
+from gpufleet.core.state import ClusterState
+from gpufleet.core.valuation import replica_value
+
+MAX_VICTIMS_PER_GANG = 8  # bounds the what-if work per stuck gang
+
+
+def running_value(state: ClusterState, gang: RunningGang, policy: Policy) -> float:
+    """Objective value a running gang contributes (what evicting it loses)."""
+    gpu = state.catalog[gang.gpu_type]
+    speed = gang.relative_throughput or gpu.relative_throughput
+    work = 0.0
+    for replica in gang.replicas:
+        if replica.mig is None:
+            work += speed * len(replica.gpus)
+        else:
+            work += speed * gpu.mig_profile(replica.mig.profile).compute_fraction
+    return policy.weights.work * policy.priority_weight(gang.priority) * work
+
+
+def _retake(state: ClusterState, gang: RunningGang) -> None:
+    for replica in gang.replicas:
+        n = state.node_index[replica.node]
+        if replica.mig is None:
+            state.take_whole(n, replica.gpus)
+        else:
+            state.take_instance(n, replica.gpus[0], replica.mig)
+
+
+def _try_plan(state: ClusterState, gang: Gang, policy: Policy, layouts: LayoutCache) -> Plan | None:
+    for gpu_type in usable_types(state, gang, policy):
+        plan = plan_gang(state, gang, gpu_type, policy, layouts)
+        if plan is not None:
+            return plan
+    return None
+
+
+def preempt_for_pending(
+    state: ClusterState,
+    pending: Sequence[Gang],
+    policy: Policy,
+    layouts: LayoutCache,
+    max_gangs: int,
+) -> tuple[dict[str, GangPlacement], list[Preemption]]:
+    """Place stuck gangs by evicting victims; mutates `state`."""
+    placed: dict[str, GangPlacement] = {}
+    preemptions: list[Preemption] = []
+    evicted: set[str] = set()
+    if not policy.allow_preemption:
+        return placed, preemptions
+    tried = 0
+    for gang in greedy_order(pending):
+        if tried >= max_gangs:
+            break
+        types = set(usable_types(state, gang, policy))
+        candidates = [
+            r
+            for r in state.snapshot.running
+            if r.id not in evicted
+            and r.preemptible
+            and r.priority < gang.priority
+            and r.gpu_type in types
+        ]
+        if not candidates:
+            continue
+        tried += 1
+        candidates.sort(key=lambda r: (r.priority, running_value(state, r, policy), r.id))
+        released: list[RunningGang] = []
+        plan: Plan | None = None
+        for victim in candidates[:MAX_VICTIMS_PER_GANG]:
+            for replica in victim.replicas:
+                state.release(replica)
+            released.append(victim)
+            plan = _try_plan(state, gang, policy, layouts)
+            if plan is not None:
+                break
+        if plan is None:
+            for victim in released:
+                _retake(state, victim)
+            continue
+        # Put back victims the gang turns out not to need (latest-added is needed by design).
+        for victim in list(reversed(released[:-1])):
+            _retake(state, victim)
+            again = _try_plan(state, gang, policy, layouts)
+            if again is None:
+                for replica in victim.replicas:
+                    state.release(replica)
+            else:
+                released.remove(victim)
+                plan = again
+        gain = _plan_value(state, plan, policy)
+        loss = sum(running_value(state, v, policy) for v in released)
+        loss += policy.weights.disruption * len(released)
+        if gain <= loss:
+            for victim in released:
+                _retake(state, victim)
+            continue
+        placed[gang.id] = commit(state, plan, policy)
+        for victim in sorted(released, key=lambda r: r.id):
+            evicted.add(victim.id)
+            preemptions.append(Preemption(victim.id, gang.id))
+    return placed, preemptions
+
+
+def _plan_value(state: ClusterState, plan: Plan, policy: Policy) -> float:
+    value = replica_value(plan.gang, state.catalog[plan.gpu_type], policy)
+    return value.objective * len(plan.replicas)

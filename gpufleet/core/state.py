@@ -1,0 +1,245 @@
+"""Working state of one placement decision: which GPUs and MIG instances are free right now.
+
+A `ClusterState` is built from a `Snapshot` inside one `place()` call and never shared, so the
+core keeps no global mutable state. It indexes free capacity (nodes bucketed by empty-GPU count,
+free MIG instances per type and profile) so best-fit queries stay fast on thousands of nodes, and
+it records the MIG repartitions its updates imply.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+
+from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
+from gpufleet.model.mig import MigLayout, MigPlacement
+
+# Key of a free MIG instance in the per-(type, profile) index. Tier 0 = its GPU already runs other
+# slices (use these first: no repartition, keeps empty GPUs whole); tier 1 = its GPU is empty.
+InstanceKey = tuple[int, int, int, int]  # (tier, node, gpu, start)
+
+
+class ClusterState:
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.catalog = snapshot.catalog
+        self.nodes = snapshot.nodes
+        self.node_index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.node_type = [n.gpu_type for n in self.nodes]
+        self.schedulable = [n.schedulable for n in self.nodes]
+        self.domain_of = [[g.nvlink_domain for g in n.gpus] for n in self.nodes]
+        self.layout: list[list[MigLayout | None]] = [
+            [g.mig_layout for g in n.gpus] for n in self.nodes
+        ]
+        self.busy = [[False] * n.gpu_count for n in self.nodes]  # whole-GPU use
+        self.used_inst: list[list[set[MigPlacement]]] = [
+            [set() for _ in n.gpus] for n in self.nodes
+        ]
+        self.initial_layout = [list(row) for row in self.layout]
+        # Node idle at the start of the decision: no GPU in use (candidates for power-down).
+        self.initially_idle = [True] * len(self.nodes)
+        self.repartitioned: set[tuple[int, int]] = set()
+        for gang in snapshot.running:
+            for replica in gang.replicas:
+                self._apply_running(gang.id, replica)
+        self.empty: list[set[int]] = [
+            {g for g in range(n.gpu_count) if self._is_empty(i, g)}
+            for i, n in enumerate(self.nodes)
+        ]
+        # type -> bucket[k] = sorted schedulable node indices with exactly k empty GPUs.
+        self.buckets: dict[str, list[list[int]]] = {}
+        size = max((n.gpu_count for n in self.nodes), default=0) + 1
+        self.max_domain_size: dict[str, int] = {}
+        for i, node in enumerate(self.nodes):
+            per_type = self.buckets.setdefault(node.gpu_type, [[] for _ in range(size)])
+            largest = max((len(v) for v in node.domains().values()), default=0)
+            known = self.max_domain_size.get(node.gpu_type, 0)
+            self.max_domain_size[node.gpu_type] = max(known, largest)
+            if node.schedulable:
+                per_type[len(self.empty[i])].append(i)
+        self.instances: dict[tuple[str, str], list[InstanceKey]] = {}
+        for i, node in enumerate(self.nodes):
+            if not node.schedulable:
+                continue
+            for g in range(node.gpu_count):
+                self._index_instances(i, g)
+
+    # --- construction helpers -------------------------------------------------------------
+
+    def _apply_running(self, gang_id: str, replica: ReplicaPlacement) -> None:
+        if replica.node not in self.node_index:
+            raise ValueError(f"running gang {gang_id}: unknown node {replica.node}")
+        n = self.node_index[replica.node]
+        self.initially_idle[n] = False
+        for g in replica.gpus:
+            if not 0 <= g < len(self.busy[n]):
+                raise ValueError(f"running gang {gang_id}: {replica.node} has no GPU {g}")
+            if replica.mig is None:
+                if self.busy[n][g] or self.used_inst[n][g] or self.layout[n][g] is not None:
+                    raise ValueError(f"running gang {gang_id}: GPU {replica.node}/{g} is taken")
+                self.busy[n][g] = True
+            else:
+                layout = self.layout[n][g]
+                if layout is None or replica.mig not in layout:
+                    raise ValueError(
+                        f"running gang {gang_id}: {replica.node}/{g} has no instance {replica.mig}"
+                    )
+                if replica.mig in self.used_inst[n][g]:
+                    raise ValueError(f"running gang {gang_id}: {replica.mig} is taken")
+                self.used_inst[n][g].add(replica.mig)
+
+    def _is_empty(self, n: int, g: int) -> bool:
+        return not self.busy[n][g] and not self.used_inst[n][g]
+
+    def _tier(self, n: int, g: int) -> int:
+        return 1 if g in self.empty[n] else 0
+
+    def _index_instances(self, n: int, g: int) -> None:
+        layout = self.layout[n][g]
+        if layout is None or self.busy[n][g]:
+            return
+        tier = self._tier(n, g)
+        for inst in layout:
+            if inst not in self.used_inst[n][g]:
+                key = (self.node_type[n], inst.profile)
+                bisect.insort(self.instances.setdefault(key, []), (tier, n, g, inst.start))
+
+    def _unindex_instances(self, n: int, g: int, tier: int) -> None:
+        layout = self.layout[n][g]
+        if layout is None:
+            return
+        for inst in layout:
+            if inst in self.used_inst[n][g]:
+                continue
+            keys = self.instances.get((self.node_type[n], inst.profile), [])
+            pos = bisect.bisect_left(keys, (tier, n, g, inst.start))
+            if pos < len(keys) and keys[pos] == (tier, n, g, inst.start):
+                keys.pop(pos)
+
+    def _move_bucket(self, n: int, old: int, new: int) -> None:
+        if not self.schedulable[n] or old == new:
+            return
+        buckets = self.buckets[self.node_type[n]]
+        row = buckets[old]
+        pos = bisect.bisect_left(row, n)
+        if pos < len(row) and row[pos] == n:
+            row.pop(pos)
+        bisect.insort(buckets[new], n)
+
+    def _set_layout(self, n: int, g: int, layout: MigLayout | None) -> None:
+        self.layout[n][g] = layout
+        if layout != self.initial_layout[n][g]:
+            self.repartitioned.add((n, g))
+        else:
+            self.repartitioned.discard((n, g))
+
+    # --- updates ----------------------------------------------------------------------------
+
+    def take_whole(self, n: int, gpus: Iterable[int]) -> None:
+        """Give whole GPUs to a replica; an empty MIG-mode GPU is switched back to whole."""
+        before = len(self.empty[n])
+        for g in gpus:
+            if g not in self.empty[n]:
+                raise ValueError(f"GPU {self.nodes[n].name}/{g} is not free")
+            self._unindex_instances(n, g, tier=1)
+            if self.layout[n][g] is not None:
+                self._set_layout(n, g, None)
+            self.busy[n][g] = True
+            self.empty[n].discard(g)
+        self._move_bucket(n, before, len(self.empty[n]))
+
+    def take_instance(self, n: int, g: int, inst: MigPlacement) -> None:
+        """Give one free MIG instance to a replica."""
+        layout = self.layout[n][g]
+        if layout is None or inst not in layout or inst in self.used_inst[n][g]:
+            raise ValueError(f"{inst} on {self.nodes[n].name}/{g} is not free")
+        tier = self._tier(n, g)
+        self._unindex_instances(n, g, tier)
+        self.used_inst[n][g].add(inst)
+        if tier == 1:
+            self.empty[n].discard(g)
+            self._move_bucket(n, len(self.empty[n]) + 1, len(self.empty[n]))
+        if self.schedulable[n]:
+            self._index_instances(n, g)
+
+    def repartition(self, n: int, g: int, layout: MigLayout) -> None:
+        """Give an empty GPU a new MIG layout (only empty GPUs may be repartitioned)."""
+        if g not in self.empty[n]:
+            raise ValueError(f"GPU {self.nodes[n].name}/{g} is not empty; cannot repartition")
+        self._unindex_instances(n, g, tier=1)
+        self._set_layout(n, g, layout)
+        if self.schedulable[n]:
+            self._index_instances(n, g)
+
+    def release(self, replica: ReplicaPlacement) -> None:
+        """Free a running replica's GPUs or instance (a preemption what-if)."""
+        n = self.node_index[replica.node]
+        before = len(self.empty[n])
+        for g in replica.gpus:
+            if replica.mig is None:
+                self.busy[n][g] = False
+                self.empty[n].add(g)
+            else:
+                self._unindex_instances(n, g, self._tier(n, g))
+                self.used_inst[n][g].discard(replica.mig)
+                if not self.used_inst[n][g]:
+                    self.empty[n].add(g)
+                if self.schedulable[n]:
+                    self._index_instances(n, g)
+        self._move_bucket(n, before, len(self.empty[n]))
+
+    # --- queries ----------------------------------------------------------------------------
+
+    def type_nodes(self, gpu_type: str) -> list[list[int]]:
+        """Buckets of schedulable nodes of a type by empty-GPU count (empty list if none)."""
+        return self.buckets.get(gpu_type, [])
+
+    def free_gpus(self, n: int, taken: frozenset[int] | set[int] = frozenset()) -> list[int]:
+        return sorted(self.empty[n] - taken)
+
+    def pick_gpus(
+        self, n: int, count: int, nvlink: bool, taken: frozenset[int] | set[int] = frozenset()
+    ) -> tuple[int, ...] | None:
+        """Choose `count` empty GPUs of node n, or None.
+
+        Whole-mode GPUs go before empty MIG-mode ones (avoids a mode flip), the tightest NVLink
+        domain that fits goes first (keeps big domains whole); with `nvlink` the GPUs must all
+        sit in one domain.
+        """
+        by_domain: dict[int, list[int]] = {}
+        for g in sorted(self.empty[n] - taken):
+            by_domain.setdefault(self.domain_of[n][g], []).append(g)
+        if sum(len(v) for v in by_domain.values()) < count:
+            return None
+
+        def order(gpus: list[int]) -> list[int]:
+            return sorted(gpus, key=lambda g: (self.layout[n][g] is not None, g))
+
+        fitting = sorted((len(v), d) for d, v in by_domain.items() if len(v) >= count)
+        if fitting:
+            return tuple(sorted(order(by_domain[fitting[0][1]])[:count]))
+        if nvlink:
+            return None
+        chosen: list[int] = []
+        for _, d in sorted(((-len(v), d) for d, v in by_domain.items())):
+            chosen.extend(order(by_domain[d])[: count - len(chosen)])
+            if len(chosen) == count:
+                break
+        return tuple(sorted(chosen))
+
+    def max_domain_free(self, n: int, taken: frozenset[int] | set[int] = frozenset()) -> int:
+        counts: dict[int, int] = {}
+        for g in self.empty[n] - taken:
+            d = self.domain_of[n][g]
+            counts[d] = counts.get(d, 0) + 1
+        return max(counts.values(), default=0)
+
+    def free_instances(self, gpu_type: str, profile: str) -> list[InstanceKey]:
+        return self.instances.get((gpu_type, profile), [])
+
+    def repartitions(self) -> list[tuple[int, int, MigLayout | None, MigLayout | None]]:
+        """(node, gpu, old, new) for every GPU whose layout differs from the snapshot."""
+        return [
+            (n, g, self.initial_layout[n][g], self.layout[n][g])
+            for n, g in sorted(self.repartitioned)
+        ]

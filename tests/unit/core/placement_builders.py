@@ -1,0 +1,102 @@
+"""Small fluent builders for placement tests: clusters, running gangs and pending gangs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpufleet.core.demand import EnergyPreference, Gang, Topology, TypeOption
+from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
+from gpufleet.model.cluster import Node, make_node
+from gpufleet.model.gpus import Catalog, load_catalog
+from gpufleet.model.mig import MigLayout, MigPlacement, make_layout
+
+CATALOG = load_catalog()
+
+
+def layout(*specs: str) -> MigLayout:
+    """layout("3g.40gb@0", "3g.40gb@4") -> a MIG layout."""
+    return make_layout(MigPlacement(int(s.split("@")[1]), s.split("@")[0]) for s in specs)
+
+
+@dataclass
+class ClusterBuilder:
+    catalog: Catalog = CATALOG
+    nodes: list[Node] = field(default_factory=list)
+    running: list[RunningGang] = field(default_factory=list)
+
+    def node(
+        self,
+        name: str,
+        gpu_type: str,
+        count: int = 8,
+        mig: dict[int, MigLayout] | None = None,
+        schedulable: bool = True,
+    ) -> ClusterBuilder:
+        self.nodes.append(make_node(name, self.catalog[gpu_type], count, mig, schedulable))
+        return self
+
+    def nodes_of(self, prefix: str, gpu_type: str, how_many: int, count: int = 8) -> ClusterBuilder:
+        for i in range(how_many):
+            self.node(f"{prefix}{i}", gpu_type, count)
+        return self
+
+    def run(
+        self,
+        gang_id: str,
+        node: str,
+        gpus: tuple[int, ...],
+        priority: int = 0,
+        preemptible: bool = True,
+        mig: str | None = None,
+    ) -> ClusterBuilder:
+        """A running gang with one replica; call again with the same id to add replicas."""
+        gpu_type = next(n.gpu_type for n in self.nodes if n.name == node)
+        inst = None
+        if mig is not None:
+            name, start = mig.split("@")
+            inst = MigPlacement(int(start), name)
+        replica = ReplicaPlacement(node, gpus, inst)
+        for i, existing in enumerate(self.running):
+            if existing.id == gang_id:
+                self.running[i] = RunningGang(
+                    gang_id, gpu_type, (*existing.replicas, replica), priority, preemptible
+                )
+                return self
+        self.running.append(RunningGang(gang_id, gpu_type, (replica,), priority, preemptible))
+        return self
+
+    def build(self) -> Snapshot:
+        return Snapshot(self.catalog, tuple(self.nodes), tuple(self.running))
+
+
+def cluster() -> ClusterBuilder:
+    return ClusterBuilder()
+
+
+def gang(
+    gang_id: str,
+    types: str | tuple[str, ...] = "H100-80GB",
+    gpus: int = 1,
+    replicas: int | tuple[int, int] = 1,
+    mig: str | None = None,
+    priority: int = 0,
+    preemptible: bool = True,
+    topology: Topology = Topology.ANY,
+    energy: EnergyPreference = EnergyPreference.BALANCED,
+    throughput: dict[str, float] | None = None,
+) -> Gang:
+    names = (types,) if isinstance(types, str) else types
+    low, high = (replicas, replicas) if isinstance(replicas, int) else replicas
+    speeds = throughput or {}
+    return Gang(
+        id=gang_id,
+        acceptable=tuple(TypeOption(t, speeds.get(t)) for t in names),
+        replicas_min=low,
+        replicas_max=high,
+        gpus_per_replica=gpus,
+        mig_profile=mig,
+        priority=priority,
+        preemptible=preemptible,
+        topology=topology,
+        energy=energy,
+    )
