@@ -43,7 +43,8 @@ def fleet_table(nodes: list[dict[str, Any]]) -> Table:
 
 def run_demo(sandbox: Sandbox, fleet: Path | None, examples: Path) -> None:
     """Start the sandbox, apply every example manifest, and print the fleet and the jobs."""
-    console = Console()
+    # Off a terminal (CI logs, pipes) rich assumes 80 columns; the tables need more.
+    console = Console() if Console().is_terminal else Console(width=120)
     sandbox.up(fleet, progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
     if not examples.is_dir():
         raise FileNotFoundError(f"examples directory {examples} not found; pass --examples DIR")
@@ -52,5 +53,5 @@ def run_demo(sandbox: Sandbox, fleet: Path | None, examples: Path) -> None:
     nodes = json.loads(sandbox.kubectl("get", "nodes", "-o", "json").stdout)["items"]
     console.print(fleet_table(nodes))
     console.print(f"[bold]Example jobs accepted ({len(manifests)} manifests):[/bold]")
-    console.print(sandbox.kubectl("get", "trainingjobs,servingjobs", "-A").stdout)
+    print(sandbox.kubectl("get", "trainingjobs,servingjobs", "-A").stdout)
     console.print(f"Use the cluster: export KUBECONFIG={sandbox.kubeconfig}")
