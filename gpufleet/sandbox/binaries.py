@@ -7,8 +7,10 @@ one folder per component and version, so every checkout and CI run on a machine 
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -82,7 +84,7 @@ def ensure_binaries(progress: Callable[[str], None] = print) -> Binaries:
     }
     root.mkdir(parents=True, exist_ok=True)
     log = root / "build.log"
-    progress(f"building control-plane binaries into {root} (cold build: 15-30 min; log: {log})")
+    progress(f"building control-plane binaries into {root} (cold build: 5-30 min; log: {log})")
     with (
         log.open("w") as out,
         subprocess.Popen(
@@ -94,10 +96,23 @@ def ensure_binaries(progress: Callable[[str], None] = print) -> Binaries:
         ) as proc,
     ):
         assert proc.stdout is not None
-        for line in proc.stdout:
+        started = last_news = time.monotonic()
+        while True:
+            # Compiling kube-apiserver prints nothing for minutes: say every 30 s that it goes on.
+            ready, _, _ = select.select([proc.stdout], [], [], 5.0)
+            now = time.monotonic()
+            if not ready:
+                if now - last_news >= 30:
+                    progress(f"still building ({now - started:.0f}s so far)")
+                    last_news = now
+                continue
+            line = proc.stdout.readline()
+            if not line:
+                break
             out.write(line)
             if line.startswith("[build]"):
                 progress(line.removeprefix("[build] ").rstrip())
+                last_news = now
         code = proc.wait()
     if code != 0 or binaries.missing():
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])

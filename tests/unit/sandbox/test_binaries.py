@@ -1,0 +1,41 @@
+"""Locating and building the sandbox binaries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpufleet.sandbox import binaries
+
+
+def test_cache_dir_follows_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("GPUFLEET_CACHE", str(tmp_path / "c"))
+    assert binaries.cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("GPUFLEET_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert binaries.cache_dir() == tmp_path / "xdg" / "gpufleet"
+
+
+def test_binaries_are_keyed_by_version(tmp_path: Path) -> None:
+    found = binaries.Binaries.in_cache(tmp_path)
+    assert found.kube_apiserver == tmp_path / f"kubernetes-v{binaries.K8S_VERSION}/kube-apiserver"
+    assert found.etcd.parent.name == f"etcd-v{binaries.ETCD_VERSION}"
+    assert len(found.missing()) == 6
+
+
+def test_missing_go_gives_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("GPUFLEET_CACHE", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    with pytest.raises(binaries.BuildError, match="`go` is not on PATH"):
+        binaries.ensure_binaries(progress=lambda _: None)
+
+
+def test_failed_build_reports_the_log_tail(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A version that does not exist makes the real build script fail at its first `go` step.
+    monkeypatch.setenv("GPUFLEET_CACHE", str(tmp_path))
+    monkeypatch.setattr(binaries, "ETCD_VERSION", "0.0.0-missing")
+    monkeypatch.setenv("GOFLAGS", "-mod=mod")
+    monkeypatch.setenv("GOPROXY", "off")
+    with pytest.raises(binaries.BuildError, match="building the sandbox binaries failed"):
+        binaries.ensure_binaries(progress=lambda _: None)
