@@ -1,15 +1,413 @@
-"""CP-SAT placement (placeholder: delegates to greedy until the model lands)."""
+"""CP-SAT placement: a count-based model over groups of identical nodes, warm-started by greedy.
+
+Model (built in `_Model`, solved in `place_cpsat`, turned into GPUs by `_extract`):
+- Nodes of one GPU type with the same free GPUs per NVLink domain (and the same idle flag) form a
+  group. n[group, pattern] counts the group's nodes filled with each feasible pattern of replica
+  items (see patterns.py), so the model size depends on node shapes, not on node count.
+- admit[gang, type] picks at most one GPU type per gang; reps[gang, type] is its replica count
+  (min..max when admitted, 0 otherwise). Same-node gangs pick one replica count as one item.
+- Item supply from the patterns must cover the replicas' demand, per type and item size.
+- MIG: z[type, layout] empty GPUs (left free by the patterns) get each candidate layout; slices
+  from free instances on partly used GPUs plus those layouts must cover MIG replicas.
+- Objective: priority-weighted net work, minus consolidation (idle nodes put to use),
+  fragmentation (free GPUs stranded on touched nodes) and disruption (repartitions).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
-from gpufleet.core.decision import GangPlacement, SolveStats
-from gpufleet.core.demand import Gang
-from gpufleet.core.greedy import LayoutCache, place_greedy
+from ortools.sat.python import cp_model
+
+from gpufleet.core.decision import Decision, GangPlacement, Repartition, SolveStats
+from gpufleet.core.demand import Gang, Topology
+from gpufleet.core.greedy import LayoutCache, Plan, commit, place_greedy, usable_types
+from gpufleet.core.objective import evaluate
+from gpufleet.core.patterns import (
+    Item,
+    Pattern,
+    Signature,
+    canonical_item,
+    enumerate_patterns,
+    pattern_size,
+)
 from gpufleet.core.policy import Policy
-from gpufleet.core.snapshot import Snapshot
+from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
 from gpufleet.core.state import ClusterState
+from gpufleet.core.valuation import replica_value
+from gpufleet.model.mig import (
+    MigLayout,
+    MigPlacement,
+    enumerate_layouts,
+    make_layout,
+    profile_counts,
+)
+
+SCALE = 1000  # objective coefficients are floats; CP-SAT needs integers
+
+
+def _scaled(x: float) -> int:
+    return round(x * SCALE)
+
+
+@dataclass
+class _Group:
+    gpu_type: str
+    signature: Signature
+    idle: bool
+    nodes: list[int]
+    patterns: list[Pattern]  # index 0 is the empty pattern
+    counts: list[cp_model.IntVar] = field(default_factory=list)  # per pattern (0 unused)
+
+
+@dataclass
+class _Option:
+    """One way to admit a gang: a GPU type and, for same-node gangs, a replica count."""
+
+    gang: Gang
+    gpu_type: str
+    item: Item | None  # whole-GPU item per replica (or per gang when same-node); None for MIG
+    fixed_replicas: int | None  # same-node options fix the replica count
+    value: int  # scaled objective per replica
+    admit: cp_model.IntVar
+    replicas: cp_model.LinearExprT
+
+
+def _total(exprs: Iterable[cp_model.LinearExprT]) -> cp_model.LinearExpr:
+    return cp_model.LinearExpr.sum(list(exprs))
+
+
+def _signature(state: ClusterState, n: int) -> Signature:
+    per_domain = Counter(state.domain_of[n][g] for g in state.empty[n])
+    return tuple(sorted(per_domain.values(), reverse=True))
+
+
+class _Model:
+    def __init__(
+        self, state: ClusterState, gangs: Sequence[Gang], policy: Policy, layouts: LayoutCache
+    ) -> None:
+        self.state = state
+        self.policy = policy
+        self.model = cp_model.CpModel()
+        self.options: list[_Option] = []
+        self.by_gang: dict[str, list[_Option]] = {}
+        self.groups: list[_Group] = []
+        self.z: dict[tuple[str, MigLayout], cp_model.IntVar] = {}
+        self.objective_terms: list[tuple[cp_model.LinearExprT, int]] = []
+        self._build_options(gangs)
+        self._build_groups()
+        self._build_whole_supply()
+        self._build_mig(layouts)
+        self._build_objective()
+
+    # Each gang runs on at most one type, all-or-nothing between replicas_min and replicas_max.
+    def _build_options(self, gangs: Sequence[Gang]) -> None:
+        m = self.model
+        for gang in gangs:
+            opts: list[_Option] = []
+            for t in usable_types(self.state, gang, self.policy):
+                value = _scaled(replica_value(gang, self.state.catalog[t], self.policy).objective)
+                key = f"{gang.id},{t}"
+                if gang.topology is Topology.SAME_NODE:
+                    largest = len(self.state.type_nodes(t)) - 1
+                    for count in range(gang.replicas_min, gang.replicas_max + 1):
+                        size = count * gang.gpus_per_replica
+                        if size > largest:
+                            break
+                        admit = m.new_bool_var(f"admit[{key},{count}]")
+                        opts.append(_Option(gang, t, (size, False), count, value, admit, admit))
+                    continue
+                admit = m.new_bool_var(f"admit[{key}]")
+                replicas: cp_model.LinearExprT
+                if gang.elastic:
+                    reps = m.new_int_var(0, gang.replicas_max, f"reps[{key}]")
+                    m.add(reps >= gang.replicas_min * admit)
+                    m.add(reps <= gang.replicas_max * admit)
+                    replicas = reps
+                else:
+                    replicas = gang.replicas_max * admit
+                item = None
+                if gang.mig_profile is None:
+                    item = (gang.gpus_per_replica, gang.topology is Topology.NVLINK)
+                opts.append(_Option(gang, t, item, None, value, admit, replicas))
+            if opts:
+                m.add_at_most_one(o.admit for o in opts)
+                self.by_gang[gang.id] = opts
+                self.options.extend(opts)
+
+    def _build_groups(self) -> None:
+        items: dict[str, set[Item]] = {}
+        for o in self.options:
+            if o.item is not None:
+                items.setdefault(o.gpu_type, set()).add(o.item)
+        mig_types = {o.gpu_type for o in self.options if o.item is None}
+        keyed: dict[tuple[str, Signature, bool], list[int]] = {}
+        for t in sorted(set(items) | mig_types):
+            for bucket in self.state.type_nodes(t)[1:]:
+                for n in bucket:
+                    idle = len(self.state.empty[n]) == self.state.nodes[n].gpu_count
+                    keyed.setdefault((t, _signature(self.state, n), idle), []).append(n)
+        pattern_cache: dict[tuple[str, Signature], list[Pattern]] = {}
+        for (t, sig, idle), nodes in sorted(keyed.items()):
+            if (t, sig) not in pattern_cache:
+                pattern_cache[(t, sig)] = enumerate_patterns(sorted(items.get(t, ())), sig)
+            group = _Group(t, sig, idle, sorted(nodes), pattern_cache[(t, sig)])
+            # n[group, pattern]: nodes of the group filled with that pattern.
+            gid = len(self.groups)
+            group.counts = [
+                self.model.new_int_var(0, len(nodes), f"n[{gid},{p}]")
+                for p in range(len(group.patterns))
+            ]
+            self.model.add(_total(group.counts[1:]) <= len(nodes))
+            self.groups.append(group)
+
+    # Replica items placed on a type never exceed the slots its node patterns provide.
+    def _build_whole_supply(self) -> None:
+        supply: dict[tuple[str, int, bool], list[cp_model.LinearExprT]] = {}
+        for group in self.groups:
+            for p, pattern in enumerate(group.patterns[1:], start=1):
+                for item, mult in Counter(pattern).items():
+                    key = (group.gpu_type, item[0], item[1])
+                    supply.setdefault(key, []).append(mult * group.counts[p])
+        demand: dict[tuple[str, int, bool], list[cp_model.LinearExprT]] = {}
+        for o in self.options:
+            if o.item is not None:
+                demand.setdefault((o.gpu_type, o.item[0], o.item[1]), []).append(o.replicas)
+        for t, size in sorted({(t, s) for t, s, _ in demand}):
+            nv_demand = demand.get((t, size, True), [])
+            any_demand = demand.get((t, size, False), [])
+            nv_supply = supply.get((t, size, True), [])
+            any_supply = supply.get((t, size, False), [])
+            # NVLink replicas need NVLink slots; other replicas may use either kind.
+            if nv_demand:
+                self.model.add(_total(nv_demand) <= _total(nv_supply))
+            self.model.add(_total(nv_demand + any_demand) <= _total(nv_supply + any_supply))
+
+    # MIG slices come from free instances on partly used GPUs or from layouts given to empty GPUs.
+    def _build_mig(self, layouts: LayoutCache) -> None:
+        by_type: dict[str, dict[str, list[_Option]]] = {}
+        for o in self.options:
+            if o.item is None and o.gang.mig_profile is not None:
+                by_type.setdefault(o.gpu_type, {}).setdefault(o.gang.mig_profile, []).append(o)
+        for t, per_profile in sorted(by_type.items()):
+            gpu = self.state.catalog[t]
+            existing: Counter[MigLayout] = Counter()
+            for group in self.groups:
+                if group.gpu_type != t:
+                    continue
+                for n in group.nodes:
+                    for g in self.state.empty[n]:
+                        lay = self.state.layout[n][g]
+                        if lay is not None:
+                            existing[lay] += 1
+            candidates = set(enumerate_layouts(gpu, profiles=per_profile, maximal_only=True))
+            candidates |= set(existing)
+            candidates.discard(make_layout(()))
+            leftover: list[cp_model.LinearExprT] = []
+            for group in self.groups:
+                if group.gpu_type == t:
+                    free = sum(group.signature)
+                    leftover.append(free * len(group.nodes))
+                    leftover.extend(
+                        -pattern_size(pat) * group.counts[p]
+                        for p, pat in enumerate(group.patterns[1:], start=1)
+                    )
+            zs: dict[MigLayout, cp_model.IntVar] = {}
+            bound = sum(
+                len(group.nodes) * self.state.nodes[group.nodes[0]].gpu_count
+                for group in self.groups
+                if group.gpu_type == t
+            )
+            for i, lay in enumerate(sorted(candidates)):
+                z = self.model.new_int_var(0, bound, f"z[{t},{i}]")
+                zs[lay] = z
+                self.z[(t, lay)] = z
+                # Repartitions: GPUs given this layout beyond those that already have it.
+                extra = self.model.new_int_var(0, bound, f"repartition[{t},{i}]")
+                self.model.add(extra >= z - existing.get(lay, 0))
+                self.objective_terms.append((extra, -_scaled(self.policy.weights.disruption)))
+            self.model.add(_total(zs.values()) <= _total(leftover))
+            for profile, opts in sorted(per_profile.items()):
+                partial = sum(1 for key in self.state.free_instances(t, profile) if key[0] == 0)
+                slices = [profile_counts(lay)[profile] * z for lay, z in zs.items()]
+                self.model.add(_total(o.replicas for o in opts) <= partial + _total(slices))
+
+    def _build_objective(self) -> None:
+        w = self.policy.weights
+        for o in self.options:
+            self.objective_terms.append((o.replicas, o.value * (o.fixed_replicas or 1)))
+        for group in self.groups:
+            free = sum(group.signature)
+            for p, pattern in enumerate(group.patterns[1:], start=1):
+                cost = w.fragmentation * (free - pattern_size(pattern))
+                if group.idle:
+                    cost += w.consolidation
+                if cost:
+                    self.objective_terms.append((group.counts[p], -_scaled(cost)))
+        self.model.maximize(
+            cp_model.LinearExpr.weighted_sum(
+                [e for e, _ in self.objective_terms], [c for _, c in self.objective_terms]
+            )
+        )
+
+    # --- warm start ----------------------------------------------------------------------------
+
+    def hint(self, greedy_state: ClusterState, greedy: dict[str, GangPlacement]) -> None:
+        """Hint the greedy decision (partial hints are fine for CP-SAT)."""
+        m = self.model
+        for gang_id, opts in self.by_gang.items():
+            placed = greedy.get(gang_id)
+            for o in opts:
+                chosen = placed is not None and placed.gpu_type == o.gpu_type
+                if chosen and o.fixed_replicas is not None:
+                    chosen = placed is not None and placed.replica_count == o.fixed_replicas
+                m.add_hint(o.admit, chosen)
+                if (
+                    o.gang.elastic
+                    and o.fixed_replicas is None
+                    and isinstance(o.replicas, cp_model.IntVar)
+                ):
+                    m.add_hint(o.replicas, placed.replica_count if chosen and placed else 0)
+        gangs = {o.gang.id: o.gang for o in self.options}
+        items_on: dict[int, list[tuple[int, bool]]] = {}
+        for placement in greedy.values():
+            gang = gangs.get(placement.gang_id)
+            if gang is None or gang.mig_profile is not None:
+                continue
+            for replica in placement.replicas:
+                n = self.state.node_index[replica.node]
+                items_on.setdefault(n, [])
+            if gang.topology is Topology.SAME_NODE:
+                n = self.state.node_index[placement.replicas[0].node]
+                size = gang.gpus_per_replica * placement.replica_count
+                items_on[n].append((size, False))
+            else:
+                for replica in placement.replicas:
+                    n = self.state.node_index[replica.node]
+                    items_on[n].append((gang.gpus_per_replica, gang.topology is Topology.NVLINK))
+        for group in self.groups:
+            index = {pat: p for p, pat in enumerate(group.patterns)}
+            tally = [0] * len(group.patterns)
+            for n in group.nodes:
+                pat = tuple(
+                    sorted(
+                        (canonical_item(s, nv, group.signature) for s, nv in items_on.get(n, [])),
+                        reverse=True,
+                    )
+                )
+                if pat in index:
+                    tally[index[pat]] += 1
+            for p in range(1, len(group.patterns)):
+                m.add_hint(group.counts[p], tally[p])
+        final: Counter[tuple[str, MigLayout]] = Counter()
+        for group in self.groups:
+            for n in group.nodes:
+                for g in self.state.empty[n]:
+                    lay = greedy_state.layout[n][g]
+                    if lay is not None and (group.gpu_type, lay) in self.z:
+                        final[(group.gpu_type, lay)] += 1
+        for key, z in self.z.items():
+            m.add_hint(z, final.get(key, 0))
+
+
+def _solver(policy: Policy) -> cp_model.CpSolver:
+    solver = cp_model.CpSolver()
+    settings = policy.solver
+    solver.parameters.max_time_in_seconds = settings.time_limit_s
+    solver.parameters.max_deterministic_time = settings.deterministic_time
+    solver.parameters.num_workers = settings.workers
+    solver.parameters.random_seed = settings.seed
+    # Parallel workers are only reproducible when interleaved deterministically.
+    solver.parameters.interleave_search = settings.workers > 1
+    return solver
+
+
+def _extract(
+    built: _Model, solver: cp_model.CpSolver, state: ClusterState, layouts: LayoutCache
+) -> dict[str, GangPlacement]:
+    """Turn counts into concrete GPUs: patterns onto nodes, replicas onto pattern slots."""
+    policy = built.policy
+    # Slots per (type, size, nvlink): lists of (node, gpus).
+    slots: dict[tuple[str, int, bool], list[tuple[int, tuple[int, ...]]]] = {}
+    for group in built.groups:
+        nodes = iter(group.nodes)
+        for p, pattern in enumerate(group.patterns[1:], start=1):
+            for _ in range(solver.value(group.counts[p])):
+                n = next(nodes)
+                taken: set[int] = set()
+                # NVLink items first, largest first: best-fit domains keep the rest packable.
+                for size, nv in sorted(pattern, key=lambda it: (not it[1], -it[0])):
+                    gpus = state.pick_gpus(n, size, nv, taken)
+                    if gpus is None:
+                        continue
+                    taken.update(gpus)
+                    slots.setdefault((group.gpu_type, size, nv), []).append((n, gpus))
+    placed: dict[str, GangPlacement] = {}
+    chosen = [o for o in built.options if solver.value(o.admit)]
+    # NVLink gangs claim NVLink slots before others may fall back onto them.
+    chosen.sort(key=lambda o: (o.gang.topology is not Topology.NVLINK, -o.gang.priority, o.gang.id))
+    mig: list[_Option] = []
+    for o in chosen:
+        if o.item is None:
+            mig.append(o)
+            continue
+        count = solver.value(o.replicas) if o.fixed_replicas is None else 1
+        size, nv = o.item
+        pools = [slots.get((o.gpu_type, size, True), [])]
+        if not nv:
+            pools.insert(0, slots.get((o.gpu_type, size, False), []))
+        if sum(len(pool) for pool in pools) < count:
+            continue  # left for the greedy repair pass
+        picked: list[tuple[int, tuple[int, ...]]] = []
+        for pool in pools:
+            while pool and len(picked) < count:
+                picked.append(pool.pop(0))
+        per = o.gang.gpus_per_replica
+        replicas: list[ReplicaPlacement] = []
+        for n, gpus in picked:
+            name = state.nodes[n].name
+            replicas.extend(
+                ReplicaPlacement(name, gpus[i : i + per]) for i in range(0, len(gpus), per)
+            )
+        placed[o.gang.id] = commit(state, Plan(o.gang, o.gpu_type, replicas), policy)
+    _apply_layouts(built, solver, state)
+    for o in mig:
+        assert o.gang.mig_profile is not None
+        want = solver.value(o.replicas)
+        free = state.free_instances(o.gpu_type, o.gang.mig_profile)[:want]
+        if len(free) < want:
+            continue
+        reps = [
+            ReplicaPlacement(state.nodes[n].name, (g,), MigPlacement(start, o.gang.mig_profile))
+            for _tier, n, g, start in free
+        ]
+        placed[o.gang.id] = commit(state, Plan(o.gang, o.gpu_type, reps), policy)
+    return placed
+
+
+def _apply_layouts(built: _Model, solver: cp_model.CpSolver, state: ClusterState) -> None:
+    """Give the chosen layouts to empty GPUs: GPUs already in that layout first, then other
+    MIG-mode GPUs, then whole GPUs on the fullest nodes (keeps idle nodes idle)."""
+    claimed: set[tuple[int, int]] = set()
+    for (t, lay), z in sorted(built.z.items()):
+        want = solver.value(z)
+        if not want:
+            continue
+        candidates: list[tuple[int, int, int, int]] = []
+        for bucket_size, bucket in enumerate(state.type_nodes(t)):
+            for n in bucket:
+                for g in state.empty[n]:
+                    if (n, g) in claimed:
+                        continue
+                    current = state.layout[n][g]
+                    rank = 0 if current == lay else (1 if current is not None else 2)
+                    candidates.append((rank, bucket_size, n, g))
+        for rank, _size, n, g in sorted(candidates)[:want]:
+            claimed.add((n, g))
+            if rank:
+                state.repartition(n, g, lay)
 
 
 def place_cpsat(
@@ -18,5 +416,65 @@ def place_cpsat(
     pending: Sequence[Gang],
     policy: Policy,
     layouts: LayoutCache,
-) -> tuple[dict[str, GangPlacement], SolveStats]:
-    return place_greedy(state, pending, policy, layouts), SolveStats("greedy-fallback", "UNKNOWN")
+) -> tuple[ClusterState, dict[str, GangPlacement], SolveStats]:
+    """Solve on `state` (mutated); returns the final state, placements and solver stats.
+
+    Falls back to the greedy result when the solver finds no solution in time or its solution
+    scores worse than greedy's under the shared objective.
+    """
+    greedy_state = ClusterState(snapshot)
+    greedy = place_greedy(greedy_state, pending, policy, layouts)
+    built = _Model(state, pending, policy, layouts)
+    if not built.options:
+        return greedy_state, greedy, SolveStats("greedy", "NOTHING_TO_SOLVE")
+    built.hint(greedy_state, greedy)
+    solver = _solver(policy)
+    status = solver.solve(built.model)
+    name = solver.status_name(status)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return (
+            greedy_state,
+            greedy,
+            SolveStats("greedy-fallback", name, wall_time_s=solver.wall_time),
+        )
+    placed = _extract(built, solver, state, layouts)
+    # Repair pass: anything the counts could not map onto GPUs, or left out, gets a greedy try.
+    placed.update(place_greedy(state, [g for g in pending if g.id not in placed], policy, layouts))
+    stats = SolveStats(
+        "cpsat",
+        name,
+        solver.objective_value / SCALE,
+        solver.best_objective_bound / SCALE,
+        wall_time_s=solver.wall_time,
+    )
+    if _score(snapshot, pending, greedy_state, greedy, policy) > _score(
+        snapshot, pending, state, placed, policy
+    ):
+        return (
+            greedy_state,
+            greedy,
+            SolveStats(
+                "greedy-fallback",
+                f"{name}_BELOW_GREEDY",
+                stats.objective,
+                stats.best_bound,
+                wall_time_s=solver.wall_time,
+            ),
+        )
+    return state, placed, stats
+
+
+def _score(
+    snapshot: Snapshot,
+    pending: Sequence[Gang],
+    state: ClusterState,
+    placed: dict[str, GangPlacement],
+    policy: Policy,
+) -> float:
+    decision = Decision(
+        placements=tuple(placed[k] for k in sorted(placed)),
+        repartitions=tuple(
+            Repartition(state.nodes[n].name, g, old, new) for n, g, old, new in state.repartitions()
+        ),
+    )
+    return evaluate(snapshot, pending, decision, policy).objective

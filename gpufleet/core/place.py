@@ -34,7 +34,7 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
     if policy.solver.engine is Engine.CPSAT and pending:
         from gpufleet.core.cpsat import place_cpsat  # ortools import is heavy; load on use
 
-        placements, stats = place_cpsat(snapshot, state, pending, policy, layouts)
+        state, placements, stats = place_cpsat(snapshot, state, pending, policy, layouts)
     else:
         placements = place_greedy(state, pending, policy, layouts)
         stats = SolveStats("greedy", "HEURISTIC")
