@@ -1,0 +1,541 @@
+"""Discrete-event simulation of a GPU fleet driven by a placement policy.
+
+The engine owns a simulated clock, the in-memory cluster (`SimCluster`) and the jobs; every
+decision is taken by a policy with the core's shape, `place(snapshot, pending, policy) -> Decision`
+(`gpufleet.core.place.place` itself for gpufleet's policies, `gpufleet.sim.baselines` for the
+others), so the engine treats every policy alike and contains no policy logic.
+
+Event loop. Events are kept in a heap ordered by (time, kind, sequence): completions first (so
+freed GPUs are visible), then readiness, timeouts, power-offs, arrivals and finally the scheduling
+cycle. A cycle runs at the next multiple of `cycle_s` after anything that can change a decision
+(an arrival, freed capacity, a periodic round of a preemptive policy); all arrivals up to then are
+decided together. A cycle is skipped when the fleet has no free capacity and no pending gang
+outranks a running one, since no policy could then admit anything without preempting.
+
+Applying a decision: preemptions first (the gang keeps its progress and pays `restart_cost_s`
+when it next starts), then MIG repartitions (the GPU is usable after `mig_repartition_s`), then
+placements. A placement with fewer replicas than the gang's minimum (only the kube-like baseline
+makes those) holds its GPUs without running; the rest of the gang stays pending, and after
+`gang_timeout_s` the partial gang gives up its GPUs and is re-queued at the back (a stand-in for a
+rendezvous timeout, so that partial gangs cannot deadlock the fleet forever). A gang starts when
+its restart cost, MIG repartitions and node boots are over.
+
+Power-down: with a policy that allows it, a node empty for `power_down_after_s` is switched off
+(0 W) and a placement on it waits `node_boot_s`.
+
+Demand: a trace job becomes a core `Gang` whose acceptable types are the fleet's types allowed by
+the job, each with the job's relative throughput from the speed model. A fractional job asks for
+the MIG profile of its compute size on the fleet's MIG-capable types of one memory class; when no
+acceptable type supports MIG it takes a whole GPU instead.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Protocol
+
+from gpufleet.core.decision import Decision
+from gpufleet.core.demand import Gang, Topology, TypeOption
+from gpufleet.core.policy import Policy
+from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
+from gpufleet.model.gpus import GpuType
+from gpufleet.sim.cluster import SimCluster, slice_share
+from gpufleet.sim.energy import node_power_w
+from gpufleet.sim.metrics import Integrator, JobRecord, SimResult
+from gpufleet.sim.speed import SpeedModel
+from gpufleet.sim.traces.common import TraceJob
+
+__all__ = ["PlaceFn", "SimPolicy", "SimSettings", "Simulation", "gang_for_job"]
+
+
+class PlaceFn(Protocol):
+    """The shape every policy has: the core's `place`."""
+
+    def __call__(self, snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decision:
+        """Decide placements for `pending` on `snapshot`."""
+        ...
+
+
+@dataclass(frozen=True)
+class SimPolicy:
+    """A named policy: a place function, its core settings and simulator-side switches."""
+
+    name: str
+    place: PlaceFn
+    policy: Policy = field(default_factory=Policy)
+    power_down: bool = False  # empty nodes may be switched off
+    round_s: float | None = None  # re-decide every round even without events (preemptive)
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    """Timing assumptions of the simulated cluster (seconds)."""
+
+    cycle_s: float = 10.0
+    restart_cost_s: float = 60.0
+    mig_repartition_s: float = 30.0
+    node_boot_s: float = 300.0
+    power_down_after_s: float = 600.0
+    gang_timeout_s: float = 600.0
+    max_pending: int = 256  # gangs passed to one decision, oldest first
+    max_cycles: int = 5_000_000
+
+
+class _Kind(IntEnum):
+    COMPLETE = 0
+    READY = 1
+    TIMEOUT = 2
+    POWER_OFF = 3
+    ARRIVAL = 4
+    TICK = 5
+    CYCLE = 6
+
+
+class _State(IntEnum):
+    FUTURE = 0
+    WAITING = 1
+    HELD = 2  # part of the gang holds GPUs, not running
+    STARTING = 3  # whole gang placed, waiting for restart/boot/repartition
+    RUNNING = 4
+    DONE = 5
+
+
+@dataclass(slots=True)
+class _Job:
+    trace: TraceJob
+    gang: Gang
+    record: JobRecord
+    seq: int
+    remaining: float
+    queue_key: float
+    state: _State = _State.FUTURE
+    replicas: tuple[ReplicaPlacement, ...] = ()
+    gpu_type: str = ""
+    cap_w: float | None = None
+    speed: float = 0.0
+    share: float = 0.0
+    last_t: float = 0.0
+    version: int = 0
+    has_run: bool = False
+
+
+def _mig_profile_for(gpu: GpuType, g: int) -> str | None:
+    """Smallest-memory profile of `g` SM slices on `gpu` (never a `+me` variant)."""
+    options = [p for p in gpu.mig_profiles if p.sm_slices == g and "+me" not in p.name]
+    return min(options, key=lambda p: p.memory_slices).name if options else None
+
+
+def gang_for_job(job: TraceJob, fleet_types: Sequence[GpuType], speed: SpeedModel) -> Gang:
+    """The core demand of a trace job on a fleet with `fleet_types` (see module docstring)."""
+    allowed = [t for t in fleet_types if job.gpu_types is None or t.name in job.gpu_types]
+    if not allowed:
+        allowed = list(fleet_types)  # unsatisfiable constraint: the job stays pending anyway
+    if job.mig_g is not None:
+        mig_types = [t for t in allowed if _mig_profile_for(t, job.mig_g) is not None]
+        if mig_types:
+            profile = _mig_profile_for(mig_types[0], job.mig_g)
+            same = [t for t in mig_types if _mig_profile_for(t, job.mig_g) == profile]
+            return Gang(
+                id=job.job_id,
+                acceptable=tuple(TypeOption(t.name, speed.type_speed(job, t.name)) for t in same),
+                replicas_min=job.replicas,
+                replicas_max=job.replicas,
+                mig_profile=profile,
+                priority=job.priority,
+            )
+    return Gang(
+        id=job.job_id,
+        acceptable=tuple(TypeOption(t.name, speed.type_speed(job, t.name)) for t in allowed),
+        replicas_min=job.replicas,
+        replicas_max=job.replicas,
+        gpus_per_replica=max(1, job.gpus_per_replica),
+        priority=job.priority,
+        topology=Topology.ANY,
+    )
+
+
+class Simulation:
+    """One run of one policy over one list of trace jobs."""
+
+    def __init__(
+        self,
+        cluster: SimCluster,
+        jobs: Sequence[TraceJob],
+        policy: SimPolicy,
+        speed: SpeedModel,
+        settings: SimSettings | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.policy = policy
+        self.speed = speed
+        self.settings = settings or SimSettings()
+        self.on_progress = on_progress
+        fleet_types = [
+            cluster.catalog[n] for n in sorted({p.gpu_type for p in cluster.pool_of.values()})
+        ]
+        self._type_of_node = {n: node.gpu_type for n, node in cluster.nodes.items()}
+        ordered = sorted(jobs, key=lambda j: (j.arrival_s, j.job_id))
+        self.jobs: dict[str, _Job] = {}
+        for i, tj in enumerate(ordered):
+            if tj.job_id in self.jobs:
+                raise ValueError(f"duplicate job id {tj.job_id}")
+            self.jobs[tj.job_id] = _Job(
+                trace=tj,
+                gang=gang_for_job(tj, fleet_types, speed),
+                record=JobRecord(tj.job_id, tj.arrival_s, tj.gpu_share, tj.queue),
+                seq=i,
+                remaining=tj.work_s,
+                queue_key=tj.arrival_s,
+            )
+        self.now = ordered[0].arrival_s if ordered else 0.0
+        self._heap: list[tuple[float, int, int, str, int]] = []
+        self._seq = 0
+        self._cycle_at: float | None = None
+        self._tick_at: float | None = None
+        self._forced = False
+        self._blocked = False  # the last cycle left at least one gang pending
+        self._waiting: dict[str, _Job] = {}
+        self._active = 0  # jobs holding GPUs (held, starting or running)
+        self._done = 0
+        self._gpu_ready: dict[tuple[str, int], float] = {}
+        self._powered: dict[str, bool] = dict.fromkeys(cluster.nodes, True)
+        self._node_ready: dict[str, float] = {}
+        self._node_version: dict[str, int] = dict.fromkeys(cluster.nodes, 0)
+        self._node_power: dict[str, float] = {}
+        self._power_total = 0.0
+        self._busy_share = 0.0
+        t0 = self.now
+        self._energy = Integrator(t0)
+        self._busy = Integrator(t0)
+        self._alloc = Integrator(t0)
+        self._wait = Integrator(t0)
+        self._unalloc_wait = Integrator(t0)
+        self._samples: list[float] = []
+        self._timeline: list[tuple[float, float, float, float]] = []
+        self._place_calls = 0
+        self._place_s = 0.0
+        self._cycles = 0
+        for tj in ordered:
+            self._push(tj.arrival_s, _Kind.ARRIVAL, tj.job_id)
+        for n in cluster.nodes:
+            self._refresh_node_power(n)
+            if policy.power_down:
+                self._push(t0 + self.settings.power_down_after_s, _Kind.POWER_OFF, n, 0)
+        self._account()
+
+    # ----- small helpers -----------------------------------------------------------------------
+
+    def _push(self, t: float, kind: _Kind, key: str, version: int = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, int(kind), self._seq, key, version))
+
+    def _schedule_cycle(self) -> None:
+        step = self.settings.cycle_s
+        at = math.ceil(self.now / step - 1e-9) * step if step > 0 else self.now
+        if self._cycle_at is None or at < self._cycle_at:
+            self._cycle_at = at
+            self._push(at, _Kind.CYCLE, "")
+
+    def _state_of(self, gang_id: str) -> tuple[bool, float | None]:
+        job = self.jobs[gang_id]
+        return job.state is _State.RUNNING, job.cap_w
+
+    def _refresh_node_power(self, node: str) -> None:
+        watts = node_power_w(self.cluster, node, self._state_of, self._powered[node])
+        self._power_total += watts - self._node_power.get(node, 0.0)
+        self._node_power[node] = watts
+
+    def _account(self) -> None:
+        """Re-level every integrator at the current time (call after each state change)."""
+        t = self.now
+        self._energy.set(t, self._power_total)
+        self._busy.set(t, self._busy_share)
+        self._alloc.set(t, self.cluster.allocated_share)
+        # "A job is waiting" = the last decision left a gang pending (not: it arrived since).
+        waiting = 1.0 if self._blocked and self._waiting else 0.0
+        self._wait.set(t, waiting)
+        self._unalloc_wait.set(t, waiting * self.cluster.free_share())
+
+    def _advance(self, job: _Job) -> None:
+        """Bring a running job's remaining work and GPU-seconds up to now."""
+        if job.state is _State.RUNNING:
+            dt = self.now - job.last_t
+            job.remaining = max(0.0, job.remaining - job.speed * dt)
+            job.record.busy_gpu_s += job.share * dt
+        job.last_t = self.now
+
+    def _replica_share(self, rep: ReplicaPlacement) -> float:
+        if rep.mig is not None:
+            return slice_share(self.cluster.gpu_type_of(rep.node), rep.mig)
+        return float(len(rep.gpus))
+
+    # ----- state transitions -------------------------------------------------------------------
+
+    def _release(self, job: _Job) -> None:
+        self._advance(job)
+        if job.state is _State.RUNNING:
+            self._busy_share -= job.share
+        touched = self.cluster.release(job.trace.job_id)
+        job.replicas = ()
+        job.version += 1
+        self._active -= 1
+        for node in touched:
+            self._refresh_node_power(node)
+            if self.policy.power_down and self.cluster.is_empty(node):
+                self._node_version[node] += 1
+                self._push(
+                    self.now + self.settings.power_down_after_s,
+                    _Kind.POWER_OFF,
+                    node,
+                    self._node_version[node],
+                )
+
+    def _to_waiting(self, job: _Job) -> None:
+        job.state = _State.WAITING
+        self._waiting[job.trace.job_id] = job
+
+    def _start_running(self, job: _Job) -> None:
+        job.state = _State.RUNNING
+        job.has_run = True
+        job.last_t = self.now
+        if job.record.first_start_s is None:
+            job.record.first_start_s = self.now
+        job.speed = self.speed.placement_speed(
+            job.trace, job.replicas, self._type_of_node, job.cap_w
+        )
+        job.share = sum(self._replica_share(r) for r in job.replicas)
+        self._busy_share += job.share
+        if job.speed <= 0:
+            raise RuntimeError(f"job {job.trace.job_id} placed with zero speed")
+        self._push(
+            self.now + job.remaining / job.speed, _Kind.COMPLETE, job.trace.job_id, job.version
+        )
+        for node in {r.node for r in job.replicas}:
+            self._refresh_node_power(node)
+
+    # ----- event handlers ----------------------------------------------------------------------
+
+    def _on_arrival(self, job: _Job) -> None:
+        self._to_waiting(job)
+        self._schedule_cycle()
+
+    def _on_complete(self, job: _Job, version: int) -> None:
+        if version != job.version or job.state is not _State.RUNNING:
+            return
+        self._advance(job)
+        self._release(job)
+        job.state = _State.DONE
+        job.remaining = 0.0
+        job.record.completion_s = self.now
+        self._done += 1
+        if self.on_progress is not None:
+            self.on_progress(self._done, len(self.jobs))
+        self._schedule_cycle()
+
+    def _on_ready(self, job: _Job, version: int) -> None:
+        if version == job.version and job.state is _State.STARTING:
+            self._start_running(job)
+
+    def _on_timeout(self, job: _Job, version: int) -> None:
+        if version != job.version or job.state is not _State.HELD:
+            return
+        self._release(job)
+        job.queue_key = self.now  # re-queued at the back
+        self._to_waiting(job)
+        self._schedule_cycle()
+
+    def _on_power_off(self, node: str, version: int) -> None:
+        if version == self._node_version[node] and self.cluster.is_empty(node):
+            self._powered[node] = False
+            self._refresh_node_power(node)
+
+    def _on_tick(self) -> None:
+        self._tick_at = None
+        if self._waiting:
+            self._forced = True
+            self._schedule_cycle()
+
+    # ----- the scheduling cycle ----------------------------------------------------------------
+
+    def _pending_gangs(self) -> list[Gang]:
+        ordered = heapq.nsmallest(
+            self.settings.max_pending, self._waiting.values(), key=lambda j: (j.queue_key, j.seq)
+        )
+        out: list[Gang] = []
+        for job in ordered:
+            gang = job.gang
+            if job.replicas:  # a partial gang asks for the rest of its replicas
+                rest = gang.replicas_min - len(job.replicas)
+                gang = Gang(
+                    id=gang.id,
+                    acceptable=gang.acceptable,
+                    replicas_min=rest,
+                    replicas_max=rest,
+                    gpus_per_replica=gang.gpus_per_replica,
+                    mig_profile=gang.mig_profile,
+                    priority=gang.priority,
+                    preemptible=gang.preemptible,
+                    topology=gang.topology,
+                    energy=gang.energy,
+                )
+            out.append(gang)
+        return out
+
+    def _can_change(self, forced: bool) -> bool:
+        if not self._waiting:
+            return False
+        if forced or self.cluster.free_share() > 1e-9:
+            return True
+        lowest_running = min(
+            (j.gang.priority for j in self.jobs.values() if j.replicas), default=math.inf
+        )
+        return any(j.gang.priority > lowest_running for j in self._waiting.values())
+
+    def _cycle(self, forced: bool) -> None:
+        self._cycle_at = None
+        self._cycles += 1
+        if self._cycles > self.settings.max_cycles:
+            raise RuntimeError("simulation exceeded max_cycles; a policy is not making progress")
+        if self._can_change(forced):
+            pending = self._pending_gangs()
+            snapshot = self.cluster.snapshot()
+            t0 = time.perf_counter()
+            decision = self.policy.place(snapshot, pending, self.policy.policy)
+            self._place_s += time.perf_counter() - t0
+            self._place_calls += 1
+            self._apply(decision)
+        self._blocked = bool(self._waiting)
+        if self._waiting:
+            self._samples.append(self.cluster.free_share())
+            if self.policy.round_s and self._tick_at is None and self._active:
+                self._tick_at = self.now + self.policy.round_s
+                self._push(self._tick_at, _Kind.TICK, "")
+        self._timeline.append(
+            (self.now, self._busy_share, self.cluster.allocated_share, self._power_total)
+        )
+
+    def _apply(self, decision: Decision) -> None:
+        s = self.settings
+        for pre in decision.preemptions:
+            job = self.jobs[pre.gang_id]
+            if job.state in (_State.RUNNING, _State.STARTING, _State.HELD):
+                self._release(job)
+                job.record.preemptions += 1
+                self._to_waiting(job)
+        for rep in decision.repartitions:
+            self.cluster.repartition(rep.node, rep.gpu, rep.new_layout)
+            self._gpu_ready[(rep.node, rep.gpu)] = self.now + s.mig_repartition_s
+            self._refresh_node_power(rep.node)
+        for placement in decision.placements:
+            job = self.jobs[placement.gang_id]
+            if job.state not in (_State.WAITING, _State.HELD):
+                raise RuntimeError(f"policy placed {placement.gang_id} in state {job.state.name}")
+            replicas = job.replicas + placement.replicas
+            was_holding = bool(job.replicas)
+            job.replicas = replicas
+            job.gpu_type = placement.gpu_type
+            job.cap_w = placement.power_cap_w
+            running = RunningGang(
+                id=job.trace.job_id,
+                gpu_type=placement.gpu_type,
+                replicas=replicas,
+                priority=job.gang.priority,
+                preemptible=job.gang.preemptible,
+                relative_throughput=self.speed.type_speed(job.trace, placement.gpu_type),
+            )
+            touched = self.cluster.hold(running)
+            if not was_holding:
+                self._active += 1
+            ready = self.now
+            for node in touched:
+                if not self._powered[node]:
+                    self._powered[node] = True
+                    self._node_ready[node] = self.now + s.node_boot_s
+                self._node_version[node] += 1  # cancels a pending power-off
+                ready = max(ready, self._node_ready.get(node, 0.0))
+            for r in replicas:
+                for ix in r.gpus:
+                    ready = max(ready, self._gpu_ready.get((r.node, ix), 0.0))
+            del self._waiting[job.trace.job_id]
+            if len(replicas) < job.gang.replicas_min:
+                job.state = _State.HELD
+                self._waiting[job.trace.job_id] = job  # the rest is still pending
+                if not was_holding:
+                    self._push(
+                        self.now + s.gang_timeout_s, _Kind.TIMEOUT, job.trace.job_id, job.version
+                    )
+            else:
+                if job.has_run:
+                    ready = max(ready, self.now + s.restart_cost_s)
+                job.last_t = self.now
+                if ready > self.now:
+                    job.state = _State.STARTING
+                    self._push(ready, _Kind.READY, job.trace.job_id, job.version)
+                else:
+                    self._start_running(job)
+            for node in touched:
+                self._refresh_node_power(node)
+
+    # ----- main loop ---------------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        """Run to the last event and return the raw result."""
+        wall0 = time.perf_counter()
+        while self._heap:
+            t, kind, _, key, version = heapq.heappop(self._heap)
+            self.now = t
+            k = _Kind(kind)
+            if k is _Kind.CYCLE:
+                if self._cycle_at is not None and abs(self._cycle_at - t) < 1e-9:
+                    forced, self._forced = self._forced, False
+                    self._cycle(forced)
+            elif k is _Kind.ARRIVAL:
+                self._on_arrival(self.jobs[key])
+            elif k is _Kind.COMPLETE:
+                self._on_complete(self.jobs[key], version)
+            elif k is _Kind.READY:
+                self._on_ready(self.jobs[key], version)
+            elif k is _Kind.TIMEOUT:
+                self._on_timeout(self.jobs[key], version)
+            elif k is _Kind.POWER_OFF:
+                self._on_power_off(key, version)
+            elif k is _Kind.TICK:
+                self._on_tick()
+            self._account()
+            if self._done == len(self.jobs):
+                break  # later events (power-offs) fall after the last completion
+        end = max(
+            (
+                j.record.completion_s
+                for j in self.jobs.values()
+                if j.record.completion_s is not None
+            ),
+            default=self.now,
+        )
+        start = min((j.trace.arrival_s for j in self.jobs.values()), default=0.0)
+        for integ in (self._energy, self._busy, self._alloc, self._wait, self._unalloc_wait):
+            integ.advance(max(end, self.now))
+        return SimResult(
+            policy=self.policy.name,
+            fleet_gpus=int(self.cluster.total_gpus),
+            jobs=[j.record for j in self.jobs.values()],
+            start_s=start,
+            end_s=end,
+            energy_j=self._energy.total,
+            busy_gpu_s=self._busy.total,
+            allocated_gpu_s=self._alloc.total,
+            waiting_s=self._wait.total,
+            unallocated_waiting_gpu_s=self._unalloc_wait.total,
+            unallocated_samples=self._samples,
+            timeline=self._timeline,
+            place_calls=self._place_calls,
+            place_seconds=self._place_s,
+            wall_seconds=time.perf_counter() - wall0,
+            unfinished=sum(1 for j in self.jobs.values() if j.state is not _State.DONE),
+        )

@@ -1,0 +1,89 @@
+"""How fast a trace job runs on a given placement (work units per second; V100 = 1.0).
+
+* **Per-type speed.** For V100 the speed is 1.0 by definition. For another catalogue type with
+  relative throughput R (gpus.md §7.4) the job runs at `R ** s`, where `s` is the job's
+  *heterogeneity sensitivity*: how much its Gavel model class gains from V100 over K80, relative
+  to the geometric mean over all classes (`s = log(v100/k80) / log(geomean v100/k80)`, clamped to
+  [0.25, 1.5]). So a ResNet job gains more from an H100 than a Recommendation job does, as in
+  Gavel's measurements. This extrapolation beyond the measured K80/P100/V100 is an ESTIMATE.
+* **Spread.** A multi-replica job whose replicas sit on more nodes than the fewest that could
+  hold it runs at Gavel's unconsolidated/consolidated ratio for its class; on mixed GPU types
+  it runs at the slowest type's speed (synchronous training waits for the slowest worker).
+* **Elastic size.** With r of `replicas` replicas the speed scales linearly by r / replicas.
+* **Power cap.** Multiplied by `speed_factor(type, cap)` from the core power model.
+* **MIG slices.** A fractional job runs at its type's speed on its slice: the trace's request
+  already says how much GPU it needs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+
+from gpufleet.core.snapshot import ReplicaPlacement
+from gpufleet.model.gpus import Catalog
+from gpufleet.model.power import speed_factor
+from gpufleet.sim.profiles import GavelProfile, gavel_scale
+from gpufleet.sim.traces.common import TraceJob
+
+__all__ = ["SpeedModel"]
+
+_SENSITIVITY_RANGE = (0.25, 1.5)
+
+
+class SpeedModel:
+    """Per-job throughput on catalogue GPU types, from the Gavel profile."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        profile: GavelProfile,
+        max_gpus_per_node: dict[str, int] | None = None,
+    ) -> None:
+        self.catalog = catalog
+        # Largest node of each GPU type in the fleet (decides when a gang is "spread").
+        self.max_gpus_per_node = dict(max_gpus_per_node or {})
+        self.profile = profile
+        ratios = [
+            profile.relative_speed(t, 1, "v100") / profile.relative_speed(t, 1, "k80")
+            for t in profile.job_types(1)
+        ]
+        self._log_geomean = sum(math.log(r) for r in ratios) / len(ratios)
+        self.sensitivity = lru_cache(maxsize=None)(self._sensitivity)
+
+    def _sensitivity(self, model: str, scale: int) -> float:
+        if self.profile.rates.get(("k80", model, scale), 0.0) <= 0:
+            return 1.0  # not profiled on K80: assume an average job
+        k80 = self.profile.relative_speed(model, scale, "k80")
+        s = math.log(1.0 / k80) / self._log_geomean
+        return min(max(s, _SENSITIVITY_RANGE[0]), _SENSITIVITY_RANGE[1])
+
+    def type_speed(self, job: TraceJob, gpu_type: str) -> float:
+        """Speed of the whole gang on `gpu_type`, consolidated and uncapped."""
+        base = self.catalog[gpu_type].relative_throughput
+        return float(base ** self.sensitivity(job.model, gavel_scale(job.num_gpus or 1)))
+
+    def _min_nodes(self, job: TraceJob, types: set[str]) -> int:
+        """Fewest nodes the gang could fit on (spreading beyond that costs the spread factor)."""
+        per_node = min(self.max_gpus_per_node.get(t, 8) for t in types)
+        return max(1, math.ceil(job.num_gpus / max(per_node, 1)))
+
+    def placement_speed(
+        self,
+        job: TraceJob,
+        replicas: Sequence[ReplicaPlacement],
+        gpu_type_of: dict[str, str],
+        cap_w: float | None = None,
+    ) -> float:
+        """Speed of `job` on the given replicas (`gpu_type_of` maps node -> GPU type)."""
+        if not replicas:
+            return 0.0
+        types = {gpu_type_of[r.node] for r in replicas}
+        speed = min(self.type_speed(job, t) for t in types)
+        if len({r.node for r in replicas}) > self._min_nodes(job, types):
+            speed *= self.profile.spread_factor(job.model, gavel_scale(job.num_gpus))
+        speed *= min(1.0, len(replicas) / job.replicas)
+        if cap_w is not None:
+            speed *= min(speed_factor(self.catalog[t], cap_w) for t in types)
+        return speed
