@@ -1,0 +1,52 @@
+"""Names gpufleet's scheduler and operator agree on: scheduler name, labels, annotations.
+
+Pods carry their gang's requirements as annotations so the scheduler needs nothing but pods and
+nodes to decide (any workload can use it, not only TrainingJobs), and every GPU or MIG instance
+the scheduler hands out is written onto the pod in the same request that binds it, so a restarted
+scheduler reads its past decisions back from the cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SCHEDULER_NAME: Final = "gpufleet"
+
+# Gang membership and requirements, written by the operator on every pod of a gang.
+GANG_LABEL: Final = "gpufleet.io/gang"  # gang name, unique within the namespace
+GANG_SIZE: Final = "gpufleet.io/gang-size"  # pods the gang needs before it may be bound
+GPU_TYPES: Final = "gpufleet.io/gpu-types"  # "H100-80GB=1.0,A100-80GB=0.55" (throughput optional)
+PRIORITY: Final = "gpufleet.io/priority"
+PREEMPTIBLE: Final = "gpufleet.io/preemptible"
+TOPOLOGY: Final = "gpufleet.io/topology"  # core Topology value: any, same-node, nvlink-domain
+ENERGY: Final = "gpufleet.io/energy"  # core EnergyPreference value
+RANK_LABEL: Final = "gpufleet.io/rank"  # replica index; placements are matched to pods by rank
+
+# What the scheduler decided, written through the Binding's annotations.
+ASSIGNED_GPUS: Final = "gpufleet.io/gpus"  # "0,1,2,3": whole-GPU indices on the node
+ASSIGNED_MIG: Final = "gpufleet.io/mig-instance"  # "3g.40gb@4": profile and start slice
+ASSIGNED_TYPE: Final = "gpufleet.io/gpu-type"
+POWER_CAP: Final = "gpufleet.io/power-cap-watts"  # applied by a node agent
+
+# MIG: the NVIDIA MIG-manager label contract, plus the exact layout gpufleet asked for.
+MIG_CONFIG_LABEL: Final = "nvidia.com/mig.config"
+MIG_STATE_LABEL: Final = "nvidia.com/mig.config.state"
+MIG_LAYOUT_ANNOTATION: Final = "gpufleet.io/mig-layout"  # JSON {"config": .., "gpus": {..}}
+MIG_CONFIGMAP_NAMESPACE: Final = "gpufleet-system"
+MIG_CONFIGMAP_NAME: Final = "default-mig-parted-config"
+MIG_CONFIGMAP_KEY: Final = "config.yaml"
+
+# GPU Feature Discovery labels a GPU node carries.
+GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
+GPU_COUNT_LABEL: Final = "nvidia.com/gpu.count"
+NVLINK_DOMAIN_LABEL: Final = "gpufleet.io/nvlink-domain-size"
+
+WHOLE_GPU_RESOURCE: Final = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX: Final = "nvidia.com/mig-"
+
+# Pod condition the scheduler sets while a gang waits; its message is the core's reason.
+POD_SCHEDULED: Final = "PodScheduled"
+UNSCHEDULABLE: Final = "Unschedulable"
+# Pod condition the scheduler sets on preemption victims before deleting them.
+DISRUPTION_TARGET: Final = "DisruptionTarget"
+PREEMPTED_REASON: Final = "PreemptionByGpufleet"
