@@ -412,7 +412,9 @@ def _decode_need(
 
     sized = [
         r
-        for r in (decode_point(s, pool.capacity, itl_target, settings) for s in samples)
+        for r in (
+            decode_point(s, pool.capacity, itl_target, slo.itl_p90_s, settings) for s in samples
+        )
         if r is not None
     ]
     if sized:
@@ -509,8 +511,8 @@ def _step_limit(
             if e.time > now - settings.scale_down_period_s and e.to_replicas < e.from_replicas
         )
         base = current + removed
-        floor = min(math.ceil(base / settings.scale_down_max_rate), base - 1)
-        return min(current, max(desired, floor))
+        step = max(math.floor(base * settings.scale_down_percent / 100.0), settings.scale_down_pods)
+        return min(current, max(desired, base - step))
     return desired
 
 

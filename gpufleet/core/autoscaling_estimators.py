@@ -84,6 +84,7 @@ def decode_itl(capacity: CapacityProfile, batch: float, ctx_tokens: float) -> fl
 def decode_batch_at_slo(
     capacity: CapacityProfile,
     itl_target_s: float,
+    itl_slo_s: float,
     ctx_tokens: float,
     settings: AutoscalerSettings,
 ) -> int:
@@ -91,16 +92,18 @@ def decode_batch_at_slo(
 
     Inverts `itl(b) = base + b * slope` (llm-d queueing analyzer form) and bounds it by
     `max_num_seqs` and by the KV cache (Dynamo: kv_usage = concurrency x ctx / max_kv_tokens).
-    Never less than one: a replica always makes progress, however slowly.
+    A profiled `decode_batch_at_slo` replaces the inversion, scaled by target/SLO when the
+    feedback tightened the target. Never less than one: a replica always makes progress.
     """
-    slope = capacity.decode_itl_per_seq_s + capacity.decode_itl_per_ctx_token_s * ctx_tokens
-    headroom = itl_target_s - capacity.decode_itl_base_s
-    by_itl = math.floor(headroom / slope) if slope > 0 else capacity.max_num_seqs
-    by_kv = (
-        math.floor(settings.kv_target_usage * capacity.kv_cache_tokens / ctx_tokens)
-        if ctx_tokens > 0
-        else capacity.max_num_seqs
-    )
+    if capacity.decode_batch_at_slo is not None:
+        by_itl = math.floor(capacity.decode_batch_at_slo * itl_target_s / itl_slo_s + _EPSILON)
+    else:
+        slope = capacity.decode_itl_per_seq_s + capacity.decode_itl_per_ctx_token_s * ctx_tokens
+        headroom = itl_target_s - capacity.decode_itl_base_s
+        by_itl = math.floor(headroom / slope) if slope > 0 else capacity.max_num_seqs
+    by_kv = capacity.max_num_seqs
+    if capacity.kv_cache_tokens is not None and ctx_tokens > 0:
+        by_kv = math.floor(settings.kv_target_usage * capacity.kv_cache_tokens / ctx_tokens)
     return max(1, min(by_itl, by_kv, capacity.max_num_seqs))
 
 
@@ -108,6 +111,7 @@ def decode_point(
     sample: MetricsSample,
     capacity: CapacityProfile,
     itl_target_s: float,
+    itl_slo_s: float,
     settings: AutoscalerSettings,
 ) -> tuple[DemandPoint, int] | None:
     """Decode demand in concurrent sequences and the per-replica batch that meets the ITL target.
@@ -122,8 +126,14 @@ def decode_point(
     isl = _mean_tokens(sample.prompt_token_rate, sample.request_rate)
     osl = _mean_tokens(sample.generation_token_rate, sample.request_rate)
     ctx = isl + osl / 2.0  # Dynamo's decode context length (serving.md §2.2)
-    batch = decode_batch_at_slo(capacity, itl_target_s, ctx, settings)
-    littles = max(0.0, sample.generation_token_rate) * decode_itl(capacity, batch, ctx)
+    batch = decode_batch_at_slo(capacity, itl_target_s, itl_slo_s, ctx, settings)
+    # Time per token at that batch; with only a profiled batch, the target itself (worst case).
+    per_token = (
+        itl_target_s
+        if capacity.decode_batch_at_slo is not None
+        else decode_itl(capacity, batch, ctx)
+    )
+    littles = max(0.0, sample.generation_token_rate) * per_token
     running = sample.num_running or 0.0
     steady = max(littles, running)
     waiting = sample.num_waiting or 0.0

@@ -169,11 +169,19 @@ class AutoscalerSettings(BaseModel):
     scale_up_period_s: float = Field(
         15.0, gt=0, description="Source: HPA policy periodSeconds 15 (serving.md §5)."
     )
-    scale_down_max_rate: float = Field(
-        2.0,
+    scale_down_percent: float = Field(
+        50.0,
+        ge=0,
+        le=100,
+        description="Per scale_down_period_s, shrink by at most this percent or "
+        "scale_down_pods, whichever is larger. Source: AIBrix max-scale-down-rate 2, i.e. at "
+        "most halve (serving.md §4).",
+    )
+    scale_down_pods: int = Field(
+        1,
         ge=1,
-        description="Per scale_down_period_s, shrink to no fewer than replicas / rate (and by "
-        "at least one). Source: AIBrix max-scale-down-rate 2 (serving.md §4).",
+        description="Source: Dynamo and llm-d saturation analyzer step of 1 replica "
+        "(serving.md §2.1, §3.2); the ServingJob CRD's scaleDown.maxStep default 1.",
     )
     scale_down_period_s: float = Field(
         60.0,

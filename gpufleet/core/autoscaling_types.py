@@ -101,14 +101,17 @@ class CapacityProfile:
     Decode inter-token latency is modelled as `itl(b) = base + b * (per_seq + per_ctx_token *
     ctx)` for a batch of `b` sequences whose mean context length is `ctx` (the `ITL = alpha +
     beta * batch` form of llm-d's queueing-model analyzer, with beta growing with context).
+    When only the batch a replica sustains within the ITL SLO is known (the ServingJob CRD's
+    `decodeBatchSize`), set `decode_batch_at_slo` and leave the ITL coefficients at zero.
     """
 
     prefill_tokens_per_s: float
-    decode_itl_base_s: float
-    decode_itl_per_seq_s: float
-    decode_itl_per_ctx_token_s: float
     max_num_seqs: int
-    kv_cache_tokens: int
+    decode_itl_base_s: float = 0.0
+    decode_itl_per_seq_s: float = 0.0
+    decode_itl_per_ctx_token_s: float = 0.0
+    kv_cache_tokens: int | None = None
+    decode_batch_at_slo: int | None = None
     gpus_per_replica: int = 1
 
 
