@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import Final, Literal, Self
+from typing import Annotated, Final, Literal, Self
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -340,7 +340,7 @@ class ReplicaPlacement(CRDModel):
     replica: int = Field(ge=0, lt=MAX_REPLICAS, description="Replica index, from 0.")
     node: str = Field(max_length=253, description="Node the replica is bound to.")
     gpu_type: str | None = Field(default=None, max_length=32, description="GPU type of the node.")
-    gpus: list[int] | None = Field(
+    gpus: list[Annotated[int, Field(ge=0, lt=MAX_GPUS_PER_REPLICA)]] | None = Field(
         default=None,
         max_length=MAX_GPUS_PER_REPLICA,
         description="Indices of the whole GPUs the replica holds on the node.",

@@ -25,6 +25,7 @@ import yaml
 from gpufleet.model.crdgen import crd_documents
 from gpufleet.model.servingjob import ServingJob, ServingJobSpec
 from gpufleet.model.trainingjob import TrainingJob, TrainingJobSpec
+from gpufleet.sandbox.cluster import Sandbox
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +38,7 @@ MODELS: dict[str, type[TrainingJob] | type[ServingJob]] = {
 
 
 @pytest.fixture(scope="module")
-def namespace(sandbox: Any) -> Iterator[str]:
+def namespace(sandbox: Sandbox) -> Iterator[str]:
     """A namespace of this module's own, deleted afterwards."""
     name = f"crd-test-{uuid.uuid4().hex[:8]}"
     sandbox.kubectl("create", "namespace", name)
@@ -62,7 +63,7 @@ def _without_false_embedded(node: Any) -> Any:
     return node
 
 
-def _get(sandbox: Any, namespace: str, kind: str, name: str) -> dict[str, Any]:
+def _get(sandbox: Sandbox, namespace: str, kind: str, name: str) -> dict[str, Any]:
     out = sandbox.kubectl("get", "-n", namespace, kind.lower(), name, "-o", "json").stdout
     obj: dict[str, Any] = json.loads(out)
     return obj
@@ -71,7 +72,7 @@ def _get(sandbox: Any, namespace: str, kind: str, name: str) -> dict[str, Any]:
 # -- installation -----------------------------------------------------------------------------
 
 
-def test_crds_are_established(sandbox: Any) -> None:
+def test_crds_are_established(sandbox: Sandbox) -> None:
     for doc in crd_documents():
         crd = json.loads(
             sandbox.kubectl("get", "crd", doc["metadata"]["name"], "-o", "json").stdout
@@ -86,7 +87,7 @@ def test_crds_are_established(sandbox: Any) -> None:
         assert stored == _without_false_embedded(generated)
 
 
-def test_short_names_and_category_resolve(sandbox: Any, namespace: str) -> None:
+def test_short_names_and_category_resolve(sandbox: Sandbox, namespace: str) -> None:
     for resource in ("tj", "sj", "trainingjobs", "servingjobs", "gpufleet"):
         result = sandbox.kubectl("get", resource, "-n", namespace, check=False)
         assert result.returncode == 0, result.stderr
@@ -97,7 +98,7 @@ def test_short_names_and_category_resolve(sandbox: Any, namespace: str) -> None:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_is_accepted_with_the_models_defaults(
-    sandbox: Any, namespace: str, path: Path
+    sandbox: Sandbox, namespace: str, path: Path
 ) -> None:
     result = sandbox.kubectl("apply", "-n", namespace, "-f", str(path), check=False)
     assert result.returncode == 0, result.stderr
@@ -108,7 +109,7 @@ def test_example_is_accepted_with_the_models_defaults(
     assert stored["spec"] == expected.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
-def test_all_examples_apply_together_and_again(sandbox: Any, namespace: str) -> None:
+def test_all_examples_apply_together_and_again(sandbox: Sandbox, namespace: str) -> None:
     # `kubectl apply -f examples/` as a user would, twice: the second run changes nothing.
     first = sandbox.kubectl("apply", "-n", namespace, "-f", str(REPO_ROOT / "examples"))
     assert first.stdout.count("gpufleet.io/") == len(EXAMPLES)
@@ -119,7 +120,7 @@ def test_all_examples_apply_together_and_again(sandbox: Any, namespace: str) -> 
 # -- kubectl get / explain --------------------------------------------------------------------
 
 
-def test_get_shows_printer_columns(sandbox: Any, namespace: str) -> None:
+def test_get_shows_printer_columns(sandbox: Sandbox, namespace: str) -> None:
     sandbox.kubectl("apply", "-n", namespace, "-f", str(REPO_ROOT / "examples"))
     out = sandbox.kubectl("get", "tj,sj", "-n", namespace).stdout
     tables = [block for block in out.strip().split("\n\n") if block.strip()]
@@ -135,7 +136,7 @@ def test_get_shows_printer_columns(sandbox: Any, namespace: str) -> None:
     assert "3g.40gb" in row.split()
 
 
-def test_status_subresource_feeds_the_columns(sandbox: Any, namespace: str) -> None:
+def test_status_subresource_feeds_the_columns(sandbox: Sandbox, namespace: str) -> None:
     sandbox.kubectl(
         "apply", "-n", namespace, "-f", str(REPO_ROOT / "examples" / "trainingjob-gang-h100.yaml")
     )
@@ -174,7 +175,45 @@ def test_status_subresource_feeds_the_columns(sandbox: Any, namespace: str) -> N
     assert bad.returncode != 0 and "status.phase" in bad.stderr
 
 
-def test_spec_changes_do_not_touch_status(sandbox: Any, namespace: str) -> None:
+def test_serving_status_feeds_the_columns(sandbox: Sandbox, namespace: str) -> None:
+    path = REPO_ROOT / "examples" / "servingjob-disaggregated.yaml"
+    sandbox.kubectl("apply", "-n", namespace, "-f", str(path))
+    pool = {"replicas": 2, "readyReplicas": 2, "desiredReplicas": 3}
+    status = {
+        "status": {
+            "phase": "Progressing",
+            "prefill": {**pool, "lastScaleTime": "2026-01-01T00:00:00Z",
+                        "lastScaleReason": "TTFT p90 above SLO"},
+            "decode": {**pool, "readyReplicas": 1},
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "reason": "ReplicasNotReady",
+                    "message": "decode: 1 of 2 replicas ready",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+            ],
+        }
+    }  # fmt: skip
+    sandbox.kubectl(
+        "patch", "-n", namespace, "sj", "llama-70b-chat", "--subresource=status",
+        "--type=merge", "-p", json.dumps(status),
+    )  # fmt: skip
+    row = sandbox.kubectl("get", "sj", "llama-70b-chat", "-n", namespace, "--no-headers").stdout
+    # Columns: name, phase, Ready condition, ready prefill, ready decode, (empty server), age.
+    assert row.split()[:5] == ["llama-70b-chat", "Progressing", "False", "2", "1"]
+
+
+def test_queue_is_a_field_selector(sandbox: Sandbox, namespace: str) -> None:
+    sandbox.kubectl("apply", "-n", namespace, "-f", str(REPO_ROOT / "examples"))
+    out = sandbox.kubectl(
+        "get", "tj", "-n", namespace, "--field-selector=spec.queue=research", "-o", "name"
+    ).stdout
+    assert out.split() == ["trainingjob.gpufleet.io/llama-finetune"]
+
+
+def test_spec_changes_do_not_touch_status(sandbox: Sandbox, namespace: str) -> None:
     sandbox.kubectl(
         "apply", "-n", namespace, "-f", str(REPO_ROOT / "examples" / "trainingjob-mig-slice.yaml")
     )
@@ -187,7 +226,7 @@ def test_spec_changes_do_not_touch_status(sandbox: Any, namespace: str) -> None:
     assert "phase" not in obj.get("status", {})
 
 
-def _explain(sandbox: Any, field: str) -> str:
+def _explain(sandbox: Sandbox, field: str) -> str:
     # The OpenAPI document is published a moment after a CRD changes; allow for that.
     deadline = time.monotonic() + 30
     while True:
@@ -206,7 +245,7 @@ def _explain(sandbox: Any, field: str) -> str:
     ],
 )
 def test_explain_shows_descriptions(
-    sandbox: Any, field: str, model: type[TrainingJobSpec | ServingJobSpec], names: list[str]
+    sandbox: Sandbox, field: str, model: type[TrainingJobSpec | ServingJobSpec], names: list[str]
 ) -> None:
     text = _explain(sandbox, field)
     assert (model.__doc__ or "").strip() in text
@@ -217,7 +256,7 @@ def test_explain_shows_descriptions(
         assert " ".join((info.description or "").split()) in text, name
 
 
-def test_explain_reaches_nested_fields(sandbox: Any) -> None:
+def test_explain_reaches_nested_fields(sandbox: Sandbox) -> None:
     text = _explain(sandbox, "trainingjob.spec.runPolicy.backoffLimit")
     assert "Restarts of the whole gang" in text
     text = _explain(sandbox, "servingjob.spec.autoscaling.scaleDown")
@@ -396,7 +435,9 @@ INVALID: list[Any] = [
 ]  # fmt: skip
 
 
-def test_the_invalid_table_is_large_and_its_bases_are_valid(sandbox: Any, namespace: str) -> None:
+def test_the_invalid_table_is_large_and_its_bases_are_valid(
+    sandbox: Sandbox, namespace: str
+) -> None:
     assert len(INVALID) >= 22
     for base in (TRAINING, SERVING):
         doc = _changed(base, {"metadata.name": f"valid-{base['kind'].lower()}"})
@@ -409,7 +450,7 @@ def test_the_invalid_table_is_large_and_its_bases_are_valid(sandbox: Any, namesp
 
 @pytest.mark.parametrize(("manifest", "field"), INVALID)
 def test_invalid_manifest_is_rejected_naming_the_field(
-    sandbox: Any,
+    sandbox: Sandbox,
     namespace: str,
     request: pytest.FixtureRequest,
     manifest: dict[str, Any],
