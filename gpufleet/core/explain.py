@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gpufleet.core.decision import Pending, PendingReason
 from gpufleet.core.demand import Gang, Topology
-from gpufleet.core.greedy import LayoutCache, plan_gang, usable_types
+from gpufleet.core.greedy import Memo, plan_gang, usable_types
 from gpufleet.core.policy import Policy
 from gpufleet.core.state import ClusterState
 
@@ -19,15 +19,14 @@ def _types_text(types: list[str]) -> str:
 
 
 def _nodes_of(state: ClusterState, types: list[str]) -> list[int]:
-    wanted = set(types)
-    return [n for n, node in enumerate(state.nodes) if node.schedulable and node.gpu_type in wanted]
+    return sorted(n for t in types for n in state.nodes_by_type.get(t, []))
 
 
 def explain(
-    initial: ClusterState, gang: Gang, policy: Policy, layouts: LayoutCache | None = None
+    initial: ClusterState, gang: Gang, policy: Policy, layouts: Memo | None = None
 ) -> Pending:
     """The reason `gang` is pending, judged against the snapshot's free capacity (`initial`)."""
-    layouts = layouts or LayoutCache()
+    layouts = layouts or Memo()
     catalog = initial.catalog
     known = [t for t in gang.type_names() if t in catalog]
     if not known:
@@ -56,7 +55,7 @@ def explain(
     types = _types_text(known)
     fits_alone = any(
         plan_gang(initial, gang, t, policy, layouts) is not None
-        for t in usable_types(initial, gang, policy)
+        for t in usable_types(initial, gang, policy, layouts)
     )
     if fits_alone:
         return Pending(
@@ -67,10 +66,11 @@ def explain(
         )
     if gang.mig_profile is not None:
         return _explain_mig(initial, gang, known, nodes)
-    return _explain_whole(initial, gang, types, nodes)
+    return _explain_whole(initial, gang, known, nodes)
 
 
-def _explain_whole(state: ClusterState, gang: Gang, types: str, nodes: list[int]) -> Pending:
+def _explain_whole(state: ClusterState, gang: Gang, known: list[str], nodes: list[int]) -> Pending:
+    types = _types_text(known)
     size = gang.gpus_per_replica
     replicas = gang.replicas_min
     same_node = gang.topology is Topology.SAME_NODE
@@ -83,7 +83,7 @@ def _explain_whole(state: ClusterState, gang: Gang, types: str, nodes: list[int]
             PendingReason.REPLICA_TOO_LARGE,
             f"needs {unit} x {types} on one node; the largest node has {largest} GPUs",
         )
-    largest_domain = max(max(len(d) for d in state.nodes[n].domains().values()) for n in nodes)
+    largest_domain = max(state.max_domain_size.get(t, 0) for t in known)
     if nvlink and size > largest_domain:
         return Pending(
             gang.id,

@@ -33,11 +33,13 @@ class Plan:
     repartitions: list[tuple[int, int, MigLayout]] = field(default_factory=list)
 
 
-class LayoutCache:
-    """Densest layouts per (type, profile), memoised for one decision only."""
+class Memo:
+    """Results memoised for one decision only: densest MIG layouts and each gang's usable types
+    (neither depends on what gets placed, only on the catalogue, the nodes and the policy)."""
 
     def __init__(self) -> None:
         self._layouts: dict[tuple[str, str], MigLayout] = {}
+        self.types: dict[str, list[str]] = {}
 
     def densest(self, state: ClusterState, gpu_type: str, profile: str) -> MigLayout:
         key = (gpu_type, profile)
@@ -46,11 +48,15 @@ class LayoutCache:
         return self._layouts[key]
 
 
-def usable_types(state: ClusterState, gang: Gang, policy: Policy) -> list[str]:
+def usable_types(
+    state: ClusterState, gang: Gang, policy: Policy, memo: Memo | None = None
+) -> list[str]:
     """Acceptable types that exist, offer the gang's MIG profile and have nodes; best first."""
+    if memo is not None and gang.id in memo.types:
+        return memo.types[gang.id]
     scored: list[tuple[float, int, str]] = []
     for order, name in enumerate(gang.type_names()):
-        if name not in state.catalog or not state.type_nodes(name):
+        if name not in state.catalog or not state.nodes_by_type.get(name):
             continue
         gpu = state.catalog[name]
         if gang.mig_profile is not None and not gpu.has_mig_profile(gang.mig_profile):
@@ -58,7 +64,10 @@ def usable_types(state: ClusterState, gang: Gang, policy: Policy) -> list[str]:
         value = replica_value(gang, gpu, policy).objective
         per_gpu = value / (1 if gang.uses_mig else gang.gpus_per_replica)
         scored.append((-per_gpu, order, name))
-    return [name for _, _, name in sorted(scored)]
+    result = [name for _, _, name in sorted(scored)]
+    if memo is not None:
+        memo.types[gang.id] = result
+    return result
 
 
 def _best_fit_node(
@@ -127,7 +136,7 @@ def _mig_mode_first(state: ClusterState, n: int) -> Callable[[int], tuple[bool, 
 
 
 def _plan_mig(
-    state: ClusterState, gang: Gang, gpu_type: str, policy: Policy, layouts: LayoutCache
+    state: ClusterState, gang: Gang, gpu_type: str, policy: Policy, layouts: Memo
 ) -> Plan | None:
     assert gang.mig_profile is not None
     profile = gang.mig_profile
@@ -164,7 +173,7 @@ def _plan_mig(
 
 
 def plan_gang(
-    state: ClusterState, gang: Gang, gpu_type: str, policy: Policy, layouts: LayoutCache
+    state: ClusterState, gang: Gang, gpu_type: str, policy: Policy, layouts: Memo
 ) -> Plan | None:
     """A feasible placement of `gang` on `gpu_type` in the current state, or None."""
     if gang.mig_profile is not None:
@@ -197,13 +206,13 @@ def greedy_order(gangs: Sequence[Gang]) -> list[Gang]:
 
 
 def place_greedy(
-    state: ClusterState, gangs: Sequence[Gang], policy: Policy, layouts: LayoutCache | None = None
+    state: ClusterState, gangs: Sequence[Gang], policy: Policy, layouts: Memo | None = None
 ) -> dict[str, GangPlacement]:
     """Place what fits, in greedy order; mutates `state`. Returns placements by gang id."""
-    layouts = layouts or LayoutCache()
+    layouts = layouts or Memo()
     placed: dict[str, GangPlacement] = {}
     for gang in greedy_order(gangs):
-        for gpu_type in usable_types(state, gang, policy):
+        for gpu_type in usable_types(state, gang, policy, layouts):
             plan = plan_gang(state, gang, gpu_type, policy, layouts)
             if plan is not None:
                 placed[gang.id] = commit(state, plan, policy)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from gpufleet.core.decision import Decision, GangPlacement, Repartition, SolveStats
 from gpufleet.core.demand import Gang
 from gpufleet.core.explain import explain
-from gpufleet.core.greedy import LayoutCache, place_greedy
+from gpufleet.core.greedy import Memo, place_greedy
 from gpufleet.core.policy import Engine, Policy
 from gpufleet.core.preempt import preempt_for_pending
 from gpufleet.core.snapshot import Snapshot
@@ -28,13 +28,14 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
     running_ids = {r.id for r in snapshot.running}
     if running_ids & set(ids):
         raise ValueError("a pending gang id is also running")
-    layouts = LayoutCache()
-    state = ClusterState(snapshot)
+    layouts = Memo()
+    initial = ClusterState(snapshot)
+    state = initial.copy()
     placements: dict[str, GangPlacement]
     if policy.solver.engine is Engine.CPSAT and pending:
         from gpufleet.core.cpsat import place_cpsat  # ortools import is heavy; load on use
 
-        state, placements, stats = place_cpsat(snapshot, state, pending, policy, layouts)
+        state, placements, stats = place_cpsat(snapshot, initial, state, pending, policy, layouts)
     else:
         placements = place_greedy(state, pending, policy, layouts)
         stats = SolveStats("greedy", "HEURISTIC")
@@ -43,7 +44,6 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
         state, stuck, policy, layouts, policy.max_preempting_gangs
     )
     placements.update(extra)
-    initial = ClusterState(snapshot)
     pending_out = tuple(
         explain(initial, g, policy, layouts)
         for g in sorted(pending, key=lambda g: g.id)

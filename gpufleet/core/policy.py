@@ -56,9 +56,10 @@ class SolverSettings:
 
     engine: Engine = Engine.CPSAT
     time_limit_s: float = 2.0
-    deterministic_time: float = 1.0
+    deterministic_time: float = 0.2
     workers: int = 1
     seed: int = 0
+    presolve: bool = False  # off: faster and a tighter bound on the count model (see cpsat.py)
 
     def __post_init__(self) -> None:
         if self.time_limit_s <= 0 or self.deterministic_time <= 0 or self.workers < 1:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from gpufleet.core.decision import GangPlacement, Preemption
 from gpufleet.core.demand import Gang
-from gpufleet.core.greedy import LayoutCache, Plan, commit, greedy_order, plan_gang, usable_types
+from gpufleet.core.greedy import Memo, Plan, commit, greedy_order, plan_gang, usable_types
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import RunningGang
 from gpufleet.core.state import ClusterState
@@ -44,8 +44,8 @@ def _retake(state: ClusterState, gang: RunningGang) -> None:
             state.take_instance(n, replica.gpus[0], replica.mig)
 
 
-def _try_plan(state: ClusterState, gang: Gang, policy: Policy, layouts: LayoutCache) -> Plan | None:
-    for gpu_type in usable_types(state, gang, policy):
+def _try_plan(state: ClusterState, gang: Gang, policy: Policy, layouts: Memo) -> Plan | None:
+    for gpu_type in usable_types(state, gang, policy, layouts):
         plan = plan_gang(state, gang, gpu_type, policy, layouts)
         if plan is not None:
             return plan
@@ -56,7 +56,7 @@ def preempt_for_pending(
     state: ClusterState,
     pending: Sequence[Gang],
     policy: Policy,
-    layouts: LayoutCache,
+    layouts: Memo,
     max_gangs: int,
 ) -> tuple[dict[str, GangPlacement], list[Preemption]]:
     """Place stuck gangs by evicting victims; mutates `state`."""
@@ -69,7 +69,7 @@ def preempt_for_pending(
     for gang in greedy_order(pending):
         if tried >= max_gangs:
             break
-        types = set(usable_types(state, gang, policy))
+        types = set(usable_types(state, gang, policy, layouts))
         candidates = [
             r
             for r in state.snapshot.running

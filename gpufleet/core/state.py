@@ -9,6 +9,8 @@ it records the MIG repartitions its updates imply.
 from __future__ import annotations
 
 import bisect
+import copy
+from collections import Counter
 from collections.abc import Iterable
 
 from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
@@ -48,21 +50,36 @@ class ClusterState:
         ]
         # type -> bucket[k] = sorted schedulable node indices with exactly k empty GPUs.
         self.buckets: dict[str, list[list[int]]] = {}
+        self.nodes_by_type: dict[str, list[int]] = {}  # schedulable nodes per type
+        self.max_domain_size: dict[str, int] = {}  # largest NVLink domain per type
         size = max((n.gpu_count for n in self.nodes), default=0) + 1
-        self.max_domain_size: dict[str, int] = {}
         for i, node in enumerate(self.nodes):
             per_type = self.buckets.setdefault(node.gpu_type, [[] for _ in range(size)])
-            largest = max((len(v) for v in node.domains().values()), default=0)
+            if not node.schedulable:
+                continue
+            per_type[len(self.empty[i])].append(i)
+            self.nodes_by_type.setdefault(node.gpu_type, []).append(i)
+            largest = max(Counter(self.domain_of[i]).values(), default=0)
             known = self.max_domain_size.get(node.gpu_type, 0)
             self.max_domain_size[node.gpu_type] = max(known, largest)
-            if node.schedulable:
-                per_type[len(self.empty[i])].append(i)
         self.instances: dict[tuple[str, str], list[InstanceKey]] = {}
         for i, node in enumerate(self.nodes):
             if not node.schedulable:
                 continue
             for g in range(node.gpu_count):
                 self._index_instances(i, g)
+
+    def copy(self) -> ClusterState:
+        """An independent copy (cheaper than rebuilding from the snapshot)."""
+        twin = copy.copy(self)
+        twin.layout = [list(row) for row in self.layout]
+        twin.busy = [list(row) for row in self.busy]
+        twin.used_inst = [[set(s) for s in row] for row in self.used_inst]
+        twin.empty = [set(s) for s in self.empty]
+        twin.buckets = {t: [list(b) for b in rows] for t, rows in self.buckets.items()}
+        twin.instances = {k: list(v) for k, v in self.instances.items()}
+        twin.repartitioned = set(self.repartitioned)
+        return twin
 
     # --- construction helpers -------------------------------------------------------------
 
