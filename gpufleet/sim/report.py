@@ -1,0 +1,151 @@
+"""Reports of a simulation comparison: JSON, a Markdown table and PNG plots.
+
+Plots (matplotlib, non-interactive backend): the CDF of job completion times per policy, energy
+per policy, and busy GPUs over time per policy.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpufleet.sim.metrics import SimResult, summarise
+
+__all__ = ["COLUMNS", "fmt_cell", "markdown_table", "write_plots", "write_report"]
+
+# (summary key, column title, format) in table order.
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("policy", "policy", "{}"),
+    ("completed", "jobs done", "{}"),
+    ("avg_jct_h", "avg JCT (h)", "{:.2f}"),
+    ("median_jct_h", "median JCT (h)", "{:.3f}"),
+    ("p99_jct_h", "p99 JCT (h)", "{:.1f}"),
+    ("avg_queueing_h", "avg queueing (h)", "{:.2f}"),
+    ("makespan_h", "makespan (h)", "{:.1f}"),
+    ("utilisation", "GPU util", "{:.1%}"),
+    ("unallocated_gpus_waiting", "unalloc. GPUs while waiting", "{:.1f}"),
+    ("energy_kwh", "energy (kWh)", "{:,.0f}"),
+    ("avg_power_kw", "avg power (kW)", "{:.1f}"),
+    ("preemptions", "preemptions", "{}"),
+    ("wall_s", "sim time (s)", "{:.1f}"),
+)
+
+
+def fmt_cell(fmt: str, value: Any) -> str:
+    """One table cell; NaN prints as n/a."""
+    if isinstance(value, float) and math.isnan(value):
+        return "n/a"
+    return fmt.format(value)
+
+
+def markdown_table(summaries: Sequence[Mapping[str, Any]]) -> str:
+    """A GitHub-flavoured Markdown table of the headline metrics, one row per policy."""
+    head = "| " + " | ".join(title for _, title, _ in COLUMNS) + " |"
+    rule = "|" + "|".join("---" for _ in COLUMNS) + "|"
+    rows = [
+        "| " + " | ".join(fmt_cell(fmt, s[key]) for key, _, fmt in COLUMNS) + " |"
+        for s in summaries
+    ]
+    return "\n".join([head, rule, *rows]) + "\n"
+
+
+def _cdf(values: Sequence[float]) -> tuple[list[float], list[float]]:
+    xs = sorted(values)
+    n = len(xs)
+    return xs, [(i + 1) / n for i in range(n)]
+
+
+def write_plots(results: Sequence[SimResult], out: Path) -> list[Path]:
+    """JCT CDF, energy per policy and utilisation over time, as PNG files in `out`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths: list[Path] = []
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in results:
+        jct = [j.jct_s / 3600.0 for j in r.jobs if j.completion_s is not None]
+        if jct:
+            xs, ys = _cdf([max(x, 1e-3) for x in jct])
+            ax.plot(xs, ys, label=r.policy)
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (h, log scale)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title("JCT CDF")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    paths.append(out / "jct_cdf.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    names = [r.policy for r in results]
+    kwh = [r.energy_j / 3.6e6 for r in results]
+    ax.bar(names, kwh, color="tab:green")
+    ax.set_ylabel("energy (kWh)")
+    ax.set_title("GPU energy per policy")
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    paths.append(out / "energy.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in results:
+        if r.timeline:
+            t0 = r.start_s
+            pts = _decimate(r.timeline, 2000)
+            ax.step(
+                [(t - t0) / 3600.0 for t, *_ in pts],
+                [busy / r.fleet_gpus for _, busy, _, _ in pts],
+                where="post",
+                label=r.policy,
+            )
+    ax.set_xlabel("simulated time (h)")
+    ax.set_ylabel("busy GPUs / fleet GPUs")
+    ax.set_title("GPU utilisation over time")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    paths.append(out / "utilisation.png")
+    fig.savefig(paths[-1], dpi=120)
+    plt.close(fig)
+    return paths
+
+
+def _decimate(
+    points: Sequence[tuple[float, float, float, float]], limit: int
+) -> list[tuple[float, float, float, float]]:
+    """At most about `limit` points, keeping the first and last."""
+    if len(points) <= limit:
+        return list(points)
+    step = math.ceil(len(points) / limit)
+    kept = list(points[::step])
+    if kept[-1] is not points[-1]:
+        kept.append(points[-1])
+    return kept
+
+
+def write_report(
+    results: Sequence[SimResult],
+    out: Path,
+    meta: Mapping[str, Any],
+    plots: bool = True,
+) -> dict[str, Any]:
+    """Write `results.json`, `results.md` and the plots into `out`; return the JSON document."""
+    out.mkdir(parents=True, exist_ok=True)
+    summaries = [summarise(r) for r in results]
+    doc: dict[str, Any] = {"meta": dict(meta), "policies": summaries}
+    (out / "results.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    lines = [f"# Simulation: {meta.get('trace', '?')} on {meta.get('fleet', '?')}", ""]
+    lines += [f"- {k}: {v}" for k, v in meta.items()]
+    lines += ["", markdown_table(summaries)]
+    (out / "results.md").write_text("\n".join(lines))
+    if plots:
+        doc["plots"] = [p.name for p in write_plots(results, out)]
+    return doc
