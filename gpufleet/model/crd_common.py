@@ -86,7 +86,6 @@ class CRDModel(BaseModel):
         alias_generator=to_camel,
         populate_by_name=True,
         extra="forbid",
-        use_enum_values=False,
     )
 
 

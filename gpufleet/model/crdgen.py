@@ -303,7 +303,7 @@ def render_yaml(document: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Write the CRD files, or with --check report whether the committed ones are current."""
     parser = argparse.ArgumentParser(
-        prog="python -m gpufleet.model.crdgen", description=__doc__.split("\n\n")[0]
+        prog="python -m gpufleet.model.crdgen", description=(__doc__ or "").split("\n\n")[0]
     )
     parser.add_argument(
         "--out-dir",
