@@ -1,0 +1,145 @@
+"""Independent checks that a decision obeys every hard rule (used by tests and the simulator).
+
+It replays the snapshot, preemptions, repartitions and placements on its own simple GPU ledger,
+without the engine's data structures, and returns every violation it finds as a sentence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpufleet.core.decision import Decision, GangPlacement
+from gpufleet.core.demand import Gang, Topology
+from gpufleet.core.snapshot import Snapshot
+from gpufleet.model.mig import MigLayout, MigPlacement, layout_problem
+
+
+def decision_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Decision) -> list[str]:
+    problems: list[str] = []
+    gangs = {g.id: g for g in pending}
+    running = {r.id: r for r in snapshot.running}
+    placed_ids = [p.gang_id for p in decision.placements]
+    pending_ids = [p.gang_id for p in decision.pending]
+    # Every pending gang is either placed or explained, exactly once.
+    if sorted(placed_ids + pending_ids) != sorted(gangs):
+        problems.append("placed + pending gangs differ from the pending input")
+    # Preemption: whole running gangs, preemptible, strictly lower priority than an admitted gang.
+    evicted: set[str] = set()
+    for pre in decision.preemptions:
+        victim = running.get(pre.gang_id)
+        winner = gangs.get(pre.for_gang)
+        if victim is None or winner is None:
+            problems.append(f"preemption {pre} names an unknown gang")
+            continue
+        if not victim.preemptible:
+            problems.append(f"{victim.id} is not preemptible")
+        if victim.priority >= winner.priority:
+            problems.append(
+                f"{victim.id} (priority {victim.priority}) preempted for "
+                f"{winner.id} (priority {winner.priority})"
+            )
+        if pre.for_gang not in placed_ids:
+            problems.append(f"{victim.id} preempted for {winner.id}, which was not placed")
+        evicted.add(victim.id)
+
+    layouts: dict[tuple[str, int], MigLayout | None] = {
+        (n.name, g.index): g.mig_layout for n in snapshot.nodes for g in n.gpus
+    }
+    whole: set[tuple[str, int]] = set()
+    slices: set[tuple[str, int, MigPlacement]] = set()
+    for active in snapshot.running:
+        if active.id in evicted:
+            continue
+        for r in active.replicas:
+            for g in r.gpus:
+                if r.mig is None:
+                    whole.add((r.node, g))
+                else:
+                    slices.add((r.node, g, r.mig))
+    used_gpus = whole | {(n, g) for n, g, _ in slices}
+    # MIG layouts change only on empty GPUs and only to valid layouts.
+    for rep in decision.repartitions:
+        key = (rep.node, rep.gpu)
+        if key not in layouts:
+            problems.append(f"repartition of unknown GPU {key}")
+            continue
+        if key in used_gpus:
+            problems.append(f"repartition of GPU {key} that is in use")
+        if rep.old_layout != layouts[key]:
+            problems.append(f"repartition of GPU {key} states the wrong old layout")
+        if rep.new_layout is not None:
+            gpu_type = snapshot.catalog[snapshot.node(rep.node).gpu_type]
+            why = layout_problem(gpu_type, rep.new_layout)
+            if why is not None:
+                problems.append(f"invalid layout for GPU {key}: {why}")
+        layouts[key] = rep.new_layout
+
+    for placement in decision.placements:
+        gang = gangs.get(placement.gang_id)
+        if gang is None:
+            problems.append(f"placement for unknown gang {placement.gang_id}")
+            continue
+        problems.extend(_placement_problems(snapshot, gang, placement.gpu_type, placement))
+        for r in placement.replicas:
+            for g in r.gpus:
+                key = (r.node, g)
+                if key not in layouts:
+                    continue
+                if r.mig is None:
+                    # A whole GPU: not shared, not cut into MIG slices.
+                    if key in used_gpus:
+                        problems.append(f"GPU {key} oversubscribed by {gang.id}")
+                    if layouts[key] is not None:
+                        problems.append(f"GPU {key} is in MIG mode but given whole to {gang.id}")
+                    whole.add(key)
+                    used_gpus.add(key)
+                else:
+                    layout = layouts[key]
+                    if key in whole:
+                        problems.append(f"GPU {key} is used whole; {gang.id} wants a slice")
+                    if layout is None or r.mig not in layout:
+                        problems.append(f"GPU {key} has no instance {r.mig} for {gang.id}")
+                    if (r.node, g, r.mig) in slices:
+                        problems.append(f"slice {r.mig} on {key} oversubscribed by {gang.id}")
+                    slices.add((r.node, g, r.mig))
+                    used_gpus.add(key)
+    return problems
+
+
+def _placement_problems(
+    snapshot: Snapshot, gang: Gang, gpu_type: str, placement: GangPlacement
+) -> list[str]:
+    out: list[str] = []
+    if gpu_type not in gang.type_names():
+        out.append(f"{gang.id} placed on unacceptable type {gpu_type}")
+    count = placement.replica_count
+    if not gang.replicas_min <= count <= gang.replicas_max:
+        out.append(
+            f"{gang.id} got {count} replicas, allowed {gang.replicas_min}..{gang.replicas_max}"
+        )
+    nodes: set[str] = set()
+    for r in placement.replicas:
+        if not snapshot.has_node(r.node):
+            out.append(f"{gang.id} placed on unknown node {r.node}")
+            continue
+        node = snapshot.node(r.node)
+        nodes.add(r.node)
+        if node.gpu_type != gpu_type:
+            out.append(f"{gang.id} replica on {r.node} ({node.gpu_type}), not {gpu_type}")
+        if not node.schedulable:
+            out.append(f"{gang.id} placed on unschedulable node {r.node}")
+        if any(not 0 <= g < node.gpu_count for g in r.gpus) or len(set(r.gpus)) != len(r.gpus):
+            out.append(f"{gang.id} replica on {r.node} has bad GPU indices {r.gpus}")
+            continue
+        if gang.mig_profile is None:
+            if r.mig is not None or len(r.gpus) != gang.gpus_per_replica:
+                out.append(f"{gang.id} replica on {r.node} is not {gang.gpus_per_replica} GPUs")
+            if gang.topology is Topology.NVLINK:
+                domains = {node.gpus[g].nvlink_domain for g in r.gpus}
+                if len(domains) != 1:
+                    out.append(f"{gang.id} replica on {r.node} spans NVLink domains {domains}")
+        elif r.mig is None or r.mig.profile != gang.mig_profile:
+            out.append(f"{gang.id} replica on {r.node} is not a {gang.mig_profile} slice")
+    if gang.topology is Topology.SAME_NODE and len(nodes) > 1:
+        out.append(f"{gang.id} wants one node but spans {sorted(nodes)}")
+    return out
