@@ -111,14 +111,14 @@ class _Need:
     down: float  # at the scale-down utilization, including backlog
     forecast_up: float
     forecast_down: float
-    latency_guard: int
+    latency_need: float  # replicas from observed latency (unrounded)
     kv_guard: int
     demand: float
     forecast_demand: float
     correction: float
 
 
-_NO_NEED = _Need(0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0.0, 0.0, 1.0)
+_NO_NEED = _Need(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 1.0)
 
 
 def _ceil(x: float) -> int:
@@ -192,7 +192,13 @@ def _decide_pool(
     cap_up = _ceil(prefill.up + decode.up)
     cap_up_steady = _ceil(prefill.up_steady + decode.up_steady)
     fc_up = _ceil(prefill.forecast_up + decode.forecast_up)
-    latency = max(prefill.latency_guard, decode.latency_guard)
+    # Latency feedback with memory: a need seen recently is released with a half-life.
+    latency_need = max(prefill.latency_need, decode.latency_need)
+    reserve = _burst_reserve(state, now, settings)
+    reserve_time: float | None = state.latency_need_time
+    if latency_need >= reserve:
+        reserve, reserve_time = latency_need, now
+    latency = _ceil(reserve)
     kv = decode.kv_guard
     rec_up = max(cap_up, fc_up, latency, kv)
     if rec_up > current:
@@ -261,6 +267,8 @@ def _decide_pool(
         name=pool.name,
         recommendations=recs,
         events=_prune_events(events, now, settings),
+        latency_need=reserve if reserve_time == now else state.latency_need,
+        latency_need_time=reserve_time,
         ttft_correction=prefill.correction if prefill is not _NO_NEED else state.ttft_correction,
         itl_correction=decode.correction if decode is not _NO_NEED else state.itl_correction,
         last_update=now,
@@ -317,6 +325,15 @@ def _hold(
 # ---------------------------------------------------------------------------------------------
 
 
+def _ready(pool: PoolInput, latest: MetricsSample) -> int:
+    """Replicas serving now: the pool's ready count, else the sample's, else the current."""
+    if pool.ready_replicas is not None:
+        return pool.ready_replicas
+    if latest.ready_replicas is not None:
+        return latest.ready_replicas
+    return pool.current_replicas
+
+
 def _window_mean_tokens(samples: tuple[MetricsSample, ...], prompt: bool) -> float:
     """Mean prompt (or generated) tokens per request over the window, 0 if unknown."""
     tokens = 0.0
@@ -330,20 +347,39 @@ def _window_mean_tokens(samples: tuple[MetricsSample, ...], prompt: bool) -> flo
     return tokens / requests if requests > _EPS else 0.0
 
 
-def _latency_guard(
+def _latency_need(
     observed: LatencyQuantiles | None,
     slo_s: float,
-    current: int,
-    pending: bool,
+    own_s: float,
+    ready: int,
     settings: AutoscalerSettings,
-) -> int:
-    """Replicas the latency guard asks for: current x observed/SLO (capped) on a violation."""
-    if pending or observed is None or current <= 0:
-        return 0
-    ratio = observed.p90 / slo_s
-    if ratio <= 1.0 + settings.latency_tolerance:
-        return 0
-    return _ceil(current * min(ratio, settings.feedback_max_step))
+) -> float:
+    """Replicas the observed p90 latency says the pool needs (unrounded; 0 if unknown).
+
+    Only the part of the latency that more replicas can remove is scaled: the queueing part
+    `observed - own_s` (prefill: the request's own prefill time; decode: the batch-independent
+    ITL) against the same part of the SLO budget at `latency_queue_target`. With more replicas
+    that part shrinks roughly in proportion (a burst drains N times faster; a decode batch is N
+    times smaller), so `ready x queue / budget` replicas bring it back under the target. An SLO
+    the own time alone misses gives 0: replicas cannot fix it (the trap Dynamo's latency-ratio
+    floor fell into, serving.md §2.3). One observation asks for at most `feedback_max_step`
+    times the ready replicas.
+    """
+    if observed is None or ready <= 0:
+        return 0.0
+    budget = (slo_s - own_s) * settings.latency_queue_target
+    if budget <= 0:
+        return 0.0
+    queue = max(0.0, observed.p90 - own_s)
+    return ready * min(queue / budget, settings.feedback_max_step)
+
+
+def _burst_reserve(state: PoolState, now: float, settings: AutoscalerSettings) -> float:
+    """The largest recent latency need, halved every `burst_memory_half_life_s`."""
+    if state.latency_need_time is None:
+        return 0.0
+    age = max(0.0, now - state.latency_need_time)
+    return state.latency_need * math.pow(0.5, age / settings.burst_memory_half_life_s)
 
 
 def _prefill_need(
@@ -382,8 +418,12 @@ def _prefill_need(
         down=now_point.total / (per_replica * rho_down),
         forecast_up=fc / (per_replica * rho_up),
         forecast_down=fc / (per_replica * rho_down),
-        latency_guard=_latency_guard(
-            latest.ttft, slo.ttft_p90_s, pool.current_replicas, pending, settings
+        latency_need=_latency_need(
+            latest.ttft,
+            slo.ttft_p90_s,
+            settings.service_p90_over_mean * isl / cap,
+            _ready(pool, latest),
+            settings,
         ),
         kv_guard=0,
         demand=now_point.total,
@@ -439,8 +479,12 @@ def _decode_need(
         down=now_point.total / (batch * rho_down),
         forecast_up=fc / (batch * rho_up),
         forecast_down=fc / (batch * rho_down),
-        latency_guard=_latency_guard(
-            latest.itl, slo.itl_p90_s, pool.current_replicas, pending, settings
+        latency_need=_latency_need(
+            latest.itl,
+            slo.itl_p90_s,
+            pool.capacity.decode_itl_base_s,
+            _ready(pool, latest),
+            settings,
         ),
         kv_guard=kv_guard,
         demand=now_point.total,

@@ -116,6 +116,31 @@ class AutoscalerSettings(BaseModel):
         description="Below SLO x this ratio the latency correction decays toward 1. Source: "
         "Dynamo --loadbased-scaling-down-sensitivity 80 (serving.md §2.3).",
     )
+    latency_queue_target: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="The latency feedback sizes the pool so the queueing part of p90 latency "
+        "uses this fraction of the SLO budget left after the request's own time. Source: "
+        "Dynamo --loadbased-scaling-down-sensitivity 80 (serving.md §2.3).",
+    )
+    service_p90_over_mean: float = Field(
+        2.3,
+        ge=1,
+        description="Ratio of p90 to mean own prefill time (prompt length / per-replica "
+        "throughput) when splitting observed TTFT p90 into own time and queueing. Source: "
+        "gpufleet; ln(10)=2.3 for an exponential-tailed prompt length (the Azure code trace: "
+        "mean 2,048, p99 7,436 tokens, reference/data.md §3).",
+    )
+    burst_memory_half_life_s: float = Field(
+        600.0,
+        gt=0,
+        description="The largest recent latency-derived need is kept as a floor that halves "
+        "every half-life, so replicas a burst needed are released gradually rather than "
+        "right after the scale-down window. Source: gpufleet; two HPA scale-down windows "
+        "(300 s, serving.md §5), because bursts return faster than a replica starts "
+        "(60-300 s, §9 rule 5).",
+    )
     feedback_gain: float = Field(
         0.5,
         gt=0,

@@ -161,7 +161,9 @@ class PoolState:
 
     `recommendations` are `(time, replicas)` pairs for stabilization windows; `events` are the
     policy's own recent changes for step limits; the two corrections are the feedback factors
-    learned from observed latency against the SLO (1.0 = the capacity profile is right).
+    learned from observed latency against the SLO (1.0 = the capacity profile is right);
+    `latency_need` is the largest recent replica need seen in latency, at `latency_need_time`
+    (the burst reserve, released with a half-life).
     """
 
     name: str
@@ -169,6 +171,8 @@ class PoolState:
     events: tuple[ScaleEvent, ...] = ()
     ttft_correction: float = 1.0
     itl_correction: float = 1.0
+    latency_need: float = 0.0
+    latency_need_time: float | None = None
     last_update: float | None = None
 
 
