@@ -399,7 +399,8 @@ def _prefill_need(
     observed = latest.ttft.p90 if latest.ttft is not None else None
     correction = state.ttft_correction
     if not pending:
-        correction = update_correction(correction, observed, slo.ttft_p90_s, elapsed, settings)
+        own = settings.service_p90_over_mean * _window_mean_tokens(samples, prompt=True) / cap
+        correction = update_correction(correction, observed, slo.ttft_p90_s, own, elapsed, settings)
 
     isl = _window_mean_tokens(samples, prompt=True)
     rho_up = prefill_utilization_ceiling(isl / cap, slo.ttft_p90_s, settings)
@@ -446,9 +447,13 @@ def _decode_need(
     observed = latest.itl.p90 if latest.itl is not None else None
     correction = state.itl_correction
     if not pending:
-        correction = update_correction(correction, observed, slo.itl_p90_s, elapsed, settings)
-    # Dynamo's SLA planner sizes decode at corrected_itl = itl_sla / d_correction (§2.2).
-    itl_target = slo.itl_p90_s / correction
+        correction = update_correction(
+            correction, observed, slo.itl_p90_s, pool.capacity.decode_itl_base_s, elapsed, settings
+        )
+    # Dynamo's SLA planner sizes decode at corrected_itl = itl_sla / d_correction (§2.2); only
+    # the batch-dependent part of the ITL is scaled, so the target never drops below the base.
+    base = pool.capacity.decode_itl_base_s
+    itl_target = base + max(0.0, slo.itl_p90_s - base) / correction
 
     sized = [
         r

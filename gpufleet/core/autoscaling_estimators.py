@@ -149,15 +149,16 @@ def prefill_utilization_ceiling(
     `W = rho * s / (2 (1 - rho))` for service time `s`. Requiring
     `s + queue_p90_over_mean * W <= SLO` gives `rho <= 2B / (s + 2B)` with
     `B = (SLO - s) / queue_p90_over_mean`. The result is capped by `target_utilization` and
-    floored at a tenth of it, so an SLO the service time alone misses still sizes a pool
-    (the latency feedback then adds what the model cannot).
+    floored at a tenth of it. An SLO the mean service time alone misses gets
+    `target_utilization`: no replica count meets it, so the pool is sized for throughput
+    instead of growing without bound (the trap of Dynamo's latency-ratio floor, serving.md §2.3).
     """
     cap = settings.target_utilization
     if mean_service_s <= 0:
         return cap
     budget = (ttft_slo_s - mean_service_s) / settings.queue_p90_over_mean
     if budget <= 0:
-        return cap * 0.1
+        return cap  # infeasible by service time alone: size for throughput, do not chase it
     rho = 2.0 * budget / (mean_service_s + 2.0 * budget)
     return max(cap * 0.1, min(cap, rho))
 
@@ -188,22 +189,29 @@ def update_correction(
     correction: float,
     observed_p90_s: float | None,
     slo_s: float,
+    own_s: float,
     elapsed_s: float,
     settings: AutoscalerSettings,
 ) -> float:
     """Next value of a latency correction factor (>= 1) from one observed p90 latency.
 
     A violation (observed > SLO x (1 + tolerance)) multiplies the correction by
-    `min(observed/SLO, feedback_max_step) ** feedback_gain`; a healthy latency (observed <
-    SLO x latency_healthy_ratio) lets it decay toward 1 with `feedback_half_life_s`; in between
-    it is kept. The correction scales demand up (prefill) or the ITL target down (decode), the
-    way Dynamo's SLA planner applies its correction factors (serving.md §2.2).
+    `min(q, feedback_max_step) ** feedback_gain`, where `q` is the queueing part of the latency
+    (`observed - own_s`) over the SLO budget left after the own time; a healthy latency
+    (observed < SLO x latency_healthy_ratio) lets it decay toward 1 with
+    `feedback_half_life_s`; in between it is kept. An SLO the own time alone misses leaves the
+    correction alone (more replicas would not help). The correction scales per-replica capacity
+    down (prefill) or the decode ITL headroom down, the way Dynamo's SLA planner applies its
+    correction factors (serving.md §2.2).
     """
-    if observed_p90_s is None or slo_s <= 0:
+    if observed_p90_s is None or slo_s <= own_s:
         return correction
     ratio = observed_p90_s / slo_s
     if ratio > 1.0 + settings.latency_tolerance:
-        step = math.pow(min(ratio, settings.feedback_max_step), settings.feedback_gain)
+        queue_ratio = max(0.0, observed_p90_s - own_s) / (slo_s - own_s)
+        step = math.pow(
+            min(max(queue_ratio, 1.0), settings.feedback_max_step), settings.feedback_gain
+        )
         return min(settings.feedback_max_correction, correction * step)
     if ratio < settings.latency_healthy_ratio and elapsed_s > 0:
         decay = math.pow(0.5, elapsed_s / settings.feedback_half_life_s)
