@@ -202,8 +202,9 @@ class _Model:
                         lay = self.state.layout[n][g]
                         if lay is not None:
                             existing[lay] += 1
-            candidates = set(enumerate_layouts(gpu, profiles=per_profile, maximal_only=True))
-            candidates |= set(existing)
+            candidates = set(existing)
+            if self.policy.allow_repartition:
+                candidates |= set(enumerate_layouts(gpu, profiles=per_profile, maximal_only=True))
             candidates.discard(make_layout(()))
             leftover: list[cp_model.LinearExprT] = []
             for group in self.groups:
@@ -227,6 +228,8 @@ class _Model:
                 # Repartitions: GPUs given this layout beyond those that already have it.
                 extra = self.model.new_int_var(0, bound, f"repartition[{t},{i}]")
                 self.model.add(extra >= z - existing.get(lay, 0))
+                if not self.policy.allow_repartition:
+                    self.model.add(extra == 0)
                 self.objective_terms.append((extra, -_scaled(self.policy.weights.disruption)))
             self.model.add(_total(zs.values()) <= _total(leftover))
             for profile, opts in sorted(per_profile.items()):

@@ -72,6 +72,8 @@ class Policy:
     power_caps: PowerCapRule = field(default_factory=PowerCapRule)
     solver: SolverSettings = field(default_factory=SolverSettings)
     allow_preemption: bool = True
+    # May give empty GPUs a new MIG layout. Switching an empty MIG GPU back to whole for a
+    # whole-GPU gang is always allowed (it is a drain-free change on an idle GPU).
     allow_repartition: bool = True
     max_preempting_gangs: int = 16  # stuck gangs that may evict per decision (bounds the work)
 
