@@ -4,7 +4,8 @@ All four read only the snapshot and the pending gangs (oldest first, as the engi
 and return a core `Decision`; the core `Policy` argument is accepted and ignored. None of them
 knows MIG layouts beyond the homogeneous mig-manager configs: when a slice is needed and no free
 instance of its profile exists, an empty MIG GPU is repartitioned to `all-<profile>` (as many
-instances of that one profile as fit), the way an operator relabels a GPU for one profile.
+instances of that one profile as fit), the way an operator relabels a GPU for one profile, and
+when a whole GPU is needed and none is free, an empty MIG GPU is switched back to a whole GPU.
 
 * `KubeLikePolicy` — kube-scheduler's default behaviour for GPU pods: pods one by one in queue
   order, each on the schedulable node with the most free GPUs (the `LeastAllocated` score), no
@@ -106,10 +107,28 @@ class _Free:
     def node_gpus(self, node: str) -> int:
         return self.snapshot.node(node).gpu_count
 
+    def empty_mig(self, node: str) -> list[int]:
+        """MIG-mode GPUs of `node` with no instance in use (could be switched to whole)."""
+        return [
+            gpu.index
+            for gpu in self.snapshot.node(node).gpus
+            if self.mig_used.get((node, gpu.index)) == 0
+        ]
+
+    def available(self, node: str) -> int:
+        """GPUs a whole-GPU replica could get on `node`."""
+        return len(self.whole.get(node, ())) + len(self.empty_mig(node))
+
     def take_whole(self, node: str, count: int) -> tuple[int, ...]:
+        """Free whole GPUs first, then empty MIG GPUs switched back to whole GPUs."""
         gpus = self.whole[node][:count]
         del self.whole[node][:count]
-        return tuple(gpus)
+        for g in self.empty_mig(node)[: count - len(gpus)]:
+            key = (node, g)
+            self.repartitions.append(Repartition(node, g, self.layouts.pop(key), None))
+            del self.mig_free[key], self.mig_used[key]
+            gpus.append(g)
+        return tuple(sorted(gpus))
 
     def mig_candidates(self, node: str, profile: str) -> list[tuple[int, MigPlacement]]:
         """Free instances of `profile` on `node`, and empty GPUs that could be cut for it."""
@@ -144,7 +163,11 @@ class _Free:
         """Carry cuts decided earlier in the same call over to this (fresher) view."""
         for rep in repartitions:
             key = (rep.node, rep.gpu)
-            if rep.new_layout is None or self.mig_used.get(key, 1) != 0:
+            if self.mig_used.get(key, 1) != 0:
+                continue
+            if rep.new_layout is None:  # switched to a whole GPU, already given out
+                del self.layouts[key], self.mig_free[key], self.mig_used[key]
+                self.repartitions.append(rep)
                 continue
             self.layouts[key] = rep.new_layout
             self.mig_free[key] = list(rep.new_layout)
@@ -169,7 +192,7 @@ def _least_allocated(free: _Free, nodes: list[str], need: int) -> str | None:
     """Most free GPUs as a fraction of the node (kube-scheduler's LeastAllocated)."""
     best: tuple[float, str] | None = None
     for n in nodes:
-        avail = len(free.whole.get(n, ()))
+        avail = free.available(n)
         if avail >= need:
             score = (-(avail - need) / free.node_gpus(n), n)
             if best is None or score < best:
@@ -181,7 +204,7 @@ def _best_fit(free: _Free, nodes: list[str], need: int) -> str | None:
     """Fewest free GPUs that still fit."""
     best: tuple[int, str] | None = None
     for n in nodes:
-        avail = len(free.whole.get(n, ()))
+        avail = free.available(n)
         if avail >= need and (best is None or (avail, n) < best):
             best = (avail, n)
     return None if best is None else best[1]
@@ -288,7 +311,7 @@ class KubeLikePolicy:
                     if gang.mig_profile is None:
                         node = _least_allocated(free, free.by_type[t], gang.gpus_per_replica)
                         if node is not None:
-                            score = -len(free.whole[node]) / free.node_gpus(node)
+                            score = -free.available(node) / free.node_gpus(node)
                             if best is None or (score, t) < best:
                                 best = (score, t)
                     elif best is None:
@@ -421,7 +444,8 @@ class _RoundBased:
             for rep in gp.replicas:
                 if rep.mig is None:
                     for ix in rep.gpus:
-                        view.whole[rep.node].remove(ix)
+                        if ix in view.whole[rep.node]:
+                            view.whole[rep.node].remove(ix)
                 else:
                     view.take_instance(rep.node, rep.gpus[0], rep.mig)
 

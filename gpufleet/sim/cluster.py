@@ -8,20 +8,28 @@ Initial MIG layouts come from the pool's `mig.config` name:
 
 * `all-disabled` (or no `mig:` block): MIG off;
 * `all-enabled`: MIG on with no instances (the scheduler cuts slices on demand);
-* `all-<profile>`: as many instances of `<profile>` as fit, at the lowest valid starts;
+* `all-<profile>`: as many instances of `<profile>` as fit (the model's `densest_layout`);
 * `all-balanced`: one 3g, one 2g and two 1g instances (the mig-parted `all-balanced` shape in the
   project's GPU reference §4).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.model.cluster import Gpu, Node
 from gpufleet.model.gpus import SM_SLICES, Catalog, GpuType
-from gpufleet.model.mig import MigLayout, MigPlacement, is_valid_layout, make_layout
+from gpufleet.model.mig import (
+    MigLayout,
+    MigPlacement,
+    densest_layout,
+    enumerate_layouts,
+    is_valid_layout,
+    profile_counts,
+)
 from gpufleet.sim.fleet import FleetSpec, NodePoolSpec
 
 __all__ = ["ClusterError", "SimCluster", "initial_layout", "slice_share"]
@@ -31,16 +39,13 @@ class ClusterError(RuntimeError):
     """A decision asked for something the cluster cannot do (a policy bug, never silent)."""
 
 
-def _greedy_layout(gpu: GpuType, profiles: Iterable[str]) -> MigLayout:
-    """Add instances of `profiles` in order at their lowest start that keeps the layout valid."""
-    current: list[MigPlacement] = []
-    for name in profiles:
-        for start in gpu.mig_profile(name).starts:
-            candidate = make_layout((*current, MigPlacement(start, name)))
-            if is_valid_layout(gpu, candidate):
-                current = list(candidate)
-                break
-    return make_layout(current)
+def _layout_with(gpu: GpuType, names: Iterable[str]) -> MigLayout:
+    """The first valid layout (in the model's stable order) holding exactly `names`."""
+    wanted = Counter(names)
+    for layout in enumerate_layouts(gpu, profiles=set(wanted)):
+        if profile_counts(layout) == wanted:
+            return layout
+    raise ValueError(f"{gpu.name}: no valid MIG layout holds {dict(wanted)}")
 
 
 def initial_layout(gpu: GpuType, config: str) -> MigLayout | None:
@@ -58,11 +63,9 @@ def initial_layout(gpu: GpuType, config: str) -> MigLayout | None:
             if "+me" not in p.name and p.sm_slices in (1, 2, 3)
         }
         # Smallest memory variant per SM size: iterate reversed so the first listed wins.
-        return _greedy_layout(gpu, [by_sm[3], by_sm[2], by_sm[1], by_sm[1]])
+        return _layout_with(gpu, [by_sm[3], by_sm[2], by_sm[1], by_sm[1]])
     if config.startswith("all-"):
-        name = config.removeprefix("all-")
-        profile = gpu.mig_profile(name)
-        return _greedy_layout(gpu, [name] * profile.max_instances)
+        return densest_layout(gpu, config.removeprefix("all-"))
     raise ValueError(f"unknown MIG config {config!r}")
 
 
