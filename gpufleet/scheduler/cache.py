@@ -1,0 +1,220 @@
+"""The scheduler's in-memory view of the cluster, with assumed bindings overlaid.
+
+Informers write nodes, pods and the MIG config map in; every cycle reads a consistent copy. A
+binding is *assumed* before it is written to the API server, so the next cycle already counts
+those GPUs as used even if the watch has not yet delivered the bound pod; a failed write
+*forgets* the assumption. An assumption ends when the watch shows the pod bound (the pod then
+carries the same annotations), when the pod disappears, or when it expires.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from gpufleet.scheduler import names, pods
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Assumption:
+    node: str
+    annotations: Mapping[str, str]
+    expires: float
+
+
+@dataclass(frozen=True, slots=True)
+class Nomination:
+    """A gang that preempted victims waits until their pods are gone."""
+
+    victims: frozenset[str]  # pod keys
+    expires: float
+
+
+@dataclass(frozen=True, slots=True)
+class MigRequest:
+    """A MIG config gpufleet asked a node for; gangs needing it wait until it is applied."""
+
+    config: str
+    gangs: frozenset[str]
+    expires: float
+
+
+@dataclass
+class CachedState:
+    """A copy handed to one cycle."""
+
+    nodes: list[Obj]
+    pods: list[Obj]
+    mig_configs: dict[str, Any]
+    nominations: dict[str, Nomination] = field(default_factory=dict)
+    mig_requests: dict[str, MigRequest] = field(default_factory=dict)
+
+
+class SchedulerCache:
+    def __init__(
+        self, assume_ttl: float = 30.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._lock = threading.Lock()
+        self._nodes: dict[str, Obj] = {}
+        self._pods: dict[str, Obj] = {}
+        self._mig_configs: dict[str, Any] = {}
+        self._assumed: dict[str, Assumption] = {}
+        self._nominations: dict[str, Nomination] = {}
+        self._mig_requests: dict[str, MigRequest] = {}
+        self._ttl = assume_ttl
+        self._clock = clock
+        self.changed = threading.Event()  # set on every update; the loop waits on it
+
+    # --- informer callbacks ------------------------------------------------------------------
+
+    def replace_nodes(self, items: list[Obj]) -> None:
+        with self._lock:
+            self._nodes = {n["metadata"]["name"]: n for n in items}
+        self.changed.set()
+
+    def node_event(self, kind: str, obj: Obj) -> None:
+        with self._lock:
+            if kind == "DELETED":
+                self._nodes.pop(obj["metadata"]["name"], None)
+            else:
+                self._nodes[obj["metadata"]["name"]] = obj
+        self.changed.set()
+
+    def replace_pods(self, items: list[Obj]) -> None:
+        with self._lock:
+            self._pods = {pods.pod_key(p): p for p in items}
+            for key in list(self._assumed):
+                self._settle(key)
+        self.changed.set()
+
+    def pod_event(self, kind: str, obj: Obj) -> None:
+        key = pods.pod_key(obj)
+        with self._lock:
+            if kind == "DELETED":
+                self._pods.pop(key, None)
+            else:
+                self._pods[key] = obj
+            self._settle(key)
+        self.changed.set()
+
+    def replace_configmaps(self, items: list[Obj]) -> None:
+        for item in items:
+            self.configmap_event("ADDED", item)
+
+    def configmap_event(self, kind: str, obj: Obj) -> None:
+        if obj["metadata"]["name"] != names.MIG_CONFIGMAP_NAME:
+            return
+        doc: dict[str, Any] = {}
+        if kind != "DELETED":
+            text = (obj.get("data") or {}).get(names.MIG_CONFIGMAP_KEY, "")
+            try:
+                doc = yaml.safe_load(text) or {}
+            except yaml.YAMLError:
+                doc = {}
+        with self._lock:
+            self._mig_configs = doc
+        self.changed.set()
+
+    def _settle(self, key: str) -> None:
+        """Drop an assumption the cluster has confirmed (pod bound) or made moot (pod gone)."""
+        if key not in self._assumed:
+            return
+        pod = self._pods.get(key)
+        if pod is None or pods.node_name(pod):
+            del self._assumed[key]
+
+    # --- assume / forget -------------------------------------------------------------------
+
+    def assume(self, key: str, node: str, annotations: Mapping[str, str]) -> None:
+        with self._lock:
+            self._assumed[key] = Assumption(node, dict(annotations), self._clock() + self._ttl)
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._assumed.pop(key, None)
+
+    def assumed(self) -> dict[str, Assumption]:
+        with self._lock:
+            return dict(self._assumed)
+
+    def nominate(self, gang: str, victims: frozenset[str]) -> None:
+        with self._lock:
+            self._nominations[gang] = Nomination(victims, self._clock() + self._ttl)
+
+    def request_mig(self, node: str, config: str, gangs: frozenset[str]) -> None:
+        with self._lock:
+            self._mig_requests[node] = MigRequest(config, gangs, self._clock() + 4 * self._ttl)
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def pod(self, key: str) -> Obj | None:
+        with self._lock:
+            return self._pods.get(key)
+
+    def node(self, name: str) -> Obj | None:
+        with self._lock:
+            return self._nodes.get(name)
+
+    def state(self) -> CachedState:
+        """A copy for one cycle: assumed pods appear bound; finished waits are dropped."""
+        now = self._clock()
+        with self._lock:
+            for key in [k for k, a in self._assumed.items() if a.expires < now]:
+                del self._assumed[key]
+            effective: list[Obj] = []
+            for key, pod in self._pods.items():
+                found = self._assumed.get(key)
+                if found is None:
+                    effective.append(pod)
+                    continue
+                assumption = found
+                shown = copy.copy(pod)
+                shown["metadata"] = {
+                    **pod["metadata"],
+                    "annotations": {
+                        **(pod["metadata"].get("annotations") or {}),
+                        **assumption.annotations,
+                    },
+                }
+                shown["spec"] = {**pod["spec"], "nodeName": assumption.node}
+                effective.append(shown)
+            for gang, nomination in list(self._nominations.items()):
+                alive = any(v in self._pods for v in nomination.victims)
+                if not alive or nomination.expires < now:
+                    del self._nominations[gang]
+            for node_name, request in list(self._mig_requests.items()):
+                node = self._nodes.get(node_name)
+                if node is None or request.expires < now or mig_applied(node, request.config):
+                    del self._mig_requests[node_name]
+            return CachedState(
+                nodes=list(self._nodes.values()),
+                pods=effective,
+                mig_configs=self._mig_configs,
+                nominations=dict(self._nominations),
+                mig_requests=dict(self._mig_requests),
+            )
+
+
+def mig_applied(node: Obj, config: str) -> bool:
+    """Whether the MIG manager finished applying `config` on `node`."""
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if labels.get(names.MIG_CONFIG_LABEL) != config:
+        return False
+    if labels.get(names.MIG_STATE_LABEL) not in ("success", "failed"):
+        return False
+    applied = (meta.get("annotations") or {}).get(MIG_APPLIED_ANNOTATION)
+    # The sandbox's manager records what it applied; a real one only flips the state label.
+    return applied is None or applied == config
+
+
+# Written by the sandbox's MIG manager (gpufleet.sandbox.migmanager) once a config is applied.
+MIG_APPLIED_ANNOTATION = "gpufleet.io/mig-config-applied"

@@ -1,0 +1,123 @@
+"""List-then-watch of one resource into a callback, on a background thread.
+
+Objects are handled as the API's JSON (dicts), never deserialised into client models: the
+scheduler reads a few fields of thousands of pods per second, and model deserialisation would
+dominate its CPU time. On any watch error (including 410 Gone) the informer lists again and hands
+the whole list to `on_list`, so the consumer's store is rebuilt from the cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger("gpufleet.scheduler.informer")
+
+Obj = dict[str, Any]
+ListFn = Callable[..., Any]
+
+
+def _lines(response: Any) -> Iterator[bytes]:
+    """Newline-delimited JSON events of a streaming watch response."""
+    buffer = b""
+    for chunk in response.stream(amt=65536, decode_content=True):
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if line.strip():
+                yield line
+    if buffer.strip():
+        yield buffer
+
+
+class Informer:
+    """Keeps `on_list(items)` / `on_event(type, obj)` fed with one resource's state."""
+
+    def __init__(
+        self,
+        name: str,
+        list_fn: ListFn,
+        on_list: Callable[[list[Obj]], None],
+        on_event: Callable[[str, Obj], None],
+        stop: threading.Event,
+        watch_timeout: int = 300,
+        **list_kwargs: Any,
+    ) -> None:
+        self.name = name
+        self._list = list_fn
+        self._on_list = on_list
+        self._on_event = on_event
+        self._stop = stop
+        self._timeout = watch_timeout
+        self._kwargs = list_kwargs
+        self.synced = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
+        self._response: Any = None
+
+    def start(self) -> Informer:
+        self._thread.start()
+        return self
+
+    def join(self, timeout: float | None = None) -> None:
+        response = self._response
+        if response is not None:  # unblock a watch waiting for the next event
+            # Closing a half-dead connection may fail; the thread ends either way.
+            with contextlib.suppress(Exception):
+                response.close()
+        self._thread.join(timeout)
+
+    def _relist(self) -> str:
+        raw = self._list(_preload_content=False, **self._kwargs)
+        doc = json.loads(raw.data)
+        self._on_list(doc.get("items") or [])
+        self.synced.set()
+        return str(doc["metadata"]["resourceVersion"])
+
+    def _run(self) -> None:
+        version: str | None = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    version = self._relist()
+                version = self._watch(version)
+            except ApiException as exc:
+                log.info("%s: watch ended (%s); listing again", self.name, exc.status)
+                version = None
+                self._stop.wait(0.5)
+            except Exception as exc:  # connection reset, API server restart: list again
+                if self._stop.is_set():
+                    return
+                log.warning("%s: watch failed (%s); listing again", self.name, exc)
+                version = None
+                self._stop.wait(1.0)
+
+    def _watch(self, version: str) -> str | None:
+        self._response = self._list(
+            watch=True,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self._timeout,
+            _preload_content=False,
+            **self._kwargs,
+        )
+        try:
+            for line in _lines(self._response):
+                if self._stop.is_set():
+                    return version
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    return None  # usually 410 Gone: the version is too old, list again
+                version = (obj.get("metadata") or {}).get("resourceVersion", version)
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    self._on_event(kind, obj)
+        finally:
+            self._response.release_conn()
+            self._response = None
+        return version

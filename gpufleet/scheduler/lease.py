@@ -1,0 +1,154 @@
+"""Leader election on a coordination.k8s.io Lease: only the holder schedules and reconciles.
+
+A candidate takes the Lease when it is absent or its holder stopped renewing for longer than the
+lease duration, then renews it every `renew_every` seconds. Updates carry the resourceVersion
+read, so two candidates racing for an expired Lease cannot both win (the loser gets a 409). A
+holder that cannot renew within the duration must stop acting; `run` calls `on_lost` for that.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger("gpufleet.lease")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _fmt(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    for fmt in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
+        try:
+            return datetime.strptime(text, fmt).replace(tzinfo=UTC)
+        except ValueError:
+            continue
+    return None
+
+
+class LeaderLease:
+    def __init__(
+        self,
+        api: client.CoordinationV1Api,
+        namespace: str,
+        name: str,
+        identity: str,
+        duration: float = 15.0,
+        renew_every: float = 5.0,
+        now: Callable[[], datetime] = _now,
+    ) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.name = name
+        self.identity = identity
+        self.duration = duration
+        self.renew_every = renew_every
+        self._now = now
+
+    def _spec(self, acquired: datetime, transitions: int) -> dict[str, Any]:
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": max(1, round(self.duration)),
+            "acquireTime": _fmt(acquired),
+            "renewTime": _fmt(self._now()),
+            "leaseTransitions": transitions,
+        }
+
+    def try_acquire(self) -> bool:
+        """Take or renew the Lease; True while this candidate holds it."""
+        try:
+            lease = self.api.read_namespaced_lease(
+                self.name, self.namespace, _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            body: Any = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": self._spec(self._now(), 0),
+            }
+            try:
+                self.api.create_namespaced_lease(self.namespace, body, _preload_content=False)
+                return True
+            except ApiException as create_exc:
+                if create_exc.status == 409:
+                    return False
+                raise
+        doc = json.loads(lease.data)  # type: ignore[attr-defined]  # raw response
+        spec = doc.get("spec") or {}
+        holder = spec.get("holderIdentity")
+        renewed = _parse(spec.get("renewTime"))
+        duration = float(spec.get("leaseDurationSeconds") or self.duration)
+        transitions = int(spec.get("leaseTransitions") or 0)
+        if holder == self.identity:
+            acquired = _parse(spec.get("acquireTime")) or self._now()
+        elif holder and renewed is not None and renewed + timedelta(seconds=duration) > self._now():
+            return False  # someone else holds a live lease
+        else:
+            acquired, transitions = self._now(), transitions + 1
+        doc["spec"] = self._spec(acquired, transitions)
+        try:
+            self.api.replace_namespaced_lease(
+                self.name, self.namespace, doc, _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def release(self) -> None:
+        """Give the Lease up on a clean shutdown so a standby takes over at once."""
+        try:
+            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+            spec = lease.spec
+            if spec is not None and spec.holder_identity == self.identity:
+                spec.holder_identity = None
+                spec.renew_time = None
+                self.api.replace_namespaced_lease(self.name, self.namespace, lease)
+        except ApiException as exc:
+            log.info("could not release lease: %s", exc.reason)
+
+    def acquire(self, stop: threading.Event) -> bool:
+        """Block until this candidate holds the Lease (True) or `stop` is set (False)."""
+        while not stop.is_set():
+            try:
+                if self.try_acquire():
+                    log.info("lease %s/%s acquired by %s", self.namespace, self.name, self.identity)
+                    return True
+            except Exception as exc:
+                log.warning("lease: %s", exc)
+            stop.wait(self.renew_every / 2)
+        return False
+
+    def keep(self, stop: threading.Event, on_lost: Callable[[], None]) -> None:
+        """Renew until `stop`; call `on_lost` when renewal fails for a whole lease duration."""
+        last_ok = self._now()
+        while not stop.wait(self.renew_every):
+            try:
+                if self.try_acquire():
+                    last_ok = self._now()
+                    continue
+                log.error("lease %s/%s taken by another candidate", self.namespace, self.name)
+            except Exception as exc:
+                log.warning("lease renewal failed: %s", exc)
+                if (self._now() - last_ok).total_seconds() < self.duration:
+                    continue
+            on_lost()
+            return

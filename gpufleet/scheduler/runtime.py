@@ -1,0 +1,105 @@
+"""Wiring of the live scheduler: API client, informers, cache, binder and the loop thread."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+
+from kubernetes import client, config
+
+from gpufleet.core.place import place
+from gpufleet.core.policy import Policy
+from gpufleet.model.gpus import Catalog, load_catalog
+from gpufleet.scheduler import names
+from gpufleet.scheduler.binder import Binder
+from gpufleet.scheduler.cache import SchedulerCache
+from gpufleet.scheduler.informer import Informer
+from gpufleet.scheduler.loop import Decide, Scheduler
+from gpufleet.scheduler.mig import MigRequester
+
+log = logging.getLogger("gpufleet.scheduler")
+
+
+def api_client(kubeconfig: str | None, pool_size: int = 32) -> client.ApiClient:
+    """An API client for the kubeconfig (or in-cluster config), sized for parallel binds."""
+    configuration = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, client_configuration=configuration
+        )
+    else:
+        try:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    configuration.connection_pool_maxsize = pool_size
+    return client.ApiClient(configuration)
+
+
+class SchedulerRuntime:
+    """The scheduler with its informers, on background threads."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        catalog: Catalog | None = None,
+        policy: Policy | None = None,
+        decide: Decide | None = None,
+        node_failure_grace: float = 30.0,
+    ) -> None:
+        self.core = client.CoreV1Api(api)
+        self.cache = SchedulerCache()
+        self.stop_event = threading.Event()
+        self.binder = Binder(self.core)
+        self.scheduler = Scheduler(
+            self.cache,
+            self.binder,
+            MigRequester(self.core),
+            catalog or load_catalog(),
+            policy or Policy(),
+            decide=decide or place,
+            node_failure_grace=node_failure_grace,
+        )
+        stop = self.stop_event
+        self.informers = [
+            Informer(
+                "nodes", self.core.list_node, self.cache.replace_nodes, self.cache.node_event, stop
+            ),
+            Informer(
+                "pods",
+                self.core.list_pod_for_all_namespaces,
+                self.cache.replace_pods,
+                self.cache.pod_event,
+                stop,
+            ),
+            Informer(
+                "mig-configs",
+                functools.partial(
+                    self.core.list_namespaced_config_map, names.MIG_CONFIGMAP_NAMESPACE
+                ),
+                self.cache.replace_configmaps,
+                self.cache.configmap_event,
+                stop,
+                field_selector=f"metadata.name={names.MIG_CONFIGMAP_NAME}",
+            ),
+        ]
+        self._thread = threading.Thread(
+            target=self.scheduler.run, args=(stop,), name="scheduler", daemon=True
+        )
+
+    def start(self, sync_timeout: float = 60.0) -> None:
+        for informer in self.informers:
+            informer.start()
+        for informer in self.informers:
+            if not informer.synced.wait(sync_timeout):
+                raise TimeoutError(f"informer {informer.name} did not sync in {sync_timeout}s")
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.cache.changed.set()
+        self._thread.join(10)
+        for informer in self.informers:
+            informer.join(5)
+        self.binder.close()

@@ -1,0 +1,97 @@
+"""The scheduler cache: assumed bindings count until the watch confirms or they are forgotten
+or expire; nominations and MIG requests end when their wait is over."""
+
+from __future__ import annotations
+
+from gpufleet.scheduler import names
+from gpufleet.scheduler.cache import SchedulerCache, mig_applied
+from tests.unit.scheduler.builders import NodeBuilder, PodBuilder
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _bound(state_pods: list[dict], key: str) -> str | None:
+    for p in state_pods:
+        if f"{p['metadata']['namespace']}/{p['metadata']['name']}" == key:
+            return p["spec"].get("nodeName")
+    raise KeyError(key)
+
+
+def test_assumed_pod_appears_bound_with_its_annotations() -> None:
+    cache = SchedulerCache()
+    pod = PodBuilder("p").gpus(1).obj()
+    cache.replace_pods([pod])
+    cache.assume("default/p", "h0", {names.ASSIGNED_GPUS: "3"})
+    shown = cache.state().pods[0]
+    assert shown["spec"]["nodeName"] == "h0"
+    assert shown["metadata"]["annotations"][names.ASSIGNED_GPUS] == "3"
+    assert "nodeName" not in pod["spec"]  # the informer's copy is untouched
+
+
+def test_watch_confirmation_ends_the_assumption() -> None:
+    cache = SchedulerCache()
+    cache.replace_pods([PodBuilder("p").gpus(1).obj()])
+    cache.assume("default/p", "h0", {})
+    cache.pod_event("MODIFIED", PodBuilder("p").gpus(1).bound("h0", gpus="0").obj())
+    assert cache.assumed() == {}
+
+
+def test_forget_and_expiry_drop_assumptions() -> None:
+    clock = Clock()
+    cache = SchedulerCache(assume_ttl=5, clock=clock)
+    cache.replace_pods([PodBuilder("a").gpus(1).obj(), PodBuilder("b").gpus(1).obj()])
+    cache.assume("default/a", "h0", {})
+    cache.assume("default/b", "h0", {})
+    cache.forget("default/a")
+    assert _bound(cache.state().pods, "default/a") is None
+    assert _bound(cache.state().pods, "default/b") == "h0"
+    clock.t = 6
+    assert _bound(cache.state().pods, "default/b") is None
+
+
+def test_deleted_pod_drops_its_assumption() -> None:
+    cache = SchedulerCache()
+    pod = PodBuilder("p").gpus(1).obj()
+    cache.replace_pods([pod])
+    cache.assume("default/p", "h0", {})
+    cache.pod_event("DELETED", pod)
+    assert cache.assumed() == {} and cache.state().pods == []
+
+
+def test_nomination_lasts_while_a_victim_exists() -> None:
+    cache = SchedulerCache()
+    victim = PodBuilder("v").gpus(1).bound("h0", gpus="0").obj()
+    cache.replace_pods([victim])
+    cache.nominate("default/hi", frozenset({"default/v"}))
+    assert "default/hi" in cache.state().nominations
+    cache.pod_event("DELETED", victim)
+    assert cache.state().nominations == {}
+
+
+def test_mig_request_lasts_until_the_config_is_applied() -> None:
+    cache = SchedulerCache()
+    node = NodeBuilder("a0", "A100-80GB").mig("gpufleet-x", "pending").obj()
+    cache.replace_nodes([node])
+    cache.request_mig("a0", "gpufleet-x", frozenset({"default/g"}))
+    assert "a0" in cache.state().mig_requests
+    done = NodeBuilder("a0", "A100-80GB").mig("gpufleet-x", "success")
+    done.annotate("gpufleet.io/mig-config-applied", "gpufleet-x")
+    assert mig_applied(done.obj(), "gpufleet-x")
+    cache.node_event("MODIFIED", done.obj())
+    assert cache.state().mig_requests == {}
+
+
+def test_configmap_is_parsed() -> None:
+    cache = SchedulerCache()
+    cm = {
+        "metadata": {"name": names.MIG_CONFIGMAP_NAME},
+        "data": {names.MIG_CONFIGMAP_KEY: "version: v1\nmig-configs: {x: []}\n"},
+    }
+    cache.replace_configmaps([cm, {"metadata": {"name": "other"}, "data": {}}])
+    assert cache.state().mig_configs["mig-configs"] == {"x": []}

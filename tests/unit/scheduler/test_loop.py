@@ -1,0 +1,222 @@
+"""One scheduling cycle against an in-memory cluster: whole-gang binding with annotations,
+no GPU handed out twice across cycles, rollback of a partly failed gang, pending reasons written
+once, preemption of whole gangs with the preemptor waiting, MIG requests holding their gang, and
+gangs restarted off a failed node. Decisions come from the real core (greedy engine)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from gpufleet.core.policy import Engine, Policy, SolverSettings
+from gpufleet.model.gpus import load_catalog
+from gpufleet.scheduler import names
+from gpufleet.scheduler.cache import SchedulerCache
+from gpufleet.scheduler.loop import Scheduler
+from gpufleet.scheduler.mig import config_entries, layout_annotation
+from tests.unit.scheduler.builders import NodeBuilder, PodBuilder
+from tests.unit.scheduler.fakes import FakeBinder, FakeMig, load
+
+POLICY = Policy(solver=SolverSettings(engine=Engine.GREEDY))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(
+    nodes: list[dict[str, Any]], pods: list[dict[str, Any]], grace: float = 0.0
+) -> tuple[Scheduler, SchedulerCache, FakeBinder, FakeMig]:
+    cache = SchedulerCache()
+    load(cache, nodes, pods)
+    binder, mig = FakeBinder(), FakeMig()
+    sched = Scheduler(
+        cache,
+        binder,
+        mig,
+        load_catalog(),
+        POLICY,
+        node_failure_grace=grace,  # type: ignore[arg-type]
+    )
+    return sched, cache, binder, mig
+
+
+def gang(name: str, size: int, gpus: int, **ann: str) -> list[dict[str, Any]]:
+    out = []
+    for i in range(size):
+        b = PodBuilder(f"{name}-{i}").gpus(gpus).gang(name, size, i)
+        for k, v in ann.items():
+            b.annotate(k, v)
+        out.append(b.obj())
+    return out
+
+
+def test_binds_a_whole_gang_with_its_gpus() -> None:
+    sched, _, binder, _ = make([NodeBuilder("h0").obj()], gang("g", 2, 4))
+    report = sched.run_cycle()
+    assert report.bound == ["default/g"]
+    assert set(binder.bound) == {"default/g-0", "default/g-1"}
+    gpus = [binder.bound[k].annotations[names.ASSIGNED_GPUS] for k in sorted(binder.bound)]
+    assert sorted(gpus) == ["0,1,2,3", "4,5,6,7"]
+    assert all(r.node == "h0" for r in binder.bound.values())
+    assert binder.bound["default/g-0"].annotations[names.ASSIGNED_TYPE] == "H100-80GB"
+
+
+def test_assumed_gpus_are_not_given_out_again() -> None:
+    sched, cache, binder, _ = make([NodeBuilder("h0").obj()], gang("a", 1, 8))
+    assert sched.run_cycle().bound == ["default/a"]
+    # The watch has not shown the binding yet; a new gang arrives.
+    cache.pod_event("ADDED", PodBuilder("b").gpus(1).obj())
+    report = sched.run_cycle()
+    assert report.bound == []
+    assert report.pending["default/pod:b"].startswith("InsufficientFreeGpus")
+    assert "default/b" not in binder.bound
+
+
+def test_competing_gangs_one_bound_whole_other_pending() -> None:
+    pods = gang("a", 2, 4) + gang("b", 2, 4)
+    sched, _, binder, _ = make([NodeBuilder("h0").obj()], pods)
+    report = sched.run_cycle()
+    assert len(report.bound) == 1
+    winner = report.bound[0].split("/")[1]
+    loser = "b" if winner == "a" else "a"
+    assert {k.split("/")[1] for k in binder.bound} == {f"{winner}-0", f"{winner}-1"}
+    assert f"default/{loser}-0" in binder.marked and f"default/{loser}-1" in binder.marked
+
+
+def test_partly_failed_gang_is_rolled_back() -> None:
+    sched, cache, binder, _ = make([NodeBuilder("h0").obj()], gang("g", 2, 4))
+    binder.fail = {"default/g-1"}
+    report = sched.run_cycle()
+    assert report.bound == [] and "default/g" in report.bind_failures
+    assert cache.assumed() == {}
+    assert [d[0] for d in binder.deleted] == ["default/g-0"]
+
+
+def test_pending_reason_is_written_once() -> None:
+    sched, cache, binder, _ = make([NodeBuilder("l0", "L4", 4).obj()], gang("g", 1, 8))
+    sched.run_cycle()
+    message = binder.marked["default/g-0"]
+    assert message.startswith("ReplicaExceedsNode: ")
+    # The pod now carries the condition (as the API server would show it).
+    pod = PodBuilder("g-0").gpus(8).gang("g", 1, 0).obj()
+    pod["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    ]
+    cache.pod_event("MODIFIED", pod)
+    calls = binder.mark_calls
+    sched.run_cycle()
+    assert binder.mark_calls == calls
+
+
+def test_incomplete_gang_waits_with_a_reason() -> None:
+    sched, _, binder, _ = make([NodeBuilder("h0").obj()], gang("g", 3, 1)[:2])
+    report = sched.run_cycle()
+    assert report.bound == []
+    assert binder.marked["default/g-0"].startswith("GangNotReady: waiting for 1 more pod")
+
+
+def test_preemption_evicts_whole_gangs_and_preemptor_waits() -> None:
+    low = [
+        PodBuilder(f"low-{i}")
+        .gpus(4)
+        .gang("low", 2, i)
+        .bound("h0", gpus="0,1,2,3" if i == 0 else "4,5,6,7")
+        .annotate(names.PRIORITY, "1")
+        .obj()
+        for i in range(2)
+    ]
+    high = gang("high", 1, 8, **{names.PRIORITY: "10"})
+    sched, cache, binder, _ = make([NodeBuilder("h0").obj()], low + high)
+    report = sched.run_cycle()
+    assert report.preempted == ["default/low"]
+    assert sorted(d[0] for d in binder.deleted) == ["default/low-0", "default/low-1"]
+    assert all(d[1] == names.PREEMPTED_REASON for d in binder.deleted)
+    assert binder.bound == {}
+    # Victims still terminating: the preemptor keeps waiting and nothing more is evicted.
+    binder.deleted.clear()
+    report = sched.run_cycle()
+    assert report.bound == [] and binder.deleted == []
+    assert report.pending["default/high"].startswith("WaitingForPreemption")
+    for pod in low:
+        cache.pod_event("DELETED", pod)
+    assert sched.run_cycle().bound == ["default/high"]
+
+
+def test_non_preemptible_and_foreign_work_is_never_evicted() -> None:
+    foreign = PodBuilder("f").gpus(8).scheduler("default-scheduler").bound("h0").obj()
+    high = gang("high", 1, 8, **{names.PRIORITY: "10"})
+    sched, _, binder, _ = make([NodeBuilder("h0").obj()], [foreign, *high])
+    report = sched.run_cycle()
+    assert report.preempted == [] and binder.deleted == [] and binder.bound == {}
+
+
+def test_mig_repartition_holds_the_gang_until_applied() -> None:
+    node = NodeBuilder("a0", "A100-80GB", 2).mig("all-disabled")
+    pod = PodBuilder("m").mig("3g.40gb").obj()
+    sched, cache, binder, mig = make([node.obj()], [pod])
+    report = sched.run_cycle()
+    assert list(report.mig_requests) == ["a0"] and binder.bound == {}
+    assert report.pending["default/pod:m"].startswith("WaitingForMIGReconfiguration")
+    assert mig.requests[0][0] == "a0"
+    layouts = mig.requests[0][1]
+    config = report.mig_requests["a0"]
+    # Still reconfiguring: the gang is not offered again, no second request.
+    report = sched.run_cycle()
+    assert report.mig_requests == {} and binder.bound == {}
+    # The MIG manager applied it: the node now advertises the slices.
+    cache.configmap_event(
+        "MODIFIED",
+        {
+            "metadata": {"name": names.MIG_CONFIGMAP_NAME},
+            "data": {
+                names.MIG_CONFIGMAP_KEY: yaml.safe_dump(
+                    {"mig-configs": {config: config_entries(layouts)}}
+                )
+            },
+        },
+    )
+    done = (
+        NodeBuilder("a0", "A100-80GB", 2)
+        .mig(config)
+        .annotate(names.MIG_LAYOUT_ANNOTATION, layout_annotation(config, layouts))
+        .annotate("gpufleet.io/mig-config-applied", config)
+    )
+    cache.node_event("MODIFIED", done.obj())
+    report = sched.run_cycle()
+    assert report.bound == ["default/pod:m"]
+    assert binder.bound["default/m"].annotations[names.ASSIGNED_MIG].startswith("3g.40gb@")
+
+
+def test_gang_on_a_vanished_node_is_restarted_whole() -> None:
+    pods = [
+        PodBuilder("g-0").gpus(1).gang("g", 2, 0).bound("gone", gpus="0").obj(),
+        PodBuilder("g-1").gpus(1).gang("g", 2, 1).bound("h0", gpus="0").obj(),
+    ]
+    sched, _, binder, _ = make([NodeBuilder("h0").obj()], pods)
+    report = sched.run_cycle()
+    assert report.restarted == ["default/g"]
+    assert sorted((d[0], d[2]) for d in binder.deleted) == [
+        ("default/g-0", True),
+        ("default/g-1", True),
+    ]
+
+
+def test_not_ready_node_waits_for_the_grace_period() -> None:
+    clock = Clock()
+    pods = [PodBuilder("p").gpus(1).bound("h0", gpus="0").obj()]
+    cache = SchedulerCache(clock=clock)
+    load(cache, [NodeBuilder("h0").not_ready().obj()], pods)
+    binder = FakeBinder()
+    sched = Scheduler(
+        cache, binder, FakeMig(), load_catalog(), POLICY,  # type: ignore[arg-type]
+        node_failure_grace=10, clock=clock,
+    )  # fmt: skip
+    assert sched.run_cycle().restarted == []
+    clock.t = 11
+    assert sched.run_cycle().restarted == ["default/pod:p"]
