@@ -370,7 +370,7 @@ def _latency_need(
     budget = (slo_s - own_s) * settings.latency_queue_target
     if budget <= 0:
         return 0.0
-    queue = max(0.0, observed.p90 - own_s)
+    queue = max(0.0, observed.at(settings.slo_quantile) - own_s)
     return ready * min(queue / budget, settings.feedback_max_step)
 
 
@@ -396,10 +396,10 @@ def _prefill_need(
     if cap <= 0:
         raise ValueError(f"pool {pool.name}: prefill_tokens_per_s must be positive")
     latest = samples[-1]
-    observed = latest.ttft.p90 if latest.ttft is not None else None
+    observed = latest.ttft.at(settings.slo_quantile) if latest.ttft is not None else None
     correction = state.ttft_correction
     if not pending:
-        own = settings.service_p90_over_mean * _window_mean_tokens(samples, prompt=True) / cap
+        own = settings.tail_factor * _window_mean_tokens(samples, prompt=True) / cap
         correction = update_correction(correction, observed, slo.ttft_p90_s, own, elapsed, settings)
 
     isl = _window_mean_tokens(samples, prompt=True)
@@ -422,7 +422,7 @@ def _prefill_need(
         latency_need=_latency_need(
             latest.ttft,
             slo.ttft_p90_s,
-            settings.service_p90_over_mean * isl / cap,
+            settings.tail_factor * isl / cap,
             _ready(pool, latest),
             settings,
         ),
@@ -444,7 +444,7 @@ def _decode_need(
     settings: AutoscalerSettings,
 ) -> _Need:
     latest = samples[-1]
-    observed = latest.itl.p90 if latest.itl is not None else None
+    observed = latest.itl.at(settings.slo_quantile) if latest.itl is not None else None
     correction = state.itl_correction
     if not pending:
         correction = update_correction(

@@ -143,12 +143,12 @@ def decode_point(
 def prefill_utilization_ceiling(
     mean_service_s: float, ttft_slo_s: float, settings: AutoscalerSettings
 ) -> float:
-    """Highest prefill utilization whose queueing keeps TTFT p90 within the SLO.
+    """Highest prefill utilization whose queueing keeps the TTFT quantile within the SLO.
 
     DistServe models a prefill instance as M/D/1 (serving.md §7): mean wait
     `W = rho * s / (2 (1 - rho))` for service time `s`. Requiring
-    `s + queue_p90_over_mean * W <= SLO` gives `rho <= 2B / (s + 2B)` with
-    `B = (SLO - s) / queue_p90_over_mean`. The result is capped by `target_utilization` and
+    `s + tail_factor * W <= SLO` gives `rho <= 2B / (s + 2B)` with
+    `B = (SLO - s) / tail_factor`. The result is capped by `target_utilization` and
     floored at a tenth of it. An SLO the mean service time alone misses gets
     `target_utilization`: no replica count meets it, so the pool is sized for throughput
     instead of growing without bound (the trap of Dynamo's latency-ratio floor, serving.md §2.3).
@@ -156,7 +156,7 @@ def prefill_utilization_ceiling(
     cap = settings.target_utilization
     if mean_service_s <= 0:
         return cap
-    budget = (ttft_slo_s - mean_service_s) / settings.queue_p90_over_mean
+    budget = (ttft_slo_s - mean_service_s) / settings.tail_factor
     if budget <= 0:
         return cap  # infeasible by service time alone: size for throughput, do not chase it
     rho = 2.0 * budget / (mean_service_s + 2.0 * budget)

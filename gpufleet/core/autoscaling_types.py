@@ -73,6 +73,16 @@ class LatencyQuantiles:
     p90: float
     p99: float
 
+    def at(self, q: float) -> float:
+        """The quantile `q` (0.5, 0.9 or 0.99)."""
+        if q == 0.5:
+            return self.p50
+        if q == 0.9:
+            return self.p90
+        if q == 0.99:
+            return self.p99
+        raise ValueError(f"no quantile {q}; have 0.5, 0.9, 0.99")
+
 
 @dataclass(frozen=True, slots=True)
 class MetricsSample:
