@@ -232,7 +232,8 @@ def run(quick: bool, solver: SolverSettings) -> dict[str, Any]:
                         name,
                         {
                             "work": m.work,
-                            "weighted_work": m.weighted_work,
+                            # Net of the work its preemptions took away.
+                            "weighted_work": m.weighted_work - m.evicted_weighted_work,
                             "power_w": m.power_w,
                             "admitted": m.admitted,
                         },

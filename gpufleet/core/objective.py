@@ -1,6 +1,7 @@
 """Score a decision with the policy's objective, the same way for every engine and baseline.
 
 objective = sum over admitted replicas of their net value (priority-weighted work minus energy)
+          - value of the running gangs it preempts
           - consolidation x idle nodes the decision starts using
           - fragmentation x free GPUs left on nodes the decision touches
           - disruption x (MIG repartitions + preempted gangs)
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang
 from gpufleet.core.policy import Policy
-from gpufleet.core.snapshot import Snapshot
+from gpufleet.core.snapshot import RunningGang, Snapshot
 from gpufleet.core.valuation import replica_value
 
 
@@ -24,6 +25,7 @@ class DecisionMetrics:
     admitted_gpus: float  # whole GPUs plus MIG slices as compute fractions
     work: float  # relative throughput of admitted work (after power caps)
     weighted_work: float  # work x priority weight
+    evicted_weighted_work: float  # priority-weighted work of preempted running gangs
     power_w: float  # busy watts of the admitted work
     nodes_opened: int  # idle nodes this decision starts using
     repartitions: int
@@ -66,8 +68,12 @@ def evaluate(
         snapshot.node(name).gpu_count - len(used_after.get(name, set())) for name in touched
     )
     weights = policy.weights
+    evicted_value = sum(
+        running_value(snapshot, r, policy) for r in snapshot.running if r.id in evicted
+    )
     objective = (
         value
+        - evicted_value
         - weights.consolidation * opened
         - weights.fragmentation * stranded
         - weights.disruption * (len(decision.repartitions) + len(decision.preemptions))
@@ -77,9 +83,23 @@ def evaluate(
         admitted_gpus=gpus,
         work=work,
         weighted_work=weighted,
+        evicted_weighted_work=evicted_value / max(policy.weights.work, 1e-12),
         power_w=power,
         nodes_opened=opened,
         repartitions=len(decision.repartitions),
         preemptions=len(decision.preemptions),
         objective=objective,
     )
+
+
+def running_value(snapshot: Snapshot, gang: RunningGang, policy: Policy) -> float:
+    """Objective value a running gang contributes (what evicting it loses)."""
+    gpu = snapshot.catalog[gang.gpu_type]
+    speed = gang.relative_throughput or gpu.relative_throughput
+    work = 0.0
+    for replica in gang.replicas:
+        if replica.mig is None:
+            work += speed * len(replica.gpus)
+        else:
+            work += speed * gpu.mig_profile(replica.mig.profile).compute_fraction
+    return policy.weights.work * policy.priority_weight(gang.priority) * work

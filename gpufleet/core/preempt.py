@@ -14,25 +14,13 @@ from collections.abc import Sequence
 from gpufleet.core.decision import GangPlacement, Preemption
 from gpufleet.core.demand import Gang
 from gpufleet.core.greedy import Memo, Plan, commit, greedy_order, plan_gang, usable_types
+from gpufleet.core.objective import running_value
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import RunningGang
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import replica_value
 
 MAX_VICTIMS_PER_GANG = 8  # bounds the what-if work per stuck gang
-
-
-def running_value(state: ClusterState, gang: RunningGang, policy: Policy) -> float:
-    """Objective value a running gang contributes (what evicting it loses)."""
-    gpu = state.catalog[gang.gpu_type]
-    speed = gang.relative_throughput or gpu.relative_throughput
-    work = 0.0
-    for replica in gang.replicas:
-        if replica.mig is None:
-            work += speed * len(replica.gpus)
-        else:
-            work += speed * gpu.mig_profile(replica.mig.profile).compute_fraction
-    return policy.weights.work * policy.priority_weight(gang.priority) * work
 
 
 def _retake(state: ClusterState, gang: RunningGang) -> None:
@@ -81,7 +69,7 @@ def preempt_for_pending(
         if not candidates:
             continue
         tried += 1
-        candidates.sort(key=lambda r: (r.priority, running_value(state, r, policy), r.id))
+        candidates.sort(key=lambda r: (r.priority, running_value(state.snapshot, r, policy), r.id))
         released: list[RunningGang] = []
         plan: Plan | None = None
         for victim in candidates[:MAX_VICTIMS_PER_GANG]:
@@ -106,7 +94,7 @@ def preempt_for_pending(
                 released.remove(victim)
                 plan = again
         gain = _plan_value(state, plan, policy)
-        loss = sum(running_value(state, v, policy) for v in released)
+        loss = sum(running_value(state.snapshot, v, policy) for v in released)
         loss += policy.weights.disruption * len(released)
         if gain <= loss:
             for victim in released:
