@@ -65,7 +65,7 @@ def explain(
             "higher-priority or more valuable gangs",
         )
     if gang.mig_profile is not None:
-        return _explain_mig(initial, gang, known, nodes)
+        return _explain_mig(initial, gang, known, nodes, policy.allow_repartition)
     return _explain_whole(initial, gang, known, nodes)
 
 
@@ -121,13 +121,16 @@ def _explain_whole(state: ClusterState, gang: Gang, known: list[str], nodes: lis
     return Pending(gang.id, PendingReason.TOPOLOGY, message)
 
 
-def _explain_mig(state: ClusterState, gang: Gang, types: list[str], nodes: list[int]) -> Pending:
+def _explain_mig(
+    state: ClusterState, gang: Gang, types: list[str], nodes: list[int], repartition: bool
+) -> Pending:
     assert gang.mig_profile is not None
     free_slices = sum(len(state.free_instances(t, gang.mig_profile)) for t in types)
     empty = sum(len(state.empty[n]) for n in nodes)
+    spare = f"{empty} empty GPUs to repartition" if repartition else "repartitioning is disabled"
     return Pending(
         gang.id,
         PendingReason.INSUFFICIENT_MIG,
         f"needs {gang.replicas_min} x {gang.mig_profile} slices on {_types_text(types)}; "
-        f"{free_slices} free slices and {empty} empty GPUs to repartition",
+        f"{free_slices} free slices and {spare}",
     )

@@ -43,6 +43,12 @@ class ClusterState:
         self.repartitioned: set[tuple[int, int]] = set()
         for gang in snapshot.running:
             for replica in gang.replicas:
+                at = self.node_index.get(replica.node)
+                if at is not None and self.node_type[at] != gang.gpu_type:
+                    raise ValueError(
+                        f"running gang {gang.id}: {replica.node} has {self.node_type[at]} GPUs, "
+                        f"not {gang.gpu_type}"
+                    )
                 self._apply_running(gang.id, replica)
         self.empty: list[set[int]] = [
             {g for g in range(n.gpu_count) if self._is_empty(i, g)}

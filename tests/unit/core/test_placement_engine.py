@@ -142,6 +142,7 @@ def test_repartitioning_can_be_disabled(engine: Engine) -> None:
     decision = decide(snapshot, [gang("m", mig="1g.10gb")], pol)
     assert decision.admitted_ids == set() and decision.repartitions == ()
     assert decision.pending[0].reason == "InsufficientMigSlices"
+    assert decision.pending[0].message.endswith("0 free slices and repartitioning is disabled")
 
 
 @pytest.mark.parametrize("engine", ENGINES)

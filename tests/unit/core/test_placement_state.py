@@ -7,7 +7,7 @@ import pytest
 from placement_builders import cluster, layout
 
 from gpufleet.core.patterns import canonical_item, enumerate_patterns, feasible
-from gpufleet.core.snapshot import ReplicaPlacement
+from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.core.state import ClusterState
 from gpufleet.model.mig import MigPlacement
 
@@ -35,6 +35,13 @@ def test_state_rejects_inconsistent_snapshots(gpus: tuple[int, ...], error: str)
     builder.run("r2", "a", gpus)
     with pytest.raises(ValueError, match=error):
         ClusterState(builder.build())
+
+
+def test_state_rejects_a_running_gang_on_the_wrong_gpu_type() -> None:
+    snapshot = cluster().node("a", "A10", 2).build()
+    bad = RunningGang("r", "H100-80GB", (ReplicaPlacement("a", (0,)),))
+    with pytest.raises(ValueError, match="has A10 GPUs, not H100-80GB"):
+        ClusterState(Snapshot(snapshot.catalog, snapshot.nodes, (bad,)))
 
 
 def test_take_and_release_round_trip_and_copy_is_independent() -> None:
