@@ -30,7 +30,7 @@ from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.model.gpus import Catalog
 from gpufleet.model.mig import MigLayout
-from gpufleet.scheduler import names, pods
+from gpufleet.scheduler import metrics, names, pods
 from gpufleet.scheduler.binder import Binder, BindRequest, scheduled_message
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
 from gpufleet.scheduler.mig import CONFIG_PREFIX, MigRequester
@@ -349,7 +349,7 @@ class Scheduler:
             stop.wait(debounce)
             self.cache.changed.clear()
             try:
-                self.run_cycle()
+                metrics.record(self.run_cycle())
             except Exception:  # keep the scheduler alive; the next cycle starts from the cluster
                 log.exception("cycle=%d failed", self.cycle)
                 stop.wait(1.0)

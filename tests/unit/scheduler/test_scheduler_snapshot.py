@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from scheduler_builders import NodeBuilder, PodBuilder
 
 from gpufleet.core.demand import Topology, TypeOption
 from gpufleet.model.gpus import load_catalog
@@ -15,7 +16,6 @@ from gpufleet.sandbox.migconfig import load_default_configs
 from gpufleet.scheduler import names
 from gpufleet.scheduler.nodes import layout_for_counts, to_core_node
 from gpufleet.scheduler.snapshot import build_view
-from tests.unit.scheduler.builders import NodeBuilder, PodBuilder
 
 CATALOG = load_catalog()
 CONFIGS = load_default_configs()

@@ -3,12 +3,13 @@ and the recorded exact layout read back by the node adapter."""
 
 from __future__ import annotations
 
+from scheduler_builders import NodeBuilder
+
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.mig import MigPlacement
 from gpufleet.scheduler import names
 from gpufleet.scheduler.mig import config_entries, config_name, layout_annotation, merged_configs
 from gpufleet.scheduler.nodes import to_core_node
-from tests.unit.scheduler.builders import NodeBuilder
 
 CATALOG = load_catalog()
 LAYOUTS = [None, (MigPlacement(0, "3g.40gb"), MigPlacement(4, "3g.40gb")), None]

@@ -3,9 +3,10 @@ or expire; nominations and MIG requests end when their wait is over."""
 
 from __future__ import annotations
 
+from scheduler_builders import NodeBuilder, PodBuilder
+
 from gpufleet.scheduler import names
 from gpufleet.scheduler.cache import SchedulerCache, mig_applied
-from tests.unit.scheduler.builders import NodeBuilder, PodBuilder
 
 
 class Clock:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+from scheduler_builders import NodeBuilder, PodBuilder
+from scheduler_fakes import FakeBinder, FakeMig, load
 
 from gpufleet.core.policy import Engine, Policy, SolverSettings
 from gpufleet.model.gpus import load_catalog
@@ -15,8 +17,6 @@ from gpufleet.scheduler import names
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.loop import Scheduler
 from gpufleet.scheduler.mig import config_entries, layout_annotation
-from tests.unit.scheduler.builders import NodeBuilder, PodBuilder
-from tests.unit.scheduler.fakes import FakeBinder, FakeMig, load
 
 POLICY = Policy(solver=SolverSettings(engine=Engine.GREEDY))
 

@@ -1,0 +1,147 @@
+"""Pure builders of a TrainingJob's children: indexed worker pods and the headless Service.
+
+Worker i is the pod `<job>-worker-<i>` with hostname `<job>-worker-<i>` in the subdomain `<job>`
+(the headless Service), so rank 0 is reachable as `<job>-worker-0.<job>.<namespace>.svc` and its
+address is known before the pod exists. Names are deterministic: a restarted operator that
+creates a pod again gets AlreadyExists instead of a duplicate. The scheduling wishes of the job
+travel as pod annotations that gpufleet's scheduler reads (gpufleet.scheduler.names).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any, Final
+
+from gpufleet.model.mig_profiles import mig_resource_name
+from gpufleet.scheduler import names
+from gpufleet.scheduler.pods import format_gpu_types
+
+JOB_LABEL: Final = "gpufleet.io/trainingjob"
+GROUP: Final = "gpufleet.io"
+VERSION: Final = "v1alpha1"
+PLURAL: Final = "trainingjobs"
+MASTER_PORT: Final = 29500
+
+_TOPOLOGY = {"none": "any", "sameNode": "same-node", "nvlinkDomain": "nvlink-domain"}
+_ENERGY = {"performance": "performance", "balanced": "balanced", "energy": "efficient"}
+
+Obj = dict[str, Any]
+
+
+def replica_count(spec: Mapping[str, Any]) -> int:
+    """Replicas to run: `replicas`, else the elastic minimum."""
+    if spec.get("replicas"):
+        return int(spec["replicas"])
+    return int((spec.get("elastic") or {}).get("minReplicas", 1))
+
+
+def worker_name(job: str, index: int) -> str:
+    return f"{job}-worker-{index}"
+
+
+def owner_reference(job: Mapping[str, Any]) -> Obj:
+    meta = job["metadata"]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainingJob",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _gpu_resources(spec: Mapping[str, Any]) -> dict[str, str]:
+    if spec.get("migProfile"):
+        return {mig_resource_name(spec["migProfile"]): "1"}
+    return {names.WHOLE_GPU_RESOURCE: str(int(spec.get("gpusPerReplica") or 1))}
+
+
+def scheduling_annotations(spec: Mapping[str, Any], replicas: int) -> dict[str, str]:
+    """The job's wishes in the form gpufleet's scheduler reads from pods."""
+    out = {
+        names.GANG_SIZE: str(replicas),
+        names.PRIORITY: str(int(spec.get("priority", 0))),
+        names.PREEMPTIBLE: str(bool(spec.get("preemptible", True))).lower(),
+        names.TOPOLOGY: _TOPOLOGY.get(spec.get("topology", "none"), "any"),
+        names.ENERGY: _ENERGY.get((spec.get("energy") or {}).get("preference", "balanced"), ""),
+    }
+    types = spec.get("gpuTypes") or []
+    if types:
+        out[names.GPU_TYPES] = format_gpu_types([(t["name"], t.get("throughput")) for t in types])
+    return out
+
+
+def _env(container: Obj, values: Mapping[str, str]) -> None:
+    """Set the distributed-training variables, replacing same-named user entries."""
+    kept = [e for e in container.get("env") or [] if e.get("name") not in values]
+    container["env"] = kept + [{"name": k, "value": v} for k, v in values.items()]
+
+
+def worker_pod(job: Mapping[str, Any], index: int) -> Obj:
+    """Pod of replica `index`: the template plus GPUs, rank, rendezvous and gang metadata."""
+    meta, spec = job["metadata"], job["spec"]
+    name, namespace = meta["name"], meta.get("namespace", "default")
+    replicas = replica_count(spec)
+    template = copy.deepcopy(spec["template"])
+    tmeta = template.get("metadata") or {}
+    pod_spec: Obj = template["spec"]
+    labels = {
+        **(tmeta.get("labels") or {}),
+        JOB_LABEL: name,
+        names.GANG_LABEL: name,
+        names.RANK_LABEL: str(index),
+    }
+    annotations = {**(tmeta.get("annotations") or {}), **scheduling_annotations(spec, replicas)}
+    pod_spec["schedulerName"] = names.SCHEDULER_NAME
+    # The gang restarts as a whole on failure: the kubelet must not restart one member.
+    pod_spec["restartPolicy"] = "Never"
+    pod_spec["hostname"] = worker_name(name, index)
+    pod_spec["subdomain"] = name
+    main = pod_spec["containers"][0]
+    resources = main.setdefault("resources", {})
+    resources["limits"] = {**(resources.get("limits") or {}), **_gpu_resources(spec)}
+    if "requests" in resources:
+        resources["requests"] = {**resources["requests"], **_gpu_resources(spec)}
+    rendezvous = {
+        "MASTER_ADDR": f"{worker_name(name, 0)}.{name}.{namespace}.svc",
+        "MASTER_PORT": str(MASTER_PORT),
+        "WORLD_SIZE": str(replicas),
+        "RANK": str(index),
+    }
+    for container in pod_spec["containers"]:
+        _env(container, rendezvous)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": worker_name(name, index),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": pod_spec,
+    }
+
+
+def headless_service(job: Mapping[str, Any]) -> Obj:
+    """The rendezvous Service: DNS names for every worker, ready or not."""
+    meta = job["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta.get("namespace", "default"),
+            "labels": {JOB_LABEL: meta["name"]},
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": {JOB_LABEL: meta["name"]},
+            "publishNotReadyAddresses": True,
+            "ports": [{"name": "rendezvous", "port": MASTER_PORT, "targetPort": MASTER_PORT}],
+        },
+    }

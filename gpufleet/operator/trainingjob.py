@@ -1,0 +1,199 @@
+"""kopf handlers for TrainingJob: thin glue between watch events and `reconcile.plan`.
+
+Each pass gathers the job and its pods (from a kopf index, no API reads), asks the pure
+`plan()` what to do, and carries it out: create missing worker pods and the headless Service,
+delete pods, write the status in one patch, post an Event per phase transition. It runs on
+create, on spec changes, on resume after an operator restart (state is rebuilt from the
+cluster), and every `TICK` seconds to follow the pods. Placement is never decided here: the
+scheduler (and through it the core) binds the pods and reports why a gang waits on them.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import threading
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpufleet.operator import children, reconcile
+from gpufleet.scheduler import names
+
+RESOURCE = (children.GROUP, children.VERSION, children.PLURAL)
+TICK = 1.0  # seconds between passes over a job; pods' progress shows up within this
+_STATUS_KEYS = (
+    "phase", "conditions", "replicas", "placement", "restarts", "observedGeneration",
+    "gpuType", "startTime", "completionTime",
+)  # fmt: skip
+
+log = logging.getLogger("gpufleet.operator")
+
+
+class State:
+    """Per-process memory shared by the handlers (kept in kopf's memo)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.locks: dict[str, threading.Lock] = {}
+        self.disruptions: dict[str, str] = {}  # job uid -> reason a pod was disrupted
+        self.services: set[str] = set()  # job uids whose Service exists
+        # Last phase and pending message posted as Events per job uid: two passes may read the
+        # same stale body before kopf applies the status patch, so dedupe here.
+        self.posted: dict[str, tuple[str, str]] = {}
+        self.guard = threading.Lock()
+
+    def lock(self, uid: str) -> threading.Lock:
+        with self.guard:
+            return self.locks.setdefault(uid, threading.Lock())
+
+
+@kopf.index("pods", labels={children.JOB_LABEL: kopf.PRESENT})
+def pods_by_job(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[tuple[str | None, str], dict[str, Any]]:
+    return {(namespace, labels[children.JOB_LABEL]): copy.deepcopy(dict(body))}
+
+
+@kopf.on.event("pods", labels={children.JOB_LABEL: kopf.PRESENT})
+def pod_event(type: str, body: kopf.Body, memo: Any, **_: Any) -> None:
+    # Pods of a preempted or restarted gang may vanish between two passes; remember why.
+    if type != "DELETED":
+        return
+    for condition in body.get("status", {}).get("conditions") or []:
+        if condition.get("type") == names.DISRUPTION_TARGET and condition.get("status") == "True":
+            for owner in body.get("metadata", {}).get("ownerReferences") or []:
+                memo.state.disruptions[owner["uid"]] = condition.get("reason", "")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def _create_pods(state: State, job: dict[str, Any], ranks: Iterable[int]) -> str | None:
+    """Create worker pods; returns the API server's message if it rejects the template."""
+    namespace = job["metadata"]["namespace"]
+    for rank in ranks:
+        pod: Any = children.worker_pod(job, rank)
+        try:
+            state.core.create_namespaced_pod(namespace, pod, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 409:  # created by an earlier pass (or operator run) already
+                continue
+            if exc.status in (400, 403, 422):
+                return _api_message(exc)
+            message = f"creating {pod['metadata']['name']}: {exc.reason}"
+            raise kopf.TemporaryError(message, delay=2) from exc
+    return None
+
+
+def _api_message(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "").get("message", exc.reason))
+    except (TypeError, ValueError):
+        return str(exc.reason)
+
+
+def _ensure_service(state: State, job: dict[str, Any]) -> None:
+    uid = job["metadata"]["uid"]
+    if uid in state.services:
+        return
+    service: Any = children.headless_service(job)
+    try:
+        state.core.create_namespaced_service(
+            job["metadata"]["namespace"], service, _preload_content=False
+        )
+    except ApiException as exc:
+        if exc.status != 409:
+            raise kopf.TemporaryError(f"creating the Service: {exc.reason}", delay=2) from exc
+    state.services.add(uid)
+
+
+def _delete_pods(state: State, namespace: str, pod_names: Iterable[str]) -> None:
+    for name in pod_names:
+        try:
+            state.core.delete_namespaced_pod(name, namespace, _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise kopf.TemporaryError(f"deleting {name}: {exc.reason}", delay=2) from exc
+
+
+def _reconcile(body: kopf.Body, memo: Any, index: kopf.Index[Any, Any], patch: kopf.Patch) -> None:
+    state: State = memo.state
+    job = copy.deepcopy(dict(body))
+    meta = job["metadata"]
+    if meta.get("deletionTimestamp"):
+        return
+    with state.lock(meta["uid"]):
+        pods = list(index.get((meta["namespace"], meta["name"]), []))
+        disruption = state.disruptions.pop(meta["uid"], None)
+        now = _now()
+        plan = reconcile.plan(job, pods, now, disruption)
+        if plan.create:
+            _ensure_service(state, job)
+            error = _create_pods(state, job, plan.create)
+            if error is not None:
+                plan = reconcile.plan(job, pods, now, disruption, create_error=error)
+        _delete_pods(state, meta["namespace"], plan.delete)
+        current = job.get("status") or {}
+        changes = {k: v for k, v in plan.status.items() if current.get(k) != v}
+        for key in _STATUS_KEYS:
+            if key in current and key not in plan.status:
+                changes[key] = None
+        if changes:
+            patch.status.update(changes)
+        _post_events(state, body, plan)
+        if plan.delete_job:
+            state.custom.delete_namespaced_custom_object(
+                children.GROUP, children.VERSION, meta["namespace"], children.PLURAL, meta["name"]
+            )
+
+
+def _post_events(state: State, body: kopf.Body, plan: reconcile.Plan) -> None:
+    uid = body["metadata"]["uid"]
+    phase = str(plan.status.get("phase"))
+    admitted = next((c for c in plan.status.get("conditions", []) if c["type"] == "Admitted"), None)
+    waiting = "" if admitted is None or admitted["status"] == "True" else admitted["message"]
+    last_phase, last_waiting = state.posted.get(uid, ("", ""))
+    for kind, reason, message in plan.events:
+        if reason == phase and phase == last_phase:
+            continue  # this transition was posted by a pass that read the same stale body
+        kopf.event(body, type=kind, reason=reason, message=message)
+    if waiting and waiting != last_waiting and admitted is not None:
+        kopf.event(body, type="Warning", reason=admitted["reason"], message=waiting)
+    state.posted[uid] = (phase, waiting)
+
+
+@kopf.on.create(*RESOURCE)
+@kopf.on.resume(*RESOURCE)
+@kopf.on.update(*RESOURCE, field="spec")
+def reconcile_job(body: kopf.Body, memo: Any, patch: kopf.Patch, **kwargs: Any) -> None:
+    _reconcile(body, memo, kwargs["pods_by_job"], patch)
+
+
+@kopf.timer(*RESOURCE, interval=TICK)
+def follow_pods(body: kopf.Body, memo: Any, patch: kopf.Patch, **kwargs: Any) -> None:
+    _reconcile(body, memo, kwargs["pods_by_job"], patch)
+
+
+@kopf.on.delete(*RESOURCE)
+def delete_children(namespace: str | None, name: str, uid: str, memo: Any, **_: Any) -> None:
+    """Finalizer: remove the pods and Service now instead of waiting for garbage collection."""
+    state: State = memo.state
+    selector = f"{children.JOB_LABEL}={name}"
+    namespace = namespace or "default"
+    try:
+        state.core.delete_collection_namespaced_pod(namespace, label_selector=selector)
+        state.core.delete_namespaced_service(name, namespace)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise kopf.TemporaryError(f"deleting children: {exc.reason}", delay=2) from exc
+    state.services.discard(uid)
+    state.locks.pop(uid, None)
+    state.posted.pop(uid, None)

@@ -1,0 +1,104 @@
+"""Worker pods and the headless Service built from a TrainingJob: names, ranks, PyTorch
+rendezvous variables, GPU/MIG requests, scheduler hints, owner references."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufleet.operator.children import (
+    JOB_LABEL,
+    MASTER_PORT,
+    headless_service,
+    replica_count,
+    worker_pod,
+)
+from gpufleet.scheduler import names
+from gpufleet.scheduler.pods import gpu_request, gpu_types, topology
+
+
+def job(**spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "replicas": 3,
+        "gpusPerReplica": 2,
+        "template": {
+            "metadata": {"labels": {"team": "nlp"}},
+            "spec": {
+                "containers": [
+                    {"name": "t", "image": "x", "env": [{"name": "RANK", "value": "bogus"}]},
+                    {"name": "sidecar", "image": "y"},
+                ]
+            },
+        },
+    }
+    base.update(spec)
+    return {
+        "metadata": {"name": "bert", "namespace": "ml", "uid": "u-1"},
+        "spec": base,
+    }
+
+
+def env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+def test_worker_identity_and_rendezvous() -> None:
+    pod = worker_pod(job(), 2)
+    assert pod["metadata"]["name"] == "bert-worker-2"
+    assert pod["spec"]["hostname"] == "bert-worker-2" and pod["spec"]["subdomain"] == "bert"
+    for container in pod["spec"]["containers"]:
+        assert env(container) == {
+            "MASTER_ADDR": "bert-worker-0.bert.ml.svc",
+            "MASTER_PORT": str(MASTER_PORT),
+            "WORLD_SIZE": "3",
+            "RANK": "2",
+        }
+    assert pod["metadata"]["labels"] == {
+        "team": "nlp",
+        JOB_LABEL: "bert",
+        names.GANG_LABEL: "bert",
+        names.RANK_LABEL: "2",
+    }
+
+
+def test_scheduler_reads_back_what_the_operator_wrote() -> None:
+    spec = {
+        "gpuTypes": [{"name": "H100-80GB", "throughput": 1.0}, {"name": "A100-80GB"}],
+        "topology": "nvlinkDomain",
+        "priority": 7,
+        "preemptible": False,
+    }
+    pod = worker_pod(job(**spec), 0)
+    assert pod["spec"]["schedulerName"] == "gpufleet"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    assert gpu_request(pod).gpus == 2
+    ann = pod["metadata"]["annotations"]
+    assert ann[names.GANG_SIZE] == "3" and ann[names.PRIORITY] == "7"
+    assert ann[names.PREEMPTIBLE] == "false"
+    assert [o.gpu_type for o in gpu_types(pod) or ()] == ["H100-80GB", "A100-80GB"]
+    assert topology(pod).value == "nvlink-domain"
+
+
+def test_mig_job_asks_for_one_slice_on_the_first_container_only() -> None:
+    spec = job(migProfile="3g.40gb")["spec"]
+    del spec["gpusPerReplica"]
+    pod = worker_pod({"metadata": job()["metadata"], "spec": spec}, 0)
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-3g.40gb": "1"}
+    assert "resources" not in pod["spec"]["containers"][1]
+
+
+def test_elastic_job_starts_at_its_minimum() -> None:
+    assert replica_count({"elastic": {"minReplicas": 2, "maxReplicas": 8}}) == 2
+    assert replica_count({"replicas": 4, "elastic": {"minReplicas": 2, "maxReplicas": 8}}) == 4
+
+
+def test_children_are_owned_by_the_job() -> None:
+    for child in (worker_pod(job(), 0), headless_service(job())):
+        (owner,) = child["metadata"]["ownerReferences"]
+        assert owner["uid"] == "u-1" and owner["controller"] and owner["kind"] == "TrainingJob"
+
+
+def test_service_is_headless_and_publishes_unready_workers() -> None:
+    svc = headless_service(job())
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["publishNotReadyAddresses"]
+    assert svc["spec"]["selector"] == {JOB_LABEL: "bert"}

@@ -1,0 +1,170 @@
+"""The TrainingJob state machine: pod creation, phases from pods, pending reasons from the
+scheduler, gang restarts within backoffLimit, disruptions not counted, deadline, TTL, suspend,
+rejected templates, preemption."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from gpufleet.operator.reconcile import TEMPLATE_REJECTED, plan
+from gpufleet.scheduler import names
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def job(status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "replicas": 2,
+        "gpusPerReplica": 1,
+        "template": {"spec": {"containers": [{"name": "t", "image": "x"}]}},
+    }
+    base.update(spec)
+    return {
+        "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
+        "spec": base,
+        "status": status or {},
+    }
+
+
+def pod(rank: int, phase: str = "Pending", node: str | None = None, **extra: Any) -> dict[str, Any]:
+    p: dict[str, Any] = {
+        "metadata": {
+            "name": f"j-worker-{rank}",
+            "labels": {names.RANK_LABEL: str(rank)},
+            "annotations": {names.ASSIGNED_GPUS: str(rank), names.ASSIGNED_TYPE: "L4"},
+        },
+        "spec": {"nodeName": node} if node else {},
+        "status": {"phase": phase, "conditions": extra.pop("conditions", [])},
+    }
+    p["metadata"].update(extra)
+    return p
+
+
+def cond(result: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in result["conditions"] if c["type"] == kind)
+
+
+def test_new_job_creates_every_worker_and_is_queued() -> None:
+    out = plan(job(), [], NOW)
+    assert out.create == [0, 1]
+    assert out.status["phase"] == "Queued"
+    assert out.events and out.events[0][1] == "Queued"
+
+
+def test_pending_reason_comes_from_the_scheduler() -> None:
+    message = "NoNodesOfAcceptableType: no schedulable node has V100-32GB GPUs"
+    waiting = [{"type": "PodScheduled", "status": "False", "message": message}]
+    out = plan(job(), [pod(0, conditions=waiting), pod(1)], NOW)
+    admitted = cond(out.status, "Admitted")
+    assert admitted["status"] == "False"
+    assert admitted["reason"] == "NoAcceptableGPUType" and admitted["message"] == message
+    assert out.create == []
+
+
+def test_running_when_every_worker_runs() -> None:
+    out = plan(job(), [pod(0, "Running", "n0"), pod(1, "Running", "n1")], NOW)
+    assert out.status["phase"] == "Running"
+    assert out.status["startTime"] == "2026-01-01T12:00:00Z"
+    assert out.status["placement"][1] == {"replica": 1, "node": "n1", "gpuType": "L4", "gpus": [1]}
+    assert cond(out.status, "Admitted")["reason"] == "Placed"
+
+
+def test_admitted_while_bound_but_not_all_running() -> None:
+    out = plan(job(), [pod(0, "Running", "n0"), pod(1, "Pending", "n1")], NOW)
+    assert out.status["phase"] == "Admitted"
+
+
+def test_failed_worker_restarts_the_whole_gang() -> None:
+    out = plan(job(), [pod(0, "Failed", "n0"), pod(1, "Running", "n1")], NOW)
+    assert sorted(out.delete) == ["j-worker-0", "j-worker-1"]
+    assert out.status["restarts"] == 1 and out.status["phase"] == "Queued"
+    assert any(e[1] == "GangRestart" for e in out.events)
+
+
+def test_no_recreation_while_old_workers_are_terminating() -> None:
+    gone = pod(0, "Running", "n0", deletionTimestamp="2026-01-01T11:59:59Z")
+    out = plan(job(status={"restarts": 1}), [gone], NOW)
+    assert out.create == [] and out.status["restarts"] == 1
+
+
+def test_backoff_limit_fails_the_job() -> None:
+    out = plan(
+        job(status={"restarts": 1}, runPolicy={"backoffLimit": 1}),
+        [pod(0, "Failed", "n0"), pod(1, "Running", "n1")],
+        NOW,
+    )
+    assert out.status["phase"] == "Failed"
+    assert cond(out.status, "Failed")["reason"] == "BackoffLimitExceeded"
+    assert out.delete == ["j-worker-1"]
+
+
+def test_disrupted_worker_does_not_count_as_a_failure() -> None:
+    marked = [{"type": names.DISRUPTION_TARGET, "status": "True", "reason": "NodeFailure"}]
+    out = plan(job(), [pod(0, "Failed", "n0", conditions=marked), pod(1, "Running", "n1")], NOW)
+    assert out.status["restarts"] == 0 and len(out.delete) == 2
+
+
+def test_preemption_is_reported_until_readmitted() -> None:
+    out = plan(job(status={"phase": "Running"}), [], NOW, disruption=names.PREEMPTED_REASON)
+    assert out.status["phase"] == "Preempted"
+    assert cond(out.status, "Preempted")["reason"] == "PreemptedByHigherPriority"
+    assert out.create == [0, 1]
+    again = plan(job(status=out.status), [pod(0, "Running", "n0"), pod(1, "Running", "n1")], NOW)
+    assert again.status["phase"] == "Running"
+    assert cond(again.status, "Preempted")["status"] == "False"
+
+
+def test_all_workers_succeeded() -> None:
+    out = plan(job(), [pod(0, "Succeeded", "n0"), pod(1, "Succeeded", "n1")], NOW)
+    assert out.status["phase"] == "Succeeded"
+    assert out.status["completionTime"] == "2026-01-01T12:00:00Z"
+
+
+def test_deadline_fails_a_running_job() -> None:
+    start = NOW - timedelta(seconds=61)
+    status = {"phase": "Running", "startTime": start.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    out = plan(
+        job(status=status, runPolicy={"activeDeadlineSeconds": 60}),
+        [pod(0, "Running", "n0"), pod(1, "Running", "n1")],
+        NOW,
+    )
+    assert out.status["phase"] == "Failed"
+    assert cond(out.status, "Failed")["reason"] == "DeadlineExceeded"
+    assert sorted(out.delete) == ["j-worker-0", "j-worker-1"]
+
+
+def test_ttl_deletes_a_finished_job() -> None:
+    done = (NOW - timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status = {"phase": "Succeeded", "completionTime": done}
+    assert plan(job(status=status, runPolicy={"ttlSecondsAfterFinished": 30}), [], NOW).delete_job
+    assert not plan(
+        job(status=status, runPolicy={"ttlSecondsAfterFinished": 60}), [], NOW
+    ).delete_job
+    assert not plan(job(status=status), [], NOW).delete_job
+
+
+def test_suspend_deletes_workers_and_resume_recreates_them() -> None:
+    out = plan(job(runPolicy={"suspend": True}), [pod(0, "Running", "n0")], NOW)
+    assert out.status["phase"] == "Suspended" and out.delete == ["j-worker-0"]
+    assert out.create == []
+    resumed = plan(job(status=out.status), [], NOW)
+    assert resumed.create == [0, 1] and resumed.status["phase"] == "Queued"
+    assert cond(resumed.status, "Suspended")["status"] == "False"
+
+
+def test_rejected_template_fails_until_the_spec_changes() -> None:
+    out = plan(job(), [], NOW, create_error="spec.containers[0].volumeMounts[0].name: Not found")
+    assert out.status["phase"] == "Failed"
+    assert cond(out.status, "Failed")["reason"] == TEMPLATE_REJECTED
+    assert plan(job(status=out.status), [], NOW).create == []
+    edited = job(status=out.status)
+    edited["metadata"]["generation"] = 2
+    retry = plan(edited, [], NOW)
+    assert retry.create == [0, 1] and retry.status["phase"] == "Queued"
+
+
+def test_transition_time_only_moves_on_status_change() -> None:
+    first = plan(job(), [], NOW)
+    later = plan(job(status=first.status), [], NOW + timedelta(seconds=10))
+    assert cond(later.status, "Admitted")["lastTransitionTime"] == "2026-01-01T12:00:00Z"
