@@ -225,9 +225,14 @@ class RealtimeDriver:
             self.model.advance_to(max(target, self.model.now))
             return self.model.now
 
-    def start(self) -> None:
+    def anchor(self) -> None:
+        """Tie the current wall-clock time to the model's current simulated time."""
         self._t0 = self.clock()
         self._sim0 = self.model.now
+
+    def start(self) -> None:
+        """Anchor and advance the model from a daemon thread until `stop` or the trace ends."""
+        self.anchor()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="serving-model", daemon=True)
         self._thread.start()

@@ -13,6 +13,8 @@ import dataclasses
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpufleet.core.autoscaling import (
     AutoscalerSettings,
@@ -424,3 +426,53 @@ def test_pools_decided_independently_in_input_order() -> None:
     assert decision.pool("prefill").desired_replicas == 8
     assert decision.pool("decode").desired_replicas == 1
     assert {s.name for s in state.pools} == {"prefill", "decode"}
+
+
+# --- properties ------------------------------------------------------------------------------
+
+optional_rate = st.one_of(st.none(), st.floats(0.0, 1e6, allow_nan=False))
+latency = st.one_of(
+    st.none(),
+    st.tuples(st.floats(0.0, 100.0), st.floats(0.0, 100.0), st.floats(0.0, 100.0)).map(
+        lambda q: LatencyQuantiles(*sorted(q))
+    ),
+)
+
+
+@st.composite
+def random_sample(draw: st.DrawFn, now: float) -> MetricsSample:
+    return MetricsSample(
+        timestamp=now - draw(st.floats(-30.0, 400.0)),
+        request_rate=draw(optional_rate),
+        prompt_token_rate=draw(optional_rate),
+        generation_token_rate=draw(optional_rate),
+        num_waiting=draw(optional_rate),
+        num_running=draw(optional_rate),
+        ttft=draw(latency),
+        itl=draw(latency),
+        kv_cache_usage=draw(st.one_of(st.none(), st.floats(0.0, 1.0))),
+        ready_replicas=draw(st.one_of(st.none(), st.integers(0, 50))),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.data(),
+    role=st.sampled_from(list(PoolRole)),
+    current=st.integers(0, 40),
+    lo=st.integers(0, 5),
+    span=st.integers(0, 30),
+    ready=st.one_of(st.none(), st.integers(0, 40)),
+)
+def test_decision_always_within_bounds_and_holds_without_fresh_data(
+    data: st.DataObject, role: PoolRole, current: int, lo: int, span: int, ready: int | None
+) -> None:
+    now = 10_000.0
+    samples = tuple(data.draw(st.lists(random_sample(now), max_size=15)))
+    p = pool(samples, current, role=role, lo=lo, hi=max(lo, 1) + span, ready=ready)
+    d, state = run(p, now)
+    assert max(lo, 1) <= d.desired_replicas <= max(lo, 1) + span  # never zero, never past max
+    assert d.message.startswith(p.name)
+    assert state.pool(p.name).last_update == now
+    if d.reason in (ScalingReason.METRICS_MISSING, ScalingReason.METRICS_STALE):
+        assert d.desired_replicas >= min(current, max(lo, 1) + span)  # holds never scale down

@@ -30,7 +30,7 @@ from gpufleet.sim.serving import (
     replay,
     replica_profile,
 )
-from gpufleet.sim.serving.exporter import LOOPBACK, ServingExporter
+from gpufleet.sim.serving.exporter import LOOPBACK, RealtimeDriver, ServingExporter
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 AZURE_CODE = REPO_ROOT.parent / "shared" / "data" / "traces" / "azure-llm-2023-code.csv"
@@ -224,3 +224,19 @@ def test_exporter_serves_current_vllm_names_on_loopback() -> None:
     snap = model.snapshot("prefill")
     line = next(x for x in pre.splitlines() if x.startswith("vllm:prompt_tokens_total{"))
     assert float(line.rsplit(" ", 1)[1]) == snap.prompt_tokens_total
+
+
+def test_realtime_driver_follows_injected_clock_and_replicas() -> None:
+    requests = poisson_requests(10.0, 60.0, prompt_tokens=500, output_tokens=10, seed=12)
+    model = ServingModel(config(), requests)
+    exporter = ServingExporter(model)
+    clock = [100.0]
+    wanted = {"prefill": 3, "decode": 1}
+    driver = RealtimeDriver(
+        model, exporter.lock, speed=10.0, replicas=lambda: wanted, clock=lambda: clock[0]
+    )
+    driver.anchor()  # what start() does before its thread runs step() every tick
+    clock[0] = 102.0  # 2 s of wall time at 10x -> 20 s simulated
+    assert driver.step() == pytest.approx(20.0)
+    assert model.replicas("prefill") == 3
+    assert model.sample("prefill").request_rate == pytest.approx(10.0, rel=0.4)
