@@ -11,6 +11,7 @@ Model (built in `_Model`, solved in `place_cpsat`, turned into GPUs by `_extract
   from free instances on partly used GPUs plus those layouts must cover MIG replicas.
 - Objective: priority-weighted net work, minus consolidation (idle nodes put to use),
   fragmentation (free GPUs stranded on touched nodes) and disruption (repartitions).
+Preemption is not in the model: it runs afterwards on what is still pending (see place.py).
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from gpufleet.core.decision import Decision, GangPlacement, Repartition, SolveStats
+from gpufleet.core.decision import GangPlacement, Preemption, SolveStats
 from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.greedy import Memo, Plan, commit, place_greedy, usable_types
-from gpufleet.core.objective import evaluate
 from gpufleet.core.patterns import (
     Item,
     Pattern,
@@ -34,13 +34,12 @@ from gpufleet.core.patterns import (
     pattern_size,
 )
 from gpufleet.core.policy import Policy
-from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
+from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import replica_value
 from gpufleet.model.mig import (
     MigLayout,
     MigPlacement,
-    enumerate_layouts,
     make_layout,
     profile_counts,
 )
@@ -86,9 +85,15 @@ def _signature(state: ClusterState, n: int) -> Signature:
 
 class _Model:
     def __init__(
-        self, state: ClusterState, gangs: Sequence[Gang], policy: Policy, layouts: Memo
+        self,
+        state: ClusterState,
+        gangs: Sequence[Gang],
+        policy: Policy,
+        layouts: Memo,
+        forced: frozenset[str] = frozenset(),
     ) -> None:
         self.state = state
+        self.forced = forced
         self.policy = policy
         self.model = cp_model.CpModel()
         self.options: list[_Option] = []
@@ -133,7 +138,10 @@ class _Model:
                     item = (gang.gpus_per_replica, gang.topology is Topology.NVLINK)
                 opts.append(_Option(gang, t, item, None, value, admit, replicas))
             if opts:
-                m.add_at_most_one(o.admit for o in opts)
+                if gang.id in self.forced:  # it preempts: it must run, or the eviction is void
+                    m.add_exactly_one(o.admit for o in opts)
+                else:
+                    m.add_at_most_one(o.admit for o in opts)
                 self.by_gang[gang.id] = opts
                 self.options.extend(opts)
 
@@ -192,7 +200,6 @@ class _Model:
             if o.item is None and o.gang.mig_profile is not None:
                 by_type.setdefault(o.gpu_type, {}).setdefault(o.gang.mig_profile, []).append(o)
         for t, per_profile in sorted(by_type.items()):
-            gpu = self.state.catalog[t]
             existing: Counter[MigLayout] = Counter()
             for group in self.groups:
                 if group.gpu_type != t:
@@ -204,7 +211,9 @@ class _Model:
                             existing[lay] += 1
             candidates = set(existing)
             if self.policy.allow_repartition:
-                candidates |= set(enumerate_layouts(gpu, profiles=per_profile, maximal_only=True))
+                candidates |= set(layouts.maximal(self.state, t, frozenset(per_profile)))
+                # Greedy's targets too, so its decision is always a solution of the model.
+                candidates |= {layouts.densest(self.state, t, p) for p in per_profile}
             candidates.discard(make_layout(()))
             leftover: list[cp_model.LinearExprT] = []
             for group in self.groups:
@@ -279,17 +288,16 @@ class _Model:
             gang = gangs.get(placement.gang_id)
             if gang is None or gang.mig_profile is not None:
                 continue
-            for replica in placement.replicas:
-                n = self.state.node_index[replica.node]
-                items_on.setdefault(n, [])
+            # The items greedy put on each node, as the model's patterns describe them.
             if gang.topology is Topology.SAME_NODE:
                 n = self.state.node_index[placement.replicas[0].node]
                 size = gang.gpus_per_replica * placement.replica_count
-                items_on[n].append((size, False))
+                items_on.setdefault(n, []).append((size, False))
             else:
+                nvlink = gang.topology is Topology.NVLINK
                 for replica in placement.replicas:
                     n = self.state.node_index[replica.node]
-                    items_on[n].append((gang.gpus_per_replica, gang.topology is Topology.NVLINK))
+                    items_on.setdefault(n, []).append((gang.gpus_per_replica, nvlink))
         for group in self.groups:
             index = {pat: p for p, pat in enumerate(group.patterns)}
             tally = [0] * len(group.patterns)
@@ -417,21 +425,29 @@ def _apply_layouts(built: _Model, solver: cp_model.CpSolver, state: ClusterState
 
 
 def place_cpsat(
-    snapshot: Snapshot,
     initial: ClusterState,
-    state: ClusterState,
+    greedy_state: ClusterState,
+    greedy: dict[str, GangPlacement],
+    preemptions: Sequence[Preemption],
     pending: Sequence[Gang],
     policy: Policy,
     layouts: Memo,
 ) -> tuple[ClusterState, dict[str, GangPlacement], SolveStats]:
-    """Solve on `state` (mutated); returns the final state, placements and solver stats.
+    """Improve on the greedy outcome (placements after its preemptions) with CP-SAT.
 
-    Falls back to the greedy result when the solver finds no solution in time or its solution
-    scores worse than greedy's under the shared objective.
+    The model sees the free GPUs plus those of the gangs greedy preempted, must admit every gang
+    those preemptions were for, and is hinted with greedy's decision, which is one of its
+    solutions. Returns the state, placements and stats; the greedy outcome when the solver found
+    nothing within its limits or the solution could not be mapped onto GPUs in full.
     """
-    greedy_state = initial.copy()
-    greedy = place_greedy(greedy_state, pending, policy, layouts)
-    built = _Model(state, pending, policy, layouts)
+    state = initial.copy()
+    victims = {p.gang_id for p in preemptions}
+    for running in state.snapshot.running:
+        if running.id in victims:
+            for replica in running.replicas:
+                state.release(replica)
+    forced = frozenset(p.for_gang for p in preemptions)
+    built = _Model(state, pending, policy, layouts, forced)
     if not built.options:
         return greedy_state, greedy, SolveStats("greedy", "NOTHING_TO_SOLVE")
     built.hint(greedy_state, greedy)
@@ -447,6 +463,9 @@ def place_cpsat(
     placed = _extract(built, solver, state, layouts)
     # Repair pass: anything the counts could not map onto GPUs, or left out, gets a greedy try.
     placed.update(place_greedy(state, [g for g in pending if g.id not in placed], policy, layouts))
+    if not forced <= placed.keys():
+        stats = SolveStats("greedy-fallback", f"{name}_UNMAPPED", wall_time_s=solver.wall_time)
+        return greedy_state, greedy, stats
     stats = SolveStats(
         "cpsat",
         name,
@@ -454,34 +473,4 @@ def place_cpsat(
         solver.best_objective_bound / SCALE,
         wall_time_s=solver.wall_time,
     )
-    if _score(snapshot, pending, greedy_state, greedy, policy) > _score(
-        snapshot, pending, state, placed, policy
-    ):
-        return (
-            greedy_state,
-            greedy,
-            SolveStats(
-                "greedy-fallback",
-                f"{name}_BELOW_GREEDY",
-                stats.objective,
-                stats.best_bound,
-                wall_time_s=solver.wall_time,
-            ),
-        )
     return state, placed, stats
-
-
-def _score(
-    snapshot: Snapshot,
-    pending: Sequence[Gang],
-    state: ClusterState,
-    placed: dict[str, GangPlacement],
-    policy: Policy,
-) -> float:
-    decision = Decision(
-        placements=tuple(placed[k] for k in sorted(placed)),
-        repartitions=tuple(
-            Repartition(state.nodes[n].name, g, old, new) for n, g, old, new in state.repartitions()
-        ),
-    )
-    return evaluate(snapshot, pending, decision, policy).objective

@@ -19,7 +19,7 @@ from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import replica_value
-from gpufleet.model.mig import MigLayout, MigPlacement, densest_layout
+from gpufleet.model.mig import MigLayout, MigPlacement, densest_layout, enumerate_layouts
 
 
 @dataclass
@@ -39,7 +39,19 @@ class Memo:
 
     def __init__(self) -> None:
         self._layouts: dict[tuple[str, str], MigLayout] = {}
+        self._maximal: dict[tuple[str, frozenset[str]], tuple[MigLayout, ...]] = {}
         self.types: dict[str, list[str]] = {}
+        self.running_values: dict[str, float] = {}
+
+    def maximal(
+        self, state: ClusterState, gpu_type: str, profiles: frozenset[str]
+    ) -> tuple[MigLayout, ...]:
+        """Maximal layouts of a type over a set of profiles."""
+        key = (gpu_type, profiles)
+        if key not in self._maximal:
+            gpu = state.catalog[gpu_type]
+            self._maximal[key] = enumerate_layouts(gpu, profiles=profiles, maximal_only=True)
+        return self._maximal[key]
 
     def densest(self, state: ClusterState, gpu_type: str, profile: str) -> MigLayout:
         key = (gpu_type, profile)

@@ -46,14 +46,21 @@ def preempt_for_pending(
     policy: Policy,
     layouts: Memo,
     max_gangs: int,
+    already_evicted: frozenset[str] = frozenset(),
 ) -> tuple[dict[str, GangPlacement], list[Preemption]]:
-    """Place stuck gangs by evicting victims; mutates `state`."""
+    """Place stuck gangs by evicting victims; mutates `state`. Gangs in `already_evicted` are
+    gone from the state already and are not victims again."""
     placed: dict[str, GangPlacement] = {}
     preemptions: list[Preemption] = []
-    evicted: set[str] = set()
+    evicted: set[str] = set(already_evicted)
     if not policy.allow_preemption:
         return placed, preemptions
     tried = 0
+    values = layouts.running_values
+    if not values:
+        values.update(
+            (r.id, running_value(state.snapshot, r, policy)) for r in state.snapshot.running
+        )
     for gang in greedy_order(pending):
         if tried >= max_gangs:
             break
@@ -69,7 +76,7 @@ def preempt_for_pending(
         if not candidates:
             continue
         tried += 1
-        candidates.sort(key=lambda r: (r.priority, running_value(state.snapshot, r, policy), r.id))
+        candidates.sort(key=lambda r: (r.priority, values[r.id], r.id))
         released: list[RunningGang] = []
         plan: Plan | None = None
         for victim in candidates[:MAX_VICTIMS_PER_GANG]:
@@ -94,7 +101,7 @@ def preempt_for_pending(
                 released.remove(victim)
                 plan = again
         gain = _plan_value(state, plan, policy)
-        loss = sum(running_value(state.snapshot, v, policy) for v in released)
+        loss = sum(values[v.id] for v in released)
         loss += policy.weights.disruption * len(released)
         if gain <= loss:
             for victim in released:
