@@ -234,12 +234,10 @@ def _decide_pool(
             reason = ScalingReason.SCALE_UP_LATENCY
         else:
             reason = ScalingReason.SCALE_UP_KV_CACHE
+    elif desired < current and current > hi and desired == hi:
+        reason = ScalingReason.BOUNDED_MAX
     elif desired < current:
-        reason = (
-            ScalingReason.BOUNDED_MAX
-            if current > hi and desired == hi
-            else (ScalingReason.SCALE_DOWN)
-        )
+        reason = ScalingReason.SCALE_DOWN
     elif recommendation < current:
         reason = ScalingReason.SCALE_DOWN_STABILIZING
     elif raw < lo and desired == lo:
@@ -406,7 +404,7 @@ def _prefill_need(
     rho_up = prefill_utilization_ceiling(isl / cap, slo.ttft_p90_s, settings)
     rho_down = rho_up * settings.scale_down_utilization / settings.target_utilization
 
-    points = [p for p in (prefill_point(s, settings) for s in samples) if p is not None]
+    points = [p for p in (prefill_point(s, isl, settings) for s in samples) if p is not None]
     now_point = points[-1] if points else DemandPoint(now, 0.0, 0.0)
     forecast = linear_forecast(
         [(p.time, p.total) for p in points], now + settings.forecast_horizon_s, settings
@@ -455,10 +453,13 @@ def _decode_need(
     base = pool.capacity.decode_itl_base_s
     itl_target = base + max(0.0, slo.itl_p90_s - base) / correction
 
+    isl = _window_mean_tokens(samples, prompt=True)
+    osl = _window_mean_tokens(samples, prompt=False)
     sized = [
         r
         for r in (
-            decode_point(s, pool.capacity, itl_target, slo.itl_p90_s, settings) for s in samples
+            decode_point(s, pool.capacity, itl_target, slo.itl_p90_s, isl, osl, settings)
+            for s in samples
         )
         if r is not None
     ]

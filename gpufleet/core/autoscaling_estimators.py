@@ -61,15 +61,17 @@ def _mean_tokens(total_rate: float | None, request_rate: float | None) -> float:
     return total_rate / request_rate
 
 
-def prefill_point(sample: MetricsSample, settings: AutoscalerSettings) -> DemandPoint | None:
-    """Prefill demand in prompt tokens/s: the arrival rate plus the queue drained over time.
+def prefill_point(
+    sample: MetricsSample, isl: float, settings: AutoscalerSettings
+) -> DemandPoint | None:
+    """Prefill demand in prompt tokens/s: the token rate plus the queue drained over time.
 
-    Waiting requests are converted to tokens with the window's mean prompt length, following
-    serving.md §9 rule 1 (waiting queue as a leading term). `None` if the rate is missing.
+    Waiting requests are converted to tokens with `isl`, the window's mean prompt length,
+    following serving.md §9 rule 1 (waiting queue as a leading term). `None` if the rate is
+    missing.
     """
     if sample.prompt_token_rate is None:
         return None
-    isl = _mean_tokens(sample.prompt_token_rate, sample.request_rate)
     waiting = sample.num_waiting or 0.0
     backlog = waiting * isl / settings.backlog_drain_s
     return DemandPoint(sample.timestamp, max(0.0, sample.prompt_token_rate), backlog)
@@ -112,6 +114,8 @@ def decode_point(
     capacity: CapacityProfile,
     itl_target_s: float,
     itl_slo_s: float,
+    window_isl: float,
+    window_osl: float,
     settings: AutoscalerSettings,
 ) -> tuple[DemandPoint, int] | None:
     """Decode demand in concurrent sequences and the per-replica batch that meets the ITL target.
@@ -123,8 +127,9 @@ def decode_point(
     """
     if sample.generation_token_rate is None:
         return None
-    isl = _mean_tokens(sample.prompt_token_rate, sample.request_rate)
-    osl = _mean_tokens(sample.generation_token_rate, sample.request_rate)
+    # Per-sample lengths when the sample saw requests, else the window's means.
+    isl = _mean_tokens(sample.prompt_token_rate, sample.request_rate) or window_isl
+    osl = _mean_tokens(sample.generation_token_rate, sample.request_rate) or window_osl
     ctx = isl + osl / 2.0  # Dynamo's decode context length (serving.md §2.2)
     batch = decode_batch_at_slo(capacity, itl_target_s, itl_slo_s, ctx, settings)
     # Time per token at that batch; with only a profiled batch, the target itself (worst case).

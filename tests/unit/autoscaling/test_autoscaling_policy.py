@@ -129,6 +129,14 @@ def test_waiting_queue_adds_backlog_demand() -> None:
     assert calm.desired_replicas == 4
 
 
+def test_queue_without_new_arrivals_still_counts() -> None:
+    # The newest interval saw no arrivals and processed nothing, but 300 requests wait: their
+    # size comes from the window's mean prompt length (1,000 tokens) -> +5k tok/s -> 1 replica.
+    stuck = sample(1000.0, req=0.0, num_waiting=300.0)
+    d, _ = run(pool((*window(985.0, 11), stuck), 4), 1000.0)
+    assert d.sizing.demand == pytest.approx(5_000.0)
+
+
 def test_decode_sized_by_littles_law_over_batch_at_itl_slo() -> None:
     # itl(b) = 0.01 + 0.0001 b -> b = 400 at 50 ms, capped by max_num_seqs 256.
     # 200 req/s x 100 tokens = 20k tok/s; concurrency = 20k x itl(256) = 712 -> 712/(256x0.85)=3.3
