@@ -7,7 +7,9 @@ import json
 import sys
 from pathlib import Path
 
+from gpufleet.operator.cli import add_operator_parser, run_operator
 from gpufleet.sandbox.binaries import BuildError
+from gpufleet.sim.cli import add_simulate_parser, run_simulate
 
 
 def _sandbox_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -65,14 +67,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
     _sandbox_parser(subparsers)
+    add_operator_parser(subparsers)
+    add_simulate_parser(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "sandbox":
-            return _run_sandbox(args)
+        match args.command:
+            case "sandbox":
+                return _run_sandbox(args)
+            case "operator":
+                return run_operator(args)
+            case "simulate":
+                return run_simulate(args)
     except (BuildError, TimeoutError, RuntimeError, ValueError, FileNotFoundError) as exc:
         print(f"gpufleet: error: {exc}", file=sys.stderr)
         return 1
