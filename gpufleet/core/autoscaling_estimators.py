@@ -154,7 +154,7 @@ def prefill_utilization_ceiling(
     `W = rho * s / (2 (1 - rho))` for service time `s`. Requiring
     `s + tail_factor * W <= SLO` gives `rho <= 2B / (s + 2B)` with
     `B = (SLO - s) / tail_factor`. The result is capped by `target_utilization` and
-    floored at a tenth of it. An SLO the mean service time alone misses gets
+    floored at `utilization_floor_ratio` of it. An SLO the mean service time alone misses gets
     `target_utilization`: no replica count meets it, so the pool is sized for throughput
     instead of growing without bound (the trap of Dynamo's latency-ratio floor, serving.md §2.3).
     """
@@ -165,7 +165,7 @@ def prefill_utilization_ceiling(
     if budget <= 0:
         return cap  # infeasible by service time alone: size for throughput, do not chase it
     rho = 2.0 * budget / (mean_service_s + 2.0 * budget)
-    return max(cap * 0.1, min(cap, rho))
+    return max(cap * settings.utilization_floor_ratio, min(cap, rho))
 
 
 def linear_forecast(

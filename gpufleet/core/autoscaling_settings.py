@@ -60,6 +60,15 @@ class AutoscalerSettings(BaseModel):
         "capacity (hysteresis band with target_utilization). Source: llm-d scaleDownBoundary "
         "0.70 (serving.md §3.2).",
     )
+    utilization_floor_ratio: float = Field(
+        0.1,
+        gt=0,
+        le=1,
+        description="The SLO-derived prefill utilization ceiling never goes below this "
+        "fraction of target_utilization, so a TTFT SLO that the own prefill time almost "
+        "misses asks for at most 10x the throughput need. Source: gpufleet; a runaway guard "
+        "(Dynamo's latency-ratio floor pinned replicas on an infeasible TTFT, serving.md §2.3).",
+    )
     backlog_drain_s: float = Field(
         60.0,
         gt=0,
