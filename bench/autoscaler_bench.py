@@ -9,10 +9,12 @@ Compares, in one run and on the same simulated disaggregated server:
   (c) gpufleet - gpufleet's pure P/D policy (`gpufleet.core.autoscaling.decide`).
 
 Reports the fraction of requests meeting both SLOs (TTFT <= SLO and mean time per output token
-<= ITL SLO; unfinished requests count as misses) and GPU-hours. Prints a table; the last line is
-one JSON object.
+<= ITL SLO; unfinished requests count as misses) and GPU-hours, plus two reference points built
+from per-minute needs (clairvoyant and reactive-oracle; see `minute_bounds`). Prints a table;
+the last line is one JSON object.
 
-    python bench/autoscaler_bench.py [--trace PATH] [--cold-start 60] [--gpu H100-SXM-80GB]
+    python bench/autoscaler_bench.py [--trace PATH] [--gpu H100-SXM-80GB] [--cold-start 60]
+                                     [--ttft-slo 0.5] [--itl-slo 0.05] [--slo-quantile 0.9]
 
 Modelling choices (see bench/README.md, "Autoscaler"):
 - SLOs: TTFT p90 0.5 s and ITL p90 50 ms, NVIDIA Dynamo SLA planner defaults
