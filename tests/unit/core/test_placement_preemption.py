@@ -33,6 +33,8 @@ def test_high_priority_gang_evicts_a_whole_low_priority_gang(engine: Engine) -> 
     assert decision_problems(snapshot, pending, decision) == []
     assert decision.admitted_ids == {"urgent"}
     assert [(p.gang_id, p.for_gang) for p in decision.preemptions] == [("r-low", "urgent")]
+    # CP-SAT re-solves with the evicted GPUs and must keep the gang that evicted them.
+    assert decision.stats.engine == engine.value
 
 
 @pytest.mark.parametrize(

@@ -124,7 +124,7 @@ def test_same_input_and_seed_give_the_same_decision(
 @FAST
 @given(snapshot=clusters(), pending=gangs())
 def test_cpsat_scores_at_least_as_well_as_greedy(snapshot: Snapshot, pending: list[Gang]) -> None:
-    cpsat = policy(Engine.CPSAT, allow_preemption=False)
+    cpsat = policy(Engine.CPSAT)
     greedy = replace(cpsat, solver=replace(cpsat.solver, engine=Engine.GREEDY))
     best = evaluate(snapshot, pending, place(snapshot, pending, cpsat), cpsat).objective
     fast = evaluate(snapshot, pending, place(snapshot, pending, greedy), cpsat).objective
