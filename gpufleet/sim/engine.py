@@ -80,10 +80,11 @@ class SimSettings:
     restart_cost_s: float = 60.0
     mig_repartition_s: float = 30.0
     node_boot_s: float = 300.0
-    power_down_after_s: float = 600.0
+    power_down_after_s: float = 1800.0
     gang_timeout_s: float = 600.0
     max_pending: int = 256  # gangs passed to one decision, oldest first
     max_cycles: int = 5_000_000
+    horizon_s: float | None = None  # stop at this simulated time (unfinished jobs stay so)
 
 
 class _Kind(IntEnum):
@@ -487,7 +488,12 @@ class Simulation:
     def run(self) -> SimResult:
         """Run to the last event and return the raw result."""
         wall0 = time.perf_counter()
+        horizon = self.settings.horizon_s
         while self._heap:
+            if horizon is not None and self._heap[0][0] > horizon:
+                self.now = max(self.now, horizon)
+                self._account()
+                break
             t, kind, _, key, version = heapq.heappop(self._heap)
             self.now = t
             k = _Kind(kind)
@@ -518,6 +524,8 @@ class Simulation:
             ),
             default=self.now,
         )
+        if self.settings.horizon_s is not None:
+            end = max(end, self.now)
         start = min((j.trace.arrival_s for j in self.jobs.values()), default=0.0)
         for integ in (self._energy, self._busy, self._alloc, self._wait, self._unalloc_wait):
             integ.advance(max(end, self.now))

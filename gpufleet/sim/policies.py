@@ -6,7 +6,7 @@ power-cap rule, solver engine): every decision is the core's.
 
 * `performance`: maximise admitted work; no energy weight, no power caps, nodes stay on.
 * `balanced`: the core's default weights; no power caps; nodes stay on.
-* `energy`: energy weighed against work, every gang power-capped at <= 10 % slowdown, stronger
+* `energy`: energy weighed against work, every gang power-capped at <= 5 % slowdown, stronger
   consolidation, and empty nodes switched off after the engine's idle grace period.
 
 The solver engine is a parameter: the greedy engine is the default in simulation because a
@@ -47,7 +47,7 @@ def _core_policy(name: str, engine: Engine, seed: int) -> Policy:
     if name == "energy":
         return Policy(
             weights=Weights(energy=1.0, consolidation=0.2),
-            power_caps=PowerCapRule(enabled=True, max_slowdown=0.1, cap_all=True),
+            power_caps=PowerCapRule(enabled=True, max_slowdown=0.05, cap_all=True),
             solver=solver,
         )
     raise ValueError(f"unknown gpufleet policy {name!r}")

@@ -27,10 +27,10 @@ from __future__ import annotations
 import csv
 import random
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from gpufleet.sim.fleet import FleetSpec, NodePoolSpec
+from gpufleet.sim.fleet import FleetSpec, MigSpec, NodePoolSpec
 from gpufleet.sim.profiles import GavelProfile, gavel_scale
 from gpufleet.sim.traces.common import TraceJob
 
@@ -132,12 +132,15 @@ def load_alibaba_fleet(
     type_map: Mapping[str, str],
     *,
     scale: float = 1.0,
+    mig_types: Collection[str] = (),
+    mig_config: str = "all-balanced",
 ) -> FleetSpec:
     """The trace's GPU node list as a fleet: one pool per (model, GPUs per node) shape.
 
     Models are renamed to catalogue types with `type_map` (models missing from it are an error,
     so a silent shrink of the fleet cannot happen). `scale` < 1 keeps that fraction of each
-    shape's nodes (at least one), for runs smaller than the trace's 6,212 GPUs.
+    shape's nodes (at least one), for runs smaller than the trace's 6,212 GPUs. Pools of a
+    catalogue type in `mig_types` get MIG (mixed strategy) with the layout `mig_config`.
     """
     path = Path(trace_dir) / "openb_node_list_gpu_node.csv"
     shapes: Counter[tuple[str, int]] = Counter()
@@ -153,6 +156,7 @@ def load_alibaba_fleet(
             count=max(1, round(count * scale)),
             gpu_type=type_map[model],
             gpus_per_node=gpus,
+            mig=MigSpec(config=mig_config) if type_map[model] in mig_types else None,
         )
         for (model, gpus), count in sorted(shapes.items())
     ]
