@@ -9,6 +9,7 @@ state is never carried over, it is rebuilt from the cluster on every start.
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
 import os
 import signal
@@ -85,6 +86,8 @@ def run(options: OperatorOptions) -> int:
     if options.log_level.upper() != "DEBUG":
         # kopf logs every successful handler run (each timer tick) at INFO.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    # `kill -USR1 <pid>` prints every thread's stack: cheap insurance for diagnosing hangs.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     api = api_client(options.kubeconfig)
     stop = threading.Event()
     lost = threading.Event()
@@ -119,16 +122,23 @@ def run(options: OperatorOptions) -> int:
 
     _login(api)
     memo = kopf.Memo(state=trainingjob.State(api))
-    try:
-        asyncio.run(
-            kopf.operator(
+
+    async def operate() -> None:
+        try:
+            await kopf.operator(
                 standalone=True,
                 clusterwide=options.namespace is None,
                 namespaces=[options.namespace] if options.namespace else (),
                 memo=memo,
                 stop_flag=stop,
             )
-        )
+        finally:
+            # kopf may stop on its own signal handlers; release its thread waiting on `stop`
+            # before asyncio.run() waits for the executor threads.
+            stop.set()
+
+    try:
+        asyncio.run(operate())
     finally:
         stop.set()
         scheduler.stop()

@@ -8,7 +8,6 @@ the whole list to `on_list`, so the consumer's store is rebuilt from the cluster
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import threading
@@ -46,7 +45,7 @@ class Informer:
         on_list: Callable[[list[Obj]], None],
         on_event: Callable[[str, Obj], None],
         stop: threading.Event,
-        watch_timeout: int = 300,
+        watch_timeout: int = 30,
         **list_kwargs: Any,
     ) -> None:
         self.name = name
@@ -65,11 +64,9 @@ class Informer:
         return self
 
     def join(self, timeout: float | None = None) -> None:
-        response = self._response
-        if response is not None:  # unblock a watch waiting for the next event
-            # Closing a half-dead connection may fail; the thread ends either way.
-            with contextlib.suppress(Exception):
-                response.close()
+        # A watch blocked in a read cannot be interrupted safely from another thread (closing
+        # the TLS socket under the reader can block too); the daemon thread ends at the
+        # watch's server-side timeout at the latest.
         self._thread.join(timeout)
 
     def _relist(self) -> str:

@@ -101,5 +101,5 @@ class SchedulerRuntime:
         self.cache.changed.set()
         self._thread.join(10)
         for informer in self.informers:
-            informer.join(5)
+            informer.join(0.1)
         self.binder.close()

@@ -1,0 +1,207 @@
+"""Running `gpufleet operator` as a real child process, for integration tests and benchmarks.
+
+In the spirit of kopf's KopfRunner, but a separate process, so tests can `kill -9` it at any
+moment and start it again. It is stopped by PID only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpufleet.operator.app import LEASE_NAME
+from gpufleet.scheduler.names import MIG_CONFIGMAP_NAMESPACE
+
+T = TypeVar("T")
+
+
+class OperatorProcess:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        log: Path,
+        coordination: client.CoordinationV1Api,
+        *extra_args: str,
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.log = log
+        self.coordination = coordination
+        self.args = [
+            "--lease-duration=3",
+            "--node-failure-grace=2",
+            "--log-level=INFO",
+            *extra_args,
+        ]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start and wait until this process holds the Lease (it then schedules at once)."""
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gpufleet.operator.cli",
+                 f"--kubeconfig={self.kubeconfig}", *self.args],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"operator exited with {self.proc.returncode}; see {self.log}")
+            if self.holds_lease() and "scheduler 'gpufleet' started" in self._log_text():
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"operator did not take the lease in {timeout}s; see {self.log}")
+
+    def _log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def holds_lease(self) -> bool:
+        try:
+            raw: Any = self.coordination.read_namespaced_lease(
+                LEASE_NAME, MIG_CONFIGMAP_NAMESPACE, _preload_content=False
+            )
+        except ApiException:
+            return False
+        holder = (json.loads(raw.data).get("spec") or {}).get("holderIdentity") or ""
+        return f"-{self.pid}-" in holder
+
+    def kill(self) -> None:
+        """SIGKILL: no clean-up, no Lease release."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def __enter__(self) -> OperatorProcess:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def wait_for(check: Callable[[], T | None], what: str, timeout: float = 20.0) -> T:
+    """Poll `check` until it returns a truthy value; fail with `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+class Kube:
+    """Small typed helpers over the API for tests: jobs, pods, namespaces, as JSON dicts."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.coordination = client.CoordinationV1Api(api)
+
+    def create_namespace(self, name: str) -> None:
+        body: Any = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        self.core.create_namespace(body)
+
+    def create_job(self, namespace: str, manifest: dict[str, Any]) -> None:
+        self.custom.create_namespaced_custom_object(
+            "gpufleet.io", "v1alpha1", namespace, "trainingjobs", manifest
+        )
+
+    def job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj: Any = self.custom.get_namespaced_custom_object(
+                "gpufleet.io", "v1alpha1", namespace, "trainingjobs", name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(obj)
+
+    def jobs(self, namespace: str) -> list[dict[str, Any]]:
+        out: Any = self.custom.list_namespaced_custom_object(
+            "gpufleet.io", "v1alpha1", namespace, "trainingjobs"
+        )
+        return list(out["items"])
+
+    def patch_job(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(
+            "gpufleet.io", "v1alpha1", namespace, "trainingjobs", name, patch
+        )
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        with contextlib.suppress(ApiException):
+            self.custom.delete_namespaced_custom_object(
+                "gpufleet.io", "v1alpha1", namespace, "trainingjobs", name
+            )
+
+    def pods(self, namespace: str, selector: str = "") -> list[dict[str, Any]]:
+        raw: Any = self.core.list_namespaced_pod(
+            namespace, label_selector=selector, _preload_content=False
+        )
+        items: list[dict[str, Any]] = json.loads(raw.data)["items"]
+        return items
+
+    def phase(self, namespace: str, name: str) -> str | None:
+        job = self.job(namespace, name)
+        return None if job is None else (job.get("status") or {}).get("phase")
+
+    def condition(self, namespace: str, name: str, kind: str) -> dict[str, Any] | None:
+        job = self.job(namespace, name) or {}
+        for c in (job.get("status") or {}).get("conditions") or []:
+            if c["type"] == kind:
+                return dict(c)
+        return None
+
+    def events(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        raw: Any = self.core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name}", _preload_content=False
+        )
+        items: list[dict[str, Any]] = json.loads(raw.data)["items"]
+        return items
+
+    def clean_namespace(self, namespace: str, timeout: float = 30.0) -> None:
+        """Delete the namespace's jobs, wait until their pods are gone, delete the namespace."""
+        for job in self.jobs(namespace):
+            self.delete_job(namespace, job["metadata"]["name"])
+        wait_for(lambda: not self.jobs(namespace), f"jobs of {namespace} deleted", timeout)
+        with contextlib.suppress(ApiException):
+            self.core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        wait_for(lambda: not self.pods(namespace), f"pods of {namespace} gone", timeout)
+        with contextlib.suppress(ApiException):
+            self.core.delete_namespace(namespace)

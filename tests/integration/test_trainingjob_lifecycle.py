@@ -1,0 +1,204 @@
+"""TrainingJob end to end on the sandbox with `gpufleet operator` as a real process.
+
+Aspects: the examples reach Running (and the one that cannot fit says why, with the core's
+reason); worker pods carry ranks, PyTorch rendezvous variables, GPU requests and owner
+references, and get a headless Service; status shows the placement; Events mark transitions;
+deleting a job removes everything it owned; bad input (a GPU type no node has, a pod template
+the API server rejects) ends in a clear condition; suspend and resume; a failed worker restarts
+the whole gang.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
+from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.scheduler import invariants
+from gpufleet.scheduler.runtime import api_client
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture(scope="module")
+def kube(sandbox: Sandbox) -> Kube:
+    return Kube(api_client(str(sandbox.kubeconfig)))
+
+
+@pytest.fixture(scope="module")
+def operator(
+    sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    with OperatorProcess(sandbox.kubeconfig, log, kube.coordination) as proc:
+        yield proc
+
+
+@pytest.fixture
+def ns(kube: Kube, operator: OperatorProcess) -> Iterator[str]:
+    name = f"tj-{uuid.uuid4().hex[:6]}"
+    kube.create_namespace(name)
+    yield name
+    kube.clean_namespace(name)
+
+
+def example(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())
+    return doc
+
+
+def job(name: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "replicas": 1,
+        "gpusPerReplica": 1,
+        "gpuTypes": [{"name": "T4"}],
+        "template": {"spec": {"containers": [{"name": "main", "image": "registry.example/x:1"}]}},
+    }
+    body.update(spec)
+    return {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
+def env(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in pod["spec"]["containers"][0].get("env", [])}
+
+
+def test_examples_reach_running_and_the_misfit_says_why(kube: Kube, ns: str) -> None:
+    running = {
+        "trainingjob-gang-h100.yaml": "llama-finetune",
+        "trainingjob-mig-slice.yaml": "bert-mig",
+        "trainingjob-elastic.yaml": "resnet-elastic",
+        "trainingjob-high-priority.yaml": "urgent-pretrain",
+    }
+    for file in [*running, "trainingjob-unschedulable.yaml"]:
+        kube.create_job(ns, example(file))
+    for name in running.values():
+        wait_for(lambda n=name: kube.phase(ns, n) == "Running", f"{name} Running", 30)
+
+    gang = kube.job(ns, "llama-finetune")
+    assert gang is not None
+    status = gang["status"]
+    assert status["replicas"] == 2 and status["gpuType"] in ("H100-80GB", "A100-80GB")
+    assert [p["replica"] for p in status["placement"]] == [0, 1]
+    assert all(len(p["gpus"]) == 4 for p in status["placement"])
+    pods = sorted(
+        kube.pods(ns, "gpufleet.io/trainingjob=llama-finetune"), key=lambda p: p["metadata"]["name"]
+    )
+    assert [p["metadata"]["name"] for p in pods] == [
+        "llama-finetune-worker-0",
+        "llama-finetune-worker-1",
+    ]
+    for rank, pod in enumerate(pods):
+        assert env(pod) == {
+            "MASTER_ADDR": f"llama-finetune-worker-0.llama-finetune.{ns}.svc",
+            "MASTER_PORT": "29500",
+            "WORLD_SIZE": "2",
+            "RANK": str(rank),
+        }
+        assert pod["spec"]["schedulerName"] == "gpufleet"
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
+        (owner,) = pod["metadata"]["ownerReferences"]
+        assert owner["uid"] == gang["metadata"]["uid"] and owner["controller"]
+    service = kube.core.read_namespaced_service("llama-finetune", ns)
+    assert service.spec.cluster_ip == "None"
+
+    mig = kube.job(ns, "bert-mig")
+    assert mig is not None
+    (slot,) = mig["status"]["placement"]
+    assert slot["migSlice"]["profile"] == "3g.40gb"
+
+    assert kube.phase(ns, "too-big") == "Queued"
+    admitted = kube.condition(ns, "too-big", "Admitted")
+    assert admitted is not None and admitted["status"] == "False"
+    assert admitted["message"].startswith("ReplicaExceedsNode: needs 16 x H100-80GB on one node")
+
+    reasons = {e["reason"] for e in kube.events(ns, "llama-finetune")}
+    assert {"Queued", "Running"} <= reasons
+    assert invariants.check(kube.core) == []
+
+
+def test_deleting_a_job_removes_everything_it_owned(kube: Kube, ns: str) -> None:
+    kube.create_job(ns, job("short", replicas=2))
+    wait_for(lambda: kube.phase(ns, "short") == "Running", "short Running")
+    kube.delete_job(ns, "short")
+    wait_for(lambda: kube.job(ns, "short") is None, "job gone (finalizer released)")
+    wait_for(lambda: not kube.pods(ns), "pods gone")
+    services = kube.core.list_namespaced_service(ns).items
+    assert [s.metadata.name for s in services] == []
+
+
+def test_gpu_type_no_node_has_is_explained(kube: Kube, ns: str) -> None:
+    kube.create_job(ns, job("volta", gpuTypes=[{"name": "V100-32GB"}]))
+
+    def explained() -> dict[str, Any] | None:
+        c = kube.condition(ns, "volta", "Admitted")
+        return c if c and c["reason"] == "NoAcceptableGPUType" else None
+
+    admitted = wait_for(explained, "NoAcceptableGPUType condition")
+    assert admitted["message"] == (
+        "NoNodesOfAcceptableType: no schedulable node has V100-32GB GPUs"
+    )
+    assert kube.phase(ns, "volta") == "Queued"
+    warnings = [e for e in kube.events(ns, "volta") if e["type"] == "Warning"]
+    assert any(e["reason"] == "NoAcceptableGPUType" for e in warnings)
+
+
+def test_rejected_pod_template_fails_with_the_api_servers_message(kube: Kube, ns: str) -> None:
+    container = {
+        "name": "main",
+        "image": "registry.example/x:1",
+        "volumeMounts": [{"name": "missing", "mountPath": "/data"}],
+    }
+    kube.create_job(ns, job("broken", template={"spec": {"containers": [container]}}))
+    wait_for(lambda: kube.phase(ns, "broken") == "Failed", "broken Failed")
+    failed = kube.condition(ns, "broken", "Failed")
+    assert failed is not None and failed["reason"] == "PodTemplateRejected"
+    assert "volumeMounts[0].name" in failed["message"]
+    assert kube.pods(ns) == []
+
+
+def test_suspend_releases_gpus_and_resume_runs_again(kube: Kube, ns: str) -> None:
+    kube.create_job(ns, job("pausable", replicas=2))
+    wait_for(lambda: kube.phase(ns, "pausable") == "Running", "Running")
+    kube.patch_job(ns, "pausable", {"spec": {"runPolicy": {"suspend": True}}})
+    wait_for(lambda: kube.phase(ns, "pausable") == "Suspended", "Suspended")
+    wait_for(lambda: not kube.pods(ns), "pods deleted while suspended")
+    kube.patch_job(ns, "pausable", {"spec": {"runPolicy": {"suspend": False}}})
+    wait_for(lambda: kube.phase(ns, "pausable") == "Running", "Running again")
+
+
+def test_failed_worker_restarts_the_whole_gang(kube: Kube, ns: str) -> None:
+    kube.create_job(ns, job("flaky", replicas=2, runPolicy={"backoffLimit": 1}))
+    wait_for(lambda: kube.phase(ns, "flaky") == "Running", "Running")
+    first = {p["metadata"]["uid"] for p in kube.pods(ns)}
+    kube.core.patch_namespaced_pod_status("flaky-worker-1", ns, {"status": {"phase": "Failed"}})
+
+    def restarted() -> bool:
+        job_ = kube.job(ns, "flaky") or {}
+        pods = kube.pods(ns)
+        fresh = {p["metadata"]["uid"] for p in pods} & first == set()
+        return (
+            (job_.get("status") or {}).get("restarts") == 1
+            and len(pods) == 2
+            and fresh
+            and job_["status"]["phase"] == "Running"
+        )
+
+    wait_for(restarted, "both workers replaced and running, restarts=1", 30)
+    kube.core.patch_namespaced_pod_status("flaky-worker-0", ns, {"status": {"phase": "Failed"}})
+    wait_for(lambda: kube.phase(ns, "flaky") == "Failed", "Failed after backoffLimit", 30)
+    failed = kube.condition(ns, "flaky", "Failed")
+    assert failed is not None and failed["reason"] == "BackoffLimitExceeded"
+    wait_for(
+        lambda: all(p["status"].get("phase") == "Failed" for p in kube.pods(ns)), "no live workers"
+    )
