@@ -12,6 +12,7 @@ vLLM V1 metric names (reference/serving.md §1.1):
 | `vllm:request_success_total` | counter |
 | `vllm:time_to_first_token_seconds` | histogram |
 | `vllm:inter_token_latency_seconds` (not the deprecated `time_per_output_token`) | histogram |
+| `vllm:request_queue_time_seconds`, `vllm:request_prefill_time_seconds` (prefill) | histogram |
 | `vllm:e2e_request_latency_seconds` (decode pool: requests finished end to end) | histogram |
 
 Every series carries `model_name`, `engine` ("0") and `role` (the pool's role, the label the
@@ -126,6 +127,16 @@ class PoolCollector(Collector):
             "vllm:inter_token_latency_seconds",
             "Histogram of inter-token latency in seconds.",
             snap.itl,
+        )
+        yield histogram(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            snap.queue_time,
+        )
+        yield histogram(
+            "vllm:request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.",
+            snap.prefill_time,
         )
         yield histogram(
             "vllm:e2e_request_latency_seconds",

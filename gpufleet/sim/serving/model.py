@@ -147,6 +147,8 @@ class PoolSnapshot:
     ttft: Histogram
     itl: Histogram
     e2e: Histogram
+    queue_time: Histogram
+    prefill_time: Histogram
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,6 +161,7 @@ class _Req:
     req: Request
     prefill_left: int
     first_token_s: float = math.nan
+    scheduled_s: float = math.nan  # first prefill chunk scheduled (end of queue time)
     generated: int = 0  # tokens produced by decode (the first token comes from prefill)
     finish_s: float = math.nan
 
@@ -212,6 +215,8 @@ class _Pool:
         self.generation_tokens = 0
         self.success = 0
         self.ttft_hist = _Hist(TTFT_BUCKETS)
+        self.queue_hist = _Hist(TTFT_BUCKETS)
+        self.prefill_hist = _Hist(TTFT_BUCKETS)
         self.itl_hist = _Hist(ITL_BUCKETS)
         self.e2e_hist = _Hist(E2E_BUCKETS)
         # since the previous sample
@@ -235,6 +240,15 @@ def _quantile(sorted_values: Sequence[float], q: float) -> float:
     """Nearest-rank quantile of a sorted, non-empty sequence."""
     k = max(0, min(len(sorted_values) - 1, math.ceil(q * len(sorted_values)) - 1))
     return sorted_values[k]
+
+
+def _quantiles(values: list[float]) -> LatencyQuantiles | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return LatencyQuantiles(
+        _quantile(ordered, 0.5), _quantile(ordered, 0.9), _quantile(ordered, 0.99)
+    )
 
 
 def _weighted_quantiles(values: list[tuple[float, int]]) -> LatencyQuantiles | None:
@@ -393,12 +407,6 @@ class ServingModel:
         def rate(x: float) -> float:
             return x / dt if dt > 0 else 0.0
 
-        ttft = None
-        if pool.ttft_values:
-            values = sorted(pool.ttft_values)
-            ttft = LatencyQuantiles(
-                _quantile(values, 0.5), _quantile(values, 0.9), _quantile(values, 0.99)
-            )
         sample = MetricsSample(
             timestamp=self._now,
             request_rate=rate(pool.arrivals),
@@ -406,7 +414,7 @@ class ServingModel:
             generation_token_rate=rate(pool.interval_generation_tokens),
             num_waiting=float(waiting),
             num_running=float(running),
-            ttft=ttft,
+            ttft=_quantiles(pool.ttft_values),
             itl=_weighted_quantiles(pool.itl_values),
             kv_cache_usage=kv,
             ready_replicas=len(serving),
@@ -435,6 +443,8 @@ class ServingModel:
             generation_tokens_total=pool.generation_tokens,
             request_success_total=pool.success,
             ttft=pool.ttft_hist.freeze(),
+            queue_time=pool.queue_hist.freeze(),
+            prefill_time=pool.prefill_hist.freeze(),
             itl=pool.itl_hist.freeze(),
             e2e=pool.e2e_hist.freeze(),
         )
@@ -542,6 +552,7 @@ class ServingModel:
             budget -= chunk
         while budget > 0 and pool.queue and r.phase is ReplicaPhase.READY:
             q = pool.queue.popleft()
+            q.scheduled_s = self._now
             r.local.append(q)
             chunk = min(q.prefill_left, budget)
             batch.append((q, chunk))
@@ -568,6 +579,9 @@ class ServingModel:
             ttft = now - q.req.arrival_s
             pool.ttft_values.append(ttft)
             pool.ttft_hist.observe(ttft)
+            queued = q.scheduled_s - q.req.arrival_s
+            pool.queue_hist.observe(queued)
+            pool.prefill_hist.observe(now - q.scheduled_s)
             pool.success += 1
             pool.generation_tokens += 1
             pool.interval_generation_tokens += 1

@@ -217,6 +217,8 @@ def test_exporter_serves_current_vllm_names_on_loopback() -> None:
         "vllm:request_success_total{",
         "vllm:time_to_first_token_seconds_bucket{",
         "vllm:inter_token_latency_seconds_bucket{",
+        "vllm:request_queue_time_seconds_bucket{",
+        "vllm:request_prefill_time_seconds_bucket{",
     ):
         assert name in pre and name in texts["decode"], name
     assert 'role="prefill"' in pre and 'role="decode"' in texts["decode"]
