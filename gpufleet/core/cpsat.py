@@ -11,7 +11,8 @@ Model (built in `_Model`, solved in `place_cpsat`, turned into GPUs by `_extract
   from free instances on partly used GPUs plus those layouts must cover MIG replicas.
 - Objective: priority-weighted net work, minus consolidation (idle nodes put to use),
   fragmentation (free GPUs stranded on touched nodes) and disruption (repartitions).
-Preemption is not in the model: it runs afterwards on what is still pending (see place.py).
+Preemption victims are not chosen by the model: greedy's evictions come in as freed GPUs plus
+gangs that must be admitted, and later evictions run after the solve (see place.py).
 """
 
 from __future__ import annotations
