@@ -1,0 +1,124 @@
+"""`kill -9` of `gpufleet operator` (operator and scheduler together) at several points of a
+job's life: it rebuilds its state from the cluster on restart and finishes the work with no
+duplicate pods, no partly bound gang and no GPU used twice (invariants read from the cluster)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
+from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.scheduler import invariants
+from gpufleet.scheduler.runtime import api_client
+
+WORKERS = 16  # every T4 GPU of the default fleet
+
+
+@pytest.fixture(scope="module")
+def kube(sandbox: Sandbox) -> Kube:
+    return Kube(api_client(str(sandbox.kubeconfig)))
+
+
+@pytest.fixture(scope="module")
+def operator(
+    sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    proc = OperatorProcess(sandbox.kubeconfig, log, kube.coordination)
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def ns(kube: Kube, operator: OperatorProcess) -> Iterator[str]:
+    name = f"kill-{uuid.uuid4().hex[:6]}"
+    kube.create_namespace(name)
+    yield name
+    if operator.proc is None or operator.proc.poll() is not None:
+        operator.start()  # a failed test may have left it dead; clean-up needs it
+    kube.clean_namespace(name)
+
+
+def training_job(name: str, replicas: int, gpus: int, gpu_type: str, priority: int = 0) -> Any:
+    return {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "gpusPerReplica": gpus,
+            "gpuTypes": [{"name": gpu_type}],
+            "priority": priority,
+            "template": {"spec": {"containers": [{"name": "m", "image": "registry.example/x:1"}]}},
+        },
+    }
+
+
+def restart(operator: OperatorProcess) -> None:
+    operator.kill()
+    operator.start()
+
+
+def assert_clean(kube: Kube, ns: str, job: str, replicas: int) -> None:
+    pods = kube.pods(ns, f"gpufleet.io/trainingjob={job}")
+    ranks = sorted(int(p["metadata"]["labels"]["gpufleet.io/rank"]) for p in pods)
+    assert ranks == list(range(replicas))
+    assert invariants.check(kube.core) == []
+
+
+KillPoint = Callable[[Kube, str], object]
+
+KILL_POINTS: list[Any] = [
+    pytest.param(lambda kube, ns: True, id="right-after-apply"),
+    pytest.param(lambda kube, ns: len(kube.pods(ns)) >= 1, id="first-pod-created"),
+    pytest.param(
+        lambda kube, ns: any(p["spec"].get("nodeName") for p in kube.pods(ns)),
+        id="first-pod-bound",
+    ),
+    pytest.param(lambda kube, ns: kube.phase(ns, "big") == "Running", id="running"),
+]
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_kill_during_admission_leaves_no_duplicates(
+    kube: Kube, ns: str, operator: OperatorProcess, point: KillPoint
+) -> None:
+    kube.create_job(ns, training_job("big", WORKERS, 1, "T4"))
+    wait_for(lambda: point(kube, ns), "the kill point", 20)
+    restart(operator)
+    wait_for(lambda: kube.phase(ns, "big") == "Running", "Running after restart", 30)
+    assert_clean(kube, ns, "big", WORKERS)
+    job = kube.job(ns, "big")
+    assert job is not None and job["status"]["restarts"] == 0
+
+
+def test_kill_during_preemption_keeps_gangs_whole(
+    kube: Kube, ns: str, operator: OperatorProcess
+) -> None:
+    kube.create_job(ns, training_job("low", 4, 4, "L4", priority=1))
+    wait_for(lambda: kube.phase(ns, "low") == "Running", "low Running")
+    before = {p["metadata"]["uid"] for p in kube.pods(ns)}
+    kube.create_job(ns, training_job("high", 1, 4, "L4", priority=10))
+
+    def evicting() -> bool:
+        low = kube.pods(ns, "gpufleet.io/trainingjob=low")
+        return any(p["metadata"].get("deletionTimestamp") for p in low) or not before <= {
+            p["metadata"]["uid"] for p in low
+        }
+
+    wait_for(evicting, "the first eviction")
+    restart(operator)
+    wait_for(lambda: kube.phase(ns, "high") == "Running", "high Running after restart", 30)
+    wait_for(
+        lambda: len(kube.pods(ns, "gpufleet.io/trainingjob=low")) == 4,
+        "low gang recreated whole",
+    )
+    assert_clean(kube, ns, "high", 1)
+    assert_clean(kube, ns, "low", 4)
+    low = kube.pods(ns, "gpufleet.io/trainingjob=low")
+    assert not any(p["spec"].get("nodeName") for p in low)  # 12 L4 GPUs left, it needs 16
