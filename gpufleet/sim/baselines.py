@@ -304,7 +304,7 @@ class KubeLikePolicy:
         for gang in pending:
             replicas: list[ReplicaPlacement] = []
             first_type = ""
-            for _ in range(gang.replicas_min):
+            for _ in range(gang.replicas_max):  # every pod of the job exists and is scheduled
                 # Each pod may land on any acceptable type: pods are scheduled independently.
                 best: tuple[float, str] | None = None
                 for t in _types(gang, free):

@@ -72,6 +72,12 @@ def add_simulate_parser(
         default="gpuspec10",
         help="Alibaba pod list (gpuspec10 carries GPU-type constraints)",
     )
+    p.add_argument(
+        "--elastic",
+        type=float,
+        default=0.0,
+        help="philly: fraction of multi-GPU jobs that may run on half their GPUs (default 0)",
+    )
     p.add_argument("--data-dir", type=Path, default=None, help="shared data directory")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.set_defaults(func=run_simulate)
@@ -114,6 +120,7 @@ def run_simulate(args: argparse.Namespace) -> int:
             arrival_speedup=args.load,
             data_dir=args.data_dir,
             variant=args.alibaba_list,
+            elastic_fraction=args.elastic,
         )
     except (OSError, ValueError, KeyError) as exc:
         console.print(f"[red]error:[/red] {exc}")
@@ -155,6 +162,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         "load": args.load,
         "window": args.window,
         "engine": args.engine,
+        "elastic": args.elastic,
     }
     doc = write_report(results, args.out, meta, plots=not args.no_plots)
     table = Table(title=f"{args.trace}: {len(workload.jobs)} jobs on {fleet.total_gpus} GPUs")

@@ -30,7 +30,10 @@ waking a node against waiting; the engine's rule stands in for that.)
 Demand: a trace job becomes a core `Gang` whose acceptable types are the fleet's types allowed by
 the job, each with the job's relative throughput from the speed model. A fractional job asks for
 the MIG profile of its compute size on the fleet's MIG-capable types of one memory class; when no
-acceptable type supports MIG it takes a whole GPU instead.
+acceptable type supports MIG it takes a whole GPU instead. An elastic job (`min_replicas` set)
+becomes a gang of `min_replicas..replicas` replicas; the core picks the count at admission and the
+job runs at the speed of the replicas it got. The core's decision has no operation to resize a
+running gang, so a running elastic job keeps its size until it ends or is preempted.
 """
 
 from __future__ import annotations
@@ -149,7 +152,7 @@ def gang_for_job(job: TraceJob, fleet_types: Sequence[GpuType], speed: SpeedMode
             return Gang(
                 id=job.job_id,
                 acceptable=tuple(TypeOption(t.name, speed.type_speed(job, t.name)) for t in same),
-                replicas_min=job.replicas,
+                replicas_min=job.min_replicas or job.replicas,
                 replicas_max=job.replicas,
                 mig_profile=profile,
                 priority=job.priority,
@@ -157,7 +160,7 @@ def gang_for_job(job: TraceJob, fleet_types: Sequence[GpuType], speed: SpeedMode
     return Gang(
         id=job.job_id,
         acceptable=tuple(TypeOption(t.name, speed.type_speed(job, t.name)) for t in allowed),
-        replicas_min=job.replicas,
+        replicas_min=job.min_replicas or job.replicas,
         replicas_max=job.replicas,
         gpus_per_replica=max(1, job.gpus_per_replica),
         priority=job.priority,

@@ -56,6 +56,7 @@ def load_workload(
     arrival_speedup: float = 1.0,
     data_dir: Path | None = None,
     variant: str = "gpuspec10",
+    elastic_fraction: float = 0.0,
 ) -> Workload:
     """Load `philly` or `alibaba` jobs; jobs larger than the whole fleet are dropped."""
     data = data_dir or default_data_dir()
@@ -70,6 +71,7 @@ def load_workload(
             window=window,
             arrival_speedup=arrival_speedup,
             max_gpus=fleet.total_gpus,
+            elastic_fraction=elastic_fraction,
         )
     elif trace == "alibaba":
         bounds = None

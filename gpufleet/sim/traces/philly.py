@@ -18,6 +18,9 @@ here, because the trace lacks the field or is ambiguous:
   per GPU); all of them must run for the job to make progress.
 * **No GPU-type constraint.** Every job may run on any GPU type.
 * **Queue.** The virtual cluster hash (`cluster`) becomes the job's queue.
+* **Elasticity.** Philly does not say which jobs could run on fewer GPUs. With
+  `elastic_fraction` f > 0, each multi-GPU job is elastic with probability f (drawn from the same
+  per-row seed), accepting half its GPUs at half the speed (linear scaling, an assumption).
 * **Load.** `arrival_speedup` k divides every inter-arrival time by k (k > 1 raises the load on a
   given fleet); the selected window's first job arrives at t = 0.
 """
@@ -82,6 +85,7 @@ def load_philly(
     min_duration_s: float = 60.0,
     max_gpu_hours: float = 1000.0,
     max_gpus: int | None = None,
+    elastic_fraction: float = 0.0,
 ) -> list[TraceJob]:
     """Select jobs from the Philly trace; see the module docstring for every assumption.
 
@@ -113,6 +117,7 @@ def load_philly(
         scale = gavel_scale(gpus)
         rng = random.Random(f"philly:{seed}:{row_no}")
         model = rng.choice(profile.job_types(scale))
+        elastic = gpus > 1 and rng.random() < elastic_fraction
         out.append(
             TraceJob(
                 job_id=f"philly-{row_no:05d}",
@@ -122,6 +127,7 @@ def load_philly(
                 gpus_per_replica=1,
                 model=model,
                 queue=vc,
+                min_replicas=gpus // 2 if elastic else None,
             )
         )
     return out

@@ -253,3 +253,19 @@ def test_a_double_booking_decision_raises(
             catalog,
             profile,
         )
+
+
+def test_elastic_job_runs_with_fewer_replicas_at_proportional_speed(
+    catalog: Catalog, profile: GavelProfile, v100_fleet: Callable[..., FleetSpec]
+) -> None:
+    import dataclasses
+
+    elastic = dataclasses.replace(job("e", 0.0, 1000.0, gpus=4), min_replicas=2)
+    for name, place in (("fifo", FifoBinPackPolicy()), ("kube", KubeLikePolicy())):
+        _, result = simulate(
+            v100_fleet(nodes=1, gpus=2), [elastic], SimPolicy(name, place), catalog, profile
+        )
+        rec = result.jobs[0]
+        # Two of four replicas: half speed, so twice the run time, on two GPUs.
+        assert rec.completion_s == pytest.approx(2000.0)
+        assert rec.busy_gpu_s == pytest.approx(4000.0)

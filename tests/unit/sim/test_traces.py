@@ -54,6 +54,10 @@ def test_philly_window_speedup_and_size_cap(data_dir: Path, profile: GavelProfil
     assert all(wider[j.job_id] == j.model for j in base)
     small = load_philly(path, profile, jobs=2000, max_gpus=8)
     assert max(j.num_gpus for j in small) <= 8
+    elastic = load_philly(path, profile, jobs=2000, elastic_fraction=0.5)
+    flexible = [j for j in elastic if j.min_replicas is not None]
+    assert flexible and all(j.num_gpus > 1 and j.min_replicas == j.num_gpus // 2 for j in flexible)
+    assert [j.model for j in elastic] == [j.model for j in load_philly(path, profile, jobs=2000)]
     start, end = parse_window("2017-10-01")
     assert start is not None and end is None
 
