@@ -70,11 +70,12 @@ def holds_gpus(pod: Pod) -> bool:
 
 
 def is_ours_pending(pod: Pod) -> bool:
-    """An unbound, live pod that names gpufleet as its scheduler."""
+    """An unbound, live, ungated pod that names gpufleet as its scheduler."""
     spec = pod.get("spec") or {}
     return (
         spec.get("schedulerName") == names.SCHEDULER_NAME
         and not spec.get("nodeName")
+        and not spec.get("schedulingGates")  # gated pods wait, as for any scheduler
         and not pod["metadata"].get("deletionTimestamp")
         and not is_terminal(pod)
     )

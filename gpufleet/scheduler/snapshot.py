@@ -219,11 +219,14 @@ def build_view(
         first = members[0]
         reason = _hold_reason(members, pods.gang_size(first) - bound_members[gid])
         gang: Gang | None = None
+        # The unbound rest of a partly bound gang (left by a crash between two bindings) is
+        # offered under its own id: the core refuses an id that is both running and pending.
+        pending_id = f"{gid}#rest" if gid in running_pods else gid
         if reason is None:
             request = pods.gpu_request(first)
             try:
                 gang = Gang(
-                    id=gid,
+                    id=pending_id,
                     acceptable=_acceptable(first, core_nodes.values(), catalog),
                     replicas_min=len(members),
                     replicas_max=len(members),

@@ -220,3 +220,15 @@ def test_not_ready_node_waits_for_the_grace_period() -> None:
     assert sched.run_cycle().restarted == []
     clock.t = 11
     assert sched.run_cycle().restarted == ["default/pod:p"]
+
+
+def test_rest_of_a_partly_bound_gang_is_bound_after_a_crash() -> None:
+    # A crash between two bindings left rank 0 bound and rank 1 pending.
+    pods = [
+        PodBuilder("g-0").gpus(4).gang("g", 2, 0).bound("h0", gpus="0,1,2,3").obj(),
+        PodBuilder("g-1").gpus(4).gang("g", 2, 1).obj(),
+    ]
+    sched, _, binder, _ = make([NodeBuilder("h0").obj()], pods)
+    report = sched.run_cycle()
+    assert report.error is None and report.bound == ["default/g#rest"]
+    assert binder.bound["default/g-1"].annotations[names.ASSIGNED_GPUS] == "4,5,6,7"

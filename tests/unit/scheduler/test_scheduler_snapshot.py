@@ -190,6 +190,9 @@ def test_gang_with_bound_members_offers_only_the_rest() -> None:
     ]
     v = view([NodeBuilder("h0").obj()], pods)
     assert [pg.pods for pg in v.pending] == [("default/w1",)]
+    # The rest is offered under its own id, since the bound part is a running gang.
+    assert [g.id for g in v.snapshot.running] == ["default/g"]
+    assert v.pending[0].gang.id == "default/g#rest"
 
 
 def test_mixed_requests_and_gpu_less_pods_are_held_with_reasons() -> None:
@@ -213,4 +216,11 @@ def test_default_acceptable_types_are_those_present() -> None:
 def test_foreign_pending_pods_are_not_ours() -> None:
     pods = [PodBuilder("p").gpus(1).scheduler("default-scheduler").obj()]
     v = view([NodeBuilder("h0").obj()], pods)
+    assert v.pending == () and not v.held
+
+
+def test_gated_pods_wait_for_their_gates() -> None:
+    gated = PodBuilder("p").gpus(1).obj()
+    gated["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
+    v = view([NodeBuilder("h0").obj()], [gated])
     assert v.pending == () and not v.held
