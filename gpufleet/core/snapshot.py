@@ -60,9 +60,3 @@ class Snapshot:
 
     def has_node(self, name: str) -> bool:
         return name in self._nodes_by_name
-
-    def without(self, gang_ids: frozenset[str]) -> Snapshot:
-        """The same cluster with the given running gangs removed (a preemption what-if)."""
-        return Snapshot(
-            self.catalog, self.nodes, tuple(g for g in self.running if g.id not in gang_ids)
-        )

@@ -144,7 +144,8 @@ def _shapes(raw: Sequence[Mapping[str, Any]]) -> list[tuple[int, int, tuple[int,
 
 def parse_catalog(data: Mapping[str, Any], base: Catalog | None = None) -> Catalog:
     """Build a catalogue from parsed YAML. MIG shapes/classes default to the built-in ones."""
-    builtin = _builtin_data() if ("mig_shapes" not in data or "mig_classes" not in data) else {}
+    complete = data.get("mig_shapes") and data.get("mig_classes")
+    builtin = {} if complete else _builtin_data()
     shapes = _shapes(data.get("mig_shapes") or builtin["mig_shapes"])
     classes: Mapping[str, Sequence[str]] = data.get("mig_classes") or builtin["mig_classes"]
     types: list[GpuType] = []
@@ -153,6 +154,10 @@ def parse_catalog(data: Mapping[str, Any], base: Catalog | None = None) -> Catal
         profiles: tuple[MigProfile, ...] = ()
         if mig_class is not None:
             names = classes[mig_class]
+            # The device plugin advertises these exact names; a typo would never match a node.
+            known = MIG_PROFILES_BY_MEMORY_CLASS.get(mig_class)
+            if known is not None and tuple(names) != known:
+                raise ValueError(f"MIG class {mig_class}: names must be {', '.join(known)}")
             if len(names) != len(shapes):
                 raise ValueError(f"MIG class {mig_class}: {len(names)} names, {len(shapes)} shapes")
             profiles = tuple(
@@ -190,8 +195,3 @@ def load_catalog(extra: Path | None = None) -> Catalog:
         with extra.open(encoding="utf-8") as handle:
             catalog = parse_catalog(yaml.safe_load(handle) or {}, base=catalog)
     return catalog
-
-
-def known_mig_profile_names(mig_class: str) -> tuple[str, ...]:
-    """The profile names the device plugin advertises for a memory class."""
-    return MIG_PROFILES_BY_MEMORY_CLASS[mig_class]

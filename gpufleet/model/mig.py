@@ -109,12 +109,6 @@ def enumerate_layouts(
     return tuple(sorted(set(results), key=lambda lay: (len(lay), lay)))
 
 
-def free_instances(layout: MigLayout, in_use: Iterable[MigPlacement]) -> tuple[MigPlacement, ...]:
-    """Instances of `layout` not used by any running replica."""
-    used = set(in_use)
-    return tuple(p for p in layout if p not in used)
-
-
 def densest_layout(gpu: GpuType, profile: str) -> MigLayout:
     """The valid layout holding the most instances of `profile` alone (ties: lowest starts).
 

@@ -98,3 +98,17 @@ def test_user_yaml_adds_and_overrides_types(tmp_path: Path) -> None:
     assert catalog["T4"].relative_throughput == 0.4  # replaced by name
     assert catalog["H100-94GB"].mig_profile("3g.47gb").starts == (0, 4)
     assert set(REQUIRED) <= set(catalog.names)
+
+
+def test_mig_names_that_differ_from_the_device_plugin_are_rejected(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "mig_classes:\n"
+        "  80gb: [1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.81gb]\n"
+        "gpu_types:\n"
+        "  - {name: X, memory_gb: 80, idle_w: 60, tdp_w: 400, relative_throughput: 1,\n"
+        "     mig_class: 80gb}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ValueError, match=r"names must be 1g\.10gb"):
+        load_catalog(bad)
