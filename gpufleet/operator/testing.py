@@ -10,9 +10,11 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -27,6 +29,12 @@ from gpufleet.scheduler.names import MIG_CONFIGMAP_NAMESPACE
 T = TypeVar("T")
 
 
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 class OperatorProcess:
     def __init__(
         self,
@@ -38,7 +46,9 @@ class OperatorProcess:
         self.kubeconfig = kubeconfig
         self.log = log
         self.coordination = coordination
+        self.metrics_port = _free_port()
         self.args = [
+            f"--metrics-port={self.metrics_port}",
             "--lease-duration=3",
             "--node-failure-grace=2",
             "--log-level=INFO",
@@ -65,13 +75,20 @@ class OperatorProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"operator exited with {self.proc.returncode}; see {self.log}")
-            if self.holds_lease() and "scheduler 'gpufleet' started" in self._log_text():
+            if self.holds_lease() and self.ready():
                 return
             time.sleep(0.1)
         raise TimeoutError(f"operator did not take the lease in {timeout}s; see {self.log}")
 
-    def _log_text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
+    def ready(self) -> bool:
+        """The scheduler's readiness gauge on the metrics endpoint."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                text = response.read().decode()
+        except OSError:
+            return False
+        return "gpufleet_scheduler_ready 1.0" in text
 
     def holds_lease(self) -> bool:
         try:

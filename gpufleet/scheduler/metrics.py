@@ -21,6 +21,7 @@ PREEMPTED = Counter("gpufleet_scheduler_gangs_preempted_total", "Gangs evicted b
 MIG_REQUESTS = Counter("gpufleet_scheduler_mig_requests_total", "MIG reconfigurations asked for")
 RESTARTED = Counter("gpufleet_scheduler_gangs_restarted_total", "Gangs moved off failed nodes")
 PENDING = Gauge("gpufleet_scheduler_pending_gangs", "Gangs waiting after the last cycle")
+READY = Gauge("gpufleet_scheduler_ready", "1 once informers are synced and the loop runs")
 
 
 def record(report: CycleReport) -> None:

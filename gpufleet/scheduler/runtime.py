@@ -11,7 +11,7 @@ from kubernetes import client, config
 from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
 from gpufleet.model.gpus import Catalog, load_catalog
-from gpufleet.scheduler import names
+from gpufleet.scheduler import metrics, names
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.informer import Informer
@@ -95,8 +95,10 @@ class SchedulerRuntime:
             if not informer.synced.wait(sync_timeout):
                 raise TimeoutError(f"informer {informer.name} did not sync in {sync_timeout}s")
         self._thread.start()
+        metrics.READY.set(1)
 
     def stop(self) -> None:
+        metrics.READY.set(0)
         self.stop_event.set()
         self.cache.changed.set()
         self._thread.join(10)

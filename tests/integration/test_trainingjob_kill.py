@@ -122,3 +122,27 @@ def test_kill_during_preemption_keeps_gangs_whole(
     assert_clean(kube, ns, "low", 4)
     low = kube.pods(ns, "gpufleet.io/trainingjob=low")
     assert not any(p["spec"].get("nodeName") for p in low)  # 12 L4 GPUs left, it needs 16
+
+
+def test_standby_takes_over_when_the_leader_dies(
+    sandbox: Sandbox,
+    kube: Kube,
+    ns: str,
+    operator: OperatorProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    log = tmp_path_factory.mktemp("standby") / "operator.log"
+    standby = OperatorProcess(sandbox.kubeconfig, log, kube.coordination)
+    try:
+        with pytest.raises(TimeoutError):
+            standby.start(timeout=5)  # the leader renews the Lease: the standby only waits
+        assert standby.proc is not None and standby.proc.poll() is None
+        assert operator.holds_lease() and not standby.holds_lease()
+        operator.kill()
+        wait_for(standby.holds_lease, "the standby holding the Lease", 15)
+        kube.create_job(ns, training_job("after-failover", 2, 1, "T4"))
+        wait_for(lambda: kube.phase(ns, "after-failover") == "Running", "Running", 30)
+        assert invariants.check(kube.core) == []
+    finally:
+        standby.stop()
+        operator.start()  # the module's operator again, for the clean-up
