@@ -9,7 +9,8 @@ when a whole GPU is needed and none is free, an empty MIG GPU is switched back t
 
 * `KubeLikePolicy` — kube-scheduler's default behaviour for GPU pods: pods one by one in queue
   order, each on the schedulable node with the most free GPUs (the `LeastAllocated` score), no
-  gang awareness: a gang's first pods can bind while the rest do not fit, holding GPUs idle.
+  gang awareness: a gang's first pods can bind while the rest do not fit, holding GPUs idle; no
+  topology awareness either (a same-node wish is not something kube-scheduler sees).
 * `FifoBinPackPolicy` — gangs in queue order, all-or-nothing, each replica on the node (or MIG
   GPU) with the fewest free GPUs that still fits (best fit); gangs that do not fit are skipped so
   later ones can backfill. This is also the "best-fit" baseline of the FGD comparison.
@@ -24,7 +25,8 @@ when a whole GPU is needed and none is free, an empty MIG GPU is switched back t
   attained service = GPUs x time run; queues split at `thresholds` GPU-seconds; lower queue first,
   FIFO inside a queue; heterogeneity-agnostic best-fit placement; preemptive on every round.
 
-The two round-based policies keep their own service ledger and read simulated time from a clock
+The gang-aware baselines honour a same-node topology wish (the whole gang on one node). The two
+round-based policies keep their own service ledger and read simulated time from a clock
 that the engine injects at construction; they never see the engine's state.
 """
 
@@ -40,7 +42,7 @@ from gpufleet.core.decision import (
     Repartition,
     SolveStats,
 )
-from gpufleet.core.demand import Gang
+from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.model.mig import MigLayout, MigPlacement
@@ -247,6 +249,14 @@ def _try_gang(free: _Free, gang: Gang, gpu_type: str, rule: _NodeRule) -> list[R
     saved_layouts = dict(free.layouts)
     saved_reparts = len(free.repartitions)
     out: list[ReplicaPlacement] = []
+    if gang.topology is Topology.SAME_NODE and gang.mig_profile is None:
+        # The whole gang on the one node the rule picks for its total GPU count.
+        node = rule(free, free.by_type.get(gpu_type, []), _gpus(gang))
+        if node is None:
+            return []
+        for _ in range(gang.replicas_min):
+            out.append(ReplicaPlacement(node, free.take_whole(node, gang.gpus_per_replica)))
+        return out
     for _ in range(gang.replicas_min):
         rep = _place_replica(free, gang, gpu_type, rule, spread=False)
         if rep is None:

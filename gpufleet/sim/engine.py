@@ -21,16 +21,18 @@ rendezvous timeout, so that partial gangs cannot deadlock the fleet forever). A 
 its restart cost, MIG repartitions and node boots are over.
 
 Power-down: with a policy that allows it, a node empty for `power_down_after_s` is switched off
-(0 W) and marked unschedulable in the snapshot, so no policy can place on it. When a decision
-leaves gangs pending, powered-down nodes of their types are booted, cluster-autoscaler style
-(`_boot_for_pending`); a booting node draws idle power and becomes schedulable after
-`node_boot_s`. (The core snapshot has no "standby" notion, so the core cannot itself weigh
-waking a node against waiting; the engine's rule stands in for that.)
+(0 W) unless it is one of the last `warm_nodes_per_type` empty powered nodes of its GPU type
+(headroom, as cluster autoscalers keep), and marked unschedulable in the snapshot, so no policy
+can place on it. When a decision leaves gangs pending, powered-down nodes of their types are
+booted, cluster-autoscaler style (`_boot_for_pending`); a booting node draws idle power and
+becomes schedulable after `node_boot_s`. (The core snapshot has no "standby" notion, so the
+core cannot itself weigh waking a node against waiting; the engine's rule stands in for that.)
 
 Demand: a trace job becomes a core `Gang` whose acceptable types are the fleet's types allowed by
 the job, each with the job's relative throughput from the speed model. A fractional job asks for
 the MIG profile of its compute size on the fleet's MIG-capable types of one memory class; when no
-acceptable type supports MIG it takes a whole GPU instead. An elastic job (`min_replicas` set)
+acceptable type supports MIG it takes a whole GPU instead. A job with `same_node` asks for the
+core's same-node topology. An elastic job (`min_replicas` set)
 becomes a gang of `min_replicas..replicas` replicas; the core picks the count at admission and the
 job runs at the speed of the replicas it got. The core's decision has no operation to resize a
 running gang, so a running elastic job keeps its size until it ends or is preempted.
@@ -88,6 +90,7 @@ class SimSettings:
     mig_repartition_s: float = 30.0
     node_boot_s: float = 300.0
     power_down_after_s: float = 1800.0
+    warm_nodes_per_type: int = 1  # empty nodes of each GPU type kept on when powering down
     gang_timeout_s: float = 600.0
     max_pending: int = 256  # gangs passed to one decision, oldest first
     max_cycles: int = 5_000_000
@@ -164,7 +167,7 @@ def gang_for_job(job: TraceJob, fleet_types: Sequence[GpuType], speed: SpeedMode
         replicas_max=job.replicas,
         gpus_per_replica=max(1, job.gpus_per_replica),
         priority=job.priority,
-        topology=Topology.ANY,
+        topology=Topology.SAME_NODE if job.same_node and job.replicas > 1 else Topology.ANY,
     )
 
 
@@ -362,6 +365,18 @@ class Simulation:
 
     def _on_power_off(self, node: str, version: int) -> None:
         if version == self._node_version[node] and self.cluster.is_empty(node):
+            gpu_type = self._type_of_node[node]
+            warm = sum(
+                1
+                for n, on in self._powered.items()
+                if on
+                and n != node
+                and n not in self._booting
+                and self._type_of_node[n] == gpu_type
+                and self.cluster.is_empty(n)
+            )
+            if warm < self.settings.warm_nodes_per_type:
+                return  # keep this empty node on as headroom for the next arrivals
             self._powered[node] = False
             self.cluster.set_schedulable(node, False)
             self._refresh_node_power(node)

@@ -36,6 +36,7 @@ class TraceJob:
     gpu_types: frozenset[str] | None = None
     priority: int = 0
     min_replicas: int | None = None  # elastic: may run with fewer replicas (None = fixed size)
+    same_node: bool = False  # all replicas wish to share one node (consolidated training)
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     @property

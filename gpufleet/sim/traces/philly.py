@@ -15,7 +15,10 @@ here, because the trace lacks the field or is ambiguous:
   factor (largest of 1/2/4/8 not above its GPU count), drawn uniformly and deterministically
   from `(seed, row number in the file)`, so a job keeps its class whatever window is selected.
 * **Gang shape.** A job of n GPUs is a gang of n one-GPU worker pods (one data-parallel worker
-  per GPU); all of them must run for the job to make progress.
+  per GPU); all of them must run for the job to make progress. Jobs of 2-8 GPUs ask for all
+  their workers on one node (the `same-node` topology wish): 8 GPUs is the largest server in
+  Philly and in the simulated fleets, and Gavel's measurements show spread multi-GPU jobs
+  running several times slower. Larger jobs span nodes and state no wish.
 * **No GPU-type constraint.** Every job may run on any GPU type.
 * **Queue.** The virtual cluster hash (`cluster`) becomes the job's queue.
 * **Elasticity.** Philly does not say which jobs could run on fewer GPUs. With
@@ -128,6 +131,7 @@ def load_philly(
                 model=model,
                 queue=vc,
                 min_replicas=gpus // 2 if elastic else None,
+                same_node=1 < gpus <= 8,
             )
         )
     return out

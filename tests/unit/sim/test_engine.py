@@ -114,13 +114,19 @@ def test_power_down_and_boot_delay(
 ) -> None:
     v100 = catalog["V100-32GB"]
     busy_w = capped_power_w(v100, None)
-    settings = SimSettings(power_down_after_s=600.0, node_boot_s=300.0)
+    settings = SimSettings(power_down_after_s=600.0, node_boot_s=300.0, warm_nodes_per_type=0)
     policy = SimPolicy("fifo-off", FifoBinPackPolicy(), power_down=True)
     # Two single-GPU nodes; the job takes node v-0, v-1 idles for 600 s and switches off.
     _, result = simulate(
         v100_fleet(nodes=2, gpus=1), [job("a", 0.0, 3600.0)], policy, catalog, profile, settings
     )
     assert result.energy_j == pytest.approx(busy_w * 3600.0 + v100.power.idle_w * 600.0)
+    # With one warm node per type kept as headroom, v-1 stays on (and idle) all along.
+    warm = SimSettings(power_down_after_s=600.0, node_boot_s=300.0, warm_nodes_per_type=1)
+    _, result = simulate(
+        v100_fleet(nodes=2, gpus=1), [job("a", 0.0, 3600.0)], policy, catalog, profile, warm
+    )
+    assert result.energy_j == pytest.approx((busy_w + v100.power.idle_w) * 3600.0)
     # A later job finds every node off: the pending gang makes the engine boot the node.
     _, result = simulate(
         v100_fleet(nodes=1, gpus=1),
