@@ -237,15 +237,6 @@ class SimCluster:
         )
         self._snapshot = None
 
-    def set_schedulable(self, node_name: str, schedulable: bool) -> None:
-        """Mark a node (un)schedulable, e.g. while it is powered down."""
-        node = self._nodes[node_name]
-        if node.schedulable != schedulable:
-            self._nodes[node_name] = Node(
-                name=node.name, gpu_type=node.gpu_type, gpus=node.gpus, schedulable=schedulable
-            )
-            self._snapshot = None
-
     def busy_mig_share(self, node_name: str, gpu: int) -> float:
         """Compute share of a MIG GPU's instances that are held."""
         gpu_type = self.gpu_type_of(node_name)

@@ -22,11 +22,10 @@ its restart cost, MIG repartitions and node boots are over.
 
 Power-down: with a policy that allows it, a node empty for `power_down_after_s` is switched off
 (0 W) unless it is one of the last `warm_nodes_per_type` empty powered nodes of its GPU type
-(headroom, as cluster autoscalers keep), and marked unschedulable in the snapshot, so no policy
-can place on it. When a decision leaves gangs pending, powered-down nodes of their types are
-booted, cluster-autoscaler style (`_boot_for_pending`); a booting node draws idle power and
-becomes schedulable after `node_boot_s`. (The core snapshot has no "standby" notion, so the
-core cannot itself weigh waking a node against waiting; the engine's rule stands in for that.)
+(headroom, as cluster autoscalers keep). A powered-down node stays schedulable: to the core it
+is an idle node, and opening an idle node is what the core's consolidation weight charges for,
+so the policy itself weighs waking a node against packing elsewhere. A gang placed on a
+powered-down node waits `node_boot_s` (holding its GPUs at parking power) before it runs.
 
 Demand: a trace job becomes a core `Gang` whose acceptable types are the fleet's types allowed by
 the job, each with the job's relative throughput from the speed model. A fractional job asks for
@@ -102,7 +101,6 @@ class _Kind(IntEnum):
     READY = 1
     TIMEOUT = 2
     POWER_OFF = 3
-    BOOTED = 4
     ARRIVAL = 5
     TICK = 6
     CYCLE = 7
@@ -217,7 +215,6 @@ class Simulation:
         self._done = 0
         self._gpu_ready: dict[tuple[str, int], float] = {}
         self._powered: dict[str, bool] = dict.fromkeys(cluster.nodes, True)
-        self._booting: set[str] = set()
         self._node_ready: dict[str, float] = {}
         self._node_version: dict[str, int] = dict.fromkeys(cluster.nodes, 0)
         self._node_power: dict[str, float] = {}
@@ -371,69 +368,13 @@ class Simulation:
                 for n, on in self._powered.items()
                 if on
                 and n != node
-                and n not in self._booting
                 and self._type_of_node[n] == gpu_type
                 and self.cluster.is_empty(n)
             )
             if warm < self.settings.warm_nodes_per_type:
                 return  # keep this empty node on as headroom for the next arrivals
             self._powered[node] = False
-            self.cluster.set_schedulable(node, False)
             self._refresh_node_power(node)
-
-    def _on_booted(self, node: str) -> None:
-        self._booting.discard(node)
-        self.cluster.set_schedulable(node, True)
-        self._node_version[node] += 1
-        self._push(
-            self.now + self.settings.power_down_after_s,
-            _Kind.POWER_OFF,
-            node,
-            self._node_version[node],
-        )
-        self._schedule_cycle()
-
-    def _boot_for_pending(self) -> None:
-        """Switch on powered-down nodes for gangs the last decision left pending.
-
-        Cluster-autoscaler style: for each pending gang in queue order, if its acceptable types
-        have powered-down nodes, boot enough nodes of its fastest such type to hold it, counting
-        nodes already booting (for earlier gangs too) as capacity on the way.
-        """
-        spare: dict[str, int] = {}  # GPUs of booting nodes not yet promised, per type
-        for node in self._booting:
-            t = self._type_of_node[node]
-            spare[t] = spare.get(t, 0) + self.cluster.nodes[node].gpu_count
-        off: dict[str, list[str]] = {}
-        for node, on in self._powered.items():
-            if not on:
-                off.setdefault(self._type_of_node[node], []).append(node)
-        if not off:
-            return
-        for job in heapq.nsmallest(
-            self.settings.max_pending, self._waiting.values(), key=lambda j: (j.queue_key, j.seq)
-        ):
-            gang = job.gang
-            need = gang.gpus_needed(gang.replicas_min - len(job.replicas))
-            options = sorted(
-                (o for o in gang.acceptable if o.gpu_type in off or o.gpu_type in spare),
-                key=lambda o: -(o.relative_throughput or 0.0),
-            )
-            if not options:
-                continue
-            t = options[0].gpu_type
-            covered = min(spare.get(t, 0), need)
-            spare[t] = spare.get(t, 0) - covered
-            need -= covered
-            while need > 0 and off.get(t):
-                node = off[t].pop(0)
-                self._powered[node] = True
-                self._booting.add(node)
-                self._refresh_node_power(node)
-                self._push(self.now + self.settings.node_boot_s, _Kind.BOOTED, node)
-                size = self.cluster.nodes[node].gpu_count
-                spare[t] = spare.get(t, 0) + max(0, size - need)
-                need -= size
 
     def _on_tick(self) -> None:
         self._tick_at = None
@@ -491,8 +432,6 @@ class Simulation:
             self._place_calls += 1
             self._apply(decision)
         self._blocked = bool(self._waiting)
-        if self._waiting and self.policy.power_down:
-            self._boot_for_pending()
         if self._waiting:
             self._samples.append(self.cluster.free_share())
             if self.policy.round_s and self._tick_at is None and self._active:
@@ -590,8 +529,6 @@ class Simulation:
                 self._on_ready(self.jobs[key], version)
             elif k is _Kind.TIMEOUT:
                 self._on_timeout(self.jobs[key], version)
-            elif k is _Kind.BOOTED:
-                self._on_booted(key)
             elif k is _Kind.POWER_OFF:
                 self._on_power_off(key, version)
             elif k is _Kind.TICK:

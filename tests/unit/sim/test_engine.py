@@ -127,7 +127,7 @@ def test_power_down_and_boot_delay(
         v100_fleet(nodes=2, gpus=1), [job("a", 0.0, 3600.0)], policy, catalog, profile, warm
     )
     assert result.energy_j == pytest.approx((busy_w + v100.power.idle_w) * 3600.0)
-    # A later job finds every node off: the pending gang makes the engine boot the node.
+    # A later job finds every node off: it is placed on one and waits for the boot.
     _, result = simulate(
         v100_fleet(nodes=1, gpus=1),
         [job("a", 0.0, 100.0), job("b", 5000.0, 100.0)],
@@ -139,8 +139,9 @@ def test_power_down_and_boot_delay(
     b = next(r for r in result.jobs if r.job_id == "b")
     assert b.first_start_s == pytest.approx(5300.0)
     # Energy: a runs 100 s, the node idles 600 s, is off until b arrives at 5000, boots for
-    # 300 s at idle power (b is not placed on an unschedulable node), then b runs 100 s.
-    expected = busy_w * 100 + v100.power.idle_w * 600 + v100.power.idle_w * 300 + busy_w * 100
+    # 300 s with b's GPU held (idle + parking watts), then b runs 100 s.
+    expected = busy_w * 100 + v100.power.idle_w * 600 + (v100.power.idle_w + PARKING_W) * 300
+    expected += busy_w * 100
     assert result.energy_j == pytest.approx(expected)
 
 
