@@ -63,8 +63,8 @@ def add_simulate_parser(
     p.add_argument(
         "--engine",
         choices=[e.value for e in Engine],
-        default=Engine.GREEDY.value,
-        help="core solver engine for gpufleet's policies (default greedy)",
+        default=Engine.CPSAT.value,
+        help="core solver engine for gpufleet's policies (default cpsat, the product default)",
     )
     p.add_argument(
         "--alibaba-list",

@@ -99,7 +99,7 @@ def run_policy(
     workload: Workload,
     *,
     seed: int = 0,
-    engine: Engine = Engine.GREEDY,
+    engine: Engine = Engine.CPSAT,
     settings: SimSettings | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     jobs: Sequence[TraceJob] | None = None,
