@@ -63,12 +63,15 @@ def philly_experiment(
     if not quiet:
         print(f"\n## Philly: {jobs} jobs, load x{load:g}, seed {seed}, 256 GPUs\n")
         print(markdown_table(list(summaries.values())))
-    s = summaries
+
+    def v(policy: str, key: str) -> float:
+        return float(summaries[policy][key])
+
     ratios = {
-        "balanced_vs_kube_jct": s["balanced"]["avg_jct_h"] / s["kube"]["avg_jct_h"],
-        "balanced_vs_gavel_jct": s["balanced"]["avg_jct_h"] / s["gavel"]["avg_jct_h"],
-        "energy_vs_kube_energy": s["energy"]["energy_kwh"] / s["kube"]["energy_kwh"],
-        "energy_vs_balanced_jct": s["energy"]["avg_jct_h"] / s["balanced"]["avg_jct_h"],
+        "balanced_vs_kube_jct": v("balanced", "avg_jct_h") / v("kube", "avg_jct_h"),
+        "balanced_vs_gavel_jct": v("balanced", "avg_jct_h") / v("gavel", "avg_jct_h"),
+        "energy_vs_kube_energy": v("energy", "energy_kwh") / v("kube", "energy_kwh"),
+        "energy_vs_balanced_jct": v("energy", "avg_jct_h") / v("balanced", "avg_jct_h"),
     }
     return {"summaries": summaries, "ratios": ratios}
 

@@ -381,9 +381,9 @@ class _RoundBased:
         now = self._clock()
         dt = 0.0 if self._last is None else max(0.0, now - self._last)
         self._last = now
-        for gang in snapshot.running:
-            self._service[gang.id] = self._service.get(gang.id, 0.0) + dt * self._rate(
-                gang, snapshot
+        for running in snapshot.running:
+            self._service[running.id] = self._service.get(running.id, 0.0) + dt * self._rate(
+                running, snapshot
             )
         for gang in pending:
             self._first_seen.setdefault(gang.id, now)

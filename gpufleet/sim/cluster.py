@@ -182,11 +182,11 @@ class SimCluster:
                 share = self._replica_share(gpu_type, rep)
                 share_by_node[rep.node] = share_by_node.get(rep.node, 0.0) + share
         except ClusterError:
-            for key in claimed:
-                if len(key) == 2:
-                    self._gpu_owner.pop(key)
+            for claim in claimed:
+                if len(claim) == 2:
+                    self._gpu_owner.pop((claim[0], claim[1]))
                 else:
-                    self._mig_owner.pop(key)
+                    self._mig_owner.pop((claim[0], claim[1], claim[2]))
             raise
         self._holdings[gang.id] = _Holding(gang, share_by_node)
         for node_name, share in share_by_node.items():
