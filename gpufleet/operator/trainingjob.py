@@ -15,6 +15,7 @@ import json
 import logging
 import threading
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,6 +49,8 @@ class State:
         # same stale body before kopf applies the status patch, so dedupe here.
         self.posted: dict[str, tuple[str, str]] = {}
         self.guard = threading.Lock()
+        # Pod creation of a 64-worker job is 64 round trips: run them side by side.
+        self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="create-pods")
 
     def lock(self, uid: str) -> threading.Lock:
         with self.guard:
@@ -77,19 +80,28 @@ def _now() -> datetime:
 
 
 def _create_pods(state: State, job: dict[str, Any], ranks: Iterable[int]) -> str | None:
-    """Create worker pods; returns the API server's message if it rejects the template."""
+    """Create worker pods in parallel; returns the API server's message if it rejects the
+    template. AlreadyExists is success: an earlier pass (or operator run) created the pod."""
     namespace = job["metadata"]["namespace"]
-    for rank in ranks:
+
+    def create(rank: int) -> str | None:
         pod: Any = children.worker_pod(job, rank)
         try:
             state.core.create_namespaced_pod(namespace, pod, _preload_content=False)
         except ApiException as exc:
-            if exc.status == 409:  # created by an earlier pass (or operator run) already
-                continue
+            if exc.status == 409:
+                return None
             if exc.status in (400, 403, 422):
                 return _api_message(exc)
-            message = f"creating {pod['metadata']['name']}: {exc.reason}"
-            raise kopf.TemporaryError(message, delay=2) from exc
+            return f"retry: creating {pod['metadata']['name']}: {exc.reason}"
+        return None
+
+    errors = [e for e in state.pool.map(create, list(ranks)) if e is not None]
+    rejected = [e for e in errors if not e.startswith("retry: ")]
+    if rejected:
+        return rejected[0]
+    if errors:
+        raise kopf.TemporaryError(errors[0].removeprefix("retry: "), delay=2)
     return None
 
 

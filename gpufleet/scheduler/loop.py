@@ -149,9 +149,7 @@ class Scheduler:
 
         # 7 bind
         by_id = {pg.gang.id: pg for pg in offered}
-        for placement in decision.placements:
-            if placement.gang_id not in held:
-                self._bind_gang(placement, by_id[placement.gang_id], report)
+        self._bind_all([p for p in decision.placements if p.gang_id not in held], by_id, report)
         t = phase("bind", t)
 
         # 8 explain
@@ -161,7 +159,12 @@ class Scheduler:
         for gid in held:
             messages.setdefault(gid, held[gid])
         report.pending = messages
-        self._explain(messages, view, offered, state)
+        # A gang still waiting for its own pods to be created says nothing: its count changes
+        # with every pod and rewriting every member's condition each cycle costs more than it
+        # tells.
+        quiet = f"{PendingReasonText.GANG}: waiting for"
+        loud = {g: m for g, m in messages.items() if not m.startswith(quiet)}
+        self._explain(loud, view, offered, state)
         phase("explain", t)
 
         total = self.clock() - started
@@ -289,34 +292,50 @@ class Scheduler:
                 report.mig_requests[node_name] = config
         return held
 
-    def _bind_gang(self, placement: GangPlacement, pg: PendingGang, report: CycleReport) -> None:
-        requests = [
-            BindRequest(key, placement.replicas[i].node, bind_annotations(placement, i))
-            for i, key in enumerate(pg.pods)
-        ]
-        if len(requests) != len(placement.replicas):
-            report.bind_failures[pg.gang.id] = "placement and pods differ in count"
+    def _bind_all(
+        self,
+        placements: Sequence[GangPlacement],
+        by_id: Mapping[str, PendingGang],
+        report: CycleReport,
+    ) -> None:
+        """Bind every placed gang in one parallel batch; roll back gangs with any failure."""
+        per_gang: dict[str, list[BindRequest]] = {}
+        for placement in placements:
+            pg = by_id[placement.gang_id]
+            if len(placement.replicas) > len(pg.pods):
+                report.bind_failures[pg.gang.id] = "placement has more replicas than pods"
+                continue
+            # Replica i goes to the pod of rank i; an elastic gang may get fewer than its pods.
+            per_gang[pg.gang.id] = [
+                BindRequest(key, placement.replicas[i].node, bind_annotations(placement, i))
+                for i, key in enumerate(pg.pods[: len(placement.replicas)])
+            ]
+        requests = [r for rs in per_gang.values() for r in rs]
+        if not requests:
             return
         # Assume first: the next cycle counts these GPUs even before the watch shows the pods.
         for r in requests:
             self.cache.assume(r.pod_key, r.node, r.annotations)
         results = self.binder.bind(requests)
-        failed = {k: e for k, e in results.items() if e is not None}
-        if not failed:
-            report.bound.append(pg.gang.id)
-            return
-        for r in requests:
-            self.cache.forget(r.pod_key)
-        bound = [k for k, e in results.items() if e is None]
-        log.warning(
-            "cycle=%d gang %s: %d binding(s) failed (%s); removing its %d bound pod(s)",
-            self.cycle, pg.gang.id, len(failed), next(iter(failed.values())), len(bound),
-        )  # fmt: skip
-        if bound:
+        rollback: list[str] = []
+        for gid, rs in per_gang.items():
+            failed = [results[r.pod_key] for r in rs if results.get(r.pod_key) is not None]
+            if not failed:
+                report.bound.append(gid)
+                continue
+            for r in rs:
+                self.cache.forget(r.pod_key)
+            bound = [r.pod_key for r in rs if results.get(r.pod_key) is None]
+            log.warning(
+                "cycle=%d gang %s: %d binding(s) failed (%s); removing its %d bound pod(s)",
+                self.cycle, gid, len(failed), failed[0], len(bound),
+            )  # fmt: skip
+            rollback.extend(bound)
+            report.bind_failures[gid] = failed[0] or "failed"
+        if rollback:
             self.binder.delete_pods(
-                bound, "GangBindingFailed", "another pod of the gang could not be bound"
+                rollback, "GangBindingFailed", "another pod of the gang could not be bound"
             )
-        report.bind_failures[pg.gang.id] = next(iter(failed.values())) or "failed"
 
     def _explain(
         self,
