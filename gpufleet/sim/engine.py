@@ -344,6 +344,9 @@ class Simulation:
         job.remaining = 0.0
         job.record.completion_s = self.now
         self._done += 1
+        self._timeline.append(
+            (self.now, self._busy_share, self.cluster.allocated_share, self._power_total)
+        )
         if self.on_progress is not None:
             self.on_progress(self._done, len(self.jobs))
         self._schedule_cycle()
