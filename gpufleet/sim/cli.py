@@ -174,7 +174,8 @@ def run_simulate(args: argparse.Namespace) -> int:
     if not out_console.is_terminal:
         out_console = Console(width=200)  # piped: do not squeeze the table into 80 columns
     out_console.print(table)
-    console.print(f"wrote {args.out / 'results.json'}, {args.out / 'results.md'} and plots")
+    plots = "" if args.no_plots else " and PNG plots"
+    console.print(f"wrote {args.out / 'results.json'}, {args.out / 'results.md'}{plots}")
     unfinished = sum(r.unfinished for r in results)
     if unfinished:
         console.print(f"[yellow]{unfinished} job(s) never completed (see results.json)[/yellow]")
