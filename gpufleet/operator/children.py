@@ -30,10 +30,21 @@ Obj = dict[str, Any]
 
 
 def replica_count(spec: Mapping[str, Any]) -> int:
-    """Replicas to run: `replicas`, else the elastic minimum."""
-    if spec.get("replicas"):
-        return int(spec["replicas"])
-    return int((spec.get("elastic") or {}).get("minReplicas", 1))
+    """Worker pods to create: `replicas`, or for an elastic job its maximum. An elastic job's
+    pods beyond the minimum are its room to grow: the scheduler binds them when GPUs are free
+    and takes them back (one by one) before preempting other work."""
+    elastic = spec.get("elastic")
+    if elastic:
+        return int(elastic["maxReplicas"])
+    return int(spec.get("replicas") or 1)
+
+
+def min_replicas(spec: Mapping[str, Any]) -> int:
+    """Workers the job needs to run at all: `replicas`, or the elastic minimum."""
+    elastic = spec.get("elastic")
+    if elastic:
+        return int(elastic["minReplicas"])
+    return int(spec.get("replicas") or 1)
 
 
 def worker_name(job: str, index: int) -> str:
@@ -61,7 +72,7 @@ def _gpu_resources(spec: Mapping[str, Any]) -> dict[str, str]:
 def scheduling_annotations(spec: Mapping[str, Any], replicas: int) -> dict[str, str]:
     """The job's wishes in the form gpufleet's scheduler reads from pods."""
     out = {
-        names.GANG_SIZE: str(replicas),
+        names.GANG_SIZE: str(min_replicas(spec)),
         names.PRIORITY: str(int(spec.get("priority", 0))),
         names.PREEMPTIBLE: str(bool(spec.get("preemptible", True))).lower(),
         names.TOPOLOGY: _TOPOLOGY.get(spec.get("topology", "none"), "any"),
@@ -104,12 +115,19 @@ def worker_pod(job: Mapping[str, Any], index: int) -> Obj:
     resources["limits"] = {**(resources.get("limits") or {}), **_gpu_resources(spec)}
     if "requests" in resources:
         resources["requests"] = {**resources["requests"], **_gpu_resources(spec)}
-    rendezvous = {
-        "MASTER_ADDR": f"{worker_name(name, 0)}.{name}.{namespace}.svc",
-        "MASTER_PORT": str(MASTER_PORT),
-        "WORLD_SIZE": str(replicas),
-        "RANK": str(index),
-    }
+    master = f"{worker_name(name, 0)}.{name}.{namespace}.svc"
+    rendezvous = {"MASTER_ADDR": master, "MASTER_PORT": str(MASTER_PORT)}
+    if spec.get("elastic"):
+        # torchrun reads PET_* as its flags: an elastic rendezvous among min..max nodes, so
+        # workers may join and leave as the scheduler grows and shrinks the job.
+        rendezvous |= {
+            "PET_NNODES": f"{min_replicas(spec)}:{replicas}",
+            "PET_RDZV_BACKEND": "c10d",
+            "PET_RDZV_ENDPOINT": f"{master}:{MASTER_PORT}",
+            "RANK": str(index),
+        }
+    else:
+        rendezvous |= {"WORLD_SIZE": str(replicas), "RANK": str(index)}
     for container in pod_spec["containers"]:
         _env(container, rendezvous)
     return {

@@ -26,7 +26,7 @@ from gpufleet.model.trainingjob import (
 from gpufleet.model.trainingjob import (
     TrainingJobReason as Reason,
 )
-from gpufleet.operator.children import replica_count
+from gpufleet.operator.children import min_replicas, replica_count
 from gpufleet.scheduler import names
 from gpufleet.scheduler.binder import scheduled_message
 
@@ -270,9 +270,13 @@ def _run(
     spec, status = job["spec"], job.get("status") or {}
     backoff = int((spec.get("runPolicy") or {}).get("backoffLimit", 3))
     restarts = int(status.get("restarts") or 0)
-    succeeded = {_rank(p) for p in pods if _phase(p) == "Succeeded"}
-    if len(succeeded & set(range(replicas))) == replicas:
-        conds.set(Cond.SUCCEEDED, True, Reason.COMPLETED, f"all {replicas} workers succeeded")
+    needed = min_replicas(spec)
+    succeeded = {_rank(p) for p in pods if _phase(p) == "Succeeded"} & set(range(replicas))
+    started = {_rank(p) for p in live if (p.get("spec") or {}).get("nodeName")}
+    # Done when every worker that ran has succeeded (an elastic job's unplaced pods never ran).
+    if len(succeeded) >= needed and started <= succeeded:
+        conds.set(Cond.SUCCEEDED, True, Reason.COMPLETED, f"{len(succeeded)} workers succeeded")
+        out.delete = [p["metadata"]["name"] for p in live if _rank(p) not in succeeded]
         return Phase.SUCCEEDED, restarts
 
     failed = [p for p in live if _phase(p) == "Failed"]
@@ -318,15 +322,15 @@ def _run(
     members = [by_rank[i] for i in range(replicas) if i in by_rank]
     bound = [p for p in members if (p.get("spec") or {}).get("nodeName")]
     running = [p for p in bound if _phase(p) == "Running"]
-    if len(bound) == replicas:
+    if len(bound) >= needed:
         nodes = sorted({(p.get("spec") or {}).get("nodeName", "") for p in bound})
         conds.set(Cond.ADMITTED, True, Reason.PLACED, f"placed on {', '.join(nodes)}")
         if conds.is_true(Cond.PREEMPTED):
             conds.set(Cond.PREEMPTED, False, READMITTED, "admitted again after preemption")
-        if len(running) == replicas:
-            conds.set(Cond.PODS_READY, True, "Running", f"all {replicas} workers running")
+        if len(running) == len(bound):
+            conds.set(Cond.PODS_READY, True, "Running", f"{len(running)} workers running")
             return Phase.RUNNING, restarts
-        conds.set(Cond.PODS_READY, False, "Starting", f"{len(running)}/{replicas} running")
+        conds.set(Cond.PODS_READY, False, "Starting", f"{len(running)}/{len(bound)} running")
         return Phase.ADMITTED, restarts
     reason, message = pending_reason(members)
     if terminating:

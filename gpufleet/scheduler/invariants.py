@@ -4,7 +4,8 @@ Used by the integration tests and the benchmark after every disruptive step (ope
 node lost, gangs competing), and usable against a live cluster:
 - no node has more GPUs or MIG slices in use than it advertises;
 - no whole GPU or MIG instance is recorded on two live pods of one node;
-- every gpufleet gang is bound whole or not at all (ignoring pods already being deleted);
+- every gpufleet gang has none or at least its gang size of pods bound (pods already being
+  deleted aside);
 - no TrainingJob has two live pods for one rank.
 """
 
@@ -79,7 +80,8 @@ def double_bookings(all_pods: Iterable[Obj]) -> list[str]:
 
 
 def partial_gangs(all_pods: Iterable[Obj]) -> list[str]:
-    """gpufleet gangs with some but not all of their live pods bound."""
+    """gpufleet gangs with some of their live pods bound but fewer than the gang size (an
+    elastic gang's pods beyond its size are room to grow and may stay unbound)."""
     gangs: dict[str, list[Obj]] = defaultdict(list)
     for pod in all_pods:
         ours = (pod.get("spec") or {}).get("schedulerName") == names.SCHEDULER_NAME
@@ -88,8 +90,9 @@ def partial_gangs(all_pods: Iterable[Obj]) -> list[str]:
     out = []
     for gid, members in sorted(gangs.items()):
         bound = sum(1 for p in members if pods.node_name(p))
-        if 0 < bound < len(members):
-            out.append(f"gang {gid}: {bound} of {len(members)} live pods bound")
+        size = min(len(members), pods.gang_size(members[0]))
+        if 0 < bound < size:
+            out.append(f"gang {gid}: {bound} live pods bound, the gang needs {size}")
     return out
 
 

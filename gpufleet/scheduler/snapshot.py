@@ -152,17 +152,27 @@ def _running_gangs(
         rid = gid if multi_type[gid] == 1 else f"{gid}#{gpu_type}"
         options = pods.gpu_types(first) or ()
         speed = next((o.relative_throughput for o in options if o.gpu_type == gpu_type), None)
+        # Replicas beyond the gang size (an elastic gang grown past its minimum) are
+        # opportunistic: each is its own preemptible unit at the lowest priority, so a
+        # higher-priority gang shrinks elastic gangs toward their minimum before it preempts
+        # any whole gang.
+        core = items[: pods.gang_size(first)] if ours else items
+        extra = items[len(core) :]
         gangs.append(
             RunningGang(
                 id=rid,
                 gpu_type=gpu_type,
-                replicas=tuple(p for _, p in items),
+                replicas=tuple(p for _, p in core),
                 priority=pods.priority(first) if ours else 0,
                 preemptible=ours and pods.preemptible(first),
                 relative_throughput=speed,
             )
         )
-        members[rid] = tuple(pods.pod_key(p) for p, _ in items)
+        members[rid] = tuple(pods.pod_key(p) for p, _ in core)
+        for pod, placement in extra:
+            eid = f"{rid}#extra-{pods.rank(pod)[0]}"
+            gangs.append(RunningGang(eid, gpu_type, (placement,), 0, True, speed))
+            members[eid] = (pods.pod_key(pod),)
     return gangs, members
 
 
@@ -205,6 +215,7 @@ def build_view(
     for pod in pod_list:
         if pods.node_name(pod) and not pods.is_terminal(pod):
             bound_members[pods.gang_id(pod)] += 1
+    running_type = {g.id: g.gpu_type for g in running}
     waiting: dict[str, list[Pod]] = defaultdict(list)
     for pod in pod_list:
         if pods.is_ours_pending(pod):
@@ -217,22 +228,32 @@ def build_view(
         members = sorted(waiting[gid], key=pods.rank)
         keys = tuple(pods.pod_key(p) for p in members)
         first = members[0]
-        reason = _hold_reason(members, pods.gang_size(first) - bound_members[gid])
+        needed = pods.gang_size(first) - bound_members[gid]
+        reason = _hold_reason(members, needed)
         gang: Gang | None = None
-        # The unbound rest of a partly bound gang (left by a crash between two bindings) is
-        # offered under its own id: the core refuses an id that is both running and pending.
-        pending_id = f"{gid}#rest" if gid in running_pods else gid
+        # The unbound rest of a partly bound gang (left by a crash between two bindings, or
+        # the room an elastic gang may still grow into) is offered under its own id, on the
+        # GPU type the gang already runs on: the core refuses an id both running and pending.
+        rest = gid in running_pods
+        acceptable = _acceptable(first, core_nodes.values(), catalog)
+        if rest:
+            acceptable = tuple(o for o in acceptable if o.gpu_type == running_type[gid]) or (
+                TypeOption(running_type[gid]),
+            )
         if reason is None:
             request = pods.gpu_request(first)
             try:
                 gang = Gang(
-                    id=pending_id,
-                    acceptable=_acceptable(first, core_nodes.values(), catalog),
-                    replicas_min=len(members),
+                    id=f"{gid}#rest" if rest else gid,
+                    acceptable=acceptable,
+                    # Pods beyond the gang size are an elastic gang's room to grow: placed if
+                    # there is space, never required.
+                    replicas_min=max(1, needed),
                     replicas_max=len(members),
                     gpus_per_replica=max(1, request.gpus),
                     mig_profile=request.mig_profile,
-                    priority=pods.priority(first),
+                    # Growth past the minimum is opportunistic: it never preempts anything.
+                    priority=pods.priority(first) if needed > 0 else 0,
                     preemptible=pods.preemptible(first),
                     topology=pods.topology(first),
                     energy=pods.energy(first),

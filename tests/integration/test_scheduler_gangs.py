@@ -190,3 +190,37 @@ def test_kube_scheduler_beside_gpufleet_never_overcommits(kube: Kube, ns: str) -
             assert names.ASSIGNED_GPUS in annotations  # bound by gpufleet, not kube-scheduler
         else:
             assert names.ASSIGNED_GPUS not in annotations  # gpufleet never took it
+
+
+def elastic_job(name: str, low: int, high: int, gpu_type: str, priority: int) -> Any:
+    job = training_job(name, low, 1, gpu_type, priority)
+    del job["spec"]["replicas"]
+    job["spec"]["elastic"] = {"minReplicas": low, "maxReplicas": high}
+    return job
+
+
+def test_elastic_job_grows_and_shrinks_before_whole_gangs_are_preempted(
+    kube: Kube, ns: str
+) -> None:
+    def placed(job: str) -> int:
+        return len(bound(kube.pods(ns, f"gpufleet.io/trainingjob={job}")))
+
+    # The 16 T4 GPUs: 8 for a whole low-priority gang, the other 8 grown into by an elastic job.
+    kube.create_job(ns, training_job("whole", 8, 1, "T4", priority=1))
+    wait_for(lambda: kube.phase(ns, "whole") == "Running", "whole Running")
+    kube.create_job(ns, elastic_job("elastic", 2, 8, "T4", priority=5))
+    wait_for(lambda: placed("elastic") == 8, "elastic grown to its maximum")
+    whole = {p["metadata"]["uid"] for p in kube.pods(ns, "gpufleet.io/trainingjob=whole")}
+
+    # A 6-GPU job of higher priority: the elastic job gives up replicas, the whole gang stays.
+    kube.create_job(ns, training_job("urgent", 6, 1, "T4", priority=10))
+    wait_for(lambda: kube.phase(ns, "urgent") == "Running", "urgent Running", 30)
+    assert placed("elastic") == 2 and kube.phase(ns, "elastic") == "Running"
+    after = {p["metadata"]["uid"] for p in kube.pods(ns, "gpufleet.io/trainingjob=whole")}
+    assert after == whole
+    assert invariants.check(kube.core) == []
+
+    # Capacity frees: the elastic job grows back.
+    kube.delete_job(ns, "urgent")
+    wait_for(lambda: placed("elastic") == 8, "elastic grown back", 30)
+    assert invariants.check(kube.core) == []

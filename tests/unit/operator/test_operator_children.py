@@ -9,6 +9,7 @@ from gpufleet.operator.children import (
     JOB_LABEL,
     MASTER_PORT,
     headless_service,
+    min_replicas,
     replica_count,
     worker_pod,
 )
@@ -86,9 +87,19 @@ def test_mig_job_asks_for_one_slice_on_the_first_container_only() -> None:
     assert "resources" not in pod["spec"]["containers"][1]
 
 
-def test_elastic_job_starts_at_its_minimum() -> None:
-    assert replica_count({"elastic": {"minReplicas": 2, "maxReplicas": 8}}) == 2
-    assert replica_count({"replicas": 4, "elastic": {"minReplicas": 2, "maxReplicas": 8}}) == 4
+def test_elastic_job_has_pods_up_to_its_maximum_and_a_gang_of_its_minimum() -> None:
+    elastic = {"elastic": {"minReplicas": 2, "maxReplicas": 8}}
+    assert replica_count(elastic) == 8
+    assert replica_count({"replicas": 4, **elastic}) == 8
+    assert min_replicas(elastic) == 2
+    spec = job(**elastic)["spec"]
+    del spec["replicas"]
+    pod = worker_pod({"metadata": job()["metadata"], "spec": spec}, 5)
+    assert pod["metadata"]["annotations"][names.GANG_SIZE] == "2"
+    variables = env(pod["spec"]["containers"][0])
+    assert variables["PET_NNODES"] == "2:8"
+    assert variables["PET_RDZV_ENDPOINT"] == f"bert-worker-0.bert.ml.svc:{MASTER_PORT}"
+    assert variables["RANK"] == "5" and "WORLD_SIZE" not in variables
 
 
 def test_children_are_owned_by_the_job() -> None:

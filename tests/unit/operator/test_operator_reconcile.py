@@ -168,3 +168,22 @@ def test_transition_time_only_moves_on_status_change() -> None:
     first = plan(job(), [], NOW)
     later = plan(job(status=first.status), [], NOW + timedelta(seconds=10))
     assert cond(later.status, "Admitted")["lastTransitionTime"] == "2026-01-01T12:00:00Z"
+
+
+def test_elastic_job_runs_once_its_minimum_is_placed() -> None:
+    spec = {"elastic": {"minReplicas": 2, "maxReplicas": 4}}
+    out = plan(job(**spec), [], NOW)
+    assert out.create == [0, 1, 2, 3]
+    grown = [pod(0, "Running", "n0"), pod(1, "Running", "n1"), pod(2), pod(3)]
+    out = plan(job(**spec), grown, NOW)
+    assert out.status["phase"] == "Running" and out.status["replicas"] == 2
+    too_few = [pod(0, "Running", "n0"), pod(1), pod(2), pod(3)]
+    assert plan(job(**spec), too_few, NOW).status["phase"] == "Queued"
+
+
+def test_elastic_job_succeeds_when_the_workers_that_ran_succeeded() -> None:
+    spec = {"elastic": {"minReplicas": 2, "maxReplicas": 4}}
+    done = [pod(0, "Succeeded", "n0"), pod(1, "Succeeded", "n1"), pod(2), pod(3)]
+    out = plan(job(**spec), done, NOW)
+    assert out.status["phase"] == "Succeeded"
+    assert sorted(out.delete) == ["j-worker-2", "j-worker-3"]  # never placed: not needed now

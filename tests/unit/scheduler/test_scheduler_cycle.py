@@ -233,3 +233,31 @@ def test_rest_of_a_partly_bound_gang_is_bound_after_a_crash() -> None:
     report = sched.run_cycle()
     assert report.error is None and report.bound == ["default/g#rest"]
     assert binder.bound["default/g-1"].annotations[names.ASSIGNED_GPUS] == "4,5,6,7"
+
+
+def test_elastic_gang_binds_what_fits_between_min_and_max() -> None:
+    busy = PodBuilder("busy").gpus(5).scheduler("default-scheduler").bound("h0").obj()
+    elastic = [PodBuilder(f"e-{i}").gpus(1).gang("e", 2, i).obj() for i in range(6)]
+    sched, _, binder, _ = make([NodeBuilder("h0").obj()], [busy, *elastic])
+    assert sched.run_cycle().bound == ["default/e"]
+    assert sorted(binder.bound) == ["default/e-0", "default/e-1", "default/e-2"]
+
+
+def test_higher_priority_gang_shrinks_elastic_gangs_before_preempting_whole_ones() -> None:
+    def bound_pod(name: str, gang: str, size: int, rank: int, gpu: int, prio: str) -> Any:
+        return (
+            PodBuilder(name)
+            .gpus(1)
+            .gang(gang, size, rank)
+            .bound("l0", gpus=str(gpu))
+            .annotate(names.PRIORITY, prio)
+            .obj()
+        )
+
+    elastic = [bound_pod(f"e-{i}", "e", 1, i, i, "5") for i in range(3)]  # min 1, grown to 3
+    whole = [bound_pod("w-0", "w", 1, 0, 3, "1")]
+    high = gang("high", 1, 2, **{names.PRIORITY: "10", names.GPU_TYPES: "L4"})
+    sched, _, binder, _ = make([NodeBuilder("l0", "L4", 4).obj()], elastic + whole + high)
+    report = sched.run_cycle()
+    assert sorted(report.preempted) == ["default/e#extra-1", "default/e#extra-2"]
+    assert sorted(d[0] for d in binder.deleted) == ["default/e-1", "default/e-2"]

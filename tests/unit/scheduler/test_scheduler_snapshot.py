@@ -224,3 +224,43 @@ def test_gated_pods_wait_for_their_gates() -> None:
     gated["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
     v = view([NodeBuilder("h0").obj()], [gated])
     assert v.pending == () and not v.held
+
+
+def test_elastic_gang_may_take_fewer_replicas_than_pods() -> None:
+    pods = [PodBuilder(f"e{i}").gpus(1).gang("e", 2, i).obj() for i in range(4)]
+    (pg,) = view([NodeBuilder("h0").obj()], pods).pending
+    assert (pg.gang.replicas_min, pg.gang.replicas_max) == (2, 4)
+
+
+def test_elastic_growth_room_is_opportunistic_and_on_the_running_type() -> None:
+    pods = [
+        PodBuilder("e0").gpus(1).gang("e", 2, 0).bound("l0", gpus="0").obj(),
+        PodBuilder("e1").gpus(1).gang("e", 2, 1).bound("l0", gpus="1").obj(),
+        PodBuilder("e2").gpus(1).gang("e", 2, 2).annotate(names.PRIORITY, "5").obj(),
+        PodBuilder("e3").gpus(1).gang("e", 2, 3).annotate(names.PRIORITY, "5").obj(),
+    ]
+    v = view([NodeBuilder("h0").obj(), NodeBuilder("l0", "L4", 4).obj()], pods)
+    (pg,) = v.pending
+    assert pg.gang.id == "default/e#rest"
+    assert (pg.gang.replicas_min, pg.gang.replicas_max) == (1, 2)
+    assert pg.gang.priority == 0  # growing never preempts
+    assert pg.gang.type_names() == ("L4",)
+
+
+def test_replicas_beyond_the_minimum_are_preemptible_one_by_one() -> None:
+    pods = [
+        PodBuilder(f"e{i}")
+        .gpus(1)
+        .gang("e", 2, i)
+        .bound("l0", gpus=str(i))
+        .annotate(names.PRIORITY, "5")
+        .annotate(names.PREEMPTIBLE, "false")
+        .obj()
+        for i in range(4)
+    ]
+    v = view([NodeBuilder("l0", "L4", 4).obj()], pods)
+    by_id = {g.id: g for g in v.snapshot.running}
+    assert set(by_id) == {"default/e", "default/e#extra-2", "default/e#extra-3"}
+    assert len(by_id["default/e"].replicas) == 2 and not by_id["default/e"].preemptible
+    assert by_id["default/e#extra-3"].preemptible and by_id["default/e#extra-3"].priority == 0
+    assert v.running_pods["default/e#extra-3"] == ("default/e3",)
