@@ -39,7 +39,8 @@ def add_simulate_parser(
         "--fleet",
         type=Path,
         default=None,
-        help="fleet YAML (default: the shipped 256-GPU heterogeneous fleet)",
+        help="fleet YAML (default: the shipped 256-GPU fleet for the trace, "
+        "gpufleet/sim/fleets/hetero-256.yaml or alibaba-mig-256.yaml)",
     )
     p.add_argument(
         "--policies",
@@ -108,7 +109,9 @@ def run_simulate(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         console.print("[red]--jobs must be at least 1[/red]")
         return 2
-    fleet_path = args.fleet or default_fleet_path()
+    fleet_path = args.fleet or default_fleet_path(
+        "alibaba-mig-256.yaml" if args.trace == "alibaba" else "hetero-256.yaml"
+    )
     try:
         fleet = load_fleet(fleet_path)
         workload = load_workload(
