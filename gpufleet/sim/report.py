@@ -87,6 +87,7 @@ def write_plots(results: Sequence[SimResult], out: Path) -> list[Path]:
     names = [r.policy for r in results]
     kwh = [r.energy_j / 3.6e6 for r in results]
     ax.bar(names, kwh, color="tab:green")
+    ax.tick_params(axis="x", labelrotation=30)
     ax.set_ylabel("energy (kWh)")
     ax.set_title("GPU energy per policy")
     ax.grid(True, axis="y", alpha=0.3)
