@@ -50,7 +50,7 @@ class State:
         self.posted: dict[str, tuple[str, str]] = {}
         self.guard = threading.Lock()
         # Pod creation of a 64-worker job is 64 round trips: run them side by side.
-        self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="create-pods")
+        self.pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="create-pods")
 
     def lock(self, uid: str) -> threading.Lock:
         with self.guard:

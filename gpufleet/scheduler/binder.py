@@ -40,7 +40,7 @@ def _now() -> str:
 
 
 class Binder:
-    def __init__(self, api: client.CoreV1Api, workers: int = 16) -> None:
+    def __init__(self, api: client.CoreV1Api, workers: int = 32) -> None:
         self.api = api
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="binder")
 

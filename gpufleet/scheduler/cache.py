@@ -34,7 +34,9 @@ class Assumption:
 class Nomination:
     """A gang that preempted victims waits until their pods are gone."""
 
-    victims: frozenset[str]  # pod keys
+    # (pod key, uid): the operator recreates an evicted worker under the same name at once,
+    # so only the uid tells the victim from its replacement.
+    victims: frozenset[tuple[str, str]]
     expires: float
 
 
@@ -146,8 +148,14 @@ class SchedulerCache:
             return dict(self._assumed)
 
     def nominate(self, gang: str, victims: frozenset[str]) -> None:
+        """`gang` waits until the pods `victims` (keys, as they are now) are gone."""
         with self._lock:
-            self._nominations[gang] = Nomination(victims, self._clock() + self._ttl)
+            marked = frozenset(
+                (k, str(self._pods[k]["metadata"].get("uid", "")))
+                for k in victims
+                if k in self._pods
+            )
+            self._nominations[gang] = Nomination(marked, self._clock() + self._ttl)
 
     def request_mig(self, node: str, config: str, gangs: frozenset[str]) -> None:
         with self._lock:
@@ -187,7 +195,10 @@ class SchedulerCache:
                 shown["spec"] = {**pod["spec"], "nodeName": assumption.node}
                 effective.append(shown)
             for gang, nomination in list(self._nominations.items()):
-                alive = any(v in self._pods for v in nomination.victims)
+                alive = any(
+                    key in self._pods and self._pods[key]["metadata"].get("uid", "") == uid
+                    for key, uid in nomination.victims
+                )
                 if not alive or nomination.expires < now:
                     del self._nominations[gang]
             for node_name, request in list(self._mig_requests.items()):

@@ -21,7 +21,7 @@ from gpufleet.scheduler.mig import MigRequester
 log = logging.getLogger("gpufleet.scheduler")
 
 
-def api_client(kubeconfig: str | None, pool_size: int = 32) -> client.ApiClient:
+def api_client(kubeconfig: str | None, pool_size: int = 64) -> client.ApiClient:
     """An API client for the kubeconfig (or in-cluster config), sized for parallel binds."""
     configuration = client.Configuration()
     if kubeconfig:

@@ -202,3 +202,25 @@ def test_failed_worker_restarts_the_whole_gang(kube: Kube, ns: str) -> None:
     wait_for(
         lambda: all(p["status"].get("phase") == "Failed" for p in kube.pods(ns)), "no live workers"
     )
+
+
+def test_success_then_ttl_deletes_the_job(kube: Kube, ns: str) -> None:
+    kube.create_job(ns, job("done", replicas=2, runPolicy={"ttlSecondsAfterFinished": 2}))
+    wait_for(lambda: kube.phase(ns, "done") == "Running", "Running")
+    for rank in range(2):
+        kube.core.patch_namespaced_pod_status(
+            f"done-worker-{rank}", ns, {"status": {"phase": "Succeeded"}}
+        )
+    wait_for(lambda: kube.phase(ns, "done") == "Succeeded", "Succeeded")
+    succeeded = kube.condition(ns, "done", "Succeeded")
+    assert succeeded is not None and succeeded["reason"] == "Completed"
+    wait_for(lambda: kube.job(ns, "done") is None, "deleted after ttlSecondsAfterFinished", 15)
+
+
+def test_active_deadline_fails_a_running_job(kube: Kube, ns: str) -> None:
+    kube.create_job(ns, job("slow", replicas=1, runPolicy={"activeDeadlineSeconds": 2}))
+    wait_for(lambda: kube.phase(ns, "slow") == "Running", "Running")
+    wait_for(lambda: kube.phase(ns, "slow") == "Failed", "Failed past the deadline", 15)
+    failed = kube.condition(ns, "slow", "Failed")
+    assert failed is not None and failed["reason"] == "DeadlineExceeded"
+    wait_for(lambda: not kube.pods(ns), "workers deleted")

@@ -96,3 +96,15 @@ def test_configmap_is_parsed() -> None:
     }
     cache.replace_configmaps([cm, {"metadata": {"name": "other"}, "data": {}}])
     assert cache.state().mig_configs["mig-configs"] == {"x": []}
+
+
+def test_a_recreated_victim_of_the_same_name_does_not_keep_the_nomination() -> None:
+    cache = SchedulerCache()
+    victim = PodBuilder("v").gpus(1).bound("h0", gpus="0").obj()
+    cache.replace_pods([victim])
+    cache.nominate("default/hi", frozenset({"default/v"}))
+    cache.pod_event("DELETED", victim)
+    again = PodBuilder("v").gpus(1).obj()
+    again["metadata"]["uid"] = "a-new-uid"
+    cache.pod_event("ADDED", again)
+    assert cache.state().nominations == {}

@@ -1,0 +1,220 @@
+"""Live scheduler benchmark on one sandbox: job start latency and bind throughput.
+
+In one sandbox run (a private control plane with a 130-node, 1,040-GPU kwok fleet):
+1. latency: `kubectl apply` of a 64-worker TrainingJob (1 GPU per worker) until all 64 pods
+   are Running, with `gpufleet operator` (operator + scheduler, one process) doing the work;
+   repeated --runs times, the job deleted in between;
+2. throughput: 1,000 single-GPU pods created as fast as the API server takes them (16 client
+   threads), timed from the first create to the last binding; once for the real kube-scheduler
+   (default scheduler name) and once for gpufleet (schedulerName: gpufleet), in the same
+   sandbox, same node pool, same pods. A watch records when each pod is first seen bound.
+
+    python bench/bind_bench.py              # ~3 minutes on 2 cores
+    python bench/bind_bench.py --runs 3 --pods 500
+
+Prints a table; the last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
+from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.scheduler import invariants
+from gpufleet.scheduler.informer import Informer
+from gpufleet.scheduler.runtime import api_client
+
+POOL = "bench"
+FLEET = {
+    "nodePools": [
+        {"name": POOL, "count": 130, "gpuType": "L4", "gpusPerNode": 8, "nvlinkDomainSize": 1}
+    ]
+}
+
+
+class PodClock:
+    """Watches one namespace and records when each pod is first seen bound and Running."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.bound: dict[str, float] = {}
+        self.running: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._informer = Informer(
+            f"bench-{namespace}",
+            functools.partial(kube.core.list_namespaced_pod, namespace),
+            self._on_list,
+            self._on_event,
+            self._stop,
+        )
+
+    def _seen(self, pod: dict[str, Any]) -> None:
+        name, now = pod["metadata"]["name"], time.monotonic()
+        if pod["spec"].get("nodeName"):
+            self.bound.setdefault(name, now)
+        if (pod.get("status") or {}).get("phase") == "Running":
+            self.running.setdefault(name, now)
+
+    def _on_list(self, items: list[dict[str, Any]]) -> None:
+        for pod in items:
+            self._seen(pod)
+
+    def _on_event(self, kind: str, pod: dict[str, Any]) -> None:
+        if kind != "DELETED":
+            self._seen(pod)
+
+    def __enter__(self) -> PodClock:
+        self._informer.start()
+        self._informer.synced.wait(30)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+
+
+def training_job(name: str, workers: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": workers,
+            "gpusPerReplica": 1,
+            "gpuTypes": [{"name": "L4"}],
+            "template": {"spec": {"containers": [{"name": "w", "image": "registry.example/x:1"}]}},
+        },
+    }
+
+
+def measure_latency(sandbox: Sandbox, kube: Kube, workers: int, run: int) -> float:
+    ns = f"bench-latency-{run}"
+    kube.create_namespace(ns)
+    manifest = yaml.safe_dump(training_job("bench", workers))
+    with PodClock(kube, ns) as clock:
+        started = time.monotonic()
+        sandbox.kubectl("apply", "-n", ns, "-f", "-", input=manifest)
+        wait_for(lambda: len(clock.running) >= workers, f"{workers} pods Running", 120)
+        elapsed = max(clock.running.values()) - started
+    kube.clean_namespace(ns, timeout=120)
+    return elapsed
+
+
+def plain_pod(name: str, scheduler: str | None) -> Any:
+    spec: dict[str, Any] = {
+        "nodeSelector": {"gpufleet.io/node-pool": POOL},
+        "containers": [
+            {
+                "name": "w",
+                "image": "registry.example/x:1",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}},
+            }
+        ],
+    }
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def measure_throughput(kube: Kube, pods: int, scheduler: str | None, tag: str) -> dict[str, float]:
+    ns = f"bench-{tag}"
+    kube.create_namespace(ns)
+    with PodClock(kube, ns) as clock, ThreadPoolExecutor(16) as pool:
+        started = time.monotonic()
+        list(
+            pool.map(
+                lambda i: kube.core.create_namespaced_pod(
+                    ns, plain_pod(f"p-{i:04d}", scheduler), _preload_content=False
+                ),
+                range(pods),
+            )
+        )
+        created = time.monotonic() - started
+        wait_for(lambda: len(clock.bound) >= pods, f"{pods} pods bound by {tag}", 300)
+        elapsed = max(clock.bound.values()) - started
+    problems = invariants.check(kube.core)
+    kube.clean_namespace(ns, timeout=180)
+    return {
+        "pods": pods,
+        "create_s": round(created, 3),
+        "bound_s": round(elapsed, 3),
+        "pods_per_s": round(pods / elapsed, 1),
+        "violations": len(problems),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="latency repetitions")
+    parser.add_argument("--workers", type=int, default=64)
+    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument(
+        "--operator-log", type=Path, default=None, help="keep the operator's log (INFO) here"
+    )
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="gpufleet-bench-") as tmp:
+        root = Path(tmp)
+        fleet = root / "fleet.yaml"
+        fleet.write_text(yaml.safe_dump(FLEET))
+        sandbox = Sandbox(root / "sandbox")
+        try:
+            sandbox.up(fleet, progress=lambda m: print(f"[sandbox] {m}", file=sys.stderr))
+            kube = Kube(api_client(str(sandbox.kubeconfig)))
+            level = "INFO" if args.operator_log else "WARNING"
+            log = args.operator_log or root / "operator.log"
+            operator = OperatorProcess(
+                sandbox.kubeconfig, log, kube.coordination, f"--log-level={level}"
+            )
+            operator.start()
+            try:
+                latencies = [
+                    measure_latency(sandbox, kube, args.workers, run) for run in range(args.runs)
+                ]
+                kube_sched = measure_throughput(kube, args.pods, None, "kube-scheduler")
+                ours = measure_throughput(kube, args.pods, "gpufleet", "gpufleet")
+            finally:
+                operator.stop()
+        finally:
+            sandbox.down(progress=lambda _: None)
+
+    p50 = statistics.median(latencies)
+    ratio = ours["pods_per_s"] / kube_sched["pods_per_s"]
+    print(f"{args.workers}-worker TrainingJob, kubectl apply -> all Running ({args.runs} runs):")
+    print("  " + "  ".join(f"{x:.2f}s" for x in latencies) + f"   p50 {p50:.2f}s")
+    print(f"{args.pods} single-GPU pods, first create -> last bound:")
+    for name, row in (("kube-scheduler", kube_sched), ("gpufleet", ours)):
+        print(
+            f"  {name:15s} {row['bound_s']:6.2f}s  {row['pods_per_s']:7.1f} pods/s  "
+            f"(creating took {row['create_s']:.2f}s; invariant violations {row['violations']})"
+        )
+    print(f"  ratio gpufleet / kube-scheduler: {ratio:.2f}")
+    print(
+        json.dumps(
+            {
+                "bench": "bind",
+                "workers": args.workers,
+                "latency_s": [round(x, 3) for x in latencies],
+                "latency_p50_s": round(p50, 3),
+                "kube_scheduler": kube_sched,
+                "gpufleet": ours,
+                "throughput_ratio": round(ratio, 3),
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
