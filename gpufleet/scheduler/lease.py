@@ -116,12 +116,16 @@ class LeaderLease:
     def release(self) -> None:
         """Give the Lease up on a clean shutdown so a standby takes over at once."""
         try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace)
-            spec = lease.spec
-            if spec is not None and spec.holder_identity == self.identity:
-                spec.holder_identity = None
-                spec.renew_time = None
-                self.api.replace_namespaced_lease(self.name, self.namespace, lease)
+            raw: Any = self.api.read_namespaced_lease(
+                self.name, self.namespace, _preload_content=False
+            )
+            doc = json.loads(raw.data)
+            spec = doc.get("spec") or {}
+            if spec.get("holderIdentity") == self.identity:
+                doc["spec"] = {**spec, "holderIdentity": None, "renewTime": None}
+                self.api.replace_namespaced_lease(
+                    self.name, self.namespace, doc, _preload_content=False
+                )
         except ApiException as exc:
             log.info("could not release lease: %s", exc.reason)
 

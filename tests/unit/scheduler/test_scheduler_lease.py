@@ -1,0 +1,103 @@
+"""Leader election on a Lease: create when absent, renew while held, refuse a live lease of
+another holder, take over an expired one (counting the transition), lose a write race (409),
+release on clean shutdown."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from gpufleet.scheduler.lease import LeaderLease
+
+
+class Raw:
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.data = json.dumps(doc).encode()
+
+
+class FakeCoordination:
+    """One Lease in memory with resourceVersion checks, like the API server."""
+
+    def __init__(self) -> None:
+        self.doc: dict[str, Any] | None = None
+        self.version = 0
+        self.conflict_next = False
+
+    def read_namespaced_lease(self, name: str, ns: str, **_: Any) -> Raw:
+        if self.doc is None:
+            raise ApiException(status=404)
+        return Raw(self.doc)
+
+    def create_namespaced_lease(self, ns: str, body: dict[str, Any], **_: Any) -> None:
+        if self.doc is not None:
+            raise ApiException(status=409)
+        self.version += 1
+        self.doc = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
+
+    def replace_namespaced_lease(self, name: str, ns: str, body: dict[str, Any], **_: Any) -> None:
+        assert self.doc is not None
+        sent = body["metadata"].get("resourceVersion")
+        if self.conflict_next or sent != self.doc["metadata"]["resourceVersion"]:
+            self.conflict_next = False
+            raise ApiException(status=409)
+        self.version += 1
+        self.doc = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.t
+
+
+def candidate(api: FakeCoordination, who: str, clock: Clock) -> LeaderLease:
+    return LeaderLease(api, "ns", "lease", who, duration=15, now=clock)  # type: ignore[arg-type]
+
+
+def test_first_candidate_creates_and_renews() -> None:
+    api, clock = FakeCoordination(), Clock()
+    a = candidate(api, "a", clock)
+    assert a.try_acquire()
+    assert api.doc is not None and api.doc["spec"]["holderIdentity"] == "a"
+    clock.t += timedelta(seconds=5)
+    assert a.try_acquire()
+    assert api.doc["spec"]["renewTime"].startswith("2026-01-01T00:00:05")
+    assert api.doc["spec"]["leaseTransitions"] == 0
+
+
+def test_live_lease_of_another_holder_is_respected() -> None:
+    api, clock = FakeCoordination(), Clock()
+    assert candidate(api, "a", clock).try_acquire()
+    clock.t += timedelta(seconds=14)
+    assert not candidate(api, "b", clock).try_acquire()
+
+
+def test_expired_lease_is_taken_over() -> None:
+    api, clock = FakeCoordination(), Clock()
+    assert candidate(api, "a", clock).try_acquire()
+    clock.t += timedelta(seconds=16)
+    assert candidate(api, "b", clock).try_acquire()
+    assert api.doc is not None
+    assert api.doc["spec"]["holderIdentity"] == "b"
+    assert api.doc["spec"]["leaseTransitions"] == 1
+
+
+def test_losing_the_write_race_means_not_leading() -> None:
+    api, clock = FakeCoordination(), Clock()
+    assert candidate(api, "a", clock).try_acquire()
+    clock.t += timedelta(seconds=16)
+    api.conflict_next = True  # another candidate updated the Lease between read and write
+    assert not candidate(api, "b", clock).try_acquire()
+
+
+def test_released_lease_is_taken_at_once() -> None:
+    api, clock = FakeCoordination(), Clock()
+    a = candidate(api, "a", clock)
+    assert a.try_acquire()
+    a.release()
+    assert candidate(api, "b", clock).try_acquire()
