@@ -11,11 +11,14 @@ import yaml
 from scheduler_builders import NodeBuilder, PodBuilder
 from scheduler_fakes import FakeBinder, FakeMig, load
 
+from gpufleet.core.decision import GangPlacement
 from gpufleet.core.policy import Engine, Policy, SolverSettings
+from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.model.gpus import load_catalog
+from gpufleet.model.mig import MigPlacement
 from gpufleet.scheduler import names
 from gpufleet.scheduler.cache import SchedulerCache
-from gpufleet.scheduler.loop import Scheduler
+from gpufleet.scheduler.loop import Scheduler, bind_annotations
 from gpufleet.scheduler.mig import config_entries, layout_annotation
 
 POLICY = Policy(solver=SolverSettings(engine=Engine.GREEDY))
@@ -261,3 +264,18 @@ def test_higher_priority_gang_shrinks_elastic_gangs_before_preempting_whole_ones
     report = sched.run_cycle()
     assert sorted(report.preempted) == ["default/e#extra-1", "default/e#extra-2"]
     assert sorted(d[0] for d in binder.deleted) == ["default/e-1", "default/e-2"]
+
+
+def test_binding_carries_gpus_mig_instance_and_power_cap() -> None:
+    placement = GangPlacement(
+        "default/g",
+        "A100-80GB",
+        (ReplicaPlacement("a0", (3,), MigPlacement(4, "3g.40gb")),),
+        power_cap_w=251.4,
+    )
+    assert bind_annotations(placement, 0) == {
+        names.ASSIGNED_GPUS: "3",
+        names.ASSIGNED_TYPE: "A100-80GB",
+        names.ASSIGNED_MIG: "3g.40gb@4",
+        names.POWER_CAP: "251",
+    }
