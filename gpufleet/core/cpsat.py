@@ -10,7 +10,8 @@ Model (built in `_Model`, solved in `place_cpsat`, turned into GPUs by `_extract
 - MIG: z[type, layout] empty GPUs (left free by the patterns) get each candidate layout; slices
   from free instances on partly used GPUs plus those layouts must cover MIG replicas.
 - Objective: priority-weighted net work, minus consolidation (idle nodes put to use),
-  fragmentation (free GPUs stranded on touched nodes) and disruption (repartitions).
+  fragmentation (free GPUs stranded on touched nodes), disruption (repartitions) and scarcity
+  (GPUs that gangs with a choice of types take from a type's single-type reserve, scarcity.py).
 Preemption victims are not chosen by the model: greedy's evictions come in as freed GPUs plus
 gangs that must be admitted, and later evictions run after the solve (see place.py).
 """
@@ -25,7 +26,7 @@ from ortools.sat.python import cp_model
 
 from gpufleet.core.decision import GangPlacement, Preemption, SolveStats
 from gpufleet.core.demand import Gang, Topology
-from gpufleet.core.greedy import Memo, Plan, commit, place_greedy, usable_types
+from gpufleet.core.greedy import Memo, Plan, commit, place_greedy, state_reserves, usable_types
 from gpufleet.core.patterns import (
     Item,
     Pattern,
@@ -35,6 +36,7 @@ from gpufleet.core.patterns import (
     pattern_size,
 )
 from gpufleet.core.policy import Policy
+from gpufleet.core.scarcity import gpu_use, is_flexible
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import replica_value
@@ -46,6 +48,7 @@ from gpufleet.model.mig import (
 )
 
 SCALE = 1000  # objective coefficients are floats; CP-SAT needs integers
+USE_UNITS = 100  # the scarcity excess is counted in 1/100 GPU (reserves are fractional)
 
 
 def _scaled(x: float) -> int:
@@ -106,6 +109,7 @@ class _Model:
         self._build_groups()
         self._build_whole_supply()
         self._build_mig(layouts)
+        self._build_scarcity()
         self._build_objective()
 
     # Each gang runs on at most one type, all-or-nothing between replicas_min and replicas_max.
@@ -214,7 +218,7 @@ class _Model:
             if self.policy.allow_repartition:
                 candidates |= set(layouts.maximal(self.state, t, frozenset(per_profile)))
                 # Greedy's targets too, so its decision is always a solution of the model.
-                candidates |= {layouts.densest(self.state, t, p) for p in per_profile}
+                candidates |= {layouts.cut(self.state, t, p) for p in per_profile}
             candidates.discard(make_layout(()))
             leftover: list[cp_model.LinearExprT] = []
             for group in self.groups:
@@ -241,11 +245,60 @@ class _Model:
                 if not self.policy.allow_repartition:
                     self.model.add(extra == 0)
                 self.objective_terms.append((extra, -_scaled(self.policy.weights.disruption)))
+                # Slices a layout leaves un-instanced are stranded until the GPU empties.
+                gpu = self.state.catalog[t]
+                stranded = 1 - sum(gpu.mig_profile(i.profile).compute_fraction for i in lay)
+                if stranded > 1e-9:
+                    cost = _scaled(self.policy.weights.fragmentation * stranded)
+                    self.objective_terms.append((z, -cost))
             self.model.add(_total(zs.values()) <= _total(leftover))
             for profile, opts in sorted(per_profile.items()):
                 partial = sum(1 for key in self.state.free_instances(t, profile) if key[0] == 0)
                 slices = [profile_counts(lay)[profile] * z for lay, z in zs.items()]
                 self.model.add(_total(o.replicas for o in opts) <= partial + _total(slices))
+
+    # Gangs with a choice of types pay for the empty GPUs they take from a type's single-type
+    # reserve: excess[t] >= empty GPUs of t put to use - (empty GPUs of t - reserve), and
+    # excess[t] <= those put to use by gangs with a choice. MIG use is the empty GPUs given a
+    # layout (z), counted as flexible when any gang with a choice asks for slices of t.
+    def _build_scarcity(self) -> None:
+        kept = state_reserves(self.state, self.policy, [o.gang for o in self.options])
+        if not kept:
+            return
+        every: dict[str, list[cp_model.LinearExprT]] = {}
+        flexible: dict[str, list[cp_model.LinearExprT]] = {}
+        mig_flexible: set[str] = set()
+        bounds: dict[str, int] = {}
+        for opts in self.by_gang.values():
+            choice = is_flexible(sorted({o.gpu_type for o in opts}))
+            for o in opts:
+                if o.gpu_type not in kept:
+                    continue
+                if o.item is None:
+                    if choice:
+                        mig_flexible.add(o.gpu_type)
+                    continue
+                gpu = self.state.catalog[o.gpu_type]
+                per = round(gpu_use(o.gang, gpu, o.fixed_replicas or 1))
+                term = per * o.replicas
+                every.setdefault(o.gpu_type, []).append(term)
+                bounds[o.gpu_type] = bounds.get(o.gpu_type, 0) + per * o.gang.replicas_max
+                if choice:
+                    flexible.setdefault(o.gpu_type, []).append(term)
+        for (t, _lay), z in self.z.items():
+            if t in kept:
+                every.setdefault(t, []).append(z)
+                bounds[t] = bounds.get(t, 0) + int(kept[t].free)
+                if t in mig_flexible:
+                    flexible.setdefault(t, []).append(z)
+        for t, terms in sorted(flexible.items()):
+            reserve = kept[t]
+            # In 1/USE_UNITS GPU so that a fractional reserve keeps its precision.
+            excess = self.model.new_int_var(0, USE_UNITS * bounds[t], f"scarcity[{t}]")
+            headroom = round(USE_UNITS * (reserve.free - reserve.reserved))
+            self.model.add(excess >= USE_UNITS * _total(every[t]) - headroom)
+            self.model.add(excess <= USE_UNITS * _total(terms))
+            self.objective_terms.append((excess, -round(reserve.price * SCALE / USE_UNITS)))
 
     def _build_objective(self) -> None:
         w = self.policy.weights

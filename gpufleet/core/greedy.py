@@ -10,15 +10,18 @@ layout of the profile. A gang is committed only when all its (minimum) replicas 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpufleet.core.decision import GangPlacement
 from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.policy import Policy
+from gpufleet.core.scarcity import Reserve, is_flexible, reserves
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import replica_value
+from gpufleet.model.gpus import GpuType
 from gpufleet.model.mig import MigLayout, MigPlacement, densest_layout, enumerate_layouts
 
 
@@ -42,6 +45,43 @@ class Memo:
         self._maximal: dict[tuple[str, frozenset[str]], tuple[MigLayout, ...]] = {}
         self.types: dict[str, list[str]] = {}
         self.running_values: dict[str, float] = {}
+        self._cuts: dict[tuple[str, str], MigLayout] = {}
+        # MIG slices asked for per (type, profile): running replicas plus pending gangs noted.
+        self._slice_demand: Counter[tuple[str, str]] | None = None
+        self._pending_profiles: Counter[str] = Counter()
+        self._noted: set[str] = set()
+
+    def note_pending(self, gangs: Sequence[Gang]) -> None:
+        """Count the pending gangs' MIG replicas into the slice demand (each gang once)."""
+        for gang in gangs:
+            if gang.mig_profile is not None and gang.id not in self._noted:
+                self._noted.add(gang.id)
+                self._pending_profiles[gang.mig_profile] += gang.replicas_max
+                self._cuts.clear()
+
+    def slice_demand(self, state: ClusterState, gpu_type: str) -> Counter[str]:
+        """Expected demand per MIG profile on a type: what runs there plus what is pending."""
+        if self._slice_demand is None:
+            tally: Counter[tuple[str, str]] = Counter()
+            for gang in state.snapshot.running:
+                for replica in gang.replicas:
+                    if replica.mig is not None:
+                        tally[(gang.gpu_type, replica.mig.profile)] += 1
+            self._slice_demand = tally
+        out = Counter({p: c for (t, p), c in self._slice_demand.items() if t == gpu_type})
+        gpu = state.catalog[gpu_type]
+        out.update({p: c for p, c in self._pending_profiles.items() if gpu.has_mig_profile(p)})
+        return out
+
+    def cut(self, state: ClusterState, gpu_type: str, profile: str) -> MigLayout:
+        """Layout an empty GPU gets when cut for `profile` (see `cut_layout`)."""
+        key = (gpu_type, profile)
+        if key not in self._cuts:
+            demand = self.slice_demand(state, gpu_type)
+            gpu = state.catalog[gpu_type]
+            candidates = self.maximal(state, gpu_type, base_profiles(gpu, profile))
+            self._cuts[key] = cut_layout(gpu, profile, demand, candidates)
+        return self._cuts[key]
 
     def maximal(
         self, state: ClusterState, gpu_type: str, profiles: frozenset[str]
@@ -58,6 +98,52 @@ class Memo:
         if key not in self._layouts:
             self._layouts[key] = densest_layout(state.catalog[gpu_type], profile)
         return self._layouts[key]
+
+
+def cut_layout(
+    gpu: GpuType,
+    profile: str,
+    demand: Mapping[str, int],
+    layouts: Sequence[MigLayout] | None = None,
+) -> MigLayout:
+    """The layout to cut an empty GPU to for `profile`, in the spirit of FGD (ATC'23).
+
+    As many instances of `profile` as fit (the densest layout's count), and the rest of the GPU
+    filled with other instances rather than left un-instanced: slices outside every instance are
+    stranded until the GPU empties, while a free instance can take the next gang of its size.
+    Among such layouts: the most compute covered, then the most expected-usable compute (sum of
+    demand share x compute share per instance; `demand` is slices per profile running or pending
+    on the type), then fewer, larger instances (big blocks stay free), then the lowest starts.
+    `layouts` are the GPU's maximal layouts over its base profiles (computed when omitted).
+    """
+    dense = densest_layout(gpu, profile)
+    want = len(dense)
+    total = sum(demand.values()) or 1
+    if layouts is None:
+        layouts = enumerate_layouts(gpu, profiles=base_profiles(gpu, profile), maximal_only=True)
+    best: tuple[tuple[int, float, int, list[int]], MigLayout] | None = None
+    for lay in layouts:
+        if sum(1 for inst in lay if inst.profile == profile) != want:
+            continue
+        shares = [gpu.mig_profile(inst.profile) for inst in lay]
+        covered = sum(p.sm_slices for p in shares)
+        useful = sum(demand.get(p.name, 0) / total * p.compute_fraction for p in shares)
+        key = (covered, round(useful, 9), -len(lay), [-inst.start for inst in lay])
+        if best is None or key > best[0]:
+            best = (key, lay)
+    return dense if best is None else best[1]
+
+
+def base_profiles(gpu: GpuType, profile: str) -> frozenset[str]:
+    """Profiles a cut may use: `profile` and, per compute size, the smallest-memory profile
+    without media extensions (the ones gangs ask for by compute size)."""
+    smallest: dict[int, tuple[int, str]] = {}
+    for p in gpu.mig_profiles:
+        if "+me" in p.name:
+            continue
+        if p.sm_slices not in smallest or (p.memory_slices, p.name) < smallest[p.sm_slices]:
+            smallest[p.sm_slices] = (p.memory_slices, p.name)
+    return frozenset({profile} | {name for _, name in smallest.values()})
 
 
 def usable_types(
@@ -162,7 +248,7 @@ def _plan_mig(
         plan.replicas.append(ReplicaPlacement(state.nodes[n].name, (g,), inst))
         touched.add((n, g))
     if len(plan.replicas) < want and policy.allow_repartition:
-        target = layouts.densest(state, gpu_type, profile)
+        target = layouts.cut(state, gpu_type, profile)
         slices = [p for p in target if p.profile == profile]
         buckets = state.type_nodes(gpu_type)
         for k in range(1, len(buckets)):  # emptiest-last keeps idle nodes idle
@@ -217,14 +303,66 @@ def greedy_order(gangs: Sequence[Gang]) -> list[Gang]:
     return sorted(gangs, key=lambda g: (-g.priority, -g.gpus_needed(g.replicas_min), g.id))
 
 
+def empty_gpus(state: ClusterState, gpu_type: str) -> int:
+    """Empty GPUs of schedulable nodes of a type in the current state."""
+    return sum(k * len(bucket) for k, bucket in enumerate(state.type_nodes(gpu_type)))
+
+
+def state_reserves(
+    state: ClusterState, policy: Policy, pending: Sequence[Gang]
+) -> dict[str, Reserve]:
+    """Scarcity reserves (scarcity.py) for the free capacity of `state`."""
+    if not state.snapshot.constrained_demand or policy.weights.scarcity <= 0:
+        return {}
+    empty = {t: empty_gpus(state, t) for t in state.nodes_by_type}
+    return reserves(state.snapshot, policy, empty, pending)
+
+
+def _occupied(state: ClusterState, plan: Plan) -> int:
+    """Empty GPUs a plan occupies (a MIG slice occupies its GPU)."""
+    gpus = {(state.node_index[r.node], g) for r in plan.replicas for g in r.gpus}
+    return sum(1 for n, g in gpus if g in state.empty[n])
+
+
+def _plan_scarce(
+    state: ClusterState,
+    gang: Gang,
+    types: list[str],
+    policy: Policy,
+    kept: dict[str, Reserve],
+    memo: Memo,
+) -> Plan | None:
+    """The best plan over all usable types, by value net of the scarcity charge."""
+    best: tuple[float, int, Plan] | None = None
+    for order, t in enumerate(types):
+        plan = plan_gang(state, gang, t, policy, memo)
+        if plan is None:
+            continue
+        value = replica_value(gang, state.catalog[t], policy).objective * len(plan.replicas)
+        reserve = kept.get(t)
+        if reserve is not None:
+            value -= reserve.charge(empty_gpus(state, t), _occupied(state, plan))
+        if best is None or (-value, order) < (-best[0], best[1]):
+            best = (value, order, plan)
+    return None if best is None else best[2]
+
+
 def place_greedy(
     state: ClusterState, gangs: Sequence[Gang], policy: Policy, layouts: Memo | None = None
 ) -> dict[str, GangPlacement]:
     """Place what fits, in greedy order; mutates `state`. Returns placements by gang id."""
     layouts = layouts or Memo()
+    layouts.note_pending(gangs)
     placed: dict[str, GangPlacement] = {}
+    kept = state_reserves(state, policy, gangs)
     for gang in greedy_order(gangs):
-        for gpu_type in usable_types(state, gang, policy, layouts):
+        types = usable_types(state, gang, policy, layouts)
+        if is_flexible(types) and any(t in kept for t in types):
+            scarce = _plan_scarce(state, gang, types, policy, kept, layouts)
+            if scarce is not None:
+                placed[gang.id] = commit(state, scarce, policy)
+            continue
+        for gpu_type in types:
             plan = plan_gang(state, gang, gpu_type, policy, layouts)
             if plan is not None:
                 placed[gang.id] = commit(state, plan, policy)

@@ -5,6 +5,7 @@ objective = sum over admitted replicas of their net value (priority-weighted wor
           - consolidation x idle nodes the decision starts using
           - fragmentation x free GPUs left on nodes the decision touches
           - disruption x (MIG repartitions + preempted gangs)
+          - scarcity charge for GPUs flexible gangs take from single-type reserves (scarcity.py)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang
 from gpufleet.core.policy import Policy
+from gpufleet.core.scarcity import scarcity_cost
 from gpufleet.core.snapshot import RunningGang, Snapshot
 from gpufleet.core.valuation import replica_value
 
@@ -71,8 +73,10 @@ def evaluate(
     evicted_value = sum(
         running_value(snapshot, r, policy) for r in snapshot.running if r.id in evicted
     )
+    scarcity = scarcity_cost(snapshot, pending, decision.placements, policy)
     objective = (
         value
+        - scarcity
         - evicted_value
         - weights.consolidation * opened
         - weights.fragmentation * stranded

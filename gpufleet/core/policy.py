@@ -20,6 +20,9 @@ class Weights:
     consolidation: per empty node that this decision starts using.
     fragmentation: per free GPU left stranded on a node the decision touches.
     disruption: per MIG repartition and per preempted gang.
+    scarcity: per GPU a gang with a choice of types takes from the free GPUs a type keeps for
+        gangs that can run only there, times the type's relative throughput (the value such a
+        gang would lose); 0 turns the reserve off. See scarcity.py.
     """
 
     work: float = 1.0
@@ -27,11 +30,12 @@ class Weights:
     consolidation: float = 0.05
     fragmentation: float = 0.02
     disruption: float = 0.1
+    scarcity: float = 2.0
 
     def __post_init__(self) -> None:
         if min(self.work, self.energy, self.consolidation, self.fragmentation) < 0:
             raise ValueError("weights must be >= 0")
-        if self.disruption < 0:
+        if self.disruption < 0 or self.scarcity < 0:
             raise ValueError("weights must be >= 0")
 
 

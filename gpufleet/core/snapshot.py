@@ -37,6 +37,24 @@ class RunningGang:
     relative_throughput: float | None = None  # None = catalogue default for gpu_type
 
 
+@dataclass(frozen=True, slots=True)
+class ConstrainedDemand:
+    """Expected demand that can run on one GPU type only, as a share of all demand.
+
+    `share` is the fraction of the GPUs requested by recent gangs (by whatever history the
+    caller keeps: arrivals so far, a trailing window, a prior from a trace) that came from gangs
+    accepting no type but `gpu_type`. The core keeps that share of the free capacity of the
+    type for such gangs (see scarcity.py); the estimate itself is the caller's.
+    """
+
+    gpu_type: str
+    share: float
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.share <= 1:
+            raise ValueError(f"{self.gpu_type}: constrained demand share must be in [0, 1]")
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Immutable input of one placement decision."""
@@ -44,6 +62,8 @@ class Snapshot:
     catalog: Catalog
     nodes: tuple[Node, ...]
     running: tuple[RunningGang, ...] = ()
+    # Expected single-type demand per GPU type; empty = no estimate (no scarcity pricing).
+    constrained_demand: tuple[ConstrainedDemand, ...] = ()
     _nodes_by_name: Mapping[str, Node] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.core.policy import Engine
+from gpufleet.core.snapshot import ConstrainedDemand
 from gpufleet.model.gpus import Catalog, load_catalog
 from gpufleet.sim.cluster import SimCluster
 from gpufleet.sim.engine import SimSettings, Simulation
@@ -19,7 +20,7 @@ from gpufleet.sim.traces.alibaba import load_alibaba_pods
 from gpufleet.sim.traces.common import TraceJob, default_data_dir
 from gpufleet.sim.traces.philly import load_philly
 
-__all__ = ["ALIBABA_TYPE_MAP", "Workload", "load_workload", "run_policy"]
+__all__ = ["ALIBABA_TYPE_MAP", "Workload", "load_workload", "run_policy", "single_type_demand"]
 
 # Alibaba GPU models -> catalogue types. T4, A10 and V100 map to themselves (the catalogue has
 # one V100, the 32 GB part); P100 has no catalogue entry and maps to V100-32GB (Gavel's P100 is
@@ -91,6 +92,26 @@ def load_workload(
     else:
         raise ValueError(f"unknown trace {trace!r}; choose philly or alibaba")
     return Workload(trace, loaded, profile, catalog)
+
+
+def single_type_demand(jobs: Sequence[TraceJob], fleet: FleetSpec) -> tuple[ConstrainedDemand, ...]:
+    """Share of the jobs' GPUs that accept exactly one of the fleet's types, per type.
+
+    Used as the prior of the simulator's single-type demand estimate: the FGD paper measures
+    fragmentation against the trace's own workload distribution, and so does this prior when it
+    is computed from a whole trace.
+    """
+    types = sorted({p.gpu_type for p in fleet.node_pools})
+    total = 0.0
+    single: dict[str, float] = {}
+    for job in jobs:
+        total += job.gpu_share
+        allowed = [t for t in types if job.gpu_types is None or t in job.gpu_types]
+        if len(allowed) == 1:
+            single[allowed[0]] = single.get(allowed[0], 0.0) + job.gpu_share
+    if total <= 0:
+        return ()
+    return tuple(ConstrainedDemand(t, g / total) for t, g in sorted(single.items()))
 
 
 def run_policy(

@@ -1,0 +1,180 @@
+"""Fragmentation against the expected workload: single-type reserves and MIG cut layouts.
+
+Aspects: the reserve's incremental and aggregate charges on hand-computed cases; both engines keep
+the last empty GPU of a type that single-type demand needs away from a gang with a choice, take it
+when there is no alternative or no such demand, and never hold it back from a single-type gang;
+the objective prices the reserve the same way; an empty GPU cut for a MIG profile gets a layout
+that instances every compute slice, keeps the densest count of the profile and follows demand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from placement_builders import CATALOG, cluster, gang
+
+from gpufleet.core.decision import Decision
+from gpufleet.core.demand import Gang
+from gpufleet.core.greedy import cut_layout
+from gpufleet.core.objective import evaluate
+from gpufleet.core.place import place
+from gpufleet.core.policy import Engine, Policy, SolverSettings, Weights
+from gpufleet.core.scarcity import Reserve
+from gpufleet.core.snapshot import ConstrainedDemand, Snapshot
+from gpufleet.core.validate import decision_problems
+from gpufleet.model.mig import densest_layout, enumerate_layouts, is_valid_layout, profile_counts
+
+ENGINES = [Engine.GREEDY, Engine.CPSAT]
+H100, A100 = "H100-80GB", "A100-80GB"
+
+
+def decide(snapshot: Snapshot, pending: list[Gang], engine: Engine, **weights: float) -> Decision:
+    pol = Policy(weights=Weights(**weights), solver=SolverSettings(engine=engine))
+    decision = place(snapshot, pending, pol)
+    assert decision_problems(snapshot, pending, decision) == []
+    return decision
+
+
+@pytest.mark.parametrize(
+    ("reserved", "free_now", "take", "expected"),
+    [
+        pytest.param(0.8, 8.0, 1.0, 0.0, id="well-above-the-reserve"),
+        pytest.param(0.8, 1.5, 1.0, 0.3, id="dips-into-the-reserve"),
+        pytest.param(0.8, 1.0, 1.0, 0.8, id="takes-the-last-gpu"),
+        pytest.param(2.5, 2.0, 2.0, 2.0, id="inside-the-reserve-throughout"),
+        pytest.param(0.0, 1.0, 1.0, 0.0, id="no-reserve"),
+    ],
+)
+def test_reserve_charge_by_hand(
+    reserved: float, free_now: float, take: float, expected: float
+) -> None:
+    reserve = Reserve("H100-80GB", free=8.0, reserved=reserved, price=2.0)
+    assert reserve.charge(free_now, take) == pytest.approx(2.0 * expected)
+
+
+@pytest.mark.parametrize(
+    ("taken", "flexible", "expected"),
+    [
+        pytest.param(3.0, 3.0, 0.0, id="leaves-the-reserve-free"),
+        pytest.param(8.0, 8.0, 0.8, id="flexible-gangs-empty-the-type"),
+        pytest.param(8.0, 0.0, 0.0, id="single-type-gangs-use-their-reserve"),
+        pytest.param(8.0, 0.5, 0.5, id="charged-at-most-what-flexible-gangs-took"),
+    ],
+)
+def test_reserve_aggregate_by_hand(taken: float, flexible: float, expected: float) -> None:
+    reserve = Reserve("H100-80GB", free=8.0, reserved=0.8, price=3.0)
+    assert reserve.aggregate(taken, flexible) == pytest.approx(3.0 * expected)
+
+
+def last_h100(share: float, a100_busy: int = 0) -> Snapshot:
+    """One H100 node with one empty GPU, one A100 node with `8 - a100_busy` empty GPUs."""
+    builder = cluster().node("h", H100).node("a", A100)
+    for g in range(7):
+        builder.run(f"h{g}", "h", (g,))
+    for g in range(a100_busy):
+        builder.run(f"a{g}", "a", (g,))
+    snapshot = builder.build()
+    # 0.05 of demand on a 16-GPU fleet keeps 0.8 H100 GPUs.
+    demand = (ConstrainedDemand(H100, share),) if share else ()
+    return replace(snapshot, constrained_demand=demand)
+
+
+FLEXIBLE = gang("flex", (H100, A100))
+SINGLE = gang("only-h100", H100)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize(
+    ("share", "a100_busy", "pending", "where"),
+    [
+        pytest.param(0.05, 0, [FLEXIBLE], {"flex": A100}, id="flexible-keeps-off-the-reserve"),
+        pytest.param(0.0, 0, [FLEXIBLE], {"flex": H100}, id="no-estimate-fastest-type"),
+        pytest.param(0.05, 8, [FLEXIBLE], {"flex": H100}, id="no-alternative-takes-it"),
+        pytest.param(0.05, 0, [SINGLE], {"only-h100": H100}, id="single-type-gang-gets-it"),
+        pytest.param(
+            0.05,
+            0,
+            [FLEXIBLE, SINGLE],
+            {"flex": A100, "only-h100": H100},
+            id="both-placed-when-flexible-yields",
+        ),
+    ],
+)
+def test_single_type_reserve(
+    engine: Engine, share: float, a100_busy: int, pending: list[Gang], where: dict[str, str]
+) -> None:
+    decision = decide(last_h100(share, a100_busy), pending, engine)
+    assert {p.gang_id: p.gpu_type for p in decision.placements} == where
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_reserve_weight_zero_turns_it_off(engine: Engine) -> None:
+    decision = decide(last_h100(0.05), [FLEXIBLE], engine, scarcity=0.0)
+    assert [p.gpu_type for p in decision.placements] == [H100]
+
+
+def test_objective_charges_a_flexible_gang_for_the_reserve() -> None:
+    snapshot = last_h100(0.05)
+    pol = Policy(solver=SolverSettings(engine=Engine.GREEDY))
+    on_h100 = place(replace(snapshot, constrained_demand=()), [FLEXIBLE], pol)
+    assert on_h100.placements[0].gpu_type == H100
+    plain = evaluate(replace(snapshot, constrained_demand=()), [FLEXIBLE], on_h100, pol)
+    priced = evaluate(snapshot, [FLEXIBLE], on_h100, pol)
+    # Reserve 0.8 GPU, all of it taken; the price is 2 x 4.8 (the H100's value to this gang).
+    assert plain.objective - priced.objective == pytest.approx(0.8 * 2 * 4.8)
+    single = evaluate(snapshot, [SINGLE], replace(on_h100, placements=()), pol)
+    assert single.objective == pytest.approx(0.0)
+
+
+GPU = CATALOG[A100]
+
+
+@pytest.mark.parametrize(
+    ("profile", "demand"),
+    [
+        pytest.param("4g.40gb", {}, id="4g-no-other-demand"),
+        pytest.param("4g.40gb", {"4g.40gb": 5, "2g.20gb": 4, "1g.10gb": 1}, id="4g-with-2g-demand"),
+        pytest.param("4g.40gb", {"4g.40gb": 5, "3g.40gb": 6}, id="4g-with-3g-demand"),
+        pytest.param("2g.20gb", {"2g.20gb": 3}, id="2g"),
+        pytest.param("3g.40gb", {"3g.40gb": 2, "1g.10gb": 2}, id="3g-with-1g-demand"),
+        pytest.param("1g.10gb", {}, id="1g"),
+    ],
+)
+def test_cut_layout_instances_every_compute_slice(profile: str, demand: dict[str, int]) -> None:
+    lay = cut_layout(GPU, profile, demand)
+    assert is_valid_layout(GPU, lay)
+    # The densest count of the profile is kept ...
+    assert profile_counts(lay)[profile] == len(densest_layout(GPU, profile))
+    # ... and as much compute is instanced as any valid layout with that count allows (7 slices,
+    # or 6 for two 3g.40gb, whose memory slices fill the GPU).
+    best = max(
+        sum(GPU.mig_profile(i.profile).sm_slices for i in other)
+        for other in enumerate_layouts(GPU)
+        if profile_counts(other)[profile] == profile_counts(lay)[profile]
+    )
+    assert sum(GPU.mig_profile(i.profile).sm_slices for i in lay) == best
+    assert best == (6 if profile == "3g.40gb" else 7)
+    # Other instances come from profiles that are asked for when there are any.
+    others = {i.profile for i in lay if i.profile != profile}
+    asked = {p for p, c in demand.items() if c and p != profile}
+    if asked:
+        assert others <= asked or sum(GPU.mig_profile(p).sm_slices for p in asked) < 3
+
+
+def test_cut_layout_follows_demand() -> None:
+    with_2g = cut_layout(GPU, "4g.40gb", {"4g.40gb": 5, "2g.20gb": 4, "1g.10gb": 1})
+    with_3g = cut_layout(GPU, "4g.40gb", {"4g.40gb": 5, "3g.40gb": 6})
+    assert "2g.20gb" in profile_counts(with_2g)
+    assert "3g.40gb" in profile_counts(with_3g)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_mig_gang_on_an_empty_gpu_leaves_no_stranded_slices(engine: Engine) -> None:
+    snapshot = cluster().node("a", A100, count=1).build()
+    pending = [gang("m", A100, mig="4g.40gb")]
+    decision = decide(snapshot, pending, engine)
+    assert [p.gang_id for p in decision.placements] == ["m"]
+    (rep,) = decision.repartitions
+    assert "4g.40gb" in profile_counts(rep.new_layout)
+    assert sum(GPU.mig_profile(i.profile).sm_slices for i in rep.new_layout) == 7
