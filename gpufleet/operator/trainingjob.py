@@ -1,6 +1,6 @@
 """kopf handlers for TrainingJob: thin glue between watch events and `reconcile.plan`.
 
-Each pass gathers the job and its pods (from a kopf index, no API reads), asks the pure
+Each pass gathers the job and its pods (from the scheduler's cache, no API reads), asks the pure
 `plan()` what to do, and carries it out: create missing worker pods and the headless Service,
 delete pods, write the status in one patch, post an Event per phase transition. It runs on
 create, on spec changes, on resume after an operator restart (state is rebuilt from the
@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.operator import children, reconcile
 from gpufleet.scheduler import names
+from gpufleet.scheduler.cache import SchedulerCache
 
 RESOURCE = (children.GROUP, children.VERSION, children.PLURAL)
 TICK = 1.0  # seconds between passes over a job; pods' progress shows up within this
@@ -37,9 +38,12 @@ log = logging.getLogger("gpufleet.operator")
 
 
 class State:
-    """Per-process memory shared by the handlers (kept in kopf's memo)."""
+    """Per-process memory shared by the handlers (kept in kopf's memo). Pods are read from
+    the scheduler's cache, which watches every pod of the cluster anyway."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, cache: SchedulerCache) -> None:
+        self.cache = cache
+        cache.on_pod_deleted(lambda pod: record_disruption(self, pod))
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.locks: dict[str, threading.Lock] = {}
@@ -57,22 +61,13 @@ class State:
             return self.locks.setdefault(uid, threading.Lock())
 
 
-@kopf.index("pods", labels={children.JOB_LABEL: kopf.PRESENT})
-def pods_by_job(
-    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
-) -> dict[tuple[str | None, str], dict[str, Any]]:
-    return {(namespace, labels[children.JOB_LABEL]): copy.deepcopy(dict(body))}
-
-
-@kopf.on.event("pods", labels={children.JOB_LABEL: kopf.PRESENT})
-def pod_event(type: str, body: kopf.Body, memo: Any, **_: Any) -> None:
-    # Pods of a preempted or restarted gang may vanish between two passes; remember why.
-    if type != "DELETED":
-        return
-    for condition in body.get("status", {}).get("conditions") or []:
+def record_disruption(state: State, pod: dict[str, Any]) -> None:
+    """Pods of a preempted or restarted gang may vanish between two passes; remember why."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == names.DISRUPTION_TARGET and condition.get("status") == "True":
-            for owner in body.get("metadata", {}).get("ownerReferences") or []:
-                memo.state.disruptions[owner["uid"]] = condition.get("reason", "")
+            for owner in pod["metadata"].get("ownerReferences") or []:
+                with state.guard:
+                    state.disruptions[owner["uid"]] = condition.get("reason", "")
 
 
 def _now() -> datetime:
@@ -136,15 +131,16 @@ def _delete_pods(state: State, namespace: str, pod_names: Iterable[str]) -> None
                 raise kopf.TemporaryError(f"deleting {name}: {exc.reason}", delay=2) from exc
 
 
-def _reconcile(body: kopf.Body, memo: Any, index: kopf.Index[Any, Any], patch: kopf.Patch) -> None:
+def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
     state: State = memo.state
     job = copy.deepcopy(dict(body))
     meta = job["metadata"]
     if meta.get("deletionTimestamp"):
         return
     with state.lock(meta["uid"]):
-        pods = list(index.get((meta["namespace"], meta["name"]), []))
-        disruption = state.disruptions.pop(meta["uid"], None)
+        pods = state.cache.owned_pods(meta["namespace"], meta["name"])
+        with state.guard:
+            disruption = state.disruptions.pop(meta["uid"], None)
         now = _now()
         plan = reconcile.plan(job, pods, now, disruption)
         if plan.create:
@@ -185,13 +181,13 @@ def _post_events(state: State, body: kopf.Body, plan: reconcile.Plan) -> None:
 @kopf.on.create(*RESOURCE)
 @kopf.on.resume(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
-def reconcile_job(body: kopf.Body, memo: Any, patch: kopf.Patch, **kwargs: Any) -> None:
-    _reconcile(body, memo, kwargs["pods_by_job"], patch)
+def reconcile_job(body: kopf.Body, memo: Any, patch: kopf.Patch, **_: Any) -> None:
+    _reconcile(body, memo, patch)
 
 
 @kopf.timer(*RESOURCE, interval=TICK)
-def follow_pods(body: kopf.Body, memo: Any, patch: kopf.Patch, **kwargs: Any) -> None:
-    _reconcile(body, memo, kwargs["pods_by_job"], patch)
+def follow_pods(body: kopf.Body, memo: Any, patch: kopf.Patch, **_: Any) -> None:
+    _reconcile(body, memo, patch)
 
 
 @kopf.on.delete(*RESOURCE)

@@ -9,6 +9,7 @@ hot path.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,12 +41,19 @@ def _now() -> str:
 
 
 class Binder:
-    def __init__(self, api: client.CoreV1Api, workers: int = 32) -> None:
+    def __init__(self, api: client.CoreV1Api, workers: int = 32, explainers: int = 4) -> None:
         self.api = api
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="binder")
+        # "Why pending" writes go out in the background on a few threads of their own: they
+        # must never hold up the next cycle's bindings (a reason change on 1,000 waiting pods
+        # is 1,000 writes).
+        self._explain_pool = ThreadPoolExecutor(max_workers=explainers, thread_name_prefix="why")
+        self._explaining: dict[str, str] = {}  # pod key -> message being written
+        self._explain_lock = threading.Lock()
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        self._explain_pool.shutdown(wait=False, cancel_futures=True)
 
     def _bind_one(self, request: BindRequest) -> tuple[str, str | None]:
         namespace, name = _split(request.pod_key)
@@ -66,7 +74,11 @@ class Binder:
 
     def bind(self, requests: Iterable[BindRequest]) -> dict[str, str | None]:
         """Pod key -> None when bound, else the error."""
-        return dict(self._pool.map(self._bind_one, list(requests)))
+        requests = list(requests)
+        with self._explain_lock:  # a queued "why pending" write must not land after binding
+            for r in requests:
+                self._explaining.pop(r.pod_key, None)
+        return dict(self._pool.map(self._bind_one, requests))
 
     def _delete_one(self, key: str, reason: str, message: str, force: bool) -> bool:
         namespace, name = _split(key)
@@ -122,8 +134,24 @@ class Binder:
                 log.warning("pod %s: cannot record pending reason: %s", key, exc.reason)
 
     def mark_pending(self, messages: Mapping[str, str]) -> None:
-        """Set PodScheduled=False with `message` on each pod (pod key -> message)."""
-        list(self._pool.map(lambda kv: self._mark_one(*kv), list(messages.items())))
+        """Set PodScheduled=False with `message` on each pod (pod key -> message), in the
+        background; a write already on its way with the same message is not repeated."""
+        with self._explain_lock:
+            todo = {k: m for k, m in messages.items() if self._explaining.get(k) != m}
+            self._explaining.update(todo)
+        for key, message in todo.items():
+            self._explain_pool.submit(self._mark_and_forget, key, message)
+
+    def _mark_and_forget(self, key: str, message: str) -> None:
+        with self._explain_lock:
+            if self._explaining.get(key) != message:
+                return  # bound (or re-explained) since it was queued
+        try:
+            self._mark_one(key, message)
+        finally:
+            with self._explain_lock:
+                if self._explaining.get(key) == message:
+                    del self._explaining[key]
 
 
 def scheduled_message(pod: Mapping[str, Any]) -> str | None:

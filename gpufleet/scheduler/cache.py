@@ -62,9 +62,17 @@ class CachedState:
 
 class SchedulerCache:
     def __init__(
-        self, assume_ttl: float = 30.0, clock: Callable[[], float] = time.monotonic
+        self,
+        assume_ttl: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        owner_label: str = "gpufleet.io/trainingjob",
     ) -> None:
         self._lock = threading.Lock()
+        # (namespace, label value) -> pod keys: the operator reads a job's pods from here, so
+        # the process watches pods once (kopf would filter every pod event in Python again).
+        self._owner_label = owner_label
+        self._by_owner: dict[tuple[str, str], set[str]] = {}
+        self._deleted_hooks: list[Callable[[Obj], None]] = []
         self._nodes: dict[str, Obj] = {}
         self._pods: dict[str, Obj] = {}
         self._mig_configs: dict[str, Any] = {}
@@ -93,6 +101,9 @@ class SchedulerCache:
     def replace_pods(self, items: list[Obj]) -> None:
         with self._lock:
             self._pods = {pods.pod_key(p): p for p in items}
+            self._by_owner = {}
+            for key, pod in self._pods.items():
+                self._index(key, pod, add=True)
             for key in list(self._assumed):
                 self._settle(key)
         self.changed.set()
@@ -102,10 +113,38 @@ class SchedulerCache:
         with self._lock:
             if kind == "DELETED":
                 self._pods.pop(key, None)
+                self._index(key, obj, add=False)
             else:
                 self._pods[key] = obj
+                self._index(key, obj, add=True)
             self._settle(key)
+            hooks = list(self._deleted_hooks) if kind == "DELETED" else []
+        for hook in hooks:
+            hook(obj)
         self.changed.set()
+
+    def _index(self, key: str, pod: Obj, add: bool) -> None:
+        owner = (pod["metadata"].get("labels") or {}).get(self._owner_label)
+        if owner is None:
+            return
+        slot = (pod["metadata"].get("namespace", "default"), owner)
+        if add:
+            self._by_owner.setdefault(slot, set()).add(key)
+        elif slot in self._by_owner:
+            self._by_owner[slot].discard(key)
+            if not self._by_owner[slot]:
+                del self._by_owner[slot]
+
+    def on_pod_deleted(self, hook: Callable[[Obj], None]) -> None:
+        """Call `hook(pod)` (outside the lock) for every pod the watch reports deleted."""
+        with self._lock:
+            self._deleted_hooks.append(hook)
+
+    def owned_pods(self, namespace: str, owner: str) -> list[Obj]:
+        """Pods labelled `<owner_label>=<owner>` in `namespace`, as the API server shows them."""
+        with self._lock:
+            keys = self._by_owner.get((namespace, owner), set())
+            return [self._pods[k] for k in sorted(keys) if k in self._pods]
 
     def replace_configmaps(self, items: list[Obj]) -> None:
         for item in items:

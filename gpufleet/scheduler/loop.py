@@ -2,7 +2,8 @@
 
 `run_cycle()` is one pass in numbered phases, each timed and logged with the cycle id:
   1 snapshot  build the core's input from the cache (assumed bindings included)
-  2 heal      restart, as whole gangs, gangs with a pod on a failed or vanished node
+  2 heal      restart, as whole gangs, gangs with a pod on a failed or vanished node and
+              gangs left partly bound (a crash between two bindings or evictions)
   3 heads     offer pending gangs to the core, except those waiting for preemption victims to
               exit or for a MIG reconfiguration they need
   4 decide    `place()` from the core; every placement decision comes from there
@@ -42,6 +43,7 @@ log = logging.getLogger("gpufleet.scheduler")
 Decide = Callable[[Snapshot, Sequence[Gang], Policy], Decision]
 
 NODE_FAILURE_REASON = "NodeFailure"
+GANG_INCOMPLETE_REASON = "GangIncomplete"
 
 
 @dataclass
@@ -124,8 +126,10 @@ class Scheduler:
         report.restarted = self._heal(state)
         t = phase("heal", t)
 
-        # 3 heads
+        # 3 heads (gangs restarted just now are offered again once their pods are recreated)
         offered, waiting = self._heads(view, state)
+        restarted = set(report.restarted)
+        offered = [pg for pg in offered if pg.gang.id.split("#")[0] not in restarted]
         t = phase("heads", t)
 
         # 4 decide
@@ -213,7 +217,35 @@ class Scheduler:
             log.warning("cycle=%d gang %s: %s; restarting the whole gang", self.cycle, gid, why)
             # Forced: no kubelet will confirm the deletion of pods on a dead node.
             self.binder.delete_pods(members[gid], NODE_FAILURE_REASON, why, force=True)
-        return sorted(broken)
+        partial = self._partial_gangs(state, set(broken))
+        for gid, keys in sorted(partial.items()):
+            why = f"{len(keys)} of its pods run without the rest of the gang"
+            log.warning("cycle=%d gang %s: %s; restarting the whole gang", self.cycle, gid, why)
+            self.binder.delete_pods(keys, GANG_INCOMPLETE_REASON, why)
+        return sorted(set(broken) | set(partial))
+
+    @staticmethod
+    def _partial_gangs(state: CachedState, skip: set[str]) -> dict[str, list[str]]:
+        """Gangs with some, but fewer than their gang size, live pods bound -> those pods.
+
+        Left by a crash between the bindings (or evictions) of one gang, or by a member deleted
+        by hand: the bound part would hold its GPUs without doing work, so the gang restarts
+        whole. Assumed bindings count as bound, so a gang this process is binding is whole.
+        """
+        bound: dict[str, list[str]] = defaultdict(list)
+        size: dict[str, int] = {}
+        for pod in state.pods:
+            spec = pod.get("spec") or {}
+            if spec.get("schedulerName") != names.SCHEDULER_NAME or pods.is_terminal(pod):
+                continue
+            if pod["metadata"].get("deletionTimestamp") or not pods.node_name(pod):
+                continue
+            if not pods.pod_labels(pod).get(names.GANG_LABEL):
+                continue
+            gid = pods.gang_id(pod)
+            bound[gid].append(pods.pod_key(pod))
+            size[gid] = pods.gang_size(pod)
+        return {g: keys for g, keys in bound.items() if len(keys) < size[g] and g not in skip}
 
     def _heads(
         self, view: ClusterView, state: CachedState

@@ -108,3 +108,17 @@ def test_a_recreated_victim_of_the_same_name_does_not_keep_the_nomination() -> N
     again["metadata"]["uid"] = "a-new-uid"
     cache.pod_event("ADDED", again)
     assert cache.state().nominations == {}
+
+
+def test_pods_are_indexed_by_their_job_and_deletions_are_reported() -> None:
+    cache = SchedulerCache()
+    deleted: list[str] = []
+    cache.on_pod_deleted(lambda pod: deleted.append(pod["metadata"]["name"]))
+    worker = PodBuilder("j-worker-0").gpus(1).obj()
+    worker["metadata"]["labels"]["gpufleet.io/trainingjob"] = "j"
+    other = PodBuilder("x").gpus(1).obj()
+    cache.replace_pods([worker, other])
+    assert [p["metadata"]["name"] for p in cache.owned_pods("default", "j")] == ["j-worker-0"]
+    assert cache.owned_pods("elsewhere", "j") == []
+    cache.pod_event("DELETED", worker)
+    assert cache.owned_pods("default", "j") == [] and deleted == ["j-worker-0"]

@@ -226,7 +226,7 @@ def test_not_ready_node_waits_for_the_grace_period() -> None:
     assert sched.run_cycle().restarted == ["default/pod:p"]
 
 
-def test_rest_of_a_partly_bound_gang_is_bound_after_a_crash() -> None:
+def test_partly_bound_gang_left_by_a_crash_restarts_whole() -> None:
     # A crash between two bindings left rank 0 bound and rank 1 pending.
     pods = [
         PodBuilder("g-0").gpus(4).gang("g", 2, 0).bound("h0", gpus="0,1,2,3").obj(),
@@ -234,8 +234,9 @@ def test_rest_of_a_partly_bound_gang_is_bound_after_a_crash() -> None:
     ]
     sched, _, binder, _ = make([NodeBuilder("h0").obj()], pods)
     report = sched.run_cycle()
-    assert report.error is None and report.bound == ["default/g#rest"]
-    assert binder.bound["default/g-1"].annotations[names.ASSIGNED_GPUS] == "4,5,6,7"
+    assert report.error is None and report.bound == []
+    assert report.restarted == ["default/g"]
+    assert [(d[0], d[1]) for d in binder.deleted] == [("default/g-0", "GangIncomplete")]
 
 
 def test_elastic_gang_binds_what_fits_between_min_and_max() -> None:

@@ -1,0 +1,49 @@
+"""The binder against a recording fake API: bindings carry the annotations; "why pending"
+writes go out in the background, once per message, and never after the pod was bound."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from gpufleet.operator.testing import wait_for
+from gpufleet.scheduler.binder import Binder, BindRequest
+
+
+class FakeCore:
+    def __init__(self) -> None:
+        self.bindings: list[dict[str, Any]] = []
+        self.status_patches: list[tuple[str, str]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def create_namespaced_pod_binding(self, name: str, ns: str, body: Any, **_: Any) -> None:
+        self.bindings.append(body)
+
+    def patch_namespaced_pod_status(self, name: str, ns: str, body: Any, **_: Any) -> None:
+        self.gate.wait(5)
+        self.status_patches.append((name, body["status"]["conditions"][0]["message"]))
+
+
+def test_binding_writes_target_and_annotations() -> None:
+    core = FakeCore()
+    binder = Binder(core)  # type: ignore[arg-type]
+    result = binder.bind([BindRequest("ns/p", "n1", {"gpufleet.io/gpus": "0,1"})])
+    assert result == {"ns/p": None}
+    (body,) = core.bindings
+    assert body["target"]["name"] == "n1"
+    assert body["metadata"] == {"name": "p", "annotations": {"gpufleet.io/gpus": "0,1"}}
+    binder.close()
+
+
+def test_pending_reasons_are_written_once_in_the_background() -> None:
+    core = FakeCore()
+    core.gate.clear()  # hold the writes in flight
+    binder = Binder(core, explainers=1)  # type: ignore[arg-type]
+    binder.mark_pending({"ns/a": "Reason: x", "ns/b": "Reason: x"})
+    binder.mark_pending({"ns/a": "Reason: x"})  # already on its way: not queued again
+    binder.bind([BindRequest("ns/b", "n1", {})])  # bound meanwhile: its reason is dropped
+    core.gate.set()
+    wait_for(lambda: core.status_patches, "the first write")
+    binder.close()
+    assert core.status_patches == [("a", "Reason: x")]
