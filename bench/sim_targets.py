@@ -22,7 +22,7 @@ gpufleet's policies run the core `place` with the product's default CP-SAT engin
 greedy` for the greedy engine alone).
 
 Usage: `python bench/sim_targets.py [--jobs N] [--load K] [--seed S] [--seeds 1,2,3,4]
-[--engine cpsat|greedy] [--skip-scale]`.
+[--engine cpsat|greedy] [--skip-scale] [--type-delay SHARE]`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import sys
 import time
 from typing import Any
 
-from gpufleet.core.policy import Engine
+from gpufleet.core.policy import Engine, TypeDelay
 from gpufleet.sim.cli import default_fleet_path
 from gpufleet.sim.engine import SimSettings
 from gpufleet.sim.fleet import load_fleet
@@ -55,13 +55,19 @@ TARGETS = {
 
 
 def philly_experiment(
-    jobs: int, load: float, seed: int, engine: Engine, quiet: bool = False
+    jobs: int,
+    load: float,
+    seed: int,
+    engine: Engine,
+    quiet: bool = False,
+    type_delay: TypeDelay | None = None,
 ) -> dict[str, Any]:
     """Every policy on one Philly slice; returns summaries and the target ratios."""
     fleet = load_fleet(default_fleet_path("hetero-256.yaml"))
     work = load_workload("philly", fleet, jobs=jobs, seed=seed, arrival_speedup=load)
     summaries = {
-        p: summarise(run_policy(p, fleet, work, seed=seed, engine=engine)) for p in POLICY_NAMES
+        p: summarise(run_policy(p, fleet, work, seed=seed, engine=engine, type_delay=type_delay))
+        for p in POLICY_NAMES
     }
     if not quiet:
         print(f"\n## Philly: {jobs} jobs, load x{load:g}, seed {seed}, 256 GPUs\n")
@@ -166,13 +172,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="", help="extra seeds for a stability sweep")
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--engine", choices=[e.value for e in Engine], default="cpsat")
+    parser.add_argument(
+        "--type-delay",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="Philly only: gpufleet policies delay starts on types below SHARE of the fastest "
+        "type's speed (core TypeDelay, patience 1800 s); off by default",
+    )
     args = parser.parse_args(argv)
     engine = Engine(args.engine)
+    delay = TypeDelay(args.type_delay) if args.type_delay > 0 else None
 
-    philly = philly_experiment(args.jobs, args.load, args.seed, engine)
+    philly = philly_experiment(args.jobs, args.load, args.seed, engine, type_delay=delay)
     sweep: dict[int, dict[str, float]] = {}
     for seed in [int(s) for s in args.seeds.split(",") if s.strip()]:
-        sweep[seed] = philly_experiment(args.jobs, args.load, seed, engine, quiet=True)["ratios"]
+        sweep[seed] = philly_experiment(
+            args.jobs, args.load, seed, engine, quiet=True, type_delay=delay
+        )["ratios"]
     if sweep:
         print("\n## Philly ratio per seed\n")
         print("| seed | " + " | ".join(TARGETS) + " |")
@@ -201,7 +218,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {key} | {measured[key]:.2f} | {limit:g} | {'yes' if met[key] else 'NO'} |")
     doc = {
         "bench": "sim_targets",
-        "config": {"jobs": args.jobs, "load": args.load, "seed": args.seed, "engine": args.engine},
+        "config": {
+            "jobs": args.jobs,
+            "load": args.load,
+            "seed": args.seed,
+            "engine": args.engine,
+            "type_delay": args.type_delay,
+        },
         "measured": measured,
         "targets": TARGETS,
         "met": met,

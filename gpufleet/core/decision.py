@@ -21,6 +21,7 @@ class PendingReason(StrEnum):
     TOPOLOGY = "TopologyUnsatisfiable"  # enough GPUs but not on one node / NVLink domain
     INSUFFICIENT_MIG = "InsufficientMigSlices"  # not enough free slices nor empty GPUs to cut
     LOST_TO_OTHERS = "CapacityGivenToOtherGangs"  # fits alone; capacity went to better work
+    WAITING_FOR_FASTER_TYPE = "WaitingForFasterGpuType"  # fits only on types it still delays
 
 
 @dataclass(frozen=True, slots=True)

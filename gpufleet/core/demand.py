@@ -53,6 +53,7 @@ class Gang:
     preemptible: bool = True
     topology: Topology = Topology.ANY
     energy: EnergyPreference = EnergyPreference.BALANCED
+    waited_s: float = 0.0  # how long the gang has been pending (caller's clock); see TypeDelay
 
     def __post_init__(self) -> None:
         if not self.acceptable:
@@ -65,6 +66,8 @@ class Gang:
             raise ValueError(f"gang {self.id}: same-node topology needs whole GPUs, not MIG")
         if self.priority < 0:
             raise ValueError(f"gang {self.id}: priority must be >= 0")
+        if self.waited_s < 0:
+            raise ValueError(f"gang {self.id}: waited_s must be >= 0")
 
     @property
     def uses_mig(self) -> bool:

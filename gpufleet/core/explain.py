@@ -2,15 +2,18 @@
 
 Checks run from the most basic (the catalogue has none of the acceptable types) to the most
 specific (free GPUs exist but not on one node). A gang that would fit on its own in the
-snapshot was left out because other gangs got the capacity, and the message says so.
+snapshot was left out because other gangs got the capacity, and the message says so; one that
+would fit only on types the policy's type delay still holds it back from waits for a faster type.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpufleet.core.decision import Pending, PendingReason
 from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.greedy import Memo, plan_gang, usable_types
-from gpufleet.core.policy import Policy
+from gpufleet.core.policy import Policy, TypeDelay
 from gpufleet.core.state import ClusterState
 
 
@@ -64,9 +67,31 @@ def explain(
             f"fits on free {types} GPUs on its own, but this decision gave that capacity to "
             "higher-priority or more valuable gangs",
         )
+    delayed = _delayed_fit(initial, gang, policy, layouts)
+    if delayed:
+        bar = policy.type_delay.bar(gang.waited_s)
+        return Pending(
+            gang.id,
+            PendingReason.WAITING_FOR_FASTER_TYPE,
+            f"fits on free {_types_text(delayed)} GPUs, but after {gang.waited_s:.0f} s of "
+            f"waiting it still starts only on types at >= {bar:.2f} of its fastest type's speed",
+        )
     if gang.mig_profile is not None:
         return _explain_mig(initial, gang, known, nodes, policy.allow_repartition)
     return _explain_whole(initial, gang, known, nodes)
+
+
+def _delayed_fit(state: ClusterState, gang: Gang, policy: Policy, layouts: Memo) -> list[str]:
+    """Types the type delay holds the gang back from and on which it would fit on its own."""
+    if policy.type_delay.min_speed_share <= 0:
+        return []
+    allowed = set(usable_types(state, gang, policy, layouts))
+    undelayed = replace(policy, type_delay=TypeDelay())
+    return [
+        t
+        for t in usable_types(state, gang, undelayed)
+        if t not in allowed and plan_gang(state, gang, t, policy, layouts) is not None
+    ]
 
 
 def _explain_whole(state: ClusterState, gang: Gang, known: list[str], nodes: list[int]) -> Pending:

@@ -20,7 +20,7 @@ from gpufleet.core.policy import Policy
 from gpufleet.core.scarcity import Reserve, is_flexible, reserves
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.core.state import ClusterState
-from gpufleet.core.valuation import replica_value
+from gpufleet.core.valuation import base_throughput, replica_value
 from gpufleet.model.gpus import GpuType
 from gpufleet.model.mig import MigLayout, MigPlacement, densest_layout, enumerate_layouts
 
@@ -163,6 +163,11 @@ def usable_types(
         per_gpu = value / (1 if gang.uses_mig else gang.gpus_per_replica)
         scored.append((-per_gpu, order, name))
     result = [name for _, _, name in sorted(scored)]
+    bar = policy.type_delay.bar(gang.waited_s)
+    if bar > 0 and len(result) > 1:
+        speed = {name: base_throughput(gang, state.catalog[name]) for name in result}
+        fastest = max(speed.values())
+        result = [name for name in result if speed[name] >= bar * fastest]
     if memo is not None:
         memo.types[gang.id] = result
     return result

@@ -54,6 +54,26 @@ class PowerCapRule:
 
 
 @dataclass(frozen=True, slots=True)
+class TypeDelay:
+    """Delay scheduling across GPU types: a gang that just arrived starts only on a type that
+    runs it at >= `min_speed_share` of its fastest acceptable type in the fleet; the bar falls
+    as `min_speed_share / (1 + waited_s / patience_s)`, so a gang takes a much slower type only
+    after waiting for a faster one (Zaharia et al.'s delay scheduling, applied to heterogeneity:
+    a long job that starts on a slow type keeps it, as the core does not migrate). 0 = off."""
+
+    min_speed_share: float = 0.0
+    patience_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_speed_share <= 1 or self.patience_s <= 0:
+            raise ValueError("min_speed_share must be in [0, 1] and patience_s positive")
+
+    def bar(self, waited_s: float) -> float:
+        """Lowest acceptable speed share of the fastest type after `waited_s` of waiting."""
+        return self.min_speed_share / (1.0 + waited_s / self.patience_s)
+
+
+@dataclass(frozen=True, slots=True)
 class SolverSettings:
     """CP-SAT budget. `deterministic_time` bounds the search in solver work units so the same
     input and seed give the same answer; `time_limit_s` is a wall-clock safety net."""
@@ -80,6 +100,7 @@ class Policy:
     # whole-GPU gang is always allowed (it is a drain-free change on an idle GPU).
     allow_repartition: bool = True
     max_preempting_gangs: int = 16  # stuck gangs that may evict per decision (bounds the work)
+    type_delay: TypeDelay = field(default_factory=TypeDelay)
 
     def priority_weight(self, priority: int) -> float:
         """Multiplier of a gang's work in the objective: each priority level doubles it, so

@@ -422,7 +422,8 @@ class Simulation:
                     topology=gang.topology,
                     energy=gang.energy,
                 )
-            out.append(gang)
+            waited = max(0.0, self.now - job.queue_key)
+            out.append(replace(gang, waited_s=waited) if waited > 0 else gang)
         return out
 
     def constrained_demand(self) -> tuple[ConstrainedDemand, ...]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpufleet.core.place import place
-from gpufleet.core.policy import Engine, Policy, PowerCapRule, SolverSettings, Weights
+from gpufleet.core.policy import Engine, Policy, PowerCapRule, SolverSettings, TypeDelay, Weights
 from gpufleet.sim.baselines import (
     FifoBinPackPolicy,
     GavelLikePolicy,
@@ -38,17 +38,20 @@ BASELINES: tuple[str, ...] = ("kube", "fifo-binpack", "gavel", "tiresias")
 POLICY_NAMES: tuple[str, ...] = GPUFLEET_POLICIES + BASELINES
 
 
-def _core_policy(name: str, engine: Engine, seed: int) -> Policy:
+def _core_policy(name: str, engine: Engine, seed: int, delay: TypeDelay) -> Policy:
     solver = SolverSettings(engine=engine, seed=seed)
     if name == "performance":
-        return Policy(weights=Weights(energy=0.0, consolidation=0.0), solver=solver)
+        return Policy(
+            weights=Weights(energy=0.0, consolidation=0.0), solver=solver, type_delay=delay
+        )
     if name == "balanced":
-        return Policy(solver=solver)
+        return Policy(solver=solver, type_delay=delay)
     if name == "energy":
         return Policy(
             weights=Weights(energy=1.0, consolidation=0.2),
             power_caps=PowerCapRule(enabled=True, max_slowdown=0.05, cap_all=True),
             solver=solver,
+            type_delay=delay,
         )
     raise ValueError(f"unknown gpufleet policy {name!r}")
 
@@ -59,13 +62,17 @@ def make_policy(
     *,
     engine: Engine = Engine.CPSAT,
     seed: int = 0,
+    type_delay: TypeDelay | None = None,
 ) -> SimPolicy:
-    """A named policy ready for the engine; `clock` is the simulation's clock (baselines)."""
+    """A named policy ready for the engine; `clock` is the simulation's clock (baselines).
+
+    `type_delay` switches on the core's delay scheduling across GPU types for gpufleet's
+    policies (off by default; see bench/README.md for what it does to each target)."""
     if name in GPUFLEET_POLICIES:
         return SimPolicy(
             name=name,
             place=place,
-            policy=_core_policy(name, engine, seed),
+            policy=_core_policy(name, engine, seed, type_delay or TypeDelay()),
             power_down=name == "energy",
         )
     if name == "kube":

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.core.policy import Engine
+from gpufleet.core.policy import Engine, TypeDelay
 from gpufleet.core.snapshot import ConstrainedDemand
 from gpufleet.model.gpus import Catalog, load_catalog
 from gpufleet.sim.cluster import SimCluster
@@ -124,6 +124,7 @@ def run_policy(
     settings: SimSettings | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     jobs: Sequence[TraceJob] | None = None,
+    type_delay: TypeDelay | None = None,
 ) -> SimResult:
     """Simulate one named policy on a fresh cluster built from `fleet`."""
     cluster = SimCluster(fleet, workload.catalog)
@@ -136,7 +137,7 @@ def run_policy(
     def clock() -> float:
         return holder[0].now if holder else 0.0
 
-    policy = make_policy(name, clock, engine=engine, seed=seed)
+    policy = make_policy(name, clock, engine=engine, seed=seed, type_delay=type_delay)
     sim = Simulation(
         cluster,
         list(jobs if jobs is not None else workload.jobs),

@@ -146,4 +146,5 @@ def test_reason_codes_are_stable_strings() -> None:
         "TopologyUnsatisfiable",
         "InsufficientMigSlices",
         "CapacityGivenToOtherGangs",
+        "WaitingForFasterGpuType",
     }

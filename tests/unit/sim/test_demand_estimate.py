@@ -1,16 +1,21 @@
-"""The single-type demand estimate the simulator passes to gpufleet's policies.
+"""Inputs the simulator passes to gpufleet's policies: single-type demand and waiting time.
 
 Aspects: the prior from a job list counts the GPUs of jobs that accept exactly one fleet type
 (constraints naming types outside the fleet narrow to the fleet); the engine's online estimate
 blends the prior (worth `demand_prior_gpus`) with every arrival; jobs without a constraint add
-to the total only.
+to the total only; each pending gang carries how long it has waited since it was queued.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
-from gpufleet.core.snapshot import ConstrainedDemand
+from gpufleet.core.decision import Decision
+from gpufleet.core.demand import Gang
+from gpufleet.core.policy import Policy
+from gpufleet.core.snapshot import ConstrainedDemand, Snapshot
 from gpufleet.model.gpus import Catalog
 from gpufleet.sim.baselines import FifoBinPackPolicy
 from gpufleet.sim.cluster import SimCluster
@@ -86,3 +91,26 @@ def test_online_estimate_blends_prior_and_arrivals(
     assert result.unfinished == 0
     got = {d.gpu_type: d.share for d in sim.constrained_demand()}
     assert got == pytest.approx(expected)
+
+
+def test_pending_gangs_carry_their_waiting_time(catalog: Catalog, profile: GavelProfile) -> None:
+    seen: list[tuple[float, str, float]] = []
+
+    def record(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decision:
+        for g in pending:
+            seen.append((sim.now, g.id, g.waited_s))
+        return FifoBinPackPolicy()(snapshot, pending, policy)
+
+    fleet = FleetSpec(
+        node_pools=[NodePoolSpec(name="v", count=1, gpu_type="V100-32GB", gpus_per_node=1)]
+    )
+    # "b" arrives while "a" holds the only GPU and waits until "a" completes at t=100.
+    jobs = [job("a", 1, None), job("b", 1, None, arrival=5.0)]
+    sim = Simulation(
+        SimCluster(fleet, catalog), jobs, SimPolicy("rec", record), SpeedModel(catalog, profile)
+    )
+    assert sim.run().unfinished == 0
+    for now, gang_id, waited in seen:
+        arrival = 0.0 if gang_id == "a" else 5.0
+        assert waited == pytest.approx(now - arrival)
+    assert max(w for _, g, w in seen if g == "b") >= 90.0
