@@ -24,6 +24,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.operator.app import LEASE_NAME
+from gpufleet.scheduler import invariants
 from gpufleet.scheduler.names import MIG_CONFIGMAP_NAMESPACE
 
 T = TypeVar("T")
@@ -222,3 +223,27 @@ class Kube:
         wait_for(lambda: not self.pods(namespace), f"pods of {namespace} gone", timeout)
         with contextlib.suppress(ApiException):
             self.core.delete_namespace(namespace)
+
+
+class SettledInvariants:
+    """The cluster invariants for polling loops. Binding a gang is one API write per pod, so
+    an observer can see a gang partly bound while its bindings are in flight; that is only a
+    violation when it lasts longer than `grace` seconds. Everything else must hold at once."""
+
+    def __init__(self, core: client.CoreV1Api, grace: float = 3.0) -> None:
+        self.core = core
+        self.grace = grace
+        self._since: dict[str, float] = {}
+
+    def check(self) -> list[str]:
+        nodes, all_pods = invariants.read_cluster(self.core)
+        now = time.monotonic()
+        partial = set(invariants.partial_gangs(all_pods))
+        self._since = {p: self._since.get(p, now) for p in partial}
+        lasting = [p for p, t in self._since.items() if now - t > self.grace]
+        others = (
+            invariants.capacity_violations(nodes, all_pods)
+            + invariants.double_bookings(all_pods)
+            + invariants.duplicate_workers(all_pods)
+        )
+        return others + sorted(lasting)

@@ -52,6 +52,8 @@ def capacity_violations(nodes: Iterable[Obj], all_pods: Iterable[Obj]) -> list[s
             used[node][names.MIG_RESOURCE_PREFIX + request.mig_profile] += 1
     out = []
     for node, counts in sorted(used.items()):
+        if node not in allocatable:
+            continue  # orphans of a deleted node hold no real GPU; they are being removed
         for resource, n in sorted(counts.items()):
             have = _int(allocatable.get(node, {}).get(resource, 0))
             if n > have:

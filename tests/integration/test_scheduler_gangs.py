@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
+from gpufleet.operator.testing import Kube, OperatorProcess, SettledInvariants, wait_for
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.scheduler import invariants, names
 from gpufleet.scheduler.runtime import api_client
@@ -89,9 +89,11 @@ def test_competing_gangs_are_never_partly_bound(kube: Kube, ns: str) -> None:
         for gang in ("a", "b"):
             kube.core.create_namespaced_pod(ns, gang_pod(f"{gang}-{rank}", gang, 4, rank, 4, "T4"))
 
+    watch = SettledInvariants(kube.core)
+
     def settled() -> str | None:
-        # Checked at every poll, not only at the end: no moment with a partial gang.
-        assert invariants.check(kube.core) == []
+        # Checked at every poll, not only at the end: no partial gang beyond its bindings.
+        assert watch.check() == []
         pods = kube.pods(ns)
         by_gang = {g: [p for p in pods if p["metadata"]["name"][0] == g] for g in "ab"}
         full = [g for g, members in by_gang.items() if len(bound(members)) == 4]
@@ -149,8 +151,10 @@ def test_preemption_evicts_whole_lower_priority_gangs_only(kube: Kube, ns: str) 
     kube.create_job(ns, training_job("high", 1, 4, "L4", priority=10))
     wait_for(lambda: kube.phase(ns, "high") == "Running", "high Running", 30)
 
+    watch = SettledInvariants(kube.core)
+
     def low_requeued() -> bool:
-        assert invariants.check(kube.core) == []
+        assert watch.check() == []
         pods = kube.pods(ns, "gpufleet.io/trainingjob=low")
         fresh = {p["metadata"]["uid"] for p in pods} & low_before == set()
         return len(pods) == 4 and fresh and kube.phase(ns, "low") == "Preempted"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
+from gpufleet.operator.testing import Kube, OperatorProcess, SettledInvariants, wait_for
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.scheduler import invariants, names
 from gpufleet.scheduler.cache import MIG_APPLIED_ANNOTATION
@@ -179,10 +179,11 @@ def test_gang_on_a_failed_node_moves_as_a_whole(
     before = {p["metadata"]["uid"]: p["spec"]["nodeName"] for p in kube.pods(ns)}
     victim = sorted(before.values())[0]
     saved = break_node(kube, victim)
+    watch = SettledInvariants(kube.core)
     try:
 
         def moved() -> bool:
-            assert invariants.partial_gangs(invariants.read_cluster(kube.core)[1]) == []
+            assert watch.check() == []
             pods = kube.pods(ns)
             live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
             return (
