@@ -23,7 +23,7 @@ import yaml
 
 from gpufleet.sandbox import processes
 from gpufleet.sandbox.binaries import Binaries, ensure_binaries
-from gpufleet.sandbox.migconfig import load_default_configs
+from gpufleet.sandbox.miglayouts import load_default_configs
 from gpufleet.sandbox.nodes import fleet_manifests
 from gpufleet.sandbox.pki import ensure_pki, write_kubeconfig
 from gpufleet.sim.fleet import load_fleet

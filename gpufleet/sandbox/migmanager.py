@@ -20,8 +20,8 @@ import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet.sandbox.gfd import hardware_for, type_for_product
-from gpufleet.sandbox.migconfig import MigConfigError, node_resources, resolve_layouts
+from gpufleet.model.gfd import hardware_for, type_for_product
+from gpufleet.model.migparted import MigConfigError, node_resources, resolve_layouts
 from gpufleet.sandbox.nodes import (
     MIG_APPLIED_ANNOTATION,
     MIG_CONFIG_LABEL,

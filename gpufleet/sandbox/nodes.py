@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.sandbox.gfd import hardware_for
-from gpufleet.sandbox.migconfig import node_resources, resolve_layouts
+from gpufleet.model.gfd import hardware_for
+from gpufleet.model.migparted import node_resources, resolve_layouts
 from gpufleet.sim.fleet import FleetSpec, NodePoolSpec
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpufleet.model.cluster import Gpu, Node
+from gpufleet.model.gfd import hardware_for, type_for_product
 from gpufleet.model.gpus import Catalog, GpuType
 from gpufleet.model.mig import (
     MigLayout,
@@ -25,8 +26,7 @@ from gpufleet.model.mig import (
     make_layout,
     profile_counts,
 )
-from gpufleet.sandbox.gfd import hardware_for, type_for_product
-from gpufleet.sandbox.migconfig import MigConfigError, resolve_layouts
+from gpufleet.model.migparted import MigConfigError, resolve_layouts
 from gpufleet.scheduler import names
 
 # Taints that mean "do not place new work here" for any scheduler.

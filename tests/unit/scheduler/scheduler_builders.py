@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gpufleet.sandbox.gfd import hardware_for
+from gpufleet.model.gfd import hardware_for
 from gpufleet.scheduler import names
 
 

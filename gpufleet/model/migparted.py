@@ -1,22 +1,20 @@
 """Resolve a mig-parted config name into per-GPU MIG layouts and the node resources they give.
 
-Pure functions shared by the sandbox's node builder (initial layouts) and its fake MIG manager
-(relabelled layouts). The config document is NVIDIA mig-parted's format: `mig-configs` maps a
-name to entries, each with `devices` ("all" or GPU indices), an optional `device-filter` (PCI
-device ids), `mig-enabled`, and `mig-devices` (profile -> count).
+Pure functions shared by the scheduler (reading a node's layout), the sandbox's node builder
+(initial layouts) and its fake MIG manager (relabelled layouts). The config document is NVIDIA
+mig-parted's format: `mig-configs` maps a name to entries, each with `devices` ("all" or GPU
+indices), an optional `device-filter` (PCI device ids), `mig-enabled`, and `mig-devices`
+(profile -> count).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
-import yaml
-
+from gpufleet.model.gfd import GpuHardware
 from gpufleet.model.mig_profiles import MIG_PROFILES_BY_MEMORY_CLASS, mig_resource_name
-from gpufleet.sandbox.gfd import GpuHardware
 
 WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -31,13 +29,6 @@ class GpuLayout:
 
     mig_enabled: bool
     devices: tuple[tuple[str, int], ...] = ()  # (profile, count), sorted by profile
-
-
-def load_default_configs() -> dict[str, Any]:
-    """The layouts file shipped with the sandbox, parsed."""
-    text = resources.files("gpufleet.sandbox").joinpath("mig-layouts.yaml").read_text()
-    doc: dict[str, Any] = yaml.safe_load(text)
-    return doc
 
 
 def _entry_applies(entry: dict[str, Any], index: int, hw: GpuHardware) -> bool:

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.sandbox.gfd import hardware_for
-from gpufleet.sandbox.migconfig import (
-    GpuLayout,
-    MigConfigError,
-    load_default_configs,
-    node_resources,
-    resolve_layouts,
-)
+from gpufleet.model.gfd import hardware_for
+from gpufleet.model.migparted import GpuLayout, MigConfigError, node_resources, resolve_layouts
+from gpufleet.sandbox.miglayouts import load_default_configs
 
 CONFIGS = load_default_configs()
 
