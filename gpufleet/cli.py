@@ -26,6 +26,9 @@ def _sandbox_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     actions = sandbox.add_subparsers(dest="action", required=True)
     up = actions.add_parser("up", help="build (once), start, and create the fleet's nodes")
     up.add_argument("--fleet", type=Path, default=None, help="fleet YAML (default: built-in)")
+    up.add_argument(
+        "--operator", action="store_true", help="also run `gpufleet operator` in the background"
+    )
     demo = actions.add_parser("demo", help="`up`, apply the examples, show fleet and jobs")
     demo.add_argument("--fleet", type=Path, default=None, help="fleet YAML (default: built-in)")
     demo.add_argument("--examples", type=Path, default=Path("examples"), help="manifest folder")
@@ -44,7 +47,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
         case "build":
             ensure_binaries()
         case "up":
-            sandbox.up(args.fleet)
+            sandbox.up(args.fleet, operator=args.operator)
         case "demo":
             from gpufleet.sandbox.demo import run_demo
 

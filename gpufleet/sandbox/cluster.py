@@ -41,7 +41,8 @@ KWOK_STAGES = (
     "pod/fast/pod-ready.yaml",
     "pod/fast/pod-delete.yaml",
 )
-# Start order; `down` stops in reverse.
+# Start order; `down` stops in reverse. The operator is optional (`up(operator=True)`): tests
+# start their own, which they can kill at will.
 COMPONENTS = (
     "etcd",
     "kube-apiserver",
@@ -50,6 +51,7 @@ COMPONENTS = (
     "kwok",
     "mig-manager",
 )
+OPERATOR = "gpufleet-operator"
 
 
 def default_fleet_path() -> Path:
@@ -108,7 +110,7 @@ class Sandbox:
     def is_running(self) -> bool:
         """Whether every component of a recorded sandbox is alive."""
         alive = self.running_components()
-        return bool(alive) and all(alive.values()) and set(alive) == set(COMPONENTS)
+        return bool(alive) and all(alive.values()) and set(COMPONENTS) <= set(alive)
 
     # -- kubectl ----------------------------------------------------------------------------
 
@@ -133,8 +135,16 @@ class Sandbox:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def up(self, fleet: Path | None = None, progress: Callable[[str], None] = print) -> None:
-        """Start the sandbox (or check the running one) and make sure the fleet exists."""
+    def up(
+        self,
+        fleet: Path | None = None,
+        progress: Callable[[str], None] = print,
+        operator: bool = False,
+    ) -> None:
+        """Start the sandbox (or check the running one) and make sure the fleet exists.
+
+        With `operator`, also run `gpufleet operator` (operator and scheduler) against it.
+        """
         started = time.monotonic()
         if shutil.which("kubectl") is None:
             raise RuntimeError("kubectl is not on PATH; the sandbox installs objects with it")
@@ -154,6 +164,8 @@ class Sandbox:
         progress(f"creating {fleet_spec.total_nodes} nodes with {fleet_spec.total_gpus} GPUs")
         self.apply(fleet_manifests(fleet_spec, load_default_configs()))
         self.kubectl("wait", "--for=condition=Ready", "node", "-l", "type=kwok", "--timeout=120s")
+        if operator:
+            self._ensure_operator(progress)
         elapsed = time.monotonic() - started
         progress(f"sandbox ready in {elapsed:.1f}s; KUBECONFIG={self.kubeconfig}")
 
@@ -194,13 +206,28 @@ class Sandbox:
              f"--kubeconfig={self.kubeconfig}", f"--namespace={SYSTEM_NAMESPACE}"],
         )  # fmt: skip
 
+    def _ensure_operator(self, progress: Callable[[str], None]) -> None:
+        state = self._load_state()
+        assert state is not None
+        if OPERATOR in state.pids and processes.is_ours(state.pids[OPERATOR], str(self.kubeconfig)):
+            return
+        progress("starting gpufleet operator (operator + scheduler)")
+        argv = [
+            sys.executable, "-m", "gpufleet.operator.cli", f"--kubeconfig={self.kubeconfig}",
+            # One replica only here: a short lease lets a restarted operator take over at once.
+            "--lease-duration=3",
+        ]  # fmt: skip
+        state.pids[OPERATOR] = processes.spawn(argv, self.logs / f"{OPERATOR}.log")
+        state.markers[OPERATOR] = str(self.kubeconfig)
+        self._save_state(state)
+
     def down(self, progress: Callable[[str], None] = print) -> None:
         """Stop every process this sandbox started and delete its cluster data."""
         state = self._load_state()
         if state is None:
             progress("no sandbox running")
             return
-        for name in reversed(COMPONENTS):
+        for name in (OPERATOR, *reversed(COMPONENTS)):
             if name in state.pids:
                 processes.stop(state.pids[name], state.markers[name])
         for port in state.ports.values():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -41,17 +42,44 @@ def fleet_table(nodes: list[dict[str, Any]]) -> Table:
     return table
 
 
+def _wait_for_jobs(sandbox: Sandbox, timeout: float = 90) -> None:
+    # Settled: every TrainingJob has a phase and no phase changed for three seconds (jobs that
+    # fit run; the rest stay Queued with the reason).
+    deadline = time.monotonic() + timeout
+    last: list[str | None] = []
+    stable_since = time.monotonic()
+    while time.monotonic() < deadline:
+        jobs = json.loads(sandbox.kubectl("get", "trainingjobs", "-A", "-o", "json").stdout)
+        phases = [j.get("status", {}).get("phase") for j in jobs["items"]]
+        if phases != last:
+            last, stable_since = phases, time.monotonic()
+        elif all(phases) and time.monotonic() - stable_since >= 3:
+            return
+        time.sleep(0.5)
+
+
 def run_demo(sandbox: Sandbox, fleet: Path | None, examples: Path) -> None:
-    """Start the sandbox, apply every example manifest, and print the fleet and the jobs."""
+    """Start the sandbox and the operator, apply every example, print the fleet and the jobs."""
     # Off a terminal (CI logs, pipes) rich assumes 80 columns; the tables need more.
     console = Console() if Console().is_terminal else Console(width=120)
-    sandbox.up(fleet, progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    sandbox.up(fleet, progress=lambda msg: console.print(f"[dim]{msg}[/dim]"), operator=True)
     if not examples.is_dir():
         raise FileNotFoundError(f"examples directory {examples} not found; pass --examples DIR")
     manifests = sorted(examples.glob("*.yaml"))
     sandbox.kubectl("apply", *(arg for m in manifests for arg in ("-f", str(m))))
+    console.print("[dim]waiting for gpufleet to place the jobs[/dim]")
+    _wait_for_jobs(sandbox)
     nodes = json.loads(sandbox.kubectl("get", "nodes", "-o", "json").stdout)["items"]
     console.print(fleet_table(nodes))
-    console.print(f"[bold]Example jobs accepted ({len(manifests)} manifests):[/bold]")
+    console.print(f"[bold]Example jobs ({len(manifests)} manifests applied):[/bold]")
     print(sandbox.kubectl("get", "trainingjobs,servingjobs", "-A").stdout)
+    console.print("[bold]Why jobs wait:[/bold]")
+    print(
+        sandbox.kubectl(
+            "get", "trainingjobs", "-A", "-o",
+            "custom-columns=NAME:.metadata.name,PHASE:.status.phase,"
+            "WHY:.status.conditions[?(@.type=='Admitted')].message",
+        ).stdout
+    )  # fmt: skip
+    print(sandbox.kubectl("get", "pods", "-A", "-o", "wide").stdout)
     console.print(f"Use the cluster: export KUBECONFIG={sandbox.kubeconfig}")
