@@ -7,12 +7,15 @@ uses it errors with the reason: nothing is skipped.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
+from gpufleet.operator.testing import Kube, OperatorProcess
 from gpufleet.sandbox.binaries import BuildError
 from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.scheduler.runtime import api_client
 
 
 @pytest.fixture(scope="session")
@@ -29,3 +32,31 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
         pytest.fail(f"the sandbox did not start: {exc}", pytrace=False)
     yield sbx
     sbx.down(progress=lambda _: None)
+
+
+@pytest.fixture(scope="session")
+def kube(sandbox: Sandbox) -> Kube:
+    """API clients for the sandbox."""
+    return Kube(api_client(str(sandbox.kubeconfig)))
+
+
+@pytest.fixture(scope="module")
+def operator(
+    sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """`gpufleet operator` as a real child process, one per test module, stopped by PID."""
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    with OperatorProcess(sandbox.kubeconfig, log, kube.coordination) as proc:
+        yield proc
+
+
+@pytest.fixture
+def ns(kube: Kube, operator: OperatorProcess, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test, named after its module, emptied and deleted afterwards."""
+    module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+    name = f"{module.replace('_', '-')[:40]}-{uuid.uuid4().hex[:6]}"
+    kube.create_namespace(name)
+    yield name
+    if operator.proc is None or operator.proc.poll() is not None:
+        operator.start()  # a test that killed the operator may leave it dead; clean-up needs it
+    kube.clean_namespace(name)

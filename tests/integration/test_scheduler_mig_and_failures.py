@@ -6,39 +6,13 @@ whole gang, without counting as a failure of the job."""
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from gpufleet.operator.testing import Kube, OperatorProcess, SettledInvariants, wait_for
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.operator.testing import Kube, SettledInvariants, wait_for
 from gpufleet.scheduler import invariants, names
 from gpufleet.scheduler.cache import MIG_APPLIED_ANNOTATION
-from gpufleet.scheduler.runtime import api_client
-
-
-@pytest.fixture(scope="module")
-def kube(sandbox: Sandbox) -> Kube:
-    return Kube(api_client(str(sandbox.kubeconfig)))
-
-
-@pytest.fixture(scope="module")
-def operator(
-    sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    with OperatorProcess(sandbox.kubeconfig, log, kube.coordination) as proc:
-        yield proc
-
-
-@pytest.fixture
-def ns(kube: Kube, operator: OperatorProcess) -> Iterator[str]:
-    name = f"sm-{uuid.uuid4().hex[:6]}"
-    kube.create_namespace(name)
-    yield name
-    kube.clean_namespace(name)
 
 
 def training_job(name: str, replicas: int, **spec: Any) -> Any:

@@ -4,8 +4,7 @@ duplicate pods, no partly bound gang and no GPU used twice (invariants read from
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,35 +12,8 @@ import pytest
 from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.scheduler import invariants
-from gpufleet.scheduler.runtime import api_client
 
 WORKERS = 16  # every T4 GPU of the default fleet
-
-
-@pytest.fixture(scope="module")
-def kube(sandbox: Sandbox) -> Kube:
-    return Kube(api_client(str(sandbox.kubeconfig)))
-
-
-@pytest.fixture(scope="module")
-def operator(
-    sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    proc = OperatorProcess(sandbox.kubeconfig, log, kube.coordination)
-    proc.start()
-    yield proc
-    proc.stop()
-
-
-@pytest.fixture
-def ns(kube: Kube, operator: OperatorProcess) -> Iterator[str]:
-    name = f"kill-{uuid.uuid4().hex[:6]}"
-    kube.create_namespace(name)
-    yield name
-    if operator.proc is None or operator.proc.poll() is not None:
-        operator.start()  # a failed test may have left it dead; clean-up needs it
-    kube.clean_namespace(name)
 
 
 def training_job(name: str, replicas: int, gpus: int, gpu_type: str, priority: int = 0) -> Any:

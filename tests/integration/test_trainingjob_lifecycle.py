@@ -10,42 +10,15 @@ the whole gang.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
-from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.operator.testing import Kube, wait_for
 from gpufleet.scheduler import invariants
-from gpufleet.scheduler.runtime import api_client
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-@pytest.fixture(scope="module")
-def kube(sandbox: Sandbox) -> Kube:
-    return Kube(api_client(str(sandbox.kubeconfig)))
-
-
-@pytest.fixture(scope="module")
-def operator(
-    sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    with OperatorProcess(sandbox.kubeconfig, log, kube.coordination) as proc:
-        yield proc
-
-
-@pytest.fixture
-def ns(kube: Kube, operator: OperatorProcess) -> Iterator[str]:
-    name = f"tj-{uuid.uuid4().hex[:6]}"
-    kube.create_namespace(name)
-    yield name
-    kube.clean_namespace(name)
 
 
 def example(name: str) -> dict[str, Any]:
