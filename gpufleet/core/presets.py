@@ -1,0 +1,46 @@
+"""Named placement policies: the settings behind `performance`, `balanced` and `energy`.
+
+One definition shared by the simulator, the live scheduler and the admin API, so a name means the
+same weights everywhere. Presets are configuration only; every decision is `place`'s.
+
+* `performance`: maximise admitted work; no energy weight, no consolidation, no power caps.
+* `balanced`: the core's default weights; no power caps.
+* `energy`: energy weighed against work, stronger consolidation, and every gang power-capped at
+  a slowdown of at most 5 %.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpufleet.core.policy import Policy, PowerCapRule, SolverSettings, TypeDelay, Weights
+
+__all__ = ["PRESET_NAMES", "preset_policy"]
+
+_PRESETS: dict[str, Policy] = {
+    "performance": Policy(weights=Weights(energy=0.0, consolidation=0.0)),
+    "balanced": Policy(),
+    "energy": Policy(
+        weights=Weights(energy=1.0, consolidation=0.2),
+        power_caps=PowerCapRule(enabled=True, max_slowdown=0.05, cap_all=True),
+    ),
+}
+
+PRESET_NAMES: tuple[str, ...] = tuple(_PRESETS)
+
+
+def preset_policy(
+    name: str, solver: SolverSettings | None = None, type_delay: TypeDelay | None = None
+) -> Policy:
+    """The named preset, with the given solver settings and type delay (defaults otherwise)."""
+    try:
+        policy = _PRESETS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown policy preset {name!r}; choose from {', '.join(PRESET_NAMES)}"
+        ) from None
+    return replace(
+        policy,
+        solver=solver or SolverSettings(),
+        type_delay=type_delay or TypeDelay(),
+    )
