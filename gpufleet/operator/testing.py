@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,16 +23,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.operator.app import LEASE_NAME
+from gpufleet.sandbox.processes import free_port
 from gpufleet.scheduler import invariants
 from gpufleet.scheduler.names import MIG_CONFIGMAP_NAMESPACE
 
 T = TypeVar("T")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class OperatorProcess:
@@ -47,7 +41,7 @@ class OperatorProcess:
         self.kubeconfig = kubeconfig
         self.log = log
         self.coordination = coordination
-        self.metrics_port = _free_port()
+        self.metrics_port = free_port()
         self.args = [
             f"--metrics-port={self.metrics_port}",
             "--lease-duration=3",
