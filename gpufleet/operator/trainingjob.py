@@ -14,6 +14,7 @@ import copy
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -158,9 +159,21 @@ def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
             patch.status.update(changes)
         _post_events(state, body, plan)
         if plan.delete_job:
-            state.custom.delete_namespaced_custom_object(
-                children.GROUP, children.VERSION, meta["namespace"], children.PLURAL, meta["name"]
-            )
+            # Delete after this handler has returned and kopf has written its status patch: a
+            # deletion that lands while the timer that asked for it is still running can leave
+            # kopf waiting on that timer, and the finalizer is then never released.
+            state.pool.submit(_delete_job, state, meta["namespace"], meta["name"])
+
+
+def _delete_job(state: State, namespace: str, name: str) -> None:
+    time.sleep(TICK)
+    try:
+        state.custom.delete_namespaced_custom_object(
+            children.GROUP, children.VERSION, namespace, children.PLURAL, name
+        )
+    except ApiException as exc:
+        if exc.status != 404:  # the next pass asks again
+            log.warning("deleting finished job %s/%s: %s", namespace, name, exc.reason)
 
 
 def _post_events(state: State, body: kopf.Body, plan: reconcile.Plan) -> None:
