@@ -111,9 +111,28 @@ class MigManager:
         time.sleep(RECONFIGURE_DELAY)
         counts = {k: (None if v is None else str(v)) for k, v in plan["resources"].items()}
         self.api.patch_node_status(name, {"status": {"capacity": counts, "allocatable": counts}})
-        self._patch_labels(
-            name, plan["labels"] | {MIG_STATE_LABEL: "success"}, applied=plan["config"]
-        )
+        # Say `success` only if nobody asked for another config meanwhile: a success next to a
+        # newer config name would tell the scheduler that layout is in place when it is not.
+        # The resourceVersion makes the patch fail if the node changed after this read.
+        fresh = self.api.read_node(name).metadata
+        if (fresh.labels or {}).get(MIG_CONFIG_LABEL) != plan["config"]:
+            log.info(
+                "node %s: config changed while applying %r; next one follows", name, plan["config"]
+            )
+            return
+        body: dict[str, Any] = {
+            "metadata": {
+                "resourceVersion": fresh.resource_version,
+                "labels": plan["labels"] | {MIG_STATE_LABEL: "success"},
+                "annotations": {MIG_APPLIED_ANNOTATION: plan["config"]},
+            }
+        }
+        try:
+            self.api.patch_node(name, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            log.info("node %s: changed while applying %r; re-reading", name, plan["config"])
 
     def run(self) -> None:
         """Watch nodes forever; a full resync on every (re)connect catches missed events."""
