@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.model.cluster import Node
@@ -80,3 +80,20 @@ class Snapshot:
 
     def has_node(self, name: str) -> bool:
         return name in self._nodes_by_name
+
+    def occupied(
+        self, excluding: Collection[str] = ()
+    ) -> tuple[set[tuple[str, int]], set[tuple[str, int, MigPlacement]]]:
+        """GPUs held whole and MIG instances held, by running gangs not in `excluding`."""
+        whole: set[tuple[str, int]] = set()
+        slices: set[tuple[str, int, MigPlacement]] = set()
+        for gang in self.running:
+            if gang.id in excluding:
+                continue
+            for rep in gang.replicas:
+                for ix in rep.gpus:
+                    if rep.mig is None:
+                        whole.add((rep.node, ix))
+                    else:
+                        slices.add((rep.node, ix, rep.mig))
+        return whole, slices

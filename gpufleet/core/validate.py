@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.snapshot import Snapshot
-from gpufleet.model.mig import MigLayout, MigPlacement, layout_problem
+from gpufleet.model.mig import MigLayout, layout_problem
 
 
 def decision_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Decision) -> list[str]:
@@ -45,17 +45,7 @@ def decision_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Dec
     layouts: dict[tuple[str, int], MigLayout | None] = {
         (n.name, g.index): g.mig_layout for n in snapshot.nodes for g in n.gpus
     }
-    whole: set[tuple[str, int]] = set()
-    slices: set[tuple[str, int, MigPlacement]] = set()
-    for active in snapshot.running:
-        if active.id in evicted:
-            continue
-        for r in active.replicas:
-            for g in r.gpus:
-                if r.mig is None:
-                    whole.add((r.node, g))
-                else:
-                    slices.add((r.node, g, r.mig))
+    whole, slices = snapshot.occupied(evicted)
     used_gpus = whole | {(n, g) for n, g, _ in slices}
     # MIG layouts change only on empty GPUs and only to valid layouts.
     for rep in decision.repartitions:

@@ -75,18 +75,7 @@ class _Free:
 
     @classmethod
     def of(cls, snapshot: Snapshot, removed: Iterable[RunningGang] = ()) -> _Free:
-        gone = {g.id for g in removed}
-        used_whole: set[tuple[str, int]] = set()
-        used_mig: set[tuple[str, int, MigPlacement]] = set()
-        for gang in snapshot.running:
-            if gang.id in gone:
-                continue
-            for rep in gang.replicas:
-                for ix in rep.gpus:
-                    if rep.mig is None:
-                        used_whole.add((rep.node, ix))
-                    else:
-                        used_mig.add((rep.node, ix, rep.mig))
+        used_whole, used_mig = snapshot.occupied({g.id for g in removed})
         free = cls(snapshot)
         for node in snapshot.nodes:
             if not node.schedulable:
