@@ -17,6 +17,10 @@ from gpufleet.model.gfd import GpuHardware
 from gpufleet.model.mig_profiles import MIG_PROFILES_BY_MEMORY_CLASS, mig_resource_name
 
 WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
+# Annotation the sandbox's MIG manager writes with the config it last applied (or refused), so it
+# acts on each change of `nvidia.com/mig.config` once and the scheduler can tell a finished
+# reconfiguration from a stale `success`. A real MIG manager only flips the state label.
+MIG_APPLIED_ANNOTATION = "gpufleet.io/mig-config-applied"
 
 
 class MigConfigError(ValueError):

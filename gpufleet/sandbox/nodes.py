@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.model.gfd import hardware_for
-from gpufleet.model.migparted import node_resources, resolve_layouts
+from gpufleet.model.migparted import MIG_APPLIED_ANNOTATION, node_resources, resolve_layouts
 from gpufleet.sim.fleet import FleetSpec, NodePoolSpec
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
@@ -19,9 +19,6 @@ POOL_LABEL = "gpufleet.io/node-pool"
 NVLINK_DOMAIN_LABEL = "gpufleet.io/nvlink-domain-size"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
-# Annotation the MIG manager writes with the config it last applied (or refused), so it acts on
-# each change of `nvidia.com/mig.config` exactly once, also across its own restarts.
-MIG_APPLIED_ANNOTATION = "gpufleet.io/mig-config-applied"
 
 # CPU, memory and pod slots of every fake node: large enough that GPUs are the only limit.
 _BASE_CAPACITY = {"cpu": "128", "memory": "1Ti", "pods": "110"}

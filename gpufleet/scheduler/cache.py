@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from gpufleet.model.migparted import MIG_APPLIED_ANNOTATION
 from gpufleet.scheduler import names, pods
 
 Obj = dict[str, Any]
@@ -264,7 +265,3 @@ def mig_applied(node: Obj, config: str) -> bool:
     applied = (meta.get("annotations") or {}).get(MIG_APPLIED_ANNOTATION)
     # The sandbox's manager records what it applied; a real one only flips the state label.
     return applied is None or applied == config
-
-
-# Written by the sandbox's MIG manager (gpufleet.sandbox.migmanager) once a config is applied.
-MIG_APPLIED_ANNOTATION = "gpufleet.io/mig-config-applied"

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from gpufleet.model.migparted import MIG_APPLIED_ANNOTATION
 from gpufleet.operator.testing import Kube, SettledInvariants, wait_for
 from gpufleet.scheduler import invariants, names
-from gpufleet.scheduler.cache import MIG_APPLIED_ANNOTATION
 
 
 def training_job(name: str, replicas: int, **spec: Any) -> Any:
