@@ -399,6 +399,10 @@ class TrainingJobStatus(CRDModel):
         ge=0,
         description="Energy used so far by the job's GPUs, in joules, from the power model.",
     )
+    usage_accounted_time: datetime | None = Field(
+        default=None,
+        description="When gpuSeconds and estimatedEnergyJoules were last brought up to date.",
+    )
     observed_generation: int | None = Field(
         default=None,
         ge=0,

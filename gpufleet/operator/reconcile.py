@@ -59,7 +59,7 @@ class Plan:
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
 
 
-def _ts(t: datetime) -> str:
+def timestamp(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -139,7 +139,7 @@ class _Conditions:
             "status": value,
             "reason": reason,
             "message": message,
-            "lastTransitionTime": _ts(self.now) if changed else old["lastTransitionTime"],  # type: ignore[index]
+            "lastTransitionTime": timestamp(self.now) if changed else old["lastTransitionTime"],  # type: ignore[index]
             "observedGeneration": self.generation,
         }
 
@@ -240,9 +240,9 @@ def plan(
     if len(types) == 1:
         out.status["gpuType"] = types.pop()
     if start is not None:
-        out.status["startTime"] = _ts(start)
+        out.status["startTime"] = timestamp(start)
     if completion is not None and phase in (Phase.SUCCEEDED, Phase.FAILED):
-        out.status["completionTime"] = _ts(completion)
+        out.status["completionTime"] = timestamp(completion)
     if phase != old_phase:
         kind = "Warning" if phase in (Phase.FAILED, Phase.PREEMPTED) else "Normal"
         out.events.append((kind, str(phase), _phase_message(phase, conds)))

@@ -17,19 +17,22 @@ import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.model.gpus import load_catalog
 from gpufleet.operator import children, reconcile
+from gpufleet.operator.accounting import Usage, accrue
 from gpufleet.scheduler import names
 from gpufleet.scheduler.cache import SchedulerCache
 
 RESOURCE = (children.GROUP, children.VERSION, children.PLURAL)
 TICK = 1.0  # seconds between passes over a job; pods' progress shows up within this
+USAGE_FLUSH = timedelta(seconds=30)  # GPU time and energy reach the status at least this often
 _STATUS_KEYS = (
     "phase", "conditions", "replicas", "placement", "restarts", "observedGeneration",
     "gpuType", "startTime", "completionTime",
@@ -53,6 +56,9 @@ class State:
         # Last phase and pending message posted as Events per job uid: two passes may read the
         # same stale body before kopf applies the status patch, so dedupe here.
         self.posted: dict[str, tuple[str, str]] = {}
+        # GPU time and energy per job uid, accrued every pass: (totals, last written to status).
+        self.usage: dict[str, tuple[Usage, datetime]] = {}
+        self.catalog = load_catalog()
         self.guard = threading.Lock()
         # Pod creation of a 64-worker job is 64 round trips: run them side by side.
         self.pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="create-pods")
@@ -155,6 +161,7 @@ def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
         for key in _STATUS_KEYS:
             if key in current and key not in plan.status:
                 changes[key] = None
+        changes |= _usage_changes(state, meta["uid"], current, pods, now, bool(changes))
         if changes:
             patch.status.update(changes)
         _post_events(state, body, plan)
@@ -163,6 +170,30 @@ def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
             # deletion that lands while the timer that asked for it is still running can leave
             # kopf waiting on that timer, and the finalizer is then never released.
             state.pool.submit(_delete_job, state, meta["namespace"], meta["name"])
+
+
+def _usage_changes(
+    state: State,
+    uid: str,
+    current: dict[str, Any],
+    pods: list[dict[str, Any]],
+    now: datetime,
+    writing: bool,
+) -> dict[str, Any]:
+    """Accrue the job's GPU time and energy; return the status fields to write, if due: with
+    any other status change, or every USAGE_FLUSH while the totals grow."""
+    previous, written = state.usage.get(uid) or (Usage.from_status(current, now), now)
+    usage = accrue(previous, pods, now, state.catalog)
+    grown = (usage.gpu_seconds, usage.joules) != (previous.gpu_seconds, previous.joules)
+    due = writing or (grown and now - written >= USAGE_FLUSH) or uid not in state.usage
+    state.usage[uid] = (usage, now if due else written)
+    if not due:
+        return {}
+    return {
+        "gpuSeconds": round(usage.gpu_seconds, 1),
+        "estimatedEnergyJoules": round(usage.joules),
+        "usageAccountedTime": reconcile.timestamp(usage.at),
+    }
 
 
 def _delete_job(state: State, namespace: str, name: str) -> None:
@@ -218,3 +249,4 @@ def delete_children(namespace: str | None, name: str, uid: str, memo: Any, **_: 
     state.services.discard(uid)
     state.locks.pop(uid, None)
     state.posted.pop(uid, None)
+    state.usage.pop(uid, None)

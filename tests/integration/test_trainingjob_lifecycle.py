@@ -10,11 +10,15 @@ the whole gang.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
+from gpufleet.model.gpus import load_catalog
+from gpufleet.model.power import capped_power_w
 from gpufleet.operator.testing import Kube, wait_for
 from gpufleet.scheduler import invariants
 
@@ -188,6 +192,26 @@ def test_success_then_ttl_deletes_the_job(kube: Kube, ns: str) -> None:
     succeeded = kube.condition(ns, "done", "Succeeded")
     assert succeeded is not None and succeeded["reason"] == "Completed"
     wait_for(lambda: kube.job(ns, "done") is None, "deleted after ttlSecondsAfterFinished", 15)
+
+
+def test_status_accounts_gpu_time_and_energy(kube: Kube, ns: str) -> None:
+    kube.create_job(ns, job("meter", replicas=2))
+    wait_for(lambda: kube.phase(ns, "meter") == "Running", "Running")
+    began = time.monotonic()
+    time.sleep(4)
+    for rank in range(2):
+        kube.core.patch_namespaced_pod_status(
+            f"meter-worker-{rank}", ns, {"status": {"phase": "Succeeded"}}
+        )
+    ran = time.monotonic() - began
+    wait_for(lambda: kube.phase(ns, "meter") == "Succeeded", "Succeeded")
+    status = (kube.job(ns, "meter") or {})["status"]
+    # Two T4 workers for `ran` seconds; each pass charges up to one TICK late or early, and
+    # the pods were Running up to one pass before the job's phase said so.
+    assert 2 * (ran - 2) <= status["gpuSeconds"] <= 2 * (ran + 2)
+    watts = capped_power_w(load_catalog()["T4"], None)
+    assert status["estimatedEnergyJoules"] == pytest.approx(status["gpuSeconds"] * watts, abs=5)
+    assert status["usageAccountedTime"]
 
 
 def test_active_deadline_fails_a_running_job(kube: Kube, ns: str) -> None:

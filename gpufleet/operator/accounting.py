@@ -1,0 +1,97 @@
+"""GPU time and energy a TrainingJob has used, accrued from its running pods (pure).
+
+Each operator pass adds `(now - at) x what the job holds now`, so the error is at most one pass
+interval per change of the job's pods; a pod is never charged before its own start time. A
+running pod holds its whole GPUs, or the compute share of its MIG slice (SM slices out of 7).
+Energy uses the power model of `gpufleet.model.power`: a busy GPU of the pod's assigned type,
+under the power cap the scheduler wrote on the pod, times the same share (an ESTIMATE: a MIG
+slice is charged its compute share of a whole GPU's draw).
+A pod whose GPU type the catalogue does not know adds GPU time but no energy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gpufleet.model.gpus import Catalog
+from gpufleet.model.power import capped_power_w
+from gpufleet.scheduler import names
+from gpufleet.scheduler.pods import gpu_request, pod_annotations
+
+__all__ = ["Usage", "accrue", "pod_draw"]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Totals up to `at`, as written to the status (`gpuSeconds`, `estimatedEnergyJoules`)."""
+
+    gpu_seconds: float
+    joules: float
+    at: datetime
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any], now: datetime) -> Usage:
+        """Resume from a status written earlier; a job never accounted starts at `now`."""
+        raw = status.get("usageAccountedTime")
+        at = datetime.fromisoformat(str(raw).replace("Z", "+00:00")) if raw else now
+        return cls(
+            float(status.get("gpuSeconds") or 0.0),
+            float(status.get("estimatedEnergyJoules") or 0.0),
+            min(at, now),
+        )
+
+
+def pod_draw(pod: Mapping[str, Any], catalog: Catalog) -> tuple[float, float]:
+    """(GPUs, watts) a running pod holds; (0, 0) for a pod that is not running on GPUs."""
+    if (pod.get("status") or {}).get("phase") != "Running" or pod["metadata"].get(
+        "deletionTimestamp"
+    ):
+        return 0.0, 0.0
+    request = gpu_request(pod)
+    annotations = pod_annotations(pod)
+    gpu_type = annotations.get(names.ASSIGNED_TYPE)
+    known = gpu_type is not None and gpu_type in catalog
+    if request.mig_profile is not None:
+        if not known or not catalog[str(gpu_type)].has_mig_profile(request.mig_profile):
+            return 0.0, 0.0  # a slice of unknown size: nothing honest to add
+        share = catalog[str(gpu_type)].mig_profile(request.mig_profile).compute_fraction
+    else:
+        share = float(request.gpus)
+    if not known:
+        return share, 0.0
+    try:
+        cap: float | None = float(annotations[names.POWER_CAP])
+    except (KeyError, ValueError):
+        cap = None
+    return share, share * capped_power_w(catalog[str(gpu_type)], cap)
+
+
+def _started(pod: Mapping[str, Any]) -> datetime | None:
+    raw = (pod.get("status") or {}).get("startTime")
+    if not raw:
+        return None
+    try:
+        return datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def accrue(
+    previous: Usage, pods: Iterable[Mapping[str, Any]], now: datetime, catalog: Catalog
+) -> Usage:
+    """`previous` brought up to `now`, charging each pod running now from when it started or
+    from `previous.at`, whichever is later (so a gap after an operator restart is not charged
+    to pods that started within it)."""
+    gpu_seconds, joules = previous.gpu_seconds, previous.joules
+    for pod in pods:
+        gpus, watts = pod_draw(pod, catalog)
+        if gpus == 0.0:
+            continue
+        since = max(previous.at, _started(pod) or previous.at)
+        seconds = max(0.0, (now - since).total_seconds())
+        gpu_seconds += seconds * gpus
+        joules += seconds * watts
+    return Usage(gpu_seconds, joules, max(now, previous.at))
