@@ -39,6 +39,15 @@ def replica_count(spec: Mapping[str, Any]) -> int:
     return int(spec.get("replicas") or 1)
 
 
+def start_replicas(spec: Mapping[str, Any]) -> int:
+    """Worker pods to offer the scheduler before the job first runs: an elastic job's
+    `replicas` (its size to start with), else every pod. Its pods beyond that are created
+    once the job is admitted, as room to grow toward `maxReplicas`."""
+    if spec.get("elastic") and spec.get("replicas"):
+        return int(spec["replicas"])
+    return replica_count(spec)
+
+
 def min_replicas(spec: Mapping[str, Any]) -> int:
     """Workers the job needs to run at all: `replicas`, or the elastic minimum."""
     elastic = spec.get("elastic")

@@ -26,7 +26,7 @@ from gpufleet.model.trainingjob import (
 from gpufleet.model.trainingjob import (
     TrainingJobReason as Reason,
 )
-from gpufleet.operator.children import min_replicas, replica_count
+from gpufleet.operator.children import min_replicas, replica_count, start_replicas
 from gpufleet.scheduler import names
 from gpufleet.scheduler.binder import scheduled_message
 
@@ -317,10 +317,11 @@ def _run(
         return _waiting(conds), restarts
 
     by_rank = {_rank(p): p for p in live}
-    if not terminating:
-        out.create = [i for i in range(replicas) if i not in by_rank]
     members = [by_rank[i] for i in range(replicas) if i in by_rank]
     bound = [p for p in members if (p.get("spec") or {}).get("nodeName")]
+    if not terminating:
+        wanted = replicas if len(bound) >= needed else start_replicas(spec)
+        out.create = [i for i in range(wanted) if i not in by_rank]
     running = [p for p in bound if _phase(p) == "Running"]
     if len(bound) >= needed:
         nodes = sorted({(p.get("spec") or {}).get("nodeName", "") for p in bound})

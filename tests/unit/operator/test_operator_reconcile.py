@@ -171,7 +171,7 @@ def test_transition_time_only_moves_on_status_change() -> None:
 
 
 def test_elastic_job_runs_once_its_minimum_is_placed() -> None:
-    spec = {"elastic": {"minReplicas": 2, "maxReplicas": 4}}
+    spec: dict[str, Any] = {"elastic": {"minReplicas": 2, "maxReplicas": 4}, "replicas": None}
     out = plan(job(**spec), [], NOW)
     assert out.create == [0, 1, 2, 3]
     grown = [pod(0, "Running", "n0"), pod(1, "Running", "n1"), pod(2), pod(3)]
@@ -179,6 +179,15 @@ def test_elastic_job_runs_once_its_minimum_is_placed() -> None:
     assert out.status["phase"] == "Running" and out.status["replicas"] == 2
     too_few = [pod(0, "Running", "n0"), pod(1), pod(2), pod(3)]
     assert plan(job(**spec), too_few, NOW).status["phase"] == "Queued"
+
+
+def test_elastic_job_starts_with_replicas_then_gets_room_to_grow() -> None:
+    spec = {"elastic": {"minReplicas": 1, "maxReplicas": 4}, "replicas": 2}
+    assert plan(job(**spec), [], NOW).create == [0, 1]
+    # Not yet admitted: no pods beyond the start size are offered.
+    assert plan(job(**spec), [pod(0), pod(1)], NOW).create == []
+    admitted = [pod(0, "Running", "n0"), pod(1)]
+    assert plan(job(**spec), admitted, NOW).create == [2, 3]
 
 
 def test_elastic_job_succeeds_when_the_workers_that_ran_succeeded() -> None:
