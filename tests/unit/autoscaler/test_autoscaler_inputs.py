@@ -1,0 +1,122 @@
+"""From a ServingJob spec to the policy's inputs: SLOs, per-pool bounds and roles, the capacity
+profile from the CRD's capacity fields, freshness and damping settings from the CRD overriding
+the operator-wide defaults, windows per pool, and the refusal to map a disabled autoscaler."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpufleet.autoscaler.inputs import (
+    PoolObservation,
+    capacity_profile,
+    enabled_policy,
+    policy_settings,
+    scaling_input,
+    slo,
+)
+from gpufleet.core.autoscaling_settings import AutoscalerSettings
+from gpufleet.core.autoscaling_types import MetricsSample, PoolRole, Slo
+from gpufleet.model.servingjob import ServingJobSpec
+
+TEMPLATE = {"spec": {"containers": [{"name": "vllm", "image": "x"}]}}
+
+
+def spec(**overrides: Any) -> ServingJobSpec:
+    raw: dict[str, Any] = {
+        "prefill": {"minReplicas": 1, "maxReplicas": 4, "gpusPerReplica": 2, "template": TEMPLATE},
+        "decode": {"minReplicas": 2, "migProfile": "3g.40gb", "template": TEMPLATE},
+        "slo": {"ttftP90Seconds": 0.5, "itlP90Seconds": 0.05},
+        "autoscaling": {
+            "intervalSeconds": 10,
+            "prometheus": {"url": "http://prom:9090", "staleAfterSeconds": 20},
+            "capacity": {"prefillTokensPerSecond": 12000, "decodeBatchSize": 64},
+            "scaleUp": {"stabilizationWindowSeconds": 5, "maxStep": 3},
+            "scaleDown": {"stabilizationWindowSeconds": 60, "maxStep": 2},
+        },
+    }
+    raw.update(overrides)
+    return ServingJobSpec.model_validate(raw)
+
+
+def test_slo_from_spec() -> None:
+    assert slo(spec()) == Slo(ttft_p90_s=0.5, itl_p90_s=0.05)
+
+
+def test_settings_take_the_crd_damping_and_freshness() -> None:
+    policy = enabled_policy(spec())
+    assert policy is not None
+    s = policy_settings(policy)
+    assert s.staleness_s == 20
+    assert (s.scale_up_stabilization_s, s.scale_down_stabilization_s) == (5, 60)
+    # maxStep is "per decision": one interval per step period, no percentage rule.
+    assert (s.scale_up_pods, s.scale_up_percent, s.scale_up_period_s) == (3, 0, 10)
+    assert (s.scale_down_pods, s.scale_down_percent, s.scale_down_period_s) == (2, 0, 10)
+
+
+def test_settings_keep_the_other_operator_defaults() -> None:
+    policy = enabled_policy(spec())
+    assert policy is not None
+    base = AutoscalerSettings(window_s=90, forecast_horizon_s=30, slo_quantile=0.99)
+    s = policy_settings(policy, base)
+    assert (s.window_s, s.forecast_horizon_s, s.slo_quantile) == (90, 30, 0.99)
+    assert s.scale_down_pods == 2
+
+
+def test_capacity_profile_from_crd_fields() -> None:
+    sp = spec()
+    assert sp.autoscaling is not None and sp.autoscaling.capacity is not None
+    assert sp.prefill is not None and sp.decode is not None
+    prefill = capacity_profile(sp.autoscaling.capacity, sp.prefill)
+    assert prefill.prefill_tokens_per_s == 12000
+    assert (prefill.decode_batch_at_slo, prefill.max_num_seqs) == (64, 64)
+    assert prefill.gpus_per_replica == 2
+    assert capacity_profile(sp.autoscaling.capacity, sp.decode).gpus_per_replica == 1  # MIG
+
+
+def test_scaling_input_pools_in_order_with_bounds_roles_and_windows() -> None:
+    sample = MetricsSample(timestamp=99.0, prompt_token_rate=100.0)
+    observed = {
+        "decode": PoolObservation("decode", 3, 2),
+        "prefill": PoolObservation("prefill", 1, None),
+    }
+    inputs = scaling_input(spec(), 100.0, observed, {"prefill": [sample]})
+    assert inputs.now == 100.0
+    prefill, decode = inputs.pools
+    assert (prefill.name, prefill.role, prefill.min_replicas, prefill.max_replicas) == (
+        "prefill",
+        PoolRole.PREFILL,
+        1,
+        4,
+    )
+    assert (prefill.current_replicas, prefill.ready_replicas, prefill.window) == (
+        1,
+        None,
+        (sample,),
+    )
+    # An omitted maxReplicas is a fixed pool; a pool without a window gets an empty one.
+    assert (decode.min_replicas, decode.max_replicas, decode.window) == (2, 2, ())
+    assert (decode.current_replicas, decode.ready_replicas) == (3, 2)
+
+
+def test_pool_without_a_deployment_is_left_out() -> None:
+    inputs = scaling_input(spec(), 1.0, {"decode": PoolObservation("decode", 2)}, {})
+    assert [p.name for p in inputs.pools] == ["decode"]
+
+
+def test_single_pool_is_unified() -> None:
+    sp = spec(prefill=None, decode=None, server={"gpusPerReplica": 1, "template": TEMPLATE})
+    inputs = scaling_input(sp, 1.0, {"server": PoolObservation("server", 1)}, {})
+    assert inputs.pools[0].role is PoolRole.UNIFIED
+
+
+@pytest.mark.parametrize(
+    "autoscaling",
+    [pytest.param(None, id="omitted"), pytest.param({"enabled": False}, id="disabled")],
+)
+def test_disabled_autoscaling_has_no_policy(autoscaling: dict[str, Any] | None) -> None:
+    sp = spec(autoscaling=autoscaling, slo=None)
+    assert enabled_policy(sp) is None
+    with pytest.raises(ValueError, match="disabled"):
+        scaling_input(sp, 1.0, {}, {})
