@@ -1,0 +1,208 @@
+"""Pure builders of a ServingJob's children: one Deployment per pool.
+
+Pool `<pool>` of ServingJob `<job>` is the Deployment `<job>-<pool>` (deterministic, so a
+restarted operator finds what it created). Its pods carry the labels `gpufleet.io/servingjob`
+and `gpufleet.io/pool` (the Deployment's selector, and the labels the metrics of the pool are
+selected by), name gpufleet's scheduler, request whole GPUs or one MIG slice, and carry the
+job's wishes (acceptable GPU types, priority, preemptible) as the annotations the scheduler reads
+(gpufleet.scheduler.names). A pod without a gang label is a gang of one: every replica is placed
+on its own.
+
+Replicas are not part of the template: they belong to the autoscaler, which writes the scale of
+the Deployment. `pool_replicas` only enforces what the spec itself says (create at
+`minReplicas`, stay within the bounds, pin at `minReplicas` while autoscaling is disabled), and
+the drift check (`spec_hash`) ignores replicas, so a spec update never undoes a scaling decision.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+from gpufleet.autoscaler.inputs import pool_role
+from gpufleet.model.mig_profiles import mig_resource_name
+from gpufleet.scheduler import names
+from gpufleet.scheduler.pods import format_gpu_types
+
+__all__ = [
+    "GROUP",
+    "KIND",
+    "PLURAL",
+    "POOL_LABEL",
+    "ROLE_ENV",
+    "SERVINGJOB_ENV",
+    "SERVINGJOB_LABEL",
+    "SPEC_HASH_ANNOTATION",
+    "VERSION",
+    "autoscaling_enabled",
+    "deployment",
+    "deployment_name",
+    "needs_update",
+    "owner_reference",
+    "pool_bounds",
+    "pool_replicas",
+    "pools",
+    "selector",
+    "spec_hash",
+]
+
+GROUP: Final = "gpufleet.io"
+VERSION: Final = "v1alpha1"
+PLURAL: Final = "servingjobs"
+KIND: Final = "ServingJob"
+SERVINGJOB_LABEL: Final = "gpufleet.io/servingjob"
+POOL_LABEL: Final = "gpufleet.io/pool"
+SPEC_HASH_ANNOTATION: Final = "gpufleet.io/spec-hash"
+# What the server process in a replica is told about its place in the job.
+ROLE_ENV: Final = "GPUFLEET_SERVING_ROLE"  # prefill, decode or unified
+SERVINGJOB_ENV: Final = "GPUFLEET_SERVINGJOB"
+# Pool keys in reconcile order (gpufleet.model.servingjob.POOL_NAMES).
+_POOL_ORDER: Final = ("prefill", "decode", "server")
+
+Obj = dict[str, Any]
+
+
+def pools(spec: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The pools that are set, by name, in reconcile order."""
+    return {name: spec[name] for name in _POOL_ORDER if spec.get(name)}
+
+
+def deployment_name(job: str, pool: str) -> str:
+    return f"{job}-{pool}"
+
+
+def selector(job: str, pool: str) -> dict[str, str]:
+    """The labels that select a pool's pods (the Deployment's immutable selector)."""
+    return {SERVINGJOB_LABEL: job, POOL_LABEL: pool}
+
+
+def autoscaling_enabled(spec: Mapping[str, Any]) -> bool:
+    """Omitted autoscaling, or `enabled: false`, pins every pool at minReplicas."""
+    autoscaling = spec.get("autoscaling") or {}
+    return bool(autoscaling) and bool(autoscaling.get("enabled", True))
+
+
+def pool_bounds(pool: Mapping[str, Any]) -> tuple[int, int]:
+    """(minReplicas, maxReplicas); an omitted maximum means a fixed pool at the minimum."""
+    low = int(pool.get("minReplicas") or 1)
+    high = pool.get("maxReplicas")
+    return low, max(low, int(high)) if high is not None else low
+
+
+def pool_replicas(
+    pool_name: str, pool: Mapping[str, Any], enabled: bool, current: int | None
+) -> tuple[int, str | None]:
+    """Replicas the spec alone demands given the Deployment's `current` count (None: absent),
+    and why it differs from `current` (None when it does not)."""
+    low, high = pool_bounds(pool)
+    if current is None:
+        return low, f"{pool_name}: created with {low} replicas (minReplicas)"
+    if not enabled:
+        if current == low:
+            return current, None
+        return low, f"{pool_name}: {current}->{low} (autoscaling disabled: pinned at minReplicas)"
+    if current < low:
+        return low, f"{pool_name}: {current}->{low} (below minReplicas {low})"
+    if current > high:
+        return high, f"{pool_name}: {current}->{high} (above maxReplicas {high})"
+    return current, None
+
+
+def owner_reference(job: Mapping[str, Any]) -> Obj:
+    meta = job["metadata"]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _gpu_resources(pool: Mapping[str, Any]) -> dict[str, str]:
+    if pool.get("migProfile"):
+        return {mig_resource_name(pool["migProfile"]): "1"}
+    return {names.WHOLE_GPU_RESOURCE: str(int(pool.get("gpusPerReplica") or 1))}
+
+
+def _scheduling_annotations(spec: Mapping[str, Any], pool: Mapping[str, Any]) -> dict[str, str]:
+    """The job's wishes in the form gpufleet's scheduler reads from pods. Serving replicas
+    default to not preemptible, as the ServingJob CRD does."""
+    out = {
+        names.PRIORITY: str(int(spec.get("priority", 0))),
+        names.PREEMPTIBLE: str(bool(spec.get("preemptible", False))).lower(),
+    }
+    types = pool.get("gpuTypes") or []
+    if types:
+        out[names.GPU_TYPES] = format_gpu_types([(t["name"], t.get("throughput")) for t in types])
+    return out
+
+
+def _env(container: Obj, values: Mapping[str, str]) -> None:
+    """Set gpufleet's variables, replacing same-named user entries."""
+    kept = [e for e in container.get("env") or [] if e.get("name") not in values]
+    container["env"] = kept + [{"name": k, "value": v} for k, v in values.items()]
+
+
+def _pod_template(job: Mapping[str, Any], pool_name: str) -> Obj:
+    meta, spec = job["metadata"], job["spec"]
+    pool = spec[pool_name]
+    template = copy.deepcopy(pool["template"])
+    tmeta = template.get("metadata") or {}
+    pod_spec: Obj = template["spec"]
+    labels = {**(tmeta.get("labels") or {}), **selector(meta["name"], pool_name)}
+    annotations = {**(tmeta.get("annotations") or {}), **_scheduling_annotations(spec, pool)}
+    pod_spec["schedulerName"] = names.SCHEDULER_NAME
+    pod_spec["restartPolicy"] = "Always"  # the only policy a Deployment accepts
+    main = pod_spec["containers"][0]
+    resources = main.setdefault("resources", {})
+    resources["limits"] = {**(resources.get("limits") or {}), **_gpu_resources(pool)}
+    if "requests" in resources:
+        resources["requests"] = {**resources["requests"], **_gpu_resources(pool)}
+    env = {ROLE_ENV: pool_role(pool_name).value, SERVINGJOB_ENV: meta["name"]}
+    for container in pod_spec["containers"]:
+        _env(container, env)
+    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec}
+
+
+def spec_hash(deployment_spec: Mapping[str, Any]) -> str:
+    """Digest of a Deployment spec without its replicas: what the operator owns."""
+    owned = {k: v for k, v in deployment_spec.items() if k != "replicas"}
+    text = json.dumps(owned, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def deployment(job: Mapping[str, Any], pool_name: str, replicas: int) -> Obj:
+    """The Deployment of one pool with `replicas` replicas."""
+    meta = job["metadata"]
+    name = meta["name"]
+    spec: Obj = {
+        "selector": {"matchLabels": selector(name, pool_name)},
+        "template": _pod_template(job, pool_name),
+        # Old ReplicaSets hold no GPUs; two are enough to roll back by hand.
+        "revisionHistoryLimit": 2,
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": deployment_name(name, pool_name),
+            "namespace": meta.get("namespace", "default"),
+            "labels": selector(name, pool_name),
+            "annotations": {SPEC_HASH_ANNOTATION: spec_hash(spec)},
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": {"replicas": replicas, **spec},
+    }
+
+
+def needs_update(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Whether the existing Deployment was built from another spec than `wanted` (replicas
+    aside: the autoscaler owns them)."""
+    have = (current.get("metadata") or {}).get("annotations") or {}
+    want = wanted["metadata"]["annotations"]
+    return bool(have.get(SPEC_HASH_ANNOTATION) != want[SPEC_HASH_ANNOTATION])

@@ -1,0 +1,266 @@
+"""A ServingJob's status as a pure function: (job, its Deployments, this pass's scaling) ->
+status + Events.
+
+Per pool: `replicas` and `readyReplicas` from the Deployment's status, `desiredReplicas` the
+count gpufleet asked for (the Deployment's spec after this pass), and `lastScaleTime` /
+`lastScaleReason` of the last change (kept from the previous status when nothing changed).
+
+Phase:
+- `Ready`: every pool has its desired replicas ready;
+- `Progressing`: every pool serves (at least one ready replica) but some wait for more;
+- `Pending`: some pool has no ready replica yet and the job never served;
+- `Degraded`: some pool lost its last ready replica after the job had served;
+- `Failed`: the API server refused a Deployment (the message says why).
+
+Conditions: `Ready` (with the scheduler's reason when replicas wait for GPUs), one
+`<Pool>Ready` per pool, `ScalingActive`, and `MetricsAvailable` while autoscaling is on. Events:
+`Scaled` for every change of a pool's replicas, one per phase transition, and
+`MetricsUnavailable` / `MetricsAvailable` when the autoscaler loses or regains its data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from gpufleet.model.servingjob import ServingJobConditionType as Cond
+from gpufleet.model.servingjob import ServingJobPhase as Phase
+from gpufleet.model.servingjob import ServingJobReason as Reason
+
+__all__ = [
+    "DEPLOYMENT_REJECTED",
+    "METRICS_AVAILABLE",
+    "SCALED",
+    "MetricsHealth",
+    "Posted",
+    "ScaleChange",
+    "StatusPlan",
+    "plan",
+]
+
+Obj = Mapping[str, Any]
+
+# Condition type and reasons gpufleet adds beside the model's stable set.
+METRICS_AVAILABLE: Final = "MetricsAvailable"
+SCALED: Final = "Scaled"
+DEPLOYMENT_REJECTED: Final = "DeploymentRejected"
+METRICS_UNAVAILABLE_EVENT: Final = "MetricsUnavailable"
+_MAX_REASON_TEXT: Final = 1024  # PoolStatus.lastScaleReason maxLength
+_POOL_CONDITIONS: Final = {
+    "prefill": Cond.PREFILL_READY,
+    "decode": Cond.DECODE_READY,
+    "server": Cond.SERVER_READY,
+}
+_WARNING_PHASES: Final = (Phase.DEGRADED, Phase.FAILED)
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleChange:
+    """A pool's replica count changed in this pass (by the autoscaler or the spec's bounds)."""
+
+    pool: str
+    from_replicas: int | None  # None: the Deployment was created
+    to_replicas: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsHealth:
+    """The autoscaler's view of its data after its last tick. `available is None`: no tick
+    yet."""
+
+    available: bool | None
+    stale: bool = False
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Posted:
+    """What the operator last posted Events for (phase, MetricsAvailable status): two passes
+    may read the same stale body before kopf writes the status, so the handler remembers."""
+
+    phase: str | None = None
+    metrics: str | None = None
+
+
+@dataclass
+class StatusPlan:
+    status: dict[str, Any] = field(default_factory=dict)
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    posted: Posted = field(default_factory=Posted)
+
+
+def _ts(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _condition(
+    previous: Sequence[Obj],
+    kind: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: datetime,
+    generation: int | None,
+) -> dict[str, Any]:
+    """A condition; its transition time moves only when its status does."""
+    old = next((c for c in previous if c.get("type") == kind), None)
+    since = old["lastTransitionTime"] if old and old.get("status") == status else _ts(now)
+    out: dict[str, Any] = {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since,
+    }
+    if generation is not None:
+        out["observedGeneration"] = generation
+    return out
+
+
+def _counts(deployment: Obj | None) -> tuple[int, int]:
+    """(replicas, readyReplicas) the Deployment reports; (0, 0) while it does not exist."""
+    if deployment is None:
+        return 0, 0
+    status = deployment.get("status") or {}
+    return int(status.get("replicas") or 0), int(status.get("readyReplicas") or 0)
+
+
+def _phase(ready: Mapping[str, int], desired: Mapping[str, int], previous: str | None) -> Phase:
+    if all(ready[p] >= desired[p] for p in desired):
+        return Phase.READY
+    serving = all(ready[p] >= 1 for p in desired)
+    if serving:
+        return Phase.PROGRESSING
+    if previous in (Phase.READY, Phase.PROGRESSING, Phase.DEGRADED):
+        return Phase.DEGRADED
+    return Phase.PENDING
+
+
+def _phase_message(phase: Phase, summary: str) -> str:
+    return {
+        Phase.READY: f"all pools ready ({summary})",
+        Phase.PROGRESSING: f"every pool serves, some wait for replicas ({summary})",
+        Phase.PENDING: f"waiting for replicas ({summary})",
+        Phase.DEGRADED: f"a pool has no ready replica ({summary})",
+        Phase.FAILED: "a pool's Deployment was rejected",
+    }[phase]
+
+
+def plan(
+    job: Obj,
+    deployments: Mapping[str, Obj | None],
+    desired: Mapping[str, int],
+    now: datetime,
+    *,
+    changes: Sequence[ScaleChange] = (),
+    metrics: MetricsHealth | None = None,
+    waiting: str | None = None,
+    create_error: str | None = None,
+    posted: Posted | None = None,
+) -> StatusPlan:
+    """The status of `job` and the Events to post.
+
+    `desired` has one entry per pool of the spec (in reconcile order); `metrics` is None when
+    autoscaling is off; `waiting` is the scheduler's message on a replica it cannot place yet.
+    """
+    meta = job["metadata"]
+    generation = meta.get("generation")
+    current = job.get("status") or {}
+    before = current.get("conditions") or []
+    seen = posted or Posted(
+        phase=current.get("phase"),
+        metrics=next((c["status"] for c in before if c.get("type") == METRICS_AVAILABLE), None),
+    )
+    out = StatusPlan()
+    status = out.status
+    changed = {c.pool: c for c in changes}
+
+    # 1. Pools.
+    ready: dict[str, int] = {}
+    for pool, want in desired.items():
+        replicas, ready[pool] = _counts(deployments.get(pool))
+        old = current.get(pool) or {}
+        entry: dict[str, Any] = {
+            "replicas": replicas,
+            "readyReplicas": ready[pool],
+            "desiredReplicas": want,
+        }
+        change = changed.get(pool)
+        if change is not None:
+            entry["lastScaleTime"] = _ts(now)
+            entry["lastScaleReason"] = change.message[:_MAX_REASON_TEXT]
+        else:
+            for key in ("lastScaleTime", "lastScaleReason"):
+                if old.get(key):
+                    entry[key] = old[key]
+        status[pool] = entry
+
+    # 2. Phase and readiness.
+    summary = ", ".join(f"{p} {ready[p]}/{desired[p]} ready" for p in desired)
+    phase = Phase.FAILED if create_error else _phase(ready, desired, seen.phase)
+    conditions: list[dict[str, Any]] = []
+
+    def add(kind: str, state: str, reason: str, message: str) -> None:
+        conditions.append(_condition(before, kind, state, reason, message, now, generation))
+
+    if create_error:
+        add(Cond.READY, "False", DEPLOYMENT_REJECTED, create_error)
+    elif phase is Phase.READY:
+        add(Cond.READY, "True", Reason.ALL_POOLS_READY, summary)
+    elif waiting:
+        add(Cond.READY, "False", Reason.INSUFFICIENT_GPUS, f"{summary}; {waiting}")
+    else:
+        add(Cond.READY, "False", Reason.REPLICAS_NOT_READY, summary)
+    for pool in desired:
+        ok = ready[pool] >= desired[pool]
+        add(
+            _POOL_CONDITIONS[pool],
+            "True" if ok else "False",
+            Reason.ALL_POOLS_READY if ok else Reason.REPLICAS_NOT_READY,
+            f"{ready[pool]}/{desired[pool]} replicas ready",
+        )
+
+    # 3. Scaling and its data.
+    metrics_state: str | None = None
+    if metrics is None:
+        add(
+            Cond.SCALING_ACTIVE,
+            "False",
+            Reason.AUTOSCALING_DISABLED,
+            "autoscaling is off: every pool is pinned at minReplicas",
+        )
+    elif metrics.available is None:
+        add(Cond.SCALING_ACTIVE, "Unknown", Reason.METRICS_MISSING, "no autoscaler tick yet")
+    else:
+        reason = (
+            Reason.METRICS_FRESH
+            if metrics.available
+            else (Reason.METRICS_STALE if metrics.stale else Reason.METRICS_MISSING)
+        )
+        metrics_state = "True" if metrics.available else "False"
+        text = metrics.message or ("metrics are fresh" if metrics.available else "no metrics")
+        add(Cond.SCALING_ACTIVE, metrics_state, reason, text)
+        add(METRICS_AVAILABLE, metrics_state, reason, text)
+    status["conditions"] = conditions
+    status["phase"] = str(phase)
+    if generation is not None:
+        status["observedGeneration"] = generation
+
+    # 4. Events: every change, and transitions not posted yet.
+    for change in changes:
+        out.events.append(("Normal", SCALED, change.message))
+    if str(phase) != seen.phase:
+        kind = "Warning" if phase in _WARNING_PHASES else "Normal"
+        text = create_error if create_error else _phase_message(phase, summary)
+        out.events.append((kind, str(phase), text))
+    if metrics_state is not None and metrics_state != seen.metrics and metrics is not None:
+        if metrics_state == "False":
+            out.events.append(("Warning", METRICS_UNAVAILABLE_EVENT, metrics.message))
+        elif seen.metrics == "False":
+            out.events.append(("Normal", METRICS_AVAILABLE, "metrics are fresh again"))
+    ticked = metrics is None or metrics.available is not None
+    out.posted = Posted(phase=str(phase), metrics=metrics_state if ticked else seen.metrics)
+    return out

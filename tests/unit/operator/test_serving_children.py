@@ -1,0 +1,212 @@
+"""Deployments built from a ServingJob: one per pool, names, selector labels, owner reference,
+scheduler name, GPU/MIG requests, the scheduler's annotations (read back with the scheduler's
+own readers), the role variable, the spec's replica bounds, and drift detection that ignores
+replicas."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpufleet.operator import serving_children as sc
+from gpufleet.scheduler import names
+from gpufleet.scheduler.pods import (
+    gang_id,
+    gang_size,
+    gpu_request,
+    gpu_types,
+    preemptible,
+    priority,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+def job(**spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "prefill": {
+            "minReplicas": 1,
+            "maxReplicas": 4,
+            "gpusPerReplica": 2,
+            "gpuTypes": [{"name": "H100-80GB"}],
+            "template": {
+                "metadata": {"labels": {"team": "llm"}, "annotations": {"a": "b"}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "vllm",
+                            "image": "x",
+                            "env": [{"name": sc.ROLE_ENV, "value": "?"}],
+                        },
+                        {"name": "sidecar", "image": "y"},
+                    ],
+                    "restartPolicy": "Never",
+                },
+            },
+        },
+        "decode": {
+            "minReplicas": 2,
+            "migProfile": "3g.40gb",
+            "gpuTypes": [{"name": "H100-80GB", "throughput": 1.0}, {"name": "A100-80GB"}],
+            "template": {"spec": {"containers": [{"name": "vllm", "image": "x"}]}},
+        },
+        "priority": 800,
+    }
+    base.update(spec)
+    return {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "ServingJob",
+        "metadata": {"name": "llm", "namespace": "serve", "uid": "u-1", "generation": 1},
+        "spec": base,
+    }
+
+
+def pod_of(deployment: dict[str, Any]) -> dict[str, Any]:
+    """A pod as the ReplicaSet controller would create it from the template."""
+    template = deployment["spec"]["template"]
+    meta = {**template["metadata"], "name": "llm-prefill-abc12", "namespace": "serve"}
+    return {"metadata": meta, "spec": template["spec"]}
+
+
+def test_one_deployment_per_pool_with_selector_and_owner() -> None:
+    j = job()
+    assert list(sc.pools(j["spec"])) == ["prefill", "decode"]
+    d = sc.deployment(j, "prefill", 3)
+    assert d["metadata"]["name"] == "llm-prefill"
+    assert d["metadata"]["namespace"] == "serve"
+    assert d["spec"]["replicas"] == 3
+    labels = {sc.SERVINGJOB_LABEL: "llm", sc.POOL_LABEL: "prefill"}
+    assert d["metadata"]["labels"] == labels
+    assert d["spec"]["selector"] == {"matchLabels": labels}
+    assert d["spec"]["template"]["metadata"]["labels"] == {"team": "llm", **labels}
+    (owner,) = d["metadata"]["ownerReferences"]
+    assert owner == {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "ServingJob",
+        "name": "llm",
+        "uid": "u-1",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def test_pod_template_is_for_the_gpufleet_scheduler() -> None:
+    d = sc.deployment(job(), "prefill", 1)
+    pod = pod_of(d)
+    assert pod["spec"]["schedulerName"] == names.SCHEDULER_NAME
+    assert pod["spec"]["restartPolicy"] == "Always"
+    assert gpu_request(pod).gpus == 2
+    assert pod["spec"]["containers"][1].get("resources") is None  # only the first container
+    assert gang_id(pod) == "serve/pod:llm-prefill-abc12"  # a gang of one per replica
+    assert gang_size(pod) == 1
+    assert priority(pod) == 800
+    assert preemptible(pod) is False  # the CRD's default for serving
+    assert [t.gpu_type for t in gpu_types(pod) or ()] == ["H100-80GB"]
+    assert pod["metadata"]["annotations"]["a"] == "b"
+
+
+def test_mig_pool_requests_one_slice_and_lists_types_with_throughput() -> None:
+    pod = pod_of(sc.deployment(job(preemptible=True), "decode", 2))
+    request = gpu_request(pod)
+    assert (request.gpus, request.mig_profile) == (0, "3g.40gb")
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-3g.40gb": "1"}
+    assert pod["metadata"]["annotations"][names.GPU_TYPES] == "H100-80GB=1,A100-80GB"
+    assert preemptible(pod) is True
+
+
+@pytest.mark.parametrize(
+    ("pool", "role"),
+    [
+        pytest.param("prefill", "prefill", id="prefill"),
+        pytest.param("decode", "decode", id="decode"),
+    ],
+)
+def test_role_variable_replaces_user_entry_in_every_container(pool: str, role: str) -> None:
+    pod = pod_of(sc.deployment(job(), pool, 1))
+    for container in pod["spec"]["containers"]:
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env[sc.ROLE_ENV] == role
+        assert env[sc.SERVINGJOB_ENV] == "llm"
+        assert [e["name"] for e in container["env"]].count(sc.ROLE_ENV) == 1
+
+
+def test_single_pool_server_is_unified() -> None:
+    spec = job()["spec"]
+    server = spec.pop("prefill")
+    spec.pop("decode")
+    j = job(server=server)
+    j["spec"].pop("prefill")
+    j["spec"].pop("decode")
+    assert list(sc.pools(j["spec"])) == ["server"]
+    pod = pod_of(sc.deployment(j, "server", 1))
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    assert env[sc.ROLE_ENV] == "unified"
+
+
+def test_builder_does_not_mutate_the_job() -> None:
+    j = job()
+    before = copy.deepcopy(j)
+    sc.deployment(j, "prefill", 1)
+    assert j == before
+
+
+AUTOSCALING = {"enabled": True, "prometheus": {"url": "http://p:9090"}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "enabled"),
+    [
+        pytest.param({}, False, id="omitted"),
+        pytest.param({"autoscaling": {"enabled": False}}, False, id="disabled"),
+        pytest.param({"autoscaling": AUTOSCALING}, True, id="enabled"),
+        pytest.param({"autoscaling": {"prometheus": {"url": "x"}}}, True, id="default-on"),
+    ],
+)
+def test_autoscaling_enabled(spec: dict[str, Any], enabled: bool) -> None:
+    assert sc.autoscaling_enabled(spec) is enabled
+
+
+@pytest.mark.parametrize(
+    ("pool", "enabled", "current", "replicas", "why"),
+    [
+        pytest.param({"minReplicas": 2, "maxReplicas": 5}, True, None, 2, "created", id="create"),
+        pytest.param({"minReplicas": 2, "maxReplicas": 5}, True, 4, 4, None, id="in-bounds"),
+        pytest.param({"minReplicas": 2, "maxReplicas": 5}, True, 1, 2, "below", id="below-min"),
+        pytest.param({"minReplicas": 2, "maxReplicas": 5}, True, 7, 5, "above", id="above-max"),
+        pytest.param({"minReplicas": 2, "maxReplicas": 5}, False, 4, 2, "pinned", id="disabled"),
+        pytest.param({"minReplicas": 2}, False, 2, 2, None, id="disabled-at-min"),
+        pytest.param({"minReplicas": 3}, True, 5, 3, "above", id="no-max-is-fixed"),
+    ],
+)
+def test_pool_replicas(
+    pool: dict[str, Any], enabled: bool, current: int | None, replicas: int, why: str | None
+) -> None:
+    got, reason = sc.pool_replicas("decode", pool, enabled, current)
+    assert got == replicas
+    if why is None:
+        assert reason is None
+    else:
+        assert reason is not None and why in reason and reason.startswith("decode: ")
+
+
+def test_drift_ignores_replicas_but_not_the_template() -> None:
+    j = job()
+    live = sc.deployment(j, "prefill", 1)
+    assert not sc.needs_update(live, sc.deployment(j, "prefill", 4))
+    changed = job()
+    changed["spec"]["prefill"]["template"]["spec"]["containers"][0]["image"] = "x:2"
+    assert sc.needs_update(live, sc.deployment(changed, "prefill", 1))
+    assert sc.needs_update({"metadata": {}}, live)
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("servingjob-*.yaml")), ids=lambda p: p.stem)
+def test_examples_build(path: Path) -> None:
+    manifest = yaml.safe_load(path.read_text())
+    manifest["metadata"].update(namespace="default", uid="u")
+    for pool in sc.pools(manifest["spec"]):
+        d = sc.deployment(manifest, pool, 1)
+        assert not gpu_request(pod_of(d)).empty
