@@ -134,6 +134,7 @@ class ServingAutoscaler:
         self.state: AutoscalerState | None = None  # None until the first tick seeds it
         self.last_tick: float | None = None
         self.last: Tick | None = None
+        self._errors: dict[str, str] = {}  # pool -> last sampling error, for logging once
 
     def due(self, now: float, interval_s: float) -> bool:
         """Whether a tick is due: the first one at once, then every `interval_s`."""
@@ -158,11 +159,16 @@ class ServingAutoscaler:
         try:
             sample = self.source.sample(selector, pool, pool_role(pool), now, stale_after_s)
         except MetricsUnavailable as exc:
-            log.warning("[%s] %s: %s", self.label, pool, exc)
+            # Once per outage, not once per tick: the status condition carries it meanwhile.
+            level = logging.DEBUG if self._errors.get(pool) == str(exc) else logging.WARNING
+            log.log(level, "[%s] %s: %s", self.label, pool, exc)
+            self._errors[pool] = str(exc)
             return str(exc)
         except Exception as exc:  # an adapter bug must not stop scaling the other pools
             log.exception("[%s] %s: sampling failed", self.label, pool)
             return f"sampling failed: {type(exc).__name__}: {exc}"
+        if self._errors.pop(pool, None) is not None:
+            log.info("[%s] %s: metrics available again", self.label, pool)
         window = self.windows.setdefault(pool, deque())
         # Prometheus may answer the same evaluation twice (a tick faster than a scrape).
         while window and window[-1].timestamp >= sample.timestamp:

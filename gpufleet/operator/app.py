@@ -23,7 +23,7 @@ import kopf
 from kubernetes import client
 from prometheus_client import start_http_server
 
-from gpufleet.operator import trainingjob
+from gpufleet.operator import servingjob, trainingjob
 from gpufleet.scheduler.lease import LeaderLease
 from gpufleet.scheduler.names import MIG_CONFIGMAP_NAMESPACE
 from gpufleet.scheduler.runtime import SchedulerRuntime, api_client
@@ -121,7 +121,9 @@ def run(options: OperatorOptions) -> int:
         start_http_server(options.metrics_port, addr="127.0.0.1")
 
     _login(api)
-    memo = kopf.Memo(state=trainingjob.State(api, scheduler.cache))
+    memo = kopf.Memo(
+        state=trainingjob.State(api, scheduler.cache), serving=servingjob.State(api)
+    )
 
     async def operate() -> None:
         try:
@@ -142,6 +144,7 @@ def run(options: OperatorOptions) -> int:
     finally:
         stop.set()
         scheduler.stop()
+        memo.serving.close()
         if not lost.is_set():
             lease.release()
     return 1 if lost.is_set() else 0

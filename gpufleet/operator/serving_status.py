@@ -14,7 +14,8 @@ Phase:
 
 Conditions: `Ready` (with the scheduler's reason when replicas wait for GPUs), one
 `<Pool>Ready` per pool, `ScalingActive`, and `MetricsAvailable` while autoscaling is on. Events:
-`Scaled` for every change of a pool's replicas, one per phase transition, and
+`PoolCreated` when a pool's Deployment is created, `Scaled` for every later change of a pool's
+replicas, one per phase transition, and
 `MetricsUnavailable` / `MetricsAvailable` when the autoscaler loses or regains its data.
 """
 
@@ -32,6 +33,7 @@ from gpufleet.model.servingjob import ServingJobReason as Reason
 __all__ = [
     "DEPLOYMENT_REJECTED",
     "METRICS_AVAILABLE",
+    "POOL_CREATED",
     "SCALED",
     "MetricsHealth",
     "Posted",
@@ -45,6 +47,7 @@ Obj = Mapping[str, Any]
 # Condition type and reasons gpufleet adds beside the model's stable set.
 METRICS_AVAILABLE: Final = "MetricsAvailable"
 SCALED: Final = "Scaled"
+POOL_CREATED: Final = "PoolCreated"
 DEPLOYMENT_REJECTED: Final = "DeploymentRejected"
 METRICS_UNAVAILABLE_EVENT: Final = "MetricsUnavailable"
 _MAX_REASON_TEXT: Final = 1024  # PoolStatus.lastScaleReason maxLength
@@ -251,7 +254,8 @@ def plan(
 
     # 4. Events: every change, and transitions not posted yet.
     for change in changes:
-        out.events.append(("Normal", SCALED, change.message))
+        reason = POOL_CREATED if change.from_replicas is None else SCALED
+        out.events.append(("Normal", reason, change.message))
     if str(phase) != seen.phase:
         kind = "Warning" if phase in _WARNING_PHASES else "Normal"
         text = create_error if create_error else _phase_message(phase, summary)

@@ -14,6 +14,7 @@ import pytest
 from gpufleet.model.servingjob import ServingJobStatus
 from gpufleet.operator.serving_status import (
     METRICS_AVAILABLE,
+    POOL_CREATED,
     SCALED,
     MetricsHealth,
     Posted,
@@ -58,6 +59,9 @@ def test_a_change_sets_time_reason_and_a_scaled_event() -> None:
     assert out.status["decode"]["lastScaleTime"] == "2026-12-02T15:00:00Z"
     assert out.status["decode"]["lastScaleReason"] == change.message
     assert ("Normal", SCALED, change.message) in out.events
+    created = ScaleChange("decode", None, 1, "decode: created with 1 replicas (minReplicas)")
+    out = plan(job(), {"decode": dep(1, 0)}, {"decode": 1}, NOW, changes=[created])
+    assert ("Normal", POOL_CREATED, created.message) in out.events
 
 
 def test_last_scale_is_kept_when_nothing_changed_and_truncated_when_long() -> None:

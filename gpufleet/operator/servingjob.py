@@ -1,0 +1,331 @@
+"""kopf handlers for ServingJob: thin glue between watch events, the builders, the autoscaler
+loop and the status planner.
+
+One pass over a job (`_reconcile`), under a per-job lock:
+1. read the job's Deployments (one list call: a consistent read, so a pass never acts on a
+   replica count it wrote itself a moment ago and did not see yet);
+2. create missing Deployments, replace the template of those built from an older spec, and
+   bring replicas inside the spec's bounds (`serving_children.pool_replicas`: create at
+   `minReplicas`, pin at `minReplicas` while autoscaling is off);
+3. when autoscaling is on and its interval has passed, run one autoscaler tick
+   (`gpufleet.autoscaler.loop`): sample Prometheus, decide, write the Deployments' scale;
+4. write the status in one patch and post the Events the pure `serving_status.plan` asks for.
+
+It runs on create, on spec changes, on resume after an operator restart, and every `TICK`
+seconds. Nothing is carried over a restart: replicas are read back from the Deployments and
+the autoscaler starts with an empty window, so it holds until it has fresh data. Like the
+TrainingJob handlers, these only run in the process that holds the operator's Lease (kopf is
+started after the Lease is taken, and the process exits when it is lost). Deployments are
+deleted with their ServingJob by the garbage collector (owner references).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from gpufleet.autoscaler.inputs import PoolObservation, enabled_policy
+from gpufleet.autoscaler.loop import AutoscalerRegistry, MetricsSource
+from gpufleet.autoscaler.prometheus import PrometheusMetrics, default_selector
+from gpufleet.model.servingjob import ServingJobSpec
+from gpufleet.operator import serving_children as children
+from gpufleet.operator import serving_status
+from gpufleet.scheduler.binder import scheduled_message
+
+RESOURCE = (children.GROUP, children.VERSION, children.PLURAL)
+TICK = 1.0  # seconds between passes; also the resolution of the autoscaling interval
+_STATUS_KEYS = ("phase", "conditions", "observedGeneration", "prefill", "decode", "server")
+
+log = logging.getLogger("gpufleet.operator")
+
+Obj = dict[str, Any]
+
+
+def _prometheus(url: str) -> MetricsSource:
+    return PrometheusMetrics(url)
+
+
+class State:
+    """Per-process memory of the ServingJob handlers (kept in kopf's memo)."""
+
+    def __init__(self, api: client.ApiClient, registry: AutoscalerRegistry | None = None) -> None:
+        self.apps = client.AppsV1Api(api)
+        self.core = client.CoreV1Api(api)
+        self.autoscalers = registry or AutoscalerRegistry(_prometheus)
+        self.locks: dict[str, threading.Lock] = {}
+        self.posted: dict[str, serving_status.Posted] = {}
+        self.guard = threading.Lock()
+
+    def lock(self, uid: str) -> threading.Lock:
+        with self.guard:
+            return self.locks.setdefault(uid, threading.Lock())
+
+    def forget(self, uid: str) -> None:
+        self.autoscalers.drop(uid)
+        with self.guard:
+            self.locks.pop(uid, None)
+            self.posted.pop(uid, None)
+
+    def close(self) -> None:
+        self.autoscalers.close()
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def _api_message(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "").get("message", exc.reason))
+    except (TypeError, ValueError):
+        return str(exc.reason)
+
+
+def _retry(what: str, exc: ApiException) -> kopf.TemporaryError:
+    return kopf.TemporaryError(f"{what}: {exc.reason}", delay=2)
+
+
+class _DeploymentScaler:
+    """The autoscaler's `ReplicaWriter`: the scale subresource of a pool's Deployment."""
+
+    def __init__(self, state: State, namespace: str, job: str) -> None:
+        self.state, self.namespace, self.job = state, namespace, job
+
+    def scale(self, pool: str, replicas: int) -> None:
+        name = children.deployment_name(self.job, pool)
+        try:
+            self.state.apps.patch_namespaced_deployment_scale(
+                name, self.namespace, {"spec": {"replicas": replicas}}, _preload_content=False
+            )
+        except ApiException as exc:
+            raise _retry(f"scaling {name} to {replicas}", exc) from exc
+
+
+def _deployments(state: State, namespace: str, job: str) -> dict[str, Obj]:
+    """The job's Deployments by pool (only those it controls)."""
+    try:
+        raw: Any = state.apps.list_namespaced_deployment(
+            namespace,
+            label_selector=f"{children.SERVINGJOB_LABEL}={job}",
+            _preload_content=False,
+        )
+    except ApiException as exc:
+        raise _retry("listing Deployments", exc) from exc
+    out: dict[str, Obj] = {}
+    for item in json.loads(raw.data)["items"]:
+        owners = item["metadata"].get("ownerReferences") or []
+        pool = (item["metadata"].get("labels") or {}).get(children.POOL_LABEL)
+        if pool and any(o.get("kind") == children.KIND and o.get("name") == job for o in owners):
+            out[pool] = item
+    return out
+
+
+def _waiting(state: State, namespace: str, job: str) -> str | None:
+    """The scheduler's message on one of the job's unbound pods, if any."""
+    try:
+        raw: Any = state.core.list_namespaced_pod(
+            namespace,
+            label_selector=f"{children.SERVINGJOB_LABEL}={job}",
+            _preload_content=False,
+        )
+    except ApiException:
+        return None  # only an explanation: the next pass asks again
+    pods = sorted(json.loads(raw.data)["items"], key=lambda p: p["metadata"]["name"])
+    for pod in pods:
+        if not (pod.get("spec") or {}).get("nodeName"):
+            message = scheduled_message(pod)
+            if message:
+                return message
+    return None
+
+
+def _ensure_pools(
+    state: State, job: Obj, deployments: dict[str, Obj]
+) -> tuple[dict[str, int], list[serving_status.ScaleChange], str | None]:
+    """Step 2: every pool's Deployment exists, is built from the current spec and has replicas
+    within the bounds. Returns the replicas per pool, the changes made and a rejection."""
+    meta, spec = job["metadata"], job["spec"]
+    namespace = meta["namespace"]
+    enabled = children.autoscaling_enabled(spec)
+    desired: dict[str, int] = {}
+    changes: list[serving_status.ScaleChange] = []
+    rejected: str | None = None
+    for pool_name, pool in children.pools(spec).items():
+        current = deployments.get(pool_name)
+        have = None if current is None else int((current.get("spec") or {}).get("replicas") or 0)
+        replicas, why = children.pool_replicas(pool_name, pool, enabled, have)
+        wanted: Any = children.deployment(job, pool_name, replicas)
+        name = wanted["metadata"]["name"]
+        try:
+            if current is None:
+                state.apps.create_namespaced_deployment(namespace, wanted, _preload_content=False)
+                deployments[pool_name] = wanted
+            elif children.needs_update(current, wanted):
+                # A JSON patch replaces the template whole (a strategic merge would keep
+                # fields the user removed); replicas are left to step 3.
+                hash_path = "/metadata/annotations/" + children.SPEC_HASH_ANNOTATION.replace(
+                    "/", "~1"
+                )
+                template = wanted["spec"]["template"]
+                ops = [
+                    {"op": "replace", "path": "/spec/template", "value": template},
+                    {"op": "add", "path": hash_path, "value": children.spec_hash(wanted["spec"])},
+                ]
+                if replicas != have:
+                    ops.append({"op": "replace", "path": "/spec/replicas", "value": replicas})
+                state.apps.patch_namespaced_deployment(name, namespace, ops, _preload_content=False)
+            elif replicas != have:
+                _DeploymentScaler(state, namespace, meta["name"]).scale(pool_name, replicas)
+        except ApiException as exc:
+            if exc.status == 409:  # created by an earlier pass; the next pass sees it
+                desired[pool_name] = replicas
+                continue
+            if exc.status in (400, 403, 422):
+                rejected = f"Deployment {name}: {_api_message(exc)}"
+                continue
+            raise _retry(f"writing Deployment {name}", exc) from exc
+        desired[pool_name] = replicas
+        if why:
+            changes.append(serving_status.ScaleChange(pool_name, have, replicas, why))
+    # A pool removed from the spec (server <-> prefill/decode) leaves its Deployment behind.
+    for pool_name, item in deployments.items():
+        if pool_name not in desired and pool_name not in children.pools(spec):
+            try:
+                state.apps.delete_namespaced_deployment(
+                    item["metadata"]["name"], namespace, _preload_content=False
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise _retry("deleting a Deployment", exc) from exc
+    return desired, changes, rejected
+
+
+def _autoscale(
+    state: State,
+    job: Obj,
+    spec: ServingJobSpec,
+    deployments: dict[str, Obj],
+    desired: dict[str, int],
+    changes: list[serving_status.ScaleChange],
+) -> serving_status.MetricsHealth | None:
+    """Step 3: one autoscaler tick when due. Updates `desired` and `changes` in place; the
+    metrics health for the status (None when autoscaling is off)."""
+    meta = job["metadata"]
+    policy = enabled_policy(spec)
+    if policy is None or policy.prometheus is None:
+        state.autoscalers.drop(meta["uid"])
+        return None
+    label = f"{meta['namespace']}/{meta['name']}"
+    scaler = state.autoscalers.get(meta["uid"], policy.prometheus.url, label)
+    now = time.time()
+    if scaler.due(now, policy.interval_seconds):
+        observed = {
+            pool: PoolObservation(
+                pool,
+                replicas,
+                int((deployments[pool].get("status") or {}).get("readyReplicas") or 0),
+            )
+            for pool, replicas in desired.items()
+            if pool in deployments
+        }
+        selector = policy.prometheus.selector or default_selector(meta["namespace"], meta["name"])
+        writer = _DeploymentScaler(state, meta["namespace"], meta["name"])
+        tick = scaler.tick(spec, selector, now, observed, writer)
+        for d in tick.scaled:
+            desired[d.name] = d.desired_replicas
+            changes.append(
+                serving_status.ScaleChange(
+                    d.name, d.current_replicas, d.desired_replicas, d.message
+                )
+            )
+    last = scaler.last
+    if last is None:
+        return serving_status.MetricsHealth(available=None)
+    problem = last.metrics_problem
+    return serving_status.MetricsHealth(
+        available=problem is None,
+        stale=last.metrics_stale,
+        message=problem or "metrics are fresh",
+    )
+
+
+def _write_status(patch: kopf.Patch, job: Obj, status: dict[str, Any]) -> None:
+    current = job.get("status") or {}
+    changes = {k: v for k, v in status.items() if current.get(k) != v}
+    for key in _STATUS_KEYS:
+        if key in current and key not in status:
+            changes[key] = None
+    if changes:
+        patch.status.update(changes)
+
+
+def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
+    state: State = memo.serving
+    job = copy.deepcopy(dict(body))
+    meta = job["metadata"]
+    if meta.get("deletionTimestamp"):
+        return
+    try:
+        spec = ServingJobSpec.model_validate(job["spec"])
+    except ValidationError as exc:
+        # The API server's schema should have refused it; say so rather than act on it.
+        log.warning("[%s/%s] invalid spec: %s", meta["namespace"], meta["name"], exc)
+        if (job.get("status") or {}).get("phase") != "Failed":
+            patch.status.update({"phase": "Failed"})
+        return
+    with state.lock(meta["uid"]):
+        deployments = _deployments(state, meta["namespace"], meta["name"])
+        desired, changes, rejected = _ensure_pools(state, job, deployments)
+        metrics = _autoscale(state, job, spec, deployments, desired, changes)
+        for pool in children.pools(job["spec"]):
+            desired.setdefault(pool, 0)  # a rejected Deployment: nothing asked for yet
+        waiting = None
+        if any(
+            int(((deployments.get(p) or {}).get("status") or {}).get("readyReplicas") or 0) < n
+            for p, n in desired.items()
+        ):
+            waiting = _waiting(state, meta["namespace"], meta["name"])
+        plan = serving_status.plan(
+            job,
+            deployments,
+            desired,
+            _now(),
+            changes=changes,
+            metrics=metrics,
+            waiting=waiting,
+            create_error=rejected,
+            posted=state.posted.get(meta["uid"]),
+        )
+        _write_status(patch, job, plan.status)
+        for kind, reason, message in plan.events:
+            kopf.event(body, type=kind, reason=reason, message=message)
+        state.posted[meta["uid"]] = plan.posted
+
+
+@kopf.on.create(*RESOURCE)
+@kopf.on.resume(*RESOURCE)
+@kopf.on.update(*RESOURCE, field="spec")
+def reconcile_servingjob(body: kopf.Body, memo: Any, patch: kopf.Patch, **_: Any) -> None:
+    _reconcile(body, memo, patch)
+
+
+@kopf.timer(*RESOURCE, interval=TICK)
+def follow_servingjob(body: kopf.Body, memo: Any, patch: kopf.Patch, **_: Any) -> None:
+    _reconcile(body, memo, patch)
+
+
+@kopf.on.delete(*RESOURCE, optional=True)
+def forget_servingjob(uid: str, memo: Any, **_: Any) -> None:
+    """The Deployments go with the job (owner references); drop what memory holds."""
+    state: State = memo.serving
+    state.forget(uid)
