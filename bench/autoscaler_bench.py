@@ -15,6 +15,11 @@ the last line is one JSON object.
 
     python bench/autoscaler_bench.py [--trace PATH] [--gpu H100-SXM-80GB] [--cold-start 60]
                                      [--ttft-slo 0.5] [--itl-slo 0.05] [--slo-quantile 0.9]
+                                     [--start-prefill N] [--set NAME=VALUE ...]
+
+`--start-prefill` changes the prefill count both autoscalers start from (default: the
+static-peak count, which was sized with hindsight); `--set` overrides one gpufleet
+`AutoscalerSettings` field (sensitivity runs, clearly not the defaults).
 
 Modelling choices (see bench/README.md, "Autoscaler"):
 - SLOs: TTFT p90 0.5 s and ITL p90 50 ms, NVIDIA Dynamo SLA planner defaults
@@ -235,7 +240,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--slo-quantile", type=float, default=0.9, help="gpufleet's AutoscalerSettings.slo_quantile"
     )
+    parser.add_argument(
+        "--start-prefill",
+        type=int,
+        default=None,
+        help="prefill replicas the autoscalers start from (default: the static-peak count)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override one gpufleet AutoscalerSettings field (sensitivity runs)",
+    )
     args = parser.parse_args(argv)
+    overrides: dict[str, float] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or key not in AutoscalerSettings.model_fields:
+            parser.error(f"--set expects NAME=VALUE with an AutoscalerSettings field, got {item!r}")
+        overrides[key] = float(value)
     if not args.trace.exists():
         print(f"trace not found: {args.trace}", file=sys.stderr)
         return 2
@@ -259,15 +283,21 @@ def main(argv: list[str] | None = None) -> int:
 
     # Autoscaled runs start from the static fleet, as if taking over a peak-provisioned
     # deployment; the first tick has no metrics, so both autoscalers hold it at first.
-    def fresh_model() -> ServingModel:
-        return ServingModel(_config(gpu, p_static, d_static, cold), requests)
+    # `--start-prefill` starts them from another prefill count instead (sensitivity).
+    p_start = p_static if args.start_prefill is None else args.start_prefill
 
-    # (c) gpufleet, default settings (slo_quantile only from the command line).
-    settings = AutoscalerSettings(slo_quantile=args.slo_quantile)
+    def fresh_model() -> ServingModel:
+        return ServingModel(_config(gpu, p_start, d_static, cold), requests)
+
+    # (c) gpufleet, default settings (slo_quantile and --set overrides from the command line).
+    settings = AutoscalerSettings(slo_quantile=args.slo_quantile, **overrides)
     model = fresh_model()
     gf_ctl = PolicyController(model, SLO, bounds, settings)
     gf_result = replay(model, gf_ctl, period_s=PERIOD_S)
-    gf = Run("gpufleet", gf_result, len(gf_ctl.decisions), f"slo_quantile={args.slo_quantile}")
+    gf_detail = ", ".join(
+        [f"slo_quantile={args.slo_quantile}", *(f"{k}={v:g}" for k, v in overrides.items())]
+    )
+    gf = Run("gpufleet", gf_result, len(gf_ctl.decisions), gf_detail)
 
     # (b) HPA on running requests per replica. Prefill target 2 is KServe's documented example
     # (`vllm:num_requests_running`, target 2; serving.md §6). Decode target: the batch one
@@ -328,27 +358,24 @@ def main(argv: list[str] | None = None) -> int:
             f"{b.gpu_hours / static.gpu_hours:>7.3f} {b.gpu_hours / hpa.gpu_hours:>6.3f}  "
             f"{b.detail}"
         )
-    ratio_static = gf.gpu_hours / static.gpu_hours
-    ratio_hpa = gf.gpu_hours / hpa.gpu_hours
-    ratio_matched = gf.gpu_hours / hpa_matched.gpu_hours if hpa_matched else None
-    met = {
+    comparisons = compare(gf, static, hpa, hpa_matched)
+    for key, c in comparisons.items():
+        print(f"gpufleet {key}: {c['text']}")
+    met: dict[str, bool | None] = {
         "attainment>=0.99": gf.attainment >= ATTAINMENT_TARGET,
-        "gpu_hours<=0.7x_static": ratio_static <= 0.7,
-        "gpu_hours<=0.85x_hpa": ratio_hpa <= 0.85,
-        "attainment>=hpa": gf.attainment >= hpa.attainment,
+        "gpu_hours<=0.7x_static": comparisons["vs_static"]["met"],
+        "gpu_hours<=0.85x_hpa_baseline_at_equal_or_better_attainment": comparisons[
+            "vs_hpa_baseline"
+        ]["met"],
+        "gpu_hours<=0.85x_cheapest_hpa_at_equal_or_better_attainment": comparisons[
+            "vs_hpa_matched"
+        ]["met"],
     }
     print(
-        "gpufleet vs HPA at matched attainment: "
-        + (
-            f"{hpa_matched.name} reaches {hpa_matched.attainment:.4f} with "
-            f"{hpa_matched.gpu_hours:.2f} GPU-h -> gpufleet {ratio_matched:.3f}x"
-            if hpa_matched and ratio_matched is not None
-            else "no HPA target reaches gpufleet's attainment"
-        )
-    )
-    print(
         "targets: "
-        + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in met.items())
+        + ", ".join(
+            f"{k} {'met' if v else ('n/a' if v is None else 'MISSED')}" for k, v in met.items()
+        )
         + f"  ({elapsed:.1f}s)"
     )
 
@@ -362,26 +389,76 @@ def main(argv: list[str] | None = None) -> int:
         "gpu": gpu,
         "cold_start_s": cold,
         "period_s": PERIOD_S,
+        "start_prefill": p_start,
         "slo": {"ttft_p90_s": SLO.ttft_p90_s, "itl_p90_s": SLO.itl_p90_s},
         "static": {"prefill": p_static, "decode": d_static, **brief(static)},
         "hpa": {"prefill_target": HPA_PREFILL_TARGETS[0], **brief(hpa)},
+        "hpa_all": {r.name: brief(r) for r in hpa_runs},
         "hpa_matched": ({"name": hpa_matched.name, **brief(hpa_matched)} if hpa_matched else None),
-        "gpufleet": {"slo_quantile": args.slo_quantile, **brief(gf)},
-        "gpufleet_vs_static_gpu_hours": round(ratio_static, 3),
-        "gpufleet_vs_hpa_gpu_hours": round(ratio_hpa, 3),
-        "gpufleet_vs_hpa_matched_gpu_hours": (
-            round(ratio_matched, 3) if ratio_matched is not None else None
-        ),
+        "gpufleet": {"slo_quantile": args.slo_quantile, "overrides": overrides, **brief(gf)},
+        "comparisons": {
+            k: {f: v for f, v in c.items() if f != "text"} for k, c in comparisons.items()
+        },
+        "gpufleet_vs_static_gpu_hours": comparisons["vs_static"]["gpu_hours_ratio"],
+        "gpufleet_vs_hpa_gpu_hours": comparisons["vs_hpa_baseline"]["gpu_hours_ratio"],
+        "gpufleet_vs_hpa_matched_gpu_hours": comparisons["vs_hpa_matched"]["gpu_hours_ratio"],
         "reference": {
             b.name: {"attainment": round(b.attainment, 4), "gpu_hours": round(b.gpu_hours, 3)}
             for b in bounds_ref
         },
         "targets": met,
-        "targets_met": all(met.values()),
+        "targets_met": all(v is True for v in met.values()),
         "elapsed_s": round(elapsed, 1),
     }
     print(json.dumps(summary, sort_keys=True))
     return 0
+
+
+def compare(
+    gf: Run, static: Run, hpa: Run, hpa_matched: Run | None
+) -> dict[str, dict[str, object]]:
+    """gpufleet against (a) static-peak, (b) the HPA baseline and (b') the cheapest HPA setting
+    with at least gpufleet's attainment, each with its GPU-hour target and whether it is met
+    (the >= 99 % attainment target is reported separately).
+
+    The issue's rule for (b) is "<= 0.85x the GPU-hours at equal or better attainment". Read
+    literally against the baseline (KServe's target 2) it needs gpufleet's attainment to be at
+    least the baseline's; read as a matched comparison it compares with the cheapest HPA setting
+    that reaches at least gpufleet's attainment (so HPA is never the one with less), and only
+    the ratio counts (`None` = not applicable: no HPA setting reaches gpufleet's attainment).
+    """
+
+    def entry(other: Run | None, target: float, need_at_least: bool) -> dict[str, object]:
+        if other is None:
+            return {
+                "name": None,
+                "gpu_hours_ratio": None,
+                "target": target,
+                "attainment_equal_or_better": None,
+                "met": None,
+                "text": f"no HPA setting reaches gpufleet's attainment {gf.attainment:.4f}",
+            }
+        ratio = gf.gpu_hours / other.gpu_hours
+        at_least = gf.attainment >= other.attainment
+        rule = " with gpufleet's attainment >= its" if need_at_least else ""
+        ok = ratio <= target and (at_least or not need_at_least)
+        return {
+            "name": other.name,
+            "gpu_hours_ratio": round(ratio, 3),
+            "target": target,
+            "attainment_equal_or_better": at_least,
+            "met": ok,
+            "text": f"{ratio:.3f}x the GPU-hours of {other.name} ({other.attainment:.4f} / "
+            f"{other.gpu_hours:.2f} GPU-h; gpufleet {gf.attainment:.4f} / {gf.gpu_hours:.2f}); "
+            f"target <= {target}x{rule}: "
+            f"{'met' if ok else 'MISSED'}",
+        }
+
+    return {
+        "vs_static": entry(static, 0.7, need_at_least=False),
+        "vs_hpa_baseline": entry(hpa, 0.85, need_at_least=True),
+        "vs_hpa_matched": entry(hpa_matched, 0.85, need_at_least=False),
+    }
 
 
 def _q(values: list[float], q: float) -> float:

@@ -12,9 +12,11 @@
 3. **Corrects by feedback.** Observed TTFT/ITL p90 against the SLO updates a correction factor
    carried in the state (learned headroom for what the capacity model misses, e.g. sub-scrape
    bursts), and a violation raises an immediate latency guard.
-4. **Forecasts.** A least-squares line over the window, `forecast_horizon_s` ahead, is a floor
+4. **Remembers bursts.** Each scrape's latency need is held for `burst_hold_s` and then
+   released with a half-life, as a floor (the burst reserve).
+5. **Forecasts.** A least-squares line over the window, `forecast_horizon_s` ahead, is a floor
    so capacity is requested before the queue builds; it never causes a scale-down.
-5. **Damps.** Hysteresis between the scale-up and scale-down utilizations, HPA-style
+6. **Damps.** Hysteresis between the scale-up and scale-down utilizations, HPA-style
    stabilization windows over recommendation history (fast up, slow down), step limits per
    period, then `min`/`max` bounds.
 
@@ -75,6 +77,8 @@ __all__ = [
 ]
 
 _EPS = 1e-9
+# A decayed peak need below this many replicas is forgotten (it can no longer hold one).
+_PEAK_FLOOR = 0.05
 
 
 def decide(
@@ -188,16 +192,17 @@ def _decide_pool(
     if pool.role in (PoolRole.DECODE, PoolRole.UNIFIED):
         decode = _decode_need(pool, samples, slo, now, state, elapsed, pending, settings)
 
-    # 2-4. Combine the phases (a unified replica does both, so needs add up).
+    # 2-5. Combine the phases (a unified replica does both, so needs add up).
     cap_up = _ceil(prefill.up + decode.up)
     cap_up_steady = _ceil(prefill.up_steady + decode.up_steady)
     fc_up = _ceil(prefill.forecast_up + decode.forecast_up)
-    # Latency feedback with memory: a need seen recently is released with a half-life.
-    latency_need = max(prefill.latency_need, decode.latency_need)
-    reserve = _burst_reserve(state, now, settings)
-    reserve_time: float | None = state.latency_need_time
-    if latency_need >= reserve:
-        reserve, reserve_time = latency_need, now
+    # Burst reserve: the latency need of every scrape is held for burst_hold_s, then released
+    # with a half-life. A 15 s scrape averages one-second clumps away, so the latency a clump
+    # caused is the only trace of the capacity it needed; the bursts of a session return
+    # faster than a released replica can come back (cold start + one scrape).
+    peak = max(prefill.latency_need, decode.latency_need)
+    peaks = _prune_peaks(_record_peak(_legacy_peaks(state), now, peak), now, settings)
+    reserve = _burst_reserve(peaks, now, settings)
     latency = _ceil(reserve)
     kv = decode.kv_guard
     rec_up = max(cap_up, fc_up, latency, kv)
@@ -212,7 +217,7 @@ def _decide_pool(
         raw = 1  # work in flight: never zero while a request is running or waiting
     recommendation = _clamp(raw, lo, hi)
 
-    # 5. Stabilization windows and step limits.
+    # 6. Stabilization windows and step limits.
     recs = _prune_recs((*state.recommendations, (now, recommendation)), now, settings)
     desired = _stabilize(recs, current, now, settings)
     limited = _step_limit(desired, current, state.events, now, settings)
@@ -265,8 +270,9 @@ def _decide_pool(
         name=pool.name,
         recommendations=recs,
         events=_prune_events(events, now, settings),
-        latency_need=reserve if reserve_time == now else state.latency_need,
-        latency_need_time=reserve_time,
+        latency_need=reserve,
+        latency_need_time=now,
+        burst_peaks=peaks,
         ttft_correction=prefill.correction if prefill is not _NO_NEED else state.ttft_correction,
         itl_correction=decode.correction if decode is not _NO_NEED else state.itl_correction,
         last_update=now,
@@ -369,15 +375,48 @@ def _latency_need(
     if budget <= 0:
         return 0.0
     queue = max(0.0, observed.at(settings.slo_quantile) - own_s)
-    return ready * min(queue / budget, settings.feedback_max_step)
+    return ready * min(queue / budget, settings.latency_max_step)
 
 
-def _burst_reserve(state: PoolState, now: float, settings: AutoscalerSettings) -> float:
-    """The largest recent latency need, halved every `burst_memory_half_life_s`."""
-    if state.latency_need_time is None:
-        return 0.0
-    age = max(0.0, now - state.latency_need_time)
-    return state.latency_need * math.pow(0.5, age / settings.burst_memory_half_life_s)
+def _legacy_peaks(state: PoolState) -> tuple[tuple[float, float], ...]:
+    """The state's peak needs; a state written before `burst_peaks` existed carries one."""
+    if state.burst_peaks or state.latency_need_time is None or state.latency_need <= 0:
+        return state.burst_peaks
+    return ((state.latency_need_time, state.latency_need),)
+
+
+def _record_peak(
+    peaks: tuple[tuple[float, float], ...], now: float, need: float
+) -> tuple[tuple[float, float], ...]:
+    """Append `(now, need)`, dropping older peaks it dominates (older and not larger).
+
+    Decay only depends on age, so an older, smaller peak can never exceed a newer, larger one:
+    the kept peaks are strictly decreasing in need, which bounds the state's size.
+    """
+    if need <= 0:
+        return peaks
+    kept = tuple(p for p in peaks if p[1] > need and p[0] <= now)
+    return (*kept, (now, need))
+
+
+def _peak_weight(age: float, settings: AutoscalerSettings) -> float:
+    """1 while a peak is younger than `burst_hold_s`, then halved every half-life."""
+    over = max(0.0, age - settings.burst_hold_s)
+    return math.pow(0.5, over / settings.burst_memory_half_life_s)
+
+
+def _burst_reserve(
+    peaks: tuple[tuple[float, float], ...], now: float, settings: AutoscalerSettings
+) -> float:
+    """The largest held-then-decayed peak need (replicas, unrounded), 0 without peaks."""
+    return max((need * _peak_weight(max(0.0, now - t), settings) for t, need in peaks), default=0.0)
+
+
+def _prune_peaks(
+    peaks: tuple[tuple[float, float], ...], now: float, settings: AutoscalerSettings
+) -> tuple[tuple[float, float], ...]:
+    """Forget peaks whose decayed need no longer rounds up to a replica."""
+    return tuple(p for p in peaks if p[1] * _peak_weight(now - p[0], settings) > _PEAK_FLOOR)
 
 
 def _prefill_need(

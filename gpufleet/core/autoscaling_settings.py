@@ -140,11 +140,32 @@ class AutoscalerSettings(BaseModel):
     burst_memory_half_life_s: float = Field(
         600.0,
         gt=0,
-        description="The largest recent latency-derived need is kept as a floor that halves "
-        "every half-life, so replicas a burst needed are released gradually rather than "
+        description="After burst_hold_s, a held latency-derived need (the burst reserve) "
+        "halves every half-life, so replicas a burst needed are released gradually rather than "
         "right after the scale-down window. Source: gpufleet; two HPA scale-down windows "
         "(300 s, serving.md §5), because bursts return faster than a replica starts "
         "(60-300 s, §9 rule 5).",
+    )
+    burst_hold_s: float = Field(
+        0.0,
+        ge=0,
+        description="The replicas a scrape's observed latency asked for (the burst reserve) "
+        "are held at full size for this long before the half-life release starts. Source: "
+        "gpufleet; 0 = release from the start (the half-life alone). A hold keeps capacity for "
+        "bursts that return after idle gaps shorter than a cold start plus one scrape (60 s + "
+        "15 s, serving.md §9 rule 5, §5), as on the Azure code trace: 900 s (three HPA "
+        "scale-down windows) measured +0.4 points of attainment for +9 % GPU-hours there "
+        "(bench/README.md, Autoscaler), and it delays the scale-down after a burst.",
+    )
+    latency_max_step: float = Field(
+        1.5,
+        ge=1,
+        description="One latency observation asks for at most this factor times the ready "
+        "replicas. Source: gpufleet, from DistServe's M/D/1 prefill model (serving.md §7): the "
+        "mean wait rho/(2(1-rho)) service times falls 6x when 1.5x replicas take a pool from "
+        "rho 0.9 to 0.6, more than a p90 queue far over its budget needs; a larger step "
+        "overshoots because the fluid estimate (wait proportional to 1/replicas) ignores how "
+        "steeply queueing falls below saturation.",
     )
     feedback_gain: float = Field(
         0.5,

@@ -172,8 +172,10 @@ class PoolState:
     `recommendations` are `(time, replicas)` pairs for stabilization windows; `events` are the
     policy's own recent changes for step limits; the two corrections are the feedback factors
     learned from observed latency against the SLO (1.0 = the capacity profile is right);
-    `latency_need` is the largest recent replica need seen in latency, at `latency_need_time`
-    (the burst reserve, released with a half-life).
+    `latency_need` is the burst reserve (in replicas, unrounded) at `latency_need_time`, the last
+    time it was set; `burst_peaks` are the `(time, replicas)` peak needs behind that reserve,
+    each held for `burst_hold_s` and then released with a half-life (only the entries that can
+    still matter are kept: none is older and smaller than another).
     """
 
     name: str
@@ -184,6 +186,7 @@ class PoolState:
     latency_need: float = 0.0
     latency_need_time: float | None = None
     last_update: float | None = None
+    burst_peaks: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from gpufleet.core.autoscaling import (
     PoolDecision,
     PoolInput,
     PoolRole,
+    PoolState,
     ScalingInput,
     ScalingReason,
     Slo,
@@ -221,8 +222,8 @@ def test_latency_violation_scales_up_even_when_capacity_looks_enough() -> None:
     slow = LatencyQuantiles(1.0, 3.0, 5.0)  # p90 3 s against a 1 s SLO
     d, state = run(pool(window(1000.0, ttft=slow), 4, ready=4), 1000.0)
     assert d.sizing.capacity_replicas < d.sizing.latency_replicas
-    # queueing part (3 - 0.23) against (1 - 0.23) x 0.8 is > 2x: capped at 2 x 4 ready
-    assert d.desired_replicas == 8
+    # queueing part (3 - 0.23) against (1 - 0.23) x 0.8 is > 1.5x: capped at 1.5 x 4 ready
+    assert d.desired_replicas == 6
     assert d.reason is ScalingReason.SCALE_UP_LATENCY
     assert state.pool("prefill").ttft_correction > 1.0
 
@@ -251,10 +252,75 @@ def test_burst_reserve_decays_with_half_life() -> None:
     slow = LatencyQuantiles(1.0, 3.0, 5.0)
     _, state = run(pool(window(1000.0, ttft=slow), 4, ready=4), 1000.0)
     need = state.pool("prefill").latency_need
-    assert need == pytest.approx(8.0)
-    # 600 s later (one half-life), with healthy latency, the reserve still asks for 4.
-    d, _ = run(pool(window(1600.0, req=1.0), 8), 1600.0, state)
+    assert need == pytest.approx(6.0)
+    assert state.pool("prefill").burst_peaks == ((1000.0, 6.0),)
+    # 600 s later (one half-life), with healthy latency, the reserve still asks for 3.
+    d, _ = run(pool(window(1600.0, req=1.0), 6), 1600.0, state)
+    assert d.sizing.latency_replicas == 3
+
+
+def test_burst_reserve_held_before_release_when_configured() -> None:
+    held = AutoscalerSettings(burst_hold_s=900.0)
+    slow = LatencyQuantiles(1.0, 3.0, 5.0)
+    _, state = run(pool(window(1000.0, ttft=slow), 4, ready=4), 1000.0, settings=held)
+    # Quiet for 900 s: the whole reserve is still there; one half-life later it is halved.
+    d, state = run(pool(window(1900.0, req=1.0), 6), 1900.0, state, settings=held)
+    assert d.sizing.latency_replicas == 6
+    d, _ = run(pool(window(2500.0, req=1.0), 6), 2500.0, state, settings=held)
+    assert d.sizing.latency_replicas == 3
+
+
+def test_burst_reserve_keeps_only_peaks_that_can_matter() -> None:
+    held = AutoscalerSettings(burst_hold_s=900.0)
+    state = AutoscalerState()
+    # Three bursts of falling size, then a larger one: the larger, newer peak replaces them all.
+    for t, p90 in ((1000.0, 1.0), (1015.0, 0.8), (1030.0, 0.6)):
+        _, state = run(
+            pool(window(t, ttft=LatencyQuantiles(0.5, p90, p90)), 4, ready=4),
+            t,
+            state,
+            settings=held,
+        )
+    peaks = state.pool("prefill").burst_peaks
+    assert [t for t, _ in peaks] == [1000.0, 1015.0, 1030.0]
+    assert [n for _, n in peaks] == sorted((n for _, n in peaks), reverse=True)
+    _, state = run(
+        pool(window(1045.0, ttft=LatencyQuantiles(1.0, 5.0, 5.0)), 4, ready=4),
+        1045.0,
+        state,
+        settings=held,
+    )
+    assert state.pool("prefill").burst_peaks == ((1045.0, 6.0),)
+
+
+def test_burst_reserve_is_forgotten_once_it_cannot_hold_a_replica() -> None:
+    slow = LatencyQuantiles(1.0, 3.0, 5.0)
+    _, state = run(pool(window(1000.0, ttft=slow), 4, ready=4), 1000.0)
+    # Seven half-lives later 6 / 128 < 0.05 replicas remain: the peak is dropped from the state.
+    d, state = run(pool(window(5200.0, req=1.0), 2), 5200.0, state)
+    assert d.sizing.latency_replicas == 0
+    assert state.pool("prefill").burst_peaks == ()
+
+
+def test_state_without_burst_peaks_keeps_its_reserve() -> None:
+    # A state written by a caller that only knows latency_need/latency_need_time (e.g. seeded by
+    # the live loop) still gives that reserve, decayed from its time.
+    legacy = AutoscalerState(
+        pools=(PoolState(name="prefill", latency_need=8.0, latency_need_time=1000.0),)
+    )
+    d, state = run(pool(window(1600.0, req=1.0), 8), 1600.0, legacy)
     assert d.sizing.latency_replicas == 4
+    assert state.pool("prefill").burst_peaks == ((1000.0, 8.0),)
+
+
+def test_latency_need_does_not_compound_while_scale_up_pending() -> None:
+    # The guard asks for 1.5x the *ready* replicas; replicas still starting do not count, so a
+    # slow scrape while a scale-up is pending does not stack another 1.5x on top of it.
+    slow = LatencyQuantiles(1.0, 3.0, 5.0)
+    d, state = run(pool(window(1000.0, ttft=slow), 4, ready=4), 1000.0)
+    assert d.desired_replicas == 6
+    d, _ = run(pool(window(1015.0, ttft=slow), 6, ready=4), 1015.0, state)
+    assert d.desired_replicas == 6
 
 
 # --- hold on stale or missing data ---------------------------------------------------------
