@@ -1,0 +1,196 @@
+"""The serving simulator driven by a cluster: replica counts come from the pods that run.
+
+`LiveServingSim` replays a request trace through a `ServingModel` whose pools have as many
+replicas as the ServingJob has pods that are Running and Ready (kwok marks bound pods Running in
+the sandbox), and serves each pool's vLLM metrics on a loopback `/metrics` endpoint for
+Prometheus to scrape. Every `poll_s` it lists the job's pods (labels `gpufleet.io/servingjob`
+and `gpufleet.io/pool`, the operator's labels) through the Kubernetes API, and a
+`RealtimeDriver` applies the counts and advances the model along the wall clock.
+
+Time compression
+----------------
+`time_scale` compresses the *arrival timeline* only: a request at trace second `t` arrives at
+model second `t / time_scale`, and the model then runs at wall-clock speed (1 model second = 1
+wall second). So with `time_scale=10` an hour of trace plays in six minutes, and everything the
+endpoints report is in real, un-scaled units: TTFT and ITL are what a replica would really
+take, token and request rates are per wall second (`time_scale` times the trace's rate, since
+the same requests arrive in a tenth of the time), and the replica capacity behind them is the
+profile's own. That keeps the metrics consistent with each other and with the autoscaler's
+capacity profiles, which are per real second; scaling the model's clock instead would make a
+replica look `time_scale` times faster to Prometheus and shrink latencies relative to the
+cluster's real pod start-up.
+
+Cold start is provided by the cluster, not the model: the model's `cold_start_s` is forced to 0
+and its pools start empty, because a replica counts only once its pod is Running and Ready, so
+the time the pod takes to get there is the cold start. A pod that is deleted (or stops being
+Ready) makes the model drain one replica: it takes no new work and finishes what it holds.
+
+Pool names must be the ServingJob's pool names (the `gpufleet.io/pool` label values); the model
+is disaggregated, so the job has one prefill and one decode pool.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Final
+
+from kubernetes import client
+
+from gpufleet.core.autoscaling_types import PoolRole
+from gpufleet.sim.serving.exporter import RealtimeDriver, ServingExporter
+from gpufleet.sim.serving.model import ServingConfig, ServingModel
+from gpufleet.sim.serving.trace import Request
+
+__all__ = ["POOL_LABEL", "SERVINGJOB_LABEL", "LiveServingSim", "ready_pods_by_pool"]
+
+logger = logging.getLogger(__name__)
+
+# The operator's pod labels for a ServingJob's pools (gpufleet.operator's serving children).
+SERVINGJOB_LABEL: Final = "gpufleet.io/servingjob"
+POOL_LABEL: Final = "gpufleet.io/pool"
+
+
+def ready_pods_by_pool(pods: Iterable[Mapping[str, Any]], pools: Iterable[str]) -> dict[str, int]:
+    """Pods per pool that are Running, Ready and not being deleted (pods as API JSON)."""
+    counts = dict.fromkeys(pools, 0)
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        pool = (meta.get("labels") or {}).get(POOL_LABEL)
+        if pool not in counts or meta.get("deletionTimestamp"):
+            continue
+        status = pod.get("status") or {}
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or ()
+        )
+        if status.get("phase") == "Running" and ready:
+            counts[pool] += 1
+    return counts
+
+
+class LiveServingSim:
+    """A `ServingModel` whose replicas follow a ServingJob's Running pods, with `/metrics`.
+
+    `requests` are in trace seconds; see the module docstring for `time_scale`. `start()` reads
+    the pods once (so the model begins with the cluster's replicas), then starts the endpoints,
+    the driver and the pod poller; `stop()` stops all three.
+    """
+
+    def __init__(
+        self,
+        api: client.CoreV1Api,
+        namespace: str,
+        servingjob: str,
+        config: ServingConfig,
+        requests: Sequence[Request],
+        *,
+        time_scale: float = 1.0,
+        poll_s: float = 0.5,
+        model_name: str = "llama-8b",
+    ) -> None:
+        if time_scale <= 0 or poll_s <= 0:
+            raise ValueError("time_scale and poll_s must be positive")
+        self.api = api
+        self.namespace = namespace
+        self.servingjob = servingjob
+        self.time_scale = time_scale
+        self.poll_s = poll_s
+        # The cluster provides cold start and the initial replicas (module docstring).
+        live_config = dataclasses.replace(
+            config,
+            prefill=dataclasses.replace(config.prefill, initial_replicas=0),
+            decode=dataclasses.replace(config.decode, initial_replicas=0),
+            cold_start_s=0.0,
+        )
+        compressed = [dataclasses.replace(r, arrival_s=r.arrival_s / time_scale) for r in requests]
+        self.model = ServingModel(live_config, compressed)
+        self.pools: dict[str, PoolRole] = {
+            live_config.prefill.name: PoolRole.PREFILL,
+            live_config.decode.name: PoolRole.DECODE,
+        }
+        self.exporter = ServingExporter(self.model, model_name=model_name)
+        self._observed: dict[str, int] = dict.fromkeys(self.pools, 0)
+        self._driver = RealtimeDriver(
+            self.model, self.exporter.lock, tick_s=poll_s, replicas=self.observed_replicas
+        )
+        self._stop = threading.Event()
+        self._poller: threading.Thread | None = None
+
+    @property
+    def selector(self) -> str:
+        """The label selector of the job's pods in all its pools."""
+        pools = ",".join(sorted(self.pools))
+        return f"{SERVINGJOB_LABEL}={self.servingjob},{POOL_LABEL} in ({pools})"
+
+    @property
+    def endpoints(self) -> dict[str, str]:
+        """`host:port` of each pool's `/metrics`, by pool (empty before `start`)."""
+        return {pool: f"{e.host}:{e.port}" for pool, e in self.exporter.endpoints.items()}
+
+    def scrape_targets(self) -> list[tuple[str, dict[str, str]]]:
+        """Scrape targets with gpufleet's label convention (`namespace`, `servingjob`, `pool`)."""
+        labels = {"namespace": self.namespace, "servingjob": self.servingjob}
+        return [(address, {**labels, "pool": pool}) for pool, address in self.endpoints.items()]
+
+    def observed_replicas(self) -> dict[str, int]:
+        """Running and Ready pods per pool at the last poll."""
+        return dict(self._observed)
+
+    def model_replicas(self) -> dict[str, int]:
+        """The model's current replicas per pool (starting + ready, not draining)."""
+        with self.exporter.lock:
+            return {pool: self.model.replicas(pool) for pool in self.pools}
+
+    def sync(self) -> dict[str, int]:
+        """Read the pods once; the driver applies the counts on its next tick. Returns them."""
+        raw: Any = self.api.list_namespaced_pod(
+            self.namespace, label_selector=self.selector, _preload_content=False
+        )
+        self._observed = ready_pods_by_pool(json.loads(raw.data)["items"], self.pools)
+        return self.observed_replicas()
+
+    def start(self) -> None:
+        if self._poller is not None:
+            return
+        self.sync()  # fail loudly here if the API is unreachable; later polls only log
+        self._driver.anchor()
+        self._driver.step()  # model time 0 with the cluster's replicas
+        self.exporter.start()
+        self._driver.start()
+        self._stop.clear()
+        self._poller = threading.Thread(target=self._poll, name="serving-pods", daemon=True)
+        self._poller.start()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.sync()
+            except Exception as exc:  # the API may blip; keep the last counts and retry
+                logger.warning(
+                    "listing pods of %s/%s failed: %s", self.namespace, self.servingjob, exc
+                )
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join(timeout=5)
+            self._poller = None
+        self._driver.stop()
+        self.exporter.stop()
+
+    def __enter__(self) -> LiveServingSim:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
