@@ -231,27 +231,27 @@ class PrometheusMetrics:
         query = build_query(
             selector, pool, role, rate_window_s=self.rate_window_s, stale_after_s=stale_after_s
         )
-        values = self._query(query, now)
+        values = self._query(query, now, context=f"selector {{{_matchers(selector, pool)}}}")
         return _to_sample(values, role, now)
 
-    def _query(self, query: str, now: float) -> dict[str, float]:
-        """Run an instant query; returns the finite and NaN values by field name."""
+    def _query(self, query: str, now: float, context: str) -> dict[str, float]:
+        """Run an instant query; returns the values by field name (NaN and Inf included)."""
         endpoint = f"{self.url}/api/v1/query"
         form = {"query": query, "time": f"{now:.3f}", "timeout": f"{self.timeout_s:g}"}
         try:
             # POST: the combined query is too long to be comfortable in a URL.
             response = self._client.post(endpoint, data=form, timeout=self.timeout_s)
         except httpx.TimeoutException as exc:
-            raise MetricsUnavailable(
-                self.url, f"no answer within {self.timeout_s:g} s ({type(exc).__name__})"
+            raise self._unavailable(
+                f"no answer within {self.timeout_s:g} s ({type(exc).__name__})"
             ) from exc
         except httpx.ConnectError as exc:
-            raise MetricsUnavailable(self.url, f"cannot connect: {exc}") from exc
+            raise self._unavailable(f"cannot connect: {exc}") from exc
         except httpx.HTTPError as exc:
-            raise MetricsUnavailable(self.url, f"request failed: {exc}") from exc
-        return self._parse(response, query)
+            raise self._unavailable(f"request failed: {exc}") from exc
+        return self._parse(response, query, context)
 
-    def _parse(self, response: httpx.Response, query: str) -> dict[str, float]:
+    def _parse(self, response: httpx.Response, query: str, context: str) -> dict[str, float]:
         try:
             body: Any = response.json()
         except ValueError:
@@ -259,38 +259,36 @@ class PrometheusMetrics:
         if isinstance(body, dict) and body.get("status") == "error":
             # Prometheus' own error: bad_data (PromQL syntax), execution, timeout, unavailable.
             kind = body.get("errorType", "error")
-            raise MetricsUnavailable(
-                self.url,
+            raise self._unavailable(
                 f"HTTP {response.status_code}, {kind}: {body.get('error', '')} "
-                f"(query: {_excerpt(query)})",
+                f"({context}; query: {_excerpt(query)})",
             )
         if response.status_code != 200:
-            raise MetricsUnavailable(
-                self.url, f"HTTP {response.status_code}: {_excerpt(response.text)}"
-            )
+            raise self._unavailable(f"HTTP {response.status_code}: {_excerpt(response.text)}")
         if not isinstance(body, dict) or body.get("status") != "success":
-            raise MetricsUnavailable(
-                self.url, f"not a Prometheus API answer: {_excerpt(response.text)}"
-            )
+            raise self._unavailable(f"not a Prometheus API answer: {_excerpt(response.text)}")
         for warning in body.get("warnings") or ():
             logger.warning("Prometheus at %s warns: %s", self.url, warning)
         data = body.get("data")
         if not isinstance(data, dict) or data.get("resultType") != "vector":
             kind = data.get("resultType") if isinstance(data, dict) else None
-            raise MetricsUnavailable(self.url, f"expected a vector result, got {kind!r}")
+            raise self._unavailable(f"expected a vector result, got {kind!r}")
         values: dict[str, float] = {}
         for item in data.get("result") or ():
             try:
                 name = item["metric"][FIELD_LABEL]
                 value = float(item["value"][1])
             except (KeyError, IndexError, TypeError, ValueError) as exc:
-                raise MetricsUnavailable(
-                    self.url, f"malformed result element {_excerpt(json.dumps(item))}"
+                raise self._unavailable(
+                    f"malformed result element {_excerpt(json.dumps(item))}"
                 ) from exc
             if name in values:
-                raise MetricsUnavailable(self.url, f"field {name!r} answered twice")
+                raise self._unavailable(f"field {name!r} answered twice")
             values[name] = value
         return values
+
+    def _unavailable(self, problem: str) -> MetricsUnavailable:
+        return MetricsUnavailable(self.url, problem)
 
     def close(self) -> None:
         if self._owns_client:

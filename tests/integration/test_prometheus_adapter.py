@@ -327,6 +327,7 @@ def test_a_bad_selector_names_the_promql_error(metrics: PrometheusMetrics) -> No
         metrics.sample('namespace="team-a",servingjob=', "decode", PoolRole.DECODE, time.time(), 60)
     message = str(info.value)
     assert "HTTP 400, bad_data" in message and "parse error" in message, message
+    assert 'selector {namespace="team-a",servingjob=,pool="decode"}' in message
 
 
 # --- the live simulator in the sandbox cluster ----------------------------------------------

@@ -216,7 +216,11 @@ def raising(exc: Exception) -> Handler:
                 },
                 400,
             ),
-            ["HTTP 400, bad_data", "parse error: unexpected", "query: label_replace("],
+            [
+                "HTTP 400, bad_data",
+                "parse error: unexpected",
+                'selector {namespace="team-a",servingjob="chat",pool="prefill"}; query: label_',
+            ],
             id="bad-promql",
         ),
         pytest.param(
