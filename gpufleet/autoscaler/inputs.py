@@ -37,7 +37,9 @@ from gpufleet.model.servingjob import AutoscalingPolicy, PoolSpec, ServingJobSpe
 from gpufleet.model.servingjob import CapacityProfile as CapacitySpec
 
 __all__ = [
+    "SETTINGS_ENV",
     "PoolObservation",
+    "base_settings",
     "capacity_profile",
     "enabled_policy",
     "policy_settings",
@@ -45,6 +47,11 @@ __all__ = [
     "scaling_input",
     "slo",
 ]
+
+# A JSON object of `AutoscalerSettings` fields that replace the policy's defaults for every
+# ServingJob of an operator process (the CRD's own fields still win over both). For
+# time-compressed tests and demos, whose bursts last seconds instead of minutes.
+SETTINGS_ENV = "GPUFLEET_AUTOSCALER_SETTINGS"
 
 _ROLES = {"prefill": PoolRole.PREFILL, "decode": PoolRole.DECODE, "server": PoolRole.UNIFIED}
 
@@ -69,6 +76,12 @@ def enabled_policy(spec: ServingJobSpec) -> AutoscalingPolicy | None:
     if policy is None or not policy.enabled:
         return None
     return policy
+
+
+def base_settings(environ: Mapping[str, str]) -> AutoscalerSettings:
+    """The operator-wide policy settings: the defaults, overridden by `SETTINGS_ENV`."""
+    raw = environ.get(SETTINGS_ENV, "").strip()
+    return AutoscalerSettings.model_validate_json(raw) if raw else AutoscalerSettings()
 
 
 def policy_settings(

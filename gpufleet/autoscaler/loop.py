@@ -240,27 +240,36 @@ class ServingAutoscaler:
 
 
 class AutoscalerRegistry:
-    """One `ServingAutoscaler` per ServingJob uid, created on first use. Thread-safe."""
+    """One `ServingAutoscaler` per ServingJob uid, created on first use. Thread-safe.
+
+    `source_factory(url, rate_window_s)` opens a metrics source; the rate window is the
+    ServingJob's `staleAfterSeconds` (both mean "how far back data still describes now", and
+    both default to 60 s), so a time-compressed test can shorten it from the spec.
+    """
 
     def __init__(
         self,
-        source_factory: Callable[[str], MetricsSource],
+        source_factory: Callable[[str, int], MetricsSource],
         base_settings: AutoscalerSettings | None = None,
     ) -> None:
         self._factory = source_factory
         self._base = base_settings
         self._lock = threading.Lock()
-        self._loops: dict[str, tuple[str, ServingAutoscaler]] = {}
+        self._loops: dict[str, tuple[tuple[str, int], ServingAutoscaler]] = {}
 
-    def get(self, uid: str, url: str, label: str = "") -> ServingAutoscaler:
-        """The autoscaler of job `uid` reading `url`; a new one (empty window) if the URL
+    def get(
+        self, uid: str, url: str, rate_window_s: int = 60, label: str = ""
+    ) -> ServingAutoscaler:
+        """The autoscaler of job `uid` reading `url`; a new one (empty window) if the source
         changed, since the old window described another source."""
+        key = (url, rate_window_s)
         with self._lock:
             known = self._loops.get(uid)
-            if known is not None and known[0] == url:
+            if known is not None and known[0] == key:
                 return known[1]
-            fresh = ServingAutoscaler(self._factory(url), base_settings=self._base, label=label)
-            self._loops[uid] = (url, fresh)
+            source = self._factory(url, rate_window_s)
+            fresh = ServingAutoscaler(source, base_settings=self._base, label=label)
+            self._loops[uid] = (key, fresh)
         if known is not None:
             known[1].close()
         return fresh

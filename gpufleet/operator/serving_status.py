@@ -254,8 +254,8 @@ def plan(
 
     # 4. Events: every change, and transitions not posted yet.
     for change in changes:
-        reason = POOL_CREATED if change.from_replicas is None else SCALED
-        out.events.append(("Normal", reason, change.message))
+        event = POOL_CREATED if change.from_replicas is None else SCALED
+        out.events.append(("Normal", event, change.message))
     if str(phase) != seen.phase:
         kind = "Warning" if phase in _WARNING_PHASES else "Normal"
         text = create_error if create_error else _phase_message(phase, summary)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import threading
 import time
 from datetime import UTC, datetime
@@ -34,7 +35,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from gpufleet.autoscaler.inputs import PoolObservation, enabled_policy
+from gpufleet.autoscaler.inputs import PoolObservation, base_settings, enabled_policy
 from gpufleet.autoscaler.loop import AutoscalerRegistry, MetricsSource
 from gpufleet.autoscaler.prometheus import PrometheusMetrics, default_selector
 from gpufleet.model.servingjob import ServingJobSpec
@@ -51,8 +52,8 @@ log = logging.getLogger("gpufleet.operator")
 Obj = dict[str, Any]
 
 
-def _prometheus(url: str) -> MetricsSource:
-    return PrometheusMetrics(url)
+def _prometheus(url: str, rate_window_s: int) -> MetricsSource:
+    return PrometheusMetrics(url, rate_window_s=rate_window_s)
 
 
 class State:
@@ -61,7 +62,7 @@ class State:
     def __init__(self, api: client.ApiClient, registry: AutoscalerRegistry | None = None) -> None:
         self.apps = client.AppsV1Api(api)
         self.core = client.CoreV1Api(api)
-        self.autoscalers = registry or AutoscalerRegistry(_prometheus)
+        self.autoscalers = registry or AutoscalerRegistry(_prometheus, base_settings(os.environ))
         self.locks: dict[str, threading.Lock] = {}
         self.posted: dict[str, serving_status.Posted] = {}
         self.guard = threading.Lock()
@@ -226,7 +227,8 @@ def _autoscale(
         state.autoscalers.drop(meta["uid"])
         return None
     label = f"{meta['namespace']}/{meta['name']}"
-    scaler = state.autoscalers.get(meta["uid"], policy.prometheus.url, label)
+    source = policy.prometheus
+    scaler = state.autoscalers.get(meta["uid"], source.url, source.stale_after_seconds, label)
     now = time.time()
     if scaler.due(now, policy.interval_seconds):
         observed = {

@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from gpufleet.autoscaler.inputs import (
+    SETTINGS_ENV,
     PoolObservation,
+    base_settings,
     capacity_profile,
     enabled_policy,
     policy_settings,
@@ -62,6 +64,14 @@ def test_settings_keep_the_other_operator_defaults() -> None:
     s = policy_settings(policy, base)
     assert (s.window_s, s.forecast_horizon_s, s.slo_quantile) == (90, 30, 0.99)
     assert s.scale_down_pods == 2
+
+
+def test_operator_wide_defaults_from_the_environment() -> None:
+    assert base_settings({}) == AutoscalerSettings()
+    compressed = base_settings({SETTINGS_ENV: '{"window_s": 30, "burst_memory_half_life_s": 5}'})
+    assert (compressed.window_s, compressed.burst_memory_half_life_s) == (30, 5)
+    with pytest.raises(ValueError, match="extra"):
+        base_settings({SETTINGS_ENV: '{"no_such_setting": 1}'})
 
 
 def test_capacity_profile_from_crd_fields() -> None:

@@ -247,20 +247,22 @@ def test_tick_refuses_a_disabled_autoscaler() -> None:
         loop.tick(sp, SELECTOR, 0.0, {}, Cluster())
 
 
-def test_registry_keeps_one_loop_per_job_and_url() -> None:
-    sources: list[ScriptedSource] = []
+def test_registry_keeps_one_loop_per_job_and_source() -> None:
+    sources: list[tuple[str, int, ScriptedSource]] = []
 
-    def factory(url: str) -> ScriptedSource:
-        sources.append(ScriptedSource(load(1, 1)))
-        return sources[-1]
+    def factory(url: str, rate_window_s: int) -> ScriptedSource:
+        sources.append((url, rate_window_s, ScriptedSource(load(1, 1))))
+        return sources[-1][2]
 
     registry = AutoscalerRegistry(factory)
-    first = registry.get("uid-1", "http://a:9090")
-    assert registry.get("uid-1", "http://a:9090") is first
-    assert registry.get("uid-2", "http://a:9090") is not first
-    moved = registry.get("uid-1", "http://b:9090")
-    assert moved is not first and sources[0].closed  # a new source starts a new window
+    first = registry.get("uid-1", "http://a:9090", 60)
+    assert registry.get("uid-1", "http://a:9090", 60) is first
+    assert registry.get("uid-2", "http://a:9090", 60) is not first
+    moved = registry.get("uid-1", "http://b:9090", 60)
+    assert moved is not first and sources[0][2].closed  # a new source starts a new window
+    narrowed = registry.get("uid-1", "http://b:9090", 10)
+    assert narrowed is not moved and sources[3][:2] == ("http://b:9090", 10)
     registry.drop("uid-1")
-    assert registry.peek("uid-1") is None and sources[2].closed
+    assert registry.peek("uid-1") is None and sources[3][2].closed
     registry.close()
-    assert sources[1].closed
+    assert sources[1][2].closed
