@@ -11,7 +11,9 @@
    batch a replica sustains within the ITL SLO and the KV-cache budget.
 3. **Corrects by feedback.** Observed TTFT/ITL p90 against the SLO updates a correction factor
    carried in the state (learned headroom for what the capacity model misses, e.g. sub-scrape
-   bursts), and a violation raises an immediate latency guard.
+   bursts), and a violation raises an immediate latency guard (at most `latency_max_step`
+   times the ready replicas per scrape, and `latency_max_demand_ratio` times the window's
+   largest capacity need, so latency that replicas do not fix cannot run the pool to its max).
 4. **Remembers bursts.** Each scrape's latency need is held for `burst_hold_s` and then
    released with a half-life, as a floor (the burst reserve).
 5. **Forecasts.** A least-squares line over the window, `forecast_horizon_s` ahead, is a floor
@@ -378,6 +380,39 @@ def _latency_need(
     return ready * min(queue / budget, settings.latency_max_step)
 
 
+def _bounded_by_demand(
+    latency_need: float, window_peak: float, settings: AutoscalerSettings
+) -> float:
+    """Cap a latency need at `latency_max_demand_ratio` x the window's largest capacity need.
+
+    The cap is taken over at least one replica, so a nearly idle pool can still react to a
+    clump. Without it, latency that more replicas do not fix (a slow dependency, a noisy
+    neighbour) would grow the pool by `latency_max_step` per scrape up to `max_replicas`, the
+    way Dynamo's latency-ratio floor pinned replicas (serving.md §2.3).
+    """
+    return min(latency_need, settings.latency_max_demand_ratio * max(window_peak, 1.0))
+
+
+def _decode_window_peak(
+    pool: PoolInput,
+    samples: tuple[MetricsSample, ...],
+    slo: Slo,
+    isl: float,
+    osl: float,
+    settings: AutoscalerSettings,
+) -> float:
+    """The window's largest decode capacity need at the ITL SLO itself (no learned correction)."""
+    needs = [
+        r[0].total / (r[1] * settings.target_utilization)
+        for r in (
+            decode_point(s, pool.capacity, slo.itl_p90_s, slo.itl_p90_s, isl, osl, settings)
+            for s in samples
+        )
+        if r is not None
+    ]
+    return max(needs, default=0.0)
+
+
 def _legacy_peaks(state: PoolState) -> tuple[tuple[float, float], ...]:
     """The state's peak needs; a state written before `burst_peaks` existed carries one."""
     if state.burst_peaks or state.latency_need_time is None or state.latency_need <= 0:
@@ -456,11 +491,16 @@ def _prefill_need(
         down=now_point.total / (per_replica * rho_down),
         forecast_up=fc / (per_replica * rho_up),
         forecast_down=fc / (per_replica * rho_down),
-        latency_need=_latency_need(
-            latest.ttft,
-            slo.ttft_p90_s,
-            settings.tail_factor * isl / cap,
-            _ready(pool, latest),
+        latency_need=_bounded_by_demand(
+            _latency_need(
+                latest.ttft,
+                slo.ttft_p90_s,
+                settings.tail_factor * isl / cap,
+                _ready(pool, latest),
+                settings,
+            ),
+            # uncorrected capacity: the correction is itself learned from latency
+            max((p.total for p in points), default=0.0) / (cap * rho_up),
             settings,
         ),
         kv_guard=0,
@@ -524,11 +564,15 @@ def _decode_need(
         down=now_point.total / (batch * rho_down),
         forecast_up=fc / (batch * rho_up),
         forecast_down=fc / (batch * rho_down),
-        latency_need=_latency_need(
-            latest.itl,
-            slo.itl_p90_s,
-            pool.capacity.decode_itl_base_s,
-            _ready(pool, latest),
+        latency_need=_bounded_by_demand(
+            _latency_need(
+                latest.itl,
+                slo.itl_p90_s,
+                pool.capacity.decode_itl_base_s,
+                _ready(pool, latest),
+                settings,
+            ),
+            _decode_window_peak(pool, samples, slo, isl, osl, settings),
             settings,
         ),
         kv_guard=kv_guard,

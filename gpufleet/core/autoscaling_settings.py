@@ -167,6 +167,16 @@ class AutoscalerSettings(BaseModel):
         "overshoots because the fluid estimate (wait proportional to 1/replicas) ignores how "
         "steeply queueing falls below saturation.",
     )
+    latency_max_demand_ratio: float = Field(
+        4.0,
+        ge=1,
+        description="The latency guard asks for at most this factor times the largest "
+        "capacity need of the window (at least one replica), so latency that replicas do not "
+        "fix cannot grow a pool to its maximum. Source: AIBrix predictive clamp 4x the window "
+        "mean (serving.md §4); Dynamo removed its latency-ratio floor after it pinned replicas "
+        "(#11624, §2.3). Sub-scrape clumps need about 2x the 15 s capacity need on the Azure "
+        "code trace (bench/README.md, Autoscaler), well inside the cap.",
+    )
     feedback_gain: float = Field(
         0.5,
         gt=0,
