@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -99,11 +99,18 @@ class PrometheusServer:
                 raise RuntimeError(f"prometheus exited at start; last lines of its log:\n{tail}")
 
     def reload(self, targets: Sequence[Target]) -> None:
-        """Scrape `targets` from now on: rewrite the config and reload it in the running server."""
+        """Scrape `targets` from now on: rewrite the config and reload it in the running server.
+
+        If Prometheus refuses the new config it keeps running the old one, and so does this
+        object: the old config file is restored and `RuntimeError` says why.
+        """
+        previous = self.targets
         self.targets = list(targets)
         self._write_config()
         response = httpx.post(f"{self.url}/-/reload", timeout=10.0)
         if response.status_code != 200:
+            self.targets = previous
+            self._write_config()
             raise RuntimeError(f"prometheus refused the new config: {response.text.strip()}")
 
     def active_targets(self) -> list[dict[str, object]]:
@@ -113,13 +120,14 @@ class PrometheusServer:
         active: list[dict[str, object]] = response.json()["data"]["activeTargets"]
         return active
 
-    def wait_scraped(self, timeout_s: float = 30.0) -> None:
-        """Wait until every configured target has been scraped successfully at least once.
+    def wait_scraped(self, addresses: Iterable[str] | None = None, timeout_s: float = 30.0) -> None:
+        """Wait until the targets at `addresses` (default: all configured) have been scraped
+        successfully at least once.
 
         Prometheus applies a new target set within a few seconds (discovery updates are
         batched), and a target's first scrape comes up to one interval later.
         """
-        want = {address for address, _ in self.targets}
+        want = {a for a, _ in self.targets} if addresses is None else set(addresses)
 
         def done() -> bool:
             up = {

@@ -23,9 +23,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -36,10 +36,15 @@ from gpufleet.autoscaler.prometheus import MetricsUnavailable, PrometheusMetrics
 from gpufleet.core.autoscaling_types import LatencyQuantiles, MetricsSample, PoolRole
 from gpufleet.operator.testing import Kube, wait_for
 from gpufleet.sandbox.processes import free_port
-from gpufleet.sandbox.prometheus import PrometheusServer
+from gpufleet.sandbox.prometheus import PrometheusNotFound, PrometheusServer
 from gpufleet.sim.serving import PoolConfig, ServingConfig, ServingModel, replica_profile
 from gpufleet.sim.serving.exporter import RealtimeDriver, ServingExporter
-from gpufleet.sim.serving.live import POOL_LABEL, SERVINGJOB_LABEL, LiveServingSim
+from gpufleet.sim.serving.live import (
+    POOL_LABEL,
+    SERVINGJOB_LABEL,
+    LiveServingSim,
+    ready_pods_by_pool,
+)
 from gpufleet.sim.serving.model import ITL_BUCKETS, TTFT_BUCKETS
 from gpufleet.sim.serving.trace import Request
 
@@ -330,6 +335,25 @@ def test_a_bad_selector_names_the_promql_error(metrics: PrometheusMetrics) -> No
     assert 'selector {namespace="team-a",servingjob=,pool="decode"}' in message
 
 
+# --- the Prometheus server wrapper -----------------------------------------------------------
+
+
+def test_a_refused_reload_keeps_the_running_config(setup: Setup) -> None:
+    before = list(setup.prom.targets)
+    with pytest.raises(RuntimeError, match=r"refused the new config.*not a label"):
+        setup.prom.reload([("127.0.0.1:1", {"not a label": "x"})])
+    assert setup.prom.targets == before
+    assert setup.prom.config_path.read_text().count("targets:") == len(before)
+    # Still scraping what it was.
+    assert len(setup.prom.active_targets()) == len(before)
+
+
+def test_a_missing_prometheus_binary_says_how_to_install_it(tmp_path: Path) -> None:
+    server = PrometheusServer(tmp_path, binary="prometheus-not-installed-here")
+    with pytest.raises(PrometheusNotFound, match="apt-get install prometheus"):
+        server.start()
+
+
 # --- the live simulator in the sandbox cluster ----------------------------------------------
 
 
@@ -342,7 +366,31 @@ def pod(name: str, pool: str) -> Any:  # a manifest; the client's stubs want a V
     }
 
 
-def test_live_sim_replicas_follow_the_running_pods(kube: Kube) -> None:
+def api_pod(pool: str | None, phase: str, ready: bool, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"labels": {} if pool is None else {POOL_LABEL: pool}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    condition = {"type": "Ready", "status": str(ready)}
+    return {"metadata": meta, "status": {"phase": phase, "conditions": [condition]}}
+
+
+def test_only_running_ready_pods_not_being_deleted_count_as_replicas() -> None:
+    pods = [
+        api_pod("prefill", "Running", True),
+        api_pod("prefill", "Running", True),
+        api_pod("prefill", "Running", True, deleting=True),  # draining
+        api_pod("prefill", "Running", False),  # not Ready yet
+        api_pod("decode", "Pending", False),
+        api_pod("decode", "Running", True),
+        api_pod("other", "Running", True),  # a pool the model does not have
+        api_pod(None, "Running", True),
+    ]
+    assert ready_pods_by_pool(pods, ["prefill", "decode"]) == {"prefill": 2, "decode": 1}
+
+
+def test_live_sim_replicas_follow_the_running_pods(
+    kube: Kube, setup: Setup, metrics: PrometheusMetrics
+) -> None:
     namespace = f"live-sim-{uuid.uuid4().hex[:6]}"
     kube.create_namespace(namespace)
     requests = [Request(i, i * 0.5, 500, 20) for i in range(2000)]  # 2/s of trace, x10 -> 20/s
@@ -356,30 +404,32 @@ def test_live_sim_replicas_follow_the_running_pods(kube: Kube) -> None:
         ) as sim:
             assert sim.model_replicas() == {"prefill": 0, "decode": 0}
             assert sim.model.config.cold_start_s == 0  # the cluster provides the cold start
+            assert math.isclose(sim.model.last_arrival_s, 1999 * 0.5 / 10)
             for name, pool in (("p-0", "prefill"), ("p-1", "prefill"), ("d-0", "decode")):
                 kube.core.create_namespaced_pod(namespace, pod(name, pool))
-            want = {"prefill": 2, "decode": 1}
-            poll(lambda: sim.model_replicas() == want or None, f"model replicas {want}", 60)
-            assert sim.observed_replicas() == want
-            # A pod of another job (or without the pool label) does not count.
+            # A pod of another job does not count.
             other = pod("x-0", "prefill")
             other["metadata"]["labels"][SERVINGJOB_LABEL] = "other"
             kube.core.create_namespaced_pod(namespace, other)
+            want = {"prefill": 2, "decode": 1}
+            poll(lambda: sim.model_replicas() == want or None, f"model replicas {want}", 60)
+            assert sim.observed_replicas() == want
+
+            # The whole chain: Prometheus (reloaded with the sim's targets) sees the pool.
+            setup.prom.reload([*setup.prom.targets, *sim.scrape_targets()])
+            setup.prom.wait_scraped([address for address, _ in sim.scrape_targets()])
+            selector = default_selector(namespace, JOB)
+
+            def serving() -> MetricsSample | None:
+                got = metrics.sample(selector, "prefill", PoolRole.PREFILL, time.time(), STALE_S)
+                return got if (got.prompt_token_rate or 0) > 0 else None
+
+            got = poll(serving, "prompt tokens flowing through the sim's prefill pool", 20)
+            assert got.ready_replicas == 1 and got.ttft is not None
 
             kube.core.delete_namespaced_pod("p-1", namespace, grace_period_seconds=0)
             want = {"prefill": 1, "decode": 1}
             poll(lambda: sim.model_replicas() == want or None, f"model replicas {want}", 30)
-
-            # The endpoints serve the model's pools, with arrivals compressed 10x.
-            assert set(sim.endpoints) == {"prefill", "decode"}
-            assert {t[1]["pool"] for t in sim.scrape_targets()} == {"prefill", "decode"}
-            text = httpx.get(f"http://{sim.endpoints['prefill']}/metrics").text
-            assert 'vllm:num_requests_running{engine="0"' in text
-            poll(lambda: sim.model.now > 1 or None, "the model to advance", 10)
-            with sim.exporter.lock:
-                snap = sim.model.snapshot("prefill")
-            assert snap.prompt_tokens_total > 0
-            assert math.isclose(sim.model.last_arrival_s, 1999 * 0.5 / 10)
     finally:
         kube.core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
         kube.core.delete_namespace(namespace)
