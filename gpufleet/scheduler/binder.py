@@ -1,17 +1,22 @@
 """Writes a decision to the API server: bindings, evictions and "why pending" pod conditions.
 
-All writes of one gang go out in parallel (a 64-pod gang must bind in well under a second) on a
-shared thread pool, and each returns whether it worked so the loop can forget failed
-assumptions. Objects are sent and received as JSON to keep the client's model layer out of the
-hot path.
+All writes of one gang go out in parallel (a 64-pod gang must bind in well under a second) and
+each returns whether it worked so the loop can forget failed assumptions. Bindings, the hot path
+(1,000 of them when a pool frees up), go through `ApiWriter`: one event loop, many kept-alive
+connections, a minimal JSON body, no response model. Without a writer (unit tests with a fake
+client) they go through the generated client on a thread pool, like the rarer writes
+(evictions, deletions, "why pending" conditions), which are sent and received as JSON to keep
+the client's model layer out of the way.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import threading
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -20,6 +25,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.scheduler import names
+from gpufleet.scheduler.apiwriter import ApiWriter
 
 log = logging.getLogger("gpufleet.scheduler.binder")
 
@@ -41,8 +47,15 @@ def _now() -> str:
 
 
 class Binder:
-    def __init__(self, api: client.CoreV1Api, workers: int = 32, explainers: int = 4) -> None:
+    def __init__(
+        self,
+        api: client.CoreV1Api,
+        workers: int = 32,
+        explainers: int = 4,
+        writer: ApiWriter | None = None,
+    ) -> None:
         self.api = api
+        self._writer = writer
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="binder")
         # "Why pending" writes go out in the background on a few threads of their own: they
         # must never hold up the next cycle's bindings (a reason change on 1,000 waiting pods
@@ -54,6 +67,8 @@ class Binder:
     def close(self) -> None:
         self._pool.shutdown(wait=True)
         self._explain_pool.shutdown(wait=False, cancel_futures=True)
+        if self._writer is not None:
+            self._writer.close()
 
     def _bind_one(self, request: BindRequest) -> tuple[str, str | None]:
         namespace, name = _split(request.pod_key)
@@ -74,29 +89,35 @@ class Binder:
 
     def bind(self, requests: Iterable[BindRequest]) -> dict[str, str | None]:
         """Pod key -> None when bound, else the error."""
+        return self.bind_async(requests).result()
+
+    def bind_async(self, requests: Iterable[BindRequest]) -> Future[dict[str, str | None]]:
+        """Start the bindings; the future's result maps pod key -> None when bound, else the
+        error. Only the writer path runs in the background; the thread-pool path (fakes in
+        tests) has finished when this returns."""
         requests = list(requests)
         with self._explain_lock:  # a queued "why pending" write must not land after binding
             for r in requests:
                 self._explaining.pop(r.pod_key, None)
-        return dict(self._pool.map(self._bind_one, requests))
+        if self._writer is not None:
+            return self._writer.submit(self._bind_async(self._writer, requests))
+        done: Future[dict[str, str | None]] = Future()
+        done.set_result(dict(self._pool.map(self._bind_one, requests)))
+        return done
+
+    @staticmethod
+    async def _bind_async(writer: ApiWriter, requests: list[BindRequest]) -> dict[str, str | None]:
+        async def one(r: BindRequest) -> tuple[str, str | None]:
+            namespace, name = _split(r.pod_key)
+            status, reason = await writer.bind(namespace, name, r.node, r.annotations)
+            return r.pod_key, (None if 200 <= status < 300 else reason)
+
+        return dict(await asyncio.gather(*(one(r) for r in requests)))
 
     def _delete_one(self, key: str, reason: str, message: str, force: bool) -> bool:
+        if not self._disrupt(key, reason, message):
+            return True  # already gone
         namespace, name = _split(key)
-        condition = {
-            "type": names.DISRUPTION_TARGET,
-            "status": "True",
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": _now(),
-        }
-        try:
-            self.api.patch_namespaced_pod_status(
-                name, namespace, {"status": {"conditions": [condition]}}, _preload_content=False
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return True
-            log.warning("pod %s: cannot mark as disrupted: %s", key, exc.reason)
         try:
             self.api.delete_namespaced_pod(
                 name,
@@ -107,6 +128,70 @@ class Binder:
             return True
         except ApiException as exc:
             return bool(exc.status == 404)
+
+    def _disrupt(self, key: str, reason: str, message: str, status: str = "True") -> bool:
+        """Set (or, with status "False", withdraw) the DisruptionTarget condition; False when
+        the pod is gone."""
+        namespace, name = _split(key)
+        condition = {
+            "type": names.DISRUPTION_TARGET,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": _now(),
+        }
+        try:
+            self.api.patch_namespaced_pod_status(
+                name, namespace, {"status": {"conditions": [condition]}}, _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            log.warning("pod %s: cannot set DisruptionTarget=%s: %s", key, status, exc.reason)
+        return True
+
+    def _evict_one(self, key: str, reason: str, message: str) -> str | None:
+        if not self._disrupt(key, reason, message):
+            return None  # already gone
+        namespace, name = _split(key)
+        body: Any = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        try:
+            self.api.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
+            return None
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            error = f"{exc.status} {exc.reason}"
+        except Exception as exc:  # connection errors: the eviction may or may not have happened
+            return str(exc)
+        # Refused (429: a PodDisruptionBudget; 500: two budgets): the pod keeps running, so
+        # it must not keep saying it is about to be disrupted.
+        self._disrupt(key, "EvictionRefused", f"eviction refused: {error}", status="False")
+        return error
+
+    def evict_pods(self, keys: Iterable[str], reason: str, message: str) -> dict[str, str | None]:
+        """Mark each pod with a DisruptionTarget condition, then evict it through the Eviction
+        API (policy/v1, so PodDisruptionBudgets apply); pod key -> None when evicted or gone,
+        else the API's refusal. The API server replaces the condition's reason with
+        `EvictionByEvictionAPI` as it evicts (see `SchedulerCache.note_disruption`)."""
+        keys = list(keys)
+        results = self._pool.map(lambda k: self._evict_one(k, reason, message), keys)
+        return dict(zip(keys, results, strict=True))
+
+    def list_budgets(self, namespaces: Iterable[str]) -> list[dict[str, Any]]:
+        """The PodDisruptionBudgets of `namespaces`, as JSON objects."""
+        policy = client.PolicyV1Api(self.api.api_client)
+        out: list[dict[str, Any]] = []
+        for namespace in sorted(set(namespaces)):
+            raw: Any = policy.list_namespaced_pod_disruption_budget(
+                namespace, _preload_content=False
+            )
+            out.extend(json.loads(raw.data).get("items") or [])
+        return out
 
     def delete_pods(
         self, keys: Iterable[str], reason: str, message: str, force: bool = False

@@ -12,6 +12,7 @@ from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
 from gpufleet.model.gpus import Catalog, load_catalog
 from gpufleet.scheduler import metrics, names
+from gpufleet.scheduler.apiwriter import ApiWriter
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.informer import Informer
@@ -47,11 +48,15 @@ class SchedulerRuntime:
         policy: Policy | None = None,
         decide: Decide | None = None,
         node_failure_grace: float = 30.0,
+        bind_connections: int = 32,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.cache = SchedulerCache()
         self.stop_event = threading.Event()
-        self.binder = Binder(self.core)
+        # Bindings bypass the generated client (see apiwriter.py); same credentials.
+        self.binder = Binder(
+            self.core, writer=ApiWriter(api.configuration, connections=bind_connections)
+        )
         self.scheduler = Scheduler(
             self.cache,
             self.binder,

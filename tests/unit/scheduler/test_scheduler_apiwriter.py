@@ -1,0 +1,133 @@
+"""The lean HTTP/1.1 writer against a loopback server: a binding is one POST with the pod's
+node and annotations; status and the API's Status reason come back; Content-Length and chunked
+answers are read; connections are reused, and a request on an idle connection the server has
+closed is sent again on a fresh one; a connection that is refused is status 0."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from gpufleet.scheduler.apiwriter import ApiWriter
+from gpufleet.scheduler.binder import Binder, BindRequest
+
+
+class Server:
+    """Answers each request per `mode`; records (path, body) and connections accepted."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.connections = 0
+        self.mode = "created"
+        self.close_after_answer = False
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode().split("\r\n")
+                path = lines[0].split(" ")[1]
+                length = next(
+                    int(v)
+                    for k, _, v in (x.partition(": ") for x in lines)
+                    if k == "Content-Length"
+                )
+                self.requests.append((path, json.loads(await reader.readexactly(length))))
+                if self.mode == "conflict":
+                    body = json.dumps({"reason": "Conflict", "message": "already assigned"})
+                    head = f"HTTP/1.1 409 Conflict\r\nContent-Length: {len(body)}\r\n\r\n"
+                    writer.write((head + body).encode())
+                elif self.mode == "chunked":
+                    writer.write(
+                        b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        b'3\r\n{"a\r\n4\r\n":1}\r\n0\r\n\r\n'
+                    )
+                else:
+                    writer.write(b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\n{}")
+                await writer.drain()
+                if self.close_after_answer:
+                    break
+        except asyncio.IncompleteReadError:
+            pass
+        writer.close()
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[ApiWriter, Server]]:
+    server = Server()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    cfg = client.Configuration()
+    cfg.host = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    writer = ApiWriter(cfg, connections=4)
+
+    async def serve() -> asyncio.Server:
+        return await asyncio.start_server(server.handle, sock=sock)
+
+    srv = writer.run(serve())
+    yield writer, server
+    srv.close()
+    writer.close()
+
+
+def test_binding_is_one_post_with_node_and_annotations(served: Any) -> None:
+    writer, server = served
+    assert writer.run(writer.bind("ns", "p", "n1", {"gpufleet.io/gpus": "0,1"})) == (201, "")
+    ((path, body),) = server.requests
+    assert path == "/api/v1/namespaces/ns/pods/p/binding"
+    assert body["target"] == {"apiVersion": "v1", "kind": "Node", "name": "n1"}
+    assert body["metadata"] == {"name": "p", "annotations": {"gpufleet.io/gpus": "0,1"}}
+
+
+def test_errors_carry_status_and_reason(served: Any) -> None:
+    writer, server = served
+    server.mode = "conflict"
+    assert writer.run(writer.bind("ns", "p", "n1", {})) == (409, "409 Conflict: already assigned")
+
+
+def test_chunked_answer_is_read_and_the_connection_reused(served: Any) -> None:
+    writer, server = served
+    server.mode = "chunked"
+    for _ in range(3):
+        assert writer.run(writer.bind("ns", "p", "n1", {}))[0] == 201
+    assert server.connections == 1
+
+
+def test_idle_connection_closed_by_the_server_is_replaced(served: Any) -> None:
+    writer, server = served
+    server.close_after_answer = True
+    assert writer.run(writer.bind("ns", "a", "n1", {}))[0] == 201
+    assert writer.run(writer.bind("ns", "b", "n1", {}))[0] == 201
+    assert [p for p, _ in server.requests] == [
+        "/api/v1/namespaces/ns/pods/a/binding",
+        "/api/v1/namespaces/ns/pods/b/binding",
+    ]
+
+
+def test_binder_sends_a_batch_through_the_writer(served: Any) -> None:
+    writer, server = served
+    binder = Binder(None, writer=writer)  # type: ignore[arg-type]
+    requests = [BindRequest(f"ns/p{i}", "n1", {}) for i in range(10)]
+    assert binder.bind(requests) == {f"ns/p{i}": None for i in range(10)}
+    assert len(server.requests) == 10 and server.connections <= 4
+
+
+def test_refused_connection_is_status_zero() -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    cfg = client.Configuration()
+    cfg.host = f"http://127.0.0.1:{sock.getsockname()[1]}"  # bound, never listening
+    writer = ApiWriter(cfg)
+    try:
+        status, error = writer.run(writer.bind("ns", "p", "n1", {}))
+        assert status == 0 and "Error" in error
+    finally:
+        writer.close()
+        sock.close()
