@@ -1,17 +1,25 @@
 """The live scheduling loop: cluster cache -> snapshot -> core decision -> API writes.
 
 `run_cycle()` is one pass in numbered phases, each timed and logged with the cycle id:
+  0 settle    binding batches answered since the last cycle: gangs reported bound, or rolled
+              back whole (assumptions forgotten, bound pods deleted)
   1 snapshot  build the core's input from the cache (assumed bindings included)
-  2 heal      restart, as whole gangs, gangs with a pod on a failed or vanished node and
+  2 heal      restart, as whole gangs, gangs with a pod on a failed or vanished node; find
               gangs left partly bound (a crash between two bindings or evictions)
   3 heads     offer pending gangs to the core, except those waiting for preemption victims to
-              exit or for a MIG reconfiguration they need
+              exit or for a MIG reconfiguration they need; the unbound rest of a partly bound
+              gang is offered as `<gang>#rest`
   4 decide    `place()` from the core; every placement decision comes from there
-  5 preempt   evict victim gangs whole; the preemptor waits until their pods are gone
+  5 preempt   evict victim gangs whole through the Eviction API, or none of them when their
+              PodDisruptionBudgets do not allow it; the preemptor waits until the pods are gone
   6 mig       ask nodes for the core's new MIG layouts; the gangs needing them wait
-  7 bind      assume every pod of a gang, bind them all; if any binding fails, forget the
-              gang's assumptions and delete the pods that were bound (never a partial gang)
-  8 explain   write the core's pending reason into each waiting pod's PodScheduled condition
+  7 complete  a partly bound gang whose rest the core placed is completed by phase 8; one
+              whose rest cannot be placed restarts whole
+  8 bind      assume every pod of a gang, then send all bindings of the cycle as one batch
+              that is answered in the background (the next cycle does not wait for it; the
+              assumptions keep its GPUs taken); if any binding of a gang fails, phase 0 of a
+              later cycle rolls the gang back (never a partial gang)
+  9 explain   write the core's pending reason into each waiting pod's PodScheduled condition
 A failed snapshot or decision logs and waits for the next cycle instead of raising.
 """
 
@@ -22,10 +30,12 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from concurrent import futures
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
 
 from gpufleet.core.decision import Decision, GangPlacement
-from gpufleet.core.demand import Gang
+from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import Snapshot
@@ -34,6 +44,7 @@ from gpufleet.model.mig import MigLayout
 from gpufleet.scheduler import metrics, names, pods
 from gpufleet.scheduler.binder import Binder, BindRequest, scheduled_message
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
+from gpufleet.scheduler.disruption import gang_blocked
 from gpufleet.scheduler.mig import CONFIG_PREFIX, MigRequester
 from gpufleet.scheduler.nodes import node_ready
 from gpufleet.scheduler.snapshot import ClusterView, PendingGang, build_view
@@ -55,7 +66,8 @@ class CycleReport:
     pending: dict[str, str] = field(default_factory=dict)  # gang id -> message
     preempted: list[str] = field(default_factory=list)  # victim gang ids
     mig_requests: dict[str, str] = field(default_factory=dict)  # node -> config name
-    restarted: list[str] = field(default_factory=list)  # gangs moved off failed nodes
+    restarted: list[str] = field(default_factory=list)  # gangs restarted whole
+    completed: list[str] = field(default_factory=list)  # partly bound gangs being completed
     bind_failures: dict[str, str] = field(default_factory=dict)  # gang id -> error
     timings: dict[str, float] = field(default_factory=dict)
     error: str | None = None
@@ -86,6 +98,8 @@ class Scheduler:
         decide: Decide = place,
         node_failure_grace: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        budget_retry: float = 10.0,
+        partial_grace: float = 30.0,
     ) -> None:
         self.cache = cache
         self.binder = binder
@@ -97,6 +111,20 @@ class Scheduler:
         self.clock = clock
         self.cycle = 0
         self._not_ready_since: dict[str, float] = {}
+        # Preemptions a PodDisruptionBudget stopped: victim gang -> until when it is offered
+        # as not preemptible; preemptor -> (its pending message, until when).
+        self.budget_retry = budget_retry
+        self._budget_blocked: dict[str, float] = {}
+        self._blocked_preemptors: dict[str, tuple[str, float]] = {}
+        # Binding batches in flight: (gang id -> its requests, the batch's answer).
+        self._inflight: list[
+            tuple[dict[str, list[BindRequest]], Future[dict[str, str | None]]]
+        ] = []
+        # Partly bound gangs -> since when; pods this process deleted -> until when to wait
+        # for the watch to show them gone.
+        self.partial_grace = partial_grace
+        self._partial_since: dict[str, float] = {}
+        self._being_deleted: dict[str, float] = {}
 
     # --- the cycle -----------------------------------------------------------------------------
 
@@ -110,6 +138,10 @@ class Scheduler:
             report.timings[name] = now - since
             return now
 
+        # 0 settle: binding batches answered since the last cycle (rolled-back gangs' GPUs
+        # are free again in this cycle's snapshot)
+        self._settle_bindings(report)
+
         # 1 snapshot
         try:
             state = self.cache.state()
@@ -120,16 +152,19 @@ class Scheduler:
             return report
         for key in view.problems:
             log.warning("cycle=%d pod %s holds GPUs its node does not have", self.cycle, key)
+        view = self._without_blocked_victims(view)
         t = phase("snapshot", started)
 
         # 2 heal
         report.restarted = self._heal(state)
+        settling = set(report.restarted) | self._members_deleting(state)
+        partial = self._partial_gangs(state, settling)
         t = phase("heal", t)
 
-        # 3 heads (gangs restarted just now are offered again once their pods are recreated)
+        # 3 heads (gangs restarted or rolled back are offered again once the pods this process
+        # deleted are gone and recreated)
         offered, waiting = self._heads(view, state)
-        restarted = set(report.restarted)
-        offered = [pg for pg in offered if pg.gang.id.split("#")[0] not in restarted]
+        offered = [pg for pg in offered if pg.gang.id.split("#")[0] not in settling]
         t = phase("heads", t)
 
         # 4 decide
@@ -144,22 +179,30 @@ class Scheduler:
         t = phase("decide", t)
 
         # 5 preempt
-        held = self._preempt(decision, view, report)
+        held = self._preempt(decision, view, state, report)
         t = phase("preempt", t)
 
         # 6 mig
         held |= self._repartition(decision, view, state, report)
         t = phase("mig", t)
 
-        # 7 bind
+        # 7 complete
+        held |= self._complete(partial, state, decision, held, waiting, report)
+        t = phase("complete", t)
+
+        # 8 bind
         by_id = {pg.gang.id: pg for pg in offered}
         self._bind_all([p for p in decision.placements if p.gang_id not in held], by_id, report)
         t = phase("bind", t)
 
-        # 8 explain
+        # 9 explain
         messages = dict(waiting)
         for p in decision.pending:
             messages[p.gang_id] = f"{p.reason.value}: {p.message}"
+            # A preemptor a budget stopped keeps that as its reason while the victims it
+            # wanted are held back from the core (the core alone would only say "no room").
+            if p.gang_id in self._blocked_preemptors:
+                messages[p.gang_id] = self._blocked_preemptors[p.gang_id][0]
         for gid in held:
             messages.setdefault(gid, held[gid])
         report.pending = messages
@@ -174,9 +217,10 @@ class Scheduler:
         total = self.clock() - started
         if report.bound or report.preempted or report.mig_requests or report.restarted:
             log.info(
-                "cycle=%d bound=%s preempted=%s mig=%s restarted=%s pending=%d in %.3fs (%s)",
+                "cycle=%d bound=%s preempted=%s mig=%s restarted=%s completed=%s pending=%d "
+                "in %.3fs (%s)",
                 self.cycle, report.bound, report.preempted, sorted(report.mig_requests),
-                report.restarted, len(messages), total,
+                report.restarted, report.completed, len(messages), total,
                 " ".join(f"{k}={v * 1000:.0f}ms" for k, v in report.timings.items()),
             )  # fmt: skip
         return report
@@ -216,21 +260,18 @@ class Scheduler:
         for gid, why in sorted(broken.items()):
             log.warning("cycle=%d gang %s: %s; restarting the whole gang", self.cycle, gid, why)
             # Forced: no kubelet will confirm the deletion of pods on a dead node.
+            self._deleting(members[gid])
             self.binder.delete_pods(members[gid], NODE_FAILURE_REASON, why, force=True)
-        partial = self._partial_gangs(state, set(broken))
-        for gid, keys in sorted(partial.items()):
-            why = f"{len(keys)} of its pods run without the rest of the gang"
-            log.warning("cycle=%d gang %s: %s; restarting the whole gang", self.cycle, gid, why)
-            self.binder.delete_pods(keys, GANG_INCOMPLETE_REASON, why)
-        return sorted(set(broken) | set(partial))
+        return sorted(broken)
 
     @staticmethod
     def _partial_gangs(state: CachedState, skip: set[str]) -> dict[str, list[str]]:
         """Gangs with some, but fewer than their gang size, live pods bound -> those pods.
 
         Left by a crash between the bindings (or evictions) of one gang, or by a member deleted
-        by hand: the bound part would hold its GPUs without doing work, so the gang restarts
-        whole. Assumed bindings count as bound, so a gang this process is binding is whole.
+        by hand: the bound part holds its GPUs without doing work until the gang is completed
+        or restarted (`_complete`). Assumed bindings count as bound, so a gang this process is
+        binding is whole; gangs in `skip` (restarting, being rolled back) are left alone.
         """
         bound: dict[str, list[str]] = defaultdict(list)
         size: dict[str, int] = {}
@@ -246,6 +287,89 @@ class Scheduler:
             bound[gid].append(pods.pod_key(pod))
             size[gid] = pods.gang_size(pod)
         return {g: keys for g, keys in bound.items() if len(keys) < size[g] and g not in skip}
+
+    def _complete(
+        self,
+        partial: Mapping[str, list[str]],
+        state: CachedState,
+        decision: Decision,
+        held: Mapping[str, str],
+        waiting: Mapping[str, str],
+        report: CycleReport,
+    ) -> dict[str, str]:
+        """Complete partly bound gangs where the core found room for their rest; restart the
+        others whole. Returns rests that must not be bound (a same-node gang's rest placed on
+        another node).
+
+        The unbound pods of a partly bound gang are offered to the core as `<gang>#rest`, on
+        the GPU type the bound pods hold (snapshot.py); the core counts the bound pods' GPUs as
+        taken and places the rest in what is free. When that placement is bound (phase 8) the
+        gang is whole again and nothing restarts. The gang restarts (its bound pods deleted,
+        the operator recreates them) when the core says the rest does not fit, when the rest
+        of a same-node gang would land on another node, or when the rest has not been offered
+        for `partial_grace` seconds (pods missing, invalid). A rest waiting for preemption
+        victims or a MIG reconfiguration keeps waiting.
+        """
+        now = self.clock()
+        for gid in [g for g in self._partial_since if g not in partial]:
+            del self._partial_since[gid]
+        placed = {p.gang_id: p for p in decision.placements}
+        refused = {p.gang_id: p.message for p in decision.pending}
+        current = {pods.pod_key(p): p for p in state.pods}
+        blocked: dict[str, str] = {}
+        restart: dict[str, str] = {}
+        for gid, keys in sorted(partial.items()):
+            since = self._partial_since.setdefault(gid, now)
+            rest = f"{gid}#rest"
+            nodes = {pods.node_name(current[k]) for k in keys if k in current}
+            topology = pods.topology(current[keys[0]]) if keys[0] in current else None
+            if rest in placed and rest not in held:
+                where = {r.node for r in placed[rest].replicas}
+                if topology is Topology.SAME_NODE and not where <= nodes:
+                    blocked[rest] = (
+                        f"{PendingReasonText.GANG}: restarting (rest fits only elsewhere)"
+                    )
+                    restart[gid] = "its rest fits only on another node than its bound pods"
+                    continue
+                log.info(
+                    "cycle=%d gang %s: %d pod(s) bound, completing it with %d more",
+                    self.cycle, gid, len(keys), len(placed[rest].replicas),
+                )  # fmt: skip
+                report.completed.append(gid)
+            elif rest in held or rest in waiting:
+                continue
+            elif rest in refused:
+                restart[gid] = f"the rest of the gang does not fit ({refused[rest]})"
+            elif now - since >= self.partial_grace:
+                restart[gid] = f"its other pods were not schedulable for {self.partial_grace:.0f}s"
+        for gid, why in sorted(restart.items()):
+            why = f"{len(partial[gid])} of its pods run without the rest of the gang; {why}"
+            log.warning("cycle=%d gang %s: %s; restarting the whole gang", self.cycle, gid, why)
+            self._deleting(partial[gid])
+            self.binder.delete_pods(partial[gid], GANG_INCOMPLETE_REASON, why)
+            report.restarted.append(gid)
+            self._partial_since.pop(gid, None)
+        return blocked
+
+    def _deleting(self, keys: Sequence[str]) -> None:
+        """Remember pods this process deletes, until the watch shows them gone."""
+        until = self.clock() + self.node_failure_grace + 30.0
+        self._being_deleted.update(dict.fromkeys(keys, until))
+
+    def _members_deleting(self, state: CachedState) -> set[str]:
+        """Gangs with a pod this process is deleting whose deletion the watch has not shown
+        yet: neither partly bound (to complete) nor to restart again."""
+        now = self.clock()
+        live = {
+            pods.pod_key(p): p for p in state.pods if not p["metadata"].get("deletionTimestamp")
+        }
+        out: set[str] = set()
+        for key, until in list(self._being_deleted.items()):
+            if until < now or key not in live:
+                del self._being_deleted[key]
+            else:
+                out.add(pods.gang_id(live[key]))
+        return out
 
     def _heads(
         self, view: ClusterView, state: CachedState
@@ -267,24 +391,95 @@ class Scheduler:
         return offered, waiting
 
     def _preempt(
-        self, decision: Decision, view: ClusterView, report: CycleReport
+        self, decision: Decision, view: ClusterView, state: CachedState, report: CycleReport
     ) -> dict[str, str]:
+        """Evict each preemptor's victim gangs through the Eviction API, all of them or none.
+
+        The victims' PodDisruptionBudgets are read once per cycle and the preemption goes ahead
+        only if they allow every victim pod of the preemptor to go (`disruption.gang_blocked`);
+        otherwise nothing is evicted, the preemptor waits with the budget as its reason and
+        its victims are not offered to the core as preemptible for `budget_retry` seconds, so
+        the next decision looks for other room. If the API still refuses an eviction midway
+        (another client used the budget since the check), evictions stop there; see
+        disruption.py for that residual race.
+        """
         held: dict[str, str] = {}
         victims_of: dict[str, list[str]] = defaultdict(list)
         for p in decision.preemptions:
             victims_of[p.for_gang].append(p.gang_id)
+        if not victims_of:
+            return held
+        current = {pods.pod_key(p): p for p in state.pods}
+        keys_of = {
+            gang: [k for v in victims for k in view.running_pods.get(v, ())]
+            for gang, victims in victims_of.items()
+        }
+        try:
+            budgets = self.binder.list_budgets(
+                {k.partition("/")[0] for keys in keys_of.values() for k in keys}
+            )
+        except Exception as exc:  # no budgets known: no eviction this cycle
+            log.warning("cycle=%d cannot read PodDisruptionBudgets: %s", self.cycle, exc)
+            for gang in victims_of:
+                held[gang] = f"{PendingReasonText.BUDGET}: cannot read PodDisruptionBudgets"
+            return held
+        spent: dict[str, int] = {}
+        until = self.clock() + self.budget_retry
         for gang, victims in sorted(victims_of.items()):
-            keys: list[str] = []
-            for victim in victims:
-                keys.extend(view.running_pods.get(victim, ()))
+            keys = keys_of[gang]
+            why = gang_blocked([current[k] for k in keys if k in current], budgets, spent)
+            if why is not None:
+                message = (
+                    f"{PendingReasonText.BUDGET}: cannot preempt "
+                    f"{', '.join(sorted(victims))}: {why}"
+                )
+                log.info("cycle=%d gang %s: %s", self.cycle, gang, message)
+                self._budget_blocked.update(dict.fromkeys(victims, until))
+                self._blocked_preemptors[gang] = (message, until)
+                held[gang] = message
+                continue
             message = f"preempted by higher-priority gang {gang}"
-            failed = self.binder.delete_pods(keys, names.PREEMPTED_REASON, message)
-            if failed:
-                log.warning("cycle=%d could not evict %s", self.cycle, failed)
-            self.cache.nominate(gang, frozenset(keys))
-            held[gang] = PREEMPTING_MESSAGE
+            # The victims' uids before the evictions: the operator recreates an evicted worker
+            # under the same name while the other evictions are still going on.
+            uids = self.cache.uids(keys)
+            self.cache.note_disruption(keys, names.PREEMPTED_REASON)
+            results = self.binder.evict_pods(keys, names.PREEMPTED_REASON, message)
+            refused = {k: e for k, e in results.items() if e is not None}
+            evicted = frozenset(k for k, e in results.items() if e is None)
+            self.cache.nominate(gang, evicted, uids)
             report.preempted.extend(victims)
+            held[gang] = PREEMPTING_MESSAGE
+            if refused:
+                log.warning(
+                    "cycle=%d gang %s: %d of %d evictions refused after the budget check (%s)",
+                    self.cycle, gang, len(refused), len(keys), sorted(refused.values())[0],
+                )  # fmt: skip
+                self._budget_blocked.update(dict.fromkeys(victims, until))
+                held[gang] = (
+                    f"{PendingReasonText.BUDGET}: {len(refused)} of {len(keys)} evictions "
+                    f"refused: {sorted(refused.values())[0]}"
+                )
+                self._blocked_preemptors[gang] = (held[gang], until)
         return held
+
+    def _without_blocked_victims(self, view: ClusterView) -> ClusterView:
+        """`view` with gangs a budget protected recently offered as not preemptible."""
+        now = self.clock()
+        for gid in [g for g, t in self._budget_blocked.items() if t < now]:
+            del self._budget_blocked[gid]
+        for gid in [g for g, (_, t) in self._blocked_preemptors.items() if t < now]:
+            del self._blocked_preemptors[gid]
+        if not self._budget_blocked:
+            return view
+        snap = view.snapshot
+        running = tuple(
+            replace(g, preemptible=False) if g.id in self._budget_blocked else g
+            for g in snap.running
+        )
+        return replace(
+            view,
+            snapshot=Snapshot(snap.catalog, snap.nodes, running, snap.constrained_demand),
+        )
 
     def _repartition(
         self, decision: Decision, view: ClusterView, state: CachedState, report: CycleReport
@@ -330,7 +525,12 @@ class Scheduler:
         by_id: Mapping[str, PendingGang],
         report: CycleReport,
     ) -> None:
-        """Bind every placed gang in one parallel batch; roll back gangs with any failure."""
+        """Assume every placed gang and start its bindings in one parallel batch.
+
+        The batch runs in the background (pipelining): the next cycle can place more gangs
+        while these bindings are in flight, because the assumptions already count their
+        GPUs. `_settle_bindings` later reports each gang bound, or rolls it back whole.
+        """
         per_gang: dict[str, list[BindRequest]] = {}
         for placement in placements:
             pg = by_id[placement.gang_id]
@@ -343,28 +543,52 @@ class Scheduler:
                 for i, key in enumerate(pg.pods[: len(placement.replicas)])
             ]
         requests = [r for rs in per_gang.values() for r in rs]
-        if not requests:
-            return
-        # Assume first: the next cycle counts these GPUs even before the watch shows the pods.
-        for r in requests:
-            self.cache.assume(r.pod_key, r.node, r.annotations)
-        results = self.binder.bind(requests)
+        if requests:
+            # Assume first: the next cycle counts these GPUs even before the watch shows the
+            # pods, and even before the bindings have been answered.
+            for r in requests:
+                self.cache.assume(r.pod_key, r.node, r.annotations)
+            future = self.binder.bind_async(requests)
+            future.add_done_callback(lambda _: self.cache.changed.set())
+            self._inflight.append((per_gang, future))
+        self._settle_bindings(report)
+
+    def _settle_bindings(self, report: CycleReport, wait: float | None = None) -> None:
+        """Report the gangs of finished binding batches bound; roll back a gang with any
+        failed binding: forget its assumptions and delete the pods that were bound."""
+        if wait is not None and self._inflight:
+            futures.wait([f for _, f in self._inflight], timeout=wait)
+        still: list[tuple[dict[str, list[BindRequest]], Future[dict[str, str | None]]]] = []
         rollback: list[str] = []
-        for gid, rs in per_gang.items():
-            failed = [results[r.pod_key] for r in rs if results.get(r.pod_key) is not None]
-            if not failed:
-                report.bound.append(gid)
+        for per_gang, future in self._inflight:
+            if not future.done():
+                still.append((per_gang, future))
                 continue
-            for r in rs:
-                self.cache.forget(r.pod_key)
-            bound = [r.pod_key for r in rs if results.get(r.pod_key) is None]
-            log.warning(
-                "cycle=%d gang %s: %d binding(s) failed (%s); removing its %d bound pod(s)",
-                self.cycle, gid, len(failed), failed[0], len(bound),
-            )  # fmt: skip
-            rollback.extend(bound)
-            report.bind_failures[gid] = failed[0] or "failed"
+            try:
+                results = future.result()
+            except Exception as exc:  # the writer itself failed: nothing is known to be bound
+                results = {
+                    r.pod_key: f"binding batch failed: {exc}"
+                    for rs in per_gang.values()
+                    for r in rs
+                }
+            for gid, rs in per_gang.items():
+                failed = [results[r.pod_key] for r in rs if results.get(r.pod_key) is not None]
+                if not failed:
+                    report.bound.append(gid)
+                    continue
+                for r in rs:
+                    self.cache.forget(r.pod_key)
+                bound = [r.pod_key for r in rs if results.get(r.pod_key) is None]
+                log.warning(
+                    "cycle=%d gang %s: %d binding(s) failed (%s); removing its %d bound pod(s)",
+                    self.cycle, gid, len(failed), failed[0], len(bound),
+                )  # fmt: skip
+                rollback.extend(bound)
+                report.bind_failures[gid] = failed[0] or "failed"
+        self._inflight = still
         if rollback:
+            self._deleting(rollback)
             self.binder.delete_pods(
                 rollback, "GangBindingFailed", "another pod of the gang could not be bound"
             )
@@ -412,6 +636,7 @@ class PendingReasonText:
     MIG = "WaitingForMIGReconfiguration"
     GANG = "GangNotReady"
     PREEMPTING = "WaitingForPreemption"
+    BUDGET = "PreemptionBlockedByDisruptionBudget"
 
 
 PREEMPTING_MESSAGE = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from gpufleet.model.mig import MigLayout
@@ -12,14 +13,36 @@ from gpufleet.scheduler.mig import config_name
 
 
 class FakeBinder:
-    """Records writes; `fail` names pods whose binding the 'API server' refuses."""
+    """Records writes; `fail` names pods whose binding the 'API server' refuses, `refuse`
+    pods whose eviction it refuses (pod key -> error), `budgets` are its
+    PodDisruptionBudgets."""
 
     def __init__(self) -> None:
         self.bound: dict[str, BindRequest] = {}
         self.deleted: list[tuple[str, str, bool]] = []
+        self.evicted: list[tuple[str, str]] = []
         self.marked: dict[str, str] = {}
         self.mark_calls = 0
         self.fail: set[str] = set()
+        self.refuse: dict[str, str] = {}
+        self.budgets: list[dict[str, Any]] = []
+        self.hold = False
+        self.held: list[tuple[list[BindRequest], Future[dict[str, str | None]]]] = []
+
+    def bind_async(self, requests: Iterable[BindRequest]) -> Future[dict[str, str | None]]:
+        """Done at once, unless `hold` is set: then the test completes `held` itself."""
+        future: Future[dict[str, str | None]] = Future()
+        if self.hold:
+            self.held.append((list(requests), future))
+        else:
+            future.set_result(self.bind(requests))
+        return future
+
+    def release(self) -> None:
+        """Let the held bindings through."""
+        for requests, future in self.held:
+            future.set_result(self.bind(requests))
+        self.held.clear()
 
     def bind(self, requests: Iterable[BindRequest]) -> dict[str, str | None]:
         out: dict[str, str | None] = {}
@@ -36,6 +59,18 @@ class FakeBinder:
     ) -> list[str]:
         self.deleted.extend((k, reason, force) for k in keys)
         return []
+
+    def evict_pods(self, keys: Iterable[str], reason: str, message: str) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        for k in keys:
+            out[k] = self.refuse.get(k)
+            if out[k] is None:
+                self.evicted.append((k, reason))
+        return out
+
+    def list_budgets(self, namespaces: Iterable[str]) -> list[dict[str, Any]]:
+        wanted = set(namespaces)
+        return [b for b in self.budgets if b["metadata"]["namespace"] in wanted]
 
     def mark_pending(self, messages: Mapping[str, str]) -> None:
         self.mark_calls += 1

@@ -1,7 +1,9 @@
 """One scheduling cycle against an in-memory cluster: whole-gang binding with annotations,
 no GPU handed out twice across cycles, rollback of a partly failed gang, pending reasons written
-once, preemption of whole gangs with the preemptor waiting, MIG requests holding their gang, and
-gangs restarted off a failed node. Decisions come from the real core (greedy engine)."""
+once, preemption of whole gangs with the preemptor waiting, MIG requests holding their gang,
+gangs restarted off a failed node, partly bound gangs completed (or restarted when their rest
+cannot be placed), and binding batches answered after the cycle that sent them (pipelining).
+Decisions come from the real core (greedy engine)."""
 
 from __future__ import annotations
 
@@ -139,13 +141,13 @@ def test_preemption_evicts_whole_gangs_and_preemptor_waits() -> None:
     sched, cache, binder, _ = make([NodeBuilder("h0").obj()], low + high)
     report = sched.run_cycle()
     assert report.preempted == ["default/low"]
-    assert sorted(d[0] for d in binder.deleted) == ["default/low-0", "default/low-1"]
-    assert all(d[1] == names.PREEMPTED_REASON for d in binder.deleted)
-    assert binder.bound == {}
+    assert sorted(d[0] for d in binder.evicted) == ["default/low-0", "default/low-1"]
+    assert all(d[1] == names.PREEMPTED_REASON for d in binder.evicted)
+    assert binder.bound == {} and binder.deleted == []
     # Victims still terminating: the preemptor keeps waiting and nothing more is evicted.
-    binder.deleted.clear()
+    binder.evicted.clear()
     report = sched.run_cycle()
-    assert report.bound == [] and binder.deleted == []
+    assert report.bound == [] and binder.evicted == []
     assert report.pending["default/high"].startswith("WaitingForPreemption")
     for pod in low:
         cache.pod_event("DELETED", pod)
@@ -157,7 +159,7 @@ def test_non_preemptible_and_foreign_work_is_never_evicted() -> None:
     high = gang("high", 1, 8, **{names.PRIORITY: "10"})
     sched, _, binder, _ = make([NodeBuilder("h0").obj()], [foreign, *high])
     report = sched.run_cycle()
-    assert report.preempted == [] and binder.deleted == [] and binder.bound == {}
+    assert report.preempted == [] and binder.evicted == [] and binder.bound == {}
 
 
 def test_mig_repartition_holds_the_gang_until_applied() -> None:
@@ -226,17 +228,91 @@ def test_not_ready_node_waits_for_the_grace_period() -> None:
     assert sched.run_cycle().restarted == ["default/pod:p"]
 
 
-def test_partly_bound_gang_left_by_a_crash_restarts_whole() -> None:
-    # A crash between two bindings left rank 0 bound and rank 1 pending.
-    pods = [
-        PodBuilder("g-0").gpus(4).gang("g", 2, 0).bound("h0", gpus="0,1,2,3").obj(),
-        PodBuilder("g-1").gpus(4).gang("g", 2, 1).obj(),
-    ]
-    sched, _, binder, _ = make([NodeBuilder("h0").obj()], pods)
+def crashed_gang(size: int = 2, bound: int = 1, gpus: int = 4, **ann: str) -> list[dict[str, Any]]:
+    """A gang left partly bound by a crash between two bindings: ranks < `bound` on h0."""
+    out = []
+    for i in range(size):
+        b = PodBuilder(f"g-{i}").gpus(gpus).gang("g", size, i)
+        if i < bound:
+            b.bound("h0", gpus=",".join(str(g) for g in range(i * gpus, (i + 1) * gpus)))
+        for k, v in ann.items():
+            b.annotate(k, v)
+        out.append(b.obj())
+    return out
+
+
+def test_partly_bound_gang_is_completed_next_to_its_bound_pods() -> None:
+    sched, _, binder, _ = make([NodeBuilder("h0").obj()], crashed_gang())
     report = sched.run_cycle()
-    assert report.error is None and report.bound == []
-    assert report.restarted == ["default/g"]
+    assert report.error is None and report.completed == ["default/g"]
+    assert report.bound == ["default/g#rest"] and report.restarted == []
+    assert binder.deleted == []
+    assert binder.bound["default/g-1"].node == "h0"
+    assert binder.bound["default/g-1"].annotations[names.ASSIGNED_GPUS] == "4,5,6,7"
+
+
+def test_partly_bound_gang_whose_rest_does_not_fit_restarts_whole() -> None:
+    other = PodBuilder("o").gpus(4).scheduler("default-scheduler").bound("h0").obj()
+    sched, _, binder, _ = make([NodeBuilder("h0").obj()], [*crashed_gang(), other])
+    report = sched.run_cycle()
+    assert report.restarted == ["default/g"] and report.completed == []
     assert [(d[0], d[1]) for d in binder.deleted] == [("default/g-0", "GangIncomplete")]
+    assert binder.bound == {}
+    # The deletion is on its way: the next cycle neither restarts nor completes the gang again.
+    binder.deleted.clear()
+    report = sched.run_cycle()
+    assert report.restarted == [] and binder.deleted == [] and binder.bound == {}
+
+
+def test_same_node_gang_is_not_completed_on_another_node() -> None:
+    other = PodBuilder("o").gpus(4).scheduler("default-scheduler").bound("h0").obj()
+    nodes = [NodeBuilder("h0").obj(), NodeBuilder("h1").obj()]
+    pods = [*crashed_gang(**{names.TOPOLOGY: "same-node"}), other]
+    sched, _, binder, _ = make(nodes, pods)
+    report = sched.run_cycle()
+    assert report.restarted == ["default/g"] and binder.bound == {}
+
+
+def test_partly_bound_gang_missing_pods_waits_then_restarts() -> None:
+    clock = Clock()
+    cache = SchedulerCache(clock=clock)
+    load(cache, [NodeBuilder("h0").obj()], crashed_gang(size=3, bound=1, gpus=2)[:2])
+    binder = FakeBinder()
+    sched = Scheduler(
+        cache, binder, FakeMig(), load_catalog(), POLICY,  # type: ignore[arg-type]
+        clock=clock, partial_grace=10,
+    )  # fmt: skip
+    report = sched.run_cycle()  # rank 2 is missing: the operator may still be creating it
+    assert report.restarted == [] and report.completed == [] and binder.bound == {}
+    clock.t = 11
+    report = sched.run_cycle()
+    assert report.restarted == ["default/g"]
+    assert [d[0] for d in binder.deleted] == ["default/g-0"]
+
+
+def test_bindings_in_flight_hold_their_gpus_and_settle_later() -> None:
+    sched, cache, binder, _ = make([NodeBuilder("h0").obj()], gang("a", 1, 8))
+    binder.hold = True
+    report = sched.run_cycle()
+    assert report.bound == [] and len(binder.held) == 1  # sent, not yet answered
+    cache.pod_event("ADDED", PodBuilder("b").gpus(1).obj())
+    report = sched.run_cycle()  # pipelined: the next cycle runs while "a" is being bound
+    assert report.pending["default/pod:b"].startswith("InsufficientFreeGpus")
+    binder.release()
+    assert sched.run_cycle().bound == ["default/a"]
+
+
+def test_failure_answered_after_the_cycle_rolls_the_gang_back() -> None:
+    sched, cache, binder, _ = make([NodeBuilder("h0").obj()], gang("g", 2, 4))
+    binder.hold = True
+    binder.fail = {"default/g-1"}
+    sched.run_cycle()
+    assert set(cache.assumed()) == {"default/g-0", "default/g-1"}
+    binder.release()
+    report = sched.run_cycle()
+    assert "default/g" in report.bind_failures and report.bound == []
+    assert [d[0] for d in binder.deleted] == ["default/g-0"]
+    assert "default/g-1" not in cache.assumed()
 
 
 def test_elastic_gang_binds_what_fits_between_min_and_max() -> None:
@@ -264,7 +340,7 @@ def test_higher_priority_gang_shrinks_elastic_gangs_before_preempting_whole_ones
     sched, _, binder, _ = make([NodeBuilder("l0", "L4", 4).obj()], elastic + whole + high)
     report = sched.run_cycle()
     assert sorted(report.preempted) == ["default/e#extra-1", "default/e#extra-2"]
-    assert sorted(d[0] for d in binder.deleted) == ["default/e-1", "default/e-2"]
+    assert sorted(d[0] for d in binder.evicted) == ["default/e-1", "default/e-2"]
 
 
 def test_binding_carries_gpus_mig_instance_and_power_cap() -> None:
