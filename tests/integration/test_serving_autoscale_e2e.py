@@ -1,0 +1,221 @@
+"""The prefill/decode autoscaler end to end: operator + scheduler + autoscaler + a real
+Prometheus + the serving simulator replaying a burst of the Azure LLM 2023 code trace.
+
+Aspects: a disaggregated ServingJob's pools start at their minimum; the simulator serves the
+trace with as many replicas as the job has Running pods (kwok runs the pods the gpufleet
+scheduler binds) and exposes vLLM metrics per pool; Prometheus scrapes them; the operator's
+autoscaler reads Prometheus, scales both pools up under the burst and back down to the minimum
+after it; every decision is visible in the status (`lastScaleReason`) and as a `Scaled` Event,
+and the Events form an unbroken chain of replica changes (nothing decided silently).
+
+Time is compressed so the run stays under two minutes: the trace slice plays twice as fast,
+the ServingJob decides every 2 s with a 10 s rate/staleness window and a 10 s scale-down
+window, and the operator's policy defaults (window, forecast horizon, burst memory, feedback
+half-life) are shortened through `GPUFLEET_AUTOSCALER_SETTINGS`. The replica profile is the
+simulator's Llama-8B on H100; the decode batch in the CRD's capacity profile is small (16)
+because the code trace's answers are short (a few dozen tokens), so decode would otherwise
+never need a second replica in a 30-second burst.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from gpufleet.autoscaler.inputs import SETTINGS_ENV
+from gpufleet.core.autoscaling_types import PoolRole
+from gpufleet.operator.serving_children import SERVINGJOB_LABEL
+from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
+from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.prometheus import PrometheusServer
+from gpufleet.sim.serving.live import LiveServingSim
+from gpufleet.sim.serving.model import PoolConfig, ServingConfig
+from gpufleet.sim.serving.profiles import replica_profile
+from gpufleet.sim.serving.trace import load_azure_code_trace
+
+GROUP, VERSION, PLURAL = "gpufleet.io", "v1alpha1", "servingjobs"
+TRACE = Path("/work/shared/data/traces/azure-llm-2023-code.csv")
+# The slice: 60 s of the trace from second 840, a burst of up to 72k prompt tokens/s that
+# falls to a few thousand, then silence. Played 2x faster after a 5 s lead-in at zero load.
+SLICE_START_S, SLICE_S, TIME_SCALE, LEAD_IN_S = 840.0, 60.0, 2.0, 5.0
+PROFILE = replica_profile("H100-SXM-80GB")
+JOB = "coder"
+POOLS = ("prefill", "decode")
+# Shortened policy defaults (seconds): the test's minute stands for an hour of production.
+COMPRESSED = {
+    "window_s": 30,
+    "forecast_horizon_s": 5,
+    "backlog_drain_s": 5,
+    "burst_memory_half_life_s": 3,
+    "feedback_half_life_s": 10,
+}
+SCALED = re.compile(r"^(prefill|decode): scale (\d+)->(\d+) \((\w+)\)")
+
+
+@pytest.fixture(scope="module")
+def operator(
+    sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """This module's own operator process, started with the compressed policy defaults."""
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    proc = OperatorProcess(sandbox.kubeconfig, log, kube.coordination)
+    previous = os.environ.get(SETTINGS_ENV)
+    os.environ[SETTINGS_ENV] = json.dumps(COMPRESSED)  # inherited by the child process only
+    try:
+        proc.start()
+    finally:
+        if previous is None:
+            del os.environ[SETTINGS_ENV]
+        else:
+            os.environ[SETTINGS_ENV] = previous
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[PrometheusServer]:
+    with PrometheusServer(tmp_path / "prometheus", scrape_interval_s=1.0) as server:
+        yield server
+
+
+def servingjob(url: str) -> dict[str, Any]:
+    template = {"spec": {"containers": [{"name": "vllm", "image": "registry.example/vllm:1"}]}}
+    pool = {
+        "minReplicas": 1,
+        "maxReplicas": 4,
+        "gpusPerReplica": 1,
+        "gpuTypes": [{"name": "H100-80GB"}],
+        "template": template,
+    }
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ServingJob",
+        "metadata": {"name": JOB},
+        "spec": {
+            "prefill": pool,
+            "decode": pool,
+            "slo": {"ttftP90Seconds": 0.5, "itlP90Seconds": 0.05},
+            "autoscaling": {
+                "intervalSeconds": 2,
+                "prometheus": {"url": url, "staleAfterSeconds": 10},
+                "capacity": {
+                    "prefillTokensPerSecond": PROFILE.prefill_tokens_per_s,
+                    "decodeBatchSize": 16,
+                },
+                "scaleUp": {"stabilizationWindowSeconds": 0, "maxStep": 2},
+                "scaleDown": {"stabilizationWindowSeconds": 10, "maxStep": 2},
+            },
+        },
+    }
+
+
+def running_pods(kube: Kube, ns: str) -> Counter[str]:
+    pods = kube.pods(ns, f"{SERVINGJOB_LABEL}={JOB}")
+    return Counter(
+        p["metadata"]["labels"]["gpufleet.io/pool"]
+        for p in pods
+        if (p.get("status") or {}).get("phase") == "Running"
+        and not p["metadata"].get("deletionTimestamp")
+    )
+
+
+def test_both_pools_follow_a_code_trace_burst(
+    kube: Kube, ns: str, prometheus: PrometheusServer
+) -> None:
+    started = time.monotonic()
+    custom = kube.custom
+
+    def status() -> dict[str, Any]:
+        obj: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB)
+        return dict(obj.get("status") or {})
+
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, servingjob(prometheus.url))
+    try:
+        wait_for(lambda: running_pods(kube, ns) == Counter(prefill=1, decode=1), "pools at min", 60)
+        requests = load_azure_code_trace(TRACE, start_s=SLICE_START_S, duration_s=SLICE_S)
+        # Shift in trace seconds, so the lead-in is LEAD_IN_S of wall time after compression.
+        requests = tuple(
+            dataclasses.replace(r, arrival_s=r.arrival_s + LEAD_IN_S * TIME_SCALE) for r in requests
+        )
+        config = ServingConfig(
+            prefill=PoolConfig("prefill", PoolRole.PREFILL, PROFILE),
+            decode=PoolConfig("decode", PoolRole.DECODE, PROFILE),
+        )
+        sim = LiveServingSim(
+            client.CoreV1Api(kube.core.api_client),
+            ns,
+            JOB,
+            config,
+            requests,
+            time_scale=TIME_SCALE,
+            poll_s=0.5,
+        )
+        with sim:
+            prometheus.reload(sim.scrape_targets())
+            prometheus.wait_scraped(timeout_s=20)
+            peak = {pool: 1 for pool in POOLS}
+            peak_running: Counter[str] = Counter()
+            reasons: dict[str, set[str]] = {pool: set() for pool in POOLS}
+            metrics_seen = False
+
+            def settled() -> bool:
+                nonlocal metrics_seen
+                st = status()
+                for pool in POOLS:
+                    entry = st.get(pool) or {}
+                    peak[pool] = max(peak[pool], int(entry.get("desiredReplicas") or 0))
+                    if entry.get("lastScaleReason"):
+                        reasons[pool].add(entry["lastScaleReason"])
+                for c in st.get("conditions") or []:
+                    if c["type"] == "MetricsAvailable" and c["status"] == "True":
+                        metrics_seen = True
+                for pool, n in running_pods(kube, ns).items():
+                    peak_running[pool] = max(peak_running[pool], n)
+                scaled_up = all(peak[p] >= 2 for p in POOLS)
+                back = all((st.get(p) or {}).get("desiredReplicas") == 1 for p in POOLS)
+                return scaled_up and back
+
+            try:
+                wait_for(settled, "both pools up under the burst and back to 1 after it", 100)
+            except AssertionError as exc:
+                detail = {p: status().get(p) for p in POOLS}
+                raise AssertionError(f"{exc}; peaks {peak}; now {detail}") from None
+            assert metrics_seen, "the autoscaler never reported fresh metrics"
+            assert all(peak_running[p] >= 2 for p in POOLS), peak_running
+        assert len(sim.model.outcomes()) > 100  # the trace was served
+
+        # Every decision is an Event; the status showed the decisions' own messages.
+        events = [e for e in kube.events(ns, JOB) if e.get("reason") == "Scaled"]
+        changes = {pool: Counter[tuple[int, int]]() for pool in POOLS}
+        for event in events:
+            match = SCALED.match(event["message"])
+            assert match, f"Scaled event without a policy message: {event['message']!r}"
+            changes[match[1]][(int(match[2]), int(match[3]))] += event.get("count") or 1
+        for pool in POOLS:
+            ups = [c for c in changes[pool] if c[1] > c[0]]
+            downs = [c for c in changes[pool] if c[1] < c[0]]
+            assert ups and downs, f"{pool}: {changes[pool]}"
+            # An unbroken chain from 1 back to 1: every count a pool left, it had entered.
+            left = Counter[int]()
+            entered = Counter[int]()
+            for (a, b), n in changes[pool].items():
+                left[a] += n
+                entered[b] += n
+            assert left == entered, f"{pool}: decisions missing from the Events: {changes[pool]}"
+            assert max(b for _, b in changes[pool]) == peak[pool]
+            messages = {e["message"] for e in kube.events(ns, JOB)}
+            assert reasons[pool] and reasons[pool] <= messages, reasons[pool]
+        assert time.monotonic() - started < 120
+    finally:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB)
+        wait_for(lambda: not kube.pods(ns, f"{SERVINGJOB_LABEL}={JOB}"), "pods gone", 60)
