@@ -35,7 +35,9 @@ to turn token rates into mean tokens per request, and completions and token coun
 together, so the ratio stays right even when completions lag arrivals under backpressure; the
 demand itself comes from token rates and the waiting queue (serving.md §9 rule 1). Only the
 latencies the policy reads for a role are queried: TTFT for prefill, ITL for decode, both for
-unified; the other stays `None`.
+unified; the other stays `None`. `ready_replicas` counts scrape targets (one per vLLM pod);
+the sandbox's simulator serves a whole pool from one endpoint, so there it is 1, and the pods'
+readiness (`PoolInput.ready_replicas`, which the policy prefers) is the better source.
 
 Missing and stale data
 ----------------------
@@ -44,11 +46,12 @@ histogram without observations in the window, where `histogram_quantile` gives N
 "unknown", never zero. Prometheus itself drops a target's series as soon as a scrape of it fails
 or it leaves service discovery (staleness markers), so a scaled-down replica stops counting at
 once. On top of that, every series whose newest sample is older than `stale_after_s` before
-`now` counts as missing. `timestamp` is the newest sample time of the pool, searched
-`2 * stale_after_s` back (through staleness markers, so a stopped exporter shows its last
-scrape time, and the policy sees the sample age grow past its staleness limit and holds). When
-the pool has no sample at all in that horizon, `timestamp` is `now` and every field is `None`:
-the policy reads it as missing data, not stale data.
+`now` counts as missing (Prometheus' lookback delta, 5 min by default, is a bound anyway).
+`timestamp` is the newest sample time of the pool, searched `2 * stale_after_s` back (through
+staleness markers, so a stopped exporter shows its last scrape time, and the policy sees the
+sample age grow past its staleness limit and holds). When the pool has no sample at all in that
+horizon, `timestamp` is `now` and every field is `None`: the policy reads it as missing data,
+not stale data.
 
 All fields come from **one** instant query (`/api/v1/query` at `time=now`): the per-field
 expressions are joined with `or`, each tagged with a `gpufleet_field` label by `label_replace`,
@@ -74,7 +77,14 @@ import httpx
 
 from gpufleet.core.autoscaling_types import LatencyQuantiles, MetricsSample, PoolRole
 
-__all__ = ["MetricsUnavailable", "PrometheusMetrics", "build_query", "default_selector"]
+__all__ = [
+    "FIELD_LABEL",
+    "MetricsUnavailable",
+    "PrometheusMetrics",
+    "build_query",
+    "default_selector",
+    "escaped_name",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +164,7 @@ def build_query(
 
     def either(metric: str, expr: str) -> str:
         # `expr` over the official name, else over its underscore-escaped spelling (see
-        # ESCAPED_NAMES); `or` keeps one series per label set, so nothing is counted twice.
+        # `escaped_name`); `or` keeps one series per label set, so nothing is counted twice.
         names = (metric, escaped_name(metric))
         return "(" + " or ".join(expr.format(m=f"{n}{{{s}}}") for n in names) + ")"
 
