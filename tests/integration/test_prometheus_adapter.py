@@ -6,8 +6,11 @@ agree with the serving model behind the exporter; series an engine does not expo
 official `vllm:` names (classic text format) and the underscore-escaped names (OpenMetrics from
 prometheus_client) both work; samples older than `stale_after_s` count as missing; a stopped
 exporter's last sample time is kept, so the sample goes stale; an unreachable or silent
-Prometheus and a bad selector raise `MetricsUnavailable` with a clear message; the live
-simulator's replicas follow a ServingJob's Running pods in the sandbox cluster.
+Prometheus and a bad selector raise `MetricsUnavailable` with a clear message; the Prometheus
+server wrapper keeps its running config when a reload is refused and names the package to
+install when the binary is missing; only Running, Ready, not-deleting pods count as replicas;
+the live simulator's replicas follow a ServingJob's Running pods in the sandbox cluster, and
+its metrics reach the adapter through Prometheus (reloaded with the simulator's targets).
 
 Only the last test needs the sandbox; the others use a Prometheus of their own (module fixture,
 scraping every second) and no cluster.
