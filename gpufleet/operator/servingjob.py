@@ -188,8 +188,10 @@ def _ensure_pools(
             elif replicas != have:
                 _DeploymentScaler(state, namespace, meta["name"]).scale(pool_name, replicas)
         except ApiException as exc:
-            if exc.status == 409:  # created by an earlier pass; the next pass sees it
-                desired[pool_name] = replicas
+            if exc.status == 409:
+                # The list above is a consistent read taken under the job's lock, so the name
+                # is held by a Deployment this job does not own: never adopt or replace it.
+                rejected = f"Deployment {name} already exists and is not owned by this ServingJob"
                 continue
             if exc.status in (400, 403, 422):
                 rejected = f"Deployment {name}: {_api_message(exc)}"

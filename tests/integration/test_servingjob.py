@@ -8,7 +8,8 @@ pinned at minReplicas and changing minReplicas rescales (with a Scaled event); d
 ServingJob removes its Deployments and pods (garbage collection through owner references); a
 ServingJob whose Prometheus is unreachable gets MetricsAvailable=False with the reason and
 holds its replicas (no scale-down on missing data); an operator killed and restarted adopts the
-Deployments and the replica counts it finds.
+Deployments and the replica counts it finds; a Deployment of the same name that the job does not
+own is left alone and the job says so.
 """
 
 from __future__ import annotations
@@ -290,3 +291,25 @@ def test_restart_rebuilds_from_the_cluster(serving: Serving, operator: OperatorP
         lambda: (c := serving.condition("steady", "MetricsAvailable")) and c["status"] == "False",
         "metrics still reported missing",
     )
+
+
+def test_a_foreign_deployment_is_never_adopted(serving: Serving) -> None:
+    foreign: Any = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "taken-server", "labels": {"app": "someone-else"}},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": "someone-else"}},
+            "template": {"metadata": {"labels": {"app": "someone-else"}}, **TEMPLATE},
+        },
+    }
+    serving.apps.create_namespaced_deployment(serving.ns, foreign)
+    serving.create("taken", server={"gpusPerReplica": 1, "template": TEMPLATE})
+    wait_for(lambda: serving.status("taken").get("phase") == "Failed", "phase Failed")
+    ready = serving.condition("taken", "Ready")
+    assert ready is not None and ready["reason"] == "DeploymentRejected"
+    assert "taken-server already exists and is not owned" in ready["message"]
+    kept: Any = serving.apps.read_namespaced_deployment("taken-server", serving.ns)
+    assert kept.metadata.labels == {"app": "someone-else"} and not kept.metadata.owner_references
+    serving.apps.delete_namespaced_deployment("taken-server", serving.ns)
