@@ -121,9 +121,7 @@ def run(options: OperatorOptions) -> int:
         start_http_server(options.metrics_port, addr="127.0.0.1")
 
     _login(api)
-    memo = kopf.Memo(
-        state=trainingjob.State(api, scheduler.cache), serving=servingjob.State(api)
-    )
+    memo = kopf.Memo(state=trainingjob.State(api, scheduler.cache), serving=servingjob.State(api))
 
     async def operate() -> None:
         try:
