@@ -232,7 +232,7 @@ def _autoscale(
     source = policy.prometheus
     scaler = state.autoscalers.get(meta["uid"], source.url, source.stale_after_seconds, label)
     now = time.time()
-    if scaler.due(now, policy.interval_seconds):
+    if scaler.due(now, policy.interval_seconds) and any(p in deployments for p in desired):
         observed = {
             pool: PoolObservation(
                 pool,

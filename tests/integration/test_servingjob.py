@@ -9,7 +9,8 @@ ServingJob removes its Deployments and pods (garbage collection through owner re
 ServingJob whose Prometheus is unreachable gets MetricsAvailable=False with the reason and
 holds its replicas (no scale-down on missing data); an operator killed and restarted adopts the
 Deployments and the replica counts it finds; a Deployment of the same name that the job does not
-own is left alone and the job says so.
+own is left alone and the job says so; replicas the scheduler cannot place carry its reason on
+the Ready condition.
 """
 
 from __future__ import annotations
@@ -313,3 +314,18 @@ def test_a_foreign_deployment_is_never_adopted(serving: Serving) -> None:
     kept: Any = serving.apps.read_namespaced_deployment("taken-server", serving.ns)
     assert kept.metadata.labels == {"app": "someone-else"} and not kept.metadata.owner_references
     serving.apps.delete_namespaced_deployment("taken-server", serving.ns)
+
+
+def test_replicas_waiting_for_gpus_say_why(serving: Serving) -> None:
+    pool = {"gpusPerReplica": 1, "gpuTypes": [{"name": "H200-141GB"}], "template": TEMPLATE}
+    serving.create("nowhere", server=pool)
+    ready = wait_for(
+        lambda: (
+            (c := serving.condition("nowhere", "Ready")) and c["reason"] != "ReplicasNotReady" and c
+        ),
+        "the scheduler's reason on the Ready condition",
+        30,
+    )
+    assert ready["status"] == "False" and ready["reason"] == "InsufficientGPUs"
+    assert "server 0/1 ready; " in ready["message"] and "H200-141GB" in ready["message"]
+    assert serving.status("nowhere")["phase"] == "Pending"
