@@ -23,7 +23,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from gpufleet.autoscaler.inputs import pool_role
+from gpufleet.model.crd_common import API_GROUP, API_VERSION
 from gpufleet.model.mig_profiles import mig_resource_name
+from gpufleet.model.servingjob import KIND, POOL_LABEL, SERVINGJOB_LABEL
 from gpufleet.scheduler import names
 from gpufleet.scheduler.pods import format_gpu_types
 
@@ -49,12 +51,9 @@ __all__ = [
     "spec_hash",
 ]
 
-GROUP: Final = "gpufleet.io"
-VERSION: Final = "v1alpha1"
+GROUP: Final = API_GROUP
+VERSION: Final = API_VERSION
 PLURAL: Final = "servingjobs"
-KIND: Final = "ServingJob"
-SERVINGJOB_LABEL: Final = "gpufleet.io/servingjob"
-POOL_LABEL: Final = "gpufleet.io/pool"
 SPEC_HASH_ANNOTATION: Final = "gpufleet.io/spec-hash"
 # What the server process in a replica is told about its place in the job.
 ROLE_ENV: Final = "GPUFLEET_SERVING_ROLE"  # prefill, decode or unified

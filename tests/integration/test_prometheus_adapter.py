@@ -37,17 +37,13 @@ from prometheus_client.registry import Collector
 
 from gpufleet.autoscaler.prometheus import MetricsUnavailable, PrometheusMetrics, default_selector
 from gpufleet.core.autoscaling_types import LatencyQuantiles, MetricsSample, PoolRole
+from gpufleet.model.servingjob import POOL_LABEL, SERVINGJOB_LABEL
 from gpufleet.operator.testing import Kube, wait_for
 from gpufleet.sandbox.processes import free_port
 from gpufleet.sandbox.prometheus import PrometheusNotFound, PrometheusServer
 from gpufleet.sim.serving import PoolConfig, ServingConfig, ServingModel, replica_profile
 from gpufleet.sim.serving.exporter import RealtimeDriver, ServingExporter
-from gpufleet.sim.serving.live import (
-    POOL_LABEL,
-    SERVINGJOB_LABEL,
-    LiveServingSim,
-    ready_pods_by_pool,
-)
+from gpufleet.sim.serving.live import LiveServingSim, ready_pods_by_pool
 from gpufleet.sim.serving.model import ITL_BUCKETS, TTFT_BUCKETS
 from gpufleet.sim.serving.trace import Request
 

@@ -34,7 +34,7 @@ from kubernetes import client
 
 from gpufleet.autoscaler.inputs import SETTINGS_ENV
 from gpufleet.core.autoscaling_types import PoolRole
-from gpufleet.operator.serving_children import SERVINGJOB_LABEL
+from gpufleet.model.servingjob import SERVINGJOB_LABEL
 from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.sandbox.prometheus import PrometheusServer
@@ -42,9 +42,10 @@ from gpufleet.sim.serving.live import LiveServingSim
 from gpufleet.sim.serving.model import PoolConfig, ServingConfig
 from gpufleet.sim.serving.profiles import replica_profile
 from gpufleet.sim.serving.trace import load_azure_code_trace
+from gpufleet.sim.traces.common import default_data_dir
 
 GROUP, VERSION, PLURAL = "gpufleet.io", "v1alpha1", "servingjobs"
-TRACE = Path("/work/shared/data/traces/azure-llm-2023-code.csv")
+TRACE = default_data_dir() / "traces" / "azure-llm-2023-code.csv"
 # The slice: 60 s of the trace from second 840, a burst of up to 72k prompt tokens/s that
 # falls to a few thousand, then silence. Played 2x faster after a 5 s lead-in at zero load.
 SLICE_START_S, SLICE_S, TIME_SCALE, LEAD_IN_S = 840.0, 60.0, 2.0, 5.0

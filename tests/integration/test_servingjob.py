@@ -25,7 +25,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet.operator.serving_children import POOL_LABEL, SERVINGJOB_LABEL
+from gpufleet.model.servingjob import POOL_LABEL, SERVINGJOB_LABEL
 from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.sandbox.processes import free_port

@@ -37,22 +37,19 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Final
+from typing import Any
 
 from kubernetes import client
 
 from gpufleet.core.autoscaling_types import PoolRole
+from gpufleet.model.servingjob import POOL_LABEL, SERVINGJOB_LABEL
 from gpufleet.sim.serving.exporter import RealtimeDriver, ServingExporter
 from gpufleet.sim.serving.model import ServingConfig, ServingModel
 from gpufleet.sim.serving.trace import Request
 
-__all__ = ["POOL_LABEL", "SERVINGJOB_LABEL", "LiveServingSim", "ready_pods_by_pool"]
+__all__ = ["LiveServingSim", "ready_pods_by_pool"]
 
 logger = logging.getLogger(__name__)
-
-# The operator's pod labels for a ServingJob's pools (gpufleet.operator's serving children).
-SERVINGJOB_LABEL: Final = "gpufleet.io/servingjob"
-POOL_LABEL: Final = "gpufleet.io/pool"
 
 
 def ready_pods_by_pool(pods: Iterable[Mapping[str, Any]], pools: Iterable[str]) -> dict[str, int]:
