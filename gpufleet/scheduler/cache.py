@@ -121,16 +121,19 @@ class SchedulerCache:
             obj = self._restore_cause(obj)
             if kind == "DELETED":
                 self._disrupted.pop(str(obj["metadata"].get("uid", "")), None)
-                self._pods.pop(key, None)
+                old = self._pods.pop(key, None)
                 self._index(key, obj, add=False)
             else:
+                old = self._pods.get(key)
                 self._pods[key] = obj
                 self._index(key, obj, add=True)
+            relevant = kind != "MODIFIED" or _matters(old, obj, self._assumed.get(key))
             self._settle(key)
             hooks = list(self._deleted_hooks) if kind == "DELETED" else []
         for hook in hooks:
             hook(obj)
-        self.changed.set()
+        if relevant:
+            self.changed.set()
 
     def _index(self, key: str, pod: Obj, add: bool) -> None:
         owner = (pod["metadata"].get("labels") or {}).get(self._owner_label)
@@ -304,6 +307,32 @@ class SchedulerCache:
                 nominations=dict(self._nominations),
                 mig_requests=dict(self._mig_requests),
             )
+
+
+def _matters(old: Obj | None, new: Obj, assumed: Assumption | None) -> bool:
+    """Whether a pod update can change a scheduling decision, so the loop should cycle.
+
+    Status-only updates do not: kwok (a kubelet) marking a bound pod Running, or the "why
+    pending" condition gpufleet itself writes; nor does the watch confirming a binding this
+    process assumed. When 1,000 pods are bound these are 2,000 events, and a cycle for each
+    batch of them would take CPU from the API server that is answering the bindings. Every
+    cycle still reads the whole cache, and the loop resyncs every few seconds regardless.
+    """
+    if old is None:
+        return True
+    node = pods.node_name(new)
+    if node != pods.node_name(old):
+        return assumed is None or assumed.node != node
+    if pods.is_terminal(new) != pods.is_terminal(old):
+        return True
+    om, nm = old["metadata"], new["metadata"]
+    if bool(om.get("deletionTimestamp")) != bool(nm.get("deletionTimestamp")):
+        return True
+    if om.get("annotations") != nm.get("annotations") or om.get("labels") != nm.get("labels"):
+        return True
+    return bool((old.get("spec") or {}).get("schedulingGates")) != bool(
+        (new.get("spec") or {}).get("schedulingGates")
+    )
 
 
 def mig_applied(node: Obj, config: str) -> bool:

@@ -62,7 +62,8 @@ class CycleReport:
     """What one cycle did; returned for tests and logged."""
 
     cycle: int
-    bound: list[str] = field(default_factory=list)  # gang ids
+    bound: list[str] = field(default_factory=list)  # gang ids, bindings answered
+    sent: int = 0  # bindings sent this cycle (answered in the background)
     pending: dict[str, str] = field(default_factory=dict)  # gang id -> message
     preempted: list[str] = field(default_factory=list)  # victim gang ids
     mig_requests: dict[str, str] = field(default_factory=dict)  # node -> config name
@@ -215,12 +216,19 @@ class Scheduler:
         phase("explain", t)
 
         total = self.clock() - started
-        if report.bound or report.preempted or report.mig_requests or report.restarted:
+        if (
+            report.sent
+            or report.bound
+            or report.preempted
+            or report.mig_requests
+            or report.restarted
+        ):
             log.info(
-                "cycle=%d bound=%s preempted=%s mig=%s restarted=%s completed=%s pending=%d "
-                "in %.3fs (%s)",
-                self.cycle, report.bound, report.preempted, sorted(report.mig_requests),
-                report.restarted, report.completed, len(messages), total,
+                "cycle=%d sent=%d bound=%s preempted=%s mig=%s restarted=%s completed=%s "
+                "pending=%d in %.3fs (%s)",
+                self.cycle, report.sent, report.bound, report.preempted,
+                sorted(report.mig_requests), report.restarted, report.completed, len(messages),
+                total,
                 " ".join(f"{k}={v * 1000:.0f}ms" for k, v in report.timings.items()),
             )  # fmt: skip
         return report
@@ -549,6 +557,7 @@ class Scheduler:
             for r in requests:
                 self.cache.assume(r.pod_key, r.node, r.annotations)
             future = self.binder.bind_async(requests)
+            report.sent = len(requests)
             future.add_done_callback(lambda _: self.cache.changed.set())
             self._inflight.append((per_gang, future))
         self._settle_bindings(report)
@@ -628,6 +637,9 @@ class Scheduler:
             except Exception:  # keep the scheduler alive; the next cycle starts from the cluster
                 log.exception("cycle=%d failed", self.cycle)
                 stop.wait(1.0)
+        # Let the last batch be answered so a failed gang is rolled back before the process
+        # goes (a crash instead leaves it to the partly-bound-gang handling of the next run).
+        self._settle_bindings(CycleReport(self.cycle), wait=5.0)
 
 
 class PendingReasonText:

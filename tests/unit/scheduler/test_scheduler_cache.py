@@ -122,3 +122,27 @@ def test_pods_are_indexed_by_their_job_and_deletions_are_reported() -> None:
     assert cache.owned_pods("elsewhere", "j") == []
     cache.pod_event("DELETED", worker)
     assert cache.owned_pods("default", "j") == [] and deleted == ["j-worker-0"]
+
+
+def test_only_updates_that_can_change_a_decision_wake_the_loop() -> None:
+    cache = SchedulerCache()
+    pending = PodBuilder("p").gpus(1).obj()
+    cache.replace_pods([pending])
+    cache.changed.clear()
+
+    def wakes(obj: dict) -> bool:
+        cache.changed.clear()
+        cache.pod_event("MODIFIED", obj)
+        return cache.changed.is_set()
+
+    explained = {**pending, "status": {"phase": "Pending", "conditions": [{"type": "x"}]}}
+    assert not wakes(explained)  # gpufleet's own "why pending" condition
+    cache.assume("default/p", "h0", {names.ASSIGNED_GPUS: "0"})
+    bound = PodBuilder("p").gpus(1).bound("h0", gpus="0").obj()
+    assert not wakes(bound)  # the watch confirming an assumed binding
+    running = {**bound, "status": {"phase": "Running", "conditions": [{"type": "Ready"}]}}
+    assert not wakes(running)  # a kubelet (kwok) reporting the pod Running
+    assert wakes(PodBuilder("p").gpus(1).bound("h0", gpus="0").phase("Succeeded").obj())
+    other = PodBuilder("q").gpus(1).obj()
+    cache.pod_event("ADDED", other)
+    assert wakes(PodBuilder("q").gpus(1).bound("h1").obj())  # bound by another scheduler
