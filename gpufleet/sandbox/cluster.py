@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from gpufleet.sandbox import processes
+from gpufleet.sandbox import processes, serving
 from gpufleet.sandbox.binaries import Binaries, ensure_binaries
 from gpufleet.sandbox.miglayouts import load_default_configs
 from gpufleet.sandbox.nodes import fleet_manifests
@@ -52,6 +52,9 @@ COMPONENTS = (
     "mig-manager",
 )
 OPERATOR = "gpufleet-operator"
+# The demo's simulated vLLM servers and the Prometheus scraping them (`ensure_serving`).
+SERVING = "serving-sim"
+PROMETHEUS = "prometheus"
 
 
 def default_fleet_path() -> Path:
@@ -221,13 +224,46 @@ class Sandbox:
         state.markers[OPERATOR] = str(self.kubeconfig)
         self._save_state(state)
 
+    def ensure_serving(
+        self, namespace: str, servingjob: str, progress: Callable[[str], None] = print
+    ) -> str:
+        """Run simulated vLLM servers for the disaggregated ServingJob `namespace/servingjob`
+        and a real Prometheus scraping them (`gpufleet.sandbox.serving`); returns its URL."""
+        state = self._load_state()
+        assert state is not None, "start the sandbox first"
+        serving_dir = self.state_dir / "serving"
+        info_file = serving_dir / serving.INFO_FILE
+        if not (
+            SERVING in state.pids
+            and processes.is_ours(state.pids[SERVING], str(serving_dir))
+            and info_file.exists()
+        ):
+            progress(f"starting simulated vLLM servers for {servingjob} and Prometheus")
+            info_file.unlink(missing_ok=True)
+            argv = [
+                sys.executable, "-m", "gpufleet.sandbox.serving",
+                f"--kubeconfig={self.kubeconfig}", f"--state-dir={serving_dir}",
+                f"--namespace={namespace}", f"--servingjob={servingjob}",
+            ]  # fmt: skip
+            state.pids[SERVING] = processes.spawn(argv, self.logs / f"{SERVING}.log")
+            state.markers[SERVING] = str(serving_dir)
+            self._save_state(state)
+            log = self.logs / f"{SERVING}.log"
+            processes.wait_until(info_file.exists, "simulated servers and Prometheus", 60, log)
+        info = json.loads(info_file.read_text())
+        state.pids[PROMETHEUS] = int(info["prometheus_pid"])
+        state.markers[PROMETHEUS] = str(info["prometheus_marker"])
+        self._save_state(state)
+        return str(info["prometheus_url"])
+
     def down(self, progress: Callable[[str], None] = print) -> None:
         """Stop every process this sandbox started and delete its cluster data."""
         state = self._load_state()
         if state is None:
             progress("no sandbox running")
             return
-        for name in (OPERATOR, *reversed(COMPONENTS)):
+        # The serving simulator stops its Prometheus itself; a killed one leaves it to us.
+        for name in (SERVING, PROMETHEUS, OPERATOR, *reversed(COMPONENTS)):
             if name in state.pids:
                 processes.stop(state.pids[name], state.markers[name])
         for port in state.ports.values():

@@ -8,6 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -58,6 +59,11 @@ def _wait_for_jobs(sandbox: Sandbox, timeout: float = 90) -> None:
         time.sleep(0.5)
 
 
+def _disaggregated(doc: dict[str, Any]) -> bool:
+    spec = doc.get("spec") or {}
+    return bool(spec.get("prefill") and spec.get("decode"))
+
+
 def run_demo(sandbox: Sandbox, fleet: Path | None, examples: Path) -> None:
     """Start the sandbox and the operator, apply every example, print the fleet and the jobs."""
     # Off a terminal (CI logs, pipes) rich assumes 80 columns; the tables need more.
@@ -66,7 +72,21 @@ def run_demo(sandbox: Sandbox, fleet: Path | None, examples: Path) -> None:
     if not examples.is_dir():
         raise FileNotFoundError(f"examples directory {examples} not found; pass --examples DIR")
     manifests = sorted(examples.glob("*.yaml"))
-    sandbox.kubectl("apply", *(arg for m in manifests for arg in ("-f", str(m))))
+    docs = [d for m in manifests for d in yaml.safe_load_all(m.read_text()) if d]
+    serving = [d for d in docs if d.get("kind") == "ServingJob"]
+    url = ""
+    if any(_disaggregated(d) for d in serving):
+        job = next(d for d in serving if _disaggregated(d))
+        url = sandbox.ensure_serving(
+            job["metadata"].get("namespace", "default"),
+            job["metadata"]["name"],
+            progress=lambda msg: console.print(f"[dim]{msg}[/dim]"),
+        )
+        for doc in serving:  # the sandbox's own Prometheus, not the manifests' placeholder
+            prometheus = ((doc["spec"].get("autoscaling") or {}).get("prometheus")) or {}
+            if prometheus:
+                prometheus["url"] = url
+    sandbox.apply(docs)
     console.print("[dim]waiting for gpufleet to place the jobs[/dim]")
     _wait_for_jobs(sandbox)
     nodes = json.loads(sandbox.kubectl("get", "nodes", "-o", "json").stdout)["items"]
@@ -83,3 +103,9 @@ def run_demo(sandbox: Sandbox, fleet: Path | None, examples: Path) -> None:
     )  # fmt: skip
     print(sandbox.kubectl("get", "pods", "-A", "-o", "wide").stdout)
     console.print(f"Use the cluster: export KUBECONFIG={sandbox.kubeconfig}")
+    if url:
+        console.print(
+            f"Prometheus scraping the simulated vLLM servers: {url}\n"
+            "Load bursts every 9 minutes; watch the autoscaler follow them:\n"
+            "  kubectl get sj -w\n  kubectl get events --field-selector reason=Scaled -w"
+        )

@@ -129,7 +129,7 @@ def test_get_shows_printer_columns(sandbox: Sandbox, namespace: str) -> None:
     assert tj_header == ["NAME", "PHASE", "REPLICAS", "GPUS/REPLICA", "MIG", "GPU", "TYPE", "AGE"]
     assert sj_header == ["NAME", "PHASE", "READY", "PREFILL", "DECODE", "SERVER", "AGE"]
     assert "trainingjob.gpufleet.io/llama-finetune" in tables[0]
-    assert "servingjob.gpufleet.io/llama-70b-chat" in tables[1]
+    assert "servingjob.gpufleet.io/llama-8b-code" in tables[1]
     wide = sandbox.kubectl("get", "tj", "-n", namespace, "-o", "wide").stdout
     assert wide.splitlines()[0].split()[:3] == ["NAME", "QUEUE", "PRIORITY"]
     row = next(line for line in wide.splitlines() if line.startswith("bert-mig "))
@@ -197,12 +197,12 @@ def test_serving_status_feeds_the_columns(sandbox: Sandbox, namespace: str) -> N
         }
     }  # fmt: skip
     sandbox.kubectl(
-        "patch", "-n", namespace, "sj", "llama-70b-chat", "--subresource=status",
+        "patch", "-n", namespace, "sj", "llama-8b-code", "--subresource=status",
         "--type=merge", "-p", json.dumps(status),
     )  # fmt: skip
-    row = sandbox.kubectl("get", "sj", "llama-70b-chat", "-n", namespace, "--no-headers").stdout
+    row = sandbox.kubectl("get", "sj", "llama-8b-code", "-n", namespace, "--no-headers").stdout
     # Columns: name, phase, Ready condition, ready prefill, ready decode, (empty server), age.
-    assert row.split()[:5] == ["llama-70b-chat", "Progressing", "False", "2", "1"]
+    assert row.split()[:5] == ["llama-8b-code", "Progressing", "False", "2", "1"]
 
 
 def test_queue_is_a_field_selector(sandbox: Sandbox, namespace: str) -> None:

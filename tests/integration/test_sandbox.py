@@ -1,4 +1,5 @@
-"""The sandbox against its real control plane: fleet, kwok, the fake MIG manager, up and down."""
+"""The sandbox against its real control plane: fleet, kwok, the fake MIG manager, the demo's
+simulated vLLM servers with Prometheus, up and down."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ import json
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
 from gpufleet.sandbox import processes
-from gpufleet.sandbox.cluster import COMPONENTS, Sandbox, default_fleet_path
+from gpufleet.sandbox.cluster import COMPONENTS, PROMETHEUS, SERVING, Sandbox, default_fleet_path
 from gpufleet.sim.fleet import load_fleet
 
 
@@ -128,6 +130,13 @@ def test_down_leaves_nothing_behind_and_up_works_again(tmp_path: Path, small_fle
             state = json.loads(sbx._state_file.read_text())
             assert set(state["pids"]) == set(COMPONENTS)
             assert sbx.status()["nodes_ready"] == 3
+            # The demo's simulated vLLM servers and their Prometheus are stopped with the rest.
+            url = sbx.ensure_serving("default", "demo-llm", progress=lambda _: None)
+            assert httpx.get(f"{url}/-/ready", timeout=5).status_code == 200
+            assert sbx.ensure_serving("default", "demo-llm", progress=lambda _: None) == url
+            state = json.loads(sbx._state_file.read_text())
+            assert {SERVING, PROMETHEUS} <= set(state["pids"])
+            assert all(sbx.running_components().values())
             sbx.down(progress=lambda _: None)
             for component, pid in state["pids"].items():
                 assert not processes.is_ours(pid, state["markers"][component]), component
