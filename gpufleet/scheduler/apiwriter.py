@@ -35,6 +35,7 @@ from kubernetes import client
 T = TypeVar("T")
 
 _IDLE_S = 30.0  # close connections idle for longer (well below the API server's idle timeout)
+_TOKEN_REFRESH_S = 60.0  # how often a bearer token is read again from the configuration
 
 
 class _Closed(Exception):
@@ -109,16 +110,13 @@ class ApiWriter:
         self._host = url.hostname or "localhost"
         self._port = url.port or (443 if url.scheme == "https" else 80)
         self._prefix = url.path.rstrip("/")
-        headers = {
-            "Host": url.netloc,
-            "User-Agent": "gpufleet-scheduler",
-            "Accept": "application/json",
-            "Content-Type": "application/json",
-        }
-        token = (cfg.api_key or {}).get("authorization")
-        if token:
-            headers["Authorization"] = token
-        self._headers = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self._cfg = cfg
+        self._fixed = (
+            f"Host: {url.netloc}\r\nUser-Agent: gpufleet-scheduler\r\n"
+            "Accept: application/json\r\nContent-Type: application/json\r\n"
+        )
+        self._headers = ""
+        self._headers_at = -_TOKEN_REFRESH_S
         self._timeout = timeout
         self._idle: list[_Conn] = []
         self._loop = asyncio.new_event_loop()
@@ -166,10 +164,23 @@ class ApiWriter:
             conn.close()
         return None
 
+    def _current_headers(self) -> str:
+        """The request headers; a bearer token is re-read from the client configuration now
+        and then (in-cluster service-account tokens rotate; the client's hook reloads them)."""
+        now = time.monotonic()
+        if now - self._headers_at >= _TOKEN_REFRESH_S:
+            hook = getattr(self._cfg, "refresh_api_key_hook", None)
+            if hook is not None:
+                hook(self._cfg)
+            token = (self._cfg.api_key or {}).get("authorization")
+            self._headers = self._fixed + (f"Authorization: {token}\r\n" if token else "")
+            self._headers_at = now
+        return self._headers
+
     async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
         """(status, body); status 0 with the error as body on a transport failure."""
         raw = (
-            f"{method} {self._prefix}{path} HTTP/1.1\r\n{self._headers}"
+            f"{method} {self._prefix}{path} HTTP/1.1\r\n{self._current_headers()}"
             f"Content-Length: {len(body)}\r\n\r\n"
         ).encode("latin-1") + body
         async with self._slots:

@@ -131,3 +131,12 @@ def test_refused_connection_is_status_zero() -> None:
     finally:
         writer.close()
         sock.close()
+
+
+def test_bearer_token_is_sent_and_read_again_from_the_configuration(served: Any) -> None:
+    writer, _ = served
+    writer._cfg.api_key = {"authorization": "Bearer one"}
+    assert "Authorization: Bearer one\r\n" in writer._current_headers()
+    writer._cfg.api_key = {"authorization": "Bearer two"}
+    writer._headers_at -= 3600  # a rotation later
+    assert "Authorization: Bearer two\r\n" in writer._current_headers()
