@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
 from gpufleet.core.autoscaling_types import (
     CapacityProfile,
@@ -81,7 +83,13 @@ def enabled_policy(spec: ServingJobSpec) -> AutoscalingPolicy | None:
 def base_settings(environ: Mapping[str, str]) -> AutoscalerSettings:
     """The operator-wide policy settings: the defaults, overridden by `SETTINGS_ENV`."""
     raw = environ.get(SETTINGS_ENV, "").strip()
-    return AutoscalerSettings.model_validate_json(raw) if raw else AutoscalerSettings()
+    try:
+        return AutoscalerSettings.model_validate_json(raw) if raw else AutoscalerSettings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
+        )
+        raise ValueError(f"{SETTINGS_ENV} is not valid autoscaler settings: {problems}") from None
 
 
 def policy_settings(

@@ -345,7 +345,10 @@ class ServingJobSpec(CRDModel):
         default=8000,
         ge=1,
         le=65535,
-        description="Port the server containers listen on; the Service gpufleet creates uses it.",
+        description=(
+            "Port the server containers listen on; gpufleet puts a Service on it in front of "
+            "each pool, named like the pool's Deployment."
+        ),
     )
     slo: ServingSLO | None = Field(
         default=None, description="Latency targets; required when autoscaling is enabled."

@@ -48,6 +48,7 @@ __all__ = [
     "pool_replicas",
     "pools",
     "selector",
+    "service",
     "spec_hash",
 ]
 
@@ -196,6 +197,27 @@ def deployment(job: Mapping[str, Any], pool_name: str, replicas: int) -> Obj:
             "ownerReferences": [owner_reference(job)],
         },
         "spec": {"replicas": replicas, **spec},
+    }
+
+
+def service(job: Mapping[str, Any], pool_name: str) -> Obj:
+    """The ClusterIP Service in front of one pool's replicas on `spec.port`, named like the
+    pool's Deployment (a router or the prefill side reaches the pool through it)."""
+    meta = job["metadata"]
+    port = int(job["spec"].get("port") or 8000)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": deployment_name(meta["name"], pool_name),
+            "namespace": meta.get("namespace", "default"),
+            "labels": selector(meta["name"], pool_name),
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": {
+            "selector": selector(meta["name"], pool_name),
+            "ports": [{"name": "http", "port": port, "targetPort": port}],
+        },
     }
 
 

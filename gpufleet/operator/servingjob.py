@@ -65,6 +65,7 @@ class State:
         self.autoscalers = registry or AutoscalerRegistry(_prometheus, base_settings(os.environ))
         self.locks: dict[str, threading.Lock] = {}
         self.posted: dict[str, serving_status.Posted] = {}
+        self.services: set[tuple[str, str]] = set()  # (job uid, pool) whose Service exists
         self.guard = threading.Lock()
 
     def lock(self, uid: str) -> threading.Lock:
@@ -76,6 +77,7 @@ class State:
         with self.guard:
             self.locks.pop(uid, None)
             self.posted.pop(uid, None)
+            self.services = {key for key in self.services if key[0] != uid}
 
     def close(self) -> None:
         self.autoscalers.close()
@@ -150,6 +152,21 @@ def _waiting(state: State, namespace: str, job: str) -> str | None:
     return None
 
 
+def _ensure_service(state: State, job: Obj, pool_name: str) -> None:
+    key = (job["metadata"]["uid"], pool_name)
+    if key in state.services:
+        return
+    wanted: Any = children.service(job, pool_name)
+    try:
+        state.core.create_namespaced_service(
+            job["metadata"]["namespace"], wanted, _preload_content=False
+        )
+    except ApiException as exc:
+        if exc.status != 409:  # 409: an earlier pass (or operator run) created it
+            raise _retry(f"creating Service {wanted['metadata']['name']}", exc) from exc
+    state.services.add(key)
+
+
 def _ensure_pools(
     state: State, job: Obj, deployments: dict[str, Obj]
 ) -> tuple[dict[str, int], list[serving_status.ScaleChange], str | None]:
@@ -187,6 +204,7 @@ def _ensure_pools(
                 state.apps.patch_namespaced_deployment(name, namespace, ops, _preload_content=False)
             elif replicas != have:
                 _DeploymentScaler(state, namespace, meta["name"]).scale(pool_name, replicas)
+            _ensure_service(state, job, pool_name)
         except ApiException as exc:
             if exc.status == 409:
                 # The list above is a consistent read taken under the job's lock, so the name

@@ -127,6 +127,15 @@ def stays(check: Callable[[], object], seconds: float) -> bool:
     return True
 
 
+def service(kube: Kube, ns: str, name: str) -> Any:
+    try:
+        return kube.core.read_namespaced_service(name, ns)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
 def disaggregated(**extra: Any) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "prefill": {
@@ -150,7 +159,7 @@ def disaggregated(**extra: Any) -> dict[str, Any]:
 
 
 def test_servingjob_becomes_deployments_whose_pods_gpufleet_places(
-    serving: Serving, sandbox: Sandbox
+    serving: Serving, sandbox: Sandbox, kube: Kube
 ) -> None:
     serving.create("chat", **disaggregated())
     deployments = wait_for(
@@ -163,6 +172,11 @@ def test_servingjob_becomes_deployments_whose_pods_gpufleet_places(
         assert (owner["kind"], owner["uid"], owner["controller"]) == ("ServingJob", uid, True)
         assert d["spec"]["template"]["spec"]["schedulerName"] == names.SCHEDULER_NAME
         assert d["spec"]["replicas"] == (1 if name == "chat-prefill" else 2)
+
+    for pool in ("prefill", "decode"):
+        svc = wait_for(lambda p=pool: service(kube, serving.ns, f"chat-{p}"), f"{pool} Service")
+        assert svc.spec.selector == {SERVINGJOB_LABEL: "chat", POOL_LABEL: pool}
+        assert svc.metadata.owner_references[0].uid == uid
 
     prefill = wait_for(lambda: serving.running("chat", "prefill", 1), "prefill running", 60)
     decode = wait_for(lambda: serving.running("chat", "decode", 2), "decode running", 60)

@@ -94,6 +94,17 @@ def test_one_deployment_per_pool_with_selector_and_owner() -> None:
     }
 
 
+def test_one_service_per_pool_on_the_job_port() -> None:
+    j = job(port=9000)
+    svc = sc.service(j, "decode")
+    labels = {sc.SERVINGJOB_LABEL: "llm", sc.POOL_LABEL: "decode"}
+    assert svc["metadata"]["name"] == "llm-decode"
+    assert svc["spec"]["selector"] == labels
+    assert svc["spec"]["ports"] == [{"name": "http", "port": 9000, "targetPort": 9000}]
+    assert svc["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert sc.service(job(), "prefill")["spec"]["ports"][0]["port"] == 8000
+
+
 def test_pod_template_is_for_the_gpufleet_scheduler() -> None:
     d = sc.deployment(job(), "prefill", 1)
     pod = pod_of(d)
