@@ -23,6 +23,7 @@ import kopf
 from kubernetes import client
 from prometheus_client import start_http_server
 
+from gpufleet.autoscaler.inputs import base_settings
 from gpufleet.operator import servingjob, trainingjob
 from gpufleet.scheduler.lease import LeaderLease
 from gpufleet.scheduler.names import MIG_CONFIGMAP_NAMESPACE
@@ -88,6 +89,11 @@ def run(options: OperatorOptions) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     # `kill -USR1 <pid>` prints every thread's stack: cheap insurance for diagnosing hangs.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    try:
+        base_settings(os.environ)  # refuse a bad override now, not after winning the Lease
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 2
     api = api_client(options.kubeconfig)
     stop = threading.Event()
     lost = threading.Event()
