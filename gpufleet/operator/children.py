@@ -13,13 +13,13 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Final
 
-from gpufleet.model.mig_profiles import mig_resource_name
+from gpufleet.model.crd_common import API_GROUP, API_VERSION
+from gpufleet.operator import podtemplate
 from gpufleet.scheduler import names
-from gpufleet.scheduler.pods import format_gpu_types
 
 JOB_LABEL: Final = "gpufleet.io/trainingjob"
-GROUP: Final = "gpufleet.io"
-VERSION: Final = "v1alpha1"
+GROUP: Final = API_GROUP
+VERSION: Final = API_VERSION
 PLURAL: Final = "trainingjobs"
 MASTER_PORT: Final = 29500
 
@@ -61,21 +61,7 @@ def worker_name(job: str, index: int) -> str:
 
 
 def owner_reference(job: Mapping[str, Any]) -> Obj:
-    meta = job["metadata"]
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TrainingJob",
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def _gpu_resources(spec: Mapping[str, Any]) -> dict[str, str]:
-    if spec.get("migProfile"):
-        return {mig_resource_name(spec["migProfile"]): "1"}
-    return {names.WHOLE_GPU_RESOURCE: str(int(spec.get("gpusPerReplica") or 1))}
+    return podtemplate.owner_reference(job, "TrainingJob")
 
 
 def scheduling_annotations(spec: Mapping[str, Any], replicas: int) -> dict[str, str]:
@@ -87,16 +73,7 @@ def scheduling_annotations(spec: Mapping[str, Any], replicas: int) -> dict[str, 
         names.TOPOLOGY: _TOPOLOGY.get(spec.get("topology", "none"), "any"),
         names.ENERGY: _ENERGY.get((spec.get("energy") or {}).get("preference", "balanced"), ""),
     }
-    types = spec.get("gpuTypes") or []
-    if types:
-        out[names.GPU_TYPES] = format_gpu_types([(t["name"], t.get("throughput")) for t in types])
-    return out
-
-
-def _env(container: Obj, values: Mapping[str, str]) -> None:
-    """Set the distributed-training variables, replacing same-named user entries."""
-    kept = [e for e in container.get("env") or [] if e.get("name") not in values]
-    container["env"] = kept + [{"name": k, "value": v} for k, v in values.items()]
+    return out | podtemplate.gpu_types_annotation(spec)
 
 
 def worker_pod(job: Mapping[str, Any], index: int) -> Obj:
@@ -119,11 +96,7 @@ def worker_pod(job: Mapping[str, Any], index: int) -> Obj:
     pod_spec["restartPolicy"] = "Never"
     pod_spec["hostname"] = worker_name(name, index)
     pod_spec["subdomain"] = name
-    main = pod_spec["containers"][0]
-    resources = main.setdefault("resources", {})
-    resources["limits"] = {**(resources.get("limits") or {}), **_gpu_resources(spec)}
-    if "requests" in resources:
-        resources["requests"] = {**resources["requests"], **_gpu_resources(spec)}
+    podtemplate.add_gpu_resources(pod_spec, spec)
     master = f"{worker_name(name, 0)}.{name}.{namespace}.svc"
     rendezvous = {"MASTER_ADDR": master, "MASTER_PORT": str(MASTER_PORT)}
     if spec.get("elastic"):
@@ -138,7 +111,7 @@ def worker_pod(job: Mapping[str, Any], index: int) -> Obj:
     else:
         rendezvous |= {"WORLD_SIZE": str(replicas), "RANK": str(index)}
     for container in pod_spec["containers"]:
-        _env(container, rendezvous)
+        podtemplate.set_env(container, rendezvous)
     return {
         "apiVersion": "v1",
         "kind": "Pod",

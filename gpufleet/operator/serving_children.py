@@ -24,10 +24,9 @@ from typing import Any, Final
 
 from gpufleet.autoscaler.inputs import pool_role
 from gpufleet.model.crd_common import API_GROUP, API_VERSION
-from gpufleet.model.mig_profiles import mig_resource_name
 from gpufleet.model.servingjob import KIND, POOL_LABEL, SERVINGJOB_LABEL
+from gpufleet.operator import podtemplate
 from gpufleet.scheduler import names
-from gpufleet.scheduler.pods import format_gpu_types
 
 __all__ = [
     "GROUP",
@@ -112,21 +111,7 @@ def pool_replicas(
 
 
 def owner_reference(job: Mapping[str, Any]) -> Obj:
-    meta = job["metadata"]
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": KIND,
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def _gpu_resources(pool: Mapping[str, Any]) -> dict[str, str]:
-    if pool.get("migProfile"):
-        return {mig_resource_name(pool["migProfile"]): "1"}
-    return {names.WHOLE_GPU_RESOURCE: str(int(pool.get("gpusPerReplica") or 1))}
+    return podtemplate.owner_reference(job, KIND)
 
 
 def _scheduling_annotations(spec: Mapping[str, Any], pool: Mapping[str, Any]) -> dict[str, str]:
@@ -136,16 +121,7 @@ def _scheduling_annotations(spec: Mapping[str, Any], pool: Mapping[str, Any]) ->
         names.PRIORITY: str(int(spec.get("priority", 0))),
         names.PREEMPTIBLE: str(bool(spec.get("preemptible", False))).lower(),
     }
-    types = pool.get("gpuTypes") or []
-    if types:
-        out[names.GPU_TYPES] = format_gpu_types([(t["name"], t.get("throughput")) for t in types])
-    return out
-
-
-def _env(container: Obj, values: Mapping[str, str]) -> None:
-    """Set gpufleet's variables, replacing same-named user entries."""
-    kept = [e for e in container.get("env") or [] if e.get("name") not in values]
-    container["env"] = kept + [{"name": k, "value": v} for k, v in values.items()]
+    return out | podtemplate.gpu_types_annotation(pool)
 
 
 def _pod_template(job: Mapping[str, Any], pool_name: str) -> Obj:
@@ -158,14 +134,10 @@ def _pod_template(job: Mapping[str, Any], pool_name: str) -> Obj:
     annotations = {**(tmeta.get("annotations") or {}), **_scheduling_annotations(spec, pool)}
     pod_spec["schedulerName"] = names.SCHEDULER_NAME
     pod_spec["restartPolicy"] = "Always"  # the only policy a Deployment accepts
-    main = pod_spec["containers"][0]
-    resources = main.setdefault("resources", {})
-    resources["limits"] = {**(resources.get("limits") or {}), **_gpu_resources(pool)}
-    if "requests" in resources:
-        resources["requests"] = {**resources["requests"], **_gpu_resources(pool)}
+    podtemplate.add_gpu_resources(pod_spec, pool)
     env = {ROLE_ENV: pool_role(pool_name).value, SERVINGJOB_ENV: meta["name"]}
     for container in pod_spec["containers"]:
-        _env(container, env)
+        podtemplate.set_env(container, env)
     return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec}
 
 
