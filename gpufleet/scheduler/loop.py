@@ -101,6 +101,7 @@ class Scheduler:
         clock: Callable[[], float] = time.monotonic,
         budget_retry: float = 10.0,
         partial_grace: float = 30.0,
+        explain_delay: float = 0.0,
     ) -> None:
         self.cache = cache
         self.binder = binder
@@ -126,6 +127,9 @@ class Scheduler:
         self.partial_grace = partial_grace
         self._partial_since: dict[str, float] = {}
         self._being_deleted: dict[str, float] = {}
+        # gang -> (its pending reason, since when): see `_explain`.
+        self.explain_delay = explain_delay
+        self._reasons: dict[str, tuple[str, float]] = {}
 
     # --- the cycle -----------------------------------------------------------------------------
 
@@ -612,8 +616,18 @@ class Scheduler:
         members: dict[str, tuple[str, ...]] = dict(view.held_pods)
         members.update({pg.gang.id: pg.pods for pg in view.pending})
         current = {pods.pod_key(p): p for p in state.pods}
+        # A reason is written once it has held for `explain_delay`: while a pool frees up,
+        # each cycle gives the gangs still waiting a new, short-lived reason, and a status
+        # write per waiting pod would compete with the bindings for the API server.
+        now = self.clock()
+        seen = self._reasons
+        self._reasons = {
+            g: seen[g] if g in seen and seen[g][0] == m else (m, now) for g, m in messages.items()
+        }
         writes: dict[str, str] = {}
         for gid, message in messages.items():
+            if now - self._reasons[gid][1] < self.explain_delay:
+                continue
             for key in members.get(gid, ()):
                 pod = current.get(key)
                 if pod is not None and scheduled_message(pod) != message:

@@ -65,6 +65,7 @@ class SchedulerRuntime:
             policy or Policy(),
             decide=decide or place,
             node_failure_grace=node_failure_grace,
+            explain_delay=1.0,
         )
         stop = self.stop_event
         self.informers = [

@@ -356,3 +356,22 @@ def test_binding_carries_gpus_mig_instance_and_power_cap() -> None:
         names.ASSIGNED_MIG: "3g.40gb@4",
         names.POWER_CAP: "251",
     }
+
+
+def test_pending_reason_is_written_once_it_has_held_for_the_delay() -> None:
+    clock = Clock()
+    cache = SchedulerCache(clock=clock)
+    load(cache, [NodeBuilder("l0", "L4", 4).obj()], gang("g", 1, 8))
+    binder = FakeBinder()
+    sched = Scheduler(
+        cache, binder, FakeMig(), load_catalog(), POLICY,  # type: ignore[arg-type]
+        clock=clock, explain_delay=1.0,
+    )  # fmt: skip
+    sched.run_cycle()
+    assert binder.marked == {}  # new reason: it may be gone next cycle
+    clock.t = 0.5
+    sched.run_cycle()
+    assert binder.marked == {}
+    clock.t = 1.0
+    sched.run_cycle()
+    assert binder.marked["default/g-0"].startswith("ReplicaExceedsNode: ")
