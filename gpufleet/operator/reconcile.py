@@ -29,6 +29,7 @@ from gpufleet.model.trainingjob import (
 from gpufleet.operator.children import min_replicas, replica_count, start_replicas
 from gpufleet.scheduler import names
 from gpufleet.scheduler.binder import scheduled_message
+from gpufleet.scheduler.pods import disruption_reason
 
 Obj = Mapping[str, Any]
 
@@ -85,10 +86,7 @@ def _rank(pod: Obj) -> int:
 
 
 def _disrupted(pod: Obj) -> str | None:
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == names.DISRUPTION_TARGET and c.get("status") == "True":
-            return str(c.get("reason", ""))
-    return None
+    return disruption_reason(pod)
 
 
 def pending_reason(pods: Sequence[Obj]) -> tuple[str, str]:

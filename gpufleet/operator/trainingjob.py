@@ -27,8 +27,8 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.model.gpus import load_catalog
 from gpufleet.operator import children, reconcile
 from gpufleet.operator.accounting import Usage, accrue
-from gpufleet.scheduler import names
 from gpufleet.scheduler.cache import SchedulerCache
+from gpufleet.scheduler.pods import disruption_reason
 
 RESOURCE = (children.GROUP, children.VERSION, children.PLURAL)
 TICK = 1.0  # seconds between passes over a job; pods' progress shows up within this
@@ -70,11 +70,11 @@ class State:
 
 def record_disruption(state: State, pod: dict[str, Any]) -> None:
     """Pods of a preempted or restarted gang may vanish between two passes; remember why."""
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == names.DISRUPTION_TARGET and condition.get("status") == "True":
-            for owner in pod["metadata"].get("ownerReferences") or []:
-                with state.guard:
-                    state.disruptions[owner["uid"]] = condition.get("reason", "")
+    reason = disruption_reason(pod)
+    if reason is not None:
+        for owner in pod["metadata"].get("ownerReferences") or []:
+            with state.guard:
+                state.disruptions[owner["uid"]] = reason
 
 
 def _now() -> datetime:

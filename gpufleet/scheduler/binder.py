@@ -150,8 +150,20 @@ class Binder:
             log.warning("pod %s: cannot set DisruptionTarget=%s: %s", key, status, exc.reason)
         return True
 
+    def _mark_cause(self, key: str, reason: str | None) -> bool:
+        """Set (None: remove) the pod's `gpufleet.io/disrupted-by`; False when it is gone."""
+        namespace, name = _split(key)
+        body = {"metadata": {"annotations": {names.DISRUPTED_BY: reason}}}
+        try:
+            self.api.patch_namespaced_pod(name, namespace, body, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            log.warning("pod %s: cannot mark why it is disrupted: %s", key, exc.reason)
+        return True
+
     def _evict_one(self, key: str, reason: str, message: str) -> str | None:
-        if not self._disrupt(key, reason, message):
+        if not self._mark_cause(key, reason) or not self._disrupt(key, reason, message):
             return None  # already gone
         namespace, name = _split(key)
         body: Any = {
@@ -171,13 +183,15 @@ class Binder:
         # Refused (429: a PodDisruptionBudget; 500: two budgets): the pod keeps running, so
         # it must not keep saying it is about to be disrupted.
         self._disrupt(key, "EvictionRefused", f"eviction refused: {error}", status="False")
+        self._mark_cause(key, None)
         return error
 
     def evict_pods(self, keys: Iterable[str], reason: str, message: str) -> dict[str, str | None]:
         """Mark each pod with a DisruptionTarget condition, then evict it through the Eviction
         API (policy/v1, so PodDisruptionBudgets apply); pod key -> None when evicted or gone,
         else the API's refusal. The API server replaces the condition's reason with
-        `EvictionByEvictionAPI` as it evicts (see `SchedulerCache.note_disruption`)."""
+        `EvictionByEvictionAPI` as it evicts, so the reason is also written as the pod
+        annotation `gpufleet.io/disrupted-by`, which it keeps."""
         keys = list(keys)
         results = self._pool.map(lambda k: self._evict_one(k, reason, message), keys)
         return dict(zip(keys, results, strict=True))

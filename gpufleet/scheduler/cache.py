@@ -24,7 +24,6 @@ from gpufleet.scheduler import names, pods
 Obj = dict[str, Any]
 
 # The DisruptionTarget reason the API server writes on every pod evicted through its API.
-EVICTION_API_REASON = "EvictionByEvictionAPI"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +82,6 @@ class SchedulerCache:
         self._assumed: dict[str, Assumption] = {}
         self._nominations: dict[str, Nomination] = {}
         self._mig_requests: dict[str, MigRequest] = {}
-        # pod uid -> (why gpufleet disrupted it, until when this is remembered); see
-        # `note_disruption`.
-        self._disrupted: dict[str, tuple[str, float]] = {}
         self._ttl = assume_ttl
         self._clock = clock
         self.changed = threading.Event()  # set on every update; the loop waits on it
@@ -107,7 +103,7 @@ class SchedulerCache:
 
     def replace_pods(self, items: list[Obj]) -> None:
         with self._lock:
-            self._pods = {pods.pod_key(p): self._restore_cause(p) for p in items}
+            self._pods = {pods.pod_key(p): p for p in items}
             self._by_owner = {}
             for key, pod in self._pods.items():
                 self._index(key, pod, add=True)
@@ -118,9 +114,7 @@ class SchedulerCache:
     def pod_event(self, kind: str, obj: Obj) -> None:
         key = pods.pod_key(obj)
         with self._lock:
-            obj = self._restore_cause(obj)
             if kind == "DELETED":
-                self._disrupted.pop(str(obj["metadata"].get("uid", "")), None)
                 old = self._pods.pop(key, None)
                 self._index(key, obj, add=False)
             else:
@@ -184,40 +178,6 @@ class SchedulerCache:
         if pod is None or pods.node_name(pod):
             del self._assumed[key]
 
-    def _restore_cause(self, pod: Obj) -> Obj:
-        """`pod` with gpufleet's DisruptionTarget reason where the Eviction API replaced it.
-
-        The API server overwrites the condition gpufleet writes before an eviction with
-        `EvictionByEvictionAPI`; readers of this cache (the operator deciding whether a gang
-        was preempted) get the cause gpufleet recorded. Remembered in memory only: after a
-        restart an evicted pod shows the API server's reason (a generic disruption).
-        """
-        noted = self._disrupted.get(str(pod["metadata"].get("uid", "")))
-        if noted is None:
-            return pod
-        conditions = (pod.get("status") or {}).get("conditions") or []
-        if not any(
-            c.get("type") == names.DISRUPTION_TARGET and c.get("reason") == EVICTION_API_REASON
-            for c in conditions
-        ):
-            return pod
-        restored = [
-            {**c, "reason": noted[0]}
-            if c.get("type") == names.DISRUPTION_TARGET and c.get("reason") == EVICTION_API_REASON
-            else c
-            for c in conditions
-        ]
-        return {**pod, "status": {**pod["status"], "conditions": restored}}
-
-    def note_disruption(self, keys: Iterable[str], reason: str) -> None:
-        """Remember that gpufleet is evicting the pods `keys` (as they are now) for `reason`."""
-        expires = self._clock() + 4 * self._ttl
-        with self._lock:
-            for key in keys:
-                pod = self._pods.get(key)
-                if pod is not None:
-                    self._disrupted[str(pod["metadata"].get("uid", ""))] = (reason, expires)
-
     # --- assume / forget -------------------------------------------------------------------
 
     def assume(self, key: str, node: str, annotations: Mapping[str, str]) -> None:
@@ -270,8 +230,6 @@ class SchedulerCache:
         with self._lock:
             for key in [k for k, a in self._assumed.items() if a.expires < now]:
                 del self._assumed[key]
-            for uid in [u for u, (_, until) in self._disrupted.items() if until < now]:
-                del self._disrupted[uid]
             effective: list[Obj] = []
             for key, pod in self._pods.items():
                 found = self._assumed.get(key)

@@ -454,7 +454,6 @@ class Scheduler:
             # The victims' uids before the evictions: the operator recreates an evicted worker
             # under the same name while the other evictions are still going on.
             uids = self.cache.uids(keys)
-            self.cache.note_disruption(keys, names.PREEMPTED_REASON)
             results = self.binder.evict_pods(keys, names.PREEMPTED_REASON, message)
             refused = {k: e for k, e in results.items() if e is not None}
             evicted = frozenset(k for k, e in results.items() if e is None)

@@ -50,3 +50,6 @@ UNSCHEDULABLE: Final = "Unschedulable"
 # Pod condition the scheduler sets on preemption victims before deleting them.
 DISRUPTION_TARGET: Final = "DisruptionTarget"
 PREEMPTED_REASON: Final = "PreemptionByGpufleet"
+# Why gpufleet evicted or deleted a pod, on the pod itself: the Eviction API rewrites the
+# DisruptionTarget condition's reason to its own, so the condition alone cannot tell.
+DISRUPTED_BY: Final = "gpufleet.io/disrupted-by"

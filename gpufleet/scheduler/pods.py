@@ -81,6 +81,18 @@ def is_ours_pending(pod: Pod) -> bool:
     )
 
 
+def disruption_reason(pod: Pod) -> str | None:
+    """Why the pod is being disrupted: gpufleet's own reason when gpufleet disrupts it, else
+    the reason of a true DisruptionTarget condition (node loss, someone else's eviction)."""
+    own = pod_annotations(pod).get(names.DISRUPTED_BY)
+    if own:
+        return own
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == names.DISRUPTION_TARGET and c.get("status") == "True":
+            return str(c.get("reason", ""))
+    return None
+
+
 def pod_annotations(pod: Pod) -> Mapping[str, str]:
     return pod["metadata"].get("annotations") or {}
 

@@ -13,8 +13,7 @@ import pytest
 from scheduler_builders import NodeBuilder, PodBuilder
 from test_scheduler_cycle import gang, make
 
-from gpufleet.scheduler import names
-from gpufleet.scheduler.cache import EVICTION_API_REASON, SchedulerCache
+from gpufleet.scheduler import names, pods
 from gpufleet.scheduler.disruption import gang_blocked, selector_matches
 
 
@@ -39,6 +38,7 @@ def low_gang(name: str = "low", node: str = "h0", prio: str = "1") -> list[dict[
 
 
 GANG_SELECTOR = {"matchLabels": {names.GANG_LABEL: "low"}}
+EVICTED_BY_API = "EvictionByEvictionAPI"  # the reason the API server writes as it evicts
 
 
 @pytest.mark.parametrize(
@@ -156,28 +156,19 @@ def test_eviction_refused_midway_leaves_the_preemptor_waiting_with_the_reason() 
     )
 
 
-def test_cache_restores_the_reason_the_eviction_api_overwrote() -> None:
-    cache = SchedulerCache()
+def test_gpufleets_reason_outlives_the_eviction_apis_rewrite() -> None:
     pod = PodBuilder("low-0").gpus(4).gang("low", 2, 0).bound("h0").obj()
-    cache.replace_pods([pod])
-    cache.note_disruption(["default/low-0"], names.PREEMPTED_REASON)
-    seen: list[Any] = []
-    cache.on_pod_deleted(seen.append)
-    evicted = {
-        **pod,
-        "status": {
-            "phase": "Running",
-            "conditions": [
-                {"type": names.DISRUPTION_TARGET, "status": "True", "reason": EVICTION_API_REASON}
-            ],
+    assert pods.disruption_reason(pod) is None
+    rewritten = {"type": names.DISRUPTION_TARGET, "status": "True", "reason": EVICTED_BY_API}
+    evicted = {**pod, "status": {"phase": "Running", "conditions": [rewritten]}}
+    # Someone else's eviction: the API server's reason.
+    assert pods.disruption_reason(evicted) == EVICTED_BY_API
+    # gpufleet's eviction: the annotation it wrote first wins.
+    ours = {
+        **evicted,
+        "metadata": {
+            **pod["metadata"],
+            "annotations": {**pod["metadata"]["annotations"], names.DISRUPTED_BY: "Preempted"},
         },
     }
-    cache.pod_event("MODIFIED", evicted)
-    (shown,) = cache.state().pods
-    assert shown["status"]["conditions"][0]["reason"] == names.PREEMPTED_REASON
-    cache.pod_event("DELETED", evicted)
-    assert seen[0]["status"]["conditions"][0]["reason"] == names.PREEMPTED_REASON
-    # Another pod evicted by someone else keeps the API server's reason.
-    other = {**evicted, "metadata": {**pod["metadata"], "name": "x", "uid": "other"}}
-    cache.pod_event("MODIFIED", other)
-    assert cache.pod("default/x")["status"]["conditions"][0]["reason"] == EVICTION_API_REASON  # type: ignore[index]
+    assert pods.disruption_reason(ours) == "Preempted"
