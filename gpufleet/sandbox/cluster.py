@@ -7,6 +7,7 @@ Their PIDs and ports go to a state file, so `status` and `down` work from any la
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import ssl
@@ -267,7 +268,7 @@ class Sandbox:
             if name in state.pids:
                 processes.stop(state.pids[name], state.markers[name])
         for port in state.ports.values():
-            processes.wait_until(lambda p=port: not processes.port_open(p), f"port {port}", 15)
+            processes.wait_until(functools.partial(_port_closed, port), f"port {port}", 15)
         shutil.rmtree(self.state_dir / "etcd", ignore_errors=True)
         self._state_file.unlink(missing_ok=True)
         progress("sandbox stopped")
@@ -384,6 +385,10 @@ class Sandbox:
                 },
             ]
         )
+
+
+def _port_closed(port: int) -> bool:
+    return not processes.port_open(port)
 
 
 def _node_ready(node: dict[str, Any]) -> bool:
