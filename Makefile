@@ -1,18 +1,25 @@
 # The two front-door commands are `make sandbox` and `make test`; everything else supports them.
 PYTHON ?= python3
 
-.PHONY: install sandbox down test unit lint crds bench
+.PHONY: install system-deps sandbox down test unit lint crds bench
 
 install:  ## install gpufleet and its test tools into the current Python
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
-sandbox: install  ## start the local control plane with the default GPU fleet and apply the examples
+system-deps:  ## Debian packages the sandbox and the tests run (openssl, prometheus), if missing
+	@missing=""; for c in openssl prometheus; do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+sandbox: install system-deps  ## start the local control plane with the default GPU fleet and apply the examples
 	gpufleet sandbox demo
 
 down:  ## stop the sandbox
 	gpufleet sandbox down
 
-test: install lint  ## build the sandbox binaries if missing, then run every test
+test: install system-deps lint  ## build the sandbox binaries if missing, then run every test
 	gpufleet sandbox build
 	$(PYTHON) -m pytest -q
 
