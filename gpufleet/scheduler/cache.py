@@ -80,6 +80,9 @@ class SchedulerCache:
         self._pods: dict[str, Obj] = {}
         self._mig_configs: dict[str, Any] = {}
         self._assumed: dict[str, Assumption] = {}
+        # pod key -> (pod, assumption, the pod as shown bound): `state()` hands out the same
+        # copy while neither changes, so the snapshot builder can reuse what it read of it.
+        self._shown: dict[str, tuple[Obj, Assumption, Obj]] = {}
         self._nominations: dict[str, Nomination] = {}
         self._mig_requests: dict[str, MigRequest] = {}
         self._ttl = assume_ttl
@@ -231,21 +234,26 @@ class SchedulerCache:
             for key in [k for k, a in self._assumed.items() if a.expires < now]:
                 del self._assumed[key]
             effective: list[Obj] = []
+            shown_before, self._shown = self._shown, {}
             for key, pod in self._pods.items():
-                found = self._assumed.get(key)
-                if found is None:
+                assumption = self._assumed.get(key)
+                if assumption is None:
                     effective.append(pod)
                     continue
-                assumption = found
-                shown = copy.copy(pod)
-                shown["metadata"] = {
-                    **pod["metadata"],
-                    "annotations": {
-                        **(pod["metadata"].get("annotations") or {}),
-                        **assumption.annotations,
-                    },
-                }
-                shown["spec"] = {**pod["spec"], "nodeName": assumption.node}
+                before = shown_before.get(key)
+                if before is not None and before[0] is pod and before[1] is assumption:
+                    shown = before[2]
+                else:
+                    shown = copy.copy(pod)
+                    shown["metadata"] = {
+                        **pod["metadata"],
+                        "annotations": {
+                            **(pod["metadata"].get("annotations") or {}),
+                            **assumption.annotations,
+                        },
+                    }
+                    shown["spec"] = {**pod["spec"], "nodeName": assumption.node}
+                self._shown[key] = (pod, assumption, shown)
                 effective.append(shown)
             for gang, nomination in list(self._nominations.items()):
                 alive = any(

@@ -47,7 +47,8 @@ from gpufleet.scheduler.cache import CachedState, SchedulerCache
 from gpufleet.scheduler.disruption import gang_blocked
 from gpufleet.scheduler.mig import CONFIG_PREFIX, MigRequester
 from gpufleet.scheduler.nodes import node_ready
-from gpufleet.scheduler.snapshot import ClusterView, PendingGang, build_view
+from gpufleet.scheduler.pods import PodFacts
+from gpufleet.scheduler.snapshot import ClusterView, PendingGang, ViewBuilder
 
 log = logging.getLogger("gpufleet.scheduler")
 
@@ -130,6 +131,8 @@ class Scheduler:
         # gang -> (its pending reason, since when): see `_explain`.
         self.explain_delay = explain_delay
         self._reasons: dict[str, tuple[str, float]] = {}
+        # Reuses, cycle to cycle, what it read of objects that did not change (snapshot.py).
+        self._views = ViewBuilder(catalog)
 
     # --- the cycle -----------------------------------------------------------------------------
 
@@ -150,7 +153,7 @@ class Scheduler:
         # 1 snapshot
         try:
             state = self.cache.state()
-            view = build_view(self.catalog, state.nodes, state.pods, state.mig_configs)
+            view = self._views.build(state.nodes, state.pods, state.mig_configs)
         except Exception as exc:  # a bad object must not stop scheduling: retry next cycle
             log.exception("cycle=%d snapshot failed; retrying next cycle", self.cycle)
             report.error = f"snapshot: {exc}"
@@ -161,9 +164,10 @@ class Scheduler:
         t = phase("snapshot", started)
 
         # 2 heal
-        report.restarted = self._heal(state)
-        settling = set(report.restarted) | self._members_deleting(state)
-        partial = self._partial_gangs(state, settling)
+        facts = view.facts
+        report.restarted = self._heal(state, facts)
+        settling = set(report.restarted) | self._members_deleting(facts)
+        partial = self._partial_gangs(facts, settling)
         t = phase("heal", t)
 
         # 3 heads (gangs restarted or rolled back are offered again once the pods this process
@@ -192,7 +196,7 @@ class Scheduler:
         t = phase("mig", t)
 
         # 7 complete
-        held |= self._complete(partial, state, decision, held, waiting, report)
+        held |= self._complete(partial, facts, decision, held, waiting, report)
         t = phase("complete", t)
 
         # 8 bind
@@ -216,7 +220,7 @@ class Scheduler:
         # tells.
         quiet = f"{PendingReasonText.GANG}: waiting for"
         loud = {g: m for g, m in messages.items() if not m.startswith(quiet)}
-        self._explain(loud, view, offered, state)
+        self._explain(loud, view)
         phase("explain", t)
 
         total = self.clock() - started
@@ -239,7 +243,7 @@ class Scheduler:
 
     # --- phases --------------------------------------------------------------------------------
 
-    def _heal(self, state: CachedState) -> list[str]:
+    def _heal(self, state: CachedState, facts: Mapping[str, PodFacts]) -> list[str]:
         """Delete every pod of gangs that have a pod on a failed or vanished node."""
         now = self.clock()
         nodes = {n["metadata"]["name"]: n for n in state.nodes}
@@ -255,15 +259,13 @@ class Scheduler:
                 self._not_ready_since.pop(name)
         broken: dict[str, str] = {}
         members: dict[str, list[str]] = defaultdict(list)
-        for pod in state.pods:
-            if (pod.get("spec") or {}).get("schedulerName") != names.SCHEDULER_NAME:
+        for f in facts.values():
+            if not f.ours or f.terminal:
                 continue
-            if pods.is_terminal(pod):
-                continue
-            gid = pods.gang_id(pod)
-            members[gid].append(pods.pod_key(pod))
-            where = pods.node_name(pod)
-            if where is None or pod["metadata"].get("deletionTimestamp"):
+            gid = f.gang
+            members[gid].append(f.key)
+            where = f.node
+            if where is None or f.deleting:
                 continue
             if where not in nodes:
                 broken[gid] = f"node {where} disappeared"
@@ -277,7 +279,7 @@ class Scheduler:
         return sorted(broken)
 
     @staticmethod
-    def _partial_gangs(state: CachedState, skip: set[str]) -> dict[str, list[str]]:
+    def _partial_gangs(facts: Mapping[str, PodFacts], skip: set[str]) -> dict[str, list[str]]:
         """Gangs with some, but fewer than their gang size, live pods bound -> those pods.
 
         Left by a crash between the bindings (or evictions) of one gang, or by a member deleted
@@ -287,23 +289,17 @@ class Scheduler:
         """
         bound: dict[str, list[str]] = defaultdict(list)
         size: dict[str, int] = {}
-        for pod in state.pods:
-            spec = pod.get("spec") or {}
-            if spec.get("schedulerName") != names.SCHEDULER_NAME or pods.is_terminal(pod):
+        for f in facts.values():
+            if not f.ours or f.terminal or f.deleting or not f.node or not f.gang_label:
                 continue
-            if pod["metadata"].get("deletionTimestamp") or not pods.node_name(pod):
-                continue
-            if not pods.pod_labels(pod).get(names.GANG_LABEL):
-                continue
-            gid = pods.gang_id(pod)
-            bound[gid].append(pods.pod_key(pod))
-            size[gid] = pods.gang_size(pod)
+            bound[f.gang].append(f.key)
+            size[f.gang] = f.size
         return {g: keys for g, keys in bound.items() if len(keys) < size[g] and g not in skip}
 
     def _complete(
         self,
         partial: Mapping[str, list[str]],
-        state: CachedState,
+        facts: Mapping[str, PodFacts],
         decision: Decision,
         held: Mapping[str, str],
         waiting: Mapping[str, str],
@@ -327,14 +323,13 @@ class Scheduler:
             del self._partial_since[gid]
         placed = {p.gang_id: p for p in decision.placements}
         refused = {p.gang_id: p.message for p in decision.pending}
-        current = {pods.pod_key(p): p for p in state.pods}
         blocked: dict[str, str] = {}
         restart: dict[str, str] = {}
         for gid, keys in sorted(partial.items()):
             since = self._partial_since.setdefault(gid, now)
             rest = f"{gid}#rest"
-            nodes = {pods.node_name(current[k]) for k in keys if k in current}
-            topology = pods.topology(current[keys[0]]) if keys[0] in current else None
+            nodes = {facts[k].node for k in keys if k in facts}
+            topology = pods.topology(facts[keys[0]].pod) if keys[0] in facts else None
             if rest in placed and rest not in held:
                 where = {r.node for r in placed[rest].replicas}
                 if topology is Topology.SAME_NODE and not where <= nodes:
@@ -368,19 +363,17 @@ class Scheduler:
         until = self.clock() + self.node_failure_grace + 30.0
         self._being_deleted.update(dict.fromkeys(keys, until))
 
-    def _members_deleting(self, state: CachedState) -> set[str]:
+    def _members_deleting(self, facts: Mapping[str, PodFacts]) -> set[str]:
         """Gangs with a pod this process is deleting whose deletion the watch has not shown
         yet: neither partly bound (to complete) nor to restart again."""
         now = self.clock()
-        live = {
-            pods.pod_key(p): p for p in state.pods if not p["metadata"].get("deletionTimestamp")
-        }
         out: set[str] = set()
         for key, until in list(self._being_deleted.items()):
-            if until < now or key not in live:
+            f = facts.get(key)
+            if until < now or f is None or f.deleting:
                 del self._being_deleted[key]
             else:
-                out.add(pods.gang_id(live[key]))
+                out.add(f.gang)
         return out
 
     def _heads(
@@ -605,16 +598,10 @@ class Scheduler:
                 rollback, "GangBindingFailed", "another pod of the gang could not be bound"
             )
 
-    def _explain(
-        self,
-        messages: Mapping[str, str],
-        view: ClusterView,
-        offered: Sequence[PendingGang],
-        state: CachedState,
-    ) -> None:
+    def _explain(self, messages: Mapping[str, str], view: ClusterView) -> None:
         members: dict[str, tuple[str, ...]] = dict(view.held_pods)
         members.update({pg.gang.id: pg.pods for pg in view.pending})
-        current = {pods.pod_key(p): p for p in state.pods}
+        current = view.facts
         # A reason is written once it has held for `explain_delay`: while a pool frees up,
         # each cycle gives the gangs still waiting a new, short-lived reason, and a status
         # write per waiting pod would compete with the bindings for the API server.
@@ -628,8 +615,8 @@ class Scheduler:
             if now - self._reasons[gid][1] < self.explain_delay:
                 continue
             for key in members.get(gid, ()):
-                pod = current.get(key)
-                if pod is not None and scheduled_message(pod) != message:
+                f = current.get(key)
+                if f is not None and scheduled_message(f.pod) != message:
                     writes[key] = message
         if writes:
             self.binder.mark_pending(writes)

@@ -165,6 +165,51 @@ def gpu_types(pod: Pod) -> tuple[TypeOption, ...] | None:
     return tuple(out) or None
 
 
+@dataclass(frozen=True, slots=True)
+class PodFacts:
+    """What every cycle reads of one pod, computed once per pod object.
+
+    The cache replaces a pod's dict on every watch event and never mutates one in place, so
+    the facts of an unchanged dict can be reused from the previous cycle (see
+    `snapshot.ViewBuilder`): for 1,000 pods the per-pod helpers above were most of a cycle.
+    """
+
+    pod: Pod
+    key: str
+    gang: str  # gang_id
+    node: str | None  # node_name
+    terminal: bool
+    deleting: bool  # has a deletionTimestamp
+    ours: bool  # schedulerName is gpufleet
+    pending: bool  # is_ours_pending
+    gang_label: bool  # carries the gang label (a gang of one otherwise)
+    size: int  # gang_size
+    rank: tuple[int, str]
+    request: GpuRequest
+
+    @property
+    def holds_gpus(self) -> bool:
+        return self.node is not None and not self.terminal and not self.request.empty
+
+
+def facts(pod: Pod) -> PodFacts:
+    """The `PodFacts` of `pod` (pure; memoised by the snapshot builder)."""
+    return PodFacts(
+        pod=pod,
+        key=pod_key(pod),
+        gang=gang_id(pod),
+        node=node_name(pod),
+        terminal=is_terminal(pod),
+        deleting=bool(pod["metadata"].get("deletionTimestamp")),
+        ours=(pod.get("spec") or {}).get("schedulerName") == names.SCHEDULER_NAME,
+        pending=is_ours_pending(pod),
+        gang_label=bool(pod_labels(pod).get(names.GANG_LABEL)),
+        size=gang_size(pod),
+        rank=rank(pod),
+        request=gpu_request(pod),
+    )
+
+
 def assigned_gpus(pod: Pod) -> tuple[int, ...] | None:
     raw = pod_annotations(pod).get(names.ASSIGNED_GPUS)
     if not raw:

@@ -20,9 +20,9 @@ from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.model.cluster import Node
 from gpufleet.model.gpus import Catalog
 from gpufleet.model.mig import MigPlacement
-from gpufleet.scheduler import names, pods
+from gpufleet.scheduler import pods
 from gpufleet.scheduler.nodes import to_core_node
-from gpufleet.scheduler.pods import Pod
+from gpufleet.scheduler.pods import Pod, PodFacts
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,8 @@ class ClusterView:
     running_pods: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # pods holding GPUs that could not be accounted for (over-committed node).
     problems: tuple[str, ...] = ()
+    # pod key -> what the cycle reads of it, for every pod in the cache (assumed ones bound).
+    facts: Mapping[str, PodFacts] = field(default_factory=dict)
 
 
 class _NodeUsage:
@@ -121,59 +123,307 @@ def _assign(usage: _NodeUsage, pod: Pod, exact: bool) -> ReplicaPlacement | None
     return ReplicaPlacement(name, chosen)
 
 
-def _acceptable(first: Pod, nodes: Iterable[Node], catalog: Catalog) -> tuple[TypeOption, ...]:
+def _acceptable(first: Pod, present: frozenset[str], catalog: Catalog) -> tuple[TypeOption, ...]:
     declared = pods.gpu_types(first)
     if declared is not None:
         return declared
-    present = {n.gpu_type for n in nodes}
     return tuple(TypeOption(t.name) for t in catalog if t.name in present) or tuple(
         TypeOption(t.name) for t in catalog
     )
 
 
-def _running_gangs(
-    holders: list[tuple[Pod, ReplicaPlacement]], core_nodes: Mapping[str, Node]
+def _running_gang(
+    gid: str, gpu_type: str, items: list[tuple[PodFacts, ReplicaPlacement]], split: bool
 ) -> tuple[list[RunningGang], dict[str, tuple[str, ...]]]:
-    groups: dict[tuple[str, str], list[tuple[Pod, ReplicaPlacement]]] = defaultdict(list)
-    for pod, placement in holders:
-        ours = (pod.get("spec") or {}).get("schedulerName") == names.SCHEDULER_NAME
-        gid = pods.gang_id(pod) if ours else f"{pods.pod_key(pod)}#foreign"
-        groups[(gid, core_nodes[placement.node].gpu_type)].append((pod, placement))
-    multi_type: dict[str, int] = defaultdict(int)
-    for gid, _ in groups:
-        multi_type[gid] += 1
-    gangs: list[RunningGang] = []
-    members: dict[str, tuple[str, ...]] = {}
-    for (gid, gpu_type), items in sorted(groups.items(), key=lambda kv: kv[0]):
-        items.sort(key=lambda it: pods.rank(it[0]))
-        first = items[0][0]
-        ours = not gid.endswith("#foreign")
-        # A gang spread over two GPU types (only after a manual bind) is split per type.
-        rid = gid if multi_type[gid] == 1 else f"{gid}#{gpu_type}"
-        options = pods.gpu_types(first) or ()
-        speed = next((o.relative_throughput for o in options if o.gpu_type == gpu_type), None)
-        # Replicas beyond the gang size (an elastic gang grown past its minimum) are
-        # opportunistic: each is its own preemptible unit at the lowest priority, so a
-        # higher-priority gang shrinks elastic gangs toward their minimum before it preempts
-        # any whole gang.
-        core = items[: pods.gang_size(first)] if ours else items
-        extra = items[len(core) :]
-        gangs.append(
-            RunningGang(
-                id=rid,
-                gpu_type=gpu_type,
-                replicas=tuple(p for _, p in core),
-                priority=pods.priority(first) if ours else 0,
-                preemptible=ours and pods.preemptible(first),
-                relative_throughput=speed,
-            )
+    """The running gang(s) of the pods of `gid` on `gpu_type` (already in rank order)."""
+    first = items[0][0]
+    ours = not gid.endswith("#foreign")
+    # A gang spread over two GPU types (only after a manual bind) is split per type.
+    rid = f"{gid}#{gpu_type}" if split else gid
+    options = pods.gpu_types(first.pod) or ()
+    speed = next((o.relative_throughput for o in options if o.gpu_type == gpu_type), None)
+    # Replicas beyond the gang size (an elastic gang grown past its minimum) are
+    # opportunistic: each is its own preemptible unit at the lowest priority, so a
+    # higher-priority gang shrinks elastic gangs toward their minimum before it preempts
+    # any whole gang.
+    core = items[: first.size] if ours else items
+    extra = items[len(core) :]
+    gangs = [
+        RunningGang(
+            id=rid,
+            gpu_type=gpu_type,
+            replicas=tuple(p for _, p in core),
+            priority=pods.priority(first.pod) if ours else 0,
+            preemptible=ours and pods.preemptible(first.pod),
+            relative_throughput=speed,
         )
-        members[rid] = tuple(pods.pod_key(p) for p, _ in core)
-        for pod, placement in extra:
-            eid = f"{rid}#extra-{pods.rank(pod)[0]}"
-            gangs.append(RunningGang(eid, gpu_type, (placement,), 0, True, speed))
-            members[eid] = (pods.pod_key(pod),)
+    ]
+    members = {rid: tuple(f.key for f, _ in core)}
+    for f, placement in extra:
+        eid = f"{rid}#extra-{f.rank[0]}"
+        gangs.append(RunningGang(eid, gpu_type, (placement,), 0, True, speed))
+        members[eid] = (f.key,)
     return gangs, members
+
+
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    """Whether two tuples hold the very same objects (identity, not equality)."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+class ViewBuilder:
+    """Builds each cycle's `ClusterView`, reusing what has not changed since the last cycle.
+
+    The cache replaces an object's dict on every watch event and never mutates one in place,
+    so an unchanged object is the very same dict as in the last cycle. Keyed by identity
+    (with the object kept alive, so an id is never reused while remembered), this reuses: the
+    facts of each pod, the core `Node` of each node, the placements found for the pods of a
+    node, each running gang, and each pending gang. A cycle then costs a few passes over the
+    pods instead of re-reading every pod's JSON, which for 1,000 pods was most of the cycle.
+    Every memo is rebuilt from the current objects each cycle, so nothing stale survives.
+    The result equals `build_view` on the same input (tested).
+    """
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self._facts: dict[int, PodFacts] = {}
+        # node name -> (raw node, mig configs, core node)
+        self._nodes: dict[str, tuple[Mapping[str, Any], Mapping[str, Any], Node | None]] = {}
+        # node name -> (core node, its pods, placements, problems)
+        self._usage: dict[
+            str,
+            tuple[Node, tuple[Pod, ...], list[tuple[PodFacts, ReplicaPlacement]], list[str]],
+        ] = {}
+        # (gang, type) -> (its pods, their placements, split, gangs, members)
+        self._running: dict[
+            tuple[str, str],
+            tuple[
+                tuple[Pod, ...],
+                tuple[ReplicaPlacement, ...],
+                bool,
+                list[RunningGang],
+                dict[str, tuple[str, ...]],
+            ],
+        ] = {}
+        # gang -> (its pods, inputs, the pending gang or why it is held)
+        # (bound members, offered as a rest, the type it runs on, GPU types present)
+        self._pending: dict[
+            str,
+            tuple[tuple[Pod, ...], tuple[int, bool, str | None, frozenset[str]], PendingGang | str],
+        ] = {}
+
+    def facts(self, all_pods: Iterable[Pod]) -> dict[str, PodFacts]:
+        """Pod key -> facts, reusing those of pod dicts seen last cycle."""
+        old, new = self._facts, {}
+        out: dict[str, PodFacts] = {}
+        for pod in all_pods:
+            f = old.get(id(pod))
+            if f is None or f.pod is not pod:
+                f = pods.facts(pod)
+            new[id(pod)] = f
+            out[f.key] = f
+        self._facts = new
+        return out
+
+    def _core_nodes(
+        self, nodes: Iterable[Mapping[str, Any]], mig_configs: Mapping[str, Any]
+    ) -> dict[str, Node]:
+        old, new = self._nodes, {}
+        core_nodes: dict[str, Node] = {}
+        for raw in nodes:
+            name = raw["metadata"]["name"]
+            seen = old.get(name)
+            if seen is not None and seen[0] is raw and seen[1] is mig_configs:
+                node = seen[2]
+            else:
+                node = to_core_node(raw, self.catalog, mig_configs)
+            new[name] = (raw, mig_configs, node)
+            if node is not None:
+                core_nodes[node.name] = node
+        self._nodes = new
+        return core_nodes
+
+    def _holders(
+        self, core_nodes: Mapping[str, Node], facts: Mapping[str, PodFacts]
+    ) -> tuple[list[tuple[PodFacts, ReplicaPlacement]], list[str]]:
+        on_node: dict[str, list[PodFacts]] = defaultdict(list)
+        for f in facts.values():
+            if f.node is not None and f.holds_gpus and f.node in core_nodes:
+                on_node[f.node].append(f)
+        old, new = self._usage, {}
+        holders: list[tuple[PodFacts, ReplicaPlacement]] = []
+        problems: list[str] = []
+        for name in sorted(on_node):
+            node, here = core_nodes[name], on_node[name]
+            objs = tuple(f.pod for f in here)
+            seen = old.get(name)
+            if seen is not None and seen[0] is node and _same(seen[1], objs):
+                found, bad = seen[2], seen[3]
+            else:
+                found, bad = _node_holders(node, here)
+            new[name] = (node, objs, found, bad)
+            holders.extend(found)
+            problems.extend(bad)
+        self._usage = new
+        return holders, problems
+
+    def _running_gangs(
+        self, holders: list[tuple[PodFacts, ReplicaPlacement]], core_nodes: Mapping[str, Node]
+    ) -> tuple[list[RunningGang], dict[str, tuple[str, ...]]]:
+        groups: dict[tuple[str, str], list[tuple[PodFacts, ReplicaPlacement]]] = defaultdict(list)
+        for f, placement in holders:
+            gid = f.gang if f.ours else f"{f.key}#foreign"
+            groups[(gid, core_nodes[placement.node].gpu_type)].append((f, placement))
+        multi_type: dict[str, int] = defaultdict(int)
+        for gid, _ in groups:
+            multi_type[gid] += 1
+        old, new = self._running, {}
+        gangs: list[RunningGang] = []
+        members: dict[str, tuple[str, ...]] = {}
+        for (gid, gpu_type), items in sorted(groups.items(), key=lambda kv: kv[0]):
+            items.sort(key=lambda it: it[0].rank)
+            objs = tuple(f.pod for f, _ in items)
+            where = tuple(p for _, p in items)
+            split = multi_type[gid] > 1
+            seen = old.get((gid, gpu_type))
+            if seen is not None and _same(seen[0], objs) and seen[1] == where and seen[2] is split:
+                made, named = seen[3], seen[4]
+            else:
+                made, named = _running_gang(gid, gpu_type, items, split)
+            new[(gid, gpu_type)] = (objs, where, split, made, named)
+            gangs.extend(made)
+            members.update(named)
+        self._running = new
+        return gangs, members
+
+    def build(
+        self,
+        nodes: Iterable[Mapping[str, Any]],
+        all_pods: Iterable[Pod],
+        mig_configs: Mapping[str, Any],
+        facts: Mapping[str, PodFacts] | None = None,
+    ) -> ClusterView:
+        """The core's input for one cycle. `all_pods` already includes assumed bindings;
+        `facts` are `self.facts(all_pods)` when the caller has them already."""
+        catalog = self.catalog
+        core_nodes = self._core_nodes(nodes, mig_configs)
+        if facts is None:
+            facts = self.facts(all_pods)
+        holders, problems = self._holders(core_nodes, facts)
+        running, running_pods = self._running_gangs(holders, core_nodes)
+        snapshot = Snapshot(
+            catalog, tuple(core_nodes[n] for n in sorted(core_nodes)), tuple(running)
+        )
+
+        bound_members: dict[str, int] = defaultdict(int)
+        waiting: dict[str, list[PodFacts]] = defaultdict(list)
+        for f in facts.values():
+            if f.node and not f.terminal:
+                bound_members[f.gang] += 1
+            if f.pending:
+                waiting[f.gang].append(f)
+        running_type = {g.id: g.gpu_type for g in running}
+        present = frozenset(n.gpu_type for n in core_nodes.values())
+
+        old, new = self._pending, {}
+        pending: list[PendingGang] = []
+        held: dict[str, str] = {}
+        held_pods: dict[str, tuple[str, ...]] = {}
+        for gid in sorted(waiting):
+            members = sorted(waiting[gid], key=lambda f: f.rank)
+            objs = tuple(f.pod for f in members)
+            rest = gid in running_pods
+            inputs = (bound_members[gid], rest, running_type.get(gid), present)
+            seen = old.get(gid)
+            if seen is not None and _same(seen[0], objs) and seen[1] == inputs:
+                outcome = seen[2]
+            else:
+                outcome = _pending_gang(catalog, gid, members, inputs[0], rest, inputs[2], present)
+            new[gid] = (objs, inputs, outcome)
+            if isinstance(outcome, PendingGang):
+                pending.append(outcome)
+            else:
+                held[gid] = outcome
+                held_pods[gid] = tuple(f.key for f in members)
+        self._pending = new
+        return ClusterView(
+            snapshot,
+            tuple(pending),
+            held,
+            held_pods,
+            running_pods,
+            tuple(problems),
+            facts,
+        )
+
+
+def _node_holders(
+    node: Node, here: list[PodFacts]
+) -> tuple[list[tuple[PodFacts, ReplicaPlacement]], list[str]]:
+    """Placements of the GPU-holding pods of one node; keys of pods that do not fit."""
+    usage = _NodeUsage(node)
+    holders: list[tuple[PodFacts, ReplicaPlacement]] = []
+    unplaced: list[PodFacts] = []
+    # Recorded placements first, so pods of other schedulers fill what is left.
+    for f in here:
+        placement = _assign(usage, f.pod, exact=True)
+        if placement is None:
+            unplaced.append(f)
+        else:
+            holders.append((f, placement))
+    problems: list[str] = []
+    for f in unplaced:
+        placement = _assign(usage, f.pod, exact=False)
+        if placement is None:
+            problems.append(f.key)
+        else:
+            holders.append((f, placement))
+    return holders, problems
+
+
+def _pending_gang(
+    catalog: Catalog,
+    gid: str,
+    members: list[PodFacts],
+    bound: int,
+    rest: bool,
+    running_type: str | None,
+    present: frozenset[str],
+) -> PendingGang | str:
+    """The gang `members` (rank order) offered to the core, or why it is held back."""
+    keys = tuple(f.key for f in members)
+    first = members[0]
+    needed = first.size - bound
+    reason = _hold_reason(members, needed)
+    if reason is not None:
+        return reason
+    # The unbound rest of a partly bound gang (left by a crash between two bindings, or
+    # the room an elastic gang may still grow into) is offered under its own id, on the
+    # GPU type the gang already runs on: the core refuses an id both running and pending.
+    acceptable = _acceptable(first.pod, present, catalog)
+    if rest and running_type is not None:
+        acceptable = tuple(o for o in acceptable if o.gpu_type == running_type) or (
+            TypeOption(running_type),
+        )
+    try:
+        gang = Gang(
+            id=f"{gid}#rest" if rest else gid,
+            acceptable=acceptable,
+            # Pods beyond the gang size are an elastic gang's room to grow: placed if
+            # there is space, never required.
+            replicas_min=max(1, needed),
+            replicas_max=len(members),
+            gpus_per_replica=max(1, first.request.gpus),
+            mig_profile=first.request.mig_profile,
+            # Growth past the minimum is opportunistic: it never preempts anything.
+            priority=pods.priority(first.pod) if needed > 0 else 0,
+            preemptible=pods.preemptible(first.pod),
+            topology=pods.topology(first.pod),
+            energy=pods.energy(first.pod),
+        )
+    except ValueError as exc:
+        return f"invalid gang: {exc}"
+    return PendingGang(gang, keys)
 
 
 def build_view(
@@ -182,97 +432,16 @@ def build_view(
     all_pods: Iterable[Pod],
     mig_configs: Mapping[str, Any],
 ) -> ClusterView:
-    """The core's input for one cycle. `all_pods` already includes assumed bindings."""
-    core_nodes: dict[str, Node] = {}
-    for raw in nodes:
-        node = to_core_node(raw, catalog, mig_configs)
-        if node is not None:
-            core_nodes[node.name] = node
-    usage = {name: _NodeUsage(node) for name, node in core_nodes.items()}
-
-    pod_list = list(all_pods)
-    on_gpu_nodes = [p for p in pod_list if pods.holds_gpus(p) and pods.node_name(p) in core_nodes]
-    holders: list[tuple[Pod, ReplicaPlacement]] = []
-    unplaced: list[Pod] = []
-    # Recorded placements first, so pods of other schedulers fill what is left.
-    for pod in on_gpu_nodes:
-        placement = _assign(usage[pods.node_name(pod) or ""], pod, exact=True)
-        if placement is None:
-            unplaced.append(pod)
-        else:
-            holders.append((pod, placement))
-    problems: list[str] = []
-    for pod in unplaced:
-        placement = _assign(usage[pods.node_name(pod) or ""], pod, exact=False)
-        if placement is None:
-            problems.append(pods.pod_key(pod))
-        else:
-            holders.append((pod, placement))
-    running, running_pods = _running_gangs(holders, core_nodes)
-    snapshot = Snapshot(catalog, tuple(core_nodes[n] for n in sorted(core_nodes)), tuple(running))
-
-    bound_members: dict[str, int] = defaultdict(int)
-    for pod in pod_list:
-        if pods.node_name(pod) and not pods.is_terminal(pod):
-            bound_members[pods.gang_id(pod)] += 1
-    running_type = {g.id: g.gpu_type for g in running}
-    waiting: dict[str, list[Pod]] = defaultdict(list)
-    for pod in pod_list:
-        if pods.is_ours_pending(pod):
-            waiting[pods.gang_id(pod)].append(pod)
-
-    pending: list[PendingGang] = []
-    held: dict[str, str] = {}
-    held_pods: dict[str, tuple[str, ...]] = {}
-    for gid in sorted(waiting):
-        members = sorted(waiting[gid], key=pods.rank)
-        keys = tuple(pods.pod_key(p) for p in members)
-        first = members[0]
-        needed = pods.gang_size(first) - bound_members[gid]
-        reason = _hold_reason(members, needed)
-        gang: Gang | None = None
-        # The unbound rest of a partly bound gang (left by a crash between two bindings, or
-        # the room an elastic gang may still grow into) is offered under its own id, on the
-        # GPU type the gang already runs on: the core refuses an id both running and pending.
-        rest = gid in running_pods
-        acceptable = _acceptable(first, core_nodes.values(), catalog)
-        if rest:
-            acceptable = tuple(o for o in acceptable if o.gpu_type == running_type[gid]) or (
-                TypeOption(running_type[gid]),
-            )
-        if reason is None:
-            request = pods.gpu_request(first)
-            try:
-                gang = Gang(
-                    id=f"{gid}#rest" if rest else gid,
-                    acceptable=acceptable,
-                    # Pods beyond the gang size are an elastic gang's room to grow: placed if
-                    # there is space, never required.
-                    replicas_min=max(1, needed),
-                    replicas_max=len(members),
-                    gpus_per_replica=max(1, request.gpus),
-                    mig_profile=request.mig_profile,
-                    # Growth past the minimum is opportunistic: it never preempts anything.
-                    priority=pods.priority(first) if needed > 0 else 0,
-                    preemptible=pods.preemptible(first),
-                    topology=pods.topology(first),
-                    energy=pods.energy(first),
-                )
-            except ValueError as exc:
-                reason = f"invalid gang: {exc}"
-        if gang is None:
-            held[gid] = reason or "invalid gang"
-            held_pods[gid] = keys
-        else:
-            pending.append(PendingGang(gang, keys))
-    return ClusterView(snapshot, tuple(pending), held, held_pods, running_pods, tuple(problems))
+    """The core's input for one cycle, from scratch. `all_pods` already includes assumed
+    bindings. The live loop keeps a `ViewBuilder` instead, which reuses unchanged parts."""
+    return ViewBuilder(catalog).build(nodes, all_pods, mig_configs)
 
 
-def _hold_reason(members: list[Pod], needed: int) -> str | None:
+def _hold_reason(members: list[PodFacts], needed: int) -> str | None:
     """Why a gang's pending pods cannot be offered to the core yet, or None."""
     if len(members) < needed:
         return f"waiting for {needed - len(members)} more pod(s) of the gang to be created"
-    requests = {pods.gpu_request(p) for p in members}
+    requests = {f.request for f in members}
     if len(requests) > 1:
         return "pods of one gang ask for different GPUs or MIG profiles"
     request = requests.pop()

@@ -15,7 +15,7 @@ from gpufleet.model.mig import MigPlacement
 from gpufleet.sandbox.miglayouts import load_default_configs
 from gpufleet.scheduler import names
 from gpufleet.scheduler.nodes import layout_for_counts, to_core_node
-from gpufleet.scheduler.snapshot import build_view
+from gpufleet.scheduler.snapshot import ViewBuilder, build_view
 
 CATALOG = load_catalog()
 CONFIGS = load_default_configs()
@@ -264,3 +264,46 @@ def test_replicas_beyond_the_minimum_are_preemptible_one_by_one() -> None:
     assert len(by_id["default/e"].replicas) == 2 and not by_id["default/e"].preemptible
     assert by_id["default/e#extra-3"].preemptible and by_id["default/e#extra-3"].priority == 0
     assert v.running_pods["default/e#extra-3"] == ("default/e3",)
+
+
+# --- the incremental builder -------------------------------------------------------------------
+
+
+def test_reused_builder_equals_a_fresh_build_as_the_cluster_changes() -> None:
+    """The live loop's `ViewBuilder` reuses what it read of unchanged objects; after every
+    kind of change (a pod bound, a gang's last pod created, a node cordoned, a pod deleted,
+    a foreign pod arriving, MIG configs replaced) its view equals a view built from scratch."""
+    builder = ViewBuilder(CATALOG)
+    nodes = {
+        "h0": NodeBuilder("h0").obj(),
+        "l0": NodeBuilder("l0", "L4", 4).obj(),
+        "a0": NodeBuilder("a0", "A100-80GB").mig("all-1g.10gb").obj(),
+    }
+    pods = {
+        "g0": PodBuilder("g0").gpus(2).gang("g", 2, 0).obj(),
+        "s0": PodBuilder("s0").gpus(1).bound("l0", gpus="0").obj(),
+        "m0": PodBuilder("m0").mig("1g.10gb").obj(),
+    }
+    configs: dict[str, object] = dict(CONFIGS)
+
+    def check() -> None:
+        got = builder.build(list(nodes.values()), list(pods.values()), configs)
+        assert got == build_view(CATALOG, list(nodes.values()), list(pods.values()), configs)
+
+    check()
+    check()  # nothing changed: everything reused
+    pods["g1"] = PodBuilder("g1").gpus(2).gang("g", 2, 1).obj()  # gang complete
+    check()
+    pods["g0"] = PodBuilder("g0").gpus(2).gang("g", 2, 0).bound("h0", gpus="0,1").obj()
+    check()  # partly bound: its rest is offered on the running type
+    pods["g1"] = PodBuilder("g1").gpus(2).gang("g", 2, 1).bound("h0", gpus="2,3").obj()
+    check()
+    nodes["l0"] = NodeBuilder("l0", "L4", 4).cordoned().obj()
+    check()
+    pods["f0"] = PodBuilder("f0").gpus(1).scheduler("default-scheduler").bound("l0").obj()
+    check()  # foreign pod fills what is left on l0
+    del pods["s0"]
+    check()  # ... and moves to GPU 0 once s0 is gone
+    configs = dict(CONFIGS)
+    check()
+    assert builder.facts(pods.values())["default/g0"].pod is pods["g0"]
