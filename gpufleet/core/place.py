@@ -4,8 +4,9 @@ Phases: 1 build the working state; 2 greedy placement on free capacity, then gan
 preemption for what is still stuck; 3 with the CP-SAT engine, re-solve with the model over the
 free GPUs plus the preempted ones (the gangs that preempted must be admitted), warm-started by
 the greedy decision, preempt again for what is left, and keep the better-scoring decision
-(greedy's when the solver finds nothing in time); 4 explain every gang left pending; 5 return the
-decision in a canonical order so equal inputs give equal decisions.
+(greedy's when the solver finds nothing in time); skipped with the opt-in
+`SolverSettings.skip_when_greedy_admits_all` when greedy admits everything; 4 explain every gang
+left pending; 5 return the decision in a canonical order so equal inputs give equal decisions.
 """
 
 from __future__ import annotations
@@ -40,7 +41,12 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
     extra, preemptions = _preempt(greedy_state, pending, greedy, policy, memo, frozenset())
     greedy.update(extra)
     best = _assemble(greedy_state, greedy, preemptions, SolveStats("greedy", "HEURISTIC"))
-    if policy.solver.engine is Engine.CPSAT and pending:
+    solve = policy.solver.engine is Engine.CPSAT and bool(pending)
+    if solve and policy.solver.skip_when_greedy_admits_all and _admits_all(pending, best):
+        # Opt-in shortcut (SolverSettings): nothing is left for the solver to admit.
+        best = replace(best, stats=SolveStats("greedy", "ALL_ADMITTED"))
+        solve = False
+    if solve:
         from gpufleet.core.cpsat import place_cpsat  # ortools import is heavy; load on use
 
         state, placements, stats = place_cpsat(
@@ -70,6 +76,14 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
         if g.id not in admitted
     )
     return replace(best, pending=pending_out)
+
+
+def _admits_all(pending: Sequence[Gang], decision: Decision) -> bool:
+    """Every pending gang placed at its largest size, without preemption or MIG changes."""
+    if decision.preemptions or decision.repartitions:
+        return False
+    size = {p.gang_id: len(p.replicas) for p in decision.placements}
+    return all(size.get(g.id) == g.replicas_max for g in pending)
 
 
 def _preempt(

@@ -76,7 +76,15 @@ class TypeDelay:
 @dataclass(frozen=True, slots=True)
 class SolverSettings:
     """CP-SAT budget. `deterministic_time` bounds the search in solver work units so the same
-    input and seed give the same answer; `time_limit_s` is a wall-clock safety net."""
+    input and seed give the same answer; `time_limit_s` is a wall-clock safety net.
+
+    `skip_when_greedy_admits_all` (default off): with the CP-SAT engine, keep the greedy
+    decision without solving when it already admits every pending gang at its largest size,
+    with no preemption and no MIG repartition. The solver could then only rearrange the same
+    admissions for a better packing score, so the decision is equally valid; the live
+    scheduler turns this on because such a cycle's bindings wait for the solve, while the
+    simulator and the placement bench keep the default (their objectives compare engines).
+    """
 
     engine: Engine = Engine.CPSAT
     time_limit_s: float = 2.0
@@ -84,6 +92,7 @@ class SolverSettings:
     workers: int = 1
     seed: int = 0
     presolve: bool = False  # off: faster and a tighter bound on the count model (see cpsat.py)
+    skip_when_greedy_admits_all: bool = False
 
     def __post_init__(self) -> None:
         if self.time_limit_s <= 0 or self.deterministic_time <= 0 or self.workers < 1:
