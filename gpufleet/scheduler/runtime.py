@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import threading
 
@@ -41,6 +42,15 @@ def api_client(kubeconfig: str | None, pool_size: int = 64) -> client.ApiClient:
             config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     configuration.connection_pool_maxsize = pool_size
     return client.ApiClient(configuration)
+
+
+# Cyclic-GC thresholds for the scheduler's process (CPython's default is (700, 10, 10)).
+# Every watch event is a new tree of dicts and lists, and the cache keeps them, so with the
+# defaults the collector ran a full pass over 200,000-260,000 objects about once a second
+# while 1,000 pods were bound, each pass 170-460 ms with every thread stopped (measured on the
+# bind benchmark). Watch objects form no reference cycles; collecting the young generation every
+# 20,000 net allocations instead of 700 makes full passes about 30x rarer.
+GC_THRESHOLDS = (20_000, 10, 10)
 
 
 class SchedulerRuntime:
@@ -108,6 +118,10 @@ class SchedulerRuntime:
         for informer in self.informers:
             if not informer.synced.wait(sync_timeout):
                 raise TimeoutError(f"informer {informer.name} did not sync in {sync_timeout}s")
+        # What is loaded by now (modules, the first lists) lives for the whole process: keep
+        # it out of every later collection, and collect less often (see GC_THRESHOLDS).
+        gc.freeze()
+        gc.set_threshold(*GC_THRESHOLDS)
         self._thread.start()
         metrics.READY.set(1)
 

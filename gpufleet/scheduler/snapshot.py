@@ -205,6 +205,7 @@ class ViewBuilder:
                 dict[str, tuple[str, ...]],
             ],
         ] = {}
+        self._last_running: tuple[list[RunningGang], dict[str, tuple[str, ...]]] | None = None
         # gang -> (its pods, inputs, the pending gang or why it is held)
         # (bound members, offered as a rest, the type it runs on, GPU types present)
         self._pending: dict[
@@ -245,7 +246,9 @@ class ViewBuilder:
 
     def _holders(
         self, core_nodes: Mapping[str, Node], facts: Mapping[str, PodFacts]
-    ) -> tuple[list[tuple[PodFacts, ReplicaPlacement]], list[str]]:
+    ) -> tuple[list[tuple[PodFacts, ReplicaPlacement]], list[str], bool]:
+        """Placements of GPU-holding pods, keys of pods that do not fit, and whether all of
+        it is what the last cycle found (no node or pod on a GPU node changed)."""
         on_node: dict[str, list[PodFacts]] = defaultdict(list)
         for f in facts.values():
             if f.node is not None and f.holds_gpus and f.node in core_nodes:
@@ -253,6 +256,7 @@ class ViewBuilder:
         old, new = self._usage, {}
         holders: list[tuple[PodFacts, ReplicaPlacement]] = []
         problems: list[str] = []
+        unchanged = on_node.keys() == old.keys()
         for name in sorted(on_node):
             node, here = core_nodes[name], on_node[name]
             objs = tuple(f.pod for f in here)
@@ -261,11 +265,12 @@ class ViewBuilder:
                 found, bad = seen[2], seen[3]
             else:
                 found, bad = _node_holders(node, here)
+                unchanged = False
             new[name] = (node, objs, found, bad)
             holders.extend(found)
             problems.extend(bad)
         self._usage = new
-        return holders, problems
+        return holders, problems, unchanged
 
     def _running_gangs(
         self, holders: list[tuple[PodFacts, ReplicaPlacement]], core_nodes: Mapping[str, Node]
@@ -309,8 +314,10 @@ class ViewBuilder:
         core_nodes = self._core_nodes(nodes, mig_configs)
         if facts is None:
             facts = self.facts(all_pods)
-        holders, problems = self._holders(core_nodes, facts)
-        running, running_pods = self._running_gangs(holders, core_nodes)
+        holders, problems, unchanged = self._holders(core_nodes, facts)
+        if not unchanged or self._last_running is None:
+            self._last_running = self._running_gangs(holders, core_nodes)
+        running, running_pods = self._last_running
         snapshot = Snapshot(
             catalog, tuple(core_nodes[n] for n in sorted(core_nodes)), tuple(running)
         )
