@@ -103,6 +103,7 @@ class Scheduler:
         budget_retry: float = 10.0,
         partial_grace: float = 30.0,
         explain_delay: float = 0.0,
+        cap_identical_above: int = 64,
     ) -> None:
         self.cache = cache
         self.binder = binder
@@ -130,6 +131,9 @@ class Scheduler:
         self._being_deleted: dict[str, float] = {}
         # gang -> (its pending reason, since when): see `_explain`.
         self.explain_delay = explain_delay
+        # Offer at most what can fit of identical gangs once more than this many are offered
+        # (`_cap_identical`).
+        self.cap_identical_above = cap_identical_above
         self._reasons: dict[str, tuple[str, float]] = {}
         # Reuses, cycle to cycle, what it read of objects that did not change (snapshot.py).
         self._views = ViewBuilder(catalog)
@@ -174,6 +178,7 @@ class Scheduler:
         # deleted are gone and recreated)
         offered, waiting = self._heads(view, state)
         offered = [pg for pg in offered if pg.gang.id.split("#")[0] not in settling]
+        offered, capped = self._cap_identical(offered, view.snapshot)
         t = phase("heads", t)
 
         # 4 decide
@@ -206,6 +211,8 @@ class Scheduler:
 
         # 9 explain
         messages = dict(waiting)
+        for gid, peer in capped.items():
+            messages[gid] = f"{PendingReasonText.QUEUED}: behind identical gang {peer}"
         for p in decision.pending:
             messages[p.gang_id] = f"{p.reason.value}: {p.message}"
             # A preemptor a budget stopped keeps that as its reason while the victims it
@@ -214,6 +221,10 @@ class Scheduler:
                 messages[p.gang_id] = self._blocked_preemptors[p.gang_id][0]
         for gid in held:
             messages.setdefault(gid, held[gid])
+        for gid, peer in capped.items():
+            # The core's reason for the last identical gang offered holds for those behind it.
+            if peer in messages:
+                messages[gid] = messages[peer]
         report.pending = messages
         # A gang still waiting for its own pods to be created says nothing: its count changes
         # with every pod and rewriting every member's condition each cycle costs more than it
@@ -394,6 +405,52 @@ class Scheduler:
             else:
                 offered.append(pg)
         return offered, waiting
+
+    def _cap_identical(
+        self, offered: list[PendingGang], snapshot: Snapshot
+    ) -> tuple[list[PendingGang], dict[str, str]]:
+        """Offer the core only as many of a set of identical gangs as could fit, plus one.
+
+        Gangs equal in everything but their id (1,000 single-GPU pods, say) are
+        interchangeable, and the core places them in id order; a gang that needs `k` whole
+        GPUs can be admitted at most `free // k` times, where `free` counts the GPUs of its
+        acceptable types on schedulable nodes that no running or assumed pod holds (a bound
+        that only overestimates: placement rules never add room). Offering the rest would
+        only make the core explain again, each cycle, why each of them does not fit, which
+        for 900 waiting gangs was most of a decision. The one extra gang offered stays
+        pending and its reason is copied to those held back (phase 9), which are offered
+        again next cycle. Not capped: MIG and elastic gangs, rests of partly bound gangs, and
+        gangs that could preempt (a preempting gang frees GPUs that others may then use).
+        Returns what to offer, in the original order, and gang -> the identical gang whose
+        reason it takes.
+        """
+        if len(offered) <= self.cap_identical_above:
+            return offered, {}
+        whole, slices = snapshot.occupied()
+        held = whole | {(n, g) for n, g, _ in slices}
+        free: dict[str, int] = defaultdict(int)
+        for node in snapshot.nodes:
+            if node.schedulable:
+                free[node.gpu_type] += sum((node.name, g.index) not in held for g in node.gpus)
+        lowest = min((r.priority for r in snapshot.running if r.preemptible), default=None)
+        classes: dict[Gang, list[PendingGang]] = defaultdict(list)
+        for pg in offered:
+            classes[replace(pg.gang, id="")].append(pg)
+        keep: set[str] = set()
+        capped: dict[str, str] = {}
+        for shape, members in classes.items():
+            limit = len(members)
+            may_preempt = (
+                self.policy.allow_preemption and lowest is not None and lowest < shape.priority
+            )
+            rest = members[0].gang.id.endswith("#rest")  # phase 7 needs the core's answer
+            fixed = shape.mig_profile is None and shape.replicas_min == shape.replicas_max
+            if fixed and not may_preempt and not rest:
+                room = sum(free[t] for t in set(shape.type_names()))
+                limit = room // (shape.gpus_per_replica * shape.replicas_min) + 1
+            keep.update(pg.gang.id for pg in members[:limit])
+            capped.update((pg.gang.id, members[limit - 1].gang.id) for pg in members[limit:])
+        return [pg for pg in offered if pg.gang.id in keep], capped
 
     def _preempt(
         self, decision: Decision, view: ClusterView, state: CachedState, report: CycleReport
@@ -648,6 +705,7 @@ class PendingReasonText:
     MIG = "WaitingForMIGReconfiguration"
     GANG = "GangNotReady"
     PREEMPTING = "WaitingForPreemption"
+    QUEUED = "QueuedBehindIdenticalGang"
     BUDGET = "PreemptionBlockedByDisruptionBudget"
 
 
