@@ -8,7 +8,8 @@
               gangs left partly bound (a crash between two bindings or evictions)
   3 heads     offer pending gangs to the core, except those waiting for preemption victims to
               exit or for a MIG reconfiguration they need; the unbound rest of a partly bound
-              gang is offered as `<gang>#rest`
+              gang is offered as `<gang>#rest`; of many identical gangs only as many as
+              could fit, plus one whose reason the others share (`_cap_identical`)
   4 decide    `place()` from the core; every placement decision comes from there
   5 preempt   evict victim gangs whole through the Eviction API, or none of them when their
               PodDisruptionBudgets do not allow it; the preemptor waits until the pods are gone
