@@ -105,6 +105,7 @@ class Scheduler:
         partial_grace: float = 30.0,
         explain_delay: float = 0.0,
         cap_identical_above: int = 64,
+        busy_explain_delay: float = 0.0,
     ) -> None:
         self.cache = cache
         self.binder = binder
@@ -132,6 +133,7 @@ class Scheduler:
         self._being_deleted: dict[str, float] = {}
         # gang -> (its pending reason, since when): see `_explain`.
         self.explain_delay = explain_delay
+        self.busy_explain_delay = busy_explain_delay
         # Offer at most what can fit of identical gangs once more than this many are offered
         # (`_cap_identical`).
         self.cap_identical_above = cap_identical_above
@@ -663,14 +665,20 @@ class Scheduler:
         # A reason is written once it has held for `explain_delay`: while a pool frees up,
         # each cycle gives the gangs still waiting a new, short-lived reason, and a status
         # write per waiting pod would compete with the bindings for the API server.
+        # While bindings are in flight a reason must hold `busy_explain_delay` longer: in a
+        # burst (a pool uncordoned under 1,000 waiting pods) the reason of the pods still
+        # waiting holds for seconds while they are being placed, and a status write for each
+        # of them (through the generated client, ~3 ms of CPU each) delayed the bindings.
+        # A gang still waiting when the burst is over gets its reason then.
         now = self.clock()
+        delay = self.explain_delay + (self.busy_explain_delay if self._inflight else 0.0)
         seen = self._reasons
         self._reasons = {
             g: seen[g] if g in seen and seen[g][0] == m else (m, now) for g, m in messages.items()
         }
         writes: dict[str, str] = {}
         for gid, message in messages.items():
-            if now - self._reasons[gid][1] < self.explain_delay:
+            if now - self._reasons[gid][1] < delay:
                 continue
             for key in members.get(gid, ()):
                 f = current.get(key)

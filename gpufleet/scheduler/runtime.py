@@ -81,6 +81,7 @@ class SchedulerRuntime:
             decide=decide or place,
             node_failure_grace=node_failure_grace,
             explain_delay=1.0,
+            busy_explain_delay=5.0,
         )
         stop = self.stop_event
         self.informers = [
