@@ -9,9 +9,11 @@ In one sandbox run (a private control plane with a 130-node, 1,040-GPU kwok flee
    (default scheduler name) and for gpufleet (schedulerName: gpufleet), in the same sandbox,
    same node pool, same pods. A watch records when each pod is first seen bound. --rounds
    rounds, alternating which scheduler goes first; the ratio reported is the median of the
-   rounds' ratios (the load of a shared machine drifts between two measurements).
+   rounds' ratios (the load of a shared machine drifts between two measurements). The
+   scheduler measured second in a round is slower (the first one's 1,000 pods have just been
+   deleted), so the default is an even number of rounds: each scheduler goes first as often.
 
-    python bench/bind_bench.py              # ~5 minutes on 2 cores
+    python bench/bind_bench.py              # ~4 minutes on 2 cores
     python bench/bind_bench.py --runs 3 --pods 500 --rounds 1
 
 Prints a table; the last line is one JSON object.
@@ -182,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=64)
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument(
-        "--rounds", type=int, default=3, help="throughput rounds (each times both schedulers)"
+        "--rounds", type=int, default=4, help="throughput rounds (each times both schedulers)"
     )
     parser.add_argument(
         "--operator-log", type=Path, default=None, help="keep the operator's log (INFO) here"
