@@ -40,7 +40,14 @@ def assert_clean(kube: Kube, ns: str, job: str, replicas: int) -> None:
     pods = kube.pods(ns, f"gpufleet.io/trainingjob={job}")
     ranks = sorted(int(p["metadata"]["labels"]["gpufleet.io/rank"]) for p in pods)
     assert ranks == list(range(replicas))
-    assert invariants.check(kube.core) == []
+    # No GPU used twice and no duplicate worker, at any moment.
+    nodes, everything = invariants.read_cluster(kube.core)
+    assert invariants.capacity_violations(nodes, everything) == []
+    assert invariants.double_bookings(everything) == []
+    assert invariants.duplicate_workers(everything) == []
+    # A gang the kill left partly bound (or partly evicted) is completed or restarted whole
+    # by the next cycles of the restarted scheduler, not at the instant the job turns Running.
+    wait_for(lambda: invariants.check(kube.core) == [], "no partly bound gang", 10)
 
 
 KillPoint = Callable[[Kube, str], object]
