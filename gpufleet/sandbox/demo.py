@@ -12,6 +12,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from gpufleet.operator.reconcile import WAITING_FOR_SCHEDULER
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.sandbox.nodes import POOL_LABEL
 
@@ -43,9 +44,16 @@ def fleet_table(nodes: list[dict[str, Any]]) -> Table:
     return table
 
 
+def _explained(job: dict[str, Any]) -> bool:
+    """A job that runs, or waits with the scheduler's reason (not only for the scheduler)."""
+    status = job.get("status", {})
+    admitted = next((c for c in status.get("conditions", []) if c["type"] == "Admitted"), {})
+    return status.get("phase") == "Running" or admitted.get("reason") != WAITING_FOR_SCHEDULER
+
+
 def _wait_for_jobs(sandbox: Sandbox, timeout: float = 90) -> None:
-    # Settled: every TrainingJob has a phase and no phase changed for three seconds (jobs that
-    # fit run; the rest stay Queued with the reason).
+    # Settled: every TrainingJob has a phase, no phase changed for three seconds, and every job
+    # that waits says why (jobs that fit run; the rest stay Queued with the reason).
     deadline = time.monotonic() + timeout
     last: list[str | None] = []
     stable_since = time.monotonic()
@@ -54,7 +62,11 @@ def _wait_for_jobs(sandbox: Sandbox, timeout: float = 90) -> None:
         phases = [j.get("status", {}).get("phase") for j in jobs["items"]]
         if phases != last:
             last, stable_since = phases, time.monotonic()
-        elif all(phases) and time.monotonic() - stable_since >= 3:
+        elif (
+            all(phases)
+            and all(_explained(j) for j in jobs["items"])
+            and time.monotonic() - stable_since >= 3
+        ):
             return
         time.sleep(0.5)
 

@@ -95,8 +95,18 @@ def test_examples_reach_running_and_the_misfit_says_why(kube: Kube, ns: str) -> 
     assert slot["migSlice"]["profile"] == "3g.40gb"
 
     assert kube.phase(ns, "too-big") == "Queued"
-    admitted = kube.condition(ns, "too-big", "Admitted")
-    assert admitted is not None and admitted["status"] == "False"
+    # The scheduler writes a pending reason once it has held a moment (longer while bindings
+    # are in flight), so the job first says it waits for the scheduler, then why.
+    admitted = wait_for(
+        lambda: (
+            (c := kube.condition(ns, "too-big", "Admitted"))
+            and c["message"].startswith("ReplicaExceedsNode")
+            and c
+        ),
+        "the core's reason on the job that cannot fit",
+        15,
+    )
+    assert admitted["status"] == "False"
     assert admitted["message"].startswith("ReplicaExceedsNode: needs 16 x H100-80GB on one node")
 
     reasons = {e["reason"] for e in kube.events(ns, "llama-finetune")}
