@@ -125,6 +125,24 @@ class OperatorProcess:
         self.stop()
 
 
+def training_job(
+    name: str, replicas: int, gpus: int = 1, gpu_type: str = "T4", priority: int = 0
+) -> dict[str, Any]:
+    """A TrainingJob manifest: `replicas` workers of `gpus` whole GPUs of `gpu_type` each."""
+    return {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "gpusPerReplica": gpus,
+            "gpuTypes": [{"name": gpu_type}],
+            "priority": priority,
+            "template": {"spec": {"containers": [{"name": "m", "image": "registry.example/x:1"}]}},
+        },
+    }
+
+
 def wait_for(check: Callable[[], T | None], what: str, timeout: float = 20.0) -> T:
     """Poll `check` until it returns a truthy value; fail with `what` after `timeout`."""
     deadline = time.monotonic() + timeout

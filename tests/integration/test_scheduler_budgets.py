@@ -11,25 +11,10 @@ from typing import Any
 
 from kubernetes import client
 
-from gpufleet.operator.testing import Kube, SettledInvariants, wait_for
+from gpufleet.operator.testing import Kube, SettledInvariants, training_job, wait_for
 from gpufleet.scheduler import names
 
 LOW = "gpufleet.io/trainingjob=low"
-
-
-def training_job(name: str, replicas: int, gpus: int, priority: int) -> Any:
-    return {
-        "apiVersion": "gpufleet.io/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "gpusPerReplica": gpus,
-            "gpuTypes": [{"name": "L4"}],
-            "priority": priority,
-            "template": {"spec": {"containers": [{"name": "m", "image": "registry.example/x:1"}]}},
-        },
-    }
 
 
 def policy(kube: Kube) -> client.PolicyV1Api:
@@ -50,7 +35,7 @@ def scheduled_message(pod: dict[str, Any]) -> str:
 
 
 def test_budget_protects_a_whole_gang_until_it_allows_all_of_it(kube: Kube, ns: str) -> None:
-    kube.create_job(ns, training_job("low", 4, 4, priority=1))  # all 16 L4 GPUs
+    kube.create_job(ns, training_job("low", 4, 4, "L4", priority=1))  # all 16 L4 GPUs
     # minAvailable as a number: the disruption controller then needs no scale subresource
     # on the pods' owner (the TrainingJob) to compute the budget.
     wait_for(lambda: kube.phase(ns, "low") == "Running", "low Running")
@@ -70,7 +55,7 @@ def test_budget_protects_a_whole_gang_until_it_allows_all_of_it(kube: Kube, ns: 
         "the disruption controller allows 1 disruption",
     )
 
-    kube.create_job(ns, training_job("high", 1, 4, priority=10))
+    kube.create_job(ns, training_job("high", 1, 4, "L4", priority=10))
 
     def high_blocked() -> bool:
         pods = kube.pods(ns, "gpufleet.io/trainingjob=high")

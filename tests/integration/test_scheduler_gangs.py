@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.operator.testing import Kube, SettledInvariants, wait_for
+from gpufleet.operator.testing import Kube, SettledInvariants, training_job, wait_for
 from gpufleet.scheduler import invariants, names
 
 
@@ -95,21 +95,6 @@ def test_competing_gangs_are_never_partly_bound(kube: Kube, ns: str) -> None:
         "the other gang bound once capacity freed",
     )
     assert invariants.check(kube.core) == []
-
-
-def training_job(name: str, replicas: int, gpus: int, gpu_type: str, priority: int) -> Any:
-    return {
-        "apiVersion": "gpufleet.io/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "gpusPerReplica": gpus,
-            "gpuTypes": [{"name": gpu_type}],
-            "priority": priority,
-            "template": {"spec": {"containers": [{"name": "m", "image": "registry.example/x:1"}]}},
-        },
-    }
 
 
 def test_preemption_evicts_whole_lower_priority_gangs_only(kube: Kube, ns: str) -> None:

@@ -9,26 +9,11 @@ from typing import Any
 
 import pytest
 
-from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
+from gpufleet.operator.testing import Kube, OperatorProcess, training_job, wait_for
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.scheduler import invariants
 
 WORKERS = 16  # every T4 GPU of the default fleet
-
-
-def training_job(name: str, replicas: int, gpus: int, gpu_type: str, priority: int = 0) -> Any:
-    return {
-        "apiVersion": "gpufleet.io/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "gpusPerReplica": gpus,
-            "gpuTypes": [{"name": gpu_type}],
-            "priority": priority,
-            "template": {"spec": {"containers": [{"name": "m", "image": "registry.example/x:1"}]}},
-        },
-    }
 
 
 def restart(operator: OperatorProcess) -> None:
