@@ -12,6 +12,16 @@ from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.mig import config_name
 
 
+class Clock:
+    """A clock the test moves by hand (`clock.t += 5`)."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
 class FakeBinder:
     """Records writes; `fail` names pods whose binding the 'API server' refuses, `refuse`
     pods whose eviction it refuses (pod key -> error), `budgets` are its

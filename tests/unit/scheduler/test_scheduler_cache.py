@@ -4,17 +4,10 @@ or expire; nominations and MIG requests end when their wait is over."""
 from __future__ import annotations
 
 from scheduler_builders import NodeBuilder, PodBuilder
+from scheduler_fakes import Clock
 
 from gpufleet.scheduler import names
 from gpufleet.scheduler.cache import SchedulerCache, mig_applied
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def _bound(state_pods: list[dict], key: str) -> str | None:

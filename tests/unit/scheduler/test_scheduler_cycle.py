@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 from scheduler_builders import NodeBuilder, PodBuilder
-from scheduler_fakes import FakeBinder, FakeMig, load
+from scheduler_fakes import Clock, FakeBinder, FakeMig, load
 
 from gpufleet.core.decision import GangPlacement
 from gpufleet.core.policy import Engine, Policy, SolverSettings
@@ -24,14 +24,6 @@ from gpufleet.scheduler.loop import Scheduler, bind_annotations
 from gpufleet.scheduler.mig import config_entries, layout_annotation
 
 POLICY = Policy(solver=SolverSettings(engine=Engine.GREEDY))
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def make(

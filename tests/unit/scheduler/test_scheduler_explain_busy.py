@@ -6,7 +6,7 @@ written in the next cycle."""
 from __future__ import annotations
 
 from scheduler_builders import NodeBuilder, PodBuilder
-from scheduler_fakes import FakeBinder, FakeMig, load
+from scheduler_fakes import Clock, FakeBinder, FakeMig, load
 
 from gpufleet.core.policy import Engine, Policy, SolverSettings
 from gpufleet.model.gpus import load_catalog
@@ -14,14 +14,6 @@ from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.loop import Scheduler
 
 POLICY = Policy(solver=SolverSettings(engine=Engine.GREEDY))
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def test_reasons_wait_for_the_bindings_in_flight_then_are_written() -> None:
