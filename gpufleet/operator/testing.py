@@ -16,12 +16,12 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.lifecycle import StartStop
 from gpufleet.operator.app import LEASE_NAME
 from gpufleet.sandbox.processes import free_port
 from gpufleet.scheduler import invariants
@@ -30,7 +30,7 @@ from gpufleet.scheduler.names import MIG_CONFIGMAP_NAMESPACE
 T = TypeVar("T")
 
 
-class OperatorProcess:
+class OperatorProcess(StartStop):
     def __init__(
         self,
         kubeconfig: Path,
@@ -111,18 +111,6 @@ class OperatorProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
-
-    def __enter__(self) -> OperatorProcess:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def training_job(

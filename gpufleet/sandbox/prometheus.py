@@ -15,11 +15,11 @@ import contextlib
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 
 import httpx
 import yaml
 
+from gpufleet.lifecycle import StartStop
 from gpufleet.sandbox import processes
 
 __all__ = ["PrometheusNotFound", "PrometheusServer", "Target"]
@@ -35,7 +35,7 @@ class PrometheusNotFound(RuntimeError):
     """No `prometheus` binary on PATH."""
 
 
-class PrometheusServer:
+class PrometheusServer(StartStop):
     """One Prometheus process scraping `targets` every `scrape_interval_s` seconds."""
 
     def __init__(
@@ -145,18 +145,6 @@ class PrometheusServer:
             processes.stop(self.pid, str(self.config_path))
         self.pid = None
         self.port = None
-
-    def __enter__(self) -> PrometheusServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # --- internals -------------------------------------------------------------------------
 

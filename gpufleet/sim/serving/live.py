@@ -36,12 +36,12 @@ import json
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 from kubernetes import client
 
 from gpufleet.core.autoscaling_types import PoolRole
+from gpufleet.lifecycle import StartStop
 from gpufleet.model.servingjob import POOL_LABEL, SERVINGJOB_LABEL
 from gpufleet.sim.serving.exporter import RealtimeDriver, ServingExporter
 from gpufleet.sim.serving.model import ServingConfig, ServingModel
@@ -70,7 +70,7 @@ def ready_pods_by_pool(pods: Iterable[Mapping[str, Any]], pools: Iterable[str]) 
     return counts
 
 
-class LiveServingSim:
+class LiveServingSim(StartStop):
     """A `ServingModel` whose replicas follow a ServingJob's Running pods, with `/metrics`.
 
     `requests` are in trace seconds; see the module docstring for `time_scale`. `start()` reads
@@ -179,15 +179,3 @@ class LiveServingSim:
             self._poller = None
         self._driver.stop()
         self.exporter.stop()
-
-    def __enter__(self) -> LiveServingSim:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
