@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
+from gpufleet.operator.testing import Kube, OperatorProcess, training_job, wait_for
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.scheduler import invariants
 from gpufleet.scheduler.informer import Informer
@@ -88,24 +88,10 @@ class PodClock:
         self._stop.set()
 
 
-def training_job(name: str, workers: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "gpufleet.io/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": workers,
-            "gpusPerReplica": 1,
-            "gpuTypes": [{"name": "L4"}],
-            "template": {"spec": {"containers": [{"name": "w", "image": "registry.example/x:1"}]}},
-        },
-    }
-
-
 def measure_latency(sandbox: Sandbox, kube: Kube, workers: int, run: int) -> float:
     ns = f"bench-latency-{run}"
     kube.create_namespace(ns)
-    manifest = yaml.safe_dump(training_job("bench", workers))
+    manifest = yaml.safe_dump(training_job("bench", workers, 1, "L4"))
     with PodClock(kube, ns) as clock:
         started = time.monotonic()
         sandbox.kubectl("apply", "-n", ns, "-f", "-", input=manifest)
