@@ -111,6 +111,14 @@ class Sandbox:
             name: processes.is_ours(pid, state.markers[name]) for name, pid in state.pids.items()
         }
 
+    def component_pid(self, name: str) -> int | None:
+        """The PID of a recorded component that is still alive (benchmarks pause schedulers)."""
+        state = self._load_state()
+        if state is None or name not in state.pids:
+            return None
+        pid = state.pids[name]
+        return pid if processes.is_ours(pid, state.markers[name]) else None
+
     def is_running(self) -> bool:
         """Whether every component of a recorded sandbox is alive."""
         alive = self.running_components()
