@@ -8,14 +8,14 @@ Pure mapping, no I/O. What the CRD says wins over the operator-wide defaults:
 | pool `minReplicas` / `maxReplicas` (omitted max = min) | `PoolInput` bounds |
 | `capacity.prefillTokensPerSecond` | `CapacityProfile.prefill_tokens_per_s` |
 | `capacity.decodeBatchSize` | `decode_batch_at_slo` and `max_num_seqs` (the batch within ITL) |
+| `capacity.decodeTokensPerSecond` | `decode_tokens_per_s` (a throughput floor for decode) |
 | pool `gpusPerReplica` (a MIG slice counts as 1) | `gpus_per_replica` |
 | `prometheus.staleAfterSeconds` | `staleness_s` |
 | `scaleUp` / `scaleDown` `stabilizationWindowSeconds` | `scale_{up,down}_stabilization_s` |
 | `scaleUp` / `scaleDown` `maxStep` | `scale_{up,down}_pods` per `intervalSeconds`, no percent |
 
 `maxStep` is documented as "most replicas per decision", so the step period is one interval and
-the policy's percentage rule (which could allow more) is switched off. `decodeTokensPerSecond`
-has no counterpart in the policy: with a profiled batch it sizes decode by the ITL SLO itself.
+the policy's percentage rule (which could allow more) is switched off.
 """
 
 from __future__ import annotations
@@ -126,6 +126,7 @@ def capacity_profile(capacity: CapacitySpec, pool: PoolSpec) -> CapacityProfile:
         max_num_seqs=capacity.decode_batch_size,
         decode_batch_at_slo=capacity.decode_batch_size,
         gpus_per_replica=pool.gpus_per_replica or 1,
+        decode_tokens_per_s=capacity.decode_tokens_per_second,
     )
 
 

@@ -558,10 +558,15 @@ def _decode_need(
     if usage is not None and usage > settings.kv_scale_up_threshold:
         ready = latest.ready_replicas or pool.ready_replicas or pool.current_replicas
         kv_guard = _ceil(max(ready, 1) * usage / settings.kv_target_usage)
+    # A profiled token rate per replica bounds decode by throughput as well as by concurrency
+    # (long outputs at a small batch can outrun what the batch bound alone would provision).
+    tokens = 0.0
+    if pool.capacity.decode_tokens_per_s and latest.generation_token_rate:
+        tokens = max(0.0, latest.generation_token_rate) / pool.capacity.decode_tokens_per_s
     return _Need(
-        up=now_point.total / (batch * rho_up),
-        up_steady=now_point.steady / (batch * rho_up),
-        down=now_point.total / (batch * rho_down),
+        up=max(now_point.total / batch, tokens) / rho_up,
+        up_steady=max(now_point.steady / batch, tokens) / rho_up,
+        down=max(now_point.total / batch, tokens) / rho_down,
         forecast_up=fc / (batch * rho_up),
         forecast_down=fc / (batch * rho_down),
         latency_need=_bounded_by_demand(

@@ -113,6 +113,8 @@ class CapacityProfile:
     beta * batch` form of llm-d's queueing-model analyzer, with beta growing with context).
     When only the batch a replica sustains within the ITL SLO is known (the ServingJob CRD's
     `decodeBatchSize`), set `decode_batch_at_slo` and leave the ITL coefficients at zero.
+    `decode_tokens_per_s`, when profiled, is a second bound on decode: never fewer replicas
+    than the generated-token rate over what one replica generates within the SLOs.
     """
 
     prefill_tokens_per_s: float
@@ -123,6 +125,7 @@ class CapacityProfile:
     kv_cache_tokens: int | None = None
     decode_batch_at_slo: int | None = None
     gpus_per_replica: int = 1
+    decode_tokens_per_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -200,7 +200,11 @@ class CapacityProfile(CRDModel):
         default=None,
         gt=0,
         le=10_000_000,
-        description="Generated tokens per second one decode replica sustains, when known.",
+        description=(
+            "Generated tokens per second one decode (or server) replica sustains within the "
+            "SLOs, when profiled; decode never gets fewer replicas than the generated-token "
+            "rate needs at this speed."
+        ),
     )
 
 

@@ -81,6 +81,18 @@ def test_capacity_profile_from_crd_fields() -> None:
     assert (prefill.decode_batch_at_slo, prefill.max_num_seqs) == (64, 64)
     assert prefill.gpus_per_replica == 2
     assert capacity_profile(sp.autoscaling.capacity, sp.decode).gpus_per_replica == 1  # MIG
+    assert prefill.decode_tokens_per_s is None
+    capacity = {"prefillTokensPerSecond": 12000, "decodeBatchSize": 64}
+    profiled = spec(
+        autoscaling={
+            "prometheus": {"url": "http://prom:9090"},
+            "capacity": {**capacity, "decodeTokensPerSecond": 2500},
+        }
+    )
+    assert profiled.autoscaling is not None and profiled.autoscaling.capacity is not None
+    assert profiled.decode is not None
+    decode = capacity_profile(profiled.autoscaling.capacity, profiled.decode)
+    assert decode.decode_tokens_per_s == 2500
 
 
 def test_scaling_input_pools_in_order_with_bounds_roles_and_windows() -> None:

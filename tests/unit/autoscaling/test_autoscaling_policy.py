@@ -166,6 +166,19 @@ def test_profiled_decode_batch_replaces_itl_model() -> None:
     assert d.sizing.capacity_replicas == 24
 
 
+def test_profiled_decode_token_rate_is_a_throughput_floor() -> None:
+    # Concurrency alone: 20k tok/s x itl(256) = 712 seqs -> 712/(256x0.85) = 3.3 -> 4 replicas.
+    # At 2,000 tok/s per replica the 20k tok/s need 20k/(2k x 0.85) = 11.8 -> 12.
+    samples = window(1000.0, req=200.0, num_running=50.0)
+    slow = dataclasses.replace(CAP, decode_tokens_per_s=2_000.0)
+    d, _ = run(pool(samples, 1, role=PoolRole.DECODE, cap=slow), 1000.0)
+    assert d.sizing.capacity_replicas == 12
+    # A fast profile leaves the concurrency bound in charge.
+    fast = dataclasses.replace(CAP, decode_tokens_per_s=100_000.0)
+    d, _ = run(pool(samples, 1, role=PoolRole.DECODE, cap=fast), 1000.0)
+    assert d.sizing.capacity_replicas == 4
+
+
 def test_kv_cache_pressure_scales_decode_up() -> None:
     samples = window(1000.0, req=1.0, kv_cache_usage=0.97)
     d, _ = run(pool(samples, 2, role=PoolRole.DECODE, ready=2), 1000.0)
