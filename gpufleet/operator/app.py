@@ -121,7 +121,9 @@ def run(options: OperatorOptions) -> int:
     keeper = threading.Thread(target=lease.keep, args=(stop, on_lost), daemon=True)
     keeper.start()
 
-    scheduler = SchedulerRuntime(api, node_failure_grace=options.node_failure_grace)
+    scheduler = SchedulerRuntime(
+        api, node_failure_grace=options.node_failure_grace, may_act=lease.held
+    )
     scheduler.start()
     if options.metrics_port:
         start_http_server(options.metrics_port, addr="127.0.0.1")

@@ -3,7 +3,10 @@
 A candidate takes the Lease when it is absent or its holder stopped renewing for longer than the
 lease duration, then renews it every `renew_every` seconds. Updates carry the resourceVersion
 read, so two candidates racing for an expired Lease cannot both win (the loser gets a 409). A
-holder that cannot renew within the duration must stop acting; `run` calls `on_lost` for that.
+holder that cannot renew within the duration must stop acting; `keep` calls `on_lost` for that.
+A holder paused past the duration (a stopped process, a long pause) learns it only at its next
+renewal, so `held` tells whether the last successful renewal is still within the duration,
+by this process's monotonic clock: the scheduler checks it before each cycle.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -50,6 +54,7 @@ class LeaderLease:
         duration: float = 15.0,
         renew_every: float = 5.0,
         now: Callable[[], datetime] = _now,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
         self.namespace = namespace
@@ -58,6 +63,8 @@ class LeaderLease:
         self.duration = duration
         self.renew_every = renew_every
         self._now = now
+        self._monotonic = monotonic
+        self._valid_until = float("-inf")  # monotonic end of the duration of the last renewal
 
     def _spec(self, acquired: datetime, transitions: int) -> dict[str, Any]:
         return {
@@ -68,8 +75,19 @@ class LeaderLease:
             "leaseTransitions": transitions,
         }
 
+    def held(self) -> bool:
+        """Whether this candidate renewed the Lease less than a duration ago."""
+        return self._monotonic() < self._valid_until
+
     def try_acquire(self) -> bool:
         """Take or renew the Lease; True while this candidate holds it."""
+        asked = self._monotonic()
+        if self._take():
+            self._valid_until = asked + self.duration
+            return True
+        return False
+
+    def _take(self) -> bool:
         try:
             lease = self.api.read_namespaced_lease(
                 self.name, self.namespace, _preload_content=False

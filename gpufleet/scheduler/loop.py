@@ -106,8 +106,11 @@ class Scheduler:
         explain_delay: float = 0.0,
         cap_identical_above: int = 64,
         busy_explain_delay: float = 0.0,
+        may_act: Callable[[], bool] = lambda: True,
     ) -> None:
         self.cache = cache
+        # Whether this process still leads (its Lease renewed within the duration).
+        self.may_act = may_act
         self.binder = binder
         self.mig = mig
         self.catalog = catalog
@@ -698,6 +701,13 @@ class Scheduler:
                 break
             stop.wait(debounce)
             self.cache.changed.clear()
+            if not self.may_act():
+                # Paused past the Lease (or cut off from it): a standby may lead by now, so no
+                # decision until the keeper renews it or gives up and stops the process.
+                log.warning("lease not renewed within its duration; not scheduling")
+                self.cache.changed.set()
+                stop.wait(0.1)
+                continue
             try:
                 metrics.record(self.run_cycle())
             except Exception:  # keep the scheduler alive; the next cycle starts from the cluster

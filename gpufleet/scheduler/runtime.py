@@ -6,6 +6,7 @@ import functools
 import gc
 import logging
 import threading
+from collections.abc import Callable
 
 from kubernetes import client, config
 
@@ -64,6 +65,7 @@ class SchedulerRuntime:
         decide: Decide | None = None,
         node_failure_grace: float = 30.0,
         bind_connections: int = 32,
+        may_act: Callable[[], bool] = lambda: True,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.cache = SchedulerCache()
@@ -82,6 +84,7 @@ class SchedulerRuntime:
             node_failure_grace=node_failure_grace,
             explain_delay=1.0,
             busy_explain_delay=5.0,
+            may_act=may_act,
         )
         stop = self.stop_event
         self.informers = [

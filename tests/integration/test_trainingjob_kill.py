@@ -1,9 +1,13 @@
 """`kill -9` of `gpufleet operator` (operator and scheduler together) at several points of a
 job's life: it rebuilds its state from the cluster on restart and finishes the work with no
-duplicate pods, no partly bound gang and no GPU used twice (invariants read from the cluster)."""
+duplicate pods, no partly bound gang and no GPU used twice (invariants read from the cluster).
+Also leader election: a standby takes over from a dead leader, and a leader paused past its
+Lease stands down when it resumes."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable
 from typing import Any
 
@@ -108,5 +112,39 @@ def test_standby_takes_over_when_the_leader_dies(
         wait_for(lambda: kube.phase(ns, "after-failover") == "Running", "Running", 30)
         assert invariants.check(kube.core) == []
     finally:
+        standby.stop()
+        operator.start()  # the module's operator again, for the clean-up
+
+
+def test_leader_paused_past_its_lease_stands_down(
+    sandbox: Sandbox,
+    kube: Kube,
+    ns: str,
+    operator: OperatorProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    log = tmp_path_factory.mktemp("paused") / "operator.log"
+    standby = OperatorProcess(sandbox.kubeconfig, log, kube.coordination)
+    os.kill(operator.pid, signal.SIGSTOP)
+    paused = True
+    try:
+        standby.start(timeout=30)  # once the stopped leader's Lease has expired
+        kube.create_job(ns, training_job("while-paused", 2, 1, "T4"))
+        wait_for(lambda: kube.phase(ns, "while-paused") == "Running", "Running", 30)
+        os.kill(operator.pid, signal.SIGCONT)
+        paused = False
+        # The resumed leader's cache is stale; it must not schedule on it, and it stops once
+        # its renewal finds the Lease taken.
+        assert operator.proc is not None
+        wait_for(lambda: operator.proc.poll() is not None, "the old leader exiting", 15)
+        assert operator.proc.returncode == 1
+        kube.create_job(ns, training_job("after-resume", 2, 1, "T4"))
+        wait_for(lambda: kube.phase(ns, "after-resume") == "Running", "Running", 30)
+        assert_clean(kube, ns, "while-paused", 2)
+        assert_clean(kube, ns, "after-resume", 2)
+        assert standby.holds_lease()
+    finally:
+        if paused:
+            os.kill(operator.pid, signal.SIGCONT)
         standby.stop()
         operator.start()  # the module's operator again, for the clean-up

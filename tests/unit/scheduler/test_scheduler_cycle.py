@@ -7,6 +7,8 @@ Decisions come from the real core (greedy engine)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import yaml
@@ -367,3 +369,25 @@ def test_pending_reason_is_written_once_it_has_held_for_the_delay() -> None:
     clock.t = 1.0
     sched.run_cycle()
     assert binder.marked["default/g-0"].startswith("ReplicaExceedsNode: ")
+
+
+def test_no_cycle_while_the_lease_is_not_held() -> None:
+    # A process paused past its Lease must not decide before it has renewed it.
+    sched, cache, binder, _ = make([NodeBuilder("h0").obj()], gang("g", 2, 4))
+    leading = threading.Event()
+    sched.may_act = leading.is_set
+    stop = threading.Event()
+    runner = threading.Thread(target=sched.run, args=(stop,), kwargs={"resync": 0.05})
+    runner.start()
+    try:
+        cache.changed.set()
+        time.sleep(0.5)
+        assert sched.cycle == 0 and not binder.bound
+        leading.set()
+        deadline = time.monotonic() + 5
+        while not binder.bound and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert set(binder.bound) == {"default/g-0", "default/g-1"}
+    finally:
+        stop.set()
+        runner.join(10)

@@ -101,3 +101,28 @@ def test_released_lease_is_taken_at_once() -> None:
     assert a.try_acquire()
     a.release()
     assert candidate(api, "b", clock).try_acquire()
+
+
+def test_held_only_within_a_duration_of_the_last_renewal() -> None:
+    api, clock = FakeCoordination(), Clock()
+    ticks = [100.0]
+    a = LeaderLease(
+        api,  # type: ignore[arg-type]
+        "ns",
+        "lease",
+        "a",
+        duration=15,
+        now=clock,
+        monotonic=lambda: ticks[0],
+    )
+    assert not a.held()  # never acquired
+    assert a.try_acquire() and a.held()
+    ticks[0] += 14.9
+    assert a.held()
+    ticks[0] += 0.2  # paused past the duration without renewing: no longer acting
+    assert not a.held()
+    assert a.try_acquire() and a.held()  # nobody took it meanwhile: renewed, acting again
+    clock.t += timedelta(seconds=16)
+    assert candidate(api, "b", clock).try_acquire()
+    ticks[0] += 16
+    assert not a.try_acquire() and not a.held()
