@@ -1,4 +1,5 @@
-"""A lean asynchronous HTTP/1.1 path for the scheduler's hot writes (bindings).
+"""A lean asynchronous HTTP/1.1 path for the scheduler's frequent writes (bindings, and the
+"why pending" conditions of many waiting pods).
 
 The generated Kubernetes client costs about three milliseconds of Python per binding on the
 sandbox machine (parameter handling, header assembly, urllib3, one thread per request in flight,
@@ -112,8 +113,7 @@ class ApiWriter:
         self._prefix = url.path.rstrip("/")
         self._cfg = cfg
         self._fixed = (
-            f"Host: {url.netloc}\r\nUser-Agent: gpufleet-scheduler\r\n"
-            "Accept: application/json\r\nContent-Type: application/json\r\n"
+            f"Host: {url.netloc}\r\nUser-Agent: gpufleet-scheduler\r\nAccept: application/json\r\n"
         )
         self._headers = ""
         self._headers_at = -_TOKEN_REFRESH_S
@@ -177,11 +177,13 @@ class ApiWriter:
             self._headers_at = now
         return self._headers
 
-    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+    async def request(
+        self, method: str, path: str, body: bytes = b"", content_type: str = "application/json"
+    ) -> tuple[int, bytes]:
         """(status, body); status 0 with the error as body on a transport failure."""
         raw = (
             f"{method} {self._prefix}{path} HTTP/1.1\r\n{self._current_headers()}"
-            f"Content-Length: {len(body)}\r\n\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
         ).encode("latin-1") + body
         async with self._slots:
             for _ in range(2):
@@ -218,6 +220,19 @@ class ApiWriter:
     async def post(self, path: str, body: Mapping[str, Any]) -> tuple[int, str]:
         """POST `body` as JSON to `path`; (status, error) with error "" on success."""
         status, answer = await self.request("POST", path, json.dumps(body).encode())
+        if 200 <= status < 300:
+            return status, ""
+        return status, _reason(status, answer)
+
+    async def patch_pod_status(
+        self, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> tuple[int, str]:
+        """Strategic-merge `patch` into a pod's status (conditions merge by type)."""
+        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/status"
+        body = json.dumps(patch).encode()
+        status, answer = await self.request(
+            "PATCH", path, body, "application/strategic-merge-patch+json"
+        )
         if 200 <= status < 300:
             return status, ""
         return status, _reason(status, answer)

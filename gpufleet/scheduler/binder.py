@@ -2,11 +2,12 @@
 
 All writes of one gang go out in parallel (a 64-pod gang must bind in well under a second) and
 each returns whether it worked so the loop can forget failed assumptions. Bindings, the hot path
-(1,000 of them when a pool frees up), go through `ApiWriter`: one event loop, many kept-alive
-connections, a minimal JSON body, no response model. Without a writer (unit tests with a fake
-client) they go through the generated client on a thread pool, like the rarer writes
-(evictions, deletions, "why pending" conditions), which are sent and received as JSON to keep
-the client's model layer out of the way.
+(1,000 of them when a pool frees up), and "why pending" conditions (1,000 of them when a burst
+waits) go through `ApiWriter`: one event loop, many kept-alive connections, a minimal JSON body,
+no response model; at most `explainers` condition writes are in flight, so they never take the
+connections the bindings need. Without a writer (unit tests with a fake client) both go through
+the generated client on thread pools, like the rarer writes (evictions, deletions), which are
+sent and received as JSON to keep the client's model layer out of the way.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class Binder:
         # must never hold up the next cycle's bindings (a reason change on 1,000 waiting pods
         # is 1,000 writes).
         self._explain_pool = ThreadPoolExecutor(max_workers=explainers, thread_name_prefix="why")
+        self._explainers = explainers
+        self._explain_slots: asyncio.Semaphore | None = None  # made on the writer's loop
         self._explaining: dict[str, str] = {}  # pod key -> message being written
         self._explain_lock = threading.Lock()
 
@@ -217,16 +220,9 @@ class Binder:
 
     def _mark_one(self, key: str, message: str) -> None:
         namespace, name = _split(key)
-        condition = {
-            "type": names.POD_SCHEDULED,
-            "status": "False",
-            "reason": names.UNSCHEDULABLE,
-            "message": message,
-            "lastTransitionTime": _now(),
-        }
         try:
             self.api.patch_namespaced_pod_status(
-                name, namespace, {"status": {"conditions": [condition]}}, _preload_content=False
+                name, namespace, _pending_patch(message), _preload_content=False
             )
         except ApiException as exc:
             if exc.status != 404:
@@ -238,19 +234,62 @@ class Binder:
         with self._explain_lock:
             todo = {k: m for k, m in messages.items() if self._explaining.get(k) != m}
             self._explaining.update(todo)
+        if not todo:
+            return
+        if self._writer is not None:
+            self._writer.submit(self._mark_async(self._writer, todo))
+            return
         for key, message in todo.items():
             self._explain_pool.submit(self._mark_and_forget, key, message)
 
-    def _mark_and_forget(self, key: str, message: str) -> None:
+    def _still_wanted(self, key: str, message: str) -> bool:
         with self._explain_lock:
-            if self._explaining.get(key) != message:
-                return  # bound (or re-explained) since it was queued
+            return self._explaining.get(key) == message  # else bound or re-explained since
+
+    def _written(self, key: str, message: str) -> None:
+        with self._explain_lock:
+            if self._explaining.get(key) == message:
+                del self._explaining[key]
+
+    def _mark_and_forget(self, key: str, message: str) -> None:
+        if not self._still_wanted(key, message):
+            return
         try:
             self._mark_one(key, message)
         finally:
-            with self._explain_lock:
-                if self._explaining.get(key) == message:
-                    del self._explaining[key]
+            self._written(key, message)
+
+    async def _mark_async(self, writer: ApiWriter, todo: Mapping[str, str]) -> None:
+        if self._explain_slots is None:
+            self._explain_slots = asyncio.Semaphore(self._explainers)
+        slots = self._explain_slots
+
+        async def one(key: str, message: str) -> None:
+            async with slots:
+                if not self._still_wanted(key, message):
+                    return
+                try:
+                    namespace, name = _split(key)
+                    status, error = await writer.patch_pod_status(
+                        namespace, name, _pending_patch(message)
+                    )
+                    if error and status != 404:
+                        log.warning("pod %s: cannot record pending reason: %s", key, error)
+                finally:
+                    self._written(key, message)
+
+        await asyncio.gather(*(one(k, m) for k, m in todo.items()))
+
+
+def _pending_patch(message: str) -> dict[str, Any]:
+    condition = {
+        "type": names.POD_SCHEDULED,
+        "status": "False",
+        "reason": names.UNSCHEDULABLE,
+        "message": message,
+        "lastTransitionTime": _now(),
+    }
+    return {"status": {"conditions": [condition]}}
 
 
 def scheduled_message(pod: Mapping[str, Any]) -> str | None:

@@ -1,19 +1,23 @@
 """The lean HTTP/1.1 writer against a loopback server: a binding is one POST with the pod's
-node and annotations; status and the API's Status reason come back; Content-Length and chunked
-answers are read; connections are reused, and a request on an idle connection the server has
-closed is sent again on a fresh one; a connection that is refused is status 0."""
+node and annotations; a "why pending" condition is one strategic-merge PATCH of the pod's
+status, a few at a time, dropped when the pod was bound before it went out; status and the
+API's Status reason come back; Content-Length and chunked answers are read; connections are
+reused, and a request on an idle connection the server has closed is sent again on a fresh
+one; a connection that is refused is status 0."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from gpufleet.operator.testing import wait_for
 from gpufleet.scheduler.apiwriter import ApiWriter
 from gpufleet.scheduler.binder import Binder, BindRequest
 
@@ -23,9 +27,12 @@ class Server:
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.heads: list[tuple[str, str]] = []  # (method, Content-Type) per request
         self.connections = 0
         self.mode = "created"
         self.close_after_answer = False
+        self.answering = asyncio.Event()  # cleared: requests are read but not yet answered
+        self.answering.set()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -33,13 +40,12 @@ class Server:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode().split("\r\n")
-                path = lines[0].split(" ")[1]
-                length = next(
-                    int(v)
-                    for k, _, v in (x.partition(": ") for x in lines)
-                    if k == "Content-Length"
-                )
+                method, path = lines[0].split(" ")[:2]
+                fields = dict(x.partition(": ")[::2] for x in lines[1:] if x)
+                length = int(fields["Content-Length"])
                 self.requests.append((path, json.loads(await reader.readexactly(length))))
+                self.heads.append((method, fields.get("Content-Type", "")))
+                await self.answering.wait()
                 if self.mode == "conflict":
                     body = json.dumps({"reason": "Conflict", "message": "already assigned"})
                     head = f"HTTP/1.1 409 Conflict\r\nContent-Length: {len(body)}\r\n\r\n"
@@ -117,6 +123,34 @@ def test_binder_sends_a_batch_through_the_writer(served: Any) -> None:
     requests = [BindRequest(f"ns/p{i}", "n1", {}) for i in range(10)]
     assert binder.bind(requests) == {f"ns/p{i}": None for i in range(10)}
     assert len(server.requests) == 10 and server.connections <= 4
+
+
+def test_pending_reasons_are_status_patches_through_the_writer(served: Any) -> None:
+    writer, server = served
+
+    async def hold() -> None:
+        server.answering.clear()
+
+    async def answer() -> None:
+        server.answering.set()
+
+    writer.run(hold())
+    binder = Binder(None, explainers=1, writer=writer)  # type: ignore[arg-type]
+    binder.mark_pending({"ns/a": "Reason: x", "ns/b": "Reason: y"})
+    binder.mark_pending({"ns/a": "Reason: x"})  # already on its way: not sent again
+    wait_for(lambda: server.requests, "the first write in flight")
+    # Bound while its reason waits for the one slot: the reason is dropped.
+    bound = binder.bind_async([BindRequest("ns/b", "n1", {})])
+    writer.run(answer())
+    assert bound.result(10) == {"ns/b": None}
+    time.sleep(0.2)  # room for a wrong third write to arrive
+    paths = [p for p, _ in server.requests]
+    assert paths == ["/api/v1/namespaces/ns/pods/a/status", "/api/v1/namespaces/ns/pods/b/binding"]
+    assert server.heads[0] == ("PATCH", "application/strategic-merge-patch+json")
+    assert server.heads[1] == ("POST", "application/json")
+    (condition,) = server.requests[0][1]["status"]["conditions"]
+    assert condition["type"] == "PodScheduled" and condition["status"] == "False"
+    assert (condition["reason"], condition["message"]) == ("Unschedulable", "Reason: x")
 
 
 def test_refused_connection_is_status_zero() -> None:
