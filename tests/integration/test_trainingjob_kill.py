@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -92,59 +92,55 @@ def test_kill_during_preemption_keeps_gangs_whole(
     assert not any(p["spec"].get("nodeName") for p in low)  # 12 L4 GPUs left, it needs 16
 
 
-def test_standby_takes_over_when_the_leader_dies(
+@pytest.fixture
+def standby(
     sandbox: Sandbox,
     kube: Kube,
-    ns: str,
     operator: OperatorProcess,
     tmp_path_factory: pytest.TempPathFactory,
-) -> None:
+) -> Iterator[OperatorProcess]:
+    """A second `gpufleet operator`, not started; afterwards it is stopped and the module's
+    operator (which the test stopped, killed or paused) runs again for the clean-up."""
     log = tmp_path_factory.mktemp("standby") / "operator.log"
-    standby = OperatorProcess(sandbox.kubeconfig, log, kube.coordination)
-    try:
-        with pytest.raises(TimeoutError):
-            standby.start(timeout=5)  # the leader renews the Lease: the standby only waits
-        assert standby.proc is not None and standby.proc.poll() is None
-        assert operator.holds_lease() and not standby.holds_lease()
-        operator.kill()
-        wait_for(standby.holds_lease, "the standby holding the Lease", 15)
-        kube.create_job(ns, training_job("after-failover", 2, 1, "T4"))
-        wait_for(lambda: kube.phase(ns, "after-failover") == "Running", "Running", 30)
-        assert invariants.check(kube.core) == []
-    finally:
-        standby.stop()
-        operator.start()  # the module's operator again, for the clean-up
+    second = OperatorProcess(sandbox.kubeconfig, log, kube.coordination)
+    yield second
+    second.stop()
+    if operator.proc is not None and operator.proc.poll() is None:
+        os.kill(operator.pid, signal.SIGCONT)  # a test that failed while it was stopped
+        operator.stop()
+    operator.start()
+
+
+def test_standby_takes_over_when_the_leader_dies(
+    kube: Kube, ns: str, operator: OperatorProcess, standby: OperatorProcess
+) -> None:
+    with pytest.raises(TimeoutError):
+        standby.start(timeout=5)  # the leader renews the Lease: the standby only waits
+    assert standby.proc is not None and standby.proc.poll() is None
+    assert operator.holds_lease() and not standby.holds_lease()
+    operator.kill()
+    wait_for(standby.holds_lease, "the standby holding the Lease", 15)
+    kube.create_job(ns, training_job("after-failover", 2, 1, "T4"))
+    wait_for(lambda: kube.phase(ns, "after-failover") == "Running", "Running", 30)
+    assert invariants.check(kube.core) == []
 
 
 def test_leader_paused_past_its_lease_stands_down(
-    sandbox: Sandbox,
-    kube: Kube,
-    ns: str,
-    operator: OperatorProcess,
-    tmp_path_factory: pytest.TempPathFactory,
+    kube: Kube, ns: str, operator: OperatorProcess, standby: OperatorProcess
 ) -> None:
-    log = tmp_path_factory.mktemp("paused") / "operator.log"
-    standby = OperatorProcess(sandbox.kubeconfig, log, kube.coordination)
     os.kill(operator.pid, signal.SIGSTOP)
-    paused = True
-    try:
-        standby.start(timeout=30)  # once the stopped leader's Lease has expired
-        kube.create_job(ns, training_job("while-paused", 2, 1, "T4"))
-        wait_for(lambda: kube.phase(ns, "while-paused") == "Running", "Running", 30)
-        os.kill(operator.pid, signal.SIGCONT)
-        paused = False
-        # The resumed leader's cache is stale; it must not schedule on it, and it stops once
-        # its renewal finds the Lease taken.
-        assert operator.proc is not None
-        wait_for(lambda: operator.proc.poll() is not None, "the old leader exiting", 15)
-        assert operator.proc.returncode == 1
-        kube.create_job(ns, training_job("after-resume", 2, 1, "T4"))
-        wait_for(lambda: kube.phase(ns, "after-resume") == "Running", "Running", 30)
-        assert_clean(kube, ns, "while-paused", 2)
-        assert_clean(kube, ns, "after-resume", 2)
-        assert standby.holds_lease()
-    finally:
-        if paused:
-            os.kill(operator.pid, signal.SIGCONT)
-        standby.stop()
-        operator.start()  # the module's operator again, for the clean-up
+    standby.start(timeout=30)  # once the stopped leader's Lease has expired
+    kube.create_job(ns, training_job("while-paused", 2, 1, "T4"))
+    wait_for(lambda: kube.phase(ns, "while-paused") == "Running", "Running", 30)
+    os.kill(operator.pid, signal.SIGCONT)
+    # The resumed leader's cache is stale; it must not schedule on it, and it stops once its
+    # renewal finds the Lease taken.
+    proc = operator.proc
+    assert proc is not None
+    wait_for(lambda: proc.poll() is not None, "the old leader exiting", 15)
+    assert proc.returncode == 1
+    kube.create_job(ns, training_job("after-resume", 2, 1, "T4"))
+    wait_for(lambda: kube.phase(ns, "after-resume") == "Running", "Running", 30)
+    assert_clean(kube, ns, "while-paused", 2)
+    assert_clean(kube, ns, "after-resume", 2)
+    assert standby.holds_lease()
