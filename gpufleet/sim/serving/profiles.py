@@ -7,25 +7,43 @@ reads the weights once and every running sequence's KV cache, so
 with `BW_eff = MBU x HBM bandwidth` — the `ITL = alpha + beta * batch` form of llm-d's
 queueing-model analyzer (reference/serving.md §3.2) with beta growing with context.
 
-GPU numbers are NVIDIA datasheet values (dense BF16 tensor FLOP/s, HBM bandwidth; the H100 and
+GPU numbers are NVIDIA datasheet values (dense BF16 tensor FLOP/s, memory bandwidth; the H100 and
 H200 bandwidths 3.35 and 4.8 TB/s are also quoted in reference/gpus.md). MFU 0.4 and MBU 0.7 are
 gpufleet's conservative assumptions for a well-tuned engine, not measurements.
+
+Catalogue GPU types
+-------------------
+The scheduler names GPU types after the catalogue (`gpufleet/model/catalog.yaml`: `H100-80GB`,
+`A100-40GB`, `L4`, ...); `CATALOG_GPU_SPECS` maps those names to the specs here, and
+`GpuTypeProfiles` turns a replica's catalogue type into its profile. A replica falls back to its
+pool's configured profile, logged once per cause and type, when
+- it has no type (the pod carries no `gpufleet.io/gpu-type`, or runs on a MIG slice, whose speed
+  is a fraction of the GPU's that this roofline does not model);
+- its type has no spec: V100-32GB and T4 have no BF16 tensor cores, so a BF16 roofline would be
+  invented, and any type a site adds to the catalogue;
+- the model does not fit in the type's memory (a warning: such a pod could not serve at all).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gpufleet.core.autoscaling_types import CapacityProfile
 
 __all__ = [
+    "CATALOG_GPU_SPECS",
     "GPU_SPECS",
     "LLAMA_8B",
     "GpuSpec",
+    "GpuTypeProfiles",
     "LlmSpec",
     "ReplicaProfile",
     "replica_profile",
 ]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +76,24 @@ GPU_SPECS: dict[str, GpuSpec] = {
         GpuSpec("H200-SXM-141GB", bf16_tflops=989.0, hbm_tb_s=4.8, memory_gb=141.0),
         GpuSpec("A100-SXM-80GB", bf16_tflops=312.0, hbm_tb_s=2.039, memory_gb=80.0),
         GpuSpec("L40S-48GB", bf16_tflops=362.0, hbm_tb_s=0.864, memory_gb=48.0),
+        # NVIDIA A100 datasheet: 312 TFLOP/s dense BF16 (624 with sparsity), 40 GB HBM2 at
+        # 1,555 GB/s on the SXM4 part (the catalogue's A100-40GB is the 400 W SXM4 one).
+        GpuSpec("A100-SXM-40GB", bf16_tflops=312.0, hbm_tb_s=1.555, memory_gb=40.0),
+        # NVIDIA A10 datasheet: 125 TFLOP/s BF16 (250 with sparsity), 24 GB GDDR6 at 600 GB/s.
+        GpuSpec("A10-24GB", bf16_tflops=125.0, hbm_tb_s=0.6, memory_gb=24.0),
+        # NVIDIA L4 datasheet: 242 TFLOP/s BF16 with sparsity, so 121 dense; 24 GB at 300 GB/s.
+        GpuSpec("L4-24GB", bf16_tflops=121.0, hbm_tb_s=0.3, memory_gb=24.0),
     )
+}
+
+# Catalogue GPU type -> GPU_SPECS name. V100-32GB and T4 are absent on purpose (module docstring).
+CATALOG_GPU_SPECS: dict[str, str] = {
+    "H100-80GB": "H100-SXM-80GB",
+    "H200-141GB": "H200-SXM-141GB",
+    "A100-80GB": "A100-SXM-80GB",
+    "A100-40GB": "A100-SXM-40GB",
+    "A10": "A10-24GB",
+    "L4": "L4-24GB",
 }
 
 
@@ -149,3 +184,72 @@ def replica_profile(
         kv_cache_tokens=int(free_bytes // model.kv_bytes_per_token),
         kv_transfer_s_per_token=model.kv_bytes_per_token / (kv_link_gb_s * 1e9),
     )
+
+
+def _default_build(spec: str, gpus: int) -> ReplicaProfile:
+    return replica_profile(spec, gpus=gpus)
+
+
+class GpuTypeProfiles:
+    """Replica profiles by catalogue GPU type, with the pool's own profile as the fallback.
+
+    `build(spec, gpus)` makes the profile of the served model on `gpus` GPUs of a `GPU_SPECS`
+    type; the default is `replica_profile` with its defaults (Llama-8B-class). A type whose spec
+    is the fallback's own gets the fallback itself, so a pool configured for a type and placed on
+    it runs exactly as configured. Profiles are cached; fallbacks are logged once per cause.
+    """
+
+    def __init__(
+        self,
+        build: Callable[[str, int], ReplicaProfile] = _default_build,
+        *,
+        specs: Mapping[str, str] = CATALOG_GPU_SPECS,
+    ) -> None:
+        self._build = build
+        self._specs = dict(specs)
+        self._cache: dict[tuple[str, int], ReplicaProfile | None] = {}
+        self._logged: set[str] = set()
+
+    def resolve(self, gpu_type: str | None, fallback: ReplicaProfile) -> ReplicaProfile:
+        """The profile of a replica on `gpu_type` (a catalogue name; None = unknown)."""
+        if gpu_type is None:
+            self._once(
+                "",
+                logging.INFO,
+                "replicas without a whole-GPU type (no gpu-type annotation, "
+                "or a MIG slice) run at their pool's %s profile",
+                fallback.gpu_type,
+            )
+            return fallback
+        spec = self._specs.get(gpu_type)
+        if spec is None:
+            self._once(
+                gpu_type,
+                logging.INFO,
+                "no roofline spec for GPU type %s; its replicas run at their pool's %s profile",
+                gpu_type,
+                fallback.gpu_type,
+            )
+            return fallback
+        if spec == fallback.gpu_type:
+            return fallback
+        key = (spec, fallback.gpus)
+        if key not in self._cache:
+            try:
+                self._cache[key] = self._build(spec, fallback.gpus)
+            except ValueError as exc:  # the model does not fit in the type's memory
+                self._cache[key] = None
+                self._once(
+                    gpu_type,
+                    logging.WARNING,
+                    "%s; its replicas run at their pool's %s profile",
+                    exc,
+                    fallback.gpu_type,
+                )
+        profile = self._cache[key]
+        return fallback if profile is None else profile
+
+    def _once(self, key: str, level: int, message: str, *args: object) -> None:
+        if key not in self._logged:
+            self._logged.add(key)
+            logger.log(level, message, *args)
