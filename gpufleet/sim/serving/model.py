@@ -7,10 +7,18 @@ batched together), produces its first token there (TTFT), has its KV cache trans
 by continuous batching: every iteration produces one token for each running sequence and lasts
 `ITL(batch, context)` from the replica's `ReplicaProfile`.
 
-Replicas have a lifecycle: `set_replicas` adds replicas that become ready after `cold_start_s`
-(billed from the request, like a GPU pod that is pulling weights) and removes replicas by
-draining them (no new work; they leave when their in-flight work is done), so a scale-down never
-aborts a request. Queued work waits for ready replicas.
+Every replica carries its own profile, so a pool may mix GPU types: a replica's prefill speed,
+decode ITL, `max_num_seqs`, KV capacity, KV transfer time and billed GPUs are its own. Queued
+work goes to the idle ready replica with the lowest id, whatever its type (no speed-aware
+routing). Per-pool gauges aggregate over replicas: KV usage is KV used over KV capacity summed
+over the serving replicas.
+
+Replicas have a lifecycle: `set_replicas` adds replicas (with the pool's configured profile) that
+become ready after `cold_start_s` (billed from the request, like a GPU pod that is pulling
+weights) and removes replicas by draining them (no new work; they leave when their in-flight work
+is done), so a scale-down never aborts a request. `set_replica_profiles` does the same per
+profile: it converges the pool to a multiset of profiles, adding or draining replicas of each
+profile only. Queued work waits for ready replicas.
 
 The model is deterministic: the same requests, configuration and call sequence give the same
 results (ties are broken by replica id and event sequence number). It exposes
@@ -24,7 +32,7 @@ from __future__ import annotations
 import enum
 import heapq
 import math
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -175,6 +183,7 @@ class _Replica:
     rid: int
     phase: ReplicaPhase
     created_s: float
+    profile: ReplicaProfile
     removed_s: float = math.nan
     busy: bool = False
     iter_start_s: float = 0.0
@@ -337,41 +346,39 @@ class ServingModel:
         self._now = t
 
     def set_replicas(self, pool_name: str, replicas: int) -> None:
-        """Make the pool converge to `replicas` (starting + ready) at the current time."""
+        """Make the pool converge to `replicas` (starting + ready) at the current time.
+
+        New replicas get the pool's configured profile; any replica may be drained.
+        """
         if replicas < 0:
             raise ValueError("replicas must be >= 0")
         pool = self._pools[pool_name]
-        active = [
-            r for r in pool.replicas if r.phase in (ReplicaPhase.STARTING, ReplicaPhase.READY)
-        ]
-        delta = replicas - len(active)
-        if delta > 0:
-            # Un-drain warm replicas first: they are still loaded and cost nothing to restart.
-            for r in pool.replicas:
-                if delta and r.phase is ReplicaPhase.DRAINING:
-                    r.phase = ReplicaPhase.READY
-                    delta -= 1
-                    self._try_start(pool, r)
-            for _ in range(delta):
-                self._add_replica(pool, ready=False)
-        elif delta < 0:
-            remove = -delta
-            # Cancel replicas that are still starting (newest first), then drain the least busy.
-            for r in sorted(
-                (r for r in active if r.phase is ReplicaPhase.STARTING), key=lambda r: -r.rid
-            ):
-                if remove == 0:
-                    break
-                self._retire(r)
-                remove -= 1
-            ready = sorted(
-                (r for r in active if r.phase is ReplicaPhase.READY),
-                key=lambda r: (self._load(pool, r), -r.rid),
-            )
-            for r in ready[:remove]:
-                r.phase = ReplicaPhase.DRAINING
-                if not r.busy and not r.local and not r.batch:
-                    self._retire(r)
+        self._converge(pool, pool.replicas, replicas, pool.profile)
+
+    def set_replica_profiles(self, pool_name: str, profiles: Sequence[ReplicaProfile]) -> None:
+        """Make the pool converge to one replica (starting + ready) per entry of `profiles`.
+
+        `profiles` is a multiset: for each distinct profile the pool adds or drains replicas of
+        that profile only, so removing an H100 replica drains an H100 one even if an A100 one is
+        idler. A draining replica of a wanted profile is un-drained before a new one is added.
+        """
+        pool = self._pools[pool_name]
+        want = Counter(profiles)
+        # Wanted profiles in the caller's order, then the ones to remove in replica order, so
+        # that new replica ids follow a deterministic order.
+        live = [r for r in pool.replicas if r.phase is not ReplicaPhase.GONE]
+        for profile in dict.fromkeys([*profiles, *(r.profile for r in live)]):
+            members = [r for r in live if r.profile == profile]
+            self._converge(pool, members, want[profile], profile)
+
+    def replica_profiles(self, pool_name: str) -> tuple[ReplicaProfile, ...]:
+        """Profiles of the replicas counted toward the pool's size, in replica-id order."""
+        pool = self._pools[pool_name]
+        return tuple(
+            r.profile
+            for r in pool.replicas
+            if r.phase in (ReplicaPhase.STARTING, ReplicaPhase.READY)
+        )
 
     def replicas(self, pool_name: str) -> int:
         """Replicas counted toward the pool's size (starting + ready, not draining)."""
@@ -388,7 +395,7 @@ class ServingModel:
         for pool in pools:
             for r in pool.replicas:
                 end = self._now if math.isnan(r.removed_s) else r.removed_s
-                total += (end - r.created_s) * pool.profile.gpus
+                total += (end - r.created_s) * r.profile.gpus
         return total
 
     def sample(self, pool_name: str) -> MetricsSample:
@@ -469,10 +476,50 @@ class ServingModel:
         self._seq += 1
         heapq.heappush(self._events, (when, self._seq, kind, rid, req))
 
-    def _add_replica(self, pool: _Pool, *, ready: bool) -> None:
+    def _converge(
+        self, pool: _Pool, members: list[_Replica], replicas: int, profile: ReplicaProfile
+    ) -> None:
+        """Bring `members` (some of the pool's replicas) to `replicas` starting + ready.
+
+        Missing replicas are un-drained or added with `profile`; surplus ones are cancelled
+        while still starting, else drained.
+        """
+        active = [r for r in members if r.phase in (ReplicaPhase.STARTING, ReplicaPhase.READY)]
+        delta = replicas - len(active)
+        if delta > 0:
+            # Un-drain warm replicas first: they are still loaded and cost nothing to restart.
+            for r in members:
+                if delta and r.phase is ReplicaPhase.DRAINING:
+                    r.phase = ReplicaPhase.READY
+                    delta -= 1
+                    self._try_start(pool, r)
+            for _ in range(delta):
+                self._add_replica(pool, ready=False, profile=profile)
+        elif delta < 0:
+            remove = -delta
+            # Cancel replicas that are still starting (newest first), then drain the least busy.
+            for r in sorted(
+                (r for r in active if r.phase is ReplicaPhase.STARTING), key=lambda r: -r.rid
+            ):
+                if remove == 0:
+                    break
+                self._retire(r)
+                remove -= 1
+            ready = sorted(
+                (r for r in active if r.phase is ReplicaPhase.READY),
+                key=lambda r: (self._load(pool, r), -r.rid),
+            )
+            for r in ready[:remove]:
+                r.phase = ReplicaPhase.DRAINING
+                if not r.busy and not r.local and not r.batch:
+                    self._retire(r)
+
+    def _add_replica(
+        self, pool: _Pool, *, ready: bool, profile: ReplicaProfile | None = None
+    ) -> None:
         self._rid += 1
         phase = ReplicaPhase.READY if ready else ReplicaPhase.STARTING
-        r = _Replica(self._rid, phase, created_s=self._now)
+        r = _Replica(self._rid, phase, self._now, pool.profile if profile is None else profile)
         pool.replicas.append(r)
         self._by_rid[r.rid] = (pool, r)
         if not ready:
@@ -490,12 +537,13 @@ class ServingModel:
     def _gauges(self, pool: _Pool) -> tuple[int, int, float]:
         serving = pool.serving()
         running = sum(len(r.local) for r in serving)
-        kv_cap = pool.profile.kv_cache_tokens
+        # Used over capacity summed over replicas: with mixed types a big replica weighs more.
+        capacity = sum(r.profile.kv_cache_tokens for r in serving)
         if pool is self._prefill:
-            used = [sum(q.req.prompt_tokens for q in r.local) / kv_cap for r in serving]
+            used = sum(q.req.prompt_tokens for r in serving for q in r.local)
         else:
-            used = [r.kv_used / kv_cap for r in serving]
-        kv = sum(used) / len(used) if used else 0.0
+            used = sum(r.kv_used for r in serving)
+        kv = used / capacity if capacity else 0.0
         return running, len(pool.queue), min(1.0, kv)
 
     def _arrive(self, request: Request) -> None:
@@ -542,7 +590,7 @@ class ServingModel:
     # prefill ------------------------------------------------------------------------------
 
     def _prefill_start(self, pool: _Pool, r: _Replica) -> None:
-        budget = pool.profile.max_batched_tokens
+        budget = r.profile.max_batched_tokens
         batch: list[tuple[_Req, int]] = []
         for q in r.local:  # continue requests already being chunk-prefilled here
             if budget <= 0:
@@ -563,11 +611,11 @@ class ServingModel:
         r.batch = batch
         r.busy = True
         r.iter_start_s = self._now
-        self._push(self._now + pool.profile.prefill_time(tokens), _PREFILL_END, r.rid)
+        self._push(self._now + r.profile.prefill_time(tokens), _PREFILL_END, r.rid)
 
     def _prefill_end(self, pool: _Pool, r: _Replica) -> None:
         now = self._now
-        transfer = pool.profile.kv_transfer_s_per_token
+        transfer = r.profile.kv_transfer_s_per_token
         for q, chunk in r.batch:
             q.prefill_left -= chunk
             pool.prompt_tokens += chunk
@@ -606,7 +654,7 @@ class ServingModel:
         self._kick(pool)
 
     def _decode_start(self, pool: _Pool, r: _Replica) -> None:
-        profile = pool.profile
+        profile = r.profile
         if r.phase is ReplicaPhase.READY:
             while pool.queue and len(r.local) < profile.max_num_seqs:
                 q = pool.queue[0]
