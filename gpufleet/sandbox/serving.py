@@ -8,8 +8,10 @@ Prometheus (Debian's `prometheus`) scraping the simulated `/metrics` endpoints w
 `serving.json` in its state directory: the Prometheus URL, and the PIDs and markers the sandbox
 needs to stop them.
 
-The simulated replicas are a Llama-3.1-8B-class model on one A100-80GB each (the roofline of
-`gpufleet.sim.serving.profiles`), whatever GPU the scheduler picked. The load repeats: five
+The simulated replicas are a Llama-3.1-8B-class model on one GPU each, each running at the
+roofline speed (`gpufleet.sim.serving.profiles`) of the GPU type the scheduler put its pod on (the
+pod's `gpufleet.io/gpu-type`). The A100-80GB profile is only the fallback, for a pod without a
+type, on a MIG slice, or on a type without a profile (V100-32GB, T4). The load repeats: five
 quiet minutes at 1 request/s, then a four-minute burst at 6 requests/s, every request 2,048
 prompt tokens and 1,024 generated tokens, so both pools grow in each burst and shrink after it.
 """
@@ -63,7 +65,7 @@ def demo_load(hours: float, seed: int = 0) -> tuple[Request, ...]:
 
 
 def serving_config() -> ServingConfig:
-    profile = replica_profile("A100-SXM-80GB")
+    profile = replica_profile("A100-SXM-80GB")  # the fallback; see the module docstring
     return ServingConfig(
         prefill=PoolConfig("prefill", PoolRole.PREFILL, profile),
         decode=PoolConfig("decode", PoolRole.DECODE, profile),

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
@@ -40,6 +40,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from gpufleet.sim.serving.model import Histogram, ServingModel
+from gpufleet.sim.serving.profiles import ReplicaProfile
 
 __all__ = ["LOOPBACK", "PoolCollector", "PoolEndpoint", "RealtimeDriver", "ServingExporter"]
 
@@ -197,9 +198,11 @@ class ServingExporter:
 class RealtimeDriver:
     """Advances a model along wall-clock time (times `speed`) so scrapes see it move.
 
-    Each `tick_s` it reads the desired replica counts from `replicas` (in the sandbox: the pools'
-    Deployments; in a demo: a fixed mapping) and advances the model, both under the exporter's
-    lock. `clock` and `sleep` are injectable for tests.
+    Each `tick_s` it reads the desired replicas and advances the model, both under the
+    exporter's lock. The replicas come either as counts per pool from `replicas` (a demo: a fixed
+    mapping; every replica runs at its pool's profile) or as one profile per replica from
+    `replica_profiles` (the live sim: the profile of the GPU type each pod landed on), not both.
+    `clock` is injectable for tests.
     """
 
     def __init__(
@@ -210,15 +213,19 @@ class RealtimeDriver:
         speed: float = 1.0,
         tick_s: float = 0.5,
         replicas: Callable[[], Mapping[str, int]] | None = None,
+        replica_profiles: Callable[[], Mapping[str, Sequence[ReplicaProfile]]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if speed <= 0 or tick_s <= 0:
             raise ValueError("speed and tick_s must be positive")
+        if replicas is not None and replica_profiles is not None:
+            raise ValueError("give replicas or replica_profiles, not both")
         self.model = model
         self.lock = lock
         self.speed = speed
         self.tick_s = tick_s
         self.replicas = replicas
+        self.replica_profiles = replica_profiles
         self.clock = clock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -226,13 +233,16 @@ class RealtimeDriver:
         self._sim0 = 0.0
 
     def step(self) -> float:
-        """One tick: apply replica counts, advance to the current simulated time; returns it."""
+        """One tick: apply the replicas, advance to the current simulated time; returns it."""
         target = self._sim0 + (self.clock() - self._t0) * self.speed
         with self.lock:
             if self.replicas is not None:
                 for pool, n in self.replicas().items():
                     if n != self.model.replicas(pool):
                         self.model.set_replicas(pool, n)
+            if self.replica_profiles is not None:
+                for pool, profiles in self.replica_profiles().items():
+                    self.model.set_replica_profiles(pool, profiles)  # a no-op when they match
             self.model.advance_to(max(target, self.model.now))
             return self.model.now
 

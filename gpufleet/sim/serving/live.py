@@ -1,11 +1,20 @@
-"""The serving simulator driven by a cluster: replica counts come from the pods that run.
+"""The serving simulator driven by a cluster: replicas come from the pods that run.
 
-`LiveServingSim` replays a request trace through a `ServingModel` whose pools have as many
-replicas as the ServingJob has pods that are Running and Ready (kwok marks bound pods Running in
-the sandbox), and serves each pool's vLLM metrics on a loopback `/metrics` endpoint for
-Prometheus to scrape. Every `poll_s` it lists the job's pods (labels `gpufleet.io/servingjob`
-and `gpufleet.io/pool`, the operator's labels) through the Kubernetes API, and a
-`RealtimeDriver` applies the counts and advances the model along the wall clock.
+`LiveServingSim` replays a request trace through a `ServingModel` whose pools have one replica
+per pod of the ServingJob that is Running and Ready (kwok marks bound pods Running in the
+sandbox), and serves each pool's vLLM metrics on a loopback `/metrics` endpoint for Prometheus
+to scrape. Every `poll_s` it lists the job's pods (labels `gpufleet.io/servingjob` and
+`gpufleet.io/pool`, the operator's labels) through the Kubernetes API, and a `RealtimeDriver`
+applies them and advances the model along the wall clock.
+
+GPU types
+---------
+Each replica runs at the speed of the GPU type its pod landed on: the scheduler's
+`gpufleet.io/gpu-type` annotation (a catalogue name such as `H100-80GB`), turned into a roofline
+profile of the served model by `GpuTypeProfiles` (`profiles.py`). A pod without the annotation,
+on a MIG slice (`gpufleet.io/mig-instance`), or on a type without a profile runs at its pool's
+configured profile; that fallback is logged once per type. When a pod goes away, a replica of
+its type is drained.
 
 Time compression
 ----------------
@@ -23,7 +32,8 @@ cluster's real pod start-up.
 Cold start is provided by the cluster, not the model: the model's `cold_start_s` is forced to 0
 and its pools start empty, because a replica counts only once its pod is Running and Ready, so
 the time the pod takes to get there is the cold start. A pod that is deleted (or stops being
-Ready) makes the model drain one replica: it takes no new work and finishes what it holds.
+Ready) makes the model drain one replica of its type: it takes no new work and finishes what it
+holds.
 
 Pool names must be the ServingJob's pool names (the `gpufleet.io/pool` label values); the model
 is disaggregated, so the job has one prefill and one decode pool.
@@ -43,39 +53,57 @@ from kubernetes import client
 from gpufleet.core.autoscaling_types import PoolRole
 from gpufleet.lifecycle import StartStop
 from gpufleet.model.servingjob import POOL_LABEL, SERVINGJOB_LABEL
+from gpufleet.scheduler.names import ASSIGNED_MIG, ASSIGNED_TYPE
 from gpufleet.sim.serving.exporter import RealtimeDriver, ServingExporter
 from gpufleet.sim.serving.model import ServingConfig, ServingModel
+from gpufleet.sim.serving.profiles import GpuTypeProfiles, ReplicaProfile
 from gpufleet.sim.serving.trace import Request
 
-__all__ = ["LiveServingSim", "ready_pods_by_pool"]
+__all__ = ["LiveServingSim", "ready_gpu_types_by_pool", "ready_pods_by_pool"]
 
 logger = logging.getLogger(__name__)
 
 
-def ready_pods_by_pool(pods: Iterable[Mapping[str, Any]], pools: Iterable[str]) -> dict[str, int]:
-    """Pods per pool that are Running, Ready and not being deleted (pods as API JSON)."""
-    counts = dict.fromkeys(pools, 0)
+def ready_gpu_types_by_pool(
+    pods: Iterable[Mapping[str, Any]], pools: Iterable[str]
+) -> dict[str, list[str | None]]:
+    """The GPU type of each pod per pool that is Running, Ready and not being deleted.
+
+    Pods are API JSON. The type is the scheduler's `gpufleet.io/gpu-type` annotation; it is None
+    when the pod has none, or holds a MIG slice (a fraction of that GPU, not its speed).
+    """
+    types: dict[str, list[str | None]] = {pool: [] for pool in pools}
     for pod in pods:
         meta = pod.get("metadata") or {}
         pool = (meta.get("labels") or {}).get(POOL_LABEL)
-        if pool not in counts or meta.get("deletionTimestamp"):
+        if pool not in types or meta.get("deletionTimestamp"):
             continue
         status = pod.get("status") or {}
         ready = any(
             c.get("type") == "Ready" and c.get("status") == "True"
             for c in status.get("conditions") or ()
         )
-        if status.get("phase") == "Running" and ready:
-            counts[pool] += 1
-    return counts
+        if status.get("phase") != "Running" or not ready:
+            continue
+        annotations = meta.get("annotations") or {}
+        gpu_type = annotations.get(ASSIGNED_TYPE) or None
+        types[pool].append(None if annotations.get(ASSIGNED_MIG) else gpu_type)
+    return types
+
+
+def ready_pods_by_pool(pods: Iterable[Mapping[str, Any]], pools: Iterable[str]) -> dict[str, int]:
+    """Pods per pool that are Running, Ready and not being deleted (pods as API JSON)."""
+    return {pool: len(types) for pool, types in ready_gpu_types_by_pool(pods, pools).items()}
 
 
 class LiveServingSim(StartStop):
     """A `ServingModel` whose replicas follow a ServingJob's Running pods, with `/metrics`.
 
-    `requests` are in trace seconds; see the module docstring for `time_scale`. `start()` reads
-    the pods once (so the model begins with the cluster's replicas), then starts the endpoints,
-    the driver and the pod poller; `stop()` stops all three.
+    `requests` are in trace seconds; see the module docstring for `time_scale`. The pools'
+    profiles in `config` are the fallbacks; `profiles` maps GPU types to replica profiles (the
+    default: Llama-8B-class rooflines). `start()` reads the pods once (so the model begins with
+    the cluster's replicas), then starts the endpoints, the driver and the pod poller; `stop()`
+    stops all three.
     """
 
     def __init__(
@@ -89,6 +117,7 @@ class LiveServingSim(StartStop):
         time_scale: float = 1.0,
         poll_s: float = 0.5,
         model_name: str = "llama-8b",
+        profiles: GpuTypeProfiles | None = None,
     ) -> None:
         if time_scale <= 0 or poll_s <= 0:
             raise ValueError("time_scale and poll_s must be positive")
@@ -110,10 +139,18 @@ class LiveServingSim(StartStop):
             live_config.prefill.name: PoolRole.PREFILL,
             live_config.decode.name: PoolRole.DECODE,
         }
+        self.profiles = GpuTypeProfiles() if profiles is None else profiles
+        self._fallback: dict[str, ReplicaProfile] = {
+            live_config.prefill.name: live_config.prefill.profile,
+            live_config.decode.name: live_config.decode.profile,
+        }
         self.exporter = ServingExporter(self.model, model_name=model_name)
-        self._observed: dict[str, int] = dict.fromkeys(self.pools, 0)
+        self._observed: dict[str, list[str | None]] = {pool: [] for pool in self.pools}
         self._driver = RealtimeDriver(
-            self.model, self.exporter.lock, tick_s=poll_s, replicas=self.observed_replicas
+            self.model,
+            self.exporter.lock,
+            tick_s=poll_s,
+            replica_profiles=self.observed_profiles,
         )
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
@@ -136,7 +173,18 @@ class LiveServingSim(StartStop):
 
     def observed_replicas(self) -> dict[str, int]:
         """Running and Ready pods per pool at the last poll."""
-        return dict(self._observed)
+        return {pool: len(types) for pool, types in self._observed.items()}
+
+    def observed_gpu_types(self) -> dict[str, list[str | None]]:
+        """The GPU type of each Running and Ready pod per pool at the last poll (None: unknown)."""
+        return {pool: list(types) for pool, types in self._observed.items()}
+
+    def observed_profiles(self) -> dict[str, list[ReplicaProfile]]:
+        """The replica profile of each Running and Ready pod per pool at the last poll."""
+        return {
+            pool: [self.profiles.resolve(t, self._fallback[pool]) for t in types]
+            for pool, types in self._observed.items()
+        }
 
     def model_replicas(self) -> dict[str, int]:
         """The model's current replicas per pool (starting + ready, not draining)."""
@@ -144,11 +192,11 @@ class LiveServingSim(StartStop):
             return {pool: self.model.replicas(pool) for pool in self.pools}
 
     def sync(self) -> dict[str, int]:
-        """Read the pods once; the driver applies the counts on its next tick. Returns them."""
+        """Read the pods once; the driver applies them on its next tick. Returns the counts."""
         raw: Any = self.api.list_namespaced_pod(
             self.namespace, label_selector=self.selector, _preload_content=False
         )
-        self._observed = ready_pods_by_pool(json.loads(raw.data)["items"], self.pools)
+        self._observed = ready_gpu_types_by_pool(json.loads(raw.data)["items"], self.pools)
         return self.observed_replicas()
 
     def start(self) -> None:

@@ -1,21 +1,28 @@
-"""Unit tests of per-replica GPU types in the serving model.
+"""Unit tests of per-replica GPU types in the serving model and the live simulator.
 
 Aspects under test: catalogue GPU types resolving to roofline profiles (and the fallback to the
 pool's profile for a missing, MIG-slice, unknown or too-small type, logged once per type); a
 pool mixing types, where each replica prefills, decodes and bills at its own profile; converging
 a pool to a multiset of profiles (adding, draining and un-draining replicas of one type only);
-`set_replicas` keeping the pool's profile; KV usage as used over capacity across mixed replicas.
+`set_replicas` keeping the pool's profile; KV usage as used over capacity across mixed replicas;
+the driver applying profiles; and the pod list -> GPU types function behind the live simulator.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
+from typing import Any
 
 import pytest
 
 from gpufleet.core.autoscaling import PoolRole
 from gpufleet.model.gpus import load_catalog
+from gpufleet.model.servingjob import POOL_LABEL, SERVINGJOB_LABEL
+from gpufleet.scheduler.names import ASSIGNED_MIG, ASSIGNED_TYPE
+from gpufleet.sim.serving.exporter import RealtimeDriver, ServingExporter
+from gpufleet.sim.serving.live import LiveServingSim, ready_gpu_types_by_pool, ready_pods_by_pool
 from gpufleet.sim.serving.model import PoolConfig, ServingConfig, ServingModel
 from gpufleet.sim.serving.profiles import (
     CATALOG_GPU_SPECS,
@@ -189,3 +196,91 @@ def test_kv_usage_is_used_over_capacity_across_mixed_replicas() -> None:
     want = used / (A100.kv_cache_tokens + L4.kv_cache_tokens)
     assert model.snapshot("decode").kv_cache_usage == pytest.approx(want)
     assert model.sample("decode").kv_cache_usage == pytest.approx(want)
+
+
+def test_driver_applies_replica_profiles() -> None:
+    model = ServingModel(config(), ())
+    exporter = ServingExporter(model)
+    wanted = {"prefill": [H100, A100], "decode": [L4]}
+    driver = RealtimeDriver(
+        model, exporter.lock, replica_profiles=lambda: wanted, clock=lambda: 0.0
+    )
+    driver.anchor()
+    driver.step()
+    assert Counter(model.replica_profiles("prefill")) == Counter({H100: 1, A100: 1})
+    assert model.replica_profiles("decode") == (L4,)
+    with pytest.raises(ValueError, match="not both"):
+        RealtimeDriver(model, exporter.lock, replicas=lambda: {}, replica_profiles=lambda: wanted)
+
+
+# --- pods -> GPU types -------------------------------------------------------------------------
+
+
+def api_pod(
+    pool: str,
+    gpu_type: str | None = None,
+    *,
+    mig: str | None = None,
+    phase: str = "Running",
+    ready: bool = True,
+    deleting: bool = False,
+) -> dict[str, Any]:
+    annotations = {} if gpu_type is None else {ASSIGNED_TYPE: gpu_type}
+    if mig is not None:
+        annotations[ASSIGNED_MIG] = mig
+    meta: dict[str, Any] = {
+        "labels": {SERVINGJOB_LABEL: "job", POOL_LABEL: pool},
+        "annotations": annotations,
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    condition = {"type": "Ready", "status": str(ready)}
+    return {"metadata": meta, "status": {"phase": phase, "conditions": [condition]}}
+
+
+PODS = [
+    api_pod("prefill", "H100-80GB"),
+    api_pod("prefill", "A100-80GB"),
+    api_pod("prefill", "H100-80GB", deleting=True),  # draining
+    api_pod("prefill", "H100-80GB", ready=False),  # not Ready yet
+    api_pod("prefill", "A100-80GB", mig="3g.40gb@4"),  # a slice: its type is not its speed
+    api_pod("decode", None),  # not placed by gpufleet
+    api_pod("decode", "L4"),
+    api_pod("decode", "T4", phase="Pending", ready=False),
+    api_pod("other", "H100-80GB"),
+]
+
+
+def test_ready_pods_give_their_gpu_types_per_pool() -> None:
+    assert ready_gpu_types_by_pool(PODS, ["prefill", "decode"]) == {
+        "prefill": ["H100-80GB", "A100-80GB", None],
+        "decode": [None, "L4"],
+    }
+    assert ready_pods_by_pool(PODS, ["prefill", "decode"]) == {"prefill": 3, "decode": 2}
+
+
+class FakeCoreApi:
+    """Answers `list_namespaced_pod(..., _preload_content=False)` with fixed pods."""
+
+    class _Raw:
+        def __init__(self, data: bytes) -> None:
+            self.data = data
+
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self.pods = pods
+
+    def list_namespaced_pod(self, namespace: str, **_: Any) -> _Raw:
+        return self._Raw(json.dumps({"items": self.pods}).encode())
+
+
+def test_live_sim_replicas_run_at_the_type_their_pod_landed_on() -> None:
+    api: Any = FakeCoreApi(PODS)
+    sim = LiveServingSim(api, "ns", "job", config(), [Request(0, 1000.0, 100, 2)], poll_s=60.0)
+    with sim:
+        assert sim.observed_replicas() == {"prefill": 3, "decode": 2}
+        assert sim.observed_gpu_types()["decode"] == [None, "L4"]
+        with sim.exporter.lock:  # start() applied the first poll before returning
+            prefill = Counter(sim.model.replica_profiles("prefill"))
+            decode = Counter(sim.model.replica_profiles("decode"))
+    assert prefill == Counter({H100: 1, A100: 2})  # the MIG pod falls back to the pool's A100
+    assert decode == Counter({A100: 1, L4: 1})
