@@ -9,6 +9,7 @@ Pure mapping, no I/O. What the CRD says wins over the operator-wide defaults:
 | `capacity.prefillTokensPerSecond` | `CapacityProfile.prefill_tokens_per_s` |
 | `capacity.decodeBatchSize` | `decode_batch_at_slo` and `max_num_seqs` (the batch within ITL) |
 | `capacity.decodeTokensPerSecond` | `decode_tokens_per_s` (a throughput floor for decode) |
+| `capacity.gpuType` + pool `gpuTypes[].throughput` | the capacity scaled to the pool's GPU types |
 | pool `gpusPerReplica` (a MIG slice counts as 1) | `gpus_per_replica` |
 | `prometheus.staleAfterSeconds` | `staleness_s` |
 | `scaleUp` / `scaleDown` `stabilizationWindowSeconds` | `scale_{up,down}_stabilization_s` |
@@ -16,10 +17,17 @@ Pure mapping, no I/O. What the CRD says wins over the operator-wide defaults:
 
 `maxStep` is documented as "most replicas per decision", so the step period is one interval and
 the policy's percentage rule (which could allow more) is switched off.
+
+With `capacity.gpuType`, a replica on a type the pool lists with throughput `t` is worth
+`t / t_ref` replicas of the measured type (`t_ref`, the pool's throughput for that type; a
+factor of 1 where either is missing), and a pool's profile is scaled by the mean factor of its
+running replicas' GPU types, or by its smallest factor while none runs: new replicas are then
+assumed to land on the slowest listed type, so a pool is never sized for speed it may not get.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +50,7 @@ __all__ = [
     "SETTINGS_ENV",
     "PoolObservation",
     "base_settings",
+    "capacity_factor",
     "capacity_profile",
     "enabled_policy",
     "policy_settings",
@@ -60,11 +69,13 @@ _ROLES = {"prefill": PoolRole.PREFILL, "decode": PoolRole.DECODE, "server": Pool
 
 @dataclass(frozen=True, slots=True)
 class PoolObservation:
-    """A pool as the cluster shows it: the Deployment's replicas and how many are ready."""
+    """A pool as the cluster shows it: the Deployment's replicas, how many are ready, and the
+    GPU type of each running replica (None where the scheduler recorded none)."""
 
     name: str
     current_replicas: int
     ready_replicas: int | None = None
+    gpu_types: tuple[str | None, ...] = ()
 
 
 def pool_role(pool: str) -> PoolRole:
@@ -119,14 +130,36 @@ def slo(spec: ServingJobSpec) -> Slo:
     return Slo(ttft_p90_s=spec.slo.ttft_p90_seconds, itl_p90_s=spec.slo.itl_p90_seconds)
 
 
-def capacity_profile(capacity: CapacitySpec, pool: PoolSpec) -> CapacityProfile:
-    """What one replica of `pool` sustains, from the CRD's capacity fields."""
+def capacity_factor(
+    capacity: CapacitySpec, pool: PoolSpec, running: Sequence[str | None] = ()
+) -> float:
+    """How much of the measured profile one replica of `pool` is worth (module docstring)."""
+    if capacity.gpu_type is None:
+        return 1.0
+    throughput = {t.name: t.throughput for t in pool.gpu_types or ()}
+    reference = throughput.get(capacity.gpu_type)
+
+    def factor(gpu_type: str | None) -> float:
+        t = throughput.get(gpu_type) if gpu_type is not None else None
+        return t / reference if t is not None and reference is not None else 1.0
+
+    if running:
+        return sum(factor(t) for t in running) / len(running)
+    return min((factor(t) for t in throughput), default=1.0)
+
+
+def capacity_profile(
+    capacity: CapacitySpec, pool: PoolSpec, factor: float = 1.0
+) -> CapacityProfile:
+    """What one replica of `pool` sustains, from the CRD's capacity fields times `factor`."""
+    batch = max(1, math.floor(capacity.decode_batch_size * factor))
+    tokens = capacity.decode_tokens_per_second
     return CapacityProfile(
-        prefill_tokens_per_s=capacity.prefill_tokens_per_second,
-        max_num_seqs=capacity.decode_batch_size,
-        decode_batch_at_slo=capacity.decode_batch_size,
+        prefill_tokens_per_s=capacity.prefill_tokens_per_second * factor,
+        max_num_seqs=batch,
+        decode_batch_at_slo=batch,
         gpus_per_replica=pool.gpus_per_replica or 1,
-        decode_tokens_per_s=capacity.decode_tokens_per_second,
+        decode_tokens_per_s=None if tokens is None else tokens * factor,
     )
 
 
@@ -157,7 +190,11 @@ def scaling_input(
                 current_replicas=seen.current_replicas,
                 min_replicas=pool.min_replicas,
                 max_replicas=max(high, pool.min_replicas),
-                capacity=capacity_profile(policy.capacity, pool),
+                capacity=capacity_profile(
+                    policy.capacity,
+                    pool,
+                    capacity_factor(policy.capacity, pool, seen.gpu_types),
+                ),
                 window=tuple(windows.get(name, ())),
                 ready_replicas=seen.ready_replicas,
             )

@@ -19,6 +19,7 @@ from pydantic import ConfigDict, Field, model_validator
 from gpufleet.model.crd_common import (
     API_GROUP,
     API_VERSION,
+    GPU_TYPE_PATTERN,
     MAX_REPLICAS,
     NAME_PATTERN,
     Condition,
@@ -186,6 +187,20 @@ class PrometheusSource(CRDModel):
 class CapacityProfile(CRDModel):
     """What one replica sustains within the SLOs, measured offline on its GPU type."""
 
+    gpu_type: str | None = Field(
+        default=None,
+        pattern=GPU_TYPE_PATTERN,
+        max_length=32,
+        description=(
+            "The GPU type the profile was measured on. When set, a replica on another type "
+            "the pool lists is taken to sustain the profile times that type's throughput over "
+            "this one's (both from the pool's gpuTypes; 1 where either is not given), and "
+            "each pool is sized by the mean over the GPU types its running replicas landed on "
+            "(with none running, the least of its types). Omitted: every replica counts as "
+            "the profile."
+        ),
+    )
+
     prefill_tokens_per_second: float = Field(
         gt=0,
         le=10_000_000,
@@ -330,6 +345,18 @@ class ServingJobSpec(CRDModel):
                 ".slo",
                 "FieldValueRequired",
             ),
+            cel(
+                "!has(self.autoscaling) || !has(self.autoscaling.capacity) || "
+                "!has(self.autoscaling.capacity.gpuType) || "
+                + " && ".join(
+                    f"(!has(self.{pool}) || (has(self.{pool}.gpuTypes) && self.{pool}.gpuTypes"
+                    f".exists(t, t.name == self.autoscaling.capacity.gpuType)))"
+                    for pool in ("prefill", "decode", "server")
+                ),
+                "autoscaling.capacity.gpuType must be one of the gpuTypes of every pool",
+                ".autoscaling.capacity.gpuType",
+                "FieldValueInvalid",
+            ),
         )
     )
 
@@ -389,6 +416,13 @@ class ServingJobSpec(CRDModel):
             raise ValueError("prefill and decode are required together")
         if self.autoscaling is not None and self.autoscaling.enabled and self.slo is None:
             raise ValueError("slo is required when autoscaling is enabled")
+        capacity = self.autoscaling.capacity if self.autoscaling is not None else None
+        if capacity is not None and capacity.gpu_type is not None:
+            for pool in self.pools().values():
+                if capacity.gpu_type not in {t.name for t in pool.gpu_types or ()}:
+                    raise ValueError(
+                        "autoscaling.capacity.gpuType must be one of the gpuTypes of every pool"
+                    )
         return self
 
     def pools(self) -> dict[str, PoolSpec]:

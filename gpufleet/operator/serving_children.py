@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from gpufleet.autoscaler.inputs import pool_role
@@ -199,3 +199,17 @@ def needs_update(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
     have = (current.get("metadata") or {}).get("annotations") or {}
     want = wanted["metadata"]["annotations"]
     return bool(have.get(SPEC_HASH_ANNOTATION) != want[SPEC_HASH_ANNOTATION])
+
+
+def running_gpu_types(pods: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str | None, ...]]:
+    """Per pool, the GPU type the scheduler recorded on each of the job's Running pods (None
+    where it recorded none), in pod-name order: what the autoscaler's capacity factor needs."""
+    out: dict[str, list[str | None]] = {}
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        meta = pod["metadata"]
+        pool = (meta.get("labels") or {}).get(POOL_LABEL)
+        running = (pod.get("status") or {}).get("phase") == "Running"
+        if pool is None or not running or meta.get("deletionTimestamp"):
+            continue
+        out.setdefault(pool, []).append((meta.get("annotations") or {}).get(names.ASSIGNED_TYPE))
+    return {pool: tuple(types) for pool, types in out.items()}

@@ -133,8 +133,8 @@ def _deployments(state: State, namespace: str, job: str) -> dict[str, Obj]:
     return out
 
 
-def _waiting(state: State, namespace: str, job: str) -> str | None:
-    """The scheduler's message on one of the job's unbound pods, if any."""
+def _pods(state: State, namespace: str, job: str) -> list[Obj] | None:
+    """The job's pods, or None when the API cannot list them now."""
     try:
         raw: Any = state.core.list_namespaced_pod(
             namespace,
@@ -142,9 +142,16 @@ def _waiting(state: State, namespace: str, job: str) -> str | None:
             _preload_content=False,
         )
     except ApiException:
+        return None
+    return list(json.loads(raw.data)["items"])
+
+
+def _waiting(state: State, namespace: str, job: str) -> str | None:
+    """The scheduler's message on one of the job's unbound pods, if any."""
+    pods = _pods(state, namespace, job)
+    if pods is None:
         return None  # only an explanation: the next pass asks again
-    pods = sorted(json.loads(raw.data)["items"], key=lambda p: p["metadata"]["name"])
-    for pod in pods:
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         if not (pod.get("spec") or {}).get("nodeName"):
             message = scheduled_message(pod)
             if message:
@@ -251,11 +258,17 @@ def _autoscale(
     scaler = state.autoscalers.get(meta["uid"], source.url, source.stale_after_seconds, label)
     now = time.time()
     if scaler.due(now, policy.interval_seconds) and any(p in deployments for p in desired):
+        types: dict[str, tuple[str | None, ...]] = {}
+        if policy.capacity is not None and policy.capacity.gpu_type is not None:
+            # Without a listing the factor falls back to the pool's slowest type.
+            pods = _pods(state, meta["namespace"], meta["name"])
+            types = children.running_gpu_types(pods or [])
         observed = {
             pool: PoolObservation(
                 pool,
                 replicas,
                 int((deployments[pool].get("status") or {}).get("readyReplicas") or 0),
+                types.get(pool, ()),
             )
             for pool, replicas in desired.items()
             if pool in deployments

@@ -432,6 +432,12 @@ INVALID: list[Any] = [
     pytest.param(_sj(spec__autoscaling__intervalSeconds=0), "spec.autoscaling.intervalSeconds",
                  id="interval-zero"),
     pytest.param(_sj(spec__port=70000), "spec.port", id="port-out-of-range"),
+    pytest.param(_sj(spec__autoscaling__capacity__gpuType="A100-80GB"),
+                 "spec.autoscaling.capacity.gpuType", id="capacity-type-pools-list-none"),
+    pytest.param(_sj(spec__autoscaling__capacity__gpuType="A100-80GB",
+                     spec__prefill__gpuTypes=[{"name": "A100-80GB"}],
+                     spec__decode__gpuTypes=[{"name": "H100-80GB"}]),
+                 "spec.autoscaling.capacity.gpuType", id="capacity-type-not-in-a-pool"),
 ]  # fmt: skip
 
 
@@ -446,6 +452,16 @@ def test_the_invalid_table_is_large_and_its_bases_are_valid(
     # Autoscaling switched off needs neither SLO nor Prometheus.
     quiet = _sj(metadata__name="quiet", spec__slo=DROP, spec__autoscaling=DISABLED)
     sandbox.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(quiet))
+    # A capacity measured on a type every pool lists.
+    types = [{"name": "A100-80GB", "throughput": 1.0}, {"name": "H100-80GB", "throughput": 3}]
+    measured = _sj(
+        metadata__name="measured",
+        spec__prefill__gpuTypes=types,
+        spec__decode__gpuTypes=types,
+        spec__autoscaling__capacity__gpuType="A100-80GB",
+    )
+    ServingJobSpec.model_validate(measured["spec"])
+    sandbox.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(measured))
 
 
 @pytest.mark.parametrize(("manifest", "field"), INVALID)

@@ -241,6 +241,8 @@ INVALID: list[Any] = [
                  id="no-prometheus"),
     pytest.param(ServingJobSpec, SJ, {"decode.minReplicas": 9}, "minReplicas", id="pool-min-max"),
     pytest.param(ServingJobSpec, SJ, {"slo.ttftP90Seconds": 0}, "greater than 0", id="slo-zero"),
+    pytest.param(ServingJobSpec, SJ, {"autoscaling.capacity.gpuType": "L4"},
+                 "gpuTypes of every pool", id="capacity-type-not-listed"),
 ]  # fmt: skip
 
 

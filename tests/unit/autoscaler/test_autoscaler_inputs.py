@@ -12,6 +12,7 @@ from gpufleet.autoscaler.inputs import (
     SETTINGS_ENV,
     PoolObservation,
     base_settings,
+    capacity_factor,
     capacity_profile,
     enabled_policy,
     policy_settings,
@@ -93,6 +94,64 @@ def test_capacity_profile_from_crd_fields() -> None:
     assert profiled.decode is not None
     decode = capacity_profile(profiled.autoscaling.capacity, profiled.decode)
     assert decode.decode_tokens_per_s == 2500
+
+
+def measured_on(gpu_type: str | None) -> ServingJobSpec:
+    """Pools on A100 (1.0) or H100 (prefill 3.2, decode 1.6; L4 without a throughput), the
+    capacity measured on `gpu_type`."""
+
+    def pool(h100: float) -> dict[str, Any]:
+        types = [
+            {"name": "A100-80GB", "throughput": 1.0},
+            {"name": "H100-80GB", "throughput": h100},
+            {"name": "L4"},
+        ]
+        return {"gpuTypes": types, "template": TEMPLATE}
+
+    capacity: dict[str, Any] = {"prefillTokensPerSecond": 8000, "decodeBatchSize": 64}
+    if gpu_type is not None:
+        capacity["gpuType"] = gpu_type
+    return spec(
+        prefill={"minReplicas": 1, "maxReplicas": 4, "gpusPerReplica": 1, **pool(3.2)},
+        decode={"minReplicas": 1, "maxReplicas": 6, "gpusPerReplica": 1, **pool(1.6)},
+        autoscaling={"prometheus": {"url": "http://prom:9090"}, "capacity": capacity},
+    )
+
+
+def test_capacity_follows_the_gpu_types_replicas_run_on() -> None:
+    sp = measured_on("A100-80GB")
+    assert sp.autoscaling is not None and sp.autoscaling.capacity is not None
+    assert sp.prefill is not None and sp.decode is not None
+    cap = sp.autoscaling.capacity
+    assert capacity_factor(cap, sp.prefill, ("H100-80GB", "H100-80GB")) == pytest.approx(3.2)
+    # Mixed: the mean; a type without a throughput or no recorded type counts as measured.
+    assert capacity_factor(cap, sp.prefill, ("H100-80GB", "A100-80GB")) == pytest.approx(2.1)
+    assert capacity_factor(cap, sp.prefill, ("L4", None)) == 1.0
+    # Nothing running: the slowest listed type.
+    assert capacity_factor(cap, sp.prefill) == 1.0
+    h100 = measured_on("H100-80GB")
+    assert h100.autoscaling is not None and h100.autoscaling.capacity is not None
+    assert h100.decode is not None
+    assert capacity_factor(h100.autoscaling.capacity, h100.decode) == pytest.approx(1 / 1.6)
+    profile = capacity_profile(cap, sp.decode, 1.6)
+    assert (profile.decode_batch_at_slo, profile.max_num_seqs) == (102, 102)  # floor(64 x 1.6)
+
+
+def test_capacity_without_a_measured_type_is_not_scaled() -> None:
+    sp = measured_on(None)
+    assert sp.autoscaling is not None and sp.autoscaling.capacity is not None
+    assert sp.prefill is not None
+    assert capacity_factor(sp.autoscaling.capacity, sp.prefill, ("H100-80GB",)) == 1.0
+
+
+def test_scaling_input_sizes_each_pool_by_its_running_types() -> None:
+    observed = {
+        "prefill": PoolObservation("prefill", 2, 2, ("H100-80GB", "H100-80GB")),
+        "decode": PoolObservation("decode", 1, 0),
+    }
+    prefill, decode = scaling_input(measured_on("A100-80GB"), 100.0, observed, {}).pools
+    assert prefill.capacity.prefill_tokens_per_s == pytest.approx(8000 * 3.2)
+    assert decode.capacity.decode_batch_at_slo == 64  # none running: A100, the slowest
 
 
 def test_scaling_input_pools_in_order_with_bounds_roles_and_windows() -> None:

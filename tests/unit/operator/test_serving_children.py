@@ -221,3 +221,26 @@ def test_examples_build(path: Path) -> None:
     for pool in sc.pools(manifest["spec"]):
         d = sc.deployment(manifest, pool, 1)
         assert not gpu_request(pod_of(d)).empty
+
+
+def _pod(name: str, pool: str, phase: str, gpu_type: str | None, deleting: bool = False) -> Any:
+    meta: dict[str, Any] = {"name": name, "labels": {sc.POOL_LABEL: pool}, "annotations": {}}
+    if gpu_type is not None:
+        meta["annotations"][names.ASSIGNED_TYPE] = gpu_type
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-02T00:00:00Z"
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+def test_running_gpu_types_per_pool() -> None:
+    pods = [
+        _pod("p-b", "prefill", "Running", "A100-80GB"),
+        _pod("p-a", "prefill", "Running", "H100-80GB"),
+        _pod("p-c", "prefill", "Pending", None),  # not running: no capacity yet
+        _pod("d-a", "decode", "Running", None),  # no type recorded
+        _pod("d-b", "decode", "Running", "H100-80GB", deleting=True),
+    ]
+    assert sc.running_gpu_types(pods) == {
+        "prefill": ("H100-80GB", "A100-80GB"),
+        "decode": (None,),
+    }
