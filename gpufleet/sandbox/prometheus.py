@@ -3,8 +3,8 @@
 `PrometheusServer(state_dir, targets)` writes a scrape config with one static config per target
 (its labels become target labels, so they are on every series scraped from it: the sandbox's
 stand-in for the pod service-discovery relabelling of a cluster), starts Debian's `prometheus`
-binary found on PATH listening on a free 127.0.0.1 port with its TSDB inside `state_dir`, and
-waits for `/-/ready`. `reload(targets)` rewrites the config and asks the server to reload it
+binary found on PATH listening on a free 127.0.0.1 port with a fresh TSDB inside `state_dir`,
+and waits for `/-/ready`. `reload(targets)` rewrites the config and asks the server to reload it
 over `/-/reload` (`--web.enable-lifecycle`). The process runs in its own session and is stopped
 by its PID only, and only while its command line still names this server's config file.
 """
@@ -77,6 +77,9 @@ class PrometheusServer(StartStop):
                 "apt-get install prometheus"
             )
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        # A fresh TSDB: series of an earlier run under the same labels would otherwise look
+        # like fresh samples to the autoscaler until they age out.
+        shutil.rmtree(self.state_dir / "tsdb", ignore_errors=True)
         self._write_config()
         for attempt in range(1, _START_ATTEMPTS + 1):
             self.port = processes.free_port()

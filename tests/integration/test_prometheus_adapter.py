@@ -7,8 +7,9 @@ official `vllm:` names (classic text format) and the underscore-escaped names (O
 prometheus_client) both work; samples older than `stale_after_s` count as missing; a stopped
 exporter's last sample time is kept, so the sample goes stale; an unreachable or silent
 Prometheus and a bad selector raise `MetricsUnavailable` with a clear message; the Prometheus
-server wrapper keeps its running config when a reload is refused and names the package to
-install when the binary is missing; only Running, Ready, not-deleting pods count as replicas;
+server wrapper keeps its running config when a reload is refused, starts again in the same
+directory without the earlier run's series, and names the package to install when the binary
+is missing; only Running, Ready, not-deleting pods count as replicas;
 the live simulator's replicas follow a ServingJob's Running pods in the sandbox cluster, and
 its metrics reach the adapter through Prometheus (reloaded with the simulator's targets).
 
@@ -345,6 +346,24 @@ def test_a_refused_reload_keeps_the_running_config(setup: Setup) -> None:
     assert setup.prom.config_path.read_text().count("targets:") == len(before)
     # Still scraping what it was.
     assert len(setup.prom.active_targets()) == len(before)
+
+
+def test_a_restarted_server_starts_without_the_last_runs_series(tmp_path: Path) -> None:
+    # The sandbox restarts its Prometheus in the same directory; series of the previous run
+    # (same labels) must not read as fresh samples of the new one.
+    def running(prom: PrometheusServer) -> float | None:
+        with PrometheusMetrics(prom.url, rate_window_s=RATE_WINDOW_S) as m:
+            return m.sample(SELECTOR, "again", PoolRole.DECODE, time.time(), STALE_S).num_running
+
+    engine = PartialEngine(running=5, waiting=0)
+    try:
+        target = [(engine.address, labels("again"))]
+        with PrometheusServer(tmp_path, target, scrape_interval_s=1) as first:
+            poll(lambda: running(first) == 5, "the first run's series")
+    finally:
+        engine.stop()
+    with PrometheusServer(tmp_path, [], scrape_interval_s=1) as second:
+        assert running(second) is None
 
 
 def test_a_missing_prometheus_binary_says_how_to_install_it(tmp_path: Path) -> None:
