@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 import ssl
 import subprocess
@@ -22,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from gpufleet.autoscaler.inputs import SETTINGS_ENV
 from gpufleet.sandbox import processes, serving
 from gpufleet.sandbox.binaries import Binaries, ensure_binaries
 from gpufleet.sandbox.miglayouts import load_default_configs
@@ -56,6 +58,7 @@ OPERATOR = "gpufleet-operator"
 # The demo's simulated vLLM servers and the Prometheus scraping them (`ensure_serving`).
 SERVING = "serving-sim"
 PROMETHEUS = "prometheus"
+DEMO_AUTOSCALER_SETTINGS = json.dumps({"burst_memory_half_life_s": 60})
 
 
 def default_fleet_path() -> Path:
@@ -229,7 +232,11 @@ class Sandbox:
             # One replica only here: a short lease lets a restarted operator take over at once.
             "--lease-duration=3",
         ]  # fmt: skip
-        state.pids[OPERATOR] = processes.spawn(argv, self.logs / f"{OPERATOR}.log")
+        # The demo's load repeats every nine minutes; a burst reserve that halves every minute
+        # (the policy's default is ten) lets its pools shrink between two bursts. A value of
+        # the user's own wins.
+        env = {} if SETTINGS_ENV in os.environ else {SETTINGS_ENV: DEMO_AUTOSCALER_SETTINGS}
+        state.pids[OPERATOR] = processes.spawn(argv, self.logs / f"{OPERATOR}.log", env)
         state.markers[OPERATOR] = str(self.kubeconfig)
         self._save_state(state)
 

@@ -12,8 +12,10 @@ The simulated replicas are a Llama-3.1-8B-class model on one GPU each, each runn
 roofline speed (`gpufleet.sim.serving.profiles`) of the GPU type the scheduler put its pod on (the
 pod's `gpufleet.io/gpu-type`). The A100-80GB profile is only the fallback, for a pod without a
 type, on a MIG slice, or on a type without a profile (V100-32GB, T4). The load repeats: five
-quiet minutes at 1 request/s, then a four-minute burst at 6 requests/s, every request 2,048
-prompt tokens and 1,024 generated tokens, so both pools grow in each burst and shrink after it.
+quiet minutes at 1 request/s, then a four-minute burst at 8 requests/s, every request 4,096
+prompt tokens and 512 generated tokens. A burst's 33,000 prompt tokens/s need two H100 prefill
+replicas (about 24,700 tokens/s each) or five A100 ones (7,800), within the example's six, so
+both pools grow in each burst and shrink after it on whichever type the scheduler picks.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ __all__ = ["INFO_FILE", "demo_load", "main"]
 
 INFO_FILE: Final = "serving.json"
 QUIET_S, BURST_S = 300.0, 240.0
-QUIET_RATE, BURST_RATE = 1.0, 6.0
-PROMPT_TOKENS, OUTPUT_TOKENS = 2048, 1024
+QUIET_RATE, BURST_RATE = 1.0, 8.0
+PROMPT_TOKENS, OUTPUT_TOKENS = 4096, 512
 SCRAPE_INTERVAL_S = 5.0
 
 log = logging.getLogger("gpufleet.sandbox.serving")
