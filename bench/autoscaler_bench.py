@@ -42,12 +42,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.core.autoscaling import AutoscalerSettings, PoolRole, Slo
+from gpufleet.core.autoscaling import AutoscalerSettings, Slo
 from gpufleet.core.autoscaling_estimators import decode_batch_at_slo
 from gpufleet.sim.serving import (
     PolicyController,
     PoolBounds,
-    PoolConfig,
     PoolView,
     ReplayResult,
     Request,
@@ -143,11 +142,7 @@ class HpaController:
 
 def _config(profile_gpu: str, prefill: int, decode: int, cold_start_s: float) -> ServingConfig:
     profile = replica_profile(profile_gpu)
-    return ServingConfig(
-        prefill=PoolConfig("prefill", PoolRole.PREFILL, profile, prefill),
-        decode=PoolConfig("decode", PoolRole.DECODE, profile, decode),
-        cold_start_s=cold_start_s,
-    )
+    return ServingConfig.of(profile, prefill, decode, cold_start_s)
 
 
 def _run_static(

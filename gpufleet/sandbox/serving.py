@@ -30,11 +30,10 @@ from typing import Any, Final
 
 from kubernetes import client
 
-from gpufleet.core.autoscaling_types import PoolRole
 from gpufleet.sandbox.prometheus import PrometheusServer
 from gpufleet.scheduler.runtime import api_client
 from gpufleet.sim.serving.live import LiveServingSim
-from gpufleet.sim.serving.model import PoolConfig, ServingConfig
+from gpufleet.sim.serving.model import ServingConfig
 from gpufleet.sim.serving.profiles import replica_profile
 from gpufleet.sim.serving.trace import Request, poisson_requests
 
@@ -68,10 +67,7 @@ def demo_load(hours: float, seed: int = 0) -> tuple[Request, ...]:
 
 def serving_config() -> ServingConfig:
     profile = replica_profile("A100-SXM-80GB")  # the fallback; see the module docstring
-    return ServingConfig(
-        prefill=PoolConfig("prefill", PoolRole.PREFILL, profile),
-        decode=PoolConfig("decode", PoolRole.DECODE, profile),
-    )
+    return ServingConfig.of(profile)
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:

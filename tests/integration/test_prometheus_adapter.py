@@ -42,7 +42,7 @@ from gpufleet.model.servingjob import POOL_LABEL, SERVINGJOB_LABEL
 from gpufleet.operator.testing import Kube, wait_for
 from gpufleet.sandbox.processes import free_port
 from gpufleet.sandbox.prometheus import PrometheusNotFound, PrometheusServer
-from gpufleet.sim.serving import PoolConfig, ServingConfig, ServingModel, replica_profile
+from gpufleet.sim.serving import ServingConfig, ServingModel, replica_profile
 from gpufleet.sim.serving.exporter import RealtimeDriver, ServingExporter
 from gpufleet.sim.serving.live import LiveServingSim, ready_pods_by_pool
 from gpufleet.sim.serving.model import ITL_BUCKETS, TTFT_BUCKETS
@@ -159,11 +159,7 @@ def setup(
     """A loaded P/D model behind its exporter, partial engines, and Prometheus scraping all."""
     n = int(ARRIVAL_RATE * 600)
     requests = [Request(i, i / ARRIVAL_RATE, PROMPT, OUTPUT) for i in range(n)]
-    config = ServingConfig(
-        prefill=PoolConfig("prefill", PoolRole.PREFILL, PROFILE, 1),
-        decode=PoolConfig("decode", PoolRole.DECODE, PROFILE, 1),
-        cold_start_s=0.0,
-    )
+    config = ServingConfig.of(PROFILE, cold_start_s=0.0)
     model = ServingModel(config, requests)
     exporter = ServingExporter(model)
     endpoints = exporter.start()
@@ -412,10 +408,7 @@ def test_live_sim_replicas_follow_the_running_pods(
     namespace = f"live-sim-{uuid.uuid4().hex[:6]}"
     kube.create_namespace(namespace)
     requests = [Request(i, i * 0.5, 500, 20) for i in range(2000)]  # 2/s of trace, x10 -> 20/s
-    config = ServingConfig(
-        prefill=PoolConfig("prefill", PoolRole.PREFILL, PROFILE),
-        decode=PoolConfig("decode", PoolRole.DECODE, PROFILE),
-    )
+    config = ServingConfig.of(PROFILE)
     try:
         with LiveServingSim(
             kube.core, namespace, JOB, config, requests, time_scale=10, poll_s=0.2

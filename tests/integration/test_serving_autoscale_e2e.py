@@ -33,13 +33,12 @@ import pytest
 from kubernetes import client
 
 from gpufleet.autoscaler.inputs import SETTINGS_ENV
-from gpufleet.core.autoscaling_types import PoolRole
 from gpufleet.model.servingjob import SERVINGJOB_LABEL
 from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.sandbox.prometheus import PrometheusServer
 from gpufleet.sim.serving.live import LiveServingSim
-from gpufleet.sim.serving.model import PoolConfig, ServingConfig
+from gpufleet.sim.serving.model import ServingConfig
 from gpufleet.sim.serving.profiles import replica_profile
 from gpufleet.sim.serving.trace import load_azure_code_trace
 from gpufleet.sim.traces.common import default_data_dir
@@ -148,10 +147,7 @@ def test_both_pools_follow_a_code_trace_burst(
         requests = tuple(
             dataclasses.replace(r, arrival_s=r.arrival_s + LEAD_IN_S * TIME_SCALE) for r in requests
         )
-        config = ServingConfig(
-            prefill=PoolConfig("prefill", PoolRole.PREFILL, PROFILE),
-            decode=PoolConfig("decode", PoolRole.DECODE, PROFILE),
-        )
+        config = ServingConfig.of(PROFILE)
         sim = LiveServingSim(
             client.CoreV1Api(kube.core.api_client),
             ns,

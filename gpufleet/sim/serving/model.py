@@ -94,6 +94,21 @@ class ServingConfig:
     decode: PoolConfig
     cold_start_s: float = 60.0  # lower end of 60-300 s in reference/serving.md §9 rule 5
 
+    @classmethod
+    def of(
+        cls,
+        profile: ReplicaProfile,
+        prefill: int = 1,
+        decode: int = 1,
+        cold_start_s: float = 60.0,
+    ) -> ServingConfig:
+        """Pools named `prefill` and `decode` (the ServingJob's names), both of `profile`."""
+        return cls(
+            prefill=PoolConfig("prefill", PoolRole.PREFILL, profile, prefill),
+            decode=PoolConfig("decode", PoolRole.DECODE, profile, decode),
+            cold_start_s=cold_start_s,
+        )
+
     def __post_init__(self) -> None:
         if self.prefill.role is not PoolRole.PREFILL or self.decode.role is not PoolRole.DECODE:
             raise ValueError("ServingConfig needs a prefill pool and a decode pool")

@@ -17,13 +17,12 @@ from typing import Any
 
 import pytest
 
-from gpufleet.core.autoscaling import PoolRole
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.servingjob import POOL_LABEL, SERVINGJOB_LABEL
 from gpufleet.scheduler.names import ASSIGNED_MIG, ASSIGNED_TYPE
 from gpufleet.sim.serving.exporter import RealtimeDriver, ServingExporter
 from gpufleet.sim.serving.live import LiveServingSim, ready_gpu_types_by_pool, ready_pods_by_pool
-from gpufleet.sim.serving.model import PoolConfig, ServingConfig, ServingModel
+from gpufleet.sim.serving.model import ServingConfig, ServingModel
 from gpufleet.sim.serving.profiles import (
     CATALOG_GPU_SPECS,
     GPU_SPECS,
@@ -40,11 +39,7 @@ L4 = replica_profile("L4-24GB")
 
 
 def config(prefill: int = 0, decode: int = 0, cold_start_s: float = 0.0) -> ServingConfig:
-    return ServingConfig(
-        prefill=PoolConfig("prefill", PoolRole.PREFILL, A100, prefill),
-        decode=PoolConfig("decode", PoolRole.DECODE, A100, decode),
-        cold_start_s=cold_start_s,
-    )
+    return ServingConfig.of(A100, prefill, decode, cold_start_s)
 
 
 # --- catalogue types -> profiles ---------------------------------------------------------------

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.core.autoscaling import PoolRole, ScalingReason, Slo
+from gpufleet.core.autoscaling import ScalingReason, Slo
 from gpufleet.sim.serving import (
     PolicyController,
     PoolBounds,
-    PoolConfig,
     ServingConfig,
     ServingModel,
     StaticController,
@@ -38,11 +37,7 @@ PROFILE = replica_profile("H100-SXM-80GB")
 
 
 def config(prefill: int = 1, decode: int = 1, cold_start_s: float = 60.0) -> ServingConfig:
-    return ServingConfig(
-        prefill=PoolConfig("prefill", PoolRole.PREFILL, PROFILE, prefill),
-        decode=PoolConfig("decode", PoolRole.DECODE, PROFILE, decode),
-        cold_start_s=cold_start_s,
-    )
+    return ServingConfig.of(PROFILE, prefill, decode, cold_start_s)
 
 
 def run_static(requests, prefill: int, decode: int = 1) -> ServingModel:  # type: ignore[no-untyped-def]
