@@ -114,16 +114,23 @@ class OperatorProcess(StartStop):
 
 
 def training_job(
-    name: str, replicas: int, gpus: int = 1, gpu_type: str = "T4", priority: int = 0
+    name: str,
+    replicas: int,
+    gpus: int = 1,
+    gpu_type: str = "T4",
+    priority: int = 0,
+    mig_profile: str | None = None,
 ) -> dict[str, Any]:
-    """A TrainingJob manifest: `replicas` workers of `gpus` whole GPUs of `gpu_type` each."""
+    """A TrainingJob manifest: `replicas` workers of `gpus` whole GPUs of `gpu_type` each, or
+    of one `mig_profile` slice each when given."""
+    size: dict[str, Any] = {"migProfile": mig_profile} if mig_profile else {"gpusPerReplica": gpus}
     return {
         "apiVersion": "gpufleet.io/v1alpha1",
         "kind": "TrainingJob",
         "metadata": {"name": name},
         "spec": {
             "replicas": replicas,
-            "gpusPerReplica": gpus,
+            **size,
             "gpuTypes": [{"name": gpu_type}],
             "priority": priority,
             "template": {"spec": {"containers": [{"name": "m", "image": "registry.example/x:1"}]}},

@@ -11,21 +11,8 @@ from typing import Any
 import pytest
 
 from gpufleet.model.migparted import MIG_APPLIED_ANNOTATION
-from gpufleet.operator.testing import Kube, SettledInvariants, wait_for
+from gpufleet.operator.testing import Kube, SettledInvariants, training_job, wait_for
 from gpufleet.scheduler import invariants, names
-
-
-def training_job(name: str, replicas: int, **spec: Any) -> Any:
-    return {
-        "apiVersion": "gpufleet.io/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "template": {"spec": {"containers": [{"name": "m", "image": "registry.example/x:1"}]}},
-            **spec,
-        },
-    }
 
 
 def node_json(kube: Kube, name: str) -> dict[str, Any]:
@@ -62,9 +49,7 @@ def set_mig_config(kube: Kube, node: str, config: str) -> None:
 def test_mig_job_triggers_repartitioning_and_lands_on_the_new_slice(kube: Kube, ns: str) -> None:
     # A100-80GB nodes start with MIG off (all-disabled) or with 1g.10gb slices only: a 3g.40gb
     # replica needs a GPU repartitioned first.
-    kube.create_job(
-        ns, training_job("mig", 1, migProfile="3g.40gb", gpuTypes=[{"name": "A100-80GB"}])
-    )
+    kube.create_job(ns, training_job("mig", 1, gpu_type="A100-80GB", mig_profile="3g.40gb"))
     wait_for(lambda: kube.phase(ns, "mig") == "Running", "MIG job Running", 30)
     (pod,) = kube.pods(ns)
     node_name = pod["spec"]["nodeName"]
@@ -148,7 +133,7 @@ def test_gang_on_a_failed_node_moves_as_a_whole(
     kube: Kube, ns: str, break_node: Any, restore_node: Any
 ) -> None:
     # Two 4-GPU L4 replicas: one per node, so losing one node breaks half the gang.
-    kube.create_job(ns, training_job("mover", 2, gpusPerReplica=4, gpuTypes=[{"name": "L4"}]))
+    kube.create_job(ns, training_job("mover", 2, 4, "L4"))
     wait_for(lambda: kube.phase(ns, "mover") == "Running", "Running")
     before = {p["metadata"]["uid"]: p["spec"]["nodeName"] for p in kube.pods(ns)}
     victim = sorted(before.values())[0]
