@@ -70,12 +70,12 @@ from __future__ import annotations
 import json
 import logging
 import math
-from types import TracebackType
 from typing import Any, Final
 
 import httpx
 
 from gpufleet.core.autoscaling_types import LatencyQuantiles, MetricsSample, PoolRole
+from gpufleet.lifecycle import Closing
 
 __all__ = [
     "FIELD_LABEL",
@@ -207,7 +207,7 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
 
-class PrometheusMetrics:
+class PrometheusMetrics(Closing):
     """Reads `MetricsSample`s of serving pools from one Prometheus server's HTTP API.
 
     `client` is for tests and shared connection pools; a client passed in is not closed by
@@ -303,17 +303,6 @@ class PrometheusMetrics:
     def close(self) -> None:
         if self._owns_client:
             self._client.close()
-
-    def __enter__(self) -> PrometheusMetrics:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _excerpt(text: str) -> str:
