@@ -1,4 +1,5 @@
-"""In-memory stand-ins for the API writers, to test the loop without an API server."""
+"""In-memory stand-ins for the API writers, to test the loop without an API server, and the
+loop built over them with the real greedy core."""
 
 from __future__ import annotations
 
@@ -6,10 +7,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
+from gpufleet.core.policy import Engine, Policy, SolverSettings
+from gpufleet.model.gpus import load_catalog
 from gpufleet.model.mig import MigLayout
 from gpufleet.scheduler.binder import BindRequest
 from gpufleet.scheduler.cache import SchedulerCache
+from gpufleet.scheduler.loop import Scheduler
 from gpufleet.scheduler.mig import config_name
+
+GREEDY = Policy(solver=SolverSettings(engine=Engine.GREEDY))
 
 
 class Clock:
@@ -99,3 +105,18 @@ class FakeMig:
 def load(cache: SchedulerCache, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
     cache.replace_nodes(nodes)
     cache.replace_pods(pods)
+
+
+def scheduler(
+    cache: SchedulerCache, binder: FakeBinder, mig: FakeMig | None = None, **options: Any
+) -> Scheduler:
+    """The loop over `cache` and the fakes, deciding with the real core's greedy engine;
+    `options` are `Scheduler`'s keyword arguments (clock, delays, grace periods, decide)."""
+    return Scheduler(
+        cache,
+        binder,  # type: ignore[arg-type]
+        mig or FakeMig(),  # type: ignore[arg-type]
+        load_catalog(),
+        GREEDY,
+        **options,
+    )

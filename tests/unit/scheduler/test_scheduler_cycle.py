@@ -13,19 +13,15 @@ from typing import Any
 
 import yaml
 from scheduler_builders import NodeBuilder, PodBuilder
-from scheduler_fakes import Clock, FakeBinder, FakeMig, load
+from scheduler_fakes import Clock, FakeBinder, FakeMig, load, scheduler
 
 from gpufleet.core.decision import GangPlacement
-from gpufleet.core.policy import Engine, Policy, SolverSettings
 from gpufleet.core.snapshot import ReplicaPlacement
-from gpufleet.model.gpus import load_catalog
 from gpufleet.model.mig import MigPlacement
 from gpufleet.scheduler import names
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.loop import Scheduler, bind_annotations
 from gpufleet.scheduler.mig import config_entries, layout_annotation
-
-POLICY = Policy(solver=SolverSettings(engine=Engine.GREEDY))
 
 
 def make(
@@ -34,14 +30,7 @@ def make(
     cache = SchedulerCache()
     load(cache, nodes, pods)
     binder, mig = FakeBinder(), FakeMig()
-    sched = Scheduler(
-        cache,
-        binder,
-        mig,
-        load_catalog(),
-        POLICY,
-        node_failure_grace=grace,  # type: ignore[arg-type]
-    )
+    sched = scheduler(cache, binder, mig, node_failure_grace=grace)
     return sched, cache, binder, mig
 
 
@@ -213,10 +202,7 @@ def test_not_ready_node_waits_for_the_grace_period() -> None:
     cache = SchedulerCache(clock=clock)
     load(cache, [NodeBuilder("h0").not_ready().obj()], pods)
     binder = FakeBinder()
-    sched = Scheduler(
-        cache, binder, FakeMig(), load_catalog(), POLICY,  # type: ignore[arg-type]
-        node_failure_grace=10, clock=clock,
-    )  # fmt: skip
+    sched = scheduler(cache, binder, node_failure_grace=10, clock=clock)
     assert sched.run_cycle().restarted == []
     clock.t = 11
     assert sched.run_cycle().restarted == ["default/pod:p"]
@@ -272,10 +258,7 @@ def test_partly_bound_gang_missing_pods_waits_then_restarts() -> None:
     cache = SchedulerCache(clock=clock)
     load(cache, [NodeBuilder("h0").obj()], crashed_gang(size=3, bound=1, gpus=2)[:2])
     binder = FakeBinder()
-    sched = Scheduler(
-        cache, binder, FakeMig(), load_catalog(), POLICY,  # type: ignore[arg-type]
-        clock=clock, partial_grace=10,
-    )  # fmt: skip
+    sched = scheduler(cache, binder, clock=clock, partial_grace=10)
     report = sched.run_cycle()  # rank 2 is missing: the operator may still be creating it
     assert report.restarted == [] and report.completed == [] and binder.bound == {}
     clock.t = 11
@@ -357,10 +340,7 @@ def test_pending_reason_is_written_once_it_has_held_for_the_delay() -> None:
     cache = SchedulerCache(clock=clock)
     load(cache, [NodeBuilder("l0", "L4", 4).obj()], gang("g", 1, 8))
     binder = FakeBinder()
-    sched = Scheduler(
-        cache, binder, FakeMig(), load_catalog(), POLICY,  # type: ignore[arg-type]
-        clock=clock, explain_delay=1.0,
-    )  # fmt: skip
+    sched = scheduler(cache, binder, clock=clock, explain_delay=1.0)
     sched.run_cycle()
     assert binder.marked == {}  # new reason: it may be gone next cycle
     clock.t = 0.5

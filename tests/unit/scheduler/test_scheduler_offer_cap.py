@@ -10,19 +10,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from scheduler_builders import NodeBuilder, PodBuilder
-from scheduler_fakes import FakeBinder, FakeMig, load
+from scheduler_fakes import FakeBinder, load, scheduler
 
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang
 from gpufleet.core.place import place
-from gpufleet.core.policy import Engine, Policy, SolverSettings
+from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import Snapshot
-from gpufleet.model.gpus import load_catalog
 from gpufleet.scheduler import names
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.loop import Scheduler
-
-POLICY = Policy(solver=SolverSettings(engine=Engine.GREEDY))
 
 
 class SpyDecide:
@@ -42,9 +39,7 @@ def make(
     cache = SchedulerCache()
     load(cache, nodes, pods)
     binder, spy = FakeBinder(), SpyDecide()
-    sched = Scheduler(
-        cache, binder, FakeMig(), load_catalog(), POLICY, decide=spy, cap_identical_above=cap
-    )
+    sched = scheduler(cache, binder, decide=spy, cap_identical_above=cap)
     return sched, cache, binder, spy
 
 
