@@ -22,11 +22,13 @@ deleted with their ServingJob by the garbage collector (owner references).
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -146,9 +148,8 @@ def _pods(state: State, namespace: str, job: str) -> list[Obj] | None:
     return list(json.loads(raw.data)["items"])
 
 
-def _waiting(state: State, namespace: str, job: str) -> str | None:
+def _waiting(pods: list[Obj] | None) -> str | None:
     """The scheduler's message on one of the job's unbound pods, if any."""
-    pods = _pods(state, namespace, job)
     if pods is None:
         return None  # only an explanation: the next pass asks again
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
@@ -240,6 +241,7 @@ def _ensure_pools(
 
 def _autoscale(
     state: State,
+    pods: Callable[[], list[Obj] | None],
     job: Obj,
     spec: ServingJobSpec,
     deployments: dict[str, Obj],
@@ -261,8 +263,7 @@ def _autoscale(
         types: dict[str, tuple[str | None, ...]] = {}
         if policy.capacity is not None and policy.capacity.gpu_type is not None:
             # Without a listing the factor falls back to the pool's slowest type.
-            pods = _pods(state, meta["namespace"], meta["name"])
-            types = children.running_gpu_types(pods or [])
+            types = children.running_gpu_types(pods() or [])
         observed = {
             pool: PoolObservation(
                 pool,
@@ -321,7 +322,9 @@ def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
     with state.lock(meta["uid"]):
         deployments = _deployments(state, meta["namespace"], meta["name"])
         desired, changes, rejected = _ensure_pools(state, job, deployments)
-        metrics = _autoscale(state, job, spec, deployments, desired, changes)
+        # One pod listing per pass at most, for whichever step needs it first.
+        pods = functools.cache(functools.partial(_pods, state, meta["namespace"], meta["name"]))
+        metrics = _autoscale(state, pods, job, spec, deployments, desired, changes)
         for pool in children.pools(job["spec"]):
             desired.setdefault(pool, 0)  # a rejected Deployment: nothing asked for yet
         waiting = None
@@ -329,7 +332,7 @@ def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
             int(((deployments.get(p) or {}).get("status") or {}).get("readyReplicas") or 0) < n
             for p, n in desired.items()
         ):
-            waiting = _waiting(state, meta["namespace"], meta["name"])
+            waiting = _waiting(pods())
         plan = serving_status.plan(
             job,
             deployments,
