@@ -176,7 +176,11 @@ class Scheduler:
         # 2 heal
         facts = view.facts
         report.restarted = self._heal(state, facts)
-        settling = set(report.restarted) | self._members_deleting(facts)
+        settling = (
+            set(report.restarted)
+            | self._members_deleting(facts)
+            | self._victims_remaining(state, facts)
+        )
         partial = self._partial_gangs(facts, settling)
         t = phase("heal", t)
 
@@ -379,6 +383,19 @@ class Scheduler:
         """Remember pods this process deletes, until the watch shows them gone."""
         until = self.clock() + self.node_failure_grace + 30.0
         self._being_deleted.update(dict.fromkeys(keys, until))
+
+    @staticmethod
+    def _victims_remaining(state: CachedState, facts: Mapping[str, PodFacts]) -> set[str]:
+        """Gangs this process preempted whose evicted pods the watch still shows: the operator
+        recreates an evicted worker under the same name at once, and that new pod beside the
+        old members still shown bound is not the rest of a partly bound gang."""
+        out: set[str] = set()
+        for nomination in state.nominations.values():
+            for key, uid in nomination.victims:
+                f = facts.get(key)
+                if f is not None and f.pod["metadata"].get("uid") == uid:
+                    out.add(f.gang)
+        return out
 
     def _members_deleting(self, facts: Mapping[str, PodFacts]) -> set[str]:
         """Gangs with a pod this process is deleting whose deletion the watch has not shown

@@ -137,6 +137,30 @@ def test_preemption_evicts_whole_gangs_and_preemptor_waits() -> None:
     assert sched.run_cycle().bound == ["default/high"]
 
 
+def test_victim_recreated_under_its_name_is_not_the_rest_of_a_partial_gang() -> None:
+    def low(i: int, node: str | None) -> dict[str, Any]:
+        b = PodBuilder(f"low-{i}").gpus(8).gang("low", 2, i).annotate(names.PRIORITY, "1")
+        pod = (b.bound(node, gpus="0,1,2,3,4,5,6,7") if node else b).obj()
+        if node is None:
+            pod["metadata"]["uid"] = f"uid-recreated-low-{i}"
+        return pod
+
+    old = [low(0, "h0"), low(1, "h1")]
+    high = gang("high", 1, 8, **{names.PRIORITY: "10"})
+    sched, cache, binder, _ = make([NodeBuilder("h0").obj(), NodeBuilder("h1").obj()], old + high)
+    assert sched.run_cycle().preempted == ["default/low"]
+    # The operator recreates low-0 at once (new uid) while the watch still shows low-1 bound:
+    # low-0 is not the rest of a partly bound gang to bind onto the GPUs the preemptor awaits.
+    cache.pod_event("DELETED", old[0])
+    cache.pod_event("ADDED", low(0, None))
+    report = sched.run_cycle()
+    assert report.bound == [] and report.restarted == [] and binder.bound == {}
+    cache.pod_event("DELETED", old[1])
+    cache.pod_event("ADDED", low(1, None))
+    assert sched.run_cycle().bound == ["default/high"]
+    assert set(binder.bound) == {"default/high-0"}  # the new low gang does not fit whole
+
+
 def test_non_preemptible_and_foreign_work_is_never_evicted() -> None:
     foreign = PodBuilder("f").gpus(8).scheduler("default-scheduler").bound("h0").obj()
     high = gang("high", 1, 8, **{names.PRIORITY: "10"})
