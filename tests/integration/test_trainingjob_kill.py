@@ -82,10 +82,16 @@ def test_kill_during_preemption_keeps_gangs_whole(
     wait_for(evicting, "the first eviction")
     restart(operator)
     wait_for(lambda: kube.phase(ns, "high") == "Running", "high Running after restart", 30)
-    wait_for(
-        lambda: len(kube.pods(ns, "gpufleet.io/trainingjob=low")) == 4,
-        "low gang recreated whole",
-    )
+
+    # A member the kill left running makes the gang restart whole after the others were
+    # recreated, so "recreated whole" means four pods, none of them an old one or deleting.
+    def recreated() -> bool:
+        low = kube.pods(ns, "gpufleet.io/trainingjob=low")
+        uids = {p["metadata"]["uid"] for p in low}
+        deleting = any(p["metadata"].get("deletionTimestamp") for p in low)
+        return len(low) == 4 and not uids & before and not deleting
+
+    wait_for(recreated, "low gang recreated whole")
     assert_clean(kube, ns, "high", 1)
     assert_clean(kube, ns, "low", 4)
     low = kube.pods(ns, "gpufleet.io/trainingjob=low")
