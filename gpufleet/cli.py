@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from importlib import metadata
 from pathlib import Path
 
 from gpufleet.operator.cli import add_operator_parser, run_operator
@@ -35,17 +36,19 @@ def _sandbox_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     actions.add_parser("down", help="stop every sandbox process and delete its data")
     actions.add_parser("status", help="print the state of every component as JSON")
     actions.add_parser("kubeconfig", help="print the kubeconfig path")
-    actions.add_parser("build", help="only build the control-plane binaries into the cache")
+    actions.add_parser(
+        "build", help="only build the control-plane binaries and helm into the cache"
+    )
 
 
 def _run_sandbox(args: argparse.Namespace) -> int:
-    from gpufleet.sandbox.binaries import ensure_binaries
+    from gpufleet.sandbox.binaries import EVERY_COMPONENT, ensure_binaries
     from gpufleet.sandbox.cluster import Sandbox
 
     sandbox = Sandbox(args.state_dir)
     match args.action:
         case "build":
-            ensure_binaries()
+            ensure_binaries(components=EVERY_COMPONENT)
         case "up":
             sandbox.up(args.fleet, operator=args.operator)
         case "demo":
@@ -67,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = argparse.ArgumentParser(
         prog="gpufleet", description="Kubernetes-native scheduler and autoscaler for GPU clusters"
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"gpufleet {metadata.version('gpufleet')}"
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
     _sandbox_parser(subparsers)

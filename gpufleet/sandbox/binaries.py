@@ -1,7 +1,10 @@
-"""Where the sandbox's control-plane binaries live, and building them when they are missing.
+"""Where the sandbox's binaries live, and building them when they are missing.
 
 Binaries are built from Go modules by `build-binaries.sh` into a cache outside the repository,
 one folder per component and version, so every checkout and CI run on a machine shares them.
+The components are the control plane (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, kwok), which `sandbox up` needs, and helm, which the chart's tests drive;
+`gpufleet sandbox build` builds them all.
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ from pathlib import Path
 K8S_VERSION = "1.36.3"
 ETCD_VERSION = "3.6.16"
 KWOK_VERSION = "0.8.0"
+HELM_VERSION = "4.3.2"
+
+# Build units of build-binaries.sh.
+CONTROL_PLANE = ("etcd", "kwok", "kubernetes")
+EVERY_COMPONENT = (*CONTROL_PLANE, "helm")
 
 
 def cache_dir() -> Path:
@@ -31,7 +39,7 @@ def cache_dir() -> Path:
 
 @dataclass(frozen=True)
 class Binaries:
-    """Paths of every binary the sandbox runs, plus kwok's stage definitions."""
+    """Paths of every binary the sandbox and its tests run, plus kwok's stage definitions."""
 
     etcd: Path
     kube_apiserver: Path
@@ -39,6 +47,7 @@ class Binaries:
     kube_scheduler: Path
     kwok: Path
     kwok_stages: Path
+    helm: Path
 
     @classmethod
     def in_cache(cls, root: Path) -> Binaries:
@@ -51,29 +60,48 @@ class Binaries:
             kube_scheduler=k8s / "kube-scheduler",
             kwok=kwok / "kwok",
             kwok_stages=kwok / "kustomize" / "stage",
+            helm=root / f"helm-v{HELM_VERSION}" / "helm",
         )
 
-    def missing(self) -> list[Path]:
-        """Binaries not yet built."""
-        paths = [self.etcd, self.kube_apiserver, self.kube_controller_manager]
-        paths += [self.kube_scheduler, self.kwok, self.kwok_stages]
-        return [p for p in paths if not p.exists()]
+    def _paths(self, component: str) -> tuple[Path, ...]:
+        match component:
+            case "etcd":
+                return (self.etcd,)
+            case "kwok":
+                return (self.kwok, self.kwok_stages)
+            case "kubernetes":
+                return (self.kube_apiserver, self.kube_controller_manager, self.kube_scheduler)
+            case "helm":
+                return (self.helm,)
+        raise ValueError(f"unknown component {component!r}; known: {', '.join(EVERY_COMPONENT)}")
+
+    def missing(self, components: tuple[str, ...] = EVERY_COMPONENT) -> list[Path]:
+        """Binaries of `components` not yet built."""
+        return [p for c in components for p in self._paths(c) if not p.exists()]
+
+    def missing_components(self, components: tuple[str, ...]) -> tuple[str, ...]:
+        """The components (of `components`) with a binary not yet built."""
+        return tuple(c for c in components if any(not p.exists() for p in self._paths(c)))
 
 
 class BuildError(RuntimeError):
     """The Go build of the control plane failed; the message says what to check."""
 
 
-def ensure_binaries(progress: Callable[[str], None] = print) -> Binaries:
-    """Build whatever is missing (minutes when cold, nothing when cached) and return the paths."""
+def ensure_binaries(
+    progress: Callable[[str], None] = print, components: tuple[str, ...] = CONTROL_PLANE
+) -> Binaries:
+    """Build whatever of `components` is missing (minutes when cold, nothing when cached) and
+    return the paths."""
     root = cache_dir() / "bin"
     binaries = Binaries.in_cache(root)
-    if not binaries.missing():
+    todo = binaries.missing_components(components)
+    if not todo:
         return binaries
     if shutil.which("go") is None:
         raise BuildError(
-            "the sandbox builds etcd, kube-apiserver and kwok from Go modules, but `go` is not on "
-            "PATH; install Go >= 1.26 and retry"
+            "the sandbox builds etcd, kube-apiserver, kwok and helm from Go modules, but `go` is "
+            "not on PATH; install Go >= 1.26 and retry"
         )
     script = resources.files("gpufleet.sandbox").joinpath("build-binaries.sh")
     env = {
@@ -81,14 +109,15 @@ def ensure_binaries(progress: Callable[[str], None] = print) -> Binaries:
         "GPUFLEET_K8S_VERSION": K8S_VERSION,
         "GPUFLEET_ETCD_VERSION": ETCD_VERSION,
         "GPUFLEET_KWOK_VERSION": KWOK_VERSION,
+        "GPUFLEET_HELM_VERSION": HELM_VERSION,
     }
     root.mkdir(parents=True, exist_ok=True)
-    log = root / "build.log"
-    progress(f"building control-plane binaries into {root} (cold build: 5-30 min; log: {log})")
+    log = root / f"build-{'-'.join(todo)}.log"  # concurrent builds of other parts keep theirs
+    progress(f"building {', '.join(todo)} into {root} (cold build: 5-30 min; log: {log})")
     with (
         log.open("w") as out,
         subprocess.Popen(
-            ["bash", str(script), str(root)],
+            ["bash", str(script), str(root), *todo],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -114,7 +143,7 @@ def ensure_binaries(progress: Callable[[str], None] = print) -> Binaries:
                 progress(line.removeprefix("[build] ").rstrip())
                 last_news = now
         code = proc.wait()
-    if code != 0 or binaries.missing():
+    if code != 0 or binaries.missing(components):
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise BuildError(f"building the sandbox binaries failed (exit {code}); see {log}:\n{tail}")
     return binaries

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the sandbox's control-plane binaries from Go modules into a cache outside the repository,
-# one folder per component and version, and skips every component whose binary is already there.
-# Usage: build-binaries.sh CACHE_DIR
+# Builds the sandbox's control-plane binaries (and helm, which the chart tests drive) from Go
+# modules into a cache outside the repository, one folder per component and version, and skips
+# every component whose binary is already there.
+# Usage: build-binaries.sh CACHE_DIR [COMPONENT...]   (components: etcd kwok kubernetes helm; all)
 # Why throwaway modules: k8s.io/kubernetes and etcd's server module carry `replace` directives, so
 # `go install pkg@version` is refused; a tiny main module that pins the published tags builds them.
 set -euo pipefail
@@ -10,6 +11,7 @@ CACHE=${1:?usage: build-binaries.sh CACHE_DIR}
 K8S_VERSION=${GPUFLEET_K8S_VERSION:-1.36.3}
 ETCD_VERSION=${GPUFLEET_ETCD_VERSION:-3.6.16}
 KWOK_VERSION=${GPUFLEET_KWOK_VERSION:-0.8.0}
+HELM_VERSION=${GPUFLEET_HELM_VERSION:-4.3.2}
 
 export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
 
@@ -99,8 +101,31 @@ MOD
   step "kubernetes v$K8S_VERSION: done"
 }
 
+build_helm() {
+  local out="$CACHE/helm-v$HELM_VERSION"
+  [ -x "$out/helm" ] && { step "helm v$HELM_VERSION cached"; return; }
+  step "helm v$HELM_VERSION: fetching and compiling (4-10 min cold on 2 cores)"
+  mkdir -p "$out.tmp"
+  # helm's go.mod has no replace directives, so `go install` builds the tag as published. The
+  # version stamp is what helm's own Makefile sets for a release build.
+  local major=${HELM_VERSION%%.*}
+  GOBIN="$out.tmp" go install -trimpath \
+    -ldflags="-s -w -X helm.sh/helm/v$major/internal/version.version=v$HELM_VERSION -X helm.sh/helm/v$major/internal/version.gitTreeState=clean" \
+    "helm.sh/helm/v$major/cmd/helm@v$HELM_VERSION"
+  rm -rf "$out" && mv "$out.tmp" "$out"
+  step "helm v$HELM_VERSION: done"
+}
+
 mkdir -p "$CACHE"
-build_etcd
-build_kwok
-build_k8s
+shift
+[ $# -gt 0 ] || set -- etcd kwok kubernetes helm
+for c in "$@"; do
+  case "$c" in
+    etcd) build_etcd ;;
+    kwok) build_kwok ;;
+    kubernetes) build_k8s ;;
+    helm) build_helm ;;
+    *) echo "unknown component: $c" >&2; exit 2 ;;
+  esac
+done
 step "all binaries ready in $CACHE"

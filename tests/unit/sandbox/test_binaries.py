@@ -21,7 +21,20 @@ def test_binaries_are_keyed_by_version(tmp_path: Path) -> None:
     found = binaries.Binaries.in_cache(tmp_path)
     assert found.kube_apiserver == tmp_path / f"kubernetes-v{binaries.K8S_VERSION}/kube-apiserver"
     assert found.etcd.parent.name == f"etcd-v{binaries.ETCD_VERSION}"
-    assert len(found.missing()) == 6
+    assert found.helm == tmp_path / f"helm-v{binaries.HELM_VERSION}/helm"
+    assert len(found.missing()) == 7
+    assert found.missing(("helm",)) == [found.helm]
+
+
+def test_only_missing_components_are_built(tmp_path: Path) -> None:
+    found = binaries.Binaries.in_cache(tmp_path)
+    for path in found.missing(binaries.CONTROL_PLANE):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    assert found.missing_components(binaries.CONTROL_PLANE) == ()
+    assert found.missing_components(binaries.EVERY_COMPONENT) == ("helm",)
+    with pytest.raises(ValueError, match="unknown component 'kind'"):
+        found.missing(("kind",))
 
 
 def test_missing_go_gives_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
