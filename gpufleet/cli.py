@@ -8,7 +8,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from gpufleet.operator.cli import add_operator_parser, run_operator
+from gpufleet.app.command import add_operator_parser, run_operator
 from gpufleet.sandbox.binaries import BuildError
 from gpufleet.sim.cli import add_simulate_parser, run_simulate
 

@@ -32,8 +32,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
-
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
 from gpufleet.core.autoscaling_types import (
     CapacityProfile,
@@ -47,9 +45,7 @@ from gpufleet.model.servingjob import AutoscalingPolicy, PoolSpec, ServingJobSpe
 from gpufleet.model.servingjob import CapacityProfile as CapacitySpec
 
 __all__ = [
-    "SETTINGS_ENV",
     "PoolObservation",
-    "base_settings",
     "capacity_factor",
     "capacity_profile",
     "enabled_policy",
@@ -58,11 +54,6 @@ __all__ = [
     "scaling_input",
     "slo",
 ]
-
-# A JSON object of `AutoscalerSettings` fields that replace the policy's defaults for every
-# ServingJob of an operator process (the CRD's own fields still win over both). For
-# time-compressed tests and demos, whose bursts last seconds instead of minutes.
-SETTINGS_ENV = "GPUFLEET_AUTOSCALER_SETTINGS"
 
 _ROLES = {"prefill": PoolRole.PREFILL, "decode": PoolRole.DECODE, "server": PoolRole.UNIFIED}
 
@@ -89,18 +80,6 @@ def enabled_policy(spec: ServingJobSpec) -> AutoscalingPolicy | None:
     if policy is None or not policy.enabled:
         return None
     return policy
-
-
-def base_settings(environ: Mapping[str, str]) -> AutoscalerSettings:
-    """The operator-wide policy settings: the defaults, overridden by `SETTINGS_ENV`."""
-    raw = environ.get(SETTINGS_ENV, "").strip()
-    try:
-        return AutoscalerSettings.model_validate_json(raw) if raw else AutoscalerSettings()
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
-        )
-        raise ValueError(f"{SETTINGS_ENV} is not valid autoscaler settings: {problems}") from None
 
 
 def policy_settings(
@@ -168,13 +147,15 @@ def scaling_input(
     now: float,
     observed: Mapping[str, PoolObservation],
     windows: Mapping[str, Sequence[MetricsSample]],
+    policy: AutoscalingPolicy | None = None,
 ) -> ScalingInput:
     """One decision's input: every pool of `spec` (in POOL_NAMES order) with its window.
 
     A pool missing from `observed` has no Deployment yet and is left out (there is nothing to
     scale); a pool missing from `windows` gets an empty window, which the policy holds on.
+    `policy` is `enabled_policy(spec)`, when the caller has it already.
     """
-    policy = enabled_policy(spec)
+    policy = policy or enabled_policy(spec)
     if policy is None or policy.capacity is None:
         raise ValueError("autoscaling is disabled for this ServingJob")
     pools: list[PoolInput] = []

@@ -12,21 +12,29 @@ same weights everywhere. Presets are configuration only; every decision is `plac
 from __future__ import annotations
 
 from dataclasses import replace
+from enum import StrEnum
 
 from gpufleet.core.policy import Policy, PowerCapRule, SolverSettings, TypeDelay, Weights
 
-__all__ = ["PRESET_NAMES", "preset_policy"]
+__all__ = ["PRESET_NAMES", "Preset", "preset_policy"]
+
+
+class Preset(StrEnum):
+    PERFORMANCE = "performance"
+    BALANCED = "balanced"
+    ENERGY = "energy"
+
 
 _PRESETS: dict[str, Policy] = {
-    "performance": Policy(weights=Weights(energy=0.0, consolidation=0.0)),
-    "balanced": Policy(),
-    "energy": Policy(
+    Preset.PERFORMANCE: Policy(weights=Weights(energy=0.0, consolidation=0.0)),
+    Preset.BALANCED: Policy(),
+    Preset.ENERGY: Policy(
         weights=Weights(energy=1.0, consolidation=0.2),
         power_caps=PowerCapRule(enabled=True, max_slowdown=0.05, cap_all=True),
     ),
 }
 
-PRESET_NAMES: tuple[str, ...] = tuple(_PRESETS)
+PRESET_NAMES: tuple[str, ...] = tuple(p.value for p in Preset)
 
 
 def preset_policy(

@@ -182,6 +182,23 @@ class PrometheusSource(CRDModel):
         le=3600,
         description="Samples older than this count as missing; the autoscaler then holds.",
     )
+    rate_window_seconds: int | None = Field(
+        default=None,
+        ge=5,
+        le=3600,
+        description=(
+            "Range of the rate and quantile queries (PromQL `[window]`): token rates and "
+            "latency quantiles are averaged over it. At least two scrape intervals. Omitted "
+            "means staleAfterSeconds."
+        ),
+    )
+
+    @property
+    def rate_window(self) -> int:
+        """The rate window in seconds (`rateWindowSeconds`, by default `staleAfterSeconds`)."""
+        if self.rate_window_seconds is not None:
+            return self.rate_window_seconds
+        return self.stale_after_seconds
 
 
 class CapacityProfile(CRDModel):

@@ -8,7 +8,8 @@ One pass over a job (`_reconcile`), under a per-job lock:
    bring replicas inside the spec's bounds (`serving_children.pool_replicas`: create at
    `minReplicas`, pin at `minReplicas` while autoscaling is off);
 3. when autoscaling is on and its interval has passed, run one autoscaler tick
-   (`gpufleet.autoscaler.loop`): sample Prometheus, decide, write the Deployments' scale;
+   (`gpufleet.autoscaler.serving_autoscaler`): sample Prometheus, decide, write the
+   Deployments' scale;
 4. write the status in one patch and post the Events the pure `serving_status.plan` asks for.
 
 It runs on create, on spec changes, on resume after an operator restart, and every `TICK`
@@ -25,7 +26,6 @@ import copy
 import functools
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -37,9 +37,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from gpufleet.autoscaler.inputs import PoolObservation, base_settings, enabled_policy
-from gpufleet.autoscaler.loop import AutoscalerRegistry, MetricsSource
+from gpufleet.autoscaler.inputs import PoolObservation, enabled_policy
 from gpufleet.autoscaler.prometheus import PrometheusMetrics, default_selector
+from gpufleet.autoscaler.serving_autoscaler import AutoscalerRegistry, MetricsSource
+from gpufleet.core.autoscaling_settings import AutoscalerSettings
 from gpufleet.model.servingjob import ServingJobSpec
 from gpufleet.operator import serving_children as children
 from gpufleet.operator import serving_status
@@ -61,10 +62,16 @@ def _prometheus(url: str, rate_window_s: int) -> MetricsSource:
 class State:
     """Per-process memory of the ServingJob handlers (kept in kopf's memo)."""
 
-    def __init__(self, api: client.ApiClient, registry: AutoscalerRegistry | None = None) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        autoscaler: AutoscalerSettings | None = None,
+        registry: AutoscalerRegistry | None = None,
+    ) -> None:
+        """`autoscaler`: the operator-wide policy settings (a job's CRD fields win)."""
         self.apps = client.AppsV1Api(api)
         self.core = client.CoreV1Api(api)
-        self.autoscalers = registry or AutoscalerRegistry(_prometheus, base_settings(os.environ))
+        self.autoscalers = registry or AutoscalerRegistry(_prometheus, autoscaler)
         self.locks: dict[str, threading.Lock] = {}
         self.posted: dict[str, serving_status.Posted] = {}
         self.services: set[tuple[str, str]] = set()  # (job uid, pool) whose Service exists
@@ -257,7 +264,7 @@ def _autoscale(
         return None
     label = f"{meta['namespace']}/{meta['name']}"
     source = policy.prometheus
-    scaler = state.autoscalers.get(meta["uid"], source.url, source.stale_after_seconds, label)
+    scaler = state.autoscalers.get(meta["uid"], source.url, source.rate_window, label)
     now = time.time()
     if scaler.due(now, policy.interval_seconds) and any(p in deployments for p in desired):
         types: dict[str, tuple[str | None, ...]] = {}
@@ -276,7 +283,7 @@ def _autoscale(
         }
         selector = policy.prometheus.selector or default_selector(meta["namespace"], meta["name"])
         writer = _DeploymentScaler(state, meta["namespace"], meta["name"])
-        tick = scaler.tick(spec, selector, now, observed, writer)
+        tick = scaler.tick(spec, selector, now, observed, writer, policy)
         for d in tick.scaled:
             desired[d.name] = d.desired_replicas
             changes.append(

@@ -22,10 +22,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.lifecycle import StartStop
-from gpufleet.operator.app import LEASE_NAME
 from gpufleet.sandbox.processes import free_port
 from gpufleet.scheduler import invariants
-from gpufleet.scheduler.names import MIG_CONFIGMAP_NAMESPACE
+from gpufleet.scheduler.lease import DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE
 
 T = TypeVar("T")
 
@@ -61,7 +60,7 @@ class OperatorProcess(StartStop):
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gpufleet.operator.cli",
+                [sys.executable, "-m", "gpufleet.app",
                  f"--kubeconfig={self.kubeconfig}", *self.args],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -88,7 +87,7 @@ class OperatorProcess(StartStop):
     def holds_lease(self) -> bool:
         try:
             raw: Any = self.coordination.read_namespaced_lease(
-                LEASE_NAME, MIG_CONFIGMAP_NAMESPACE, _preload_content=False
+                DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE, _preload_content=False
             )
         except ApiException:
             return False

@@ -23,12 +23,12 @@ from typing import Any
 
 import yaml
 
-from gpufleet.autoscaler.inputs import SETTINGS_ENV
 from gpufleet.sandbox import processes, serving
 from gpufleet.sandbox.binaries import Binaries, ensure_binaries
 from gpufleet.sandbox.miglayouts import load_default_configs
 from gpufleet.sandbox.nodes import fleet_manifests
 from gpufleet.sandbox.pki import ensure_pki, write_kubeconfig
+from gpufleet.settings import CONFIG_FILE_ENV
 from gpufleet.sim.fleet import load_fleet
 
 SYSTEM_NAMESPACE = "gpufleet-system"
@@ -58,7 +58,10 @@ OPERATOR = "gpufleet-operator"
 # The demo's simulated vLLM servers and the Prometheus scraping them (`ensure_serving`).
 SERVING = "serving-sim"
 PROMETHEUS = "prometheus"
-DEMO_AUTOSCALER_SETTINGS = json.dumps({"burst_memory_half_life_s": 60})
+# The sandbox operator's config file: the demo's load repeats every nine minutes, and a burst
+# reserve that halves every minute (the policy's default is ten) lets its pools shrink between
+# two bursts.
+OPERATOR_SETTINGS = {"autoscaler": {"burst_memory_half_life_s": 60}}
 
 
 def default_fleet_path() -> Path:
@@ -228,15 +231,16 @@ class Sandbox:
             return
         progress("starting gpufleet operator (operator + scheduler)")
         argv = [
-            sys.executable, "-m", "gpufleet.operator.cli", f"--kubeconfig={self.kubeconfig}",
+            sys.executable, "-m", "gpufleet.app", f"--kubeconfig={self.kubeconfig}",
             # One replica only here: a short lease lets a restarted operator take over at once.
             "--lease-duration=3",
         ]  # fmt: skip
-        # The demo's load repeats every nine minutes; a burst reserve that halves every minute
-        # (the policy's default is ten) lets its pools shrink between two bursts. A value of
-        # the user's own wins.
-        env = {} if SETTINGS_ENV in os.environ else {SETTINGS_ENV: DEMO_AUTOSCALER_SETTINGS}
-        state.pids[OPERATOR] = processes.spawn(argv, self.logs / f"{OPERATOR}.log", env)
+        # The user's environment (GPUFLEET_*) wins over this file; their own file replaces it.
+        if CONFIG_FILE_ENV not in os.environ:
+            config = self.state_dir / "operator-settings.yaml"
+            config.write_text(yaml.safe_dump(OPERATOR_SETTINGS))
+            argv.append(f"--config={config}")
+        state.pids[OPERATOR] = processes.spawn(argv, self.logs / f"{OPERATOR}.log")
         state.markers[OPERATOR] = str(self.kubeconfig)
         self._save_state(state)
 

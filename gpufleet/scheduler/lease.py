@@ -22,7 +22,12 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.scheduler import names
+
 log = logging.getLogger("gpufleet.lease")
+
+DEFAULT_LEASE_NAME = "gpufleet-operator"
+DEFAULT_LEASE_NAMESPACE = names.MIG_CONFIGMAP_NAMESPACE  # gpufleet's own namespace
 
 
 def _now() -> datetime:

@@ -46,6 +46,7 @@ from gpufleet.scheduler import metrics, names, pods
 from gpufleet.scheduler.binder import Binder, BindRequest, scheduled_message
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
 from gpufleet.scheduler.disruption import gang_blocked
+from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.mig import CONFIG_PREFIX, MigRequester
 from gpufleet.scheduler.nodes import node_ready
 from gpufleet.scheduler.pods import PodFacts
@@ -98,14 +99,9 @@ class Scheduler:
         mig: MigRequester,
         catalog: Catalog,
         policy: Policy,
+        settings: SchedulerSettings,
         decide: Decide = place,
-        node_failure_grace: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
-        budget_retry: float = 10.0,
-        partial_grace: float = 30.0,
-        explain_delay: float = 0.0,
-        cap_identical_above: int = 64,
-        busy_explain_delay: float = 0.0,
         may_act: Callable[[], bool] = lambda: True,
     ) -> None:
         self.cache = cache
@@ -116,13 +112,14 @@ class Scheduler:
         self.catalog = catalog
         self.policy = policy
         self.decide = decide
-        self.node_failure_grace = node_failure_grace
+        self.settings = settings
+        self.node_failure_grace = settings.node_failure_grace_s
         self.clock = clock
         self.cycle = 0
         self._not_ready_since: dict[str, float] = {}
         # Preemptions a PodDisruptionBudget stopped: victim gang -> until when it is offered
         # as not preemptible; preemptor -> (its pending message, until when).
-        self.budget_retry = budget_retry
+        self.budget_retry = settings.budget_retry_s
         self._budget_blocked: dict[str, float] = {}
         self._blocked_preemptors: dict[str, tuple[str, float]] = {}
         # Binding batches in flight: (gang id -> its requests, the batch's answer).
@@ -131,15 +128,15 @@ class Scheduler:
         ] = []
         # Partly bound gangs -> since when; pods this process deleted -> until when to wait
         # for the watch to show them gone.
-        self.partial_grace = partial_grace
+        self.partial_grace = settings.partial_grace_s
         self._partial_since: dict[str, float] = {}
         self._being_deleted: dict[str, float] = {}
         # gang -> (its pending reason, since when): see `_explain`.
-        self.explain_delay = explain_delay
-        self.busy_explain_delay = busy_explain_delay
+        self.explain_delay = settings.explain_delay_s
+        self.busy_explain_delay = settings.busy_explain_delay_s
         # Offer at most what can fit of identical gangs once more than this many are offered
         # (`_cap_identical`).
-        self.cap_identical_above = cap_identical_above
+        self.cap_identical_above = settings.cap_identical_above
         self._reasons: dict[str, tuple[str, float]] = {}
         # Reuses, cycle to cycle, what it read of objects that did not change (snapshot.py).
         self._views = ViewBuilder(catalog)
@@ -709,14 +706,15 @@ class Scheduler:
 
     # --- running -------------------------------------------------------------------------------
 
-    def run(self, stop: threading.Event, resync: float = 2.0, debounce: float = 0.02) -> None:
-        """Cycle whenever the cache changes (batched by `debounce`), at least every `resync`."""
+    def run(self, stop: threading.Event) -> None:
+        """Cycle whenever the cache changes (batched by `debounce_s`), at least every
+        `resync_s`."""
         log.info("scheduler %r started", names.SCHEDULER_NAME)
         while not stop.is_set():
-            self.cache.changed.wait(resync)
+            self.cache.changed.wait(self.settings.resync_s)
             if stop.is_set():
                 break
-            stop.wait(debounce)
+            stop.wait(self.settings.debounce_s)
             self.cache.changed.clear()
             if not self.may_act():
                 # Paused past the Lease (or cut off from it): a standby may lead by now, so no

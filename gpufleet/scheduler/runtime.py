@@ -11,7 +11,7 @@ from collections.abc import Callable
 from kubernetes import client, config
 
 from gpufleet.core.place import place
-from gpufleet.core.policy import Policy, SolverSettings
+from gpufleet.core.policy import Policy
 from gpufleet.model.gpus import Catalog, load_catalog
 from gpufleet.scheduler import metrics, names
 from gpufleet.scheduler.apiwriter import ApiWriter
@@ -19,14 +19,10 @@ from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.informer import Informer
 from gpufleet.scheduler.loop import Decide, Scheduler
+from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.mig import MigRequester
 
 log = logging.getLogger("gpufleet.scheduler")
-
-# The live scheduler's default policy: the core's defaults, except that a cycle whose pending
-# gangs greedy admits whole (no preemption, no MIG change) binds them without waiting for a
-# CP-SAT solve that could only polish the packing score (`SolverSettings`).
-LIVE_POLICY = Policy(solver=SolverSettings(skip_when_greedy_admits_all=True))
 
 
 def api_client(kubeconfig: str | None, pool_size: int = 64) -> client.ApiClient:
@@ -60,11 +56,10 @@ class SchedulerRuntime:
     def __init__(
         self,
         api: client.ApiClient,
+        policy: Policy,
+        settings: SchedulerSettings,
         catalog: Catalog | None = None,
-        policy: Policy | None = None,
-        decide: Decide | None = None,
-        node_failure_grace: float = 30.0,
-        bind_connections: int = 32,
+        decide: Decide = place,
         may_act: Callable[[], bool] = lambda: True,
     ) -> None:
         self.core = client.CoreV1Api(api)
@@ -72,18 +67,16 @@ class SchedulerRuntime:
         self.stop_event = threading.Event()
         # Bindings bypass the generated client (see apiwriter.py); same credentials.
         self.binder = Binder(
-            self.core, writer=ApiWriter(api.configuration, connections=bind_connections)
+            self.core, writer=ApiWriter(api.configuration, connections=settings.bind_connections)
         )
         self.scheduler = Scheduler(
             self.cache,
             self.binder,
             MigRequester(self.core),
             catalog or load_catalog(),
-            policy or LIVE_POLICY,
-            decide=decide or place,
-            node_failure_grace=node_failure_grace,
-            explain_delay=1.0,
-            busy_explain_delay=5.0,
+            policy,
+            settings,
+            decide=decide,
             may_act=may_act,
         )
         stop = self.stop_event

@@ -32,7 +32,6 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpufleet.autoscaler.inputs import SETTINGS_ENV
 from gpufleet.model.servingjob import SERVINGJOB_LABEL
 from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
 from gpufleet.sandbox.cluster import Sandbox
@@ -52,6 +51,8 @@ PROFILE = replica_profile("H100-SXM-80GB")
 JOB = "coder"
 POOLS = ("prefill", "decode")
 # Shortened policy defaults (seconds): the test's minute stands for an hour of production.
+# The operator-wide autoscaler settings, a whole group as one JSON object.
+AUTOSCALER_ENV = "GPUFLEET_AUTOSCALER"
 COMPRESSED = {
     "window_s": 30,
     "forecast_horizon_s": 5,
@@ -69,15 +70,15 @@ def operator(
     """This module's own operator process, started with the compressed policy defaults."""
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     proc = OperatorProcess(sandbox.kubeconfig, log, kube.coordination)
-    previous = os.environ.get(SETTINGS_ENV)
-    os.environ[SETTINGS_ENV] = json.dumps(COMPRESSED)  # inherited by the child process only
+    previous = os.environ.get(AUTOSCALER_ENV)
+    os.environ[AUTOSCALER_ENV] = json.dumps(COMPRESSED)  # inherited by the child process only
     try:
         proc.start()
     finally:
         if previous is None:
-            del os.environ[SETTINGS_ENV]
+            del os.environ[AUTOSCALER_ENV]
         else:
-            os.environ[SETTINGS_ENV] = previous
+            os.environ[AUTOSCALER_ENV] = previous
     yield proc
     proc.stop()
 

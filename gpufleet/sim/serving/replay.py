@@ -3,8 +3,9 @@
 Every `period_s` the loop advances the model, takes one `MetricsSample` per pool (a Prometheus
 scrape), hands each pool's recent window to the controller and applies the replica counts it
 returns. `PolicyController` wraps gpufleet's pure policy (`gpufleet.core.autoscaling.decide`),
-carrying its explicit state between calls the way the live autoscaler loop will;
-`StaticController` holds fixed counts. Baselines implement the same `Controller` protocol.
+carrying its explicit state between calls the way the live autoscaler
+(`gpufleet.autoscaler.serving_autoscaler`) does; `StaticController` holds fixed counts.
+Baselines implement the same `Controller` protocol.
 """
 
 from __future__ import annotations

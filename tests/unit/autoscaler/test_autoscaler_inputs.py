@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 
 from gpufleet.autoscaler.inputs import (
-    SETTINGS_ENV,
     PoolObservation,
-    base_settings,
     capacity_factor,
     capacity_profile,
     enabled_policy,
@@ -58,6 +56,21 @@ def test_settings_take_the_crd_damping_and_freshness() -> None:
     assert (s.scale_down_pods, s.scale_down_percent, s.scale_down_period_s) == (2, 0, 10)
 
 
+def test_rate_window_is_its_own_field_and_defaults_to_the_staleness_limit() -> None:
+    policy = enabled_policy(spec())
+    assert policy is not None and policy.prometheus is not None
+    assert policy.prometheus.rate_window == 20  # omitted: staleAfterSeconds, as before
+    prometheus = {"url": "http://prom:9090", "staleAfterSeconds": 20, "rateWindowSeconds": 45}
+    raw = spec().autoscaling
+    assert raw is not None
+    wide = enabled_policy(
+        spec(autoscaling={**raw.model_dump(by_alias=True), "prometheus": prometheus})
+    )
+    assert wide is not None and wide.prometheus is not None
+    assert wide.prometheus.rate_window == 45
+    assert policy_settings(wide).staleness_s == 20
+
+
 def test_settings_keep_the_other_operator_defaults() -> None:
     policy = enabled_policy(spec())
     assert policy is not None
@@ -65,12 +78,6 @@ def test_settings_keep_the_other_operator_defaults() -> None:
     s = policy_settings(policy, base)
     assert (s.window_s, s.forecast_horizon_s, s.slo_quantile) == (90, 30, 0.99)
     assert s.scale_down_pods == 2
-
-
-def test_operator_wide_defaults_from_the_environment() -> None:
-    assert base_settings({}) == AutoscalerSettings()
-    compressed = base_settings({SETTINGS_ENV: '{"window_s": 30, "burst_memory_half_life_s": 5}'})
-    assert (compressed.window_s, compressed.burst_memory_half_life_s) == (30, 5)
 
 
 def test_capacity_profile_from_crd_fields() -> None:
@@ -199,12 +206,3 @@ def test_disabled_autoscaling_has_no_policy(autoscaling: dict[str, Any] | None) 
     assert enabled_policy(sp) is None
     with pytest.raises(ValueError, match="disabled"):
         scaling_input(sp, 1.0, {}, {})
-
-
-@pytest.mark.parametrize(
-    ("raw", "names"),
-    [('{"window_s": -3}', "window_s"), ('{"nope": 1}', "nope"), ("not json", "Invalid JSON")],
-)
-def test_bad_operator_wide_settings_are_named(raw: str, names: str) -> None:
-    with pytest.raises(ValueError, match=f"{SETTINGS_ENV} is not valid.*{names}"):
-        base_settings({SETTINGS_ENV: raw})

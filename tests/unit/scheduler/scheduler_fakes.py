@@ -13,6 +13,7 @@ from gpufleet.model.mig import MigLayout
 from gpufleet.scheduler.binder import BindRequest
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.loop import Scheduler
+from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.mig import config_name
 
 GREEDY = Policy(solver=SolverSettings(engine=Engine.GREEDY))
@@ -111,12 +112,17 @@ def scheduler(
     cache: SchedulerCache, binder: FakeBinder, mig: FakeMig | None = None, **options: Any
 ) -> Scheduler:
     """The loop over `cache` and the fakes, deciding with the real core's greedy engine;
-    `options` are `Scheduler`'s keyword arguments (clock, delays, grace periods, decide)."""
+    `options` are `Scheduler`'s keyword arguments (clock, decide, may_act) and
+    `SchedulerSettings` fields (delays, grace periods). Pending reasons are written at once
+    unless a delay is given."""
+    fields = {k: options.pop(k) for k in list(options) if k in SchedulerSettings.model_fields}
+    settings = SchedulerSettings(**{"explain_delay_s": 0.0, "busy_explain_delay_s": 0.0, **fields})
     return Scheduler(
         cache,
         binder,  # type: ignore[arg-type]
         mig or FakeMig(),  # type: ignore[arg-type]
         load_catalog(),
         GREEDY,
+        settings,
         **options,
     )

@@ -25,12 +25,12 @@ from gpufleet.scheduler.mig import config_entries, layout_annotation
 
 
 def make(
-    nodes: list[dict[str, Any]], pods: list[dict[str, Any]], grace: float = 0.0
+    nodes: list[dict[str, Any]], pods: list[dict[str, Any]], grace: float = 0.0, **options: Any
 ) -> tuple[Scheduler, SchedulerCache, FakeBinder, FakeMig]:
     cache = SchedulerCache()
     load(cache, nodes, pods)
     binder, mig = FakeBinder(), FakeMig()
-    sched = scheduler(cache, binder, mig, node_failure_grace=grace)
+    sched = scheduler(cache, binder, mig, node_failure_grace_s=grace, **options)
     return sched, cache, binder, mig
 
 
@@ -226,7 +226,7 @@ def test_not_ready_node_waits_for_the_grace_period() -> None:
     cache = SchedulerCache(clock=clock)
     load(cache, [NodeBuilder("h0").not_ready().obj()], pods)
     binder = FakeBinder()
-    sched = scheduler(cache, binder, node_failure_grace=10, clock=clock)
+    sched = scheduler(cache, binder, node_failure_grace_s=10, clock=clock)
     assert sched.run_cycle().restarted == []
     clock.t = 11
     assert sched.run_cycle().restarted == ["default/pod:p"]
@@ -282,7 +282,7 @@ def test_partly_bound_gang_missing_pods_waits_then_restarts() -> None:
     cache = SchedulerCache(clock=clock)
     load(cache, [NodeBuilder("h0").obj()], crashed_gang(size=3, bound=1, gpus=2)[:2])
     binder = FakeBinder()
-    sched = scheduler(cache, binder, clock=clock, partial_grace=10)
+    sched = scheduler(cache, binder, clock=clock, partial_grace_s=10)
     report = sched.run_cycle()  # rank 2 is missing: the operator may still be creating it
     assert report.restarted == [] and report.completed == [] and binder.bound == {}
     clock.t = 11
@@ -364,7 +364,7 @@ def test_pending_reason_is_written_once_it_has_held_for_the_delay() -> None:
     cache = SchedulerCache(clock=clock)
     load(cache, [NodeBuilder("l0", "L4", 4).obj()], gang("g", 1, 8))
     binder = FakeBinder()
-    sched = scheduler(cache, binder, clock=clock, explain_delay=1.0)
+    sched = scheduler(cache, binder, clock=clock, explain_delay_s=1.0)
     sched.run_cycle()
     assert binder.marked == {}  # new reason: it may be gone next cycle
     clock.t = 0.5
@@ -377,11 +377,11 @@ def test_pending_reason_is_written_once_it_has_held_for_the_delay() -> None:
 
 def test_no_cycle_while_the_lease_is_not_held() -> None:
     # A process paused past its Lease must not decide before it has renewed it.
-    sched, cache, binder, _ = make([NodeBuilder("h0").obj()], gang("g", 2, 4))
+    sched, cache, binder, _ = make([NodeBuilder("h0").obj()], gang("g", 2, 4), resync_s=0.05)
     leading = threading.Event()
     sched.may_act = leading.is_set
     stop = threading.Event()
-    runner = threading.Thread(target=sched.run, args=(stop,), kwargs={"resync": 0.05})
+    runner = threading.Thread(target=sched.run, args=(stop,))
     runner.start()
     try:
         cache.changed.set()

@@ -18,7 +18,7 @@ def test_reasons_wait_for_the_bindings_in_flight_then_are_written() -> None:
     load(cache, [NodeBuilder("l0", "L4", 2).obj()], pods)
     binder = FakeBinder()
     binder.hold = True  # the API server has not answered the bindings yet
-    sched = scheduler(cache, binder, clock=clock, explain_delay=1.0, busy_explain_delay=5.0)
+    sched = scheduler(cache, binder, clock=clock, explain_delay_s=1.0, busy_explain_delay_s=5.0)
     assert sched.run_cycle().sent == 2
     clock.t = 2.0  # p2's reason changes once the assumed GPUs count as taken
     sched.run_cycle()
@@ -38,7 +38,7 @@ def test_a_long_burst_delays_reasons_by_at_most_the_busy_delay() -> None:
     cache.pod_event("ADDED", PodBuilder("b").gpus(1).obj())
     binder = FakeBinder()
     binder.hold = True
-    sched = scheduler(cache, binder, clock=clock, explain_delay=1.0, busy_explain_delay=5.0)
+    sched = scheduler(cache, binder, clock=clock, explain_delay_s=1.0, busy_explain_delay_s=5.0)
     assert sched.run_cycle().sent == 1  # b bound (in flight), a does not fit
     clock.t = 5.9
     sched.run_cycle()

@@ -1,8 +1,9 @@
-"""The live autoscaler loop against a scripted metrics source (no cluster, no Prometheus):
-interval timing, the window it keeps, scale-up under a burst written through the replica
-writer, holds on `MetricsUnavailable` and on stale data (no scale-down, never zero), the safe
-restart (no scale-down before a stabilization window of its own data), a failed write that is
-decided again, and the registry's per-job loops."""
+"""The live autoscaler of one ServingJob against a scripted metrics source (no cluster, no
+Prometheus): interval timing, the window it keeps, scale-up under a burst written through the
+replica writer, holds on `MetricsUnavailable` and on stale data (no scale-down, never zero), the
+safe restart (no scale-down before a stabilization window of its own data), a failed write that
+is decided again, the job's autoscaling spec read once per tick and its settings validated once
+per spec, and the registry's per-job loops."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from typing import Any
 import pytest
 
 from gpufleet.autoscaler.inputs import PoolObservation
-from gpufleet.autoscaler.loop import AutoscalerRegistry, ServingAutoscaler
 from gpufleet.autoscaler.prometheus import MetricsUnavailable
+from gpufleet.autoscaler.serving_autoscaler import AutoscalerRegistry, ServingAutoscaler
 from gpufleet.core.autoscaling_types import LatencyQuantiles, MetricsSample, PoolRole, ScalingReason
 from gpufleet.model.servingjob import ServingJobSpec
 
@@ -127,6 +128,21 @@ def test_first_tick_at_once_then_every_interval() -> None:
     loop.tick(spec(), SELECTOR, 0.0, Cluster(prefill=1, decode=1).observed(), Cluster())
     assert not loop.due(9.5, 10)
     assert loop.due(10.0, 10)
+
+
+def test_the_policy_given_is_the_one_used_and_its_settings_are_kept() -> None:
+    # The operator reads the job's autoscaling spec once and hands it over; the tick does not
+    # read the spec's own again (here the two differ, so it would show).
+    source = ScriptedSource(load(1000, 100))
+    loop = ServingAutoscaler(source)
+    given = spec(prometheus={"url": "http://prom:9090", "staleAfterSeconds": 12}).autoscaling
+    assert given is not None
+    loop.tick(spec(), SELECTOR, 5.0, Cluster(prefill=1, decode=1).observed(), Cluster(), given)
+    assert [call[4] for call in source.calls] == [12.0, 12.0]
+    assert loop.settings_for(given) is loop.settings_for(given)
+    other = spec().autoscaling
+    assert other is not None
+    assert loop.settings_for(other).staleness_s == 30.0
 
 
 def test_samples_every_pool_with_role_selector_and_staleness() -> None:

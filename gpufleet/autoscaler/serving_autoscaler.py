@@ -50,7 +50,7 @@ from gpufleet.core.autoscaling_types import (
     PoolState,
     ScalingReason,
 )
-from gpufleet.model.servingjob import ServingJobSpec
+from gpufleet.model.servingjob import AutoscalingPolicy, ServingJobSpec
 
 __all__ = [
     "METRICS_HOLD_REASONS",
@@ -135,6 +135,8 @@ class ServingAutoscaler:
         self.last_tick: float | None = None
         self.last: Tick | None = None
         self._errors: dict[str, str] = {}  # pool -> last sampling error, for logging once
+        # The policy's settings for the job's autoscaling spec, until the spec changes.
+        self._settings: tuple[AutoscalingPolicy, AutoscalerSettings] | None = None
 
     def due(self, now: float, interval_s: float) -> bool:
         """Whether a tick is due: the first one at once, then every `interval_s`."""
@@ -176,6 +178,12 @@ class ServingAutoscaler:
         window.append(sample)
         return None
 
+    def settings_for(self, policy: AutoscalingPolicy) -> AutoscalerSettings:
+        """The operator-wide settings with the job's own (validated once per spec change)."""
+        if self._settings is None or self._settings[0] != policy:
+            self._settings = (policy, policy_settings(policy, self.base_settings))
+        return self._settings[1]
+
     def tick(
         self,
         spec: ServingJobSpec,
@@ -183,12 +191,14 @@ class ServingAutoscaler:
         now: float,
         observed: Mapping[str, PoolObservation],
         writer: ReplicaWriter,
+        policy: AutoscalingPolicy | None = None,
     ) -> Tick:
-        """Sample, decide and scale once. `observed` holds the pools whose Deployment exists."""
-        policy = enabled_policy(spec)
+        """Sample, decide and scale once. `observed` holds the pools whose Deployment exists;
+        `policy` is `enabled_policy(spec)`, when the caller has it already."""
+        policy = policy or enabled_policy(spec)
         if policy is None:
             raise ValueError("tick() on a ServingJob whose autoscaling is disabled")
-        settings = policy_settings(policy, self.base_settings)
+        settings = self.settings_for(policy)
         stale_after = settings.staleness_s
         if self.state is None:
             self.state = self._seed(now, observed, settings)
@@ -207,7 +217,7 @@ class ServingAutoscaler:
         windows = {
             pool: () if pool in errors else tuple(self.windows.get(pool, ())) for pool in observed
         }
-        inputs = scaling_input(spec, now, observed, windows)
+        inputs = scaling_input(spec, now, observed, windows, policy)
         decision, state = decide(inputs, self.state, settings)
         decisions = tuple(
             dataclasses.replace(
@@ -243,8 +253,8 @@ class AutoscalerRegistry:
     """One `ServingAutoscaler` per ServingJob uid, created on first use. Thread-safe.
 
     `source_factory(url, rate_window_s)` opens a metrics source; the rate window is the
-    ServingJob's `staleAfterSeconds` (both mean "how far back data still describes now", and
-    both default to 60 s), so a time-compressed test can shorten it from the spec.
+    ServingJob's `rateWindowSeconds` (by default its `staleAfterSeconds`), so a
+    time-compressed test can shorten it from the spec.
     """
 
     def __init__(

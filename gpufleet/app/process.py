@@ -1,0 +1,103 @@
+"""A `gpufleet operator` process: the TrainingJob and ServingJob operator, the autoscaler and
+the scheduler, built from the settings and run together.
+
+Start-up order: API client -> Lease (only the holder acts; standbys wait here) -> scheduler
+informers and loop on threads -> metrics endpoint -> kopf on the main thread's event loop. If
+the Lease is lost the process stops with exit code 1 so a supervisor restarts it as a standby;
+state is never carried over, it is rebuilt from the cluster on every start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import faulthandler
+import logging
+import os
+import signal
+import socket
+import threading
+import uuid
+
+import kopf
+from kubernetes import client
+from prometheus_client import start_http_server
+
+from gpufleet.app import kopf_setup, logs
+from gpufleet.operator import servingjob, trainingjob
+from gpufleet.scheduler.lease import LeaderLease
+from gpufleet.scheduler.runtime import SchedulerRuntime, api_client
+from gpufleet.settings import Settings
+
+log = logging.getLogger("gpufleet.operator")
+
+
+def run(settings: Settings) -> int:
+    """Run until stopped (0) or the Lease is lost (1)."""
+    logs.configure(settings.log)
+    # `kill -USR1 <pid>` prints every thread's stack: cheap insurance for diagnosing hangs.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    api = api_client(settings.kubeconfig)
+    stop = threading.Event()
+    lost = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+
+    identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    lease_settings = settings.lease
+    lease = LeaderLease(
+        client.CoordinationV1Api(api),
+        lease_settings.namespace,
+        lease_settings.name,
+        identity,
+        duration=lease_settings.duration_s,
+        renew_every=lease_settings.renew_period_s,
+    )
+    log.info("waiting for lease %s/%s as %s", lease.namespace, lease.name, identity)
+    if not lease.acquire(stop):
+        return 0
+
+    def on_lost() -> None:
+        lost.set()
+        stop.set()
+
+    keeper = threading.Thread(target=lease.keep, args=(stop, on_lost), daemon=True)
+    keeper.start()
+
+    scheduler = SchedulerRuntime(
+        api, settings.placement.policy(), settings.scheduler, may_act=lease.held
+    )
+    scheduler.start()
+    if settings.metrics.port:
+        start_http_server(settings.metrics.port, addr=settings.metrics.bind_address)
+
+    kopf_setup.register_login(api)
+    memo = kopf.Memo(
+        state=trainingjob.State(api, scheduler.cache),
+        serving=servingjob.State(api, settings.autoscaler),
+    )
+    namespace = settings.namespace
+
+    async def operate() -> None:
+        try:
+            await kopf.operator(
+                standalone=True,
+                clusterwide=namespace is None,
+                namespaces=[namespace] if namespace else (),
+                memo=memo,
+                stop_flag=stop,
+            )
+        finally:
+            # kopf may stop on its own signal handlers; release its thread waiting on `stop`
+            # before asyncio.run() waits for the executor threads.
+            stop.set()
+
+    try:
+        asyncio.run(operate())
+    finally:
+        stop.set()
+        scheduler.stop()
+        memo.serving.close()
+        if not lost.is_set():
+            lease.release()
+    return 1 if lost.is_set() else 0

@@ -1,0 +1,52 @@
+"""Settings of the live scheduler: the periods and limits of its loop.
+
+Nested as the `scheduler` group of gpufleet's settings root (`gpufleet.settings`); the defaults
+are the live scheduler's. Unit tests of the loop write reasons at once (`explain_delay_s=0`).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["SchedulerSettings"]
+
+
+class SchedulerSettings(BaseModel):
+    """The scheduling loop's periods and limits. Immutable; validated on construction."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node_failure_grace_s: float = Field(
+        30.0, ge=0, description="Seconds a node may be NotReady before its gangs restart."
+    )
+    partial_grace_s: float = Field(
+        30.0,
+        ge=0,
+        description="Seconds a partly bound gang may wait for its rest before it restarts whole.",
+    )
+    budget_retry_s: float = Field(
+        10.0,
+        ge=0,
+        description="Seconds victims a PodDisruptionBudget protected are not offered as "
+        "preemptible.",
+    )
+    explain_delay_s: float = Field(
+        1.0, ge=0, description="Seconds a pending reason must hold before it is written to pods."
+    )
+    busy_explain_delay_s: float = Field(
+        5.0, ge=0, description="Extra seconds while bindings are in flight."
+    )
+    cap_identical_above: int = Field(
+        64,
+        ge=1,
+        description="Past this many offered gangs, offer only as many identical gangs as fit.",
+    )
+    resync_s: float = Field(
+        2.0, gt=0, description="Longest time between two cycles when nothing changes."
+    )
+    debounce_s: float = Field(
+        0.02, ge=0, description="Wait after a change so one cycle sees a burst of events."
+    )
+    bind_connections: int = Field(
+        32, ge=1, description="Connections the binder keeps to the API server."
+    )

@@ -1,0 +1,397 @@
+"""gpufleet's settings: one typed root, a group per concern, read once.
+
+Sources, the first that sets a value wins:
+1. `gpufleet operator` flags (each maps onto one setting, `gpufleet.app.command`);
+2. the environment: `GPUFLEET_<FIELD>` for a top-level setting, `GPUFLEET_<GROUP>__<FIELD>`
+   inside a group (`GPUFLEET_PLACEMENT__SOLVER__ENGINE=greedy`), or a whole group as a JSON
+   object (`GPUFLEET_AUTOSCALER='{"window_s": 30}'`);
+3. a YAML file (`--config FILE` or `GPUFLEET_CONFIG_FILE`) shaped like the groups below, as a
+   Helm chart mounts it from a ConfigMap;
+4. the defaults.
+
+`load` is called once, by the composition root (`gpufleet.app`), which hands each component the
+values of its group; nothing else reads the environment. Unknown keys inside a group and in the
+file are refused (a typo must not pass silently); a bad value raises `SettingsError` with one
+line naming the key, its environment variable and what is allowed.
+
+Groups defined by the component that uses them are nested as they are: `autoscaler` is the
+policy's own `AutoscalerSettings` (a ServingJob's CRD fields still win over it per job),
+`scheduler` the live scheduler's `SchedulerSettings`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
+from pydantic_settings import SettingsError as SourceError
+from pydantic_settings.sources.utils import parse_env_vars
+
+from gpufleet.core.autoscaling_settings import AutoscalerSettings
+from gpufleet.core.policy import Engine, Policy, SolverSettings, Weights
+from gpufleet.core.presets import Preset, preset_policy
+from gpufleet.scheduler.lease import DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE
+from gpufleet.scheduler.loop_settings import SchedulerSettings
+
+__all__ = [
+    "CONFIG_FILE_ENV",
+    "ENV_PREFIX",
+    "LeaseSettings",
+    "LogFormat",
+    "LogLevel",
+    "LogSettings",
+    "MetricsSettings",
+    "PlacementSettings",
+    "SchedulerSettings",
+    "SettingRow",
+    "Settings",
+    "SettingsError",
+    "SolverGroup",
+    "WeightOverrides",
+    "load",
+    "markdown_table",
+    "rows",
+]
+
+ENV_PREFIX = "GPUFLEET_"
+DELIMITER = "__"
+CONFIG_FILE_ENV = "GPUFLEET_CONFIG_FILE"
+# Read by earlier versions; refused so that a left-over value is not silently ignored.
+_REPLACED_ENV = {
+    "GPUFLEET_AUTOSCALER_SETTINGS": "set GPUFLEET_AUTOSCALER to the same JSON object, or "
+    "GPUFLEET_AUTOSCALER__<FIELD> per field",
+}
+
+
+class SettingsError(ValueError):
+    """A setting is invalid; the message is one line naming the key."""
+
+
+class _Group(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class WeightOverrides(_Group):
+    """Objective weights that replace the preset's (unset: the preset's value)."""
+
+    work: float | None = Field(None, ge=0, description="Weight of priority-weighted work.")
+    energy: float | None = Field(None, ge=0, description="Weight of watts drawn, per 100 W.")
+    consolidation: float | None = Field(
+        None, ge=0, description="Penalty per empty node a decision starts using."
+    )
+    fragmentation: float | None = Field(
+        None, ge=0, description="Penalty per free GPU left stranded on a touched node."
+    )
+    disruption: float | None = Field(
+        None, ge=0, description="Penalty per MIG repartition and per preempted gang."
+    )
+    scarcity: float | None = Field(
+        None, ge=0, description="Weight of the reserve kept for gangs that run on one type only."
+    )
+
+
+class SolverGroup(_Group):
+    """The placement engine's budget (`gpufleet.core.policy.SolverSettings`)."""
+
+    engine: Engine = Field(Engine.CPSAT, description="Placement engine.")
+    time_limit_s: float = Field(2.0, gt=0, description="Wall-clock limit of one CP-SAT solve.")
+    deterministic_time: float = Field(
+        0.2, gt=0, description="CP-SAT work limit: the same input and seed give the same answer."
+    )
+    workers: int = Field(1, ge=1, description="CP-SAT search workers.")
+    seed: int = Field(0, ge=0, description="CP-SAT random seed.")
+    presolve: bool = Field(False, description="CP-SAT presolve.")
+    skip_when_greedy_admits_all: bool = Field(
+        True,
+        description="Bind the greedy decision without solving when it admits every pending "
+        "gang whole, with no preemption or MIG change.",
+    )
+
+    def solver_settings(self) -> SolverSettings:
+        return SolverSettings(**self.model_dump())
+
+
+class PlacementSettings(_Group):
+    """The live placement policy: a preset of `gpufleet.core.presets`, with overrides."""
+
+    preset: Preset = Field(
+        Preset.BALANCED,
+        description="Named policy: performance (work only), balanced, energy (energy weighed, "
+        "stronger consolidation, every gang power-capped within 5 % slowdown).",
+    )
+    weights: WeightOverrides = Field(default_factory=WeightOverrides)
+    solver: SolverGroup = Field(default_factory=SolverGroup)
+
+    def policy(self) -> Policy:
+        """The core's `Policy`: the preset with the solver settings and weight overrides."""
+        policy = preset_policy(self.preset, self.solver.solver_settings())
+        overrides = {k: v for k, v in self.weights.model_dump().items() if v is not None}
+        if not overrides:
+            return policy
+        weights = Weights(**{**dataclasses.asdict(policy.weights), **overrides})
+        return dataclasses.replace(policy, weights=weights)
+
+
+class LeaseSettings(_Group):
+    """Leader election: only the holder of this Lease schedules and reconciles."""
+
+    name: str = Field(DEFAULT_LEASE_NAME, min_length=1, description="Name of the Lease.")
+    namespace: str = Field(
+        DEFAULT_LEASE_NAMESPACE, min_length=1, description="Namespace of the Lease."
+    )
+    duration_s: float = Field(
+        15.0,
+        gt=0,
+        description="Seconds a standby waits after the leader stops renewing; a leader that "
+        "has not renewed for this long makes no decision.",
+    )
+    renew_every_s: float | None = Field(
+        None, gt=0, description="Seconds between renewals (unset: a third of duration_s)."
+    )
+
+    @model_validator(mode="after")
+    def _renew_within_duration(self) -> LeaseSettings:
+        if self.renew_every_s is not None and self.renew_every_s >= self.duration_s:
+            raise ValueError("renew_every_s must be less than duration_s")
+        return self
+
+    @property
+    def renew_period_s(self) -> float:
+        return self.renew_every_s if self.renew_every_s is not None else self.duration_s / 3
+
+
+class MetricsSettings(_Group):
+    """The Prometheus metrics endpoint."""
+
+    bind_address: str = Field(
+        "127.0.0.1",
+        min_length=1,
+        description="Address to listen on (0.0.0.0 in a cluster, for the scraper).",
+    )
+    port: int = Field(0, ge=0, le=65535, description="Port; 0 serves no metrics.")
+
+
+class LogLevel(StrEnum):
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+
+
+class LogFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+class LogSettings(_Group):
+    level: LogLevel = Field(LogLevel.INFO, description="Lowest level logged.")
+    format: LogFormat = Field(
+        LogFormat.TEXT, description="text (one line per record) or json (one object per line)."
+    )
+
+
+class Settings(BaseSettings):
+    """Every setting of a `gpufleet operator` process. Build it with `load`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=DELIMITER,
+        extra="forbid",
+        frozen=True,
+    )
+
+    kubeconfig: str | None = Field(
+        None, description="kubeconfig file of the cluster to manage (unset: in-cluster config)."
+    )
+    namespace: str | None = Field(
+        None, description="Handle the jobs of this namespace only (unset: every namespace)."
+    )
+    placement: PlacementSettings = Field(default_factory=PlacementSettings)
+    autoscaler: AutoscalerSettings = Field(default_factory=AutoscalerSettings)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    lease: LeaseSettings = Field(default_factory=LeaseSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    log: LogSettings = Field(default_factory=LogSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: Any, *_: Any, **__: Any
+    ) -> tuple[Any, ...]:
+        # Only what `load` passes: constructing Settings never reads the environment by itself.
+        return (init_settings,)
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+class _Environment(EnvSettingsSource):
+    """pydantic-settings' environment parsing over a given mapping instead of os.environ."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(Settings)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(
+            self._environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str
+        )
+
+
+def _merge(low: Mapping[str, Any], high: Mapping[str, Any]) -> dict[str, Any]:
+    """`low` with `high`'s values on top, group by group."""
+    out = dict(low)
+    for key, value in high.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def env_name(loc: tuple[str | int, ...]) -> str:
+    return ENV_PREFIX + DELIMITER.join(str(p).upper() for p in loc)
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise SettingsError(f"config file {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise SettingsError(f"config file {path}: not valid YAML{at}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"config file {path}: must hold a mapping of settings")
+    return data
+
+
+def _one_line(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        key = ".".join(str(p) for p in loc) or "settings"
+        value = error.get("input")
+        shown = "" if isinstance(value, Mapping) else f" (got {json.dumps(value, default=str)})"
+        message = error["msg"].removeprefix("Value error, ")
+        parts.append(f"setting {key} ({env_name(loc)}): {message}{shown}")
+    return "; ".join(parts)
+
+
+def load(
+    flags: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    config_file: Path | None = None,
+) -> Settings:
+    """The settings from `flags` (nested like the groups; None values ignored), the
+    environment (`environ`, default os.environ) and the YAML file (`config_file`, else
+    `GPUFLEET_CONFIG_FILE`), over the defaults."""
+    import os
+
+    environ = os.environ if environ is None else environ
+    for name, instead in _REPLACED_ENV.items():
+        if name in environ:
+            raise SettingsError(f"{name} is no longer read: {instead}")
+    if config_file is None and environ.get(CONFIG_FILE_ENV):
+        config_file = Path(environ[CONFIG_FILE_ENV])
+    from_file = _read_file(config_file) if config_file is not None else {}
+    try:
+        from_env = _Environment(environ)()
+    except SourceError as exc:
+        # A group given whole whose value is not JSON; pydantic-settings names the field.
+        found = re.search(r'field "(\w+)"', str(exc))
+        field = found.group(1) if found else "?"
+        raise SettingsError(f"setting {field} ({env_name((field,))}): not a JSON object") from None
+    values = _merge(_merge(from_file, from_env), _without_none(flags or {}))
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        raise SettingsError(_one_line(exc)) from None
+
+
+def _without_none(values: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            inner = _without_none(value)
+            if inner:
+                out[key] = inner
+        elif value is not None:
+            out[key] = value
+    return out
+
+
+# --- description (for `gpufleet operator --help` and the README) -----------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SettingRow:
+    key: str  # dotted path, as in the YAML file
+    env: str
+    default: str
+    meaning: str
+
+
+def _default(info: FieldInfo) -> str:
+    value = info.get_default(call_default_factory=True)
+    if value is None:
+        return "unset"
+    if isinstance(value, StrEnum):
+        return value.value
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def _meaning(info: FieldInfo) -> str:
+    text = " ".join((info.description or "").split())
+    # The policy's descriptions go on to cite their sources; what comes before says what.
+    return text.split(" Source:")[0].rstrip(".") + "."
+
+
+def _choices(info: FieldInfo) -> str:
+    annotation = info.annotation
+    if isinstance(annotation, type) and issubclass(annotation, StrEnum):
+        return " One of: " + ", ".join(m.value for m in annotation) + "."
+    return ""
+
+
+def _walk(model: type[BaseModel], prefix: tuple[str, ...]) -> Iterator[SettingRow]:
+    for name, info in model.model_fields.items():
+        loc = (*prefix, name)
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from _walk(annotation, loc)
+            continue
+        yield SettingRow(
+            ".".join(loc), env_name(loc), _default(info), _meaning(info) + _choices(info)
+        )
+
+
+def rows() -> list[SettingRow]:
+    """Every setting, in declaration order."""
+    return list(_walk(Settings, ()))
+
+
+def markdown_table() -> str:
+    """The README's settings table."""
+    lines = ["| setting | environment | default | meaning |", "|---|---|---|---|"]
+    lines += [f"| `{r.key}` | `{r.env}` | `{r.default}` | {r.meaning} |" for r in rows()]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(markdown_table() + "\n")

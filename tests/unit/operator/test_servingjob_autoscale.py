@@ -1,0 +1,94 @@
+"""The ServingJob handler's autoscaling step (`servingjob._autoscale`) without a cluster: the
+metrics source is opened with the job's rate window (`rateWindowSeconds`, by default
+`staleAfterSeconds`) while samples are judged stale by `staleAfterSeconds`, and the operator-wide
+autoscaler settings given to `State` reach the job's autoscaler."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from gpufleet.autoscaler.serving_autoscaler import AutoscalerRegistry, MetricsSource
+from gpufleet.core.autoscaling_settings import AutoscalerSettings
+from gpufleet.core.autoscaling_types import LatencyQuantiles, MetricsSample, PoolRole
+from gpufleet.model.servingjob import ServingJobSpec
+from gpufleet.operator import servingjob
+
+TEMPLATE = {"spec": {"containers": [{"name": "vllm", "image": "x"}]}}
+
+
+class Source:
+    def __init__(self) -> None:
+        self.stale_after: list[float] = []
+
+    def sample(
+        self, selector: str, pool: str, role: PoolRole, now: float, stale_after_s: float
+    ) -> MetricsSample:
+        self.stale_after.append(stale_after_s)
+        return MetricsSample(
+            timestamp=now, request_rate=0.1, prompt_token_rate=100.0, generation_token_rate=10.0,
+            num_waiting=0.0, num_running=0.1, ttft=LatencyQuantiles(0.1, 0.2, 0.3),
+            itl=LatencyQuantiles(0.01, 0.01, 0.02), kv_cache_usage=0.1,
+        )  # fmt: skip
+
+    def close(self) -> None:
+        pass
+
+
+def job(prometheus: dict[str, Any]) -> dict[str, Any]:
+    pool = {"minReplicas": 1, "maxReplicas": 3, "gpusPerReplica": 1, "template": TEMPLATE}
+    return {
+        "metadata": {"uid": "uid-1", "namespace": "ns", "name": "llm"},
+        "spec": {
+            "prefill": pool,
+            "decode": pool,
+            "slo": {"ttftP90Seconds": 1.0, "itlP90Seconds": 0.05},
+            "autoscaling": {
+                "prometheus": {"url": "http://prom:9090", **prometheus},
+                "capacity": {"prefillTokensPerSecond": 10000, "decodeBatchSize": 32},
+            },
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("prometheus", "window"),
+    [
+        pytest.param({"staleAfterSeconds": 10}, 10, id="default-window"),
+        pytest.param({"staleAfterSeconds": 10, "rateWindowSeconds": 40}, 40, id="own-window"),
+    ],
+)
+def test_rate_window_and_staleness_reach_the_source(
+    prometheus: dict[str, Any], window: int
+) -> None:
+    opened: list[tuple[str, int]] = []
+    sources: list[Source] = []
+
+    def factory(url: str, rate_window_s: int) -> MetricsSource:
+        opened.append((url, rate_window_s))
+        sources.append(Source())
+        return sources[-1]
+
+    base = AutoscalerSettings(window_s=42)
+    state = servingjob.State(client.ApiClient(), registry=AutoscalerRegistry(factory, base))
+    body = job(prometheus)
+    spec = ServingJobSpec.model_validate(body["spec"])
+    ready = {"status": {"readyReplicas": 1}}
+    health = servingjob._autoscale(
+        state, lambda: [], body, spec, {"prefill": ready, "decode": ready},
+        {"prefill": 1, "decode": 1}, [],
+    )  # fmt: skip
+    assert opened == [("http://prom:9090", window)]
+    assert sources[0].stale_after == [10.0, 10.0]
+    scaler = state.autoscalers.peek("uid-1")
+    assert scaler is not None and scaler.base_settings.window_s == 42
+    assert health is not None and health.available is True
+
+
+def test_state_passes_the_operator_wide_settings_to_its_registry() -> None:
+    state = servingjob.State(client.ApiClient(), AutoscalerSettings(window_s=33))
+    scaler = state.autoscalers.get("uid-1", "http://prom:9090", 60)
+    assert scaler.base_settings.window_s == 33
+    state.close()
