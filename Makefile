@@ -26,10 +26,10 @@ test: install system-deps lint  ## build the sandbox binaries if missing, then r
 unit:  ## quick tests only, no cluster
 	$(PYTHON) -m pytest -q tests/unit
 
-lint:  ## ruff, formatting, strict typing of the pure core, CRD drift
+lint:  ## ruff, formatting, strict typing, CRD drift
 	ruff check .
 	ruff format --check .
-	mypy gpufleet/core gpufleet/model
+	mypy gpufleet/core gpufleet/model gpufleet/scheduler gpufleet/autoscaler gpufleet/app gpufleet/settings.py
 	$(PYTHON) -m gpufleet.model.crdgen --check
 
 crds:  ## regenerate crds/ from the pydantic models
