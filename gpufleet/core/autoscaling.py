@@ -151,50 +151,138 @@ def _decide_pool(
     settings: AutoscalerSettings,
 ) -> tuple[PoolDecision, PoolState]:
     lo, hi = _bounds(pool, settings)
-    current = pool.current_replicas
 
     # 1. Data checks: hold on missing or stale metrics.
+    data = _check_data(pool, now, settings)
+    if isinstance(data, _Problem):
+        return _hold(pool, now, state, lo, hi, data.reason, data.why)
+    newest, samples = data
+
+    # 2-3. Size each phase by capacity, corrected by latency feedback.
+    prefill, decode = _phase_needs(pool, samples, slo, now, state, settings)
+
+    # 2-5. Combine the phases with the burst reserve and the forecast.
+    rec = _recommend(pool, prefill, decode, newest, state, now, lo, hi, settings)
+
+    # 6. Stabilization windows and step limits.
+    current = pool.current_replicas
+    recs = _prune_recs((*state.recommendations, (now, rec.recommendation)), now, settings)
+    desired = _stabilize(recs, current, now, settings)
+    limited = _step_limit(desired, current, state.events, now, settings)
+    step_limited = limited != desired
+    desired = _clamp(limited, lo, hi)
+
+    reason = _reason(rec, current, desired, lo, hi)
+    sizing = Sizing(
+        demand=prefill.demand + decode.demand,
+        forecast_demand=prefill.forecast_demand + decode.forecast_demand,
+        capacity_replicas=rec.cap_up,
+        forecast_replicas=rec.fc_up,
+        latency_replicas=rec.latency,
+        kv_replicas=rec.kv,
+        ttft_correction=prefill.correction,
+        itl_correction=decode.correction,
+        recommendation=rec.recommendation,
+        step_limited=step_limited,
+    )
+    message = _message(pool, current, desired, reason, sizing, newest, slo)
+    events = state.events
+    if desired != current:
+        events = (*events, ScaleEvent(now, current, desired))
+    next_state = PoolState(
+        name=pool.name,
+        recommendations=recs,
+        events=_prune_events(events, now, settings),
+        latency_need=rec.reserve,
+        latency_need_time=now,
+        burst_peaks=rec.peaks,
+        ttft_correction=prefill.correction if prefill is not _NO_NEED else state.ttft_correction,
+        itl_correction=decode.correction if decode is not _NO_NEED else state.itl_correction,
+        last_update=now,
+    )
+    return PoolDecision(pool.name, current, desired, reason, message, sizing), next_state
+
+
+@dataclass(frozen=True, slots=True)
+class _Problem:
+    """Why the pool's data cannot be trusted: the policy holds."""
+
+    reason: ScalingReason
+    why: str
+
+
+def _check_data(
+    pool: PoolInput, now: float, settings: AutoscalerSettings
+) -> _Problem | tuple[MetricsSample, tuple[MetricsSample, ...]]:
+    """The newest sample and the fresh window, or why there are none to act on."""
     past = [s for s in pool.window if s.timestamp <= now]
     if not past:
-        return _hold(pool, now, state, lo, hi, ScalingReason.METRICS_MISSING, "no samples")
+        return _Problem(ScalingReason.METRICS_MISSING, "no samples")
     newest = max(past, key=lambda s: s.timestamp)
     age = now - newest.timestamp
     samples = fresh_samples(pool.window, now, settings)
     if age > settings.staleness_s or not samples:
-        return _hold(
-            pool,
-            now,
-            state,
-            lo,
-            hi,
+        return _Problem(
             ScalingReason.METRICS_STALE,
             f"newest sample is {age:.0f}s old (limit {settings.staleness_s:.0f}s)",
         )
     missing = _missing_fields(pool.role, newest)
     if missing:
-        return _hold(
-            pool,
-            now,
-            state,
-            lo,
-            hi,
-            ScalingReason.METRICS_MISSING,
-            "missing " + ", ".join(missing),
-        )
+        return _Problem(ScalingReason.METRICS_MISSING, "missing " + ", ".join(missing))
+    return newest, samples
 
+
+def _phase_needs(
+    pool: PoolInput,
+    samples: tuple[MetricsSample, ...],
+    slo: Slo,
+    now: float,
+    state: PoolState,
+    settings: AutoscalerSettings,
+) -> tuple[_Need, _Need]:
+    """The prefill and decode needs of the pool's role (`_NO_NEED` for a phase it lacks)."""
     # While added replicas are still starting, latency still reflects the old count:
     # do not learn from it or react to it again (Dynamo: no new action while a scale is pending).
-    pending = pool.ready_replicas is not None and pool.ready_replicas < current
+    pending = pool.ready_replicas is not None and pool.ready_replicas < pool.current_replicas
     elapsed = 0.0 if state.last_update is None else max(0.0, now - state.last_update)
-
     prefill = _NO_NEED
     decode = _NO_NEED
     if pool.role in (PoolRole.PREFILL, PoolRole.UNIFIED):
         prefill = _prefill_need(pool, samples, slo, now, state, elapsed, pending, settings)
     if pool.role in (PoolRole.DECODE, PoolRole.UNIFIED):
         decode = _decode_need(pool, samples, slo, now, state, elapsed, pending, settings)
+    return prefill, decode
 
-    # 2-5. Combine the phases (a unified replica does both, so needs add up).
+
+@dataclass(frozen=True, slots=True)
+class _Recommendation:
+    """The pool's undamped recommendation and the needs it came from (whole replicas)."""
+
+    cap_up: int  # capacity at the scale-up utilization, backlog included
+    cap_up_steady: int  # the same without backlog
+    fc_up: int  # forecast
+    latency: int  # burst reserve
+    kv: int  # KV-cache guard
+    raw: int  # before the bounds
+    recommendation: int  # within the bounds
+    peaks: tuple[tuple[float, float], ...]  # burst peaks to carry
+    reserve: float  # burst reserve, unrounded
+
+
+def _recommend(
+    pool: PoolInput,
+    prefill: _Need,
+    decode: _Need,
+    newest: MetricsSample,
+    state: PoolState,
+    now: float,
+    lo: int,
+    hi: int,
+    settings: AutoscalerSettings,
+) -> _Recommendation:
+    """Combine the phases (a unified replica does both, so needs add up) with the burst
+    reserve, the forecast and the KV-cache guard, with hysteresis on the way down."""
+    current = pool.current_replicas
     cap_up = _ceil(prefill.up + decode.up)
     cap_up_steady = _ceil(prefill.up_steady + decode.up_steady)
     fc_up = _ceil(prefill.forecast_up + decode.forecast_up)
@@ -217,69 +305,38 @@ def _decide_pool(
         raw = min(current, max(cap_down, fc_down, latency, kv))
     if raw == 0 and (newest.num_running or 0.0) + (newest.num_waiting or 0.0) > 0:
         raw = 1  # work in flight: never zero while a request is running or waiting
-    recommendation = _clamp(raw, lo, hi)
+    return _Recommendation(
+        cap_up, cap_up_steady, fc_up, latency, kv, raw, _clamp(raw, lo, hi), peaks, reserve
+    )
 
-    # 6. Stabilization windows and step limits.
-    recs = _prune_recs((*state.recommendations, (now, recommendation)), now, settings)
-    desired = _stabilize(recs, current, now, settings)
-    limited = _step_limit(desired, current, state.events, now, settings)
-    step_limited = limited != desired
-    desired = _clamp(limited, lo, hi)
 
+def _reason(rec: _Recommendation, current: int, desired: int, lo: int, hi: int) -> ScalingReason:
+    """What drove the decision: the first need equal to the raw recommendation on the way
+    up, the bounds, or the damping."""
+    raw = rec.raw
     if desired > current:
-        if desired == hi and recommendation == hi and raw > hi:
-            reason = ScalingReason.BOUNDED_MAX
-        elif desired == lo and raw < lo:
-            reason = ScalingReason.BOUNDED_MIN
-        elif raw == cap_up_steady:
-            reason = ScalingReason.SCALE_UP_CAPACITY
-        elif raw == cap_up:
-            reason = ScalingReason.SCALE_UP_QUEUE
-        elif raw == fc_up:
-            reason = ScalingReason.SCALE_UP_FORECAST
-        elif raw == latency:
-            reason = ScalingReason.SCALE_UP_LATENCY
-        else:
-            reason = ScalingReason.SCALE_UP_KV_CACHE
-    elif desired < current and current > hi and desired == hi:
-        reason = ScalingReason.BOUNDED_MAX
-    elif desired < current:
-        reason = ScalingReason.SCALE_DOWN
-    elif recommendation < current:
-        reason = ScalingReason.SCALE_DOWN_STABILIZING
-    elif raw < lo and desired == lo:
-        reason = ScalingReason.BOUNDED_MIN
-    else:
-        reason = ScalingReason.STEADY
-
-    sizing = Sizing(
-        demand=prefill.demand + decode.demand,
-        forecast_demand=prefill.forecast_demand + decode.forecast_demand,
-        capacity_replicas=cap_up,
-        forecast_replicas=fc_up,
-        latency_replicas=latency,
-        kv_replicas=kv,
-        ttft_correction=prefill.correction,
-        itl_correction=decode.correction,
-        recommendation=recommendation,
-        step_limited=step_limited,
-    )
-    message = _message(pool, current, desired, reason, sizing, newest, slo)
-    events = state.events
-    if desired != current:
-        events = (*events, ScaleEvent(now, current, desired))
-    next_state = PoolState(
-        name=pool.name,
-        recommendations=recs,
-        events=_prune_events(events, now, settings),
-        latency_need=reserve,
-        latency_need_time=now,
-        burst_peaks=peaks,
-        ttft_correction=prefill.correction if prefill is not _NO_NEED else state.ttft_correction,
-        itl_correction=decode.correction if decode is not _NO_NEED else state.itl_correction,
-        last_update=now,
-    )
-    return PoolDecision(pool.name, current, desired, reason, message, sizing), next_state
+        if desired == hi and rec.recommendation == hi and raw > hi:
+            return ScalingReason.BOUNDED_MAX
+        if desired == lo and raw < lo:
+            return ScalingReason.BOUNDED_MIN
+        if raw == rec.cap_up_steady:
+            return ScalingReason.SCALE_UP_CAPACITY
+        if raw == rec.cap_up:
+            return ScalingReason.SCALE_UP_QUEUE
+        if raw == rec.fc_up:
+            return ScalingReason.SCALE_UP_FORECAST
+        if raw == rec.latency:
+            return ScalingReason.SCALE_UP_LATENCY
+        return ScalingReason.SCALE_UP_KV_CACHE
+    if desired < current and current > hi and desired == hi:
+        return ScalingReason.BOUNDED_MAX
+    if desired < current:
+        return ScalingReason.SCALE_DOWN
+    if rec.recommendation < current:
+        return ScalingReason.SCALE_DOWN_STABILIZING
+    if raw < lo and desired == lo:
+        return ScalingReason.BOUNDED_MIN
+    return ScalingReason.STEADY
 
 
 def _missing_fields(role: PoolRole, sample: MetricsSample) -> list[str]:
