@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import Counter, Gauge, Histogram
 
 if TYPE_CHECKING:
-    from gpufleet.scheduler.loop import CycleReport
+    from gpufleet.scheduler.cycle_report import CycleReport
 
 CYCLES = Counter("gpufleet_scheduler_cycles_total", "Scheduling cycles run", ["result"])
 CYCLE_SECONDS = Histogram(

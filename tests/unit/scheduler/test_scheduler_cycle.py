@@ -20,7 +20,8 @@ from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.model.mig import MigPlacement
 from gpufleet.scheduler import names
 from gpufleet.scheduler.cache import SchedulerCache
-from gpufleet.scheduler.loop import Scheduler, bind_annotations
+from gpufleet.scheduler.inflight import bind_annotations
+from gpufleet.scheduler.loop import Scheduler
 from gpufleet.scheduler.mig import config_entries, layout_annotation
 
 

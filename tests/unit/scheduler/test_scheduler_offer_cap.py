@@ -1,4 +1,4 @@
-"""Offering identical gangs (`Scheduler._cap_identical`): past `cap_identical_above` offered
+"""Offering identical gangs (`offer.cap_identical`): past `cap_identical_above` offered
 gangs, the core sees only as many of a set of identical gangs as could fit plus one; the gangs
 bound are the same as without the cap, the ones held back carry the core's reason for the last
 one offered, no GPU is handed out twice across cycles as capacity appears, and gangs that could

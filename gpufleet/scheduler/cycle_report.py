@@ -1,0 +1,30 @@
+"""What one scheduling cycle did (`CycleReport`): returned to tests, logged, and counted as
+metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class CycleReport:
+    """What one cycle did; each phase adds what it did."""
+
+    cycle: int
+    bound: list[str] = field(default_factory=list)  # gang ids, bindings answered
+    sent: int = 0  # bindings sent this cycle (answered in the background)
+    pending: dict[str, str] = field(default_factory=dict)  # gang id -> message
+    preempted: list[str] = field(default_factory=list)  # victim gang ids
+    mig_requests: dict[str, str] = field(default_factory=dict)  # node -> config name
+    restarted: list[str] = field(default_factory=list)  # gangs restarted whole
+    completed: list[str] = field(default_factory=list)  # partly bound gangs being completed
+    bind_failures: dict[str, str] = field(default_factory=dict)  # gang id -> error
+    timings: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def acted(self) -> bool:
+        """Whether the cycle changed anything in the cluster (worth a log line)."""
+        return bool(
+            self.sent or self.bound or self.preempted or self.mig_requests or self.restarted
+        )

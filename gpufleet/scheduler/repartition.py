@@ -1,0 +1,63 @@
+"""Phase 6 of the cycle: the core's new MIG layouts asked of their nodes (`mig.MigRequester`);
+the gangs placed on the repartitioned GPUs wait until the MIG manager reports success."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+
+from gpufleet.core.decision import Decision
+from gpufleet.model.mig import MigLayout
+from gpufleet.scheduler import names
+from gpufleet.scheduler.cache import CachedState, SchedulerCache
+from gpufleet.scheduler.cycle_report import CycleReport
+from gpufleet.scheduler.mig import CONFIG_PREFIX, MigRequester
+from gpufleet.scheduler.snapshot import ClusterView
+from gpufleet.scheduler.waiting import PendingReasonText
+
+log = logging.getLogger("gpufleet.scheduler")
+
+
+def request_layouts(
+    decision: Decision,
+    view: ClusterView,
+    state: CachedState,
+    requester: MigRequester,
+    cache: SchedulerCache,
+    report: CycleReport,
+) -> dict[str, str]:
+    """Ask each node for its new layouts; gang -> why it waits (every gang placed on them)."""
+    if not decision.repartitions:
+        return {}
+    changes: dict[str, dict[int, MigLayout | None]] = defaultdict(dict)
+    for r in decision.repartitions:
+        changes[r.node][r.gpu] = r.new_layout
+    held: dict[str, str] = {}
+    in_use = {
+        label
+        for n in state.nodes
+        if (label := (n["metadata"].get("labels") or {}).get(names.MIG_CONFIG_LABEL))
+        and label.startswith(CONFIG_PREFIX)
+    }
+    for node_name, gpus in sorted(changes.items()):
+        node = view.snapshot.node(node_name)
+        layouts = [gpus.get(g.index, g.mig_layout) for g in node.gpus]
+        users = frozenset(
+            p.gang_id
+            for p in decision.placements
+            if any(r.node == node_name and r.gpus[0] in gpus for r in p.replicas)
+        )
+        try:
+            config = requester.request(node_name, layouts, in_use)
+        except Exception as exc:
+            log.warning("cycle=%d MIG request for %s failed: %s", report.cycle, node_name, exc)
+            config = ""
+        for gid in users:
+            held[gid] = (
+                f"{PendingReasonText.MIG}: waiting for MIG reconfiguration of node {node_name}"
+            )
+        if config:
+            in_use.add(config)
+            cache.request_mig(node_name, config, users)
+            report.mig_requests[node_name] = config
+    return held

@@ -1,0 +1,156 @@
+"""Phase 5 of the cycle: the core's preemption victims evicted whole, or none of them.
+
+The victims' PodDisruptionBudgets are read once per cycle and a preemption goes ahead only if
+they allow every victim pod of the preemptor to go (`disruption.gang_blocked`); otherwise
+nothing is evicted, the preemptor waits with the budget as its reason, and its victims are
+offered to the core as not preemptible for `retry` seconds, so the next decision looks for
+other room. If the API still refuses an eviction midway (another client used the budget since
+the check), evictions stop there; see disruption.py for that residual race.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from gpufleet.core.decision import Decision
+from gpufleet.core.snapshot import Snapshot
+from gpufleet.scheduler import names, pods
+from gpufleet.scheduler.binder import Binder
+from gpufleet.scheduler.cache import CachedState, SchedulerCache
+from gpufleet.scheduler.cycle_report import CycleReport
+from gpufleet.scheduler.disruption import gang_blocked
+from gpufleet.scheduler.pods import PodFacts
+from gpufleet.scheduler.snapshot import ClusterView
+from gpufleet.scheduler.waiting import PREEMPTING_MESSAGE, PendingReasonText
+
+log = logging.getLogger("gpufleet.scheduler")
+
+
+def victims_still_shown(state: CachedState, facts: Mapping[str, PodFacts]) -> set[str]:
+    """Gangs this process preempted whose evicted pods the watch still shows: the operator
+    recreates an evicted worker under the same name at once, and that new pod beside the old
+    members still shown bound is not the rest of a partly bound gang."""
+    out: set[str] = set()
+    for nomination in state.nominations.values():
+        for key, uid in nomination.victims:
+            f = facts.get(key)
+            if f is not None and f.pod["metadata"].get("uid") == uid:
+                out.add(f.gang)
+    return out
+
+
+class VictimEvictor:
+    """Evicts victims; remembers the preemptions a budget stopped, and for how long."""
+
+    def __init__(
+        self,
+        cache: SchedulerCache,
+        binder: Binder,
+        clock: Callable[[], float],
+        retry: float,
+    ) -> None:
+        self.cache = cache
+        self.binder = binder
+        self.clock = clock
+        self.retry = retry
+        # Victim gang -> until when it is offered as not preemptible.
+        self._protected: dict[str, float] = {}
+        # Preemptor -> (its pending message, until when).
+        self._blocked: dict[str, tuple[str, float]] = {}
+
+    @property
+    def blocked(self) -> dict[str, str]:
+        """Preemptor -> the budget's message it keeps as its reason."""
+        return {gang: message for gang, (message, _) in self._blocked.items()}
+
+    def without_protected(self, view: ClusterView) -> ClusterView:
+        """`view` with gangs a budget protected recently offered as not preemptible."""
+        now = self.clock()
+        for gid in [g for g, t in self._protected.items() if t < now]:
+            del self._protected[gid]
+        for gid in [g for g, (_, t) in self._blocked.items() if t < now]:
+            del self._blocked[gid]
+        if not self._protected:
+            return view
+        snap = view.snapshot
+        running = tuple(
+            replace(g, preemptible=False) if g.id in self._protected else g for g in snap.running
+        )
+        return replace(
+            view,
+            snapshot=Snapshot(snap.catalog, snap.nodes, running, snap.constrained_demand),
+        )
+
+    def evict(
+        self, decision: Decision, view: ClusterView, state: CachedState, report: CycleReport
+    ) -> dict[str, str]:
+        """Evict each preemptor's victim gangs, all of them or none; preemptor -> why it
+        waits."""
+        victims_of: dict[str, list[str]] = defaultdict(list)
+        for p in decision.preemptions:
+            victims_of[p.for_gang].append(p.gang_id)
+        if not victims_of:
+            return {}
+        keys_of = {
+            gang: [k for v in victims for k in view.running_pods.get(v, ())]
+            for gang, victims in victims_of.items()
+        }
+        try:
+            budgets = self.binder.list_budgets(
+                {k.partition("/")[0] for keys in keys_of.values() for k in keys}
+            )
+        except Exception as exc:  # no budgets known: no eviction this cycle
+            log.warning("cycle=%d cannot read PodDisruptionBudgets: %s", report.cycle, exc)
+            unread = f"{PendingReasonText.BUDGET}: cannot read PodDisruptionBudgets"
+            return dict.fromkeys(victims_of, unread)
+        current = {pods.pod_key(p): p for p in state.pods}
+        held: dict[str, str] = {}
+        spent: dict[str, int] = {}
+        until = self.clock() + self.retry
+        for gang, victims in sorted(victims_of.items()):
+            keys = keys_of[gang]
+            why = gang_blocked([current[k] for k in keys if k in current], budgets, spent)
+            if why is not None:
+                message = (
+                    f"{PendingReasonText.BUDGET}: cannot preempt "
+                    f"{', '.join(sorted(victims))}: {why}"
+                )
+                log.info("cycle=%d gang %s: %s", report.cycle, gang, message)
+                self._stop(gang, victims, message, until)
+                held[gang] = message
+                continue
+            held[gang] = self._evict_gang(gang, victims, keys, until, report)
+        return held
+
+    def _evict_gang(
+        self, gang: str, victims: list[str], keys: list[str], until: float, report: CycleReport
+    ) -> str:
+        """Evict the victims' pods for `gang`; its pending message."""
+        message = f"preempted by higher-priority gang {gang}"
+        # The victims' uids before the evictions: the operator recreates an evicted worker
+        # under the same name while the other evictions are still going on.
+        uids = self.cache.uids(keys)
+        results = self.binder.evict_pods(keys, names.PREEMPTED_REASON, message)
+        refused = {k: e for k, e in results.items() if e is not None}
+        evicted = frozenset(k for k, e in results.items() if e is None)
+        self.cache.nominate(gang, evicted, uids)
+        report.preempted.extend(victims)
+        if not refused:
+            return PREEMPTING_MESSAGE
+        first = sorted(refused.values())[0]
+        log.warning(
+            "cycle=%d gang %s: %d of %d evictions refused after the budget check (%s)",
+            report.cycle, gang, len(refused), len(keys), first,
+        )  # fmt: skip
+        why = (
+            f"{PendingReasonText.BUDGET}: {len(refused)} of {len(keys)} evictions refused: {first}"
+        )
+        self._stop(gang, victims, why, until)
+        return why
+
+    def _stop(self, gang: str, victims: list[str], message: str, until: float) -> None:
+        self._protected.update(dict.fromkeys(victims, until))
+        self._blocked[gang] = (message, until)
