@@ -9,6 +9,8 @@ from importlib import metadata
 from pathlib import Path
 
 from gpufleet.app.command import add_operator_parser, run_operator
+from gpufleet.cliargs import OneLineParser, add_subcommands, input_error_exit
+from gpufleet.model.input_error import InputError
 from gpufleet.sandbox.binaries import BuildError
 from gpufleet.sim.cli import add_simulate_parser, run_simulate
 
@@ -68,13 +70,13 @@ def _run_sandbox(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="gpufleet", description="Kubernetes-native scheduler and autoscaler for GPU clusters"
     )
     parser.add_argument(
         "--version", action="version", version=f"gpufleet {metadata.version('gpufleet')}"
     )
-    subparsers = parser.add_subparsers(dest="command", required=True)
+    subparsers = add_subcommands(parser, "command")
     _sandbox_parser(subparsers)
     add_operator_parser(subparsers)
     add_simulate_parser(subparsers)
@@ -82,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one `gpufleet` command; bad input is one line on stderr and exit status 2."""
     args = build_parser().parse_args(argv)
     try:
         match args.command:
@@ -91,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
                 return run_operator(args)
             case "simulate":
                 return run_simulate(args)
+    except InputError as exc:
+        return input_error_exit(f"gpufleet {args.command}", exc)
     except (BuildError, TimeoutError, RuntimeError, ValueError, FileNotFoundError) as exc:
         print(f"gpufleet: error: {exc}", file=sys.stderr)
         return 1

@@ -26,7 +26,7 @@ import yaml
 from gpufleet.sandbox import processes, serving
 from gpufleet.sandbox.binaries import Binaries, ensure_binaries
 from gpufleet.sandbox.miglayouts import load_default_configs
-from gpufleet.sandbox.nodes import fleet_manifests
+from gpufleet.sandbox.nodes import fleet_manifests, sandbox_pool_check
 from gpufleet.sandbox.pki import ensure_pki, write_kubeconfig
 from gpufleet.settings import CONFIG_FILE_ENV
 from gpufleet.sim.fleet import load_fleet
@@ -164,10 +164,12 @@ class Sandbox:
         With `operator`, also run `gpufleet operator` (operator and scheduler) against it.
         """
         started = time.monotonic()
+        fleet_file = fleet or default_fleet_path()
+        # A bad fleet file fails (InputError, naming file, line and field) before anything starts.
+        fleet_spec = load_fleet(fleet_file, check=sandbox_pool_check(load_default_configs()))
+        fleet_path = fleet_file.resolve()
         if shutil.which("kubectl") is None:
             raise RuntimeError("kubectl is not on PATH; the sandbox installs objects with it")
-        fleet_path = (fleet or default_fleet_path()).resolve()
-        fleet_spec = load_fleet(fleet_path)  # fail on a bad fleet file before starting anything
         binaries = ensure_binaries(progress)
         if self.is_running():
             progress(f"sandbox already running ({self.state_dir})")

@@ -12,6 +12,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from gpufleet.model.input_error import InputError
 from gpufleet.operator.reconcile import WAITING_FOR_SCHEDULER
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.sandbox.nodes import POOL_LABEL
@@ -76,15 +77,33 @@ def _disaggregated(doc: dict[str, Any]) -> bool:
     return bool(spec.get("prefill") and spec.get("decode"))
 
 
+def _read_examples(examples: Path) -> tuple[list[Path], list[dict[str, Any]]]:
+    """The example manifest files and the objects in them; bad ones are an `InputError`."""
+    if not examples.is_dir():
+        raise InputError(f"directory {examples} not found", field="--examples")
+    manifests = sorted(examples.glob("*.yaml"))
+    docs: list[dict[str, Any]] = []
+    for path in manifests:
+        try:
+            loaded = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+        except yaml.YAMLError as exc:
+            raise InputError.from_yaml_error(exc, path) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"cannot read: {exc}", source=path) from None
+        for doc in loaded:
+            if doc and not (isinstance(doc, dict) and doc.get("kind") and doc.get("metadata")):
+                raise InputError("expected a Kubernetes object (kind, metadata)", source=path)
+            if doc:
+                docs.append(doc)
+    return manifests, docs
+
+
 def run_demo(sandbox: Sandbox, fleet: Path | None, examples: Path) -> None:
     """Start the sandbox and the operator, apply every example, print the fleet and the jobs."""
     # Off a terminal (CI logs, pipes) rich assumes 80 columns; the tables need more.
     console = Console() if Console().is_terminal else Console(width=120)
+    manifests, docs = _read_examples(examples)  # before anything starts
     sandbox.up(fleet, progress=lambda msg: console.print(f"[dim]{msg}[/dim]"), operator=True)
-    if not examples.is_dir():
-        raise FileNotFoundError(f"examples directory {examples} not found; pass --examples DIR")
-    manifests = sorted(examples.glob("*.yaml"))
-    docs = [d for m in manifests for d in yaml.safe_load_all(m.read_text()) if d]
     serving = [d for d in docs if d.get("kind") == "ServingJob"]
     url = ""
     if any(_disaggregated(d) for d in serving):

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.model.gfd import hardware_for
+from gpufleet.model.input_error import InputError
 from gpufleet.model.migparted import MIG_APPLIED_ANNOTATION, node_resources, resolve_layouts
-from gpufleet.sim.fleet import FleetSpec, NodePoolSpec
+from gpufleet.sim.fleet import FleetSpec, NodePoolSpec, PoolCheck
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 POOL_LABEL = "gpufleet.io/node-pool"
@@ -96,6 +97,24 @@ def node_manifest(pool: NodePoolSpec, name: str, mig_configs: dict[str, Any]) ->
             "phase": "Running",
         },
     }
+
+
+def sandbox_pool_check(mig_configs: dict[str, Any]) -> PoolCheck:
+    """The sandbox's check of a fleet pool (`load_fleet(check=)`): a GPU type GPU Feature
+    Discovery knows, and a MIG layout of `mig_configs` these GPUs can hold, so that a bad fleet
+    file fails before the control plane starts."""
+
+    def check(pool: NodePoolSpec) -> None:
+        try:
+            hardware_for(pool.gpu_type)
+        except ValueError as exc:
+            raise InputError(str(exc), field="gpuType") from None
+        try:
+            node_manifest(pool, f"{pool.name}-0", mig_configs)
+        except ValueError as exc:
+            raise InputError(str(exc), field="mig.config" if pool.mig else None) from None
+
+    return check
 
 
 def fleet_manifests(fleet: FleetSpec, mig_configs: dict[str, Any]) -> list[dict[str, Any]]:

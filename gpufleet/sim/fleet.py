@@ -12,20 +12,30 @@ A fleet is a list of node pools; every node of a pool is identical. The YAML sha
           strategy: mixed
           config: all-balanced
 
-This module only parses and validates the shape. Whether `gpuType` names a catalogue entry and
-whether `mig.config` names a known layout is checked by the consumers (the simulator's cluster
-builder, the sandbox), so that this loader stays small and free of I/O beyond reading the file.
+This module parses and validates the shape. Whether `gpuType` names a known GPU and whether
+`mig.config` names a known layout depends on the consumer (the simulator's catalogue and MIG
+layout names, the sandbox's GPU Feature Discovery facts and mig-parted layouts file), so
+`load_fleet` takes a per-pool `check` from the consumer. Every problem, in the YAML, the shape
+or a consumer's check, is an `InputError` naming the file, the line and the field
+(`nodePools[2].gpuType`), raised before the consumer starts any work.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-__all__ = ["FleetSpec", "MigSpec", "NodePoolSpec", "load_fleet"]
+from gpufleet.model.input_error import InputError
+
+__all__ = ["FleetSpec", "MigSpec", "NodePoolSpec", "PoolCheck", "load_fleet"]
+
+# A consumer's check of one pool: raises `InputError` (its `field` relative to the pool, e.g.
+# `mig.config`) or `ValueError` when the pool cannot be used.
+PoolCheck = Callable[["NodePoolSpec"], None]
 
 
 class _CamelModel(BaseModel):
@@ -95,16 +105,91 @@ class FleetSpec(_CamelModel):
         return sum(p.count for p in self.node_pools)
 
 
-def load_fleet(path: str | Path) -> FleetSpec:
-    """Read and validate a fleet YAML file; raises `ValueError` with the file name on bad input."""
-    p = Path(path)
+def load_fleet(path: str | Path, check: PoolCheck | None = None) -> FleetSpec:
+    """Read and validate a fleet YAML file, each pool also with the consumer's `check`.
+
+    Raises `InputError` naming the file, the line and the field on any bad input.
+    """
+    source = Path(path)
     try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{p}: not valid YAML: {exc}") from exc
+        text = source.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("file not found", source=source) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}", source=source) from None
+    root, raw = _parse_yaml(source, text)
     if not isinstance(raw, dict):
-        raise ValueError(f"{p}: expected a mapping with a 'nodePools' list")
+        raise InputError(
+            "expected a mapping with a 'nodePools' list", source=source, line=_line(root, ())
+        )
     try:
-        return FleetSpec.model_validate(raw)
-    except ValueError as exc:
-        raise ValueError(f"{p}: invalid fleet: {exc}") from exc
+        fleet = FleetSpec.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = tuple(first["loc"])
+        problem = str(first["msg"]).removeprefix("Value error, ")
+        if first["type"] == "missing":
+            problem = "required field missing"
+        elif first["type"] == "extra_forbidden":
+            problem = "unknown field"
+        elif "input" in first and not isinstance(first["input"], dict | list):
+            problem = f"{problem} (got {first['input']!r})"
+        raise InputError(
+            problem, source=source, line=_line(root, loc), field=_field_name(loc)
+        ) from None
+    for index, pool in enumerate(fleet.node_pools):
+        try:
+            if check is not None:
+                check(pool)
+        except InputError as exc:
+            loc = ("nodePools", index, *(exc.field.split(".") if exc.field else ()))
+            raise exc.located(source, _line(root, loc), _field_name(loc[:2])) from None
+        except ValueError as exc:
+            loc = ("nodePools", index)
+            raise InputError(
+                str(exc), source=source, line=_line(root, loc), field=_field_name(loc)
+            ) from None
+    return fleet
+
+
+def _parse_yaml(source: Path, text: str) -> tuple[yaml.Node | None, Any]:
+    """The YAML node tree (for line numbers) and the plain data it holds."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        return root, (loader.construct_document(root) if root is not None else None)
+    except yaml.YAMLError as exc:
+        raise InputError.from_yaml_error(exc, source) from None
+    finally:
+        loader.dispose()
+
+
+def _line(root: yaml.Node | None, loc: tuple[Any, ...]) -> int:
+    """1-based line of the deepest node on the path `loc` (a key's own line for a field)."""
+    node = root
+    line = node.start_mark.line + 1 if node is not None else 1
+    for step in loc:
+        child: yaml.Node | None = None
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.value == step:
+                    line, child = key.start_mark.line + 1, value
+                    break
+        elif isinstance(node, yaml.SequenceNode) and isinstance(step, int):
+            child = node.value[step] if 0 <= step < len(node.value) else None
+            line = child.start_mark.line + 1 if child is not None else line
+        if child is None:
+            break
+        node = child
+    return line
+
+
+def _field_name(loc: tuple[Any, ...]) -> str:
+    """`("nodePools", 2, "mig", "config")` -> `nodePools[2].mig.config`."""
+    name = ""
+    for step in loc:
+        if isinstance(step, int):
+            name += f"[{step}]"
+        else:
+            name += f".{step}" if name else str(step)
+    return name

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+
+from gpufleet.model.input_error import InputError
 
 __all__ = ["GAVEL_GPU_KEYS", "GavelProfile", "gavel_scale"]
 
@@ -42,13 +45,31 @@ class GavelProfile:
 
     @classmethod
     def load(cls, path: str | Path) -> GavelProfile:
-        """Parse `gavel_simulation_throughputs.json` (second-level keys are Python tuple reprs)."""
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        """Parse `gavel_simulation_throughputs.json` (second-level keys are Python tuple reprs).
+
+        A missing or malformed file is an `InputError` naming the file and the bad entry.
+        """
+        source = Path(path)
+        try:
+            raw = json.loads(source.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise InputError("file not found", source=source) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"cannot read: {exc}", source=source) from None
+        except json.JSONDecodeError as exc:
+            raise InputError(f"not valid JSON: {exc.msg}", source=source, line=exc.lineno) from None
+        if not isinstance(raw, dict) or not raw:
+            raise InputError("expected an object of GPU keys", source=source)
         rates: dict[tuple[str, str, int], float] = {}
         for gpu_key, entries in raw.items():
+            if not isinstance(entries, dict):
+                raise InputError("expected an object of job entries", source=source, field=gpu_key)
             for job_key, partners in entries.items():
-                job_type, scale = ast.literal_eval(job_key)
-                rates[(gpu_key, str(job_type), int(scale))] = float(partners["null"])
+                rates[_rate_key(source, gpu_key, job_key)] = _isolated_rate(
+                    source, f"{gpu_key}/{job_key}", partners
+                )
+        if "v100" not in {g for g, _, _ in rates}:
+            raise InputError("no 'v100' entries (the reference GPU)", source=source)
         return cls(rates)
 
     @cached_property
@@ -83,3 +104,28 @@ class GavelProfile:
         if ref <= 0 or rate <= 0:
             return 1.0
         return min(1.0, rate / ref)
+
+
+def _rate_key(source: Path, gpu_key: str, job_key: str) -> tuple[str, str, int]:
+    """`(gpu_key, job type, scale)` from a key such as `"('ResNet-50 (batch size 64)', 1)"`."""
+    try:
+        job_type, scale = ast.literal_eval(job_key)
+        return gpu_key, str(job_type), int(scale)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        raise InputError(
+            "expected a key of the form \"('<job type>', <scale>)\"",
+            source=source,
+            field=f"{gpu_key}/{job_key}",
+        ) from None
+
+
+def _isolated_rate(source: Path, field: str, partners: object) -> float:
+    """The isolated (`"null"` partner) rate of one entry, a finite number >= 0."""
+    value = partners.get("null") if isinstance(partners, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise InputError(
+            f"expected a rate >= 0 under 'null', got {value!r}", source=source, field=field
+        )
+    if not math.isfinite(value):
+        raise InputError(f"rate {value!r} is not finite", source=source, field=field)
+    return float(value)

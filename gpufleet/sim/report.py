@@ -1,7 +1,8 @@
 """Reports of a simulation comparison: JSON, a Markdown table and PNG plots.
 
 Plots (matplotlib, non-interactive backend): the CDF of job completion times per policy, energy
-per policy, and busy GPUs over time per policy.
+per policy, and busy GPUs over time per policy. Jobs the simulator dropped because no node of the
+fleet could ever hold them are listed under `dropped` in `results.json` and in `results.md`.
 """
 
 from __future__ import annotations
@@ -9,12 +10,21 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from gpufleet.sim.holdable import DroppedJob
 from gpufleet.sim.metrics import SimResult, summarise
 
-__all__ = ["COLUMNS", "fmt_cell", "markdown_table", "write_plots", "write_report"]
+__all__ = [
+    "COLUMNS",
+    "dropped_summary",
+    "fmt_cell",
+    "markdown_table",
+    "write_plots",
+    "write_report",
+]
 
 # (summary key, column title, format) in table order.
 COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -132,20 +142,39 @@ def _decimate(
     return kept
 
 
+def dropped_summary(dropped: Sequence[DroppedJob], examples: int = 3) -> str:
+    """One line about the dropped jobs: how many, and the first few with their reasons."""
+    shown = "; ".join(f"{d.job_id}: {d.reason}" for d in dropped[:examples])
+    more = f"; and {len(dropped) - examples} more" if len(dropped) > examples else ""
+    return (
+        f"{len(dropped)} job(s) dropped, no node of the fleet can ever hold them "
+        f"({shown}{more}; all listed in results.json)"
+    )
+
+
 def write_report(
     results: Sequence[SimResult],
     out: Path,
     meta: Mapping[str, Any],
     plots: bool = True,
+    dropped: Sequence[DroppedJob] = (),
 ) -> dict[str, Any]:
     """Write `results.json`, `results.md` and the plots into `out`; return the JSON document."""
     out.mkdir(parents=True, exist_ok=True)
     summaries = [summarise(r) for r in results]
-    doc: dict[str, Any] = {"meta": dict(meta), "policies": summaries}
+    doc: dict[str, Any] = {
+        "meta": dict(meta),
+        "policies": summaries,
+        "dropped": {"count": len(dropped), "jobs": [asdict(d) for d in dropped]},
+    }
     (out / "results.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
     lines = [f"# Simulation: {meta.get('trace', '?')} on {meta.get('fleet', '?')}", ""]
     lines += [f"- {k}: {v}" for k, v in meta.items()]
     lines += ["", markdown_table(summaries)]
+    if dropped:
+        lines += [f"{len(dropped)} job(s) dropped: no node of the fleet can ever hold them.", ""]
+        lines += [f"- {d.job_id} ({d.gpus:g} GPUs): {d.reason}" for d in dropped]
+        lines += [""]
     (out / "results.md").write_text("\n".join(lines))
     if plots:
         doc["plots"] = [p.name for p in write_plots(results, out)]

@@ -1,4 +1,8 @@
-"""Glue between traces, fleets and the engine: one call runs one policy on one workload."""
+"""Glue between traces, fleets and the engine: one call runs one policy on one workload.
+
+`load_workload` drops (and records, see `gpufleet.sim.holdable`) the jobs the fleet could never
+hold; `sim_pool_check` is the simulator's check of a fleet file's pools (`load_fleet(check=)`).
+"""
 
 from __future__ import annotations
 
@@ -9,18 +13,27 @@ from pathlib import Path
 from gpufleet.core.policy import Engine, TypeDelay
 from gpufleet.core.snapshot import ConstrainedDemand
 from gpufleet.model.gpus import Catalog, load_catalog
-from gpufleet.sim.cluster import SimCluster
-from gpufleet.sim.engine import SimSettings, Simulation
-from gpufleet.sim.fleet import FleetSpec
+from gpufleet.model.input_error import InputError
+from gpufleet.sim.cluster import SimCluster, initial_layout
+from gpufleet.sim.engine import SimSettings, Simulation, gang_for_job
+from gpufleet.sim.fleet import FleetSpec, NodePoolSpec, PoolCheck
+from gpufleet.sim.holdable import DroppedJob, why_unholdable
 from gpufleet.sim.metrics import SimResult
 from gpufleet.sim.policies import make_policy
 from gpufleet.sim.profiles import GavelProfile
 from gpufleet.sim.speed import SpeedModel
-from gpufleet.sim.traces.alibaba import load_alibaba_pods
+from gpufleet.sim.traces.alibaba import load_alibaba_pods, parse_seconds_window
 from gpufleet.sim.traces.common import TraceJob, default_data_dir
 from gpufleet.sim.traces.philly import load_philly
 
-__all__ = ["ALIBABA_TYPE_MAP", "Workload", "load_workload", "run_policy", "single_type_demand"]
+__all__ = [
+    "ALIBABA_TYPE_MAP",
+    "Workload",
+    "load_workload",
+    "run_policy",
+    "sim_pool_check",
+    "single_type_demand",
+]
 
 # Alibaba GPU models -> catalogue types. T4, A10 and V100 map to themselves (the catalogue has
 # one V100, the 32 GB part); P100 has no catalogue entry and maps to V100-32GB (Gavel's P100 is
@@ -39,12 +52,38 @@ ALIBABA_TYPE_MAP: dict[str, str] = {
 
 @dataclass(frozen=True)
 class Workload:
-    """A trace slice plus what is needed to simulate it."""
+    """A trace slice plus what is needed to simulate it, and the jobs left out of it."""
 
     trace: str
     jobs: list[TraceJob]
     profile: GavelProfile
     catalog: Catalog
+    dropped: tuple[DroppedJob, ...] = ()
+
+
+def sim_pool_check(catalog: Catalog) -> PoolCheck:
+    """The simulator's check of a fleet pool: a catalogue type, and a MIG layout it can build."""
+
+    def check(pool: NodePoolSpec) -> None:
+        if pool.gpu_type not in catalog:
+            raise InputError(
+                f"unknown GPU type {pool.gpu_type!r}; known: {', '.join(catalog.names)}",
+                field="gpuType",
+            )
+        if pool.mig is not None:
+            try:
+                initial_layout(catalog[pool.gpu_type], pool.mig.config)
+            except ValueError as exc:
+                raise InputError(str(exc), field="mig.config") from None
+
+    return check
+
+
+def _speed_model(fleet: FleetSpec, catalog: Catalog, profile: GavelProfile) -> SpeedModel:
+    per_node: dict[str, int] = {}
+    for pool in fleet.node_pools:
+        per_node[pool.gpu_type] = max(per_node.get(pool.gpu_type, 0), pool.gpus_per_node)
+    return SpeedModel(catalog, profile, per_node)
 
 
 def load_workload(
@@ -59,10 +98,24 @@ def load_workload(
     variant: str = "gpuspec10",
     elastic_fraction: float = 0.0,
 ) -> Workload:
-    """Load `philly` or `alibaba` jobs; jobs larger than the whole fleet are dropped."""
+    """Load `philly` or `alibaba` jobs; jobs the fleet could never hold are dropped.
+
+    `jobs` counts the jobs kept; the dropped ones are listed in `Workload.dropped`. Bad trace
+    or profile files raise `InputError`.
+    """
     data = data_dir or default_data_dir()
     profile = GavelProfile.load(data / "profiles" / "gavel_simulation_throughputs.json")
     catalog = load_catalog()
+    speed = _speed_model(fleet, catalog, profile)
+    fleet_types = [catalog[n] for n in sorted({p.gpu_type for p in fleet.node_pools})]
+    dropped: list[DroppedJob] = []
+
+    def holdable(job: TraceJob) -> bool:
+        reason = why_unholdable(gang_for_job(job, fleet_types, speed), fleet, catalog)
+        if reason is not None:
+            dropped.append(DroppedJob(job.job_id, job.gpu_share, reason))
+        return reason is None
+
     if trace == "philly":
         loaded = load_philly(
             data / "traces" / "philly.csv",
@@ -71,27 +124,24 @@ def load_workload(
             seed=seed,
             window=window,
             arrival_speedup=arrival_speedup,
-            max_gpus=fleet.total_gpus,
             elastic_fraction=elastic_fraction,
+            keep=holdable,
         )
     elif trace == "alibaba":
-        bounds = None
-        if window:
-            lo, _, hi = window.partition(",")
-            bounds = (float(lo or 0), float(hi) if hi else float("inf"))
         loaded = load_alibaba_pods(
             data / "traces" / "alibaba-gpu-2023",
             profile,
             variant=variant,
             jobs=jobs,
             seed=seed,
-            window=bounds,
+            window=parse_seconds_window(window),
             arrival_speedup=arrival_speedup,
             type_map=ALIBABA_TYPE_MAP,
+            keep=holdable,
         )
     else:
         raise ValueError(f"unknown trace {trace!r}; choose philly or alibaba")
-    return Workload(trace, loaded, profile, catalog)
+    return Workload(trace, loaded, profile, catalog, tuple(dropped))
 
 
 def single_type_demand(jobs: Sequence[TraceJob], fleet: FleetSpec) -> tuple[ConstrainedDemand, ...]:
@@ -128,10 +178,7 @@ def run_policy(
 ) -> SimResult:
     """Simulate one named policy on a fresh cluster built from `fleet`."""
     cluster = SimCluster(fleet, workload.catalog)
-    per_node: dict[str, int] = {}
-    for pool in fleet.node_pools:
-        per_node[pool.gpu_type] = max(per_node.get(pool.gpu_type, 0), pool.gpus_per_node)
-    speed = SpeedModel(workload.catalog, workload.profile, per_node)
+    speed = _speed_model(fleet, workload.catalog, workload.profile)
     holder: list[Simulation] = []
 
     def clock() -> float:

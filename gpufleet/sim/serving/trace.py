@@ -2,12 +2,13 @@
 
 The Azure file (`AzureLLMInferenceTrace_code.csv`, Splitwise ISCA'24, CC-BY) has the header
 `TIMESTAMP,ContextTokens,GeneratedTokens`: invocation time with seven fractional digits and no
-time zone, prompt tokens and generated tokens (see the shared `reference/data.md` §3).
+time zone, prompt tokens and generated tokens (see the shared `reference/data.md` §3). A file
+that is missing, empty or header-only, or a row that is truncated, has text in a numeric column
+or a negative token count, is a `TraceError` (an `InputError`) naming the file, line and column.
 """
 
 from __future__ import annotations
 
-import csv
 import math
 import random
 from collections.abc import Iterable
@@ -15,10 +16,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from gpufleet.model.input_error import InputError
+from gpufleet.sim.traces.csvrows import read_rows
+
 __all__ = ["Request", "TraceError", "load_azure_code_trace", "poisson_requests"]
 
 
-class TraceError(ValueError):
+class TraceError(InputError):
     """A trace file that cannot be read as a request trace, with the offending line."""
 
 
@@ -58,24 +62,16 @@ def load_azure_code_trace(
     if time_scale <= 0:
         raise ValueError("time_scale must be positive")
     rows: list[tuple[float, int, int]] = []
-    with Path(path).open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        fields = set(reader.fieldnames or ())
-        need = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"}
-        if not need <= fields:
-            raise TraceError(f"{path}: expected columns {sorted(need)}, got {sorted(fields)}")
-        t0: datetime | None = None
-        for line, row in enumerate(reader, start=2):
-            try:
-                t = _parse_time(row["TIMESTAMP"])
-                prompt = int(row["ContextTokens"])
-                output = int(row["GeneratedTokens"])
-            except (TypeError, ValueError) as exc:
-                raise TraceError(f"{path}:{line}: {exc}") from exc
-            if prompt < 0 or output < 1:
-                raise TraceError(f"{path}:{line}: token counts must be >= 0 / >= 1")
+    t0: datetime | None = None
+    try:
+        for row in read_rows(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens")):
+            t = row.timestamp("TIMESTAMP", _parse_time, "YYYY-MM-DD HH:MM:SS[.fraction]")
+            prompt = row.integer("ContextTokens", minimum=0)
+            output = row.integer("GeneratedTokens", minimum=1)
             t0 = t0 or t
             rows.append(((t - t0).total_seconds(), prompt, output))
+    except InputError as exc:
+        raise TraceError(exc.problem, source=exc.source, line=exc.line, field=exc.field) from None
     rows.sort(key=lambda r: r[0])
     end = math.inf if duration_s is None else start_s + duration_s
     kept = [r for r in rows if start_s <= r[0] < end]

@@ -24,21 +24,25 @@ Columns and quirks are in the project's data reference (data.md §2). Assumption
 
 from __future__ import annotations
 
-import csv
+import math
 import random
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from gpufleet.sim.fleet import FleetSpec, MigSpec, NodePoolSpec
 from gpufleet.sim.profiles import GavelProfile, gavel_scale
 from gpufleet.sim.traces.common import TraceJob
+from gpufleet.sim.traces.csvrows import read_rows
 
 __all__ = [
     "MIG_COMPUTE_SIZES",
+    "POD_COLUMNS",
     "POD_LISTS",
     "load_alibaba_fleet",
     "load_alibaba_pods",
+    "parse_seconds_window",
     "quantise_mig",
 ]
 
@@ -47,6 +51,19 @@ POD_LISTS: dict[str, str] = {
     "default": "openb_pod_list_default.csv",
     "gpuspec10": "openb_pod_list_gpuspec10.csv",
 }
+
+# Columns the pod loader reads (`gpu_spec` is optional: only the gpuspec lists have it).
+POD_COLUMNS = (
+    "name",
+    "cpu_milli",
+    "memory_mib",
+    "num_gpu",
+    "gpu_milli",
+    "qos",
+    "creation_time",
+    "scheduled_time",
+    "deletion_time",
+)
 
 # MIG compute sizes (sevenths of a GPU) that a fractional request may be rounded up to.
 MIG_COMPUTE_SIZES: tuple[int, ...] = (1, 2, 3, 4)
@@ -60,6 +77,21 @@ def quantise_mig(gpu_milli: int) -> int | None:
     return None
 
 
+def parse_seconds_window(text: str | None) -> tuple[float, float] | None:
+    """Parse `START[,END]` in seconds on the trace clock (END defaults to the trace's end)."""
+    if not text:
+        return None
+    lo, _, hi = text.partition(",")
+    try:
+        start = float(lo) if lo.strip() else 0.0
+        end = float(hi) if hi.strip() else math.inf
+    except ValueError:
+        raise ValueError(f"expected START[,END] in seconds, got {text!r}") from None
+    if not 0 <= start < end or math.isnan(end):
+        raise ValueError(f"expected 0 <= START < END seconds, got {text!r}")
+    return start, end
+
+
 def load_alibaba_pods(
     trace_dir: str | Path,
     profile: GavelProfile,
@@ -70,8 +102,13 @@ def load_alibaba_pods(
     window: tuple[float, float] | None = None,
     arrival_speedup: float = 1.0,
     type_map: Mapping[str, str] | None = None,
+    keep: Callable[[TraceJob], bool] | None = None,
 ) -> list[TraceJob]:
-    """GPU pods of a pod list as jobs; `window` is `(start, end)` seconds on the trace clock."""
+    """GPU pods of a pod list as jobs; `window` is `(start, end)` seconds on the trace clock.
+
+    `keep` is one more filter, asked about each job in the window (the simulator drops, and
+    records, jobs its fleet could never hold); `jobs` keeps the first N that pass it.
+    """
     if variant not in POD_LISTS:
         raise ValueError(f"unknown Alibaba pod list {variant!r}; choose from {sorted(POD_LISTS)}")
     if arrival_speedup <= 0:
@@ -79,51 +116,57 @@ def load_alibaba_pods(
     path = Path(trace_dir) / POD_LISTS[variant]
     out: list[TraceJob] = []
     t0: float | None = None
-    with path.open(newline="", encoding="utf-8") as fh:
-        for rec in csv.DictReader(fh):
-            num_gpu = int(rec["num_gpu"])
-            if num_gpu == 0:
-                continue
-            created = float(rec["creation_time"])
-            if window is not None and not window[0] <= created < window[1]:
-                continue
-            deleted = float(rec["deletion_time"])
-            start = float(rec["scheduled_time"]) if rec["scheduled_time"] else created
-            milli = int(rec["gpu_milli"])
-            mig_g = quantise_mig(milli) if num_gpu == 1 and milli < 1000 else None
-            spec = frozenset(s for s in rec.get("gpu_spec", "").split("|") if s)
-            allowed: frozenset[str] | None = None
-            if spec:
-                allowed = (
-                    frozenset(type_map[s] for s in spec if s in type_map)
-                    if type_map is not None
-                    else spec
-                ) or None
-            name = rec["name"]
-            rng = random.Random(f"alibaba:{seed}:{name}")
-            if t0 is None:
-                t0 = created
-            out.append(
-                TraceJob(
-                    job_id=name,
-                    arrival_s=(created - t0) / arrival_speedup,
-                    work_s=max(1.0, deleted - start),
-                    replicas=1,
-                    gpus_per_replica=num_gpu,
-                    model=rng.choice(profile.job_types(gavel_scale(num_gpu))),
-                    queue=rec["qos"],
-                    mig_g=mig_g,
-                    gpu_milli=milli,
-                    gpu_types=allowed,
-                    extra={
-                        "cpu_milli": rec["cpu_milli"],
-                        "memory_mib": rec["memory_mib"],
-                        "gpu_spec": "|".join(sorted(spec)),
-                    },
-                )
-            )
-            if jobs is not None and len(out) >= jobs:
-                break
+    for row in read_rows(path, POD_COLUMNS):
+        num_gpu = row.integer("num_gpu", minimum=0)
+        if num_gpu == 0:
+            continue
+        created = row.number("creation_time", minimum=0)
+        if window is not None and not window[0] <= created < window[1]:
+            continue
+        deleted = row.number("deletion_time", minimum=0)
+        start = (
+            row.number("scheduled_time", minimum=created)
+            if row.text("scheduled_time", required=False)
+            else created
+        )
+        if deleted < start:
+            raise row.error("deletion_time", f"{deleted:g} is before the pod started ({start:g})")
+        milli = row.integer("gpu_milli", minimum=1, maximum=1000)
+        mig_g = quantise_mig(milli) if num_gpu == 1 and milli < 1000 else None
+        spec = frozenset(s for s in row.text("gpu_spec", required=False).split("|") if s)
+        allowed: frozenset[str] | None = None
+        if spec:
+            allowed = (
+                frozenset(type_map[s] for s in spec if s in type_map)
+                if type_map is not None
+                else spec
+            ) or None
+        name = row.text("name")
+        rng = random.Random(f"alibaba:{seed}:{name}")
+        job = TraceJob(
+            job_id=name,
+            arrival_s=created,  # re-based below on the first kept job
+            work_s=max(1.0, deleted - start),
+            replicas=1,
+            gpus_per_replica=num_gpu,
+            model=rng.choice(profile.job_types(gavel_scale(num_gpu))),
+            queue=row.text("qos"),
+            mig_g=mig_g,
+            gpu_milli=milli,
+            gpu_types=allowed,
+            extra={
+                "cpu_milli": row.text("cpu_milli", required=False),
+                "memory_mib": row.text("memory_mib", required=False),
+                "gpu_spec": "|".join(sorted(spec)),
+            },
+        )
+        if keep is not None and not keep(job):
+            continue
+        if t0 is None:
+            t0 = created
+        out.append(replace(job, arrival_s=(created - t0) / arrival_speedup))
+        if jobs is not None and len(out) >= jobs:
+            break
     return out
 
 
@@ -144,9 +187,8 @@ def load_alibaba_fleet(
     """
     path = Path(trace_dir) / "openb_node_list_gpu_node.csv"
     shapes: Counter[tuple[str, int]] = Counter()
-    with path.open(newline="", encoding="utf-8") as fh:
-        for rec in csv.DictReader(fh):
-            shapes[(rec["model"], int(rec["gpu"]))] += 1
+    for row in read_rows(path, ("model", "gpu")):
+        shapes[(row.text("model"), row.integer("gpu", minimum=1))] += 1
     missing = sorted({m for m, _ in shapes if m not in type_map})
     if missing:
         raise ValueError(f"no catalogue type for Alibaba GPU models: {', '.join(missing)}")

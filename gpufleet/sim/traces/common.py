@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpufleet.model.input_error import InputError
+
 __all__ = ["DATA_DIR_ENV", "TraceJob", "default_data_dir"]
 
 # Environment variable that overrides where the shared data directory is looked up.
@@ -65,6 +67,7 @@ def default_data_dir() -> Path:
     for candidate in (repo_root.parent / "shared" / "data", Path.cwd().parent / "shared" / "data"):
         if candidate.is_dir():
             return candidate
-    raise FileNotFoundError(
-        f"shared data directory not found; set {DATA_DIR_ENV} or place it at ../shared/data"
+    raise InputError(
+        f"shared data directory not found; set {DATA_DIR_ENV}, pass --data-dir, or place it "
+        "at ../shared/data"
     )

@@ -30,37 +30,43 @@ here, because the trace lacks the field or is ambiguous:
 
 from __future__ import annotations
 
-import csv
 import random
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
 from gpufleet.sim.profiles import GavelProfile, gavel_scale
 from gpufleet.sim.traces.common import TraceJob
+from gpufleet.sim.traces.csvrows import read_rows
 
-__all__ = ["PhillyRow", "load_philly", "parse_window", "read_philly_rows"]
+__all__ = ["COLUMNS", "PhillyRow", "load_philly", "parse_window", "read_philly_rows"]
 
 _TS_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+# The columns the loader reads (`gpu_time` is duration x num_gpus and is not needed).
+COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
 
 PhillyRow = tuple[int, datetime, float, int, str]  # (row number, arrival, duration s, gpus, vc)
 
 
+def _parse_timestamp(text: str) -> datetime:
+    return datetime.strptime(text, _TS_FORMAT)
+
+
 def read_philly_rows(path: str | Path) -> list[PhillyRow]:
-    """All data rows, sorted by arrival; blank lines (the file ends with one) are skipped."""
+    """All data rows, sorted by arrival; a malformed row is an `InputError` naming its line."""
     rows: list[PhillyRow] = []
-    with Path(path).open(newline="", encoding="utf-8") as fh:
-        for i, rec in enumerate(csv.DictReader(fh)):
-            if not rec.get("timestamp"):
-                continue
-            rows.append(
-                (
-                    i,
-                    datetime.strptime(rec["timestamp"], _TS_FORMAT),
-                    float(rec["duration"]),
-                    int(rec["num_gpus"]),
-                    rec["cluster"],
-                )
+    for i, row in enumerate(read_rows(path, COLUMNS)):
+        rows.append(
+            (
+                i,
+                row.timestamp("timestamp", _parse_timestamp, "YYYY-MM-DD HH:MM:SS"),
+                row.number("duration", minimum=0),
+                row.integer("num_gpus", minimum=1),
+                row.text("cluster"),
             )
+        )
     rows.sort(key=lambda r: (r[1], r[0]))
     return rows
 
@@ -70,11 +76,19 @@ def parse_window(text: str | None) -> tuple[datetime | None, datetime | None]:
     if not text:
         return None, None
     start_s, _, end_s = text.partition(",")
-    start = datetime.fromisoformat(start_s.strip()) if start_s.strip() else None
-    end = datetime.fromisoformat(end_s.strip()) if end_s.strip() else None
+    start = _window_bound(start_s)
+    end = _window_bound(end_s)
     if start and end and end <= start:
         raise ValueError(f"window end {end} is not after start {start}")
     return start, end
+
+
+def _window_bound(text: str) -> datetime | None:
+    text = text.strip()
+    try:
+        return datetime.fromisoformat(text) if text else None
+    except ValueError as exc:
+        raise ValueError(f"{text!r} is not an ISO date or datetime ({exc})") from None
 
 
 def load_philly(
@@ -87,51 +101,48 @@ def load_philly(
     arrival_speedup: float = 1.0,
     min_duration_s: float = 60.0,
     max_gpu_hours: float = 1000.0,
-    max_gpus: int | None = None,
     elastic_fraction: float = 0.0,
+    keep: Callable[[TraceJob], bool] | None = None,
 ) -> list[TraceJob]:
     """Select jobs from the Philly trace; see the module docstring for every assumption.
 
     `window` is `START[,END]` on the trace's own clock; `jobs` keeps the first N jobs that pass
-    the filters inside it; `max_gpus` drops jobs larger than the fleet could ever hold.
+    the filters inside it; `keep` is one more filter, asked about each job that passed the
+    others (the simulator drops, and records, jobs its fleet could never hold).
     """
     if arrival_speedup <= 0:
         raise ValueError("arrival_speedup must be positive")
     start, end = parse_window(window)
-    selected: list[PhillyRow] = []
-    for row in read_philly_rows(path):
-        _, ts, duration, gpus, _ = row
+    selected: list[tuple[datetime, TraceJob]] = []
+    for row_no, ts, duration, gpus, vc in read_philly_rows(path):
         if start is not None and ts < start:
             continue
         if end is not None and ts >= end:
             break
         if duration < min_duration_s or duration * gpus >= max_gpu_hours * 3600.0:
             continue
-        if max_gpus is not None and gpus > max_gpus:
+        rng = random.Random(f"philly:{seed}:{row_no}")
+        model = rng.choice(profile.job_types(gavel_scale(gpus)))
+        elastic = gpus > 1 and rng.random() < elastic_fraction
+        job = TraceJob(
+            job_id=f"philly-{row_no:05d}",
+            arrival_s=0.0,  # set below, relative to the first selected job
+            work_s=duration,
+            replicas=gpus,
+            gpus_per_replica=1,
+            model=model,
+            queue=vc,
+            min_replicas=gpus // 2 if elastic else None,
+            same_node=1 < gpus <= 8,
+        )
+        if keep is not None and not keep(job):
             continue
-        selected.append(row)
+        selected.append((ts, job))
         if jobs is not None and len(selected) >= jobs:
             break
     if not selected:
         return []
-    t0 = selected[0][1]
-    out: list[TraceJob] = []
-    for row_no, ts, duration, gpus, vc in selected:
-        scale = gavel_scale(gpus)
-        rng = random.Random(f"philly:{seed}:{row_no}")
-        model = rng.choice(profile.job_types(scale))
-        elastic = gpus > 1 and rng.random() < elastic_fraction
-        out.append(
-            TraceJob(
-                job_id=f"philly-{row_no:05d}",
-                arrival_s=(ts - t0).total_seconds() / arrival_speedup,
-                work_s=duration,
-                replicas=gpus,
-                gpus_per_replica=1,
-                model=model,
-                queue=vc,
-                min_replicas=gpus // 2 if elastic else None,
-                same_node=1 < gpus <= 8,
-            )
-        )
-    return out
+    t0 = selected[0][0]
+    return [
+        replace(job, arrival_s=(ts - t0).total_seconds() / arrival_speedup) for ts, job in selected
+    ]

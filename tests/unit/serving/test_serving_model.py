@@ -183,11 +183,11 @@ def test_azure_code_trace_loader() -> None:
 def test_trace_loader_rejects_bad_files(tmp_path: Path) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("time,prompt\n1,2\n")
-    with pytest.raises(TraceError, match="expected columns"):
+    with pytest.raises(TraceError, match=r"bad\.csv:1: TIMESTAMP: missing column"):
         load_azure_code_trace(bad)
     worse = tmp_path / "worse.csv"
     worse.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.1,abc,3\n")
-    with pytest.raises(TraceError, match=r"worse\.csv:2"):
+    with pytest.raises(TraceError, match=r"worse\.csv:2: ContextTokens: .abc. is not an integer"):
         load_azure_code_trace(worse)
 
 

@@ -9,6 +9,7 @@ from gpufleet.model.gpus import Catalog
 from gpufleet.sim.profiles import GavelProfile, gavel_scale
 from gpufleet.sim.runner import ALIBABA_TYPE_MAP
 from gpufleet.sim.traces.alibaba import load_alibaba_fleet, load_alibaba_pods, quantise_mig
+from gpufleet.sim.traces.common import TraceJob
 from gpufleet.sim.traces.philly import load_philly, parse_window, read_philly_rows
 
 
@@ -52,8 +53,15 @@ def test_philly_window_speedup_and_size_cap(data_dir: Path, profile: GavelProfil
     # A job keeps its model class whatever window selects it (seeded by file row).
     wider = {j.job_id: j.model for j in load_philly(path, profile, window="2017-09-30,2017-10-03")}
     assert all(wider[j.job_id] == j.model for j in base)
-    small = load_philly(path, profile, jobs=2000, max_gpus=8)
-    assert max(j.num_gpus for j in small) <= 8
+    asked: list[int] = []
+
+    def at_most_8(job: TraceJob) -> bool:
+        asked.append(job.num_gpus)
+        return job.num_gpus <= 8
+
+    small = load_philly(path, profile, jobs=2000, keep=at_most_8)
+    assert len(small) == 2000 and max(j.num_gpus for j in small) <= 8
+    assert max(asked) > 8  # the filter saw (and left out) larger jobs
     elastic = load_philly(path, profile, jobs=2000, elastic_fraction=0.5)
     flexible = [j for j in elastic if j.min_replicas is not None]
     assert flexible and all(j.num_gpus > 1 and j.min_replicas == j.num_gpus // 2 for j in flexible)
