@@ -19,7 +19,9 @@ the last line is one JSON object.
 
 `--start-prefill` changes the prefill count both autoscalers start from (default: the
 static-peak count, which was sized with hindsight); `--set` overrides one gpufleet
-`AutoscalerSettings` field (sensitivity runs, clearly not the defaults).
+`AutoscalerSettings` field (sensitivity runs, clearly not the defaults). `--trace` replays
+another file in the Azure format (default: the shared data directory's code trace); the output
+names the trace replayed. A bad option or trace file is one error line and exit status 2.
 
 Modelling choices (see bench/README.md, "Autoscaler"):
 - SLOs: TTFT p90 0.5 s and ITL p90 50 ms, NVIDIA Dynamo SLA planner defaults
@@ -36,14 +38,24 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from gpufleet.cliargs import (
+    OneLineParser,
+    input_error_exit,
+    non_negative_float,
+    open_fraction,
+    positive_float,
+    positive_int,
+)
 from gpufleet.core.autoscaling import AutoscalerSettings, Slo
 from gpufleet.core.autoscaling_estimators import decode_batch_at_slo
+from gpufleet.model.input_error import InputError
 from gpufleet.sim.serving import (
     PolicyController,
     PoolBounds,
@@ -57,9 +69,13 @@ from gpufleet.sim.serving import (
     replay,
     replica_profile,
 )
+from gpufleet.sim.serving.profiles import GPU_SPECS
+from gpufleet.sim.traces.common import default_data_dir
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_TRACE = REPO_ROOT.parent / "shared" / "data" / "traces" / "azure-llm-2023-code.csv"
+PROG = "autoscaler_bench.py"
+# The trace replayed without --trace, under the shared data directory, and its printed name.
+DEFAULT_TRACE = Path("traces") / "azure-llm-2023-code.csv"
+DEFAULT_TRACE_LABEL = "Azure LLM 2023 code trace"
 
 SLO = Slo(ttft_p90_s=0.5, itl_p90_s=0.05)  # Dynamo SLA planner defaults (serving.md §2.2)
 ATTAINMENT_TARGET = 0.99
@@ -68,6 +84,10 @@ MAX_REPLICAS = 64
 # Prefill `vllm:num_requests_running` targets for HPA: 2 is KServe's documented example
 # (serving.md §6), the rest are lower (more eager) settings for a matched-attainment comparison.
 HPA_PREFILL_TARGETS = (2.0, 1.0, 0.5, 0.25)
+# The static-peak search gives up on a pool after this many sizing runs in a row that do not
+# raise attainment: on a trace whose prompts alone exceed the TTFT SLO no fleet reaches the
+# target, and searching on to MAX_REPLICAS took minutes for nothing.
+PLATEAU_RUNS = 2
 
 
 @dataclass(frozen=True)
@@ -154,27 +174,53 @@ def _run_static(
     )
 
 
-def size_static(
-    requests: tuple[Request, ...], gpu: str, cold: float
-) -> tuple[int, int, ReplayResult, int]:
+@dataclass(frozen=True)
+class StaticSize:
+    """Outcome of the static-peak search."""
+
+    prefill: int
+    decode: int
+    result: ReplayResult
+    runs: int
+    reached: bool  # False: attainment stopped improving below the target
+
+
+def _smallest_count(attainment_of: Callable[[int], float]) -> tuple[int, bool, int]:
+    """Smallest count in 1..MAX_REPLICAS whose attainment meets the target, counting up.
+
+    Stops after PLATEAU_RUNS counts in a row without a gain over the best so far and returns
+    the best count instead. Returns (count, target reached, runs).
+    """
+    best_n, best, stale = 1, -1.0, 0
+    for n in range(1, MAX_REPLICAS + 1):
+        value = attainment_of(n)
+        if value >= ATTAINMENT_TARGET:
+            return n, True, n
+        if value > best:
+            best_n, best, stale = n, value, 0
+        else:
+            stale += 1
+            if stale >= PLATEAU_RUNS:
+                return best_n, False, n
+    return best_n, False, MAX_REPLICAS
+
+
+def size_static(requests: tuple[Request, ...], gpu: str, cold: float) -> StaticSize:
     """Smallest fixed fleet meeting the attainment target: decode first (with ample prefill),
-    then prefill. Returns (prefill, decode, result, runs)."""
-    runs = 0
-    decode = 1
-    while decode < MAX_REPLICAS:
-        runs += 1
-        if _run_static(requests, gpu, MAX_REPLICAS, decode, cold).attainment(SLO) >= (
-            ATTAINMENT_TARGET
-        ):
-            break
-        decode += 1
-    prefill = 1
-    while True:
-        runs += 1
-        result = _run_static(requests, gpu, prefill, decode, cold)
-        if result.attainment(SLO) >= ATTAINMENT_TARGET or prefill >= MAX_REPLICAS:
-            return prefill, decode, result, runs
-        prefill += 1
+    then prefill; the best fleet found when attainment stops improving below the target."""
+    decode, decode_ok, decode_runs = _smallest_count(
+        lambda d: _run_static(requests, gpu, MAX_REPLICAS, d, cold).attainment(SLO)
+    )
+    results: dict[int, ReplayResult] = {}
+
+    def prefill_attainment(p: int) -> float:
+        results[p] = _run_static(requests, gpu, p, decode, cold)
+        return results[p].attainment(SLO)
+
+    prefill, prefill_ok, prefill_runs = _smallest_count(prefill_attainment)
+    return StaticSize(
+        prefill, decode, results[prefill], decode_runs + prefill_runs, decode_ok and prefill_ok
+    )
 
 
 @dataclass(frozen=True)
@@ -224,20 +270,30 @@ def minute_bounds(
     return [clairvoyant, oracle]
 
 
-def main(argv: list[str] | None = None) -> int:
-    global SLO
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
-    parser.add_argument("--gpu", default="H100-SXM-80GB")
-    parser.add_argument("--cold-start", type=float, default=60.0, help="seconds per new replica")
-    parser.add_argument("--ttft-slo", type=float, default=SLO.ttft_p90_s, help="seconds")
-    parser.add_argument("--itl-slo", type=float, default=SLO.itl_p90_s, help="seconds")
+def _parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--slo-quantile", type=float, default=0.9, help="gpufleet's AutoscalerSettings.slo_quantile"
+        "--trace",
+        type=Path,
+        default=None,
+        help="request trace in the Azure LLM format (default: the shared data directory's "
+        f"{DEFAULT_TRACE})",
+    )
+    parser.add_argument("--gpu", default="H100-SXM-80GB", choices=sorted(GPU_SPECS))
+    parser.add_argument(
+        "--cold-start", type=non_negative_float, default=60.0, help="seconds per new replica"
+    )
+    parser.add_argument("--ttft-slo", type=positive_float, default=SLO.ttft_p90_s, help="seconds")
+    parser.add_argument("--itl-slo", type=positive_float, default=SLO.itl_p90_s, help="seconds")
+    parser.add_argument(
+        "--slo-quantile",
+        type=open_fraction,
+        default=0.9,
+        help="gpufleet's AutoscalerSettings.slo_quantile",
     )
     parser.add_argument(
         "--start-prefill",
-        type=int,
+        type=positive_int,
         default=None,
         help="prefill replicas the autoscalers start from (default: the static-peak count)",
     )
@@ -248,32 +304,80 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME=VALUE",
         help="override one gpufleet AutoscalerSettings field (sensitivity runs)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> tuple[dict[str, float], AutoscalerSettings]:
+    """The `--set` overrides and gpufleet's settings, or an InputError naming the option."""
     overrides: dict[str, float] = {}
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep or key not in AutoscalerSettings.model_fields:
-            parser.error(f"--set expects NAME=VALUE with an AutoscalerSettings field, got {item!r}")
-        overrides[key] = float(value)
-    if not args.trace.exists():
-        print(f"trace not found: {args.trace}", file=sys.stderr)
-        return 2
+            raise InputError(
+                f"expected NAME=VALUE with an AutoscalerSettings field, got {item!r}", field="--set"
+            )
+        try:
+            overrides[key] = float(value)
+        except ValueError:
+            raise InputError(f"{value!r} is not a number", field=f"--set {key}") from None
+    try:
+        return overrides, AutoscalerSettings(slo_quantile=args.slo_quantile, **overrides)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = str(first["loc"][0]) if first["loc"] else "?"
+        option = "--slo-quantile" if name == "slo_quantile" else f"--set {name}"
+        raise InputError(str(first["msg"]).removeprefix("Value error, "), field=option) from None
+
+
+def _trace(args: argparse.Namespace) -> tuple[tuple[Request, ...], str, str]:
+    """The requests of the trace to replay, its printed label and its name in the JSON line."""
+    if args.trace is None:
+        path, label = default_data_dir() / DEFAULT_TRACE, DEFAULT_TRACE_LABEL
+    else:
+        path, label = args.trace, f"trace {args.trace.name}"
+    requests = load_azure_code_trace(path)
+    if not requests:
+        raise InputError("no requests", source=path)
+    return requests, label, path.stem
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except InputError as exc:
+        return input_error_exit(PROG, exc)
+
+
+def _run(args: argparse.Namespace) -> int:
+    global SLO
+    # Every input is checked before the first replay starts.
+    overrides, settings = _settings(args)
+    if args.start_prefill is not None and args.start_prefill > MAX_REPLICAS:
+        raise InputError(
+            f"at most {MAX_REPLICAS}, got {args.start_prefill}", field="--start-prefill"
+        )
     SLO = Slo(ttft_p90_s=args.ttft_slo, itl_p90_s=args.itl_slo)
 
     started = time.perf_counter()
-    requests = load_azure_code_trace(args.trace)
+    requests, trace_label, trace_name = _trace(args)
     cold = args.cold_start
     gpu = args.gpu
     bounds = {"prefill": PoolBounds(1, MAX_REPLICAS), "decode": PoolBounds(1, MAX_REPLICAS)}
 
     # (a) static, sized for the peak.
-    p_static, d_static, static_result, static_runs = size_static(requests, gpu, cold)
+    sized = size_static(requests, gpu, cold)
+    p_static, d_static = sized.prefill, sized.decode
+    found = (
+        f"smallest fixed fleet >= {ATTAINMENT_TARGET:.0%}"
+        if sized.reached
+        else f"best fixed fleet; attainment stopped improving below {ATTAINMENT_TARGET:.0%}"
+    )
     static = Run(
         "static-peak",
-        static_result,
+        sized.result,
         0,
-        f"prefill={p_static} decode={d_static} (smallest fixed fleet >= "
-        f"{ATTAINMENT_TARGET:.0%}, {static_runs} sizing runs)",
+        f"prefill={p_static} decode={d_static} ({found}, {sized.runs} sizing runs)",
     )
 
     # Autoscaled runs start from the static fleet, as if taking over a peak-provisioned
@@ -285,7 +389,6 @@ def main(argv: list[str] | None = None) -> int:
         return ServingModel(_config(gpu, p_start, d_static, cold), requests)
 
     # (c) gpufleet, default settings (slo_quantile and --set overrides from the command line).
-    settings = AutoscalerSettings(slo_quantile=args.slo_quantile, **overrides)
     model = fresh_model()
     gf_ctl = PolicyController(model, SLO, bounds, settings)
     gf_result = replay(model, gf_ctl, period_s=PERIOD_S)
@@ -327,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
     runs = [static, *hpa_runs, gf]
     print(
-        f"Azure LLM 2023 code trace: {len(requests)} requests over "
+        f"{trace_label}: {len(requests)} requests over "
         f"{requests[-1].arrival_s / 60:.1f} min; {gpu}, cold start {cold:.0f}s, "
         f"SLO TTFT<={SLO.ttft_p90_s}s ITL<={SLO.itl_p90_s * 1e3:.0f}ms, control period "
         f"{PERIOD_S:.0f}s"
@@ -379,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = {
         "bench": "autoscaler",
-        "trace": "azure-llm-2023-code",
+        "trace": trace_name,
         "requests": len(requests),
         "gpu": gpu,
         "cold_start_s": cold,

@@ -28,7 +28,6 @@ Prints a table; the last line is one JSON object.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -44,6 +43,7 @@ from typing import Any
 
 import yaml
 
+from gpufleet.cliargs import OneLineParser, output_file, positive_int
 from gpufleet.operator.testing import Kube, OperatorProcess, training_job, wait_for
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.scheduler import invariants
@@ -228,15 +228,18 @@ def report(method: str, rounds: list[dict[str, dict[str, float]]], pods: int) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5, help="latency repetitions")
-    parser.add_argument("--workers", type=int, default=64)
-    parser.add_argument("--pods", type=int, default=1000)
+    parser = OneLineParser(prog="bind_bench.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=positive_int, default=5, help="latency repetitions")
+    parser.add_argument("--workers", type=positive_int, default=64)
+    parser.add_argument("--pods", type=positive_int, default=1000)
     parser.add_argument(
-        "--rounds", type=int, default=4, help="throughput rounds (each times both schedulers)"
+        "--rounds",
+        type=positive_int,
+        default=4,
+        help="throughput rounds (each times both schedulers)",
     )
     parser.add_argument(
-        "--operator-log", type=Path, default=None, help="keep the operator's log (INFO) here"
+        "--operator-log", type=output_file, default=None, help="keep the operator's log (INFO) here"
     )
     args = parser.parse_args(argv)
 

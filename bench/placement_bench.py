@@ -15,7 +15,6 @@ Prints a table and ends with one JSON object on the last line.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import statistics
@@ -24,6 +23,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpufleet.cliargs import OneLineParser, positive_float, positive_int
 from gpufleet.core.baseline import place_spread_podwise
 from gpufleet.core.demand import EnergyPreference, Gang, Topology, TypeOption
 from gpufleet.core.objective import evaluate
@@ -338,12 +338,14 @@ def summarise(rows: list[Row], quick: bool, solver: SolverSettings) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Placement benchmark (see module docstring)")
+    parser = OneLineParser(
+        prog="placement_bench.py", description="Placement benchmark (see module docstring)"
+    )
     parser.add_argument("--quick", action="store_true", help="fewer sizes and seeds")
     defaults = SolverSettings()
-    parser.add_argument("--time-limit", type=float, default=defaults.time_limit_s)
-    parser.add_argument("--det-time", type=float, default=defaults.deterministic_time)
-    parser.add_argument("--workers", type=int, default=defaults.workers)
+    parser.add_argument("--time-limit", type=positive_float, default=defaults.time_limit_s)
+    parser.add_argument("--det-time", type=positive_float, default=defaults.deterministic_time)
+    parser.add_argument("--workers", type=positive_int, default=defaults.workers)
     args = parser.parse_args(argv)
     solver = replace(
         defaults,

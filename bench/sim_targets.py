@@ -35,7 +35,17 @@ import sys
 import time
 from typing import Any
 
+from gpufleet.cliargs import (
+    OneLineParser,
+    fraction,
+    input_error_exit,
+    non_negative_int,
+    non_negative_int_list,
+    positive_float,
+    positive_int,
+)
 from gpufleet.core.policy import Engine, TypeDelay
+from gpufleet.model.input_error import InputError
 from gpufleet.sim.cli import default_fleet_path
 from gpufleet.sim.engine import SimSettings
 from gpufleet.sim.fleet import load_fleet
@@ -164,29 +174,48 @@ def scale_experiment(engine: Engine, jobs: int = 10_000) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=2000)
-    parser.add_argument("--load", type=float, default=8.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--seeds", default="", help="extra seeds for a stability sweep")
+PROG = "sim_targets.py"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=positive_int, default=2000)
+    parser.add_argument("--load", type=positive_float, default=8.0)
+    parser.add_argument("--seed", type=non_negative_int, default=0)
+    parser.add_argument(
+        "--seeds",
+        type=non_negative_int_list,
+        default=[],
+        help="extra seeds for a stability sweep, comma-separated",
+    )
     parser.add_argument("--skip-scale", action="store_true")
     parser.add_argument("--engine", choices=[e.value for e in Engine], default="cpsat")
     parser.add_argument(
         "--type-delay",
-        type=float,
+        type=fraction,
         default=0.0,
         metavar="SHARE",
         help="Philly only: gpufleet policies delay starts on types below SHARE of the fastest "
         "type's speed (core TypeDelay, patience 1800 s); off by default",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except InputError as exc:
+        return input_error_exit(PROG, exc)
+
+
+def _run(args: argparse.Namespace) -> int:
     engine = Engine(args.engine)
     delay = TypeDelay(args.type_delay) if args.type_delay > 0 else None
 
     philly = philly_experiment(args.jobs, args.load, args.seed, engine, type_delay=delay)
     sweep: dict[int, dict[str, float]] = {}
-    for seed in [int(s) for s in args.seeds.split(",") if s.strip()]:
+    for seed in args.seeds:
         sweep[seed] = philly_experiment(
             args.jobs, args.load, seed, engine, quiet=True, type_delay=delay
         )["ratios"]
