@@ -123,6 +123,23 @@ def fleet(body: str | None, command: str = "simulate") -> Callable[[Path], list[
     return argv
 
 
+def demo(fleet_body: str, example_body: str | None = None) -> Callable[[Path], list[str]]:
+    """`sandbox demo` with a fleet file and the repository's examples (or one example file)."""
+
+    def argv(tmp: Path) -> list[str]:
+        (tmp / "fleet.yaml").write_text(fleet_body)
+        examples = REPO / "examples"
+        if example_body is not None:
+            examples = tmp / "examples"
+            examples.mkdir()
+            (examples / "job.yaml").write_text(example_body)
+        fleet = str(tmp / "fleet.yaml")
+        sandbox = ["sandbox", "--state-dir", str(tmp / "sandbox")]
+        return [*sandbox, "demo", "--fleet", fleet, "--examples", str(examples)]
+
+    return argv
+
+
 def simulate(*options: str) -> Callable[[Path], list[str]]:
     """`simulate --trace philly` with options (`{tmp}` in them is the test's directory)."""
 
@@ -376,6 +393,18 @@ CASES = [
         "sandbox",
         fleet("nodePools:\n" + FLEET_POOL.replace("count: 1", "count: -3"), "sandbox"),
         ("fleet.yaml:3:", "nodePools[0].count:", "greater than or equal to 1"),
+    ),
+    Case(
+        "sandbox-demo-unknown-gpu",
+        "sandbox",
+        demo("nodePools:\n" + FLEET_POOL.replace("A100-80GB", "A100")),
+        ("fleet.yaml:4:", "nodePools[0].gpuType:", "unknown GPU type 'A100'"),
+    ),
+    Case(
+        "sandbox-demo-bad-example",
+        "sandbox",
+        demo("nodePools:\n" + FLEET_POOL, "kind: TrainingJob\nmetadata: {name: x\nspec: {}\n"),
+        ("job.yaml:3:", "not valid YAML"),
     ),
     Case(
         "sandbox-demo-no-examples",
