@@ -45,10 +45,10 @@ from gpufleet.cliargs import (
     positive_int,
 )
 from gpufleet.core.policy import Engine, TypeDelay
+from gpufleet.model.fleet import load_fleet
 from gpufleet.model.input_error import InputError
 from gpufleet.sim.cli import default_fleet_path
 from gpufleet.sim.engine import SimSettings
-from gpufleet.sim.fleet import load_fleet
 from gpufleet.sim.metrics import summarise
 from gpufleet.sim.policies import POLICY_NAMES
 from gpufleet.sim.report import markdown_table

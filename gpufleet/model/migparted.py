@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
+
+import yaml
 
 from gpufleet.model.gfd import GpuHardware
 from gpufleet.model.mig_profiles import MIG_PROFILES_BY_MEMORY_CLASS, mig_resource_name
@@ -21,6 +24,17 @@ WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
 # acts on each change of `nvidia.com/mig.config` once and the scheduler can tell a finished
 # reconfiguration from a stale `success`. A real MIG manager only flips the state label.
 MIG_APPLIED_ANNOTATION = "gpufleet.io/mig-config-applied"
+
+
+def load_default_configs() -> dict[str, Any]:
+    """The MIG layouts gpufleet ships (`mig-layouts.yaml`, mig-parted format), parsed.
+
+    The sandbox installs them for its fake MIG manager and the fake device plugin reads them when
+    no other layouts file is given.
+    """
+    text = resources.files("gpufleet.model").joinpath("mig-layouts.yaml").read_text()
+    doc: dict[str, Any] = yaml.safe_load(text)
+    return doc
 
 
 class MigConfigError(ValueError):

@@ -23,13 +23,13 @@ from typing import Any
 
 import yaml
 
+from gpufleet.model.fleet import load_fleet
+from gpufleet.model.migparted import load_default_configs
 from gpufleet.sandbox import processes, serving
 from gpufleet.sandbox.binaries import Binaries, ensure_binaries
-from gpufleet.sandbox.miglayouts import load_default_configs
 from gpufleet.sandbox.nodes import fleet_manifests, sandbox_pool_check
 from gpufleet.sandbox.pki import ensure_pki, write_kubeconfig
 from gpufleet.settings import CONFIG_FILE_ENV
-from gpufleet.sim.fleet import load_fleet
 
 SYSTEM_NAMESPACE = "gpufleet-system"
 MIG_CONFIGMAP = "default-mig-parted-config"

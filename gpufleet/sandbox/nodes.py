@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpufleet.model.fleet import FleetSpec, NodePoolSpec, PoolCheck
 from gpufleet.model.gfd import hardware_for
 from gpufleet.model.input_error import InputError
 from gpufleet.model.migparted import MIG_APPLIED_ANNOTATION, node_resources, resolve_layouts
-from gpufleet.sim.fleet import FleetSpec, NodePoolSpec, PoolCheck
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 POOL_LABEL = "gpufleet.io/node-pool"

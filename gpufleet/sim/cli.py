@@ -31,7 +31,7 @@ from gpufleet.core.policy import Engine
 from gpufleet.model.input_error import InputError
 
 if TYPE_CHECKING:
-    from gpufleet.sim.fleet import FleetSpec
+    from gpufleet.model.fleet import FleetSpec
     from gpufleet.sim.metrics import SimResult
     from gpufleet.sim.runner import Workload
 
@@ -159,8 +159,8 @@ def _check_options(args: argparse.Namespace) -> list[str]:
 
 def _load_inputs(args: argparse.Namespace) -> _Inputs:
     """Step 2: the fleet file and the trace selection, fully checked."""
+    from gpufleet.model.fleet import load_fleet
     from gpufleet.model.gpus import load_catalog
-    from gpufleet.sim.fleet import load_fleet
     from gpufleet.sim.runner import load_workload, sim_pool_check
 
     fleet_path = args.fleet or default_fleet_path(

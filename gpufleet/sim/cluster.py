@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.model.cluster import Gpu, Node
+from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import SM_SLICES, Catalog, GpuType
 from gpufleet.model.mig import (
     MigLayout,
@@ -30,7 +31,6 @@ from gpufleet.model.mig import (
     is_valid_layout,
     profile_counts,
 )
-from gpufleet.sim.fleet import FleetSpec, NodePoolSpec
 
 __all__ = ["ClusterError", "SimCluster", "initial_layout", "slice_share"]
 

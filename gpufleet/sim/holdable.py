@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpufleet.core.demand import Gang, Topology
+from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import SM_SLICES, Catalog
-from gpufleet.sim.fleet import FleetSpec, NodePoolSpec
 
 __all__ = ["DroppedJob", "why_unholdable"]
 

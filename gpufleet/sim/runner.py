@@ -12,11 +12,11 @@ from pathlib import Path
 
 from gpufleet.core.policy import Engine, TypeDelay
 from gpufleet.core.snapshot import ConstrainedDemand
+from gpufleet.model.fleet import FleetSpec, NodePoolSpec, PoolCheck
 from gpufleet.model.gpus import Catalog, load_catalog
 from gpufleet.model.input_error import InputError
 from gpufleet.sim.cluster import SimCluster, initial_layout
 from gpufleet.sim.engine import SimSettings, Simulation, gang_for_job
-from gpufleet.sim.fleet import FleetSpec, NodePoolSpec, PoolCheck
 from gpufleet.sim.holdable import DroppedJob, why_unholdable
 from gpufleet.sim.metrics import SimResult
 from gpufleet.sim.policies import make_policy

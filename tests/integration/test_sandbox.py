@@ -11,9 +11,9 @@ import httpx
 import pytest
 import yaml
 
+from gpufleet.model.fleet import load_fleet
 from gpufleet.sandbox import processes
 from gpufleet.sandbox.cluster import COMPONENTS, PROMETHEUS, SERVING, Sandbox, default_fleet_path
-from gpufleet.sim.fleet import load_fleet
 
 
 def _node(sandbox: Sandbox, name: str) -> dict:

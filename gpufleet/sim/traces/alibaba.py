@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from gpufleet.sim.fleet import FleetSpec, MigSpec, NodePoolSpec
+from gpufleet.model.fleet import FleetSpec, MigSpec, NodePoolSpec
 from gpufleet.sim.profiles import GavelProfile, gavel_scale
 from gpufleet.sim.traces.common import TraceJob
 from gpufleet.sim.traces.csvrows import read_rows

@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.model.gfd import hardware_for
-from gpufleet.model.migparted import GpuLayout, MigConfigError, node_resources, resolve_layouts
-from gpufleet.sandbox.miglayouts import load_default_configs
+from gpufleet.model.migparted import (
+    GpuLayout,
+    MigConfigError,
+    load_default_configs,
+    node_resources,
+    resolve_layouts,
+)
 
 CONFIGS = load_default_configs()
 

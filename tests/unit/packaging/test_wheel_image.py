@@ -120,7 +120,7 @@ def test_the_wheel_carries_its_package_data(installed: Path) -> None:
 import json, gpufleet
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.crdgen import crd_documents, render_yaml
-from gpufleet.sandbox.miglayouts import load_default_configs
+from gpufleet.model.migparted import load_default_configs
 from gpufleet.sandbox.cluster import default_fleet_path
 from importlib import resources
 print(json.dumps({

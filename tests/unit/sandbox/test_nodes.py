@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+from gpufleet.model.fleet import load_fleet
+from gpufleet.model.migparted import load_default_configs
 from gpufleet.sandbox.cluster import default_fleet_path
-from gpufleet.sandbox.miglayouts import load_default_configs
 from gpufleet.sandbox.migmanager import plan_update
 from gpufleet.sandbox.nodes import MIG_APPLIED_ANNOTATION, fleet_manifests
-from gpufleet.sim.fleet import load_fleet
 
 
 def _nodes() -> list[dict]:

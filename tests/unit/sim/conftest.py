@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import Catalog, load_catalog
-from gpufleet.sim.fleet import FleetSpec, NodePoolSpec
 from gpufleet.sim.profiles import GavelProfile
 from gpufleet.sim.traces.common import default_data_dir
 

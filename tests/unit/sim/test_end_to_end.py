@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.model.fleet import load_fleet
 from gpufleet.sim.cli import default_fleet_path, main
-from gpufleet.sim.fleet import load_fleet
 from gpufleet.sim.metrics import summarise
 from gpufleet.sim.policies import POLICY_NAMES
 from gpufleet.sim.runner import Workload, load_workload, run_policy

@@ -16,13 +16,13 @@ from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.demand import Gang
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
+from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import Catalog
 from gpufleet.model.power import capped_power_w
 from gpufleet.sim.baselines import FifoBinPackPolicy, KubeLikePolicy, TiresiasLikePolicy
 from gpufleet.sim.cluster import ClusterError, SimCluster
 from gpufleet.sim.energy import PARKING_W
 from gpufleet.sim.engine import SimPolicy, SimSettings, Simulation
-from gpufleet.sim.fleet import FleetSpec, NodePoolSpec
 from gpufleet.sim.metrics import SimResult, summarise
 from gpufleet.sim.profiles import GavelProfile
 from gpufleet.sim.speed import SpeedModel
@@ -148,7 +148,7 @@ def test_power_down_and_boot_delay(
 def test_mig_repartition_delay(
     catalog: Catalog, profile: GavelProfile, v100_fleet: Callable[..., FleetSpec]
 ) -> None:
-    from gpufleet.sim.fleet import MigSpec
+    from gpufleet.model.fleet import MigSpec
 
     fleet = FleetSpec(
         node_pools=[

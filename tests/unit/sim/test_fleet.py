@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.model.fleet import load_fleet
 from gpufleet.model.gpus import Catalog
 from gpufleet.sim.cli import default_fleet_path
 from gpufleet.sim.cluster import SimCluster
-from gpufleet.sim.fleet import load_fleet
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Fleet description shared by the simulator and the sandbox.
+"""Fleet description shared by the simulator, the sandbox and the fake device plugin.
 
 A fleet is a list of node pools; every node of a pool is identical. The YAML shape is::
 
