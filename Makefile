@@ -1,7 +1,7 @@
 # The two front-door commands are `make sandbox` and `make test`; everything else supports them.
 PYTHON ?= python3
 
-.PHONY: install system-deps sandbox down test unit lint crds bench
+.PHONY: install system-deps sandbox down test unit lint crds protos bench
 
 install:  ## install gpufleet and its test tools into the current Python
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
@@ -26,11 +26,15 @@ test: install system-deps lint  ## build the sandbox binaries if missing, then r
 unit:  ## quick tests only, no cluster
 	$(PYTHON) -m pytest -q tests/unit
 
-lint:  ## ruff, formatting, strict typing, CRD drift
+lint:  ## ruff, formatting, strict typing, CRD and device-plugin stub drift
 	ruff check .
 	ruff format --check .
-	mypy gpufleet/core gpufleet/model gpufleet/scheduler gpufleet/autoscaler gpufleet/app gpufleet/settings.py
+	mypy gpufleet/core gpufleet/model gpufleet/scheduler gpufleet/autoscaler gpufleet/app gpufleet/settings.py gpufleet/agent
 	$(PYTHON) -m gpufleet.model.crdgen --check
+	$(PYTHON) -m gpufleet.agent.deviceplugin.protogen --check
 
 crds:  ## regenerate crds/ from the pydantic models
 	$(PYTHON) -m gpufleet.model.crdgen
+
+protos:  ## regenerate the device-plugin gRPC stubs from the vendored kubelet proto
+	$(PYTHON) -m gpufleet.agent.deviceplugin.protogen

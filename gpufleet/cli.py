@@ -8,6 +8,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from gpufleet.agent.deviceplugin.cli import add_device_plugin_parser, run_device_plugin
 from gpufleet.app.command import add_operator_parser, run_operator
 from gpufleet.cliargs import OneLineParser, add_subcommands, input_error_exit
 from gpufleet.model.input_error import InputError
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     _sandbox_parser(subparsers)
     add_operator_parser(subparsers)
     add_simulate_parser(subparsers)
+    add_device_plugin_parser(subparsers)
     return parser
 
 
@@ -94,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
                 return run_operator(args)
             case "simulate":
                 return run_simulate(args)
+            case "device-plugin":
+                return run_device_plugin(args)
     except InputError as exc:
         return input_error_exit(f"gpufleet {args.command}", exc)
     except (BuildError, TimeoutError, RuntimeError, ValueError, FileNotFoundError) as exc:

@@ -7,6 +7,7 @@ name with spaces turned into '-'); PCI device ids are the ones mig-parted's `dev
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -56,3 +57,34 @@ def type_for_product(product: str) -> str | None:
         if hw.product == product:
             return name
     return None
+
+
+def mig_count_labels(resources: Mapping[str, int]) -> dict[str, str]:
+    """GFD's per-profile count labels (`nvidia.com/mig-<profile>.count`) for the given resources."""
+    return {
+        f"{name}.count": str(count)
+        for name, count in resources.items()
+        if name.startswith("nvidia.com/mig-") and count > 0
+    }
+
+
+def gfd_labels(
+    gpu_type: str, gpu_count: int, mig_strategy: str, resources: Mapping[str, int]
+) -> dict[str, str]:
+    """The labels GFD puts on a node with `gpu_count` GPUs of `gpu_type`.
+
+    `mig_strategy` is the device plugin's (none, single or mixed) and `resources` the extended
+    resources the node advertises, from which the per-profile MIG counts are written.
+    """
+    hw = hardware_for(gpu_type)
+    return {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": hw.product,
+        "nvidia.com/gpu.count": str(gpu_count),
+        "nvidia.com/gpu.memory": str(hw.memory_mib),
+        "nvidia.com/gpu.family": hw.family,
+        "nvidia.com/gpu.compute.major": str(hw.compute[0]),
+        "nvidia.com/gpu.compute.minor": str(hw.compute[1]),
+        "nvidia.com/mig.capable": str(hw.mig_memory_class is not None).lower(),
+        "nvidia.com/mig.strategy": mig_strategy,
+    } | mig_count_labels(resources)

@@ -20,14 +20,9 @@ import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet.model.gfd import hardware_for, type_for_product
+from gpufleet.model.gfd import hardware_for, mig_count_labels, type_for_product
 from gpufleet.model.migparted import MigConfigError, node_resources, resolve_layouts
-from gpufleet.sandbox.nodes import (
-    MIG_APPLIED_ANNOTATION,
-    MIG_CONFIG_LABEL,
-    MIG_STATE_LABEL,
-    mig_labels,
-)
+from gpufleet.sandbox.nodes import MIG_APPLIED_ANNOTATION, MIG_CONFIG_LABEL, MIG_STATE_LABEL
 
 log = logging.getLogger("gpufleet.migmanager")
 
@@ -66,7 +61,7 @@ def plan_update(node: dict[str, Any], configs: dict[str, Any]) -> dict[str, Any]
     label_patch: dict[str, str | None] = {
         k: None for k in labels if k.startswith("nvidia.com/mig-") and k.endswith(".count")
     }
-    label_patch |= mig_labels(new)
+    label_patch |= mig_count_labels(new)
     return {"config": wanted, "state": "success", "resources": resources, "labels": label_patch}
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.model.fleet import FleetSpec, NodePoolSpec, PoolCheck
-from gpufleet.model.gfd import hardware_for
+from gpufleet.model.gfd import gfd_labels, hardware_for
 from gpufleet.model.input_error import InputError
 from gpufleet.model.migparted import MIG_APPLIED_ANNOTATION, node_resources, resolve_layouts
 
@@ -25,15 +25,6 @@ MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 _BASE_CAPACITY = {"cpu": "128", "memory": "1Ti", "pods": "110"}
 
 
-def mig_labels(layout_resources: dict[str, int]) -> dict[str, str]:
-    """GFD's per-profile count labels (`nvidia.com/mig-<profile>.count`) for the given resources."""
-    return {
-        f"{name}.count": str(count)
-        for name, count in layout_resources.items()
-        if name.startswith("nvidia.com/mig-") and count > 0
-    }
-
-
 def node_manifest(pool: NodePoolSpec, name: str, mig_configs: dict[str, Any]) -> dict[str, Any]:
     """The Node object for one node of `pool`, with labels and status capacity."""
     hw = hardware_for(pool.gpu_type)
@@ -44,14 +35,6 @@ def node_manifest(pool: NodePoolSpec, name: str, mig_configs: dict[str, Any]) ->
         "kubernetes.io/arch": "amd64",
         POOL_LABEL: pool.name,
         NVLINK_DOMAIN_LABEL: str(pool.domain_size),
-        "nvidia.com/gpu.present": "true",
-        "nvidia.com/gpu.product": hw.product,
-        "nvidia.com/gpu.count": str(pool.gpus_per_node),
-        "nvidia.com/gpu.memory": str(hw.memory_mib),
-        "nvidia.com/gpu.family": hw.family,
-        "nvidia.com/gpu.compute.major": str(hw.compute[0]),
-        "nvidia.com/gpu.compute.minor": str(hw.compute[1]),
-        "nvidia.com/mig.capable": str(hw.mig_memory_class is not None).lower(),
     }
     annotations = {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"}
     if pool.mig is not None:
@@ -59,17 +42,13 @@ def node_manifest(pool: NodePoolSpec, name: str, mig_configs: dict[str, Any]) ->
             raise ValueError(f"pool {pool.name!r}: {pool.gpu_type} does not support MIG")
         layouts = resolve_layouts(mig_configs, pool.mig.config, hw, pool.gpus_per_node)
         gpu_resources = node_resources(layouts)
-        labels |= {
-            "nvidia.com/mig.strategy": pool.mig.strategy,
-            MIG_CONFIG_LABEL: pool.mig.config,
-            MIG_STATE_LABEL: "success",
-        }
-        labels |= mig_labels(gpu_resources)
+        labels |= {MIG_CONFIG_LABEL: pool.mig.config, MIG_STATE_LABEL: "success"}
         # The layout is in place from the start: tell the MIG manager it has nothing to do.
         annotations[MIG_APPLIED_ANNOTATION] = pool.mig.config
     else:
         gpu_resources = {"nvidia.com/gpu": pool.gpus_per_node}
-        labels["nvidia.com/mig.strategy"] = "none"
+    strategy = pool.mig.strategy if pool.mig is not None else "none"
+    labels |= gfd_labels(pool.gpu_type, pool.gpus_per_node, strategy, gpu_resources)
     capacity = _BASE_CAPACITY | {k: str(v) for k, v in gpu_resources.items()}
     return {
         "apiVersion": "v1",

@@ -1,0 +1,198 @@
+"""`gpufleet device-plugin`: the fake GPU device plugin as a command (composition root).
+
+It works out the node's GPUs (from a fleet file, or from the node's GFD labels), optionally
+labels the node like GFD would, and serves every resource to the kubelet until SIGTERM or
+SIGINT; SIGHUP re-reads the health file at once. API access (a kubeconfig, or the in-cluster
+service account) is optional with a fleet file: without it the plugin finds its pool by node
+name and packs allocations instead of following the scheduler's assignment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from gpufleet.agent.deviceplugin.devices import (
+    POOL_LABEL,
+    NodeGpus,
+    gpus_from_fleet,
+    gpus_from_labels,
+)
+from gpufleet.agent.deviceplugin.server import (
+    DEFAULT_PLUGIN_DIR,
+    DevicePlugin,
+    NoPods,
+    PluginSettings,
+    PodSource,
+)
+from gpufleet.model.fleet import load_fleet
+from gpufleet.model.migparted import load_default_configs
+
+log = logging.getLogger("gpufleet.deviceplugin")
+
+
+class KubePods:
+    """The pods bound to one node, listed from the API server on each call."""
+
+    def __init__(self, api: client.CoreV1Api, node: str) -> None:
+        self._api = api
+        self._node = node
+
+    def pods(self) -> list[Mapping[str, Any]]:
+        pods = self._api.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={self._node}", _request_timeout=5
+        )
+        # The API's own (camelCase) shape, as the scheduler writes and reads it.
+        items: list[Mapping[str, Any]] = self._api.api_client.sanitize_for_serialization(pods.items)
+        return items
+
+
+def add_device_plugin_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    parser = subparsers.add_parser(
+        "device-plugin",
+        help="fake NVIDIA GPU device plugin for a kubelet (kind clusters, tests)",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    parser.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME"),
+        help="this node's name (default: $NODE_NAME)",
+    )
+    parser.add_argument(
+        "--fleet",
+        type=Path,
+        default=None,
+        help="fleet YAML giving the node's GPUs by its pool (default: read the node's GFD labels)",
+    )
+    parser.add_argument(
+        "--mig-layouts",
+        type=Path,
+        default=None,
+        help="mig-parted config file naming the MIG layouts (default: gpufleet's shipped layouts)",
+    )
+    parser.add_argument(
+        "--device-plugin-dir",
+        type=Path,
+        default=DEFAULT_PLUGIN_DIR,
+        help=f"the kubelet's device-plugin folder (default: {DEFAULT_PLUGIN_DIR})",
+    )
+    parser.add_argument(
+        "--device-dir",
+        type=Path,
+        default=PluginSettings.device_dir,
+        help=f"where the fake device nodes are made (default: {PluginSettings.device_dir})",
+    )
+    parser.add_argument(
+        "--health-file",
+        type=Path,
+        default=None,
+        help="file listing unhealthy device ids, one per line (re-read on change and on SIGHUP)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        help="API access for pod assignments and labels (default: in-cluster, when in a pod)",
+    )
+    parser.add_argument(
+        "--label-node",
+        action="store_true",
+        help="write the GFD labels of the fake GPUs onto the node",
+    )
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=PluginSettings.poll_interval_s,
+        help="seconds between checks of the kubelet's socket and the health file (default: 1)",
+    )
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+
+
+def _core_api(kubeconfig: Path | None) -> client.CoreV1Api | None:
+    if kubeconfig is not None:
+        api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+        return client.CoreV1Api(api)
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return client.CoreV1Api()
+    return None
+
+
+def _mig_configs(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return load_default_configs()
+    import yaml
+
+    doc = yaml.safe_load(path.read_text())
+    if not isinstance(doc, dict) or "mig-configs" not in doc:
+        raise ValueError(f"{path}: not a mig-parted config (no 'mig-configs' mapping)")
+    return doc
+
+
+def node_gpus(args: argparse.Namespace, api: client.CoreV1Api | None) -> NodeGpus:
+    """The node's GPUs from the fleet file or, without one, from its GFD labels."""
+    labels: dict[str, str] = {}
+    if api is not None:
+        meta = api.read_node(args.node_name).metadata
+        labels = (meta.labels if meta is not None else None) or {}
+    configs = _mig_configs(args.mig_layouts)
+    if args.fleet is not None:
+        return gpus_from_fleet(
+            load_fleet(args.fleet), args.node_name, configs, labels.get(POOL_LABEL)
+        )
+    if api is None:
+        raise ValueError(
+            "without --fleet the plugin reads the node's GFD labels: give --kubeconfig"
+        )
+    return gpus_from_labels(labels, configs)
+
+
+def run_device_plugin(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    if not args.node_name:
+        raise ValueError("--node-name (or $NODE_NAME) is required")
+    if args.poll_interval <= 0:
+        raise ValueError("--poll-interval must be positive")
+    api = _core_api(args.kubeconfig)
+    gpus = node_gpus(args, api)
+    if args.label_node:
+        if api is None:
+            raise ValueError("--label-node needs API access: give --kubeconfig")
+        api.patch_node(args.node_name, {"metadata": {"labels": gpus.labels()}})
+        log.info("labelled node %s with the GFD labels of its fake GPUs", args.node_name)
+    pods: PodSource = KubePods(api, args.node_name) if api is not None else NoPods()
+    settings = PluginSettings(
+        plugin_dir=args.device_plugin_dir,
+        device_dir=args.device_dir,
+        health_file=args.health_file,
+        poll_interval_s=args.poll_interval,
+    )
+    plugin = DevicePlugin(gpus, settings, pods)
+    resources = {r: len(d) for r, d in gpus.by_resource().items()}
+    log.info("node %s: %s, %s", args.node_name, gpus.gpu_type, resources)
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+        plugin.wake()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGHUP, lambda _s, _f: plugin.wake())
+    plugin.run(stop)
+    return 0
