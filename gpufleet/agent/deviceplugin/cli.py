@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from gpufleet.agent.deviceplugin.devices import (
     POOL_LABEL,
@@ -145,7 +146,10 @@ def node_gpus(args: argparse.Namespace, api: client.CoreV1Api | None) -> NodeGpu
     """The node's GPUs from the fleet file or, without one, from its GFD labels."""
     labels: dict[str, str] = {}
     if api is not None:
-        meta = api.read_node(args.node_name).metadata
+        try:
+            meta = api.read_node(args.node_name).metadata
+        except ApiException as exc:
+            raise ValueError(f"cannot read node {args.node_name!r}: {exc.reason}") from exc
         labels = (meta.labels if meta is not None else None) or {}
     configs = _mig_configs(args.mig_layouts)
     if args.fleet is not None:
