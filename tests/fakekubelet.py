@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import re
 import threading
-import time
-from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 
@@ -25,8 +23,6 @@ from gpufleet.agent.deviceplugin.v1beta1 import api_pb2_grpc as api_grpc
 
 # The kubelet accepts fully qualified extended resource names outside kubernetes.io/.
 _RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -140,15 +136,3 @@ class FakeKubelet:
         )
         response = self.stub(resource).GetPreferredAllocation(request, timeout=5)
         return list(response.container_responses[0].deviceIDs)
-
-
-def wait_for(check: Callable[[], T], timeout: float = 10.0, what: str = "condition") -> T:
-    """Poll `check` until it returns something truthy; fail with `what` after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)

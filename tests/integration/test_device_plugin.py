@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakekubelet import FakeKubelet, wait_for
+from fakekubelet import FakeKubelet
 from kubernetes.client.rest import ApiException
 
-from gpufleet.operator.testing import Kube
+from gpufleet.operator.testing import Kube, wait_for
 from gpufleet.sandbox.cluster import Sandbox, default_fleet_path
 from gpufleet.scheduler import names
 
@@ -125,7 +125,7 @@ def test_device_plugin_process_on_the_sandbox(
         sandbox, gpu_node, folder, "--fleet", str(default_fleet_path()), "--label-node"
     )
     try:
-        devices = wait_for(lambda: kubelet.devices("nvidia.com/gpu"), 30, "registration")
+        devices = wait_for(lambda: kubelet.devices("nvidia.com/gpu"), "registration", 30)
         assert devices == {str(i): "Healthy" for i in range(4)}
 
         labels = kube.core.read_node(gpu_node).metadata.labels
@@ -141,7 +141,7 @@ def test_device_plugin_process_on_the_sandbox(
         (folder / "health").write_text("2\n")
         proc.send_signal(signal.SIGHUP)
         wait_for(
-            lambda: kubelet.devices("nvidia.com/gpu").get("2") == "Unhealthy", 10, "GPU 2 down"
+            lambda: kubelet.devices("nvidia.com/gpu").get("2") == "Unhealthy", "GPU 2 down", 10
         )
     finally:
         code = stop(proc)
@@ -155,7 +155,7 @@ def test_device_plugin_process_on_the_sandbox(
     kubelet.start()
     proc = start_plugin(sandbox, gpu_node, second)
     try:
-        devices = wait_for(lambda: kubelet.devices("nvidia.com/gpu"), 30, "registration by labels")
+        devices = wait_for(lambda: kubelet.devices("nvidia.com/gpu"), "registration by labels", 30)
         assert sorted(devices) == everything
     finally:
         code = stop(proc)
