@@ -29,8 +29,6 @@ CRI_API_VERSION = "v0.36.3"
 
 def cri_modules(work: Path) -> tuple[ModuleType, ModuleType]:
     """Generate and import the CRI v1 stubs (api_pb2, api_pb2_grpc) under `work`."""
-    from grpc_tools import protoc
-
     with tempfile.TemporaryDirectory() as mod:
         (Path(mod) / "go.mod").write_text("module local.test/criapi\n\ngo 1.26.0\n")
         out = subprocess.run(
@@ -45,9 +43,12 @@ def cri_modules(work: Path) -> tuple[ModuleType, ModuleType]:
     package.mkdir(parents=True, exist_ok=True)
     (package / "__init__.py").write_text("")
     shutil.copyfile(source, package / "api.proto")
-    args = ["protoc", f"-I{work}", f"--python_out={work}", f"--grpc_python_out={work}"]
-    if protoc.main([*args, "criapi/api.proto"]) != 0:
-        raise RuntimeError(f"protoc failed on {source}")
+    # In a process of its own: grpc_tools' compiler crashes one that has loaded OR-Tools.
+    subprocess.run(
+        [sys.executable, "-m", "grpc_tools.protoc", f"-I{work}", f"--python_out={work}",
+         f"--grpc_python_out={work}", "criapi/api.proto"],
+        check=True,
+    )  # fmt: skip
     sys.path.insert(0, str(work))
     return importlib.import_module("criapi.api_pb2"), importlib.import_module("criapi.api_pb2_grpc")
 

@@ -2,7 +2,8 @@
 # Builds the sandbox's control-plane binaries (and helm, which the chart tests drive) from Go
 # modules into a cache outside the repository, one folder per component and version, and skips
 # every component whose binary is already there.
-# Usage: build-binaries.sh CACHE_DIR [COMPONENT...]   (components: etcd kwok kubernetes helm; all)
+# Usage: build-binaries.sh CACHE_DIR [COMPONENT...]   (components: etcd kwok kubernetes helm,
+# the default, and kubelet, only on request)
 # Why throwaway modules: k8s.io/kubernetes and etcd's server module carry `replace` directives, so
 # `go install pkg@version` is refused; a tiny main module that pins the published tags builds them.
 set -euo pipefail
@@ -53,30 +54,16 @@ build_kwok() {
   step "kwok v$KWOK_VERSION: done"
 }
 
-build_k8s() {
-  local out="$CACHE/kubernetes-v$K8S_VERSION"
-  [ -x "$out/kube-apiserver" ] && [ -x "$out/kube-controller-manager" ] && [ -x "$out/kube-scheduler" ] \
-    && { step "kubernetes v$K8S_VERSION cached"; return; }
-  local minor=${K8S_VERSION#1.}; minor=${minor%%.*}
-  local mod="$CACHE/src/kubernetes-v$K8S_VERSION"
-  rm -rf "$mod" && mkdir -p "$mod" "$out.tmp"
-  cat >"$mod/go.mod" <<MOD
-module local.test/k8sbins
-
-go 1.26.0
-
-godebug default=go1.26
-
-tool (
-	k8s.io/kubernetes/cmd/kube-apiserver
-	k8s.io/kubernetes/cmd/kube-controller-manager
-	k8s.io/kubernetes/cmd/kube-scheduler
-)
-
-require k8s.io/kubernetes v$K8S_VERSION
-MOD
-  step "kubernetes v$K8S_VERSION: fetching modules"
-  # Map every staging module to its published v0.<minor>.<patch> tag, read from k/k's own go.mod.
+# A throwaway main module requiring k8s.io/kubernetes with every staging module mapped to its
+# published v0.<minor>.<patch> tag (read from k/k's own go.mod), the given commands as tools.
+k8s_module() {
+  local mod=$1; shift
+  rm -rf "$mod" && mkdir -p "$mod"
+  {
+    printf 'module local.test/k8sbins\n\ngo 1.26.0\n\ngodebug default=go1.26\n\ntool (\n'
+    printf '\tk8s.io/kubernetes/cmd/%s\n' "$@"
+    printf ')\n\nrequire k8s.io/kubernetes v%s\n' "$K8S_VERSION"
+  } >"$mod/go.mod"
   local gomod
   gomod=$(cd "$mod" && go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" \
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
@@ -86,7 +73,12 @@ MOD
     (cd "$mod" && go mod edit -replace="$m=$m@v0.${K8S_VERSION#1.}")
   done
   (cd "$mod" && go mod tidy)
-  step "kubernetes v$K8S_VERSION: compiling kube-apiserver, kube-controller-manager, kube-scheduler (10-25 min cold)"
+}
+
+# go build of k8s commands from a k8s_module, with the version stamp hack/lib/version.sh sets.
+k8s_build() {
+  local mod=$1 out=$2; shift 2
+  local minor=${K8S_VERSION#1.}; minor=${minor%%.*}
   local date ld p
   date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   ld="-s -w"
@@ -94,11 +86,38 @@ MOD
     ld="$ld -X '$p.gitVersion=v$K8S_VERSION' -X '$p.gitMajor=1' -X '$p.gitMinor=$minor'"
     ld="$ld -X '$p.gitTreeState=clean' -X '$p.buildDate=$date'"
   done
-  (cd "$mod" && go build -p 2 -trimpath -tags=selinux,notest,grpcnotrace -ldflags="$ld" -o "$out.tmp/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler)
+  local pkgs=()
+  for p in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$p"); done
+  (cd "$mod" && go build -p 2 -trimpath -tags=selinux,notest,grpcnotrace -ldflags="$ld" \
+    -o "$out/" "${pkgs[@]}")
+}
+
+build_k8s() {
+  local out="$CACHE/kubernetes-v$K8S_VERSION"
+  [ -x "$out/kube-apiserver" ] && [ -x "$out/kube-controller-manager" ] && [ -x "$out/kube-scheduler" ] \
+    && { step "kubernetes v$K8S_VERSION cached"; return; }
+  local mod="$CACHE/src/kubernetes-v$K8S_VERSION"
+  step "kubernetes v$K8S_VERSION: fetching modules"
+  k8s_module "$mod" kube-apiserver kube-controller-manager kube-scheduler
+  step "kubernetes v$K8S_VERSION: compiling kube-apiserver, kube-controller-manager, kube-scheduler (10-25 min cold)"
+  mkdir -p "$out.tmp"
+  k8s_build "$mod" "$out.tmp" kube-apiserver kube-controller-manager kube-scheduler
   rm -rf "$out" && mv "$out.tmp" "$out"
   step "kubernetes v$K8S_VERSION: done"
+}
+
+# Only on request (bench/kubelet_device_plugin.py): the sandbox itself runs no kubelet.
+build_kubelet() {
+  local out="$CACHE/kubelet-v$K8S_VERSION"
+  [ -x "$out/kubelet" ] && { step "kubelet v$K8S_VERSION cached"; return; }
+  local mod="$CACHE/src/kubelet-v$K8S_VERSION"
+  step "kubelet v$K8S_VERSION: fetching modules"
+  k8s_module "$mod" kubelet
+  step "kubelet v$K8S_VERSION: compiling (3-6 min once the control plane is built)"
+  mkdir -p "$out.tmp"
+  k8s_build "$mod" "$out.tmp" kubelet
+  rm -rf "$out" && mv "$out.tmp" "$out"
+  step "kubelet v$K8S_VERSION: done"
 }
 
 build_helm() {
@@ -125,6 +144,7 @@ for c in "$@"; do
     kwok) build_kwok ;;
     kubernetes) build_k8s ;;
     helm) build_helm ;;
+    kubelet) build_kubelet ;;
     *) echo "unknown component: $c" >&2; exit 2 ;;
   esac
 done

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -56,19 +57,22 @@ def vendoring_problem(proto_text: str) -> str | None:
 
 def generate(out_root: Path) -> list[Path]:
     """Run protoc on the vendored proto, writing the stubs under `out_root` (package layout)."""
-    from grpc_tools import protoc  # a development dependency: only needed to regenerate
-
     relative = PROTO.relative_to(_SOURCE_ROOT)
-    args = [
-        "protoc",
+    # A process of its own: grpc_tools' compiler crashes a process that has loaded OR-Tools
+    # (both bring their own protobuf library), as the test suite and the core do.
+    command = [
+        sys.executable,
+        "-m",
+        "grpc_tools.protoc",  # a development dependency: only needed to regenerate
         f"-I{_SOURCE_ROOT}",
         f"--python_out={out_root}",
         f"--pyi_out={out_root}",
         f"--grpc_python_out={out_root}",
         str(relative),
     ]
-    if protoc.main(args) != 0:
-        raise RuntimeError(f"protoc failed on {relative}")
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"protoc failed on {relative}: {result.stderr.strip()}")
     return [out_root / relative.parent / name for name in GENERATED]
 
 
