@@ -121,6 +121,7 @@ import json, gpufleet
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.crdgen import crd_documents, render_yaml
 from gpufleet.model.migparted import load_default_configs
+from gpufleet.agent.deviceplugin.v1beta1 import api_pb2
 from gpufleet.sandbox.cluster import default_fleet_path
 from importlib import resources
 print(json.dumps({
@@ -129,6 +130,8 @@ print(json.dumps({
     "layouts": len(load_default_configs()["mig-configs"]),
     "fleet": default_fleet_path().is_file(),
     "script": resources.files("gpufleet.sandbox").joinpath("build-binaries.sh").is_file(),
+    "proto": resources.files("gpufleet.agent.deviceplugin.v1beta1").joinpath("api.proto").is_file(),
+    "services": sorted(api_pb2.DESCRIPTOR.services_by_name),
     "crds": {d["metadata"]["name"]: render_yaml(d) for d in crd_documents()},
 }))
 """
@@ -139,6 +142,7 @@ print(json.dumps({
     assert found["types"] >= 8
     assert found["layouts"] >= 4
     assert found["fleet"] and found["script"]
+    assert found["proto"] and found["services"] == ["DevicePlugin", "Registration"]
     committed = {
         p.name.removesuffix(".yaml"): p.read_text() for p in (REPO_ROOT / "crds").glob("*.yaml")
     }
