@@ -44,32 +44,18 @@ import yaml
 from kubernetes import client, config
 
 from gpufleet.operator.testing import wait_for
-from gpufleet.sandbox.binaries import K8S_VERSION, cache_dir, ensure_binaries
+from gpufleet.sandbox.binaries import ensure_binaries
 from gpufleet.sandbox.cluster import Sandbox, default_fleet_path
 
 NODE = "real-kubelet-0"
 PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")  # fixed in the kubelet's device manager
 CHECKPOINT = PLUGIN_DIR / "kubelet_internal_checkpoint"
-REPO = Path(__file__).resolve().parent.parent
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def ensure_kubelet() -> Path:
-    """The kubelet binary from the cache, built by the sandbox's build script when missing."""
-    path = cache_dir() / "bin" / f"kubelet-v{K8S_VERSION}" / "kubelet"
-    if not path.exists():
-        script = REPO / "gpufleet" / "sandbox" / "build-binaries.sh"
-        print(f"building the kubelet into {path.parent} (several minutes, once)")
-        env = os.environ | {"GPUFLEET_K8S_VERSION": K8S_VERSION}
-        subprocess.run(
-            ["bash", str(script), str(path.parent.parent), "kubelet"], check=True, env=env
-        )
-    return path
 
 
 def kubelet_config(work: Path, cri_socket: Path) -> Path:
@@ -186,8 +172,7 @@ def main() -> int:
             except OSError:
                 pass  # a stale socket of an earlier run
     created_var_lib = not Path("/var/lib/kubelet").exists()
-    ensure_binaries()
-    binary = ensure_kubelet()
+    binary = ensure_binaries(components=("etcd", "kwok", "kubernetes", "kubelet")).kubelet
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="gk-") as tmp:
         work = Path(tmp)

@@ -4,7 +4,8 @@ Binaries are built from Go modules by `build-binaries.sh` into a cache outside t
 one folder per component and version, so every checkout and CI run on a machine shares them.
 The components are the control plane (etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler, kwok), which `sandbox up` needs, and helm, which the chart's tests drive;
-`gpufleet sandbox build` builds them all.
+`gpufleet sandbox build` builds them all. The kubelet is built only when asked for (by the
+benchmark that runs a real kubelet with the fake device plugin).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ HELM_VERSION = "4.3.2"
 # Build units of build-binaries.sh.
 CONTROL_PLANE = ("etcd", "kwok", "kubernetes")
 EVERY_COMPONENT = (*CONTROL_PLANE, "helm")
+ON_REQUEST = ("kubelet",)
 
 
 def cache_dir() -> Path:
@@ -48,6 +50,7 @@ class Binaries:
     kwok: Path
     kwok_stages: Path
     helm: Path
+    kubelet: Path
 
     @classmethod
     def in_cache(cls, root: Path) -> Binaries:
@@ -61,6 +64,7 @@ class Binaries:
             kwok=kwok / "kwok",
             kwok_stages=kwok / "kustomize" / "stage",
             helm=root / f"helm-v{HELM_VERSION}" / "helm",
+            kubelet=root / f"kubelet-v{K8S_VERSION}" / "kubelet",
         )
 
     def _paths(self, component: str) -> tuple[Path, ...]:
@@ -73,7 +77,10 @@ class Binaries:
                 return (self.kube_apiserver, self.kube_controller_manager, self.kube_scheduler)
             case "helm":
                 return (self.helm,)
-        raise ValueError(f"unknown component {component!r}; known: {', '.join(EVERY_COMPONENT)}")
+            case "kubelet":
+                return (self.kubelet,)
+        known = ", ".join((*EVERY_COMPONENT, *ON_REQUEST))
+        raise ValueError(f"unknown component {component!r}; known: {known}")
 
     def missing(self, components: tuple[str, ...] = EVERY_COMPONENT) -> list[Path]:
         """Binaries of `components` not yet built."""

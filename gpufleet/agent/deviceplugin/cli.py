@@ -176,7 +176,10 @@ def run_device_plugin(args: argparse.Namespace) -> int:
     if args.label_node:
         if api is None:
             raise ValueError("--label-node needs API access: give --kubeconfig")
-        api.patch_node(args.node_name, {"metadata": {"labels": gpus.labels()}})
+        try:
+            api.patch_node(args.node_name, {"metadata": {"labels": gpus.labels()}})
+        except ApiException as exc:
+            raise ValueError(f"cannot label node {args.node_name!r}: {exc.reason}") from exc
         log.info("labelled node %s with the GFD labels of its fake GPUs", args.node_name)
     pods: PodSource = KubePods(api, args.node_name) if api is not None else NoPods()
     settings = PluginSettings(

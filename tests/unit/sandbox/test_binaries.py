@@ -22,8 +22,10 @@ def test_binaries_are_keyed_by_version(tmp_path: Path) -> None:
     assert found.kube_apiserver == tmp_path / f"kubernetes-v{binaries.K8S_VERSION}/kube-apiserver"
     assert found.etcd.parent.name == f"etcd-v{binaries.ETCD_VERSION}"
     assert found.helm == tmp_path / f"helm-v{binaries.HELM_VERSION}/helm"
-    assert len(found.missing()) == 7
+    assert len(found.missing()) == 7  # the kubelet is built only when asked for
     assert found.missing(("helm",)) == [found.helm]
+    assert found.missing(binaries.ON_REQUEST) == [found.kubelet]
+    assert found.kubelet == tmp_path / f"kubelet-v{binaries.K8S_VERSION}/kubelet"
 
 
 def test_only_missing_components_are_built(tmp_path: Path) -> None:
