@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -35,6 +36,7 @@ from gpufleet.agent.deviceplugin.server import (
     PodSource,
 )
 from gpufleet.model.fleet import load_fleet
+from gpufleet.model.input_error import InputError
 from gpufleet.model.migparted import load_default_configs
 
 log = logging.getLogger("gpufleet.deviceplugin")
@@ -134,11 +136,14 @@ def _core_api(kubeconfig: Path | None) -> client.CoreV1Api | None:
 def _mig_configs(path: Path | None) -> dict[str, Any]:
     if path is None:
         return load_default_configs()
-    import yaml
-
-    doc = yaml.safe_load(path.read_text())
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise InputError("file not found", source=path) from None
+    except yaml.YAMLError as exc:
+        raise InputError.from_yaml_error(exc, path) from None
     if not isinstance(doc, dict) or "mig-configs" not in doc:
-        raise ValueError(f"{path}: not a mig-parted config (no 'mig-configs' mapping)")
+        raise InputError("not a mig-parted config (no 'mig-configs' mapping)", source=path)
     return doc
 
 
@@ -149,18 +154,26 @@ def node_gpus(args: argparse.Namespace, api: client.CoreV1Api | None) -> NodeGpu
         try:
             meta = api.read_node(args.node_name).metadata
         except ApiException as exc:
-            raise ValueError(f"cannot read node {args.node_name!r}: {exc.reason}") from exc
+            if exc.status == 404:
+                raise InputError("no such node", field="--node-name") from None
+            raise RuntimeError(f"cannot read node {args.node_name!r}: {exc.reason}") from exc
         labels = (meta.labels if meta is not None else None) or {}
     configs = _mig_configs(args.mig_layouts)
     if args.fleet is not None:
-        return gpus_from_fleet(
-            load_fleet(args.fleet), args.node_name, configs, labels.get(POOL_LABEL)
-        )
+        fleet = load_fleet(args.fleet)
+        try:
+            return gpus_from_fleet(fleet, args.node_name, configs, labels.get(POOL_LABEL))
+        except ValueError as exc:  # no pool for this node, or a pool these GPUs cannot be
+            raise InputError(str(exc), source=args.fleet) from None
     if api is None:
-        raise ValueError(
-            "without --fleet the plugin reads the node's GFD labels: give --kubeconfig"
+        raise InputError(
+            "without --fleet the plugin reads the node's GFD labels: give --kubeconfig",
+            field="--fleet",
         )
-    return gpus_from_labels(labels, configs)
+    try:
+        return gpus_from_labels(labels, configs)
+    except ValueError as exc:
+        raise InputError(str(exc), field=f"node {args.node_name} labels") from None
 
 
 def run_device_plugin(args: argparse.Namespace) -> int:
@@ -168,18 +181,18 @@ def run_device_plugin(args: argparse.Namespace) -> int:
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     if not args.node_name:
-        raise ValueError("--node-name (or $NODE_NAME) is required")
+        raise InputError("required (or $NODE_NAME)", field="--node-name")
     if args.poll_interval <= 0:
-        raise ValueError("--poll-interval must be positive")
+        raise InputError("must be positive", field="--poll-interval")
     api = _core_api(args.kubeconfig)
     gpus = node_gpus(args, api)
     if args.label_node:
         if api is None:
-            raise ValueError("--label-node needs API access: give --kubeconfig")
+            raise InputError("needs API access: give --kubeconfig", field="--label-node")
         try:
             api.patch_node(args.node_name, {"metadata": {"labels": gpus.labels()}})
         except ApiException as exc:
-            raise ValueError(f"cannot label node {args.node_name!r}: {exc.reason}") from exc
+            raise RuntimeError(f"cannot label node {args.node_name!r}: {exc.reason}") from exc
         log.info("labelled node %s with the GFD labels of its fake GPUs", args.node_name)
     pods: PodSource = KubePods(api, args.node_name) if api is not None else NoPods()
     settings = PluginSettings(

@@ -1,4 +1,4 @@
-"""`gpufleet device-plugin` refuses bad input with one line naming the problem (exit 1)."""
+"""`gpufleet device-plugin` refuses bad input with one line naming the problem (exit 2)."""
 
 from __future__ import annotations
 
@@ -13,21 +13,21 @@ from gpufleet.sandbox.cluster import default_fleet_path
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        pytest.param(["--fleet", "{fleet}"], "--node-name (or $NODE_NAME) is required", id="node"),
+        pytest.param(["--fleet", "{fleet}"], "--node-name: required (or $NODE_NAME)", id="node"),
         pytest.param(
             ["--node-name", "l4-9", "--fleet", "{fleet}"], "'l4-9' is in no pool", id="no-pool"
         ),
         pytest.param(
             ["--node-name", "l4-0", "--fleet", "{fleet}", "--poll-interval", "0"],
-            "--poll-interval must be positive",
+            "--poll-interval: must be positive",
             id="poll",
         ),
         pytest.param(
-            ["--node-name", "l4-0"], "reads the node's GFD labels: give --kubeconfig", id="no-api"
+            ["--node-name", "l4-0"], "--fleet: without --fleet the plugin reads", id="no-api"
         ),
         pytest.param(
             ["--node-name", "l4-0", "--fleet", "{fleet}", "--label-node"],
-            "--label-node needs API access",
+            "--label-node: needs API access",
             id="label-without-api",
         ),
         pytest.param(
@@ -43,8 +43,9 @@ def test_bad_input(
     fleet = str(default_fleet_path())
     argv = ["device-plugin", "--device-plugin-dir", str(tmp_path)]
     argv += [a.replace("{fleet}", fleet) for a in args]
-    assert main(argv) == 1
+    assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("gpufleet: error: ")
+    assert err.startswith("gpufleet device-plugin: error: ")
+    assert err.count("\n") == 1
     assert message in err
     assert not any(tmp_path.iterdir())  # nothing served, nothing created
