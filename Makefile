@@ -33,8 +33,9 @@ lint:  ## ruff, formatting, strict typing, CRD and device-plugin stub drift
 	$(PYTHON) -m gpufleet.model.crdgen --check
 	$(PYTHON) -m gpufleet.agent.deviceplugin.protogen --check
 
-crds:  ## regenerate crds/ from the pydantic models
+crds:  ## regenerate crds/ and the chart's crds/ from the pydantic models, and deploy/gpufleet.yaml
 	$(PYTHON) -m gpufleet.model.crdgen
+	$(PYTHON) -m gpufleet.sandbox.deploy_manifest
 
 protos:  ## regenerate the device-plugin gRPC stubs from the vendored kubelet proto
 	$(PYTHON) -m gpufleet.agent.deviceplugin.protogen

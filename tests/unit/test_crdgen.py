@@ -1,8 +1,8 @@
 """The CRD generator, without a cluster.
 
 Aspects under test:
-- drift: the committed crds/*.yaml are exactly what the generator produces, and `--check` fails
-  on a missing or edited file;
+- drift: the committed crds/*.yaml and the Helm chart's helm/gpufleet/crds/*.yaml are exactly
+  what the generator produces, and `--check` fails on a missing, edited or stray file;
 - CRD metadata: group, version, scope, names, short names, category, status subresource,
   printer columns whose JSON paths exist in the schema;
 - structural schema: every node has a type, every property a description, no construct the API
@@ -27,6 +27,7 @@ from gpufleet.model.mig_profiles import MIG_PROFILE_NAMES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO_ROOT / "crds"
+CRD_DIRS = [CRD_DIR, REPO_ROOT / "helm" / "gpufleet" / "crds"]
 
 DOCS = {doc["spec"]["names"]["kind"]: doc for doc in crd_documents()}
 
@@ -56,17 +57,41 @@ def _at(node: dict[str, Any], dotted: str) -> dict[str, Any]:
 # -- drift ------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("crd_dir", CRD_DIRS, ids=["crds", "helm-chart"])
 @pytest.mark.parametrize("kind", sorted(DOCS))
-def test_committed_crd_matches_the_generator(kind: str) -> None:
+def test_committed_crd_matches_the_generator(kind: str, crd_dir: Path) -> None:
     doc = DOCS[kind]
-    committed = (CRD_DIR / crd_filename(doc)).read_text(encoding="utf-8")
+    committed = (crd_dir / crd_filename(doc)).read_text(encoding="utf-8")
     assert committed == render_yaml(doc), "regenerate with: python -m gpufleet.model.crdgen"
 
 
-def test_committed_crd_files_are_exactly_the_generated_ones() -> None:
+@pytest.mark.parametrize("crd_dir", CRD_DIRS, ids=["crds", "helm-chart"])
+def test_committed_crd_files_are_exactly_the_generated_ones(crd_dir: Path) -> None:
     generated = {crd_filename(doc) for doc in crd_documents()}
     assert generated == {"trainingjobs.gpufleet.io.yaml", "servingjobs.gpufleet.io.yaml"}
-    assert generated <= {p.name for p in CRD_DIR.glob("*.yaml")}
+    assert generated == {p.name for p in crd_dir.glob("*.yaml")}
+
+
+def test_default_run_writes_and_checks_both_copies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["--check"]) == 1
+    assert main([]) == 0
+    assert main(["--check"]) == 0
+    for crd_dir in ("crds", "helm/gpufleet/crds"):
+        assert {p.name for p in (tmp_path / crd_dir).iterdir()} == {
+            crd_filename(doc) for doc in crd_documents()
+        }
+
+
+def test_check_mode_fails_on_a_stray_file_and_writing_removes_it(tmp_path: Path) -> None:
+    assert main(["--out-dir", str(tmp_path)]) == 0
+    (tmp_path / "gpuqueues.gpufleet.io.yaml").write_text("kind: CustomResourceDefinition\n")
+    assert main(["--check", "--out-dir", str(tmp_path)]) == 1
+    assert main(["--out-dir", str(tmp_path)]) == 0
+    assert main(["--check", "--out-dir", str(tmp_path)]) == 0
+    assert not (tmp_path / "gpuqueues.gpufleet.io.yaml").exists()
 
 
 def test_committed_yaml_parses_back_to_the_documents() -> None:
