@@ -44,6 +44,7 @@ from typing import Any
 import yaml
 
 from gpufleet.cliargs import OneLineParser, output_file, positive_int
+from gpufleet.operator.podtemplate import GPU_TOLERATIONS
 from gpufleet.operator.testing import Kube, OperatorProcess, training_job, wait_for
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.scheduler import invariants
@@ -113,6 +114,8 @@ def measure_latency(sandbox: Sandbox, kube: Kube, workers: int, run: int) -> flo
 def plain_pod(name: str, scheduler: str | None) -> Any:
     spec: dict[str, Any] = {
         "nodeSelector": {"gpufleet.io/node-pool": POOL},
+        # The sandbox's GPU nodes carry the GPU Operator's taint.
+        "tolerations": list(GPU_TOLERATIONS),
         "containers": [
             {
                 "name": "w",

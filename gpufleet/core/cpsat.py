@@ -14,6 +14,9 @@ Model (built in `_Model`, solved in `place_cpsat`, turned into GPUs by `_extract
   (GPUs that gangs with a choice of types take from a type's single-type reserve, scarcity.py).
 Preemption victims are not chosen by the model: greedy's evictions come in as freed GPUs plus
 gangs that must be admitted, and later evictions run after the solve (see place.py).
+Gangs restricted to some nodes (`Gang.allowed_nodes`) keep greedy's placement: the model counts
+identical nodes and cannot tell which of them such a gang may use, so their GPUs are taken out
+before it is built, and the repair pass gives those greedy left out another greedy try.
 """
 
 from __future__ import annotations
@@ -478,6 +481,20 @@ def _apply_layouts(built: _Model, solver: cp_model.CpSolver, state: ClusterState
                 state.repartition(n, g, lay)
 
 
+def _take(state: ClusterState, greedy_state: ClusterState, placement: GangPlacement) -> None:
+    """Give `state` the GPUs of a placement greedy made, with the MIG layouts it gave them."""
+    for replica in placement.replicas:
+        n = state.node_index[replica.node]
+        if replica.mig is None:
+            state.take_whole(n, replica.gpus)
+            continue
+        g = replica.gpus[0]
+        layout = greedy_state.layout[n][g]
+        if layout is not None and state.layout[n][g] != layout:
+            state.repartition(n, g, layout)
+        state.take_instance(n, g, replica.mig)
+
+
 def place_cpsat(
     initial: ClusterState,
     greedy_state: ClusterState,
@@ -501,7 +518,11 @@ def place_cpsat(
             for replica in running.replicas:
                 state.release(replica)
     forced = frozenset(p.for_gang for p in preemptions)
-    built = _Model(state, pending, policy, layouts, forced)
+    fixed = {g.id: greedy[g.id] for g in pending if g.allowed_nodes is not None and g.id in greedy}
+    for placement in fixed.values():
+        _take(state, greedy_state, placement)
+    free = [g for g in pending if g.allowed_nodes is None]
+    built = _Model(state, free, policy, layouts, forced - fixed.keys())
     if not built.options:
         return greedy_state, greedy, SolveStats("greedy", "NOTHING_TO_SOLVE")
     built.hint(greedy_state, greedy)
@@ -514,7 +535,7 @@ def place_cpsat(
             greedy,
             SolveStats("greedy-fallback", name, wall_time_s=solver.wall_time),
         )
-    placed = _extract(built, solver, state, layouts)
+    placed = _extract(built, solver, state, layouts) | fixed
     # Repair pass: anything the counts could not map onto GPUs, or left out, gets a greedy try.
     placed.update(place_greedy(state, [g for g in pending if g.id not in placed], policy, layouts))
     if not forced <= placed.keys():

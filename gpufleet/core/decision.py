@@ -14,6 +14,7 @@ class PendingReason(StrEnum):
 
     UNKNOWN_GPU_TYPE = "UnknownGpuType"  # no acceptable type is in the catalogue
     NO_NODES_OF_TYPE = "NoNodesOfAcceptableType"  # the cluster has no such nodes
+    NO_ELIGIBLE_NODE = "NoEligibleNode"  # the gang's node filters leave none of those nodes
     MIG_PROFILE_UNSUPPORTED = "MigProfileUnsupported"  # no acceptable type offers the profile
     REPLICA_TOO_LARGE = "ReplicaExceedsNode"  # a replica needs more GPUs than any node has
     GANG_TOO_LARGE = "GangExceedsCluster"  # more GPUs than the acceptable types have in total

@@ -41,6 +41,8 @@ class Gang:
     Each replica needs either `gpus_per_replica` whole GPUs on one node or one `mig_profile`
     slice. All replicas of a gang run on the same GPU type. `priority` is a small integer,
     higher wins; only `preemptible` gangs may be evicted for higher-priority ones.
+    `allowed_nodes` names the only nodes the gang may use (the adapter's node filters: taints,
+    selectors, affinity, CPU and memory); None means every node.
     """
 
     id: str
@@ -54,6 +56,7 @@ class Gang:
     topology: Topology = Topology.ANY
     energy: EnergyPreference = EnergyPreference.BALANCED
     waited_s: float = 0.0  # how long the gang has been pending (caller's clock); see TypeDelay
+    allowed_nodes: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if not self.acceptable:

@@ -4,15 +4,19 @@ Checks run from the most basic (the catalogue has none of the acceptable types) 
 specific (free GPUs exist but not on one node). A gang that would fit on its own in the
 snapshot was left out because other gangs got the capacity, and the message says so; one that
 would fit only on types the policy's type delay still holds it back from waits for a faster type.
+A gang restricted to some nodes (`allowed_nodes`, the adapter's node filters) is judged on those
+nodes only; when they hold none of its types the reason is `NoEligibleNode`, and the adapter
+adds which filter left out how many nodes.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from gpufleet.core.decision import Pending, PendingReason
 from gpufleet.core.demand import Gang, Topology
-from gpufleet.core.greedy import Memo, plan_gang, usable_types
+from gpufleet.core.greedy import Memo, eligible_nodes, plan_gang, usable_types
 from gpufleet.core.policy import Policy, TypeDelay
 from gpufleet.core.state import ClusterState
 
@@ -55,6 +59,15 @@ def explain(
             PendingReason.NO_NODES_OF_TYPE,
             f"no schedulable node has {_types_text(known)} GPUs",
         )
+    allowed = eligible_nodes(initial, gang, layouts)
+    if allowed is not None:
+        nodes = [n for n in nodes if n in allowed]
+        if not nodes:
+            return Pending(
+                gang.id,
+                PendingReason.NO_ELIGIBLE_NODE,
+                f"no node with {_types_text(known)} GPUs passes the job's node filters",
+            )
     types = _types_text(known)
     fits_alone = any(
         plan_gang(initial, gang, t, policy, layouts) is not None
@@ -78,7 +91,7 @@ def explain(
         )
     if gang.mig_profile is not None:
         return _explain_mig(initial, gang, known, nodes, policy.allow_repartition)
-    return _explain_whole(initial, gang, known, nodes)
+    return _explain_whole(initial, gang, known, nodes, allowed is not None)
 
 
 def _delayed_fit(state: ClusterState, gang: Gang, policy: Policy, layouts: Memo) -> list[str]:
@@ -94,7 +107,9 @@ def _delayed_fit(state: ClusterState, gang: Gang, policy: Policy, layouts: Memo)
     ]
 
 
-def _explain_whole(state: ClusterState, gang: Gang, known: list[str], nodes: list[int]) -> Pending:
+def _explain_whole(
+    state: ClusterState, gang: Gang, known: list[str], nodes: list[int], restricted: bool
+) -> Pending:
     types = _types_text(known)
     size = gang.gpus_per_replica
     replicas = gang.replicas_min
@@ -108,7 +123,10 @@ def _explain_whole(state: ClusterState, gang: Gang, known: list[str], nodes: lis
             PendingReason.REPLICA_TOO_LARGE,
             f"needs {unit} x {types} on one node; the largest node has {largest} GPUs",
         )
-    largest_domain = max(state.max_domain_size.get(t, 0) for t in known)
+    if restricted:
+        largest_domain = max(max(Counter(state.domain_of[n]).values()) for n in nodes)
+    else:
+        largest_domain = max(state.max_domain_size.get(t, 0) for t in known)
     if nvlink and size > largest_domain:
         return Pending(
             gang.id,
@@ -150,7 +168,10 @@ def _explain_mig(
     state: ClusterState, gang: Gang, types: list[str], nodes: list[int], repartition: bool
 ) -> Pending:
     assert gang.mig_profile is not None
-    free_slices = sum(len(state.free_instances(t, gang.mig_profile)) for t in types)
+    on = set(nodes)
+    free_slices = sum(
+        1 for t in types for _, n, _, _ in state.free_instances(t, gang.mig_profile) if n in on
+    )
     empty = sum(len(state.empty[n]) for n in nodes)
     spare = f"{empty} empty GPUs to repartition" if repartition else "repartitioning is disabled"
     return Pending(

@@ -44,6 +44,7 @@ class Memo:
         self._layouts: dict[tuple[str, str], MigLayout] = {}
         self._maximal: dict[tuple[str, frozenset[str]], tuple[MigLayout, ...]] = {}
         self.types: dict[str, list[str]] = {}
+        self.allowed: dict[str, frozenset[int] | None] = {}
         self.running_values: dict[str, float] = {}
         self._cuts: dict[tuple[str, str], MigLayout] = {}
         # MIG slices asked for per (type, profile): running replicas plus pending gangs noted.
@@ -146,15 +147,34 @@ def base_profiles(gpu: GpuType, profile: str) -> frozenset[str]:
     return frozenset({profile} | {name for _, name in smallest.values()})
 
 
+def eligible_nodes(
+    state: ClusterState, gang: Gang, memo: Memo | None = None
+) -> frozenset[int] | None:
+    """Indices of the nodes `gang` may use (its `allowed_nodes`); None: every node."""
+    if gang.allowed_nodes is None:
+        return None
+    if memo is not None and gang.id in memo.allowed:
+        return memo.allowed[gang.id]
+    index = state.node_index
+    allowed = frozenset(index[n] for n in gang.allowed_nodes if n in index)
+    if memo is not None:
+        memo.allowed[gang.id] = allowed
+    return allowed
+
+
 def usable_types(
     state: ClusterState, gang: Gang, policy: Policy, memo: Memo | None = None
 ) -> list[str]:
-    """Acceptable types that exist, offer the gang's MIG profile and have nodes; best first."""
+    """Acceptable types that exist, offer the gang's MIG profile and have nodes the gang may
+    use; best first."""
     if memo is not None and gang.id in memo.types:
         return memo.types[gang.id]
+    allowed = eligible_nodes(state, gang, memo)
     scored: list[tuple[float, int, str]] = []
     for order, name in enumerate(gang.type_names()):
         if name not in state.catalog or not state.nodes_by_type.get(name):
+            continue
+        if allowed is not None and allowed.isdisjoint(state.nodes_by_type[name]):
             continue
         gpu = state.catalog[name]
         if gang.mig_profile is not None and not gpu.has_mig_profile(gang.mig_profile):
@@ -174,9 +194,15 @@ def usable_types(
 
 
 def _best_fit_node(
-    state: ClusterState, gpu_type: str, need: int, nvlink: bool, taken: dict[int, set[int]]
+    state: ClusterState,
+    gpu_type: str,
+    need: int,
+    nvlink: bool,
+    taken: dict[int, set[int]],
+    allowed: frozenset[int] | None = None,
 ) -> int | None:
-    """Schedulable node of the type with the fewest free GPUs that still holds `need`."""
+    """Schedulable node of the type (and in `allowed`, when given) with the fewest free GPUs
+    that still holds `need`."""
     if nvlink and state.max_domain_size.get(gpu_type, 0) < need:
         return None
     best: tuple[int, int] | None = None
@@ -192,7 +218,9 @@ def _best_fit_node(
         if best is not None and k > best[0]:
             break
         for n in buckets[k]:  # sorted by index: the first usable one is the bucket's best
-            if n in taken or (nvlink and state.max_domain_free(n) < need):
+            if n in taken or (allowed is not None and n not in allowed):
+                continue
+            if nvlink and state.max_domain_free(n) < need:
                 continue
             if best is None or (k, n) < best:
                 best = (k, n)
@@ -200,13 +228,15 @@ def _best_fit_node(
     return None if best is None else best[1]
 
 
-def _plan_whole(state: ClusterState, gang: Gang, gpu_type: str) -> Plan | None:
+def _plan_whole(
+    state: ClusterState, gang: Gang, gpu_type: str, allowed: frozenset[int] | None
+) -> Plan | None:
     plan = Plan(gang, gpu_type)
     size = gang.gpus_per_replica
     nvlink = gang.topology is Topology.NVLINK
     if gang.topology is Topology.SAME_NODE:
         for count in range(gang.replicas_max, gang.replicas_min - 1, -1):
-            n = _best_fit_node(state, gpu_type, count * size, False, {})
+            n = _best_fit_node(state, gpu_type, count * size, False, {}, allowed)
             if n is None:
                 continue
             gpus = state.pick_gpus(n, count * size, nvlink=False)
@@ -220,7 +250,7 @@ def _plan_whole(state: ClusterState, gang: Gang, gpu_type: str) -> Plan | None:
         return None
     taken: dict[int, set[int]] = {}
     for _ in range(gang.replicas_max):
-        n = _best_fit_node(state, gpu_type, size, nvlink, taken)
+        n = _best_fit_node(state, gpu_type, size, nvlink, taken, allowed)
         if n is None:
             break
         gpus = state.pick_gpus(n, size, nvlink, taken.get(n, set()))
@@ -245,10 +275,13 @@ def _plan_mig(
     profile = gang.mig_profile
     plan = Plan(gang, gpu_type)
     want = gang.replicas_max
+    allowed = eligible_nodes(state, gang, layouts)
     touched: set[tuple[int, int]] = set()
     for _tier, n, g, start in state.free_instances(gpu_type, profile):
         if len(plan.replicas) == want:
             break
+        if allowed is not None and n not in allowed:
+            continue
         inst = MigPlacement(start, profile)
         plan.replicas.append(ReplicaPlacement(state.nodes[n].name, (g,), inst))
         touched.add((n, g))
@@ -258,6 +291,8 @@ def _plan_mig(
         buckets = state.type_nodes(gpu_type)
         for k in range(1, len(buckets)):  # emptiest-last keeps idle nodes idle
             for n in buckets[k]:
+                if allowed is not None and n not in allowed:
+                    continue
                 # MIG-mode empty GPUs first: a config change, not a mode flip.
                 for g in sorted(state.empty[n], key=_mig_mode_first(state, n)):
                     if len(plan.replicas) >= want:
@@ -281,7 +316,7 @@ def plan_gang(
     """A feasible placement of `gang` on `gpu_type` in the current state, or None."""
     if gang.mig_profile is not None:
         return _plan_mig(state, gang, gpu_type, policy, layouts)
-    return _plan_whole(state, gang, gpu_type)
+    return _plan_whole(state, gang, gpu_type, eligible_nodes(state, gang, layouts))
 
 
 def commit(state: ClusterState, plan: Plan, policy: Policy) -> GangPlacement:

@@ -1,10 +1,11 @@
 """Gang-aware preemption: evict whole lower-priority preemptible gangs for a stuck gang.
 
 For each gang still pending (highest priority first, a bounded number per decision) the victims
-are running gangs that are preemptible, of strictly lower priority and on an acceptable GPU type,
-tried cheapest first. Victims are released one at a time until the gang fits; then victims that
-turn out unnecessary are put back, and the eviction happens only if the gang's objective value
-beats what the victims lose plus the disruption cost. Every what-if is undone when not taken.
+are running gangs that are preemptible, of strictly lower priority, on an acceptable GPU type and
+on a node the gang may use, tried cheapest first. Victims are released one at a time until the
+gang fits; then victims that turn out unnecessary are put back, and the eviction happens only if
+the gang's objective value beats what the victims lose plus the disruption cost. Every what-if
+is undone when not taken.
 """
 
 from __future__ import annotations
@@ -13,7 +14,15 @@ from collections.abc import Sequence
 
 from gpufleet.core.decision import GangPlacement, Preemption
 from gpufleet.core.demand import Gang
-from gpufleet.core.greedy import Memo, Plan, commit, greedy_order, plan_gang, usable_types
+from gpufleet.core.greedy import (
+    Memo,
+    Plan,
+    commit,
+    eligible_nodes,
+    greedy_order,
+    plan_gang,
+    usable_types,
+)
 from gpufleet.core.objective import running_value
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import RunningGang
@@ -65,6 +74,7 @@ def preempt_for_pending(
         if tried >= max_gangs:
             break
         types = set(usable_types(state, gang, policy, layouts))
+        allowed = eligible_nodes(state, gang, layouts)
         candidates = [
             r
             for r in state.snapshot.running
@@ -72,6 +82,7 @@ def preempt_for_pending(
             and r.preemptible
             and r.priority < gang.priority
             and r.gpu_type in types
+            and (allowed is None or any(state.node_index[p.node] in allowed for p in r.replicas))
         ]
         if not candidates:
             continue

@@ -118,6 +118,8 @@ def _placement_problems(
             out.append(f"{gang.id} replica on {r.node} ({node.gpu_type}), not {gpu_type}")
         if not node.schedulable:
             out.append(f"{gang.id} placed on unschedulable node {r.node}")
+        if gang.allowed_nodes is not None and r.node not in gang.allowed_nodes:
+            out.append(f"{gang.id} placed on {r.node}, which its node filters exclude")
         if any(not 0 <= g < node.gpu_count for g in r.gpus) or len(set(r.gpus)) != len(r.gpus):
             out.append(f"{gang.id} replica on {r.node} has bad GPU indices {r.gpus}")
             continue

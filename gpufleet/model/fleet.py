@@ -11,6 +11,8 @@ A fleet is a list of node pools; every node of a pool is identical. The YAML sha
         mig:                  # optional; omitted = MIG disabled
           strategy: mixed
           config: all-balanced
+        taints:               # optional; kubectl's key[=value]:Effect, set on the sandbox's
+          - nvidia.com/gpu=present:NoSchedule   # nodes (the simulator ignores them)
 
 This module parses and validates the shape. Whether `gpuType` names a known GPU and whether
 `mig.config` names a known layout depends on the consumer (the simulator's catalogue and MIG
@@ -22,6 +24,7 @@ or a consumer's check, is an `InputError` naming the file, the line and the fiel
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -31,7 +34,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gpufleet.model.input_error import InputError
 
-__all__ = ["FleetSpec", "MigSpec", "NodePoolSpec", "PoolCheck", "load_fleet"]
+__all__ = ["FleetSpec", "MigSpec", "NodePoolSpec", "PoolCheck", "load_fleet", "parse_taint"]
+
+_TAINT = re.compile(
+    r"([A-Za-z0-9./_-]+)(?:=([A-Za-z0-9._-]*))?:(NoSchedule|PreferNoSchedule|NoExecute)"
+)
 
 # A consumer's check of one pool: raises `InputError` (its `field` relative to the pool, e.g.
 # `mig.config`) or `ValueError` when the pool cannot be used.
@@ -60,6 +67,20 @@ class NodePoolSpec(_CamelModel):
     gpus_per_node: int = Field(alias="gpusPerNode", ge=1, le=64)
     nvlink_domain_size: int | None = Field(default=None, alias="nvlinkDomainSize", ge=1)
     mig: MigSpec | None = None
+    taints: tuple[str, ...] = Field(
+        default=(),
+        description="node taints as kubectl writes them: key[=value]:Effect",
+    )
+
+    @model_validator(mode="after")
+    def _taints_are_well_formed(self) -> NodePoolSpec:
+        for taint in self.taints:
+            if _TAINT.fullmatch(taint) is None:
+                raise ValueError(
+                    f"pool {self.name!r}: taint {taint!r} is not key[=value]:Effect with Effect "
+                    "one of NoSchedule, PreferNoSchedule, NoExecute"
+                )
+        return self
 
     @model_validator(mode="after")
     def _domain_divides_node(self) -> NodePoolSpec:
@@ -103,6 +124,15 @@ class FleetSpec(_CamelModel):
     def total_nodes(self) -> int:
         """Nodes in the fleet."""
         return sum(p.count for p in self.node_pools)
+
+
+def parse_taint(text: str) -> dict[str, str]:
+    """`key[=value]:Effect` -> a Node taint object."""
+    found = _TAINT.fullmatch(text)
+    if found is None:
+        raise ValueError(f"not a taint: {text!r}")
+    key, value, effect = found.groups()
+    return {"key": key, "effect": effect} | ({"value": value} if value else {})
 
 
 def load_fleet(path: str | Path, check: PoolCheck | None = None) -> FleetSpec:

@@ -76,8 +76,13 @@ def scheduling_annotations(spec: Mapping[str, Any], replicas: int) -> dict[str, 
     return out | podtemplate.gpu_types_annotation(spec)
 
 
-def worker_pod(job: Mapping[str, Any], index: int) -> Obj:
-    """Pod of replica `index`: the template plus GPUs, rank, rendezvous and gang metadata."""
+def worker_pod(
+    job: Mapping[str, Any],
+    index: int,
+    tolerations: tuple[Mapping[str, Any], ...] = podtemplate.GPU_TOLERATIONS,
+) -> Obj:
+    """Pod of replica `index`: the template plus GPUs, tolerations, rank, rendezvous and gang
+    metadata."""
     meta, spec = job["metadata"], job["spec"]
     name, namespace = meta["name"], meta.get("namespace", "default")
     replicas = replica_count(spec)
@@ -97,6 +102,7 @@ def worker_pod(job: Mapping[str, Any], index: int) -> Obj:
     pod_spec["hostname"] = worker_name(name, index)
     pod_spec["subdomain"] = name
     podtemplate.add_gpu_resources(pod_spec, spec)
+    podtemplate.add_tolerations(pod_spec, tolerations)
     master = f"{worker_name(name, 0)}.{name}.{namespace}.svc"
     rendezvous = {"MASTER_ADDR": master, "MASTER_PORT": str(MASTER_PORT)}
     if spec.get("elastic"):

@@ -10,9 +10,24 @@ from gpufleet.model.mig_profiles import mig_resource_name
 from gpufleet.scheduler import names
 from gpufleet.scheduler.pods import format_gpu_types
 
-__all__ = ["add_gpu_resources", "gpu_types_annotation", "owner_reference", "set_env"]
+__all__ = [
+    "GPU_TOLERATIONS",
+    "add_gpu_resources",
+    "add_tolerations",
+    "gpu_types_annotation",
+    "owner_reference",
+    "set_env",
+]
 
 Obj = dict[str, Any]
+
+# What gpufleet adds to every pod it creates by default: GPU nodes set up by the NVIDIA GPU
+# Operator or a cloud's GPU node pools carry the taint nvidia.com/gpu=present:NoSchedule, and
+# Kubernetes' ExtendedResourceToleration admission plugin gives pods that request
+# nvidia.com/gpu this same toleration.
+GPU_TOLERATIONS: tuple[Obj, ...] = (
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+)
 
 
 def owner_reference(owner: Mapping[str, Any], kind: str) -> Obj:
@@ -39,6 +54,16 @@ def add_gpu_resources(pod_spec: Obj, wanted: Mapping[str, Any]) -> None:
     resources["limits"] = {**(resources.get("limits") or {}), **gpus}
     if "requests" in resources:
         resources["requests"] = {**resources["requests"], **gpus}
+
+
+def add_tolerations(pod_spec: Obj, tolerations: tuple[Mapping[str, Any], ...]) -> None:
+    """Append `tolerations` the template does not already carry."""
+    present = list(pod_spec.get("tolerations") or [])
+    for toleration in tolerations:
+        if dict(toleration) not in present:
+            present.append(dict(toleration))
+    if present:
+        pod_spec["tolerations"] = present
 
 
 def gpu_types_annotation(wanted: Mapping[str, Any]) -> dict[str, str]:

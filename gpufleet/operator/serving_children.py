@@ -124,7 +124,9 @@ def _scheduling_annotations(spec: Mapping[str, Any], pool: Mapping[str, Any]) ->
     return out | podtemplate.gpu_types_annotation(pool)
 
 
-def _pod_template(job: Mapping[str, Any], pool_name: str) -> Obj:
+def _pod_template(
+    job: Mapping[str, Any], pool_name: str, tolerations: tuple[Mapping[str, Any], ...]
+) -> Obj:
     meta, spec = job["metadata"], job["spec"]
     pool = spec[pool_name]
     template = copy.deepcopy(pool["template"])
@@ -135,6 +137,7 @@ def _pod_template(job: Mapping[str, Any], pool_name: str) -> Obj:
     pod_spec["schedulerName"] = names.SCHEDULER_NAME
     pod_spec["restartPolicy"] = "Always"  # the only policy a Deployment accepts
     podtemplate.add_gpu_resources(pod_spec, pool)
+    podtemplate.add_tolerations(pod_spec, tolerations)
     env = {ROLE_ENV: pool_role(pool_name).value, SERVINGJOB_ENV: meta["name"]}
     for container in pod_spec["containers"]:
         podtemplate.set_env(container, env)
@@ -148,13 +151,18 @@ def spec_hash(deployment_spec: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def deployment(job: Mapping[str, Any], pool_name: str, replicas: int) -> Obj:
+def deployment(
+    job: Mapping[str, Any],
+    pool_name: str,
+    replicas: int,
+    tolerations: tuple[Mapping[str, Any], ...] = podtemplate.GPU_TOLERATIONS,
+) -> Obj:
     """The Deployment of one pool with `replicas` replicas."""
     meta = job["metadata"]
     name = meta["name"]
     spec: Obj = {
         "selector": {"matchLabels": selector(name, pool_name)},
-        "template": _pod_template(job, pool_name),
+        "template": _pod_template(job, pool_name, tolerations),
         # Old ReplicaSets hold no GPUs; two are enough to roll back by hand.
         "revisionHistoryLimit": 2,
     }

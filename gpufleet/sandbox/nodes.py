@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.model.fleet import FleetSpec, NodePoolSpec, PoolCheck
+from gpufleet.model.fleet import FleetSpec, NodePoolSpec, PoolCheck, parse_taint
 from gpufleet.model.gfd import gfd_labels, hardware_for
 from gpufleet.model.input_error import InputError
 from gpufleet.model.migparted import MIG_APPLIED_ANNOTATION, node_resources, resolve_layouts
@@ -58,6 +58,7 @@ def node_manifest(pool: NodePoolSpec, name: str, mig_configs: dict[str, Any]) ->
             "labels": labels,
             "annotations": annotations,
         },
+        "spec": {"taints": [parse_taint(t) for t in pool.taints]} if pool.taints else {},
         "status": {
             "capacity": capacity,
             "allocatable": dict(capacity),

@@ -46,6 +46,7 @@ from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
 from gpufleet.scheduler.cycle_report import CycleReport
 from gpufleet.scheduler.deletions import Deletions
+from gpufleet.scheduler.eligibility import overcommitted
 from gpufleet.scheduler.heal import NodeHealer
 from gpufleet.scheduler.inflight import InflightBindings
 from gpufleet.scheduler.loop_settings import SchedulerSettings
@@ -144,12 +145,14 @@ class Scheduler:
         timer.done("mig")
         held |= self.partial.complete(partial, view.facts, decision, held, waiting, report)  # 7
         timer.done("complete")
+        # A gang whose pods together would over-commit a node's CPU or memory waits a cycle.
+        held |= overcommitted(decision, view.eligibility, view.free, held)
         by_id = {pg.gang.id: pg for pg in offered}
         placed = [p for p in decision.placements if p.gang_id not in held]
         self.bindings.send(placed, by_id, report)  # 8
         timer.done("bind")
         report.pending = pending_messages(  # 9
-            waiting, capped, decision, held, self.victims.blocked
+            waiting, capped, decision, held, self.victims.blocked, view.eligibility
         )
         self.waiting.write(report.pending, view, busy=self.bindings.busy)
         timer.done("explain")

@@ -29,9 +29,6 @@ from gpufleet.model.mig import (
 from gpufleet.model.migparted import MigConfigError, resolve_layouts
 from gpufleet.scheduler import names
 
-# Taints that mean "do not place new work here" for any scheduler.
-_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
-
 
 def node_ready(node: Mapping[str, Any]) -> bool:
     conditions = (node.get("status") or {}).get("conditions") or []
@@ -39,11 +36,10 @@ def node_ready(node: Mapping[str, Any]) -> bool:
 
 
 def node_schedulable(node: Mapping[str, Any]) -> bool:
-    """Ready, not cordoned, no blocking taint, and no MIG reconfiguration in progress."""
+    """Ready, not cordoned, and no MIG reconfiguration in progress. Taints are judged per gang,
+    against its pods' tolerations (`eligibility.py`)."""
     spec = node.get("spec") or {}
     if spec.get("unschedulable"):
-        return False
-    if any(t.get("effect") in _BLOCKING_EFFECTS for t in spec.get("taints") or []):
         return False
     labels = (node.get("metadata") or {}).get("labels") or {}
     if names.MIG_CONFIG_LABEL in labels and labels.get(names.MIG_STATE_LABEL) != "success":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpufleet.core.demand import Gang, TypeOption
@@ -21,6 +21,7 @@ from gpufleet.model.cluster import Node
 from gpufleet.model.gpus import Catalog
 from gpufleet.model.mig import MigPlacement
 from gpufleet.scheduler import pods
+from gpufleet.scheduler.eligibility import Eligibility, Outcome, Resources
 from gpufleet.scheduler.nodes import to_core_node
 from gpufleet.scheduler.pods import Pod, PodFacts
 
@@ -49,6 +50,10 @@ class ClusterView:
     problems: tuple[str, ...] = ()
     # pod key -> what the cycle reads of it, for every pod in the cache (assumed ones bound).
     facts: Mapping[str, PodFacts] = field(default_factory=dict)
+    # offered gang id -> which GPU nodes its pods may use and why not the others, and each GPU
+    # node's free CPU, memory and ephemeral storage (eligibility.py).
+    eligibility: Mapping[str, Outcome] = field(default_factory=dict)
+    free: Mapping[str, Resources] = field(default_factory=dict)
 
 
 class _NodeUsage:
@@ -212,6 +217,7 @@ class ViewBuilder:
             str,
             tuple[tuple[Pod, ...], tuple[int, bool, str | None, frozenset[str]], PendingGang | str],
         ] = {}
+        self._eligibility = Eligibility()
 
     def facts(self, all_pods: Iterable[Pod]) -> dict[str, PodFacts]:
         """Pod key -> facts, reusing those of pod dicts seen last cycle."""
@@ -353,6 +359,16 @@ class ViewBuilder:
                 held[gid] = outcome
                 held_pods[gid] = tuple(f.key for f in members)
         self._pending = new
+        # Node filters (taints, selectors, affinity, CPU and memory) restrict a gang's nodes.
+        gpu_nodes = [self._nodes[name][0] for name in core_nodes]
+        firsts = {pg.gang.id: facts[pg.pods[0]].pod for pg in pending}
+        outcomes, free = self._eligibility.evaluate(gpu_nodes, facts, firsts)
+        pending = [
+            pg
+            if outcomes[pg.gang.id].allowed is None
+            else PendingGang(replace(pg.gang, allowed_nodes=outcomes[pg.gang.id].allowed), pg.pods)
+            for pg in pending
+        ]
         return ClusterView(
             snapshot,
             tuple(pending),
@@ -361,6 +377,8 @@ class ViewBuilder:
             running_pods,
             tuple(problems),
             facts,
+            outcomes,
+            free,
         )
 
 

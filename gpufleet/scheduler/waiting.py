@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 
 from gpufleet.core.decision import Decision
 from gpufleet.scheduler.binder import Binder, scheduled_message
+from gpufleet.scheduler.eligibility import Outcome
 from gpufleet.scheduler.snapshot import ClusterView
 
 
@@ -35,19 +36,25 @@ def pending_messages(
     decision: Decision,
     held: Mapping[str, str],
     blocked: Mapping[str, str],
+    filters: Mapping[str, Outcome] | None = None,
 ) -> dict[str, str]:
     """Gang id -> why it waits this cycle.
 
     `waiting`: gangs not offered to the core; `capped`: gang -> the identical gang offered in
     its place; `held`: placed gangs the cycle could not bind yet; `blocked`: preemptors a
     disruption budget stopped, whose reason stays that while their victims are held back from
-    the core (which alone would only say "no room").
+    the core (which alone would only say "no room"); `filters`: which node filters left out
+    how many nodes for each offered gang, added to the core's reason.
     """
     messages = dict(waiting)
     for gid, peer in capped.items():
         messages[gid] = f"{PendingReasonText.QUEUED}: behind identical gang {peer}"
     for p in decision.pending:
-        messages[p.gang_id] = blocked.get(p.gang_id, f"{p.reason.value}: {p.message}")
+        message = f"{p.reason.value}: {p.message}"
+        outcome = (filters or {}).get(p.gang_id)
+        if outcome is not None:
+            message = outcome.reason(message)
+        messages[p.gang_id] = blocked.get(p.gang_id, message)
     for gid in held:
         messages.setdefault(gid, held[gid])
     for gid, peer in capped.items():

@@ -39,6 +39,7 @@ from prometheus_client.registry import Collector
 from gpufleet.autoscaler.prometheus import MetricsUnavailable, PrometheusMetrics, default_selector
 from gpufleet.core.autoscaling_types import LatencyQuantiles, MetricsSample, PoolRole
 from gpufleet.model.servingjob import POOL_LABEL, SERVINGJOB_LABEL
+from gpufleet.operator.podtemplate import GPU_TOLERATIONS
 from gpufleet.operator.testing import Kube, wait_for
 from gpufleet.sandbox.processes import free_port
 from gpufleet.sandbox.prometheus import PrometheusNotFound, PrometheusServer
@@ -376,7 +377,11 @@ def pod(name: str, pool: str) -> Any:  # a manifest; the client's stubs want a V
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": {SERVINGJOB_LABEL: JOB, POOL_LABEL: pool}},
-        "spec": {"containers": [{"name": "engine", "image": "registry.example/vllm:1"}]},
+        "spec": {
+            "containers": [{"name": "engine", "image": "registry.example/vllm:1"}],
+            # The sandbox's nodes carry the GPU Operator's taint.
+            "tolerations": list(GPU_TOLERATIONS),
+        },
     }
 
 

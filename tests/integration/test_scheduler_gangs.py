@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpufleet.operator.podtemplate import GPU_TOLERATIONS
 from gpufleet.operator.testing import Kube, SettledInvariants, training_job, wait_for
 from gpufleet.scheduler import invariants, names
 
@@ -21,6 +22,8 @@ def gang_pod(name: str, gang: str, size: int, rank: int, gpus: int, gpu_type: st
         },
         "spec": {
             "schedulerName": names.SCHEDULER_NAME,
+            # The sandbox's GPU nodes carry the GPU Operator's taint.
+            "tolerations": list(GPU_TOLERATIONS),
             "containers": [
                 {
                     "name": "main",
@@ -40,6 +43,7 @@ def plain_pod(name: str, gpus: int, pool: str) -> Any:
         "metadata": {"name": name},
         "spec": {
             "nodeSelector": {"gpufleet.io/node-pool": pool},
+            "tolerations": list(GPU_TOLERATIONS),
             "containers": [
                 {
                     "name": "main",

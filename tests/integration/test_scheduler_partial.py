@@ -11,6 +11,7 @@ from typing import Any
 
 from kubernetes import client
 
+from gpufleet.operator.podtemplate import GPU_TOLERATIONS
 from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
 from gpufleet.scheduler import invariants, names
 
@@ -26,6 +27,8 @@ def gang_pod(name: str, size: int, rank: int) -> Any:
         },
         "spec": {
             "schedulerName": names.SCHEDULER_NAME,
+            # The sandbox's GPU nodes carry the GPU Operator's taint.
+            "tolerations": list(GPU_TOLERATIONS),
             "containers": [
                 {
                     "name": "main",

@@ -84,6 +84,7 @@ def gang(
     topology: Topology = Topology.ANY,
     energy: EnergyPreference = EnergyPreference.BALANCED,
     throughput: dict[str, float] | None = None,
+    allowed: set[str] | None = None,
 ) -> Gang:
     names = (types,) if isinstance(types, str) else types
     low, high = (replicas, replicas) if isinstance(replicas, int) else replicas
@@ -99,4 +100,5 @@ def gang(
         preemptible=preemptible,
         topology=topology,
         energy=energy,
+        allowed_nodes=None if allowed is None else frozenset(allowed),
     )

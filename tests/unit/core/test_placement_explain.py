@@ -139,6 +139,7 @@ def test_reason_codes_are_stable_strings() -> None:
     assert {r.value for r in PendingReason} == {
         "UnknownGpuType",
         "NoNodesOfAcceptableType",
+        "NoEligibleNode",
         "MigProfileUnsupported",
         "ReplicaExceedsNode",
         "GangExceedsCluster",

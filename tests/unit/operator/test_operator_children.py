@@ -1,5 +1,6 @@
 """Worker pods and the headless Service built from a TrainingJob: names, ranks, PyTorch
-rendezvous variables, GPU/MIG requests, scheduler hints, owner references."""
+rendezvous variables, GPU/MIG requests, the GPU taint's toleration, scheduler hints, owner
+references."""
 
 from __future__ import annotations
 
@@ -113,3 +114,16 @@ def test_service_is_headless_and_publishes_unready_workers() -> None:
     assert svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["publishNotReadyAddresses"]
     assert svc["spec"]["selector"] == {JOB_LABEL: "bert"}
+
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def test_workers_tolerate_the_gpu_taint_beside_the_templates_own() -> None:
+    assert worker_pod(job(), 0)["spec"]["tolerations"] == [GPU_TOLERATION]
+    own = {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}
+    spec = job()["spec"]
+    spec["template"]["spec"]["tolerations"] = [own, GPU_TOLERATION]
+    pod = worker_pod({"metadata": job()["metadata"], "spec": spec}, 0)
+    assert pod["spec"]["tolerations"] == [own, GPU_TOLERATION]  # not added twice
+    assert "tolerations" not in worker_pod(job(), 0, tolerations=())["spec"]

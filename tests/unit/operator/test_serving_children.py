@@ -120,6 +120,13 @@ def test_pod_template_is_for_the_gpufleet_scheduler() -> None:
     assert pod["metadata"]["annotations"]["a"] == "b"
 
 
+def test_replicas_tolerate_the_gpu_taint() -> None:
+    pod = pod_of(sc.deployment(job(), "prefill", 1))
+    assert pod["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+
+
 def test_mig_pool_requests_one_slice_and_lists_types_with_throughput() -> None:
     pod = pod_of(sc.deployment(job(preemptible=True), "decode", 2))
     request = gpu_request(pod)

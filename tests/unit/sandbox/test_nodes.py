@@ -1,10 +1,13 @@
-"""The default fleet and the node objects built from it."""
+"""The default fleet and the node objects built from it (labels, capacity, MIG, taints)."""
 
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
-from gpufleet.model.fleet import load_fleet
+import pytest
+
+from gpufleet.model.fleet import load_fleet, parse_taint
 from gpufleet.model.migparted import load_default_configs
 from gpufleet.sandbox.cluster import default_fleet_path
 from gpufleet.sandbox.migmanager import plan_update
@@ -64,3 +67,20 @@ def test_mig_manager_plans_only_real_changes() -> None:
     refused = plan_update(node, configs)
     assert refused is not None and refused["state"] == "failed"
     assert refused["resources"] is None
+
+
+def test_every_default_gpu_node_carries_the_gpu_operators_taint() -> None:
+    for node in _nodes():
+        assert node["spec"]["taints"] == [
+            {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+        ], node["metadata"]["name"]
+
+
+def test_a_bad_taint_in_a_fleet_file_names_the_pool(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "nodePools:\n  - {name: l4, count: 1, gpuType: L4, gpusPerNode: 4, taints: [gpu:Never]}\n"
+    )
+    with pytest.raises(ValueError, match="pool 'l4': taint 'gpu:Never' is not key"):
+        load_fleet(fleet)
+    assert parse_taint("dedicated:NoExecute") == {"key": "dedicated", "effect": "NoExecute"}
