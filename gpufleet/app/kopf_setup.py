@@ -8,6 +8,8 @@ from typing import Any
 import kopf
 from kubernetes import client
 
+from gpufleet.scheduler.apiwriter import bearer_token
+
 
 @kopf.on.startup()
 def _configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -36,7 +38,7 @@ def register_login(api: client.ApiClient) -> Any:
             insecure=not cfg.verify_ssl,
             certificate_path=cfg.cert_file,
             private_key_path=cfg.key_file,
-            token=(cfg.api_key or {}).get("authorization", "").removeprefix("Bearer ") or None,
+            token=bearer_token(cfg),
         )
 
     return login

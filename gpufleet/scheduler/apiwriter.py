@@ -39,6 +39,23 @@ _IDLE_S = 30.0  # close connections idle for longer (well below the API server's
 _TOKEN_REFRESH_S = 60.0  # how often a bearer token is read again from the configuration
 
 
+def authorization(cfg: client.Configuration) -> str | None:
+    """The `Authorization` header value of the configuration's bearer token ("Bearer ..."),
+    refreshed through the client's hook, or None. The client keeps a kubeconfig's or an
+    in-cluster service account's token under `BearerToken`, older code under `authorization`."""
+    value = cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
+    return str(value) if value else None
+
+
+def bearer_token(cfg: client.Configuration) -> str | None:
+    """The bare token of `authorization` (in-cluster configs write the scheme in lower case)."""
+    value = authorization(cfg)
+    if not value:
+        return None
+    scheme, _, token = value.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token else value
+
+
 class _Closed(Exception):
     """The connection ended before the first byte of an answer: safe to send again."""
 
@@ -169,10 +186,7 @@ class ApiWriter:
         and then (in-cluster service-account tokens rotate; the client's hook reloads them)."""
         now = time.monotonic()
         if now - self._headers_at >= _TOKEN_REFRESH_S:
-            hook = getattr(self._cfg, "refresh_api_key_hook", None)
-            if hook is not None:
-                hook(self._cfg)
-            token = (self._cfg.api_key or {}).get("authorization")
+            token = authorization(self._cfg)
             self._headers = self._fixed + (f"Authorization: {token}\r\n" if token else "")
             self._headers_at = now
         return self._headers

@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 
 from gpufleet.operator.testing import wait_for
-from gpufleet.scheduler.apiwriter import ApiWriter
+from gpufleet.scheduler.apiwriter import ApiWriter, authorization, bearer_token
 from gpufleet.scheduler.binder import Binder, BindRequest
 
 
@@ -174,3 +174,17 @@ def test_bearer_token_is_sent_and_read_again_from_the_configuration(served: Any)
     writer._cfg.api_key = {"authorization": "Bearer two"}
     writer._headers_at -= 3600  # a rotation later
     assert "Authorization: Bearer two\r\n" in writer._current_headers()
+
+
+def test_tokens_are_read_where_kubeconfig_and_in_cluster_loaders_put_them() -> None:
+    cfg = client.Configuration()
+    assert authorization(cfg) is None and bearer_token(cfg) is None
+    cfg.api_key = {"BearerToken": "Bearer from-kubeconfig"}  # kube_config.py
+    assert authorization(cfg) == "Bearer from-kubeconfig"
+    assert bearer_token(cfg) == "from-kubeconfig"
+    cfg.api_key = {"BearerToken": "bearer from-service-account"}  # incluster_config.py
+    assert bearer_token(cfg) == "from-service-account"
+    calls: list[int] = []
+    cfg.refresh_api_key_hook = lambda c: calls.append(1)
+    authorization(cfg)
+    assert calls == [1]  # a rotated in-cluster token is reloaded
