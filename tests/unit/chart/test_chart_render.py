@@ -172,7 +172,16 @@ def test_rbac_has_no_wildcards_and_named_resources_where_it_can() -> None:
     by_name = {r["metadata"]["name"]: r for r in objects["Role"]}
     lease = by_name["gpufleet-leader-election"]
     assert lease["metadata"]["namespace"] == "gpufleet-system"
-    assert {"resourceNames": ["gpufleet-operator"]}.items() <= lease["rules"][1].items()
+    assert lease["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["gpufleet-operator"],
+            "verbs": ["get", "update"],
+        }
+    ]
+    [lease_object] = objects["Lease"]
+    assert lease_object["metadata"]["name"] == "gpufleet-operator"
     mig = by_name["gpufleet-mig-config"]
     assert mig["metadata"]["namespace"] == "gpu-operator"
     assert mig["rules"][0]["resourceNames"] == ["default-mig-parted-config"]
