@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 T = TypeVar("T")
 
@@ -265,6 +266,12 @@ class ApiWriter:
         return await self.post(
             f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/binding", body
         )
+
+
+def api_error_text(exc: ApiException) -> str:
+    """`<status> <reason>: <message>` of a client error, from its Status body."""
+    body = exc.body if isinstance(exc.body, bytes) else str(exc.body or "").encode()
+    return _reason(int(exc.status or 0), body) if exc.status else str(exc)
 
 
 def _reason(status: int, answer: bytes) -> str:

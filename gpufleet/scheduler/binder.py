@@ -26,7 +26,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.scheduler import names
-from gpufleet.scheduler.apiwriter import ApiWriter
+from gpufleet.scheduler.apiwriter import ApiWriter, api_error_text
 
 log = logging.getLogger("gpufleet.scheduler.binder")
 
@@ -180,7 +180,8 @@ class Binder:
         except ApiException as exc:
             if exc.status == 404:
                 return None
-            error = f"{exc.status} {exc.reason}"
+            # The API's message says which budget, or which permission is missing.
+            error = api_error_text(exc)
         except Exception as exc:  # connection errors: the eviction may or may not have happened
             return str(exc)
         # Refused (429: a PodDisruptionBudget; 500: two budgets): the pod keeps running, so

@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from gpufleet.operator.testing import wait_for
-from gpufleet.scheduler.apiwriter import ApiWriter, authorization, bearer_token
+from gpufleet.scheduler.apiwriter import ApiWriter, api_error_text, authorization, bearer_token
 from gpufleet.scheduler.binder import Binder, BindRequest
 
 
@@ -188,3 +189,20 @@ def test_tokens_are_read_where_kubeconfig_and_in_cluster_loaders_put_them() -> N
     cfg.refresh_api_key_hook = lambda c: calls.append(1)
     authorization(cfg)
     assert calls == [1]  # a rotated in-cluster token is reloaded
+
+
+def test_client_errors_are_reported_with_the_apis_message() -> None:
+    forbidden = ApiException(status=403, reason="Forbidden")
+    forbidden.body = json.dumps(
+        {"reason": "Forbidden", "message": 'cannot create resource "pods/eviction"'}
+    ).encode()
+    assert api_error_text(forbidden) == '403 Forbidden: cannot create resource "pods/eviction"'
+    budget = ApiException(status=429, reason="Too Many Requests")
+    budget.body = json.dumps(
+        {
+            "reason": "TooManyRequests",
+            "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+            "details": {"causes": [{"reason": "DisruptionBudget", "message": "needs 2 pods"}]},
+        }
+    )
+    assert api_error_text(budget).endswith("disruption budget. needs 2 pods")
