@@ -44,6 +44,7 @@ from gpufleet.core.autoscaling_settings import AutoscalerSettings
 from gpufleet.model.servingjob import ServingJobSpec
 from gpufleet.operator import serving_children as children
 from gpufleet.operator import serving_status
+from gpufleet.scheduler.apiwriter import api_error_text
 from gpufleet.scheduler.binder import scheduled_message
 
 RESOURCE = (children.GROUP, children.VERSION, children.PLURAL)
@@ -104,7 +105,8 @@ def _api_message(exc: ApiException) -> str:
 
 
 def _retry(what: str, exc: ApiException) -> kopf.TemporaryError:
-    return kopf.TemporaryError(f"{what}: {exc.reason}", delay=2)
+    # The API's message says what was refused (a missing permission names itself).
+    return kopf.TemporaryError(f"{what}: {api_error_text(exc)}", delay=2)
 
 
 class _DeploymentScaler:
