@@ -1,10 +1,11 @@
 """A `gpufleet operator` process: the TrainingJob and ServingJob operator, the autoscaler and
 the scheduler, built from the settings and run together.
 
-Start-up order: API client -> Lease (only the holder acts; standbys wait here) -> scheduler
-informers and loop on threads -> metrics endpoint -> kopf on the main thread's event loop. If
-the Lease is lost the process stops with exit code 1 so a supervisor restarts it as a standby;
-state is never carried over, it is rebuilt from the cluster on every start.
+Start-up order: API client -> metrics and probe endpoint (health.py) -> Lease (only the holder
+acts; standbys wait here) -> scheduler informers and loop on threads -> kopf on the main
+thread's event loop. If the Lease is lost the process stops with exit code 1 so a supervisor
+restarts it as a standby; state is never carried over, it is rebuilt from the cluster on every
+start.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ import uuid
 
 import kopf
 from kubernetes import client
-from prometheus_client import start_http_server
 
 from gpufleet.app import kopf_setup, logs
+from gpufleet.app.health import Health, Phase, serve
 from gpufleet.operator import servingjob, trainingjob
 from gpufleet.scheduler.lease import LeaderLease
 from gpufleet.scheduler.runtime import SchedulerRuntime, api_client
@@ -53,9 +54,15 @@ def run(settings: Settings) -> int:
         duration=lease_settings.duration_s,
         renew_every=lease_settings.renew_period_s,
     )
+    # Metrics and probes answer from the start: a standby is a ready hot spare (health.py).
+    health = Health()
+    if settings.metrics.port:
+        serve(health, settings.metrics.bind_address, settings.metrics.port)
     log.info("waiting for lease %s/%s as %s", lease.namespace, lease.name, identity)
     if not lease.acquire(stop):
+        health.phase = Phase.STOPPING
         return 0
+    health.phase = Phase.STARTING
 
     def on_lost() -> None:
         lost.set()
@@ -68,8 +75,8 @@ def run(settings: Settings) -> int:
         api, settings.placement.policy(), settings.scheduler, may_act=lease.held
     )
     scheduler.start()
-    if settings.metrics.port:
-        start_http_server(settings.metrics.port, addr=settings.metrics.bind_address)
+    health.scheduler_alive = scheduler.alive
+    health.phase = Phase.LEADING
 
     kopf_setup.register_login(api)
     memo = kopf.Memo(
@@ -95,6 +102,7 @@ def run(settings: Settings) -> int:
     try:
         asyncio.run(operate())
     finally:
+        health.phase = Phase.STOPPING
         stop.set()
         scheduler.stop()
         memo.serving.close()

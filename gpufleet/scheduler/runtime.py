@@ -122,6 +122,10 @@ class SchedulerRuntime:
         self._thread.start()
         metrics.READY.set(1)
 
+    def alive(self) -> bool:
+        """Whether the scheduling loop's thread still runs (the liveness probe's question)."""
+        return self._thread.is_alive()
+
     def stop(self) -> None:
         metrics.READY.set(0)
         self.stop_event.set()
