@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufleet.scheduler import names
+
 __all__ = ["SchedulerSettings"]
 
 
@@ -49,4 +51,11 @@ class SchedulerSettings(BaseModel):
     )
     bind_connections: int = Field(
         32, ge=1, description="Connections the binder keeps to the API server."
+    )
+    mig_config_map_namespace: str = Field(
+        names.MIG_CONFIGMAP_NAMESPACE,
+        min_length=1,
+        description="Namespace of the MIG manager's ConfigMap default-mig-parted-config, which "
+        "the scheduler reads and extends with the layouts it asks nodes for (the GPU "
+        "Operator's namespace, e.g. gpu-operator).",
     )

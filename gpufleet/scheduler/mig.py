@@ -68,8 +68,11 @@ def merged_configs(
 class MigRequester:
     """Writes a node's new MIG layout request (ConfigMap entry, then node labels)."""
 
-    def __init__(self, api: client.CoreV1Api) -> None:
+    def __init__(
+        self, api: client.CoreV1Api, namespace: str = names.MIG_CONFIGMAP_NAMESPACE
+    ) -> None:
         self.api = api
+        self.namespace = namespace  # of the MIG manager's ConfigMap
 
     def request(
         self, node: str, layouts: Sequence[MigLayout | None], configs_in_use: Iterable[str]
@@ -77,9 +80,7 @@ class MigRequester:
         name = config_name(node, layouts)
         entries = config_entries(layouts)
         for _ in range(5):  # optimistic concurrency on the shared ConfigMap
-            cm = self.api.read_namespaced_config_map(
-                names.MIG_CONFIGMAP_NAME, names.MIG_CONFIGMAP_NAMESPACE
-            )
+            cm = self.api.read_namespaced_config_map(names.MIG_CONFIGMAP_NAME, self.namespace)
             doc = yaml.safe_load((cm.data or {}).get(names.MIG_CONFIGMAP_KEY, "")) or {}
             if (doc.get("mig-configs") or {}).get(name) == entries:
                 break
@@ -90,9 +91,7 @@ class MigRequester:
                 ),
             }
             try:
-                self.api.replace_namespaced_config_map(
-                    names.MIG_CONFIGMAP_NAME, names.MIG_CONFIGMAP_NAMESPACE, cm
-                )
+                self.api.replace_namespaced_config_map(names.MIG_CONFIGMAP_NAME, self.namespace, cm)
                 break
             except ApiException as exc:
                 if exc.status != 409:

@@ -72,7 +72,7 @@ class SchedulerRuntime:
         self.scheduler = Scheduler(
             self.cache,
             self.binder,
-            MigRequester(self.core),
+            MigRequester(self.core, settings.mig_config_map_namespace),
             catalog or load_catalog(),
             policy,
             settings,
@@ -94,7 +94,7 @@ class SchedulerRuntime:
             Informer(
                 "mig-configs",
                 functools.partial(
-                    self.core.list_namespaced_config_map, names.MIG_CONFIGMAP_NAMESPACE
+                    self.core.list_namespaced_config_map, settings.mig_config_map_namespace
                 ),
                 self.cache.replace_configmaps,
                 self.cache.configmap_event,

@@ -47,13 +47,15 @@ app.kubernetes.io/part-of: gpufleet
 
 {{/*
 The operator's settings file: the user's `config` with the settings the chart's other objects
-depend on (the Lease its Role names, the metrics port its Service and probes use) on top. Keys
+depend on (the Lease its Role names, the metrics port its Service and probes use, the MIG
+ConfigMap's namespace its Role is in) on top. Keys
 follow gpufleet's settings root (gpufleet/settings.py).
 */}}
 {{- define "gpufleet.config" -}}
 {{- $chart := dict
   "lease" (dict "name" .Values.leaderElection.leaseName "namespace" .Release.Namespace "duration_s" .Values.leaderElection.leaseDurationSeconds)
   "metrics" (dict "bind_address" "0.0.0.0" "port" .Values.metrics.port)
+  "scheduler" (dict "mig_config_map_namespace" (include "gpufleet.migNamespace" .))
 }}
 {{- mergeOverwrite (deepCopy .Values.config) $chart | toYaml }}
 {{- end }}

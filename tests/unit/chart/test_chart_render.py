@@ -24,6 +24,7 @@ import yaml
 
 from gpufleet.sandbox import deploy_manifest
 from gpufleet.sandbox.binaries import ensure_binaries
+from gpufleet.settings import load
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CHART = REPO_ROOT / "helm" / "gpufleet"
@@ -123,7 +124,7 @@ def test_a_settings_change_changes_the_pods_checksum() -> None:
     assert checksum() != checksum("--set", "config.placement.preset=energy")
 
 
-def test_settings_file_is_the_users_config_under_the_charts_own() -> None:
+def test_settings_file_is_the_users_config_under_the_charts_own(tmp_path: Path) -> None:
     flags = ["config.placement.preset=energy", "config.lease.namespace=x", "metrics.port=9100"]
     settings = _settings(render(*(f"--set={f}" for f in flags), namespace="gpu-ops"))
     assert settings["placement"] == {"preset": "energy"}
@@ -133,6 +134,17 @@ def test_settings_file_is_the_users_config_under_the_charts_own() -> None:
         "duration_s": 15,
     }
     assert settings["metrics"] == {"bind_address": "0.0.0.0", "port": 9100}
+    assert settings["scheduler"] == {"mig_config_map_namespace": "gpu-ops"}
+    flags = ["mig.configMapNamespace=gpu-operator", "config.scheduler.resync_s=5"]
+    settings = _settings(render(*(f"--set={f}" for f in flags)))
+    assert settings["scheduler"] == {"mig_config_map_namespace": "gpu-operator", "resync_s": 5}
+    # The operator reads this very file (its settings root refuses an unknown key).
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    loaded = load(environ={}, config_file=path)
+    assert loaded.scheduler.mig_config_map_namespace == "gpu-operator"
+    assert (loaded.metrics.bind_address, loaded.metrics.port) == ("0.0.0.0", 9090)
+    assert loaded.lease.namespace == "gpufleet-system"
 
 
 def test_service_monitor_only_where_the_prometheus_operator_is() -> None:
