@@ -15,9 +15,9 @@ a node is out:
 
 The scheduler offers the core a gang with `allowed_nodes` set to the nodes that pass (None when
 all do, so that the common case costs the core nothing), and the pending reason names the
-filters and counts. Several replicas, or several gangs
-of one decision, on one node could still exceed its CPU or memory: `overcommitted` finds such
-gangs in a decision, and the loop holds them back for a cycle. Pure functions of pod and node
+filters and counts. Several replicas, or several gangs of one decision, on one node could still
+exceed its CPU or memory: `overcommitted` finds such gangs in a decision, and the loop holds
+them back for a cycle. Pure functions of pod and node
 dicts; the per-node and per-pod parsing is memoised by object identity, as in `snapshot.py`.
 """
 
