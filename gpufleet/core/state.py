@@ -1,9 +1,15 @@
-"""Working state of one placement decision: which GPUs and MIG instances are free right now.
+"""The free-capacity ledger: which GPUs and MIG instances of a set of nodes are free right now.
 
-A `ClusterState` is built from a `Snapshot` inside one `place()` call and never shared, so the
-core keeps no global mutable state. It indexes free capacity (nodes bucketed by empty-GPU count,
-free MIG instances per type and profile) so best-fit queries stay fast on thousands of nodes, and
-it records the MIG repartitions its updates imply.
+A `ClusterState` is built from a `Snapshot` and owned by whoever built it, so the core keeps no
+global mutable state. It is gpufleet's one account of free capacity: `place()` builds one per
+decision, the scheduler adapter one per node to place the pods it finds bound, the simulator one
+per run for its fleet's occupancy, and the baselines one per decision. It indexes free capacity
+(nodes bucketed by empty-GPU count, free MIG instances per type and profile) so best-fit queries
+stay fast on thousands of nodes, and it records the MIG repartitions its updates imply.
+
+Two ways to use GPUs: `take_whole`/`take_instance`/`repartition` are the placement engine's
+moves (an empty MIG-mode GPU given whole is switched back to whole mode); `hold` records a replica
+exactly where it says it runs and refuses anything else, for replicas placed by someone else.
 """
 
 from __future__ import annotations
@@ -90,26 +96,42 @@ class ClusterState:
     # --- construction helpers -------------------------------------------------------------
 
     def _apply_running(self, gang_id: str, replica: ReplicaPlacement) -> None:
-        if replica.node not in self.node_index:
+        n = self.node_index.get(replica.node)
+        if n is None:
             raise ValueError(f"running gang {gang_id}: unknown node {replica.node}")
-        n = self.node_index[replica.node]
+        problem = self._hold_problem(n, replica)
+        if problem is not None:
+            raise ValueError(f"running gang {gang_id}: {problem}")
         self.initially_idle[n] = False
         for g in replica.gpus:
-            if not 0 <= g < len(self.busy[n]):
-                raise ValueError(f"running gang {gang_id}: {replica.node} has no GPU {g}")
             if replica.mig is None:
-                if self.busy[n][g] or self.used_inst[n][g] or self.layout[n][g] is not None:
-                    raise ValueError(f"running gang {gang_id}: GPU {replica.node}/{g} is taken")
                 self.busy[n][g] = True
             else:
-                layout = self.layout[n][g]
-                if layout is None or replica.mig not in layout:
-                    raise ValueError(
-                        f"running gang {gang_id}: {replica.node}/{g} has no instance {replica.mig}"
-                    )
-                if replica.mig in self.used_inst[n][g]:
-                    raise ValueError(f"running gang {gang_id}: {replica.mig} is taken")
                 self.used_inst[n][g].add(replica.mig)
+
+    def _hold_problem(self, n: int, replica: ReplicaPlacement) -> str | None:
+        """Why `replica` cannot hold what it names on node n right now, or None."""
+        name = replica.node
+        if replica.mig is not None:
+            g = replica.gpus[0]
+            if not 0 <= g < len(self.busy[n]):
+                return f"{name} has no GPU {g}"
+            layout = self.layout[n][g]
+            if layout is None or replica.mig not in layout:
+                return f"{name}/{g} has no instance {replica.mig}"
+            if replica.mig in self.used_inst[n][g]:
+                return f"{replica.mig} on {name}/{g} is taken"
+            return None
+        if len(set(replica.gpus)) != len(replica.gpus):
+            return f"GPUs {replica.gpus} of {name} are listed twice"
+        for g in replica.gpus:
+            if not 0 <= g < len(self.busy[n]):
+                return f"{name} has no GPU {g}"
+            if self.layout[n][g] is not None:
+                return f"GPU {name}/{g} is in MIG mode"
+            if self.busy[n][g]:
+                return f"GPU {name}/{g} is taken"
+        return None
 
     def _is_empty(self, n: int, g: int) -> bool:
         return not self.busy[n][g] and not self.used_inst[n][g]
@@ -185,8 +207,25 @@ class ClusterState:
         if self.schedulable[n]:
             self._index_instances(n, g)
 
-    def repartition(self, n: int, g: int, layout: MigLayout) -> None:
-        """Give an empty GPU a new MIG layout (only empty GPUs may be repartitioned)."""
+    def hold(self, replica: ReplicaPlacement) -> None:
+        """Record a replica exactly where it says it runs: whole GPUs that are in whole mode and
+        free, or one free instance of the GPU's layout. Unlike `take_whole`, never switches a
+        MIG-mode GPU. Raises ValueError naming the problem (unknown node or GPU, MIG mode, taken).
+        """
+        n = self.node_index.get(replica.node)
+        if n is None:
+            raise ValueError(f"unknown node {replica.node}")
+        problem = self._hold_problem(n, replica)
+        if problem is not None:
+            raise ValueError(problem)
+        if replica.mig is None:
+            self.take_whole(n, replica.gpus)
+        else:
+            self.take_instance(n, replica.gpus[0], replica.mig)
+
+    def repartition(self, n: int, g: int, layout: MigLayout | None) -> None:
+        """Give an empty GPU a new MIG layout, or whole mode with None (only empty GPUs may be
+        repartitioned)."""
         if g not in self.empty[n]:
             raise ValueError(f"GPU {self.nodes[n].name}/{g} is not empty; cannot repartition")
         self._unindex_instances(n, g, tier=1)
@@ -219,6 +258,25 @@ class ClusterState:
 
     def free_gpus(self, n: int, taken: frozenset[int] | set[int] = frozenset()) -> list[int]:
         return sorted(self.empty[n] - taken)
+
+    def whole_mode_gpus(self, n: int) -> list[int]:
+        """Empty GPUs of node n in whole mode (no MIG layout), lowest index first."""
+        layout = self.layout[n]
+        return sorted(g for g in self.empty[n] if layout[g] is None)
+
+    def node_instances(self, n: int, profile: str) -> list[tuple[int, MigPlacement]]:
+        """Free instances of `profile` on node n as (GPU, instance), by GPU then layout order.
+
+        Unlike `free_instances`, this reads the node directly, so it also answers for nodes
+        that are not schedulable (which the type-wide index leaves out).
+        """
+        out: list[tuple[int, MigPlacement]] = []
+        for g, layout in enumerate(self.layout[n]):
+            if layout is None:
+                continue
+            used = self.used_inst[n][g]
+            out.extend((g, inst) for inst in layout if inst.profile == profile and inst not in used)
+        return out
 
     def pick_gpus(
         self, n: int, count: int, nvlink: bool, taken: frozenset[int] | set[int] = frozenset()

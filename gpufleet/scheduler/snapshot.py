@@ -17,9 +17,9 @@ from typing import Any
 
 from gpufleet.core.demand import Gang, TypeOption
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
+from gpufleet.core.state import ClusterState
 from gpufleet.model.cluster import Node
 from gpufleet.model.gpus import Catalog
-from gpufleet.model.mig import MigPlacement
 from gpufleet.scheduler import pods
 from gpufleet.scheduler.eligibility import Eligibility, Outcome, Resources
 from gpufleet.scheduler.nodes import to_core_node
@@ -56,76 +56,36 @@ class ClusterView:
     free: Mapping[str, Resources] = field(default_factory=dict)
 
 
-class _NodeUsage:
-    """Free whole GPUs and MIG instances of one node while pods are assigned to it."""
-
-    def __init__(self, node: Node) -> None:
-        self.node = node
-        self.busy: set[int] = set()
-        self.used: set[tuple[int, MigPlacement]] = set()
-
-    def _empty(self, g: int) -> bool:
-        return g not in self.busy and not any(gi == g for gi, _ in self.used)
-
-    def claim_gpus(self, gpus: tuple[int, ...]) -> bool:
-        ok = all(
-            0 <= g < self.node.gpu_count and self.node.gpus[g].mig_layout is None and self._empty(g)
-            for g in gpus
-        )
-        if ok and len(set(gpus)) == len(gpus):
-            self.busy.update(gpus)
-            return True
-        return False
-
-    def claim_instance(self, g: int, inst: MigPlacement) -> bool:
-        if not 0 <= g < self.node.gpu_count or g in self.busy:
-            return False
-        layout = self.node.gpus[g].mig_layout
-        if layout is None or inst not in layout or (g, inst) in self.used:
-            return False
-        self.used.add((g, inst))
-        return True
-
-    def any_gpus(self, count: int) -> tuple[int, ...] | None:
-        free = [g.index for g in self.node.gpus if g.mig_layout is None and self._empty(g.index)]
-        return tuple(free[:count]) if len(free) >= count else None
-
-    def any_instance(self, profile: str) -> tuple[int, MigPlacement] | None:
-        for gpu in self.node.gpus:
-            if gpu.index in self.busy or gpu.mig_layout is None:
-                continue
-            for inst in gpu.mig_layout:
-                if inst.profile == profile and (gpu.index, inst) not in self.used:
-                    return gpu.index, inst
-        return None
-
-
-def _assign(usage: _NodeUsage, pod: Pod, exact: bool) -> ReplicaPlacement | None:
-    """The GPUs `pod` holds on its node: its recorded ones (`exact`) or any free ones."""
+def _assign(ledger: ClusterState, pod: Pod, exact: bool) -> ReplicaPlacement | None:
+    """The GPUs `pod` holds on the ledger's one node: its recorded ones (`exact`) or the
+    lowest free whole GPUs / the first free instance of its profile; None if they are not free."""
     request = pods.gpu_request(pod)
-    name = usage.node.name
+    name = ledger.nodes[0].name
+    placement: ReplicaPlacement | None = None
     if request.mig_profile is not None:
         if exact:
             recorded = pods.assigned_mig(pod)
-            if recorded is None or recorded[1].profile != request.mig_profile:
-                return None
-            g, inst = recorded
-            return ReplicaPlacement(name, (g,), inst) if usage.claim_instance(g, inst) else None
-        found = usage.any_instance(request.mig_profile)
-        if found is None:
-            return None
-        usage.claim_instance(*found)
-        return ReplicaPlacement(name, (found[0],), found[1])
-    if exact:
+            if recorded is not None and recorded[1].profile == request.mig_profile:
+                placement = ReplicaPlacement(name, (recorded[0],), recorded[1])
+        else:
+            found = ledger.node_instances(0, request.mig_profile)
+            if found:
+                placement = ReplicaPlacement(name, (found[0][0],), found[0][1])
+    elif exact:
         gpus = pods.assigned_gpus(pod)
-        if gpus is None or len(gpus) != request.gpus:
-            return None
-        return ReplicaPlacement(name, gpus) if usage.claim_gpus(gpus) else None
-    chosen = usage.any_gpus(request.gpus)
-    if chosen is None:
+        if gpus is not None and len(gpus) == request.gpus:
+            placement = ReplicaPlacement(name, gpus)
+    else:
+        free = ledger.whole_mode_gpus(0)
+        if len(free) >= request.gpus:
+            placement = ReplicaPlacement(name, tuple(free[: request.gpus]))
+    if placement is None:
         return None
-    usage.claim_gpus(chosen)
-    return ReplicaPlacement(name, chosen)
+    try:
+        ledger.hold(placement)
+    except ValueError:
+        return None
+    return placement
 
 
 def _acceptable(first: Pod, present: frozenset[str], catalog: Catalog) -> tuple[TypeOption, ...]:
@@ -270,7 +230,7 @@ class ViewBuilder:
             if seen is not None and seen[0] is node and _same(seen[1], objs):
                 found, bad = seen[2], seen[3]
             else:
-                found, bad = _node_holders(node, here)
+                found, bad = _node_holders(self.catalog, node, here)
                 unchanged = False
             new[name] = (node, objs, found, bad)
             holders.extend(found)
@@ -383,22 +343,22 @@ class ViewBuilder:
 
 
 def _node_holders(
-    node: Node, here: list[PodFacts]
+    catalog: Catalog, node: Node, here: list[PodFacts]
 ) -> tuple[list[tuple[PodFacts, ReplicaPlacement]], list[str]]:
     """Placements of the GPU-holding pods of one node; keys of pods that do not fit."""
-    usage = _NodeUsage(node)
+    ledger = ClusterState(Snapshot(catalog, (node,)))
     holders: list[tuple[PodFacts, ReplicaPlacement]] = []
     unplaced: list[PodFacts] = []
     # Recorded placements first, so pods of other schedulers fill what is left.
     for f in here:
-        placement = _assign(usage, f.pod, exact=True)
+        placement = _assign(ledger, f.pod, exact=True)
         if placement is None:
             unplaced.append(f)
         else:
             holders.append((f, placement))
     problems: list[str] = []
     for f in unplaced:
-        placement = _assign(usage, f.pod, exact=False)
+        placement = _assign(ledger, f.pod, exact=False)
         if placement is None:
             problems.append(f.key)
         else:

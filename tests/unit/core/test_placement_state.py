@@ -65,6 +65,41 @@ def test_repartition_refuses_a_busy_gpu() -> None:
         state.repartition(0, 0, layout("7g.80gb@0"))
 
 
+def test_hold_records_a_replica_where_it_says_and_refuses_anything_else() -> None:
+    snapshot = cluster().node("a", "A100-80GB", 4, mig={3: layout("3g.40gb@0", "3g.40gb@4")})
+    state = ClusterState(snapshot.run("r", "a", (0,)).build())
+    state.hold(ReplicaPlacement("a", (1, 2)))
+    state.hold(ReplicaPlacement("a", (3,), MigPlacement(4, "3g.40gb")))
+    assert state.empty[0] == set() and state.type_nodes("A100-80GB")[0] == [0]
+    assert state.free_instances("A100-80GB", "3g.40gb") == [(0, 0, 3, 0)]
+    for bad, error in [
+        (ReplicaPlacement("a", (1,)), "a/1 is taken"),
+        (ReplicaPlacement("a", (3,)), "a/3 is in MIG mode"),  # never switched to whole
+        (ReplicaPlacement("a", (7,)), "has no GPU 7"),
+        (ReplicaPlacement("b", (0,)), "unknown node b"),
+        (ReplicaPlacement("a", (3,), MigPlacement(4, "3g.40gb")), "is taken"),
+        (ReplicaPlacement("a", (3,), MigPlacement(0, "4g.40gb")), "has no instance"),
+    ]:
+        with pytest.raises(ValueError, match=error):
+            state.hold(bad)
+    assert state.repartitions() == []  # nothing held was repartitioned
+
+
+def test_node_queries_and_switching_an_empty_gpu_back_to_whole_mode() -> None:
+    mig = {0: layout("3g.40gb@0", "3g.40gb@4"), 2: layout("3g.40gb@4")}
+    state = ClusterState(cluster().node("a", "A100-80GB", 4, mig=mig).run("r", "a", (1,)).build())
+    assert state.whole_mode_gpus(0) == [3]
+    assert state.node_instances(0, "3g.40gb") == [
+        (0, MigPlacement(0, "3g.40gb")),
+        (0, MigPlacement(4, "3g.40gb")),
+        (2, MigPlacement(4, "3g.40gb")),
+    ]
+    state.repartition(0, 2, None)
+    assert state.whole_mode_gpus(0) == [2, 3]
+    assert [g for g, _inst in state.node_instances(0, "3g.40gb")] == [0, 0]
+    assert [(n, g, new) for n, g, _old, new in state.repartitions()] == [(0, 2, None)]
+
+
 def test_pick_gpus_prefers_the_tightest_nvlink_domain_and_whole_mode_gpus() -> None:
     snapshot = cluster().node("a", "A100-40GB", 8, mig={0: layout("7g.40gb@0")}).build()
     state = ClusterState(snapshot)
