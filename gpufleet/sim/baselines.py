@@ -46,7 +46,7 @@ from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.model.mig import MigLayout, MigPlacement
-from gpufleet.sim.cluster import initial_layout
+from gpufleet.sim.occupancy import initial_layout
 
 __all__ = [
     "FifoBinPackPolicy",

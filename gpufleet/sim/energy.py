@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from gpufleet.model.gpus import GpuType
 from gpufleet.model.power import capped_power_w
-from gpufleet.sim.cluster import SimCluster, slice_share
+from gpufleet.sim.occupancy import SimCluster, slice_share
 
 __all__ = ["PARKING_W", "GangPowerState", "gpu_power_w", "node_power_w"]
 

@@ -15,10 +15,10 @@ from gpufleet.core.snapshot import ConstrainedDemand
 from gpufleet.model.fleet import FleetSpec, NodePoolSpec, PoolCheck
 from gpufleet.model.gpus import Catalog, load_catalog
 from gpufleet.model.input_error import InputError
-from gpufleet.sim.cluster import SimCluster, initial_layout
 from gpufleet.sim.engine import SimSettings, Simulation, gang_for_job
 from gpufleet.sim.holdable import DroppedJob, why_unholdable
 from gpufleet.sim.metrics import SimResult
+from gpufleet.sim.occupancy import SimCluster, initial_layout
 from gpufleet.sim.policies import make_policy
 from gpufleet.sim.profiles import GavelProfile
 from gpufleet.sim.speed import SpeedModel

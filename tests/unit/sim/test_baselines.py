@@ -19,7 +19,7 @@ from gpufleet.sim.baselines import (
     KubeLikePolicy,
     TiresiasLikePolicy,
 )
-from gpufleet.sim.cluster import initial_layout
+from gpufleet.sim.occupancy import initial_layout
 
 POLICY = Policy()
 

@@ -19,8 +19,8 @@ from gpufleet.core.snapshot import ConstrainedDemand, Snapshot
 from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import Catalog
 from gpufleet.sim.baselines import FifoBinPackPolicy
-from gpufleet.sim.cluster import SimCluster
 from gpufleet.sim.engine import SimPolicy, SimSettings, Simulation
+from gpufleet.sim.occupancy import SimCluster
 from gpufleet.sim.profiles import GavelProfile
 from gpufleet.sim.runner import single_type_demand
 from gpufleet.sim.speed import SpeedModel

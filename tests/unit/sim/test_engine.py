@@ -20,10 +20,10 @@ from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import Catalog
 from gpufleet.model.power import capped_power_w
 from gpufleet.sim.baselines import FifoBinPackPolicy, KubeLikePolicy, TiresiasLikePolicy
-from gpufleet.sim.cluster import ClusterError, SimCluster
 from gpufleet.sim.energy import PARKING_W
 from gpufleet.sim.engine import SimPolicy, SimSettings, Simulation
 from gpufleet.sim.metrics import SimResult, summarise
+from gpufleet.sim.occupancy import ClusterError, SimCluster
 from gpufleet.sim.profiles import GavelProfile
 from gpufleet.sim.speed import SpeedModel
 from gpufleet.sim.traces.common import TraceJob
@@ -252,7 +252,7 @@ class _DoubleBooker:
 def test_a_double_booking_decision_raises(
     catalog: Catalog, profile: GavelProfile, v100_fleet: Callable[..., FleetSpec]
 ) -> None:
-    with pytest.raises(ClusterError, match="already held"):
+    with pytest.raises(ClusterError, match="is taken"):
         simulate(
             v100_fleet(nodes=1, gpus=2),
             [job("a", 0.0, 100.0), job("b", 0.0, 100.0)],

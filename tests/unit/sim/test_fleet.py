@@ -9,7 +9,7 @@ import pytest
 from gpufleet.model.fleet import load_fleet
 from gpufleet.model.gpus import Catalog
 from gpufleet.sim.cli import default_fleet_path
-from gpufleet.sim.cluster import SimCluster
+from gpufleet.sim.occupancy import SimCluster
 
 
 @pytest.mark.parametrize(
@@ -72,7 +72,7 @@ def test_bad_fleet_is_rejected_with_the_file_name(tmp_path: Path, body: str, nee
 
 def test_mig_layout_names_build_valid_layouts(catalog: Catalog) -> None:
     from gpufleet.model.mig import is_valid_layout
-    from gpufleet.sim.cluster import initial_layout
+    from gpufleet.sim.occupancy import initial_layout
 
     a100 = catalog["A100-80GB"]
     balanced = initial_layout(a100, "all-balanced")

@@ -1,8 +1,10 @@
-"""The simulator's in-memory cluster: inventory from a fleet YAML plus who holds which GPU.
+"""The simulated fleet's occupancy: its nodes and MIG layouts, and which gang holds which GPU.
 
 The inventory is built from core model types (`gpufleet.model.cluster.Node`), so the snapshot the
-engine hands to a policy is exactly what the live scheduler would build. Occupancy is tracked here
-per whole GPU and per MIG instance, with running totals so that accounting stays O(changes).
+engine hands to a policy is exactly what the live scheduler would build. Free capacity is the
+core's ledger (`gpufleet.core.state.ClusterState`), kept for the whole run; on top of it this
+module records the owner of each whole GPU and MIG instance and running GPU-share totals, so
+that accounting stays O(changes).
 
 Initial MIG layouts come from the pool's `mig.config` name:
 
@@ -20,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
+from gpufleet.core.state import ClusterState
 from gpufleet.model.cluster import Gpu, Node
 from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import SM_SLICES, Catalog, GpuType
@@ -76,18 +79,23 @@ def slice_share(gpu: GpuType, placement: MigPlacement) -> float:
 
 @dataclass(slots=True)
 class _Holding:
-    """GPUs held by one gang."""
+    """GPUs held by one gang, and the running gangs it shows the core (one per GPU type)."""
 
     gang: RunningGang
+    parts: tuple[RunningGang, ...]
     share_by_node: dict[str, float]
 
 
 class SimCluster:
-    """Nodes, MIG layouts and occupancy of a simulated fleet."""
+    """Nodes, MIG layouts and occupancy of a simulated fleet.
+
+    Which GPUs and instances are free is the core's ledger (`ClusterState`), built once for the
+    fleet and updated as gangs come and go; this class adds who holds what (for the power model)
+    and the GPU share held per node (for utilisation and power-down).
+    """
 
     def __init__(self, fleet: FleetSpec, catalog: Catalog) -> None:
         self.catalog = catalog
-        self.fleet = fleet
         self._nodes: dict[str, Node] = {}
         self.pool_of: dict[str, NodePoolSpec] = {}
         for pool in fleet.node_pools:
@@ -101,6 +109,7 @@ class SimCluster:
                 self._nodes[name] = Node(name=name, gpu_type=pool.gpu_type, gpus=gpus)
                 self.pool_of[name] = pool
         self.total_gpus = float(sum(n.gpu_count for n in self._nodes.values()))
+        self._ledger = ClusterState(Snapshot(catalog, tuple(self._nodes.values())))
         # (node, gpu) -> gang id for whole GPUs; (node, gpu, instance) -> gang id for MIG.
         self._gpu_owner: dict[tuple[str, int], str] = {}
         self._mig_owner: dict[tuple[str, int, MigPlacement], str] = {}
@@ -126,7 +135,7 @@ class SimCluster:
             self._snapshot = Snapshot(
                 self.catalog,
                 tuple(self._nodes.values()),
-                tuple(h.gang for h in self._holdings.values()),
+                tuple(part for h in self._holdings.values() for part in h.parts),
             )
         return self._snapshot
 
@@ -145,6 +154,32 @@ class SimCluster:
             return slice_share(gpu_type, replica.mig)
         return float(len(replica.gpus))
 
+    def _parts(self, gang: RunningGang) -> tuple[RunningGang, ...]:
+        """The gang as the core sees it: one running gang per GPU type its replicas sit on.
+
+        Only a pod-by-pod policy (kube-like) spreads one gang over several types; the parts are
+        then named `<id>#<type>` (as the live scheduler names them), and a part on another type
+        than the gang's carries the catalogue's speed for it.
+        """
+        by_type: dict[str, list[ReplicaPlacement]] = {}
+        for rep in gang.replicas:
+            by_type.setdefault(self._nodes[rep.node].gpu_type, []).append(rep)
+        if list(by_type) == [gang.gpu_type]:
+            return (gang,)
+        return tuple(
+            RunningGang(
+                id=f"{gang.id}#{gpu_type}",
+                gpu_type=gpu_type,
+                replicas=tuple(reps),
+                priority=gang.priority,
+                preemptible=gang.preemptible,
+                relative_throughput=(
+                    gang.relative_throughput if gpu_type == gang.gpu_type else None
+                ),
+            )
+            for gpu_type, reps in by_type.items()
+        )
+
     def hold(self, gang: RunningGang) -> set[str]:
         """Record that `gang` holds its replicas' GPUs (replacing any earlier holding of it).
 
@@ -152,43 +187,25 @@ class SimCluster:
         Returns the nodes whose occupancy changed.
         """
         touched = self.release(gang.id) if gang.id in self._holdings else set()
-        share_by_node: dict[str, float] = {}
-        claimed: list[tuple[str, int] | tuple[str, int, MigPlacement]] = []
+        held: list[ReplicaPlacement] = []
         try:
             for rep in gang.replicas:
-                node = self._nodes.get(rep.node)
-                if node is None:
-                    raise ClusterError(f"{gang.id}: unknown node {rep.node}")
-                gpu_type = self.catalog[node.gpu_type]
-                for ix in rep.gpus:
-                    if not 0 <= ix < node.gpu_count:
-                        raise ClusterError(f"{gang.id}: {rep.node} has no GPU {ix}")
-                    layout = node.gpus[ix].mig_layout
-                    if rep.mig is None:
-                        if layout is not None:
-                            raise ClusterError(f"{gang.id}: {rep.node}/{ix} is in MIG mode")
-                        if (rep.node, ix) in self._gpu_owner:
-                            raise ClusterError(f"{gang.id}: {rep.node}/{ix} is already held")
-                        self._gpu_owner[(rep.node, ix)] = gang.id
-                        claimed.append((rep.node, ix))
-                    else:
-                        if layout is None or rep.mig not in layout:
-                            raise ClusterError(f"{gang.id}: {rep.node}/{ix} has no {rep.mig}")
-                        key = (rep.node, ix, rep.mig)
-                        if key in self._mig_owner:
-                            raise ClusterError(f"{gang.id}: {rep.node}/{ix} {rep.mig} is held")
-                        self._mig_owner[key] = gang.id
-                        claimed.append(key)
-                share = self._replica_share(gpu_type, rep)
-                share_by_node[rep.node] = share_by_node.get(rep.node, 0.0) + share
-        except ClusterError:
-            for claim in claimed:
-                if len(claim) == 2:
-                    self._gpu_owner.pop((claim[0], claim[1]))
+                self._ledger.hold(rep)
+                held.append(rep)
+        except ValueError as exc:
+            for rep in held:
+                self._ledger.release(rep)
+            raise ClusterError(f"{gang.id}: {exc}") from None
+        share_by_node: dict[str, float] = {}
+        for rep in gang.replicas:
+            for ix in rep.gpus:
+                if rep.mig is None:
+                    self._gpu_owner[(rep.node, ix)] = gang.id
                 else:
-                    self._mig_owner.pop((claim[0], claim[1], claim[2]))
-            raise
-        self._holdings[gang.id] = _Holding(gang, share_by_node)
+                    self._mig_owner[(rep.node, ix, rep.mig)] = gang.id
+            share = self._replica_share(self.gpu_type_of(rep.node), rep)
+            share_by_node[rep.node] = share_by_node.get(rep.node, 0.0) + share
+        self._holdings[gang.id] = _Holding(gang, self._parts(gang), share_by_node)
         for node_name, share in share_by_node.items():
             self.node_share[node_name] += share
             self.allocated_share += share
@@ -201,6 +218,7 @@ class SimCluster:
         if holding is None:
             return set()
         for rep in holding.gang.replicas:
+            self._ledger.release(rep)
             for ix in rep.gpus:
                 if rep.mig is None:
                     self._gpu_owner.pop((rep.node, ix), None)
@@ -213,37 +231,24 @@ class SimCluster:
         self._snapshot = None
         return set(holding.share_by_node)
 
-    def holding(self, gang_id: str) -> RunningGang | None:
-        """The running-gang record of `gang_id`, if it holds GPUs."""
-        h = self._holdings.get(gang_id)
-        return None if h is None else h.gang
-
     def repartition(self, node_name: str, gpu: int, new_layout: MigLayout | None) -> None:
         """Change one GPU's MIG layout; only a GPU with nothing allocated may change."""
         node = self._nodes.get(node_name)
         if node is None or not 0 <= gpu < node.gpu_count:
             raise ClusterError(f"repartition of unknown GPU {node_name}/{gpu}")
-        if (node_name, gpu) in self._gpu_owner or any(
-            k[0] == node_name and k[1] == gpu for k in self._mig_owner
-        ):
-            raise ClusterError(f"repartition of busy GPU {node_name}/{gpu}")
         gpu_type = self.catalog[node.gpu_type]
         if new_layout is not None and not is_valid_layout(gpu_type, new_layout):
             raise ClusterError(f"invalid MIG layout for {node_name}/{gpu}: {new_layout}")
+        try:
+            self._ledger.repartition(self._ledger.node_index[node_name], gpu, new_layout)
+        except ValueError:
+            raise ClusterError(f"repartition of busy GPU {node_name}/{gpu}") from None
         gpus = list(node.gpus)
         gpus[gpu] = Gpu(index=gpu, nvlink_domain=gpus[gpu].nvlink_domain, mig_layout=new_layout)
         self._nodes[node_name] = Node(
             name=node.name, gpu_type=node.gpu_type, gpus=tuple(gpus), schedulable=node.schedulable
         )
         self._snapshot = None
-
-    def busy_mig_share(self, node_name: str, gpu: int) -> float:
-        """Compute share of a MIG GPU's instances that are held."""
-        gpu_type = self.gpu_type_of(node_name)
-        layout = self._nodes[node_name].gpus[gpu].mig_layout or ()
-        return sum(
-            slice_share(gpu_type, p) for p in layout if (node_name, gpu, p) in self._mig_owner
-        )
 
     def mig_owner(self, node_name: str, gpu: int, instance: MigPlacement) -> str | None:
         """Gang holding one MIG instance, if any."""
