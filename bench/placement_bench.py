@@ -4,8 +4,9 @@ Clusters of 8-GPU nodes over six GPU types (a quarter of the nodes MIG-capable, 
 cut into MIG slices), filled to about 75 % by running gangs placed at random (so free capacity is
 fragmented), then a batch of pending gangs of mixed sizes, priorities, topologies and MIG slices.
 For each instance it times place() with CP-SAT (default policy), with greedy, and with an
-energy-aware policy, runs the pod-by-pod spreading baseline (gpufleet.core.baseline), and scores
-all of them the same way (gpufleet.core.objective.evaluate).
+energy-aware policy, runs the kube-scheduler-like baseline (gpufleet.sim.kube_like, the same one
+the simulator compares against), and scores all of them with the core's per-replica valuation
+(gpufleet.core.valuation, as gpufleet.core.objective.evaluate does; partial gangs do no work).
 
     python bench/placement_bench.py            # full run (about four minutes on 2 cores)
     python bench/placement_bench.py --quick    # short run (about 15 seconds)
@@ -24,7 +25,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpufleet.cliargs import OneLineParser, positive_float, positive_int
-from gpufleet.core.baseline import place_spread_podwise
 from gpufleet.core.demand import EnergyPreference, Gang, Topology, TypeOption
 from gpufleet.core.objective import evaluate
 from gpufleet.core.place import place
@@ -34,6 +34,7 @@ from gpufleet.core.valuation import replica_value
 from gpufleet.model.cluster import make_node
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.mig import MigPlacement, make_layout
+from gpufleet.sim.kube_like import KubeLikePolicy, partial_placements
 
 CATALOG = load_catalog()
 MIG_TYPES = ("H100-80GB", "A100-80GB")
@@ -178,21 +179,43 @@ class Row:
 
 
 def baseline_metrics(snapshot: Snapshot, pending: list[Gang], policy: Policy) -> dict[str, float]:
-    result = place_spread_podwise(snapshot, pending)
+    """The kube-like baseline's admitted work and power, scored like the engines'.
+
+    Its pods of one gang may land on different GPU types: the gang then runs at the pace of
+    its slowest replica (data-parallel steps wait for every worker), while each replica draws
+    the busy power of its own type. Partial gangs do no work; their GPUs are reported stranded.
+    """
+    decision = KubeLikePolicy()(snapshot, pending, policy)
+    partial = {p.gang_id for p in partial_placements(decision, pending)}
     gangs = {g.id: g for g in pending}
     work = weighted = power = 0.0
-    for gang_id, (gpu_type, replicas) in result.admitted.items():
-        gang = gangs[gang_id]
-        value = replica_value(gang, CATALOG[gpu_type], policy)
-        work += value.work * len(replicas)
-        weighted += value.work * len(replicas) * policy.priority_weight(gang.priority)
-        power += value.power_w * len(replicas)
+    admitted = 0
+    for placement in decision.placements:
+        if placement.gang_id in partial:
+            continue
+        gang = gangs[placement.gang_id]
+        values = [
+            replica_value(gang, CATALOG[snapshot.node(r.node).gpu_type], policy)
+            for r in placement.replicas
+        ]
+        gang_work = min(v.work for v in values) * len(values)
+        admitted += 1
+        work += gang_work
+        weighted += gang_work * policy.priority_weight(gang.priority)
+        power += sum(v.power_w for v in values)
+    stranded = sum(
+        len(r.gpus)
+        for p in decision.placements
+        if p.gang_id in partial
+        for r in p.replicas
+        if r.mig is None
+    )
     return {
         "work": work,
         "weighted_work": weighted,
         "power_w": power,
-        "admitted": len(result.admitted),
-        "stranded_gpus": result.stranded_gpus,
+        "admitted": admitted,
+        "stranded_gpus": stranded,
     }
 
 

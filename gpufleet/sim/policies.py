@@ -1,7 +1,8 @@
 """The policies `gpufleet simulate --policies` accepts, by name.
 
 gpufleet's own policies are the core `place` with the core's presets (`gpufleet.core.presets`:
-`performance`, `balanced`, `energy`); the baselines come from `gpufleet.sim.baselines`. Under
+`performance`, `balanced`, `energy`); the baselines come from `gpufleet.sim.baselines` and
+`gpufleet.sim.kube_like`. Under
 `energy` the simulator also switches empty nodes off after the engine's idle grace period.
 
 The solver engine is a parameter. The default is the product's default, CP-SAT (warm-started by
@@ -16,13 +17,9 @@ from collections.abc import Callable
 from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, SolverSettings, TypeDelay
 from gpufleet.core.presets import PRESET_NAMES, preset_policy
-from gpufleet.sim.baselines import (
-    FifoBinPackPolicy,
-    GavelLikePolicy,
-    KubeLikePolicy,
-    TiresiasLikePolicy,
-)
+from gpufleet.sim.baselines import FifoBinPackPolicy, GavelLikePolicy, TiresiasLikePolicy
 from gpufleet.sim.engine import SimPolicy
+from gpufleet.sim.kube_like import KubeLikePolicy
 
 __all__ = ["BASELINES", "GPUFLEET_POLICIES", "POLICY_NAMES", "ROUND_S", "make_policy"]
 

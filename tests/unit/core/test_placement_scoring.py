@@ -1,12 +1,11 @@
-"""Scoring and the comparison baseline: the objective's terms (work, priority weight, energy,
-consolidation, fragmentation, disruption, evictions) and the pod-by-pod spreading baseline."""
+"""Scoring: the objective's terms (work, priority weight, energy, consolidation, fragmentation,
+disruption, evictions) and the per-replica valuation."""
 
 from __future__ import annotations
 
 import pytest
 from placement_builders import cluster, gang
 
-from gpufleet.core.baseline import place_spread_podwise
 from gpufleet.core.decision import Decision, GangPlacement, Preemption, Repartition
 from gpufleet.core.objective import evaluate
 from gpufleet.core.policy import Policy, Weights
@@ -62,22 +61,3 @@ def test_energy_weight_lowers_value_but_never_below_a_tenth_of_the_work() -> Non
     extreme = replica_value(job, gpu, Policy(weights=Weights(energy=1000.0)))
     assert green.objective == pytest.approx(plain.objective - plain.power_w / 1000)
     assert extreme.objective == pytest.approx(0.1 * plain.objective)
-
-
-def test_baseline_spreads_pod_by_pod_and_strands_partial_gangs() -> None:
-    snapshot = (
-        cluster()
-        .node("a", "A10", 4)
-        .node("b", "A10", 4)
-        .run("ra", "a", (0, 1))
-        .run("rb", "b", (0,))
-        .build()
-    )
-    pending = [
-        gang("one", "A10", gpus=1),  # least allocated: b (3 free) before a (2 free)
-        gang("trio", "A10", gpus=2, replicas=3),  # one pod on a, one on b, no room for the third
-    ]
-    result = place_spread_podwise(snapshot, pending)
-    assert result.admitted["one"][1][0].node == "b"
-    assert "trio" in result.stranded and result.stranded_gpus == 4
-    assert set(result.admitted) == {"one"}

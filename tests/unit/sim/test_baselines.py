@@ -13,12 +13,8 @@ from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.model.cluster import Gpu, Node
 from gpufleet.model.gpus import Catalog
-from gpufleet.sim.baselines import (
-    FifoBinPackPolicy,
-    GavelLikePolicy,
-    KubeLikePolicy,
-    TiresiasLikePolicy,
-)
+from gpufleet.sim.baselines import FifoBinPackPolicy, GavelLikePolicy, TiresiasLikePolicy
+from gpufleet.sim.kube_like import KubeLikePolicy
 from gpufleet.sim.occupancy import initial_layout
 
 POLICY = Policy()

@@ -19,9 +19,10 @@ from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
 from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import Catalog
 from gpufleet.model.power import capped_power_w
-from gpufleet.sim.baselines import FifoBinPackPolicy, KubeLikePolicy, TiresiasLikePolicy
+from gpufleet.sim.baselines import FifoBinPackPolicy, TiresiasLikePolicy
 from gpufleet.sim.energy import PARKING_W
 from gpufleet.sim.engine import SimPolicy, SimSettings, Simulation
+from gpufleet.sim.kube_like import KubeLikePolicy
 from gpufleet.sim.metrics import SimResult, summarise
 from gpufleet.sim.occupancy import ClusterError, SimCluster
 from gpufleet.sim.profiles import GavelProfile

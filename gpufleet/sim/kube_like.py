@@ -1,0 +1,183 @@
+"""The kube-scheduler-like baseline: what Kubernetes' default scheduler does with GPU pods.
+
+One model, used by the simulator (`gpufleet simulate --policies kube`, `bench/sim_targets.py`)
+and by the placement benchmark (`bench/placement_bench.py`), so both compare against the same
+"kube". It has the core's call shape, `policy(snapshot, pending, core_policy) -> Decision`, and
+reads free capacity from the core's ledger (`gpufleet.core.state.ClusterState`).
+
+What it models, and why (kube-scheduler v1 defaults, `pkg/scheduler/apis/config/v1`):
+
+* **Pod by pod, no gangs.** Every replica of a job is a pod scheduled on its own, in submission
+  order, up to the job's largest size; nothing waits for the rest of the gang. A gang counts as
+  admitted once `replicas_min` of its pods are bound; the pods of a gang that does not fit
+  completely stay bound and hold their GPUs (the simulator releases them after its gang
+  timeout). The default profile has no gang plugin (coscheduling lives out of tree in
+  scheduler-plugins; the in-tree GangScheduling plugin is behind a feature gate that is off by
+  default), and no queueing, priority order among equals, or topology awareness.
+* **Filter = NodeResourcesFit, NodeAffinity, NodeUnschedulable.** A node qualifies when it is
+  schedulable (not cordoned), of an acceptable GPU type (a `nvidia.com/gpu.product` node
+  affinity) and has the requested extended resource free. With the device plugin's `mixed` MIG
+  strategy (the project's GPU reference §1) a GPU in MIG mode is not advertised as
+  `nvidia.com/gpu`: a whole-GPU pod only fits on free GPUs in whole mode, and a slice pod only on
+  a free instance of exactly its profile (`nvidia.com/mig-<profile>`). **MIG layouts are
+  whatever the nodes have**: kube-scheduler never writes `nvidia.com/mig.config`, and neither
+  does this model; an empty MIG-mode GPU is never switched back to whole mode, and no GPU is
+  cut for a profile nobody instanced.
+* **Score = NodeResourcesFit with LeastAllocated**, the default strategy: per node,
+  (allocatable - requested after this pod) / allocatable. Its default resources are `cpu` and
+  `memory` (weight 1 each); extended resources are scored only when listed there. GPU pods
+  normally request CPU and memory in proportion to their share of the node's GPUs, and then the
+  CPU/memory score is the node's free GPU share after the pod: that is the score used here, in
+  units of SM slices (a whole GPU is 7, a MIG instance its slices), so both pod kinds spread by
+  the node's free GPU capacity. The other default score plugins (TaintToleration 3,
+  NodeAffinity 2, PodTopologySpread 2, InterPodAffinity 2, NodeResourcesBalancedAllocation 1,
+  ImageLocality 1) add the same amount to every candidate here: no taints, preferred affinities
+  or images that differ by node, and CPU/memory stay in balance when requested in proportion
+  to GPUs. The highest score wins.
+* **Simplifications.** Every feasible node is scored: on clusters of 100 nodes or more
+  kube-scheduler stops filtering once it has found `percentageOfNodesToScore` of them feasible
+  (by default 50 % minus 1 % per 125 nodes, at least 5 % and at least 100 nodes), starting
+  where its last search stopped, so there it takes the best of a rotating sample. A tie goes to
+  the first node in the snapshot's order (kube-scheduler picks one of the tied nodes at
+  random). Within a node the lowest free GPUs, or the first free instance of the profile, are
+  used (the device plugin chooses there, which changes nothing this model measures).
+
+Preemption is left out: the default PostFilter preempts lower-priority pods, but the workloads
+replayed here either share one priority (Philly) or are compared on packing alone.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from fractions import Fraction
+
+from gpufleet.core.decision import Decision, GangPlacement, SolveStats
+from gpufleet.core.demand import Gang
+from gpufleet.core.policy import Policy
+from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
+from gpufleet.core.state import ClusterState
+from gpufleet.model.gpus import SM_SLICES
+
+__all__ = ["KubeLikePolicy", "partial_placements"]
+
+
+class _Spread:
+    """Free capacity as the LeastAllocated score sees it, over the core's ledger.
+
+    Held capacity per node is counted in SM slices. Nodes are grouped by (GPU type, capacity);
+    within a group they are kept sorted by (held, index), so the best-scoring node that fits is
+    the first one in the group that passes the filter.
+    """
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        catalog = state.catalog
+        self.capacity = [n.gpu_count * SM_SLICES for n in state.nodes]
+        self.held: list[int] = []
+        self.has_mig: list[bool] = []
+        for n, node in enumerate(state.nodes):
+            gpu = catalog[node.gpu_type]
+            slices = SM_SLICES * sum(state.busy[n])
+            for used in state.used_inst[n]:
+                slices += sum(gpu.mig_profile(inst.profile).sm_slices for inst in used)
+            self.held.append(slices)
+            self.has_mig.append(any(layout is not None for layout in state.layout[n]))
+        # (type, capacity) -> sorted [(held, node index)] of schedulable nodes.
+        self.groups: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        for gpu_type, members in state.nodes_by_type.items():
+            for n in members:
+                key = (gpu_type, self.capacity[n])
+                self.groups.setdefault(key, []).append((self.held[n], n))
+        for group in self.groups.values():
+            group.sort()
+
+    def _whole_free(self, n: int) -> int:
+        if self.has_mig[n]:
+            return len(self.state.whole_mode_gpus(n))
+        return len(self.state.empty[n])
+
+    def _score(self, n: int, request: int) -> tuple[Fraction, int]:
+        """Sort key of a candidate: best score first, then the first node."""
+        return (-Fraction(self.capacity[n] - self.held[n] - request, self.capacity[n]), n)
+
+    def _hold(self, n: int, request: int) -> None:
+        group = self.groups[(self.state.node_type[n], self.capacity[n])]
+        del group[bisect.bisect_left(group, (self.held[n], n))]
+        self.held[n] += request
+        bisect.insort(group, (self.held[n], n))
+
+    def whole_pod(self, types: Sequence[str], gpus: int) -> ReplicaPlacement | None:
+        """Bind one pod asking for `gpus` whole GPUs on the best node, or None if none fits."""
+        request = gpus * SM_SLICES
+        best: tuple[Fraction, int] | None = None
+        for (gpu_type, _cap), group in self.groups.items():
+            if gpu_type not in types:
+                continue
+            for _held, n in group:
+                if self._whole_free(n) >= gpus:
+                    key = self._score(n, request)
+                    if best is None or key < best:
+                        best = key
+                    break
+        if best is None:
+            return None
+        n = best[1]
+        chosen = tuple(self.state.whole_mode_gpus(n)[:gpus])
+        self.state.take_whole(n, chosen)
+        self._hold(n, request)
+        return ReplicaPlacement(self.state.nodes[n].name, chosen)
+
+    def slice_pod(self, types: Sequence[str], profile: str) -> ReplicaPlacement | None:
+        """Bind one pod asking for a `profile` instance on the best node, or None."""
+        best: tuple[Fraction, int] | None = None
+        request = 0
+        for gpu_type in types:
+            gpu = self.state.catalog[gpu_type]
+            if not gpu.has_mig_profile(profile):
+                continue
+            slices = gpu.mig_profile(profile).sm_slices
+            for n in {n for _tier, n, _g, _start in self.state.free_instances(gpu_type, profile)}:
+                key = self._score(n, slices)
+                if best is None or key < best:
+                    best, request = key, slices
+        if best is None:
+            return None
+        n = best[1]
+        g, inst = self.state.node_instances(n, profile)[0]
+        self.state.take_instance(n, g, inst)
+        self._hold(n, request)
+        return ReplicaPlacement(self.state.nodes[n].name, (g,), inst)
+
+
+class KubeLikePolicy:
+    """kube-scheduler's defaults for GPU pods: pod by pod, LeastAllocated, no gangs, MIG as is."""
+
+    name = "kube"
+
+    def __call__(self, snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decision:
+        state = ClusterState(snapshot)
+        spread = _Spread(state)
+        placements: list[GangPlacement] = []
+        for gang in pending:
+            types = [t for t in gang.type_names() if t in state.nodes_by_type]
+            replicas: list[ReplicaPlacement] = []
+            for _ in range(gang.replicas_max):  # every pod of the job exists and is scheduled
+                if gang.mig_profile is None:
+                    pod = spread.whole_pod(types, gang.gpus_per_replica)
+                else:
+                    pod = spread.slice_pod(types, gang.mig_profile)
+                if pod is None:
+                    break  # the remaining pods of this gang are identical: none fits
+                replicas.append(pod)
+            if replicas:
+                first_type = snapshot.node(replicas[0].node).gpu_type
+                placements.append(GangPlacement(gang.id, first_type, tuple(replicas)))
+        return Decision(placements=tuple(placements), stats=SolveStats("kube-like", "HEURISTIC"))
+
+
+def partial_placements(decision: Decision, pending: Sequence[Gang]) -> list[GangPlacement]:
+    """The placements holding fewer pods than their gang's minimum: bound pods that wait for
+    the rest of their gang and do no work meanwhile (only a pod-by-pod policy makes these)."""
+    low = {g.id: g.replicas_min for g in pending}
+    return [p for p in decision.placements if p.replica_count < low[p.gang_id]]
