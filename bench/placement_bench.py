@@ -178,14 +178,16 @@ class Row:
         return self.mean(engine, "power_w") / max(self.mean(engine, "work"), 1e-9)
 
 
-def baseline_metrics(snapshot: Snapshot, pending: list[Gang], policy: Policy) -> dict[str, float]:
+def baseline_metrics(
+    snapshot: Snapshot, pending: list[Gang], policy: Policy, seed: int
+) -> dict[str, float]:
     """The kube-like baseline's admitted work and power, scored like the engines'.
 
     Its pods of one gang may land on different GPU types: the gang then runs at the pace of
     its slowest replica (data-parallel steps wait for every worker), while each replica draws
     the busy power of its own type. Partial gangs do no work; their GPUs are reported stranded.
     """
-    decision = KubeLikePolicy()(snapshot, pending, policy)
+    decision = KubeLikePolicy(seed)(snapshot, pending, policy)
     partial = {p.gang_id for p in partial_placements(decision, pending)}
     gangs = {g.id: g for g in pending}
     work = weighted = power = 0.0
@@ -251,7 +253,8 @@ def run(quick: bool, solver: SolverSettings) -> dict[str, Any]:
         for count in pendings:
             row = Row(nodes, count)
             for seed in target_seeds if (nodes, count) == (1000, 1000) else seeds:
-                snapshot, pending = make_instance(nodes, count, seed=1000 * nodes + count + seed)
+                instance_seed = 1000 * nodes + count + seed
+                snapshot, pending = make_instance(nodes, count, seed=instance_seed)
                 for name, pol in policies.items():
                     start = time.perf_counter()
                     decision = place(snapshot, pending, pol)
@@ -283,7 +286,7 @@ def run(quick: bool, solver: SolverSettings) -> dict[str, Any]:
                         long = place(snapshot, pending, ref)
                         ref_obj = evaluate(snapshot, pending, long, scoring).objective
                         row.ref_ratio.append(m.objective / ref_obj if ref_obj else 1.0)
-                row.add("baseline", baseline_metrics(snapshot, pending, scoring))
+                row.add("baseline", baseline_metrics(snapshot, pending, scoring, instance_seed))
             rows.append(row)
             print_row(row)
     return summarise(rows, quick, solver)

@@ -41,8 +41,10 @@ def make_policy(
 ) -> SimPolicy:
     """A named policy ready for the engine; `clock` is the simulation's clock (baselines).
 
-    `type_delay` switches on the core's delay scheduling across GPU types for gpufleet's
-    policies (off by default; see bench/README.md for what it does to each target)."""
+    `seed` seeds CP-SAT for gpufleet's policies and the kube-like baseline's choice among
+    equally scored nodes. `type_delay` switches on the core's delay scheduling across GPU types
+    for gpufleet's policies (off by default; see bench/README.md for what it does to each
+    target)."""
     if name in GPUFLEET_POLICIES:
         return SimPolicy(
             name=name,
@@ -51,7 +53,7 @@ def make_policy(
             power_down=name == "energy",
         )
     if name == "kube":
-        return SimPolicy(name=name, place=KubeLikePolicy())
+        return SimPolicy(name=name, place=KubeLikePolicy(seed))
     if name in ("fifo-binpack", "best-fit"):
         return SimPolicy(name=name, place=FifoBinPackPolicy())
     if name == "gavel":

@@ -1,11 +1,11 @@
 """The kube-scheduler-like baseline on hand-built snapshots.
 
 Aspects: pod by pod, least allocated by the node's free GPU share (so a half-empty 4-GPU node
-ranks with a half-empty 8-GPU one), ties to the first node; a gang's pods may land on several
-nodes and types, and a gang that does not fit completely keeps its bound pods (partial); MIG as
-the nodes have it: a slice pod takes only an existing instance of its profile, spread by the
-node's free share, a whole-GPU pod never takes a MIG-mode GPU, and nothing is repartitioned;
-cordoned nodes are filtered out.
+ranks with a half-empty 8-GPU one), ties broken at random from a seed (reproducibly); a gang's
+pods may land on several nodes and types, and a gang that does not fit completely keeps its
+bound pods (partial); MIG as the nodes have it: a slice pod takes only an existing instance of
+its profile, spread by the node's free share, a whole-GPU pod never takes a MIG-mode GPU, and
+nothing is repartitioned; cordoned nodes are filtered out.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def test_spreads_pod_by_pod_and_strands_partial_gangs(catalog: Catalog) -> None:
     assert {r.node for r in partial[0].replicas} == {"a", "b"}
 
 
-def test_least_allocated_is_a_share_of_the_node_and_ties_go_to_the_first_node(
+def test_least_allocated_is_a_share_of_the_node(
     catalog: Catalog,
 ) -> None:
     # a: 4 of 8 GPUs free (3/8 after a pod); b: 3 of 4 free (2/4 after). The share, not the
@@ -81,8 +81,23 @@ def test_least_allocated_is_a_share_of_the_node_and_ties_go_to_the_first_node(
         ("x", "b"),
         ("y", "a"),
     ]
-    tie = Snapshot(catalog, (node("b"), node("a")))
-    assert KubeLikePolicy()(tie, [gang("t")], POLICY).placements[0].replicas[0].node == "b"
+
+
+def test_ties_are_broken_at_random_reproducibly(catalog: Catalog) -> None:
+    # a, b and c score alike (all free); d is busier and never chosen for one pod.
+    snapshot = Snapshot(
+        catalog,
+        (node("a"), node("b"), node("c"), node("d")),
+        (running("rd", "d", (0,)),),
+    )
+
+    def choice(seed: int) -> str:
+        decision = KubeLikePolicy(seed)(snapshot, [gang("t")], POLICY)
+        return decision.placements[0].replicas[0].node
+
+    chosen = [choice(seed) for seed in range(30)]
+    assert set(chosen) == {"a", "b", "c"}
+    assert chosen == [choice(seed) for seed in range(30)]
 
 
 def test_pods_of_one_gang_may_land_on_several_types(catalog: Catalog) -> None:
