@@ -1,9 +1,10 @@
 """Discrete-event simulation of a GPU fleet driven by a placement policy.
 
-The engine owns a simulated clock, the in-memory cluster (`SimCluster`) and the jobs; every
-decision is taken by a policy with the core's shape, `place(snapshot, pending, policy) -> Decision`
-(`gpufleet.core.place.place` itself for gpufleet's policies, `gpufleet.sim.baselines` for the
-others), so the engine treats every policy alike and contains no policy logic.
+The engine owns a simulated clock, the in-memory cluster (`SimCluster`, whose free capacity is
+the core's ledger) and the jobs; every decision is taken by a policy with the core's shape,
+`place(snapshot, pending, policy) -> Decision` (`gpufleet.core.place.place` itself for gpufleet's
+policies, `gpufleet.sim.baselines` and `gpufleet.sim.kube_like` for the others), so the engine
+treats every policy alike and contains no policy logic.
 
 Event loop. Events are kept in a heap ordered by (time, kind, sequence): completions first (so
 freed GPUs are visible), then readiness, timeouts, power-offs, arrivals and finally the scheduling

@@ -7,13 +7,14 @@ reads free capacity from the core's ledger (`gpufleet.core.state.ClusterState`).
 
 What it models, and why (kube-scheduler v1 defaults, `pkg/scheduler/apis/config/v1`):
 
-* **Pod by pod, no gangs.** Every replica of a job is a pod scheduled on its own, in submission
-  order, up to the job's largest size; nothing waits for the rest of the gang. A gang counts as
-  admitted once `replicas_min` of its pods are bound; the pods of a gang that does not fit
-  completely stay bound and hold their GPUs (the simulator releases them after its gang
-  timeout). The default profile has no gang plugin (coscheduling lives out of tree in
-  scheduler-plugins; the in-tree GangScheduling plugin is behind a feature gate that is off by
-  default), and no queueing, priority order among equals, or topology awareness.
+* **Pod by pod, no gangs.** Every replica of a job is a pod scheduled on its own, up to the
+  job's largest size, in the order of the PrioritySort queue: higher priority first, then
+  submission order; nothing waits for the rest of the gang. A gang counts as admitted once
+  `replicas_min` of its pods are bound; the pods of a gang that does not fit completely stay
+  bound and hold their GPUs (the simulator releases them after its gang timeout). The default
+  profile has no gang plugin (coscheduling lives out of tree in scheduler-plugins; the in-tree
+  GangScheduling plugin, alpha since 1.35, is behind a feature gate that is off by default)
+  and no topology awareness.
 * **Filter = NodeResourcesFit, NodeAffinity, NodeUnschedulable.** A node qualifies when it is
   schedulable (not cordoned), of an acceptable GPU type (a `nvidia.com/gpu.product` node
   affinity) and has the requested extended resource free. With the device plugin's `mixed` MIG
@@ -44,8 +45,10 @@ What it models, and why (kube-scheduler v1 defaults, `pkg/scheduler/apis/config/
   the lowest free GPUs, or the first free instance of the profile, are used (the device plugin
   chooses there, which changes nothing this model measures).
 
-Preemption is left out: the default PostFilter preempts lower-priority pods, but the workloads
-replayed here either share one priority (Philly) or are compared on packing alone.
+* **No preemption.** kube-scheduler's DefaultPreemption (PostFilter) evicts lower-priority pods
+  for a pod that fits nowhere; this model never preempts. That leaves the simulator's replays
+  unaffected (every trace job has one priority) but makes the baseline weaker than the real
+  scheduler in the placement benchmark, whose gangs have priorities 0-3.
 """
 
 from __future__ import annotations
@@ -209,7 +212,8 @@ class KubeLikePolicy:
         state = ClusterState(snapshot)
         spread = _Spread(state, self._rng)
         placements: list[GangPlacement] = []
-        for gang in pending:
+        # PrioritySort: higher priority first, then the order of arrival (a stable sort).
+        for gang in sorted(pending, key=lambda g: -g.priority):
             types = [t for t in gang.type_names() if t in state.nodes_by_type]
             replicas: list[ReplicaPlacement] = []
             for _ in range(gang.replicas_max):  # every pod of the job exists and is scheduled

@@ -2,8 +2,8 @@
 
 gpufleet's own policies are the core `place` with the core's presets (`gpufleet.core.presets`:
 `performance`, `balanced`, `energy`); the baselines come from `gpufleet.sim.baselines` and
-`gpufleet.sim.kube_like`. Under
-`energy` the simulator also switches empty nodes off after the engine's idle grace period.
+`gpufleet.sim.kube_like`. Under `energy` the simulator also switches empty nodes off after the
+engine's idle grace period.
 
 The solver engine is a parameter. The default is the product's default, CP-SAT (warm-started by
 greedy, bounded by the policy's deterministic time so replays are reproducible); `greedy` runs

@@ -1,14 +1,16 @@
 """The kube-scheduler-like baseline on hand-built snapshots.
 
-Aspects: pod by pod, least allocated by the node's free GPU share (so a half-empty 4-GPU node
-ranks with a half-empty 8-GPU one), ties broken at random from a seed (reproducibly); a gang's
-pods may land on several nodes and types, and a gang that does not fit completely keeps its
-bound pods (partial); MIG as the nodes have it: a slice pod takes only an existing instance of
-its profile, spread by the node's free share, a whole-GPU pod never takes a MIG-mode GPU, and
-nothing is repartitioned; cordoned nodes are filtered out.
+Aspects: pod by pod, higher priority first (PrioritySort), least allocated by the node's free
+GPU share (so a half-empty 4-GPU node ranks with a half-empty 8-GPU one), ties broken at random
+from a seed (reproducibly); a gang's pods may land on several nodes and types, and a gang that
+does not fit completely keeps its bound pods (partial); MIG as the nodes have it: a slice pod
+takes only an existing instance of its profile, spread by the node's free share, a whole-GPU
+pod never takes a MIG-mode GPU, and nothing is repartitioned; cordoned nodes are filtered out.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from gpufleet.core.demand import Gang, TypeOption
 from gpufleet.core.policy import Policy
@@ -153,6 +155,13 @@ def test_slice_pods_spread_by_the_nodes_free_share(catalog: Catalog) -> None:
     assert decision.placements[0].replicas[0].mig == MigPlacement(
         next(p.start for p in balanced if p.profile == "1g.10gb"), "1g.10gb"
     )
+
+
+def test_higher_priority_pods_are_scheduled_first(catalog: Catalog) -> None:
+    snapshot = Snapshot(catalog, (node("only", gpus=1),))
+    low, high = gang("low"), dataclasses.replace(gang("high"), priority=2)
+    decision = KubeLikePolicy()(snapshot, [low, high], POLICY)
+    assert [p.gang_id for p in decision.placements] == ["high"]
 
 
 def test_cordoned_nodes_are_filtered_out(catalog: Catalog) -> None:
