@@ -24,6 +24,7 @@ from kubernetes import client
 
 from gpufleet.app import kopf_setup, logs
 from gpufleet.app.health import Health, Phase, serve
+from gpufleet.autoscaler.service import JobAutoscalers
 from gpufleet.operator import servingjob, trainingjob
 from gpufleet.scheduler.lease import LeaderLease
 from gpufleet.scheduler.runtime import SchedulerRuntime, api_client
@@ -81,7 +82,7 @@ def run(settings: Settings) -> int:
     kopf_setup.register_login(api)
     memo = kopf.Memo(
         state=trainingjob.State(api, scheduler.cache),
-        serving=servingjob.State(api, settings.autoscaler),
+        serving=servingjob.State(api, JobAutoscalers(settings.autoscaler)),
     )
     namespace = settings.namespace
 

@@ -55,8 +55,6 @@ __all__ = [
     "slo",
 ]
 
-_ROLES = {"prefill": PoolRole.PREFILL, "decode": PoolRole.DECODE, "server": PoolRole.UNIFIED}
-
 
 @dataclass(frozen=True, slots=True)
 class PoolObservation:
@@ -71,7 +69,7 @@ class PoolObservation:
 
 def pool_role(pool: str) -> PoolRole:
     """`server` is a non-disaggregated pool (both phases)."""
-    return _ROLES[pool]
+    return PoolRole.of_pool(pool)
 
 
 def enabled_policy(spec: ServingJobSpec) -> AutoscalingPolicy | None:

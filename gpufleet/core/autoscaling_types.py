@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Final
 
 __all__ = [
     "AutoscalerState",
@@ -39,6 +40,18 @@ class PoolRole(enum.StrEnum):
     PREFILL = "prefill"
     DECODE = "decode"
     UNIFIED = "unified"
+
+    @classmethod
+    def of_pool(cls, pool: str) -> PoolRole:
+        """The role of a ServingJob's pool by its name: `server` is a non-disaggregated pool."""
+        return _POOL_ROLES[pool]
+
+
+_POOL_ROLES: Final = {
+    "prefill": PoolRole.PREFILL,
+    "decode": PoolRole.DECODE,
+    "server": PoolRole.UNIFIED,
+}
 
 
 class ScalingReason(enum.StrEnum):

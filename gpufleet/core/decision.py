@@ -1,28 +1,16 @@
-"""The output of one placement decision: placements, MIG changes, preemptions, pending reasons."""
+"""The output of one placement decision: placements, MIG changes, preemptions, pending reasons.
+
+`PendingReason` is defined by the contract (`gpufleet.model.contract.reasons`): the scheduler
+passes it on to the operator as it is.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from gpufleet.core.snapshot import ReplicaPlacement
+from gpufleet.model.contract.reasons import PendingReason as PendingReason
 from gpufleet.model.mig import MigLayout
-
-
-class PendingReason(StrEnum):
-    """Stable machine-readable reason a gang stays pending (used as condition reasons)."""
-
-    UNKNOWN_GPU_TYPE = "UnknownGpuType"  # no acceptable type is in the catalogue
-    NO_NODES_OF_TYPE = "NoNodesOfAcceptableType"  # the cluster has no such nodes
-    NO_ELIGIBLE_NODE = "NoEligibleNode"  # the gang's node filters leave none of those nodes
-    MIG_PROFILE_UNSUPPORTED = "MigProfileUnsupported"  # no acceptable type offers the profile
-    REPLICA_TOO_LARGE = "ReplicaExceedsNode"  # a replica needs more GPUs than any node has
-    GANG_TOO_LARGE = "GangExceedsCluster"  # more GPUs than the acceptable types have in total
-    INSUFFICIENT_GPUS = "InsufficientFreeGpus"  # not enough free GPUs of acceptable types
-    TOPOLOGY = "TopologyUnsatisfiable"  # enough GPUs but not on one node / NVLink domain
-    INSUFFICIENT_MIG = "InsufficientMigSlices"  # not enough free slices nor empty GPUs to cut
-    LOST_TO_OTHERS = "CapacityGivenToOtherGangs"  # fits alone; capacity went to better work
-    WAITING_FOR_FASTER_TYPE = "WaitingForFasterGpuType"  # fits only on types it still delays
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,37 +1,16 @@
-"""Pending work: a gang of identical replicas with its GPU needs, type choices and wishes."""
+"""Pending work: a gang of identical replicas with its GPU needs, type choices and wishes.
+
+The wishes' vocabulary (`Topology`, `EnergyPreference`, `TypeOption`) is the contract's
+(`gpufleet.model.contract.wishes`): pods carry it, the scheduler reads it, the core uses it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
-
-class Topology(StrEnum):
-    """Where a gang's GPUs must sit relative to each other."""
-
-    ANY = "any"  # each replica on one node (a pod never spans nodes), replicas anywhere
-    SAME_NODE = "same-node"  # all replicas on one node (whole-GPU gangs only)
-    NVLINK = "nvlink-domain"  # each replica's GPUs inside one NVLink domain
-
-
-class EnergyPreference(StrEnum):
-    """How much speed a gang's owner trades for energy."""
-
-    PERFORMANCE = "performance"  # never power-capped
-    BALANCED = "balanced"  # capped only when the policy caps everything
-    EFFICIENT = "efficient"  # capped whenever the policy allows caps
-
-
-@dataclass(frozen=True, slots=True)
-class TypeOption:
-    """An acceptable GPU type; `relative_throughput` None means the catalogue default."""
-
-    gpu_type: str
-    relative_throughput: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.relative_throughput is not None and self.relative_throughput <= 0:
-            raise ValueError(f"{self.gpu_type}: relative_throughput must be positive")
+from gpufleet.model.contract.wishes import EnergyPreference as EnergyPreference
+from gpufleet.model.contract.wishes import Topology as Topology
+from gpufleet.model.contract.wishes import TypeOption as TypeOption
 
 
 @dataclass(frozen=True, slots=True)

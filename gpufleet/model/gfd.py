@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpufleet.model.contract import names
+
 
 @dataclass(frozen=True)
 class GpuHardware:
@@ -79,8 +81,8 @@ def gfd_labels(
     hw = hardware_for(gpu_type)
     return {
         "nvidia.com/gpu.present": "true",
-        "nvidia.com/gpu.product": hw.product,
-        "nvidia.com/gpu.count": str(gpu_count),
+        names.GPU_PRODUCT_LABEL: hw.product,
+        names.GPU_COUNT_LABEL: str(gpu_count),
         "nvidia.com/gpu.memory": str(hw.memory_mib),
         "nvidia.com/gpu.family": hw.family,
         "nvidia.com/gpu.compute.major": str(hw.compute[0]),

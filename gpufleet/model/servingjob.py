@@ -41,9 +41,7 @@ from gpufleet.model.trainingjob import MAX_PRIORITY
 
 __all__ = [
     "KIND",
-    "POOL_LABEL",
     "POOL_NAMES",
-    "SERVINGJOB_LABEL",
     "AutoscalingPolicy",
     "CapacityProfile",
     "PoolSpec",
@@ -63,9 +61,6 @@ __all__ = [
 KIND: Final = "ServingJob"
 # The pool keys a ServingJob may have, in the order the operator reconciles them.
 POOL_NAMES: Final = ("prefill", "decode", "server")
-# Labels on the pods of a pool, which Prometheus relabelling turns into series labels.
-SERVINGJOB_LABEL: Final = "gpufleet.io/servingjob"
-POOL_LABEL: Final = "gpufleet.io/pool"
 
 
 class ServingJobPhase(enum.StrEnum):

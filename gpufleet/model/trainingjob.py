@@ -15,6 +15,7 @@ from typing import Annotated, Final, Literal, Self
 
 from pydantic import ConfigDict, Field, model_validator
 
+from gpufleet.model.contract import wishes
 from gpufleet.model.crd_common import (
     API_GROUP,
     API_VERSION,
@@ -60,19 +61,41 @@ MAX_PRIORITY: Final = 1000
 
 
 class Topology(enum.StrEnum):
-    """Where the replicas of one job should sit relative to each other."""
+    """Where the replicas of one job should sit relative to each other (the CRD's spelling;
+    `wish` is the same choice as pods carry it and the core reads it)."""
 
     NONE = "none"
     SAME_NODE = "sameNode"
     NVLINK_DOMAIN = "nvlinkDomain"
 
+    @property
+    def wish(self) -> wishes.Topology:
+        return _TOPOLOGY_WISH[self]
+
 
 class EnergyPreference(enum.StrEnum):
-    """How the scheduler trades speed for energy for one job."""
+    """How the scheduler trades speed for energy for one job (the CRD's spelling; `wish` is
+    the same choice as pods carry it and the core reads it)."""
 
     PERFORMANCE = "performance"
     BALANCED = "balanced"
     ENERGY = "energy"
+
+    @property
+    def wish(self) -> wishes.EnergyPreference:
+        return _ENERGY_WISH[self]
+
+
+_TOPOLOGY_WISH: Final = {
+    Topology.NONE: wishes.Topology.ANY,
+    Topology.SAME_NODE: wishes.Topology.SAME_NODE,
+    Topology.NVLINK_DOMAIN: wishes.Topology.NVLINK,
+}
+_ENERGY_WISH: Final = {
+    EnergyPreference.PERFORMANCE: wishes.EnergyPreference.PERFORMANCE,
+    EnergyPreference.BALANCED: wishes.EnergyPreference.BALANCED,
+    EnergyPreference.ENERGY: wishes.EnergyPreference.EFFICIENT,
+}
 
 
 class TrainingJobPhase(enum.StrEnum):
@@ -102,10 +125,9 @@ class TrainingJobReason(enum.StrEnum):
     """Stable condition reasons; tools and tests may switch on them."""
 
     PLACED = "Placed"
+    # While the job waits for GPUs the Admitted condition's reason is the scheduler's code
+    # (`gpufleet.model.contract.reasons`), or this one for a message without a known code.
     INSUFFICIENT_GPUS = "InsufficientGPUs"
-    NO_ACCEPTABLE_GPU_TYPE = "NoAcceptableGPUType"
-    TOPOLOGY_UNSATISFIABLE = "TopologyUnsatisfiable"
-    WAITING_FOR_MIG_RECONFIGURATION = "WaitingForMIGReconfiguration"
     PREEMPTED_BY_HIGHER_PRIORITY = "PreemptedByHigherPriority"
     SUSPENDED_BY_USER = "SuspendedByUser"
     COMPLETED = "Completed"

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from gpufleet.model.contract.assignment import assigned_type, power_cap
+from gpufleet.model.contract.resources import gpu_request
 from gpufleet.model.gpus import Catalog
 from gpufleet.model.power import capped_power_w
-from gpufleet.scheduler import names
-from gpufleet.scheduler.pods import gpu_request, pod_annotations
 
 __all__ = ["Usage", "accrue", "pod_draw"]
 
@@ -51,22 +51,19 @@ def pod_draw(pod: Mapping[str, Any], catalog: Catalog) -> tuple[float, float]:
     ):
         return 0.0, 0.0
     request = gpu_request(pod)
-    annotations = pod_annotations(pod)
-    gpu_type = annotations.get(names.ASSIGNED_TYPE)
+    gpus, mig_profile = request.gpus, request.mig_profile
+    annotations = pod["metadata"].get("annotations") or {}
+    gpu_type = assigned_type(annotations)
     known = gpu_type is not None and gpu_type in catalog
-    if request.mig_profile is not None:
-        if not known or not catalog[str(gpu_type)].has_mig_profile(request.mig_profile):
+    if mig_profile is not None:
+        if not known or not catalog[str(gpu_type)].has_mig_profile(mig_profile):
             return 0.0, 0.0  # a slice of unknown size: nothing honest to add
-        share = catalog[str(gpu_type)].mig_profile(request.mig_profile).compute_fraction
+        share = catalog[str(gpu_type)].mig_profile(mig_profile).compute_fraction
     else:
-        share = float(request.gpus)
+        share = float(gpus)
     if not known:
         return share, 0.0
-    try:
-        cap: float | None = float(annotations[names.POWER_CAP])
-    except (KeyError, ValueError):
-        cap = None
-    return share, share * capped_power_w(catalog[str(gpu_type)], cap)
+    return share, share * capped_power_w(catalog[str(gpu_type)], power_cap(annotations))
 
 
 def _started(pod: Mapping[str, Any]) -> datetime | None:

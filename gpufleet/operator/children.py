@@ -4,7 +4,7 @@ Worker i is the pod `<job>-worker-<i>` with hostname `<job>-worker-<i>` in the s
 (the headless Service), so rank 0 is reachable as `<job>-worker-0.<job>.<namespace>.svc` and its
 address is known before the pod exists. Names are deterministic: a restarted operator that
 creates a pod again gets AlreadyExists instead of a duplicate. The scheduling wishes of the job
-travel as pod annotations that gpufleet's scheduler reads (gpufleet.scheduler.names).
+travel as pod annotations that gpufleet's scheduler reads (gpufleet.model.contract).
 """
 
 from __future__ import annotations
@@ -13,80 +13,83 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Final
 
+from gpufleet.model.contract import names
+from gpufleet.model.contract.wishes import wish_annotations
 from gpufleet.model.crd_common import API_GROUP, API_VERSION
+from gpufleet.model.trainingjob import KIND, TrainingJobSpec
 from gpufleet.operator import podtemplate
-from gpufleet.scheduler import names
+from gpufleet.operator.objects import TrainingJobObject
 
-JOB_LABEL: Final = "gpufleet.io/trainingjob"
+JOB_LABEL: Final = names.TRAININGJOB_LABEL
 GROUP: Final = API_GROUP
 VERSION: Final = API_VERSION
 PLURAL: Final = "trainingjobs"
 MASTER_PORT: Final = 29500
 
-_TOPOLOGY = {"none": "any", "sameNode": "same-node", "nvlinkDomain": "nvlink-domain"}
-_ENERGY = {"performance": "performance", "balanced": "balanced", "energy": "efficient"}
-
 Obj = dict[str, Any]
 
 
-def replica_count(spec: Mapping[str, Any]) -> int:
+def replica_count(spec: TrainingJobSpec) -> int:
     """Worker pods to create: `replicas`, or for an elastic job its maximum. An elastic job's
     pods beyond the minimum are its room to grow: the scheduler binds them when GPUs are free
     and takes them back (one by one) before preempting other work."""
-    elastic = spec.get("elastic")
-    if elastic:
-        return int(elastic["maxReplicas"])
-    return int(spec.get("replicas") or 1)
+    if spec.elastic is not None:
+        return spec.elastic.max_replicas
+    return _fixed(spec)
 
 
-def start_replicas(spec: Mapping[str, Any]) -> int:
+def start_replicas(spec: TrainingJobSpec) -> int:
     """Worker pods to offer the scheduler before the job first runs: an elastic job's
     `replicas` (its size to start with), else every pod. Its pods beyond that are created
     once the job is admitted, as room to grow toward `maxReplicas`."""
-    if spec.get("elastic") and spec.get("replicas"):
-        return int(spec["replicas"])
+    if spec.elastic is not None and spec.replicas is not None:
+        return spec.replicas
     return replica_count(spec)
 
 
-def min_replicas(spec: Mapping[str, Any]) -> int:
+def min_replicas(spec: TrainingJobSpec) -> int:
     """Workers the job needs to run at all: `replicas`, or the elastic minimum."""
-    elastic = spec.get("elastic")
-    if elastic:
-        return int(elastic["minReplicas"])
-    return int(spec.get("replicas") or 1)
+    if spec.elastic is not None:
+        return spec.elastic.min_replicas
+    return _fixed(spec)
+
+
+def _fixed(spec: TrainingJobSpec) -> int:
+    if spec.replicas is None:  # the model refuses a spec with neither
+        raise ValueError("a TrainingJob without elastic bounds needs replicas")
+    return spec.replicas
 
 
 def worker_name(job: str, index: int) -> str:
     return f"{job}-worker-{index}"
 
 
-def owner_reference(job: Mapping[str, Any]) -> Obj:
-    return podtemplate.owner_reference(job, "TrainingJob")
+def owner_reference(job: TrainingJobObject) -> Obj:
+    return podtemplate.owner_reference(job.id, KIND)
 
 
-def scheduling_annotations(spec: Mapping[str, Any], replicas: int) -> dict[str, str]:
+def scheduling_annotations(spec: TrainingJobSpec) -> dict[str, str]:
     """The job's wishes in the form gpufleet's scheduler reads from pods."""
-    out = {
-        names.GANG_SIZE: str(min_replicas(spec)),
-        names.PRIORITY: str(int(spec.get("priority", 0))),
-        names.PREEMPTIBLE: str(bool(spec.get("preemptible", True))).lower(),
-        names.TOPOLOGY: _TOPOLOGY.get(spec.get("topology", "none"), "any"),
-        names.ENERGY: _ENERGY.get((spec.get("energy") or {}).get("preference", "balanced"), ""),
-    }
-    return out | podtemplate.gpu_types_annotation(spec)
+    return wish_annotations(
+        gang_size=min_replicas(spec),
+        priority=spec.priority,
+        preemptible=spec.preemptible,
+        topology=spec.topology.wish,
+        energy=spec.energy.preference.wish,
+        gpu_types=podtemplate.type_options(spec.gpu_types),
+    )
 
 
 def worker_pod(
-    job: Mapping[str, Any],
+    job: TrainingJobObject,
     index: int,
     tolerations: tuple[Mapping[str, Any], ...] = podtemplate.GPU_TOLERATIONS,
 ) -> Obj:
     """Pod of replica `index`: the template plus GPUs, tolerations, rank, rendezvous and gang
     metadata."""
-    meta, spec = job["metadata"], job["spec"]
-    name, namespace = meta["name"], meta.get("namespace", "default")
+    spec, name, namespace = job.spec, job.id.name, job.id.namespace
     replicas = replica_count(spec)
-    template = copy.deepcopy(spec["template"])
+    template = copy.deepcopy(dict(job.template))
     tmeta = template.get("metadata") or {}
     pod_spec: Obj = template["spec"]
     labels = {
@@ -95,17 +98,17 @@ def worker_pod(
         names.GANG_LABEL: name,
         names.RANK_LABEL: str(index),
     }
-    annotations = {**(tmeta.get("annotations") or {}), **scheduling_annotations(spec, replicas)}
+    annotations = {**(tmeta.get("annotations") or {}), **scheduling_annotations(spec)}
     pod_spec["schedulerName"] = names.SCHEDULER_NAME
     # The gang restarts as a whole on failure: the kubelet must not restart one member.
     pod_spec["restartPolicy"] = "Never"
     pod_spec["hostname"] = worker_name(name, index)
     pod_spec["subdomain"] = name
-    podtemplate.add_gpu_resources(pod_spec, spec)
+    podtemplate.add_gpu_resources(pod_spec, spec.gpus_per_replica, spec.mig_profile)
     podtemplate.add_tolerations(pod_spec, tolerations)
     master = f"{worker_name(name, 0)}.{name}.{namespace}.svc"
     rendezvous = {"MASTER_ADDR": master, "MASTER_PORT": str(MASTER_PORT)}
-    if spec.get("elastic"):
+    if spec.elastic is not None:
         # torchrun reads PET_* as its flags: an elastic rendezvous among min..max nodes, so
         # workers may join and leave as the scheduler grows and shrinks the job.
         rendezvous |= {
@@ -132,21 +135,20 @@ def worker_pod(
     }
 
 
-def headless_service(job: Mapping[str, Any]) -> Obj:
+def headless_service(job: TrainingJobObject) -> Obj:
     """The rendezvous Service: DNS names for every worker, ready or not."""
-    meta = job["metadata"]
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
-            "name": meta["name"],
-            "namespace": meta.get("namespace", "default"),
-            "labels": {JOB_LABEL: meta["name"]},
+            "name": job.id.name,
+            "namespace": job.id.namespace,
+            "labels": {JOB_LABEL: job.id.name},
             "ownerReferences": [owner_reference(job)],
         },
         "spec": {
             "clusterIP": "None",
-            "selector": {JOB_LABEL: meta["name"]},
+            "selector": {JOB_LABEL: job.id.name},
             "publishNotReadyAddresses": True,
             "ports": [{"name": "rendezvous", "port": MASTER_PORT, "targetPort": MASTER_PORT}],
         },

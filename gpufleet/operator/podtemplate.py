@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpufleet.model.crd_common import API_GROUP, API_VERSION
-from gpufleet.model.mig_profiles import mig_resource_name
-from gpufleet.scheduler import names
-from gpufleet.scheduler.pods import format_gpu_types
+from gpufleet.model.contract.resources import gpu_resources
+from gpufleet.model.contract.wishes import TypeOption
+from gpufleet.model.crd_common import API_GROUP, API_VERSION, GPUType
+from gpufleet.operator.objects import Identity
 
 __all__ = [
     "GPU_TOLERATIONS",
     "add_gpu_resources",
     "add_tolerations",
-    "gpu_types_annotation",
     "owner_reference",
     "set_env",
+    "type_options",
 ]
 
 Obj = dict[str, Any]
@@ -30,26 +30,22 @@ GPU_TOLERATIONS: tuple[Obj, ...] = (
 )
 
 
-def owner_reference(owner: Mapping[str, Any], kind: str) -> Obj:
+def owner_reference(owner: Identity, kind: str) -> Obj:
     """The controller reference that makes `owner` (a gpufleet custom resource) own a child."""
-    meta = owner["metadata"]
     return {
         "apiVersion": f"{API_GROUP}/{API_VERSION}",
         "kind": kind,
-        "name": meta["name"],
-        "uid": meta["uid"],
+        "name": owner.name,
+        "uid": owner.uid,
         "controller": True,
         "blockOwnerDeletion": True,
     }
 
 
-def add_gpu_resources(pod_spec: Obj, wanted: Mapping[str, Any]) -> None:
-    """Ask, in the first container, for `wanted`'s `gpusPerReplica` whole GPUs or one
-    `migProfile` slice (extended resources: requests, when given, must equal limits)."""
-    if wanted.get("migProfile"):
-        gpus = {mig_resource_name(wanted["migProfile"]): "1"}
-    else:
-        gpus = {names.WHOLE_GPU_RESOURCE: str(int(wanted.get("gpusPerReplica") or 1))}
+def add_gpu_resources(pod_spec: Obj, gpus_per_replica: int | None, mig_profile: str | None) -> None:
+    """Ask, in the first container, for `gpus_per_replica` whole GPUs (one when not given) or
+    one `mig_profile` slice (extended resources: requests, when given, must equal limits)."""
+    gpus = gpu_resources(gpus_per_replica, mig_profile)
     resources = pod_spec["containers"][0].setdefault("resources", {})
     resources["limits"] = {**(resources.get("limits") or {}), **gpus}
     if "requests" in resources:
@@ -66,12 +62,9 @@ def add_tolerations(pod_spec: Obj, tolerations: tuple[Mapping[str, Any], ...]) -
         pod_spec["tolerations"] = present
 
 
-def gpu_types_annotation(wanted: Mapping[str, Any]) -> dict[str, str]:
+def type_options(gpu_types: Sequence[GPUType] | None) -> tuple[TypeOption, ...]:
     """The acceptable GPU types (with relative throughput) as the scheduler reads them."""
-    types = wanted.get("gpuTypes") or []
-    if not types:
-        return {}
-    return {names.GPU_TYPES: format_gpu_types([(t["name"], t.get("throughput")) for t in types])}
+    return tuple(TypeOption(t.name, t.throughput) for t in gpu_types or ())
 
 
 def set_env(container: Obj, values: Mapping[str, str]) -> None:

@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from gpufleet.model.contract import names
+from gpufleet.model.contract.assignment import assigned_gpus, assigned_mig, assigned_type
+from gpufleet.model.contract.reasons import disruption_reason, read_pending
+from gpufleet.model.contract.wishes import read_rank
 from gpufleet.model.trainingjob import (
     TrainingJobConditionType as Cond,
 )
@@ -27,9 +31,7 @@ from gpufleet.model.trainingjob import (
     TrainingJobReason as Reason,
 )
 from gpufleet.operator.children import min_replicas, replica_count, start_replicas
-from gpufleet.scheduler import names
-from gpufleet.scheduler.binder import scheduled_message
-from gpufleet.scheduler.pods import disruption_reason
+from gpufleet.operator.objects import TrainingJobObject
 
 Obj = Mapping[str, Any]
 
@@ -40,15 +42,6 @@ GANG_RESTART = "GangRestart"
 RESUMED = "Resumed"
 READMITTED = "Readmitted"
 NODE_FAILURE = "NodeFailure"
-
-# The core's pending reasons (and the scheduler's own) -> the TrainingJob's stable reasons.
-_PENDING_REASONS = {
-    "UnknownGpuType": Reason.NO_ACCEPTABLE_GPU_TYPE,
-    "NoNodesOfAcceptableType": Reason.NO_ACCEPTABLE_GPU_TYPE,
-    "MigProfileUnsupported": Reason.NO_ACCEPTABLE_GPU_TYPE,
-    "TopologyUnsatisfiable": Reason.TOPOLOGY_UNSATISFIABLE,
-    "WaitingForMIGReconfiguration": Reason.WAITING_FOR_MIG_RECONFIGURATION,
-}
 
 
 @dataclass
@@ -79,10 +72,8 @@ def _phase(pod: Obj) -> str:
 
 
 def _rank(pod: Obj) -> int:
-    try:
-        return int((pod["metadata"].get("labels") or {}).get(names.RANK_LABEL, "-1"))
-    except ValueError:
-        return -1
+    index = read_rank(pod["metadata"].get("labels") or {})
+    return -1 if index is None else index
 
 
 def _disrupted(pod: Obj) -> str | None:
@@ -90,12 +81,13 @@ def _disrupted(pod: Obj) -> str | None:
 
 
 def pending_reason(pods: Sequence[Obj]) -> tuple[str, str]:
-    """(condition reason, message) from the scheduler's PodScheduled message on the pods."""
+    """(condition reason, message) from the scheduler's pending note on the pods: the reason is
+    the scheduler's code itself (the core's `PendingReason` or the scheduler's own)."""
     for pod in sorted(pods, key=_rank):
-        message = scheduled_message(pod)
-        if message:
-            code = message.split(":", 1)[0].strip()
-            return str(_PENDING_REASONS.get(code, Reason.INSUFFICIENT_GPUS)), message
+        note = read_pending(pod)
+        if note is not None:
+            reason = Reason.INSUFFICIENT_GPUS if note.reason is None else note.reason
+            return str(reason), note.text
     return WAITING_FOR_SCHEDULER, "waiting for the gpufleet scheduler"
 
 
@@ -107,15 +99,20 @@ def placement(pods: Sequence[Obj]) -> list[dict[str, Any]]:
             continue
         ann = pod["metadata"].get("annotations") or {}
         entry: dict[str, Any] = {"replica": _rank(pod), "node": node}
-        if ann.get(names.ASSIGNED_TYPE):
-            entry["gpuType"] = ann[names.ASSIGNED_TYPE]
-        gpus = [int(g) for g in ann.get(names.ASSIGNED_GPUS, "").split(",") if g.isdigit()]
-        mig = ann.get(names.ASSIGNED_MIG)
-        if mig and gpus:
-            profile, _, start = mig.rpartition("@")
-            entry["migSlice"] = {"profile": profile, "gpuIndex": gpus[0], "start": int(start)}
+        gpu_type = assigned_type(ann)
+        if gpu_type is not None:
+            entry["gpuType"] = gpu_type
+        mig = assigned_mig(ann)
+        gpus = assigned_gpus(ann)
+        if mig is not None:
+            index, instance = mig
+            entry["migSlice"] = {
+                "profile": instance.profile,
+                "gpuIndex": index,
+                "start": instance.start,
+            }
         elif gpus:
-            entry["gpus"] = gpus
+            entry["gpus"] = list(gpus)
         out.append(entry)
     return out
 
@@ -152,8 +149,38 @@ class _Conditions:
         return [self.items[k] for k in sorted(self.items)]
 
 
+@dataclass
+class _Pass:
+    """What one pass over a job knows and decides; the steps of `plan` fill it in."""
+
+    job: TrainingJobObject
+    pods: Sequence[Obj]
+    now: datetime
+    conds: _Conditions
+    phase: str | None  # the phase the status shows, until a step decides the new one
+    restarts: int
+    start: datetime | None
+    completion: datetime | None
+    out: Plan = field(default_factory=Plan)
+
+    @property
+    def live(self) -> list[Obj]:
+        return [p for p in self.pods if not _deleting(p)]
+
+    @property
+    def active(self) -> list[Obj]:
+        return [p for p in self.live if _phase(p) not in ("Succeeded", "Failed")]
+
+    def finish(self, phase: Phase, kind: Cond, reason: str, message: str) -> None:
+        """End the job now: the condition `kind` says why, its running workers go."""
+        self.phase = phase
+        self.completion = self.completion or self.now
+        self.conds.set(kind, True, reason, message)
+        self.out.delete = [p["metadata"]["name"] for p in self.active]
+
+
 def plan(
-    job: Obj,
+    job: TrainingJobObject,
     pods: Sequence[Obj],
     now: datetime,
     disruption: str | None = None,
@@ -161,90 +188,99 @@ def plan(
 ) -> Plan:
     """What to do for `job` given its pods. `disruption` is the DisruptionTarget reason of a
     pod seen deleted since the last pass; `create_error` a rejected pod creation."""
-    meta, spec = job["metadata"], job["spec"]
-    status: Mapping[str, Any] = job.get("status") or {}
-    run_policy = spec.get("runPolicy") or {}
-    generation = int(meta.get("generation") or 0)
-    replicas = replica_count(spec)
-    conds = _Conditions(status.get("conditions"), now, generation)
-    old_phase = status.get("phase")
-    restarts = int(status.get("restarts") or 0)
-    start = _parse(status.get("startTime"))
-    completion = _parse(status.get("completionTime"))
-    out = Plan()
-    live = [p for p in pods if not _deleting(p)]
-    active = [p for p in live if _phase(p) not in ("Succeeded", "Failed")]
-    phase: str
-
-    def finish(new_phase: Phase, kind: Cond, reason: str, message: str) -> None:
-        nonlocal phase, completion
-        phase = new_phase
-        completion = completion or now
-        conds.set(kind, True, reason, message)
-        out.delete = [p["metadata"]["name"] for p in active]
-
+    status = job.status
+    step = _Pass(
+        job,
+        pods,
+        now,
+        _Conditions(status.get("conditions"), now, job.id.generation),
+        status.get("phase"),
+        int(status.get("restarts") or 0),
+        _parse(status.get("startTime")),
+        _parse(status.get("completionTime")),
+    )
     # A spec edit after a rejected template gives the job another try.
-    retry = conds.reason(Cond.FAILED) == TEMPLATE_REJECTED and generation > int(
+    retry = step.conds.reason(Cond.FAILED) == TEMPLATE_REJECTED and job.id.generation > int(
         status.get("observedGeneration") or 0
     )
-    if old_phase in (Phase.SUCCEEDED, Phase.FAILED) and not retry:
-        phase = old_phase
-        out.delete = [p["metadata"]["name"] for p in active]
-        ttl = run_policy.get("ttlSecondsAfterFinished")
-        if ttl is not None and completion is not None:
-            out.delete_job = now >= completion + timedelta(seconds=int(ttl))
+    if step.phase in (Phase.SUCCEEDED, Phase.FAILED) and not retry:
+        _finished(step)
     elif create_error is not None:
-        finish(Phase.FAILED, Cond.FAILED, TEMPLATE_REJECTED, create_error)
-        conds.set(Cond.ADMITTED, False, TEMPLATE_REJECTED, create_error)
-    elif run_policy.get("suspend"):
-        phase = Phase.SUSPENDED
-        conds.set(Cond.SUSPENDED, True, Reason.SUSPENDED_BY_USER, "suspended by the user")
-        conds.set(Cond.ADMITTED, False, Reason.SUSPENDED_BY_USER, "suspended by the user")
-        out.delete = [p["metadata"]["name"] for p in live]
+        step.finish(Phase.FAILED, Cond.FAILED, TEMPLATE_REJECTED, create_error)
+        step.conds.set(Cond.ADMITTED, False, TEMPLATE_REJECTED, create_error)
+    elif job.spec.run_policy.suspend:
+        _suspend(step)
     else:
-        if retry:
-            conds.items.pop(Cond.FAILED, None)
-            completion = None
-        if conds.is_true(Cond.SUSPENDED):
-            conds.set(Cond.SUSPENDED, False, RESUMED, "resumed by the user")
-        phase, restarts = _run(job, pods, live, replicas, conds, disruption, out)
-        if phase == Phase.RUNNING and start is None:
-            start = now
-        deadline = run_policy.get("activeDeadlineSeconds")
-        if phase in (Phase.FAILED, Phase.SUCCEEDED):
-            completion = completion or now
-        elif (
-            deadline is not None
-            and start is not None
-            and now >= start + timedelta(seconds=int(deadline))
-        ):
-            out.create = []
-            finish(
-                Phase.FAILED,
-                Cond.FAILED,
-                Reason.DEADLINE_EXCEEDED,
-                f"ran longer than activeDeadlineSeconds={deadline}",
-            )
+        _progress(step, retry, disruption)
+    _write_status(step, status.get("phase"))
+    return step.out
 
+
+def _finished(step: _Pass) -> None:
+    """A finished job keeps its phase, stops what still runs and goes after its TTL."""
+    step.out.delete = [p["metadata"]["name"] for p in step.active]
+    ttl = step.job.spec.run_policy.ttl_seconds_after_finished
+    if ttl is not None and step.completion is not None:
+        step.out.delete_job = step.now >= step.completion + timedelta(seconds=ttl)
+
+
+def _suspend(step: _Pass) -> None:
+    step.phase = Phase.SUSPENDED
+    step.conds.set(Cond.SUSPENDED, True, Reason.SUSPENDED_BY_USER, "suspended by the user")
+    step.conds.set(Cond.ADMITTED, False, Reason.SUSPENDED_BY_USER, "suspended by the user")
+    step.out.delete = [p["metadata"]["name"] for p in step.live]
+
+
+def _progress(step: _Pass, retry: bool, disruption: str | None) -> None:
+    """A job that is neither finished nor suspended: run it, then hold it to its deadline."""
+    if retry:
+        step.conds.items.pop(Cond.FAILED, None)
+        step.completion = None
+    if step.conds.is_true(Cond.SUSPENDED):
+        step.conds.set(Cond.SUSPENDED, False, RESUMED, "resumed by the user")
+    step.phase, step.restarts = _run(
+        step.job, step.pods, step.live, step.conds, disruption, step.out
+    )
+    if step.phase == Phase.RUNNING and step.start is None:
+        step.start = step.now
+    deadline = step.job.spec.run_policy.active_deadline_seconds
+    if step.phase in (Phase.FAILED, Phase.SUCCEEDED):
+        step.completion = step.completion or step.now
+    elif (
+        deadline is not None
+        and step.start is not None
+        and step.now >= step.start + timedelta(seconds=deadline)
+    ):
+        step.out.create = []
+        step.finish(
+            Phase.FAILED,
+            Cond.FAILED,
+            Reason.DEADLINE_EXCEEDED,
+            f"ran longer than activeDeadlineSeconds={deadline}",
+        )
+
+
+def _write_status(step: _Pass, old_phase: str | None) -> None:
+    """The status of the pass, and an Event when the phase changed."""
+    phase, out, active = str(step.phase), step.out, step.active
     out.status = {
-        "phase": str(phase),
-        "conditions": conds.listed(),
+        "phase": phase,
+        "conditions": step.conds.listed(),
         "replicas": len([p for p in active if (p.get("spec") or {}).get("nodeName")]),
         "placement": placement(active),
-        "restarts": restarts,
-        "observedGeneration": generation,
+        "restarts": step.restarts,
+        "observedGeneration": step.job.id.generation,
     }
     types = {e.get("gpuType") for e in out.status["placement"] if e.get("gpuType")}
     if len(types) == 1:
         out.status["gpuType"] = types.pop()
-    if start is not None:
-        out.status["startTime"] = timestamp(start)
-    if completion is not None and phase in (Phase.SUCCEEDED, Phase.FAILED):
-        out.status["completionTime"] = timestamp(completion)
+    if step.start is not None:
+        out.status["startTime"] = timestamp(step.start)
+    if step.completion is not None and phase in (Phase.SUCCEEDED, Phase.FAILED):
+        out.status["completionTime"] = timestamp(step.completion)
     if phase != old_phase:
         kind = "Warning" if phase in (Phase.FAILED, Phase.PREEMPTED) else "Normal"
-        out.events.append((kind, str(phase), _phase_message(phase, conds)))
-    return out
+        out.events.append((kind, phase, _phase_message(phase, step.conds)))
 
 
 def _phase_message(phase: str, conds: _Conditions) -> str:
@@ -256,18 +292,18 @@ def _phase_message(phase: str, conds: _Conditions) -> str:
 
 
 def _run(
-    job: Obj,
+    job: TrainingJobObject,
     pods: Sequence[Obj],
     live: list[Obj],
-    replicas: int,
     conds: _Conditions,
     disruption: str | None,
     out: Plan,
 ) -> tuple[str, int]:
     """Phase, restart count and actions of a job that is neither finished nor suspended."""
-    spec, status = job["spec"], job.get("status") or {}
-    backoff = int((spec.get("runPolicy") or {}).get("backoffLimit", 3))
-    restarts = int(status.get("restarts") or 0)
+    spec = job.spec
+    backoff = spec.run_policy.backoff_limit
+    restarts = int(job.status.get("restarts") or 0)
+    replicas = replica_count(spec)
     needed = min_replicas(spec)
     succeeded = {_rank(p) for p in pods if _phase(p) == "Succeeded"} & set(range(replicas))
     started = {_rank(p) for p in live if (p.get("spec") or {}).get("nodeName")}
@@ -291,34 +327,54 @@ def _run(
             "evicted as a whole gang for higher-priority work; requeued",
         )
     if failed:
-        counted = [p for p in failed if not _disrupted(p)]
-        if counted:
-            restarts += 1
-        if restarts > backoff:
-            names_ = sorted(p["metadata"]["name"] for p in counted)
-            conds.set(
-                Cond.FAILED,
-                True,
-                Reason.BACKOFF_LIMIT_EXCEEDED,
-                f"worker(s) {', '.join(names_)} failed; {restarts - 1} gang restart(s) used "
-                f"of backoffLimit={backoff}",
-            )
-            out.delete = [
-                p["metadata"]["name"] for p in live if _phase(p) not in ("Succeeded", "Failed")
-            ]
-            return Phase.FAILED, restarts
-        # Restart the whole gang: delete every pod, recreate once all are gone.
-        out.delete = [p["metadata"]["name"] for p in live]
-        why = "a worker failed" if counted else "a worker was disrupted"
-        out.events.append(("Warning", GANG_RESTART, f"{why}; restart {restarts}/{backoff}"))
-        conds.set(Cond.PODS_READY, False, GANG_RESTART, why)
-        return _waiting(conds), restarts
+        return _restart_or_fail(failed, live, restarts, backoff, conds, out)
+    return _admit_or_wait(job, live, bool(terminating), restarts, conds, out)
 
+
+def _restart_or_fail(
+    failed: list[Obj], live: list[Obj], restarts: int, backoff: int, conds: _Conditions, out: Plan
+) -> tuple[str, int]:
+    """A worker failed: restart the whole gang, or fail the job past its backoff limit.
+    Failures a disruption caused (preemption, node loss) do not count against the limit."""
+    counted = [p for p in failed if not _disrupted(p)]
+    if counted:
+        restarts += 1
+    if restarts > backoff:
+        names_ = sorted(p["metadata"]["name"] for p in counted)
+        conds.set(
+            Cond.FAILED,
+            True,
+            Reason.BACKOFF_LIMIT_EXCEEDED,
+            f"worker(s) {', '.join(names_)} failed; {restarts - 1} gang restart(s) used "
+            f"of backoffLimit={backoff}",
+        )
+        out.delete = [
+            p["metadata"]["name"] for p in live if _phase(p) not in ("Succeeded", "Failed")
+        ]
+        return Phase.FAILED, restarts
+    # Restart the whole gang: delete every pod, recreate once all are gone.
+    out.delete = [p["metadata"]["name"] for p in live]
+    why = "a worker failed" if counted else "a worker was disrupted"
+    out.events.append(("Warning", GANG_RESTART, f"{why}; restart {restarts}/{backoff}"))
+    conds.set(Cond.PODS_READY, False, GANG_RESTART, why)
+    return _waiting(conds), restarts
+
+
+def _admit_or_wait(
+    job: TrainingJobObject,
+    live: list[Obj],
+    terminating: bool,
+    restarts: int,
+    conds: _Conditions,
+    out: Plan,
+) -> tuple[str, int]:
+    """No failure: create missing workers; Admitted once enough are bound, else say why not."""
+    replicas, needed = replica_count(job.spec), min_replicas(job.spec)
     by_rank = {_rank(p): p for p in live}
     members = [by_rank[i] for i in range(replicas) if i in by_rank]
     bound = [p for p in members if (p.get("spec") or {}).get("nodeName")]
     if not terminating:
-        wanted = replicas if len(bound) >= needed else start_replicas(spec)
+        wanted = replicas if len(bound) >= needed else start_replicas(job.spec)
         out.create = [i for i in range(wanted) if i not in by_rank]
     running = [p for p in bound if _phase(p) == "Running"]
     if len(bound) >= needed:

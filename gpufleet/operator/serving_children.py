@@ -5,7 +5,7 @@ restarted operator finds what it created). Its pods carry the labels `gpufleet.i
 and `gpufleet.io/pool` (the Deployment's selector, and the labels the metrics of the pool are
 selected by), name gpufleet's scheduler, request whole GPUs or one MIG slice, and carry the
 job's wishes (acceptable GPU types, priority, preemptible) as the annotations the scheduler reads
-(gpufleet.scheduler.names). A pod without a gang label is a gang of one: every replica is placed
+(gpufleet.model.contract). A pod without a gang label is a gang of one: every replica is placed
 on its own.
 
 Replicas are not part of the template: they belong to the autoscaler, which writes the scale of
@@ -22,11 +22,15 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from gpufleet.autoscaler.inputs import pool_role
+from gpufleet.core.autoscaling_types import PoolRole
+from gpufleet.model.contract import names
+from gpufleet.model.contract.assignment import assigned_type
+from gpufleet.model.contract.names import POOL_LABEL, SERVINGJOB_LABEL
+from gpufleet.model.contract.wishes import wish_annotations
 from gpufleet.model.crd_common import API_GROUP, API_VERSION
-from gpufleet.model.servingjob import KIND, POOL_LABEL, SERVINGJOB_LABEL
+from gpufleet.model.servingjob import KIND, PoolSpec, ServingJobSpec
 from gpufleet.operator import podtemplate
-from gpufleet.scheduler import names
+from gpufleet.operator.objects import ServingJobObject
 
 __all__ = [
     "GROUP",
@@ -45,7 +49,7 @@ __all__ = [
     "owner_reference",
     "pool_bounds",
     "pool_replicas",
-    "pools",
+    "running_gpu_types",
     "selector",
     "service",
     "spec_hash",
@@ -58,15 +62,8 @@ SPEC_HASH_ANNOTATION: Final = "gpufleet.io/spec-hash"
 # What the server process in a replica is told about its place in the job.
 ROLE_ENV: Final = "GPUFLEET_SERVING_ROLE"  # prefill, decode or unified
 SERVINGJOB_ENV: Final = "GPUFLEET_SERVINGJOB"
-# Pool keys in reconcile order (gpufleet.model.servingjob.POOL_NAMES).
-_POOL_ORDER: Final = ("prefill", "decode", "server")
 
 Obj = dict[str, Any]
-
-
-def pools(spec: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    """The pools that are set, by name, in reconcile order."""
-    return {name: spec[name] for name in _POOL_ORDER if spec.get(name)}
 
 
 def deployment_name(job: str, pool: str) -> str:
@@ -78,21 +75,19 @@ def selector(job: str, pool: str) -> dict[str, str]:
     return {SERVINGJOB_LABEL: job, POOL_LABEL: pool}
 
 
-def autoscaling_enabled(spec: Mapping[str, Any]) -> bool:
+def autoscaling_enabled(spec: ServingJobSpec) -> bool:
     """Omitted autoscaling, or `enabled: false`, pins every pool at minReplicas."""
-    autoscaling = spec.get("autoscaling") or {}
-    return bool(autoscaling) and bool(autoscaling.get("enabled", True))
+    return spec.autoscaling is not None and spec.autoscaling.enabled
 
 
-def pool_bounds(pool: Mapping[str, Any]) -> tuple[int, int]:
+def pool_bounds(pool: PoolSpec) -> tuple[int, int]:
     """(minReplicas, maxReplicas); an omitted maximum means a fixed pool at the minimum."""
-    low = int(pool.get("minReplicas") or 1)
-    high = pool.get("maxReplicas")
-    return low, max(low, int(high)) if high is not None else low
+    low, high = pool.min_replicas, pool.max_replicas
+    return low, max(low, high) if high is not None else low
 
 
 def pool_replicas(
-    pool_name: str, pool: Mapping[str, Any], enabled: bool, current: int | None
+    pool_name: str, pool: PoolSpec, enabled: bool, current: int | None
 ) -> tuple[int, str | None]:
     """Replicas the spec alone demands given the Deployment's `current` count (None: absent),
     and why it differs from `current` (None when it does not)."""
@@ -110,35 +105,37 @@ def pool_replicas(
     return current, None
 
 
-def owner_reference(job: Mapping[str, Any]) -> Obj:
-    return podtemplate.owner_reference(job, KIND)
+def owner_reference(job: ServingJobObject) -> Obj:
+    return podtemplate.owner_reference(job.id, KIND)
 
 
-def _scheduling_annotations(spec: Mapping[str, Any], pool: Mapping[str, Any]) -> dict[str, str]:
+def _scheduling_annotations(spec: ServingJobSpec, pool: PoolSpec) -> dict[str, str]:
     """The job's wishes in the form gpufleet's scheduler reads from pods. Serving replicas
-    default to not preemptible, as the ServingJob CRD does."""
-    out = {
-        names.PRIORITY: str(int(spec.get("priority", 0))),
-        names.PREEMPTIBLE: str(bool(spec.get("preemptible", False))).lower(),
-    }
-    return out | podtemplate.gpu_types_annotation(pool)
+    are gangs of one, and default to not preemptible, as the ServingJob CRD does."""
+    return wish_annotations(
+        priority=spec.priority,
+        preemptible=spec.preemptible,
+        gpu_types=podtemplate.type_options(pool.gpu_types),
+    )
 
 
 def _pod_template(
-    job: Mapping[str, Any], pool_name: str, tolerations: tuple[Mapping[str, Any], ...]
+    job: ServingJobObject, pool_name: str, tolerations: tuple[Mapping[str, Any], ...]
 ) -> Obj:
-    meta, spec = job["metadata"], job["spec"]
-    pool = spec[pool_name]
-    template = copy.deepcopy(pool["template"])
+    pool = job.pools()[pool_name]
+    template = copy.deepcopy(dict(job.templates[pool_name]))
     tmeta = template.get("metadata") or {}
     pod_spec: Obj = template["spec"]
-    labels = {**(tmeta.get("labels") or {}), **selector(meta["name"], pool_name)}
-    annotations = {**(tmeta.get("annotations") or {}), **_scheduling_annotations(spec, pool)}
+    labels = {**(tmeta.get("labels") or {}), **selector(job.id.name, pool_name)}
+    annotations = {
+        **(tmeta.get("annotations") or {}),
+        **_scheduling_annotations(job.spec, pool),
+    }
     pod_spec["schedulerName"] = names.SCHEDULER_NAME
     pod_spec["restartPolicy"] = "Always"  # the only policy a Deployment accepts
-    podtemplate.add_gpu_resources(pod_spec, pool)
+    podtemplate.add_gpu_resources(pod_spec, pool.gpus_per_replica, pool.mig_profile)
     podtemplate.add_tolerations(pod_spec, tolerations)
-    env = {ROLE_ENV: pool_role(pool_name).value, SERVINGJOB_ENV: meta["name"]}
+    env = {ROLE_ENV: PoolRole.of_pool(pool_name).value, SERVINGJOB_ENV: job.id.name}
     for container in pod_spec["containers"]:
         podtemplate.set_env(container, env)
     return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec}
@@ -152,14 +149,13 @@ def spec_hash(deployment_spec: Mapping[str, Any]) -> str:
 
 
 def deployment(
-    job: Mapping[str, Any],
+    job: ServingJobObject,
     pool_name: str,
     replicas: int,
     tolerations: tuple[Mapping[str, Any], ...] = podtemplate.GPU_TOLERATIONS,
 ) -> Obj:
     """The Deployment of one pool with `replicas` replicas."""
-    meta = job["metadata"]
-    name = meta["name"]
+    name = job.id.name
     spec: Obj = {
         "selector": {"matchLabels": selector(name, pool_name)},
         "template": _pod_template(job, pool_name, tolerations),
@@ -171,7 +167,7 @@ def deployment(
         "kind": "Deployment",
         "metadata": {
             "name": deployment_name(name, pool_name),
-            "namespace": meta.get("namespace", "default"),
+            "namespace": job.id.namespace,
             "labels": selector(name, pool_name),
             "annotations": {SPEC_HASH_ANNOTATION: spec_hash(spec)},
             "ownerReferences": [owner_reference(job)],
@@ -180,22 +176,21 @@ def deployment(
     }
 
 
-def service(job: Mapping[str, Any], pool_name: str) -> Obj:
+def service(job: ServingJobObject, pool_name: str) -> Obj:
     """The ClusterIP Service in front of one pool's replicas on `spec.port`, named like the
     pool's Deployment (a router or the prefill side reaches the pool through it)."""
-    meta = job["metadata"]
-    port = int(job["spec"].get("port") or 8000)
+    name, port = job.id.name, job.spec.port
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
-            "name": deployment_name(meta["name"], pool_name),
-            "namespace": meta.get("namespace", "default"),
-            "labels": selector(meta["name"], pool_name),
+            "name": deployment_name(name, pool_name),
+            "namespace": job.id.namespace,
+            "labels": selector(name, pool_name),
             "ownerReferences": [owner_reference(job)],
         },
         "spec": {
-            "selector": selector(meta["name"], pool_name),
+            "selector": selector(name, pool_name),
             "ports": [{"name": "http", "port": port, "targetPort": port}],
         },
     }
@@ -219,5 +214,5 @@ def running_gpu_types(pods: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str 
         running = (pod.get("status") or {}).get("phase") == "Running"
         if pool is None or not running or meta.get("deletionTimestamp"):
             continue
-        out.setdefault(pool, []).append((meta.get("annotations") or {}).get(names.ASSIGNED_TYPE))
+        out.setdefault(pool, []).append(assigned_type(meta.get("annotations") or {}))
     return {pool: tuple(types) for pool, types in out.items()}

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+from gpufleet.model.contract.reasons import PendingNote
+from gpufleet.model.contract.serving import MetricsHealth, ScaleChange
 from gpufleet.model.servingjob import ServingJobConditionType as Cond
 from gpufleet.model.servingjob import ServingJobPhase as Phase
 from gpufleet.model.servingjob import ServingJobReason as Reason
@@ -57,26 +59,6 @@ _POOL_CONDITIONS: Final = {
     "server": Cond.SERVER_READY,
 }
 _WARNING_PHASES: Final = (Phase.DEGRADED, Phase.FAILED)
-
-
-@dataclass(frozen=True, slots=True)
-class ScaleChange:
-    """A pool's replica count changed in this pass (by the autoscaler or the spec's bounds)."""
-
-    pool: str
-    from_replicas: int | None  # None: the Deployment was created
-    to_replicas: int
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class MetricsHealth:
-    """The autoscaler's view of its data after its last tick. `available is None`: no tick
-    yet."""
-
-    available: bool | None
-    stale: bool = False
-    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,14 +142,14 @@ def plan(
     *,
     changes: Sequence[ScaleChange] = (),
     metrics: MetricsHealth | None = None,
-    waiting: str | None = None,
+    waiting: PendingNote | None = None,
     create_error: str | None = None,
     posted: Posted | None = None,
 ) -> StatusPlan:
     """The status of `job` and the Events to post.
 
     `desired` has one entry per pool of the spec (in reconcile order); `metrics` is None when
-    autoscaling is off; `waiting` is the scheduler's message on a replica it cannot place yet.
+    autoscaling is off; `waiting` is the scheduler's note on a replica it cannot place yet.
     """
     meta = job["metadata"]
     generation = meta.get("generation")
@@ -213,8 +195,10 @@ def plan(
         add(Cond.READY, "False", DEPLOYMENT_REJECTED, create_error)
     elif phase is Phase.READY:
         add(Cond.READY, "True", Reason.ALL_POOLS_READY, summary)
-    elif waiting:
-        add(Cond.READY, "False", Reason.INSUFFICIENT_GPUS, f"{summary}; {waiting}")
+    elif waiting is not None:
+        # The scheduler's code is the reason; a message without a known code says GPUs.
+        reason = Reason.INSUFFICIENT_GPUS if waiting.reason is None else waiting.reason
+        add(Cond.READY, "False", reason, f"{summary}; {waiting.text}")
     else:
         add(Cond.READY, "False", Reason.REPLICAS_NOT_READY, summary)
     for pool in desired:

@@ -7,9 +7,9 @@ One pass over a job (`_reconcile`), under a per-job lock:
 2. create missing Deployments, replace the template of those built from an older spec, and
    bring replicas inside the spec's bounds (`serving_children.pool_replicas`: create at
    `minReplicas`, pin at `minReplicas` while autoscaling is off);
-3. when autoscaling is on and its interval has passed, run one autoscaler tick
-   (`gpufleet.autoscaler.serving_autoscaler`): sample Prometheus, decide, write the
-   Deployments' scale;
+3. when autoscaling is on and its interval has passed, run one autoscaler tick through the
+   `ServingAutoscaler` the process was built with (`ports`; in `gpufleet operator`, the
+   Prometheus-driven `gpufleet.autoscaler`): sample, decide, write the Deployments' scale;
 4. write the status in one patch and post the Events the pure `serving_status.plan` asks for.
 
 It runs on create, on spec changes, on resume after an operator restart, and every `TICK`
@@ -27,7 +27,6 @@ import functools
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -37,15 +36,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from gpufleet.autoscaler.inputs import PoolObservation, enabled_policy
-from gpufleet.autoscaler.prometheus import PrometheusMetrics, default_selector
-from gpufleet.autoscaler.serving_autoscaler import AutoscalerRegistry, MetricsSource
-from gpufleet.core.autoscaling_settings import AutoscalerSettings
-from gpufleet.model.servingjob import ServingJobSpec
+from gpufleet.kubeerrors import api_error_text
+from gpufleet.model.contract.reasons import PendingNote, read_pending
+from gpufleet.model.contract.serving import MetricsHealth, ScaleChange
 from gpufleet.operator import serving_children as children
 from gpufleet.operator import serving_status
-from gpufleet.scheduler.apiwriter import api_error_text
-from gpufleet.scheduler.binder import scheduled_message
+from gpufleet.operator.objects import ServingJobObject
+from gpufleet.operator.ports import ServingAutoscaler
 
 RESOURCE = (children.GROUP, children.VERSION, children.PLURAL)
 TICK = 1.0  # seconds between passes; also the resolution of the autoscaling interval
@@ -56,23 +53,13 @@ log = logging.getLogger("gpufleet.operator")
 Obj = dict[str, Any]
 
 
-def _prometheus(url: str, rate_window_s: int) -> MetricsSource:
-    return PrometheusMetrics(url, rate_window_s=rate_window_s)
-
-
 class State:
     """Per-process memory of the ServingJob handlers (kept in kopf's memo)."""
 
-    def __init__(
-        self,
-        api: client.ApiClient,
-        autoscaler: AutoscalerSettings | None = None,
-        registry: AutoscalerRegistry | None = None,
-    ) -> None:
-        """`autoscaler`: the operator-wide policy settings (a job's CRD fields win)."""
+    def __init__(self, api: client.ApiClient, autoscalers: ServingAutoscaler) -> None:
         self.apps = client.AppsV1Api(api)
         self.core = client.CoreV1Api(api)
-        self.autoscalers = registry or AutoscalerRegistry(_prometheus, autoscaler)
+        self.autoscalers = autoscalers
         self.locks: dict[str, threading.Lock] = {}
         self.posted: dict[str, serving_status.Posted] = {}
         self.services: set[tuple[str, str]] = set()  # (job uid, pool) whose Service exists
@@ -83,7 +70,7 @@ class State:
             return self.locks.setdefault(uid, threading.Lock())
 
     def forget(self, uid: str) -> None:
-        self.autoscalers.drop(uid)
+        self.autoscalers.forget(uid)
         with self.guard:
             self.locks.pop(uid, None)
             self.posted.pop(uid, None)
@@ -157,27 +144,25 @@ def _pods(state: State, namespace: str, job: str) -> list[Obj] | None:
     return list(json.loads(raw.data)["items"])
 
 
-def _waiting(pods: list[Obj] | None) -> str | None:
-    """The scheduler's message on one of the job's unbound pods, if any."""
+def _waiting(pods: list[Obj] | None) -> PendingNote | None:
+    """The scheduler's note on one of the job's unbound pods, if any."""
     if pods is None:
         return None  # only an explanation: the next pass asks again
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         if not (pod.get("spec") or {}).get("nodeName"):
-            message = scheduled_message(pod)
-            if message:
-                return message
+            note = read_pending(pod)
+            if note is not None:
+                return note
     return None
 
 
-def _ensure_service(state: State, job: Obj, pool_name: str) -> None:
-    key = (job["metadata"]["uid"], pool_name)
+def _ensure_service(state: State, job: ServingJobObject, pool_name: str) -> None:
+    key = (job.id.uid, pool_name)
     if key in state.services:
         return
     wanted: Any = children.service(job, pool_name)
     try:
-        state.core.create_namespaced_service(
-            job["metadata"]["namespace"], wanted, _preload_content=False
-        )
+        state.core.create_namespaced_service(job.id.namespace, wanted, _preload_content=False)
     except ApiException as exc:
         if exc.status != 409:  # 409: an earlier pass (or operator run) created it
             raise _retry(f"creating Service {wanted['metadata']['name']}", exc) from exc
@@ -185,62 +170,32 @@ def _ensure_service(state: State, job: Obj, pool_name: str) -> None:
 
 
 def _ensure_pools(
-    state: State, job: Obj, deployments: dict[str, Obj]
-) -> tuple[dict[str, int], list[serving_status.ScaleChange], str | None]:
+    state: State, job: ServingJobObject, deployments: dict[str, Obj]
+) -> tuple[dict[str, int], list[ScaleChange], str | None]:
     """Step 2: every pool's Deployment exists, is built from the current spec and has replicas
     within the bounds. Returns the replicas per pool, the changes made and a rejection."""
-    meta, spec = job["metadata"], job["spec"]
-    namespace = meta["namespace"]
-    enabled = children.autoscaling_enabled(spec)
+    enabled = children.autoscaling_enabled(job.spec)
     desired: dict[str, int] = {}
-    changes: list[serving_status.ScaleChange] = []
+    changes: list[ScaleChange] = []
     rejected: str | None = None
-    for pool_name, pool in children.pools(spec).items():
+    pools = job.pools()
+    for pool_name, pool in pools.items():
         current = deployments.get(pool_name)
         have = None if current is None else int((current.get("spec") or {}).get("replicas") or 0)
         replicas, why = children.pool_replicas(pool_name, pool, enabled, have)
-        wanted: Any = children.deployment(job, pool_name, replicas)
-        name = wanted["metadata"]["name"]
-        try:
-            if current is None:
-                state.apps.create_namespaced_deployment(namespace, wanted, _preload_content=False)
-                deployments[pool_name] = wanted
-            elif children.needs_update(current, wanted):
-                # A JSON patch replaces the template whole (a strategic merge would keep
-                # fields the user removed); replicas are left to step 3.
-                hash_path = "/metadata/annotations/" + children.SPEC_HASH_ANNOTATION.replace(
-                    "/", "~1"
-                )
-                template = wanted["spec"]["template"]
-                ops = [
-                    {"op": "replace", "path": "/spec/template", "value": template},
-                    {"op": "add", "path": hash_path, "value": children.spec_hash(wanted["spec"])},
-                ]
-                if replicas != have:
-                    ops.append({"op": "replace", "path": "/spec/replicas", "value": replicas})
-                state.apps.patch_namespaced_deployment(name, namespace, ops, _preload_content=False)
-            elif replicas != have:
-                _DeploymentScaler(state, namespace, meta["name"]).scale(pool_name, replicas)
-            _ensure_service(state, job, pool_name)
-        except ApiException as exc:
-            if exc.status == 409:
-                # The list above is a consistent read taken under the job's lock, so the name
-                # is held by a Deployment this job does not own: never adopt or replace it.
-                rejected = f"Deployment {name} already exists and is not owned by this ServingJob"
-                continue
-            if exc.status in (400, 403, 422):
-                rejected = f"Deployment {name}: {_api_message(exc)}"
-                continue
-            raise _retry(f"writing Deployment {name}", exc) from exc
+        problem = _write_pool(state, job, pool_name, replicas, have, deployments)
+        if problem is not None:
+            rejected = problem
+            continue
         desired[pool_name] = replicas
         if why:
-            changes.append(serving_status.ScaleChange(pool_name, have, replicas, why))
+            changes.append(ScaleChange(pool_name, have, replicas, why))
     # A pool removed from the spec (server <-> prefill/decode) leaves its Deployment behind.
     for pool_name, item in deployments.items():
-        if pool_name not in desired and pool_name not in children.pools(spec):
+        if pool_name not in desired and pool_name not in pools:
             try:
                 state.apps.delete_namespaced_deployment(
-                    item["metadata"]["name"], namespace, _preload_content=False
+                    item["metadata"]["name"], job.id.namespace, _preload_content=False
                 )
             except ApiException as exc:
                 if exc.status != 404:
@@ -248,60 +203,52 @@ def _ensure_pools(
     return desired, changes, rejected
 
 
-def _autoscale(
+def _write_pool(
     state: State,
-    pods: Callable[[], list[Obj] | None],
-    job: Obj,
-    spec: ServingJobSpec,
+    job: ServingJobObject,
+    pool_name: str,
+    replicas: int,
+    have: int | None,
     deployments: dict[str, Obj],
-    desired: dict[str, int],
-    changes: list[serving_status.ScaleChange],
-) -> serving_status.MetricsHealth | None:
-    """Step 3: one autoscaler tick when due. Updates `desired` and `changes` in place; the
-    metrics health for the status (None when autoscaling is off)."""
-    meta = job["metadata"]
-    policy = enabled_policy(spec)
-    if policy is None or policy.prometheus is None:
-        state.autoscalers.drop(meta["uid"])
-        return None
-    label = f"{meta['namespace']}/{meta['name']}"
-    source = policy.prometheus
-    scaler = state.autoscalers.get(meta["uid"], source.url, source.rate_window, label)
-    now = time.time()
-    if scaler.due(now, policy.interval_seconds) and any(p in deployments for p in desired):
-        types: dict[str, tuple[str | None, ...]] = {}
-        if policy.capacity is not None and policy.capacity.gpu_type is not None:
-            # Without a listing the factor falls back to the pool's slowest type.
-            types = children.running_gpu_types(pods() or [])
-        observed = {
-            pool: PoolObservation(
-                pool,
-                replicas,
-                int((deployments[pool].get("status") or {}).get("readyReplicas") or 0),
-                types.get(pool, ()),
-            )
-            for pool, replicas in desired.items()
-            if pool in deployments
-        }
-        selector = policy.prometheus.selector or default_selector(meta["namespace"], meta["name"])
-        writer = _DeploymentScaler(state, meta["namespace"], meta["name"])
-        tick = scaler.tick(spec, selector, now, observed, writer, policy)
-        for d in tick.scaled:
-            desired[d.name] = d.desired_replicas
-            changes.append(
-                serving_status.ScaleChange(
-                    d.name, d.current_replicas, d.desired_replicas, d.message
-                )
-            )
-    last = scaler.last
-    if last is None:
-        return serving_status.MetricsHealth(available=None)
-    problem = last.metrics_problem
-    return serving_status.MetricsHealth(
-        available=problem is None,
-        stale=last.metrics_stale,
-        message=problem or "metrics are fresh",
-    )
+) -> str | None:
+    """Create, update or rescale one pool's Deployment (and its Service); the API server's
+    refusal, if it refused."""
+    namespace = job.id.namespace
+    current = deployments.get(pool_name)
+    wanted: Any = children.deployment(job, pool_name, replicas)
+    name = wanted["metadata"]["name"]
+    try:
+        if current is None:
+            state.apps.create_namespaced_deployment(namespace, wanted, _preload_content=False)
+            deployments[pool_name] = wanted
+        elif children.needs_update(current, wanted):
+            # A JSON patch replaces the template whole (a strategic merge would keep
+            # fields the user removed); replicas are left to step 3.
+            hash_path = "/metadata/annotations/" + children.SPEC_HASH_ANNOTATION.replace("/", "~1")
+            template = wanted["spec"]["template"]
+            ops = [
+                {"op": "replace", "path": "/spec/template", "value": template},
+                {"op": "add", "path": hash_path, "value": children.spec_hash(wanted["spec"])},
+            ]
+            if replicas != have:
+                ops.append({"op": "replace", "path": "/spec/replicas", "value": replicas})
+            state.apps.patch_namespaced_deployment(name, namespace, ops, _preload_content=False)
+        elif replicas != have:
+            _DeploymentScaler(state, namespace, job.id.name).scale(pool_name, replicas)
+        _ensure_service(state, job, pool_name)
+    except ApiException as exc:
+        if exc.status == 409:
+            # The list above is a consistent read taken under the job's lock, so the name
+            # is held by a Deployment this job does not own: never adopt or replace it.
+            return f"Deployment {name} already exists and is not owned by this ServingJob"
+        if exc.status in (400, 403, 422):
+            return f"Deployment {name}: {_api_message(exc)}"
+        raise _retry(f"writing Deployment {name}", exc) from exc
+    return None
+
+
+def _ready(deployment: Obj | None) -> int:
+    return int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
 
 
 def _write_status(patch: kopf.Patch, job: Obj, status: dict[str, Any]) -> None:
@@ -316,34 +263,31 @@ def _write_status(patch: kopf.Patch, job: Obj, status: dict[str, Any]) -> None:
 
 def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
     state: State = memo.serving
-    job = copy.deepcopy(dict(body))
-    meta = job["metadata"]
+    raw = copy.deepcopy(dict(body))
+    meta = raw["metadata"]
     if meta.get("deletionTimestamp"):
         return
     try:
-        spec = ServingJobSpec.model_validate(job["spec"])
+        job = ServingJobObject.of(raw)
     except ValidationError as exc:
         # The API server's schema should have refused it; say so rather than act on it.
         log.warning("[%s/%s] invalid spec: %s", meta["namespace"], meta["name"], exc)
-        if (job.get("status") or {}).get("phase") != "Failed":
+        if (raw.get("status") or {}).get("phase") != "Failed":
             patch.status.update({"phase": "Failed"})
         return
-    with state.lock(meta["uid"]):
-        deployments = _deployments(state, meta["namespace"], meta["name"])
+    with state.lock(job.id.uid):
+        deployments = _deployments(state, job.id.namespace, job.id.name)
         desired, changes, rejected = _ensure_pools(state, job, deployments)
         # One pod listing per pass at most, for whichever step needs it first.
-        pods = functools.cache(functools.partial(_pods, state, meta["namespace"], meta["name"]))
-        metrics = _autoscale(state, pods, job, spec, deployments, desired, changes)
-        for pool in children.pools(job["spec"]):
+        pods = functools.cache(functools.partial(_pods, state, job.id.namespace, job.id.name))
+        metrics = _autoscale(state, job, pods, deployments, desired, changes)
+        for pool in job.pools():
             desired.setdefault(pool, 0)  # a rejected Deployment: nothing asked for yet
         waiting = None
-        if any(
-            int(((deployments.get(p) or {}).get("status") or {}).get("readyReplicas") or 0) < n
-            for p, n in desired.items()
-        ):
+        if any(_ready(deployments.get(p)) < n for p, n in desired.items()):
             waiting = _waiting(pods())
         plan = serving_status.plan(
-            job,
+            raw,
             deployments,
             desired,
             _now(),
@@ -351,12 +295,36 @@ def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
             metrics=metrics,
             waiting=waiting,
             create_error=rejected,
-            posted=state.posted.get(meta["uid"]),
+            posted=state.posted.get(job.id.uid),
         )
-        _write_status(patch, job, plan.status)
+        _write_status(patch, raw, plan.status)
         for kind, reason, message in plan.events:
             kopf.event(body, type=kind, reason=reason, message=message)
-        state.posted[meta["uid"]] = plan.posted
+        state.posted[job.id.uid] = plan.posted
+
+
+def _autoscale(
+    state: State,
+    job: ServingJobObject,
+    pods: Callable[[], list[Obj] | None],
+    deployments: dict[str, Obj],
+    desired: dict[str, int],
+    changes: list[ScaleChange],
+) -> MetricsHealth | None:
+    """Step 3: one autoscaler tick when due. Updates `desired` and `changes` in place; the
+    metrics health for the status (None when autoscaling is off)."""
+    pools = {p: (n, _ready(deployments[p])) for p, n in desired.items() if p in deployments}
+    scaled, health = state.autoscalers.tick(
+        job.id,
+        job.spec,
+        pools,
+        lambda: children.running_gpu_types(pods() or []),
+        _DeploymentScaler(state, job.id.namespace, job.id.name),
+    )
+    for change in scaled:
+        desired[change.pool] = change.to_replicas
+        changes.append(change)
+    return health
 
 
 @kopf.on.create(*RESOURCE)

@@ -23,12 +23,14 @@ from typing import Any
 import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
+from gpufleet.model.contract.reasons import disruption_reason
 from gpufleet.model.gpus import load_catalog
 from gpufleet.operator import children, reconcile
 from gpufleet.operator.accounting import Usage, accrue
-from gpufleet.scheduler.cache import SchedulerCache
-from gpufleet.scheduler.pods import disruption_reason
+from gpufleet.operator.objects import TrainingJobObject
+from gpufleet.operator.ports import PodSource
 
 RESOURCE = (children.GROUP, children.VERSION, children.PLURAL)
 TICK = 1.0  # seconds between passes over a job; pods' progress shows up within this
@@ -43,9 +45,10 @@ log = logging.getLogger("gpufleet.operator")
 
 class State:
     """Per-process memory shared by the handlers (kept in kopf's memo). Pods are read from
-    the scheduler's cache, which watches every pod of the cluster anyway."""
+    a `PodSource` (in `gpufleet operator`, the scheduler's cache, which watches every pod of
+    the cluster anyway)."""
 
-    def __init__(self, api: client.ApiClient, cache: SchedulerCache) -> None:
+    def __init__(self, api: client.ApiClient, cache: PodSource) -> None:
         self.cache = cache
         cache.on_pod_deleted(lambda pod: record_disruption(self, pod))
         self.core = client.CoreV1Api(api)
@@ -81,10 +84,10 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
 
-def _create_pods(state: State, job: dict[str, Any], ranks: Iterable[int]) -> str | None:
+def _create_pods(state: State, job: TrainingJobObject, ranks: Iterable[int]) -> str | None:
     """Create worker pods in parallel; returns the API server's message if it rejects the
     template. AlreadyExists is success: an earlier pass (or operator run) created the pod."""
-    namespace = job["metadata"]["namespace"]
+    namespace = job.id.namespace
 
     def create(rank: int) -> str | None:
         pod: Any = children.worker_pod(job, rank)
@@ -114,15 +117,13 @@ def _api_message(exc: ApiException) -> str:
         return str(exc.reason)
 
 
-def _ensure_service(state: State, job: dict[str, Any]) -> None:
-    uid = job["metadata"]["uid"]
+def _ensure_service(state: State, job: TrainingJobObject) -> None:
+    uid = job.id.uid
     if uid in state.services:
         return
     service: Any = children.headless_service(job)
     try:
-        state.core.create_namespaced_service(
-            job["metadata"]["namespace"], service, _preload_content=False
-        )
+        state.core.create_namespaced_service(job.id.namespace, service, _preload_content=False)
     except ApiException as exc:
         if exc.status != 409:
             raise kopf.TemporaryError(f"creating the Service: {exc.reason}", delay=2) from exc
@@ -140,9 +141,17 @@ def _delete_pods(state: State, namespace: str, pod_names: Iterable[str]) -> None
 
 def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
     state: State = memo.state
-    job = copy.deepcopy(dict(body))
-    meta = job["metadata"]
+    raw = copy.deepcopy(dict(body))
+    meta = raw["metadata"]
     if meta.get("deletionTimestamp"):
+        return
+    try:
+        job = TrainingJobObject.of(raw)
+    except ValidationError as exc:
+        # The API server's schema should have refused it; say so rather than act on it.
+        log.warning("[%s/%s] invalid spec: %s", meta["namespace"], meta["name"], exc)
+        if (raw.get("status") or {}).get("phase") != "Failed":
+            patch.status.update({"phase": "Failed"})
         return
     with state.lock(meta["uid"]):
         pods = state.cache.owned_pods(meta["namespace"], meta["name"])
@@ -156,7 +165,7 @@ def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
             if error is not None:
                 plan = reconcile.plan(job, pods, now, disruption, create_error=error)
         _delete_pods(state, meta["namespace"], plan.delete)
-        current = job.get("status") or {}
+        current = raw.get("status") or {}
         changes = {k: v for k, v in plan.status.items() if current.get(k) != v}
         for key in _STATUS_KEYS:
             if key in current and key not in plan.status:

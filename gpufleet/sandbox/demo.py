@@ -12,6 +12,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from gpufleet.model.contract.names import GPU_PRODUCT_LABEL
 from gpufleet.model.input_error import InputError
 from gpufleet.operator.reconcile import WAITING_FOR_SCHEDULER
 from gpufleet.sandbox.cluster import Sandbox
@@ -27,7 +28,7 @@ def fleet_table(nodes: list[dict[str, Any]]) -> Table:
         labels = node["metadata"].get("labels", {})
         pool = pools[labels.get(POOL_LABEL, "-")]
         pool["nodes"] += 1
-        pool["product"] = labels.get("nvidia.com/gpu.product", "-")
+        pool["product"] = labels.get(GPU_PRODUCT_LABEL, "-")
         conditions = node.get("status", {}).get("conditions", [])
         pool["ready"] += any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
         for name, value in node.get("status", {}).get("allocatable", {}).items():

@@ -20,9 +20,16 @@ import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.model.contract.assignment import MigState
+from gpufleet.model.contract.names import (
+    GPU_COUNT_LABEL,
+    GPU_PRODUCT_LABEL,
+    MIG_CONFIG_LABEL,
+    MIG_STATE_LABEL,
+)
 from gpufleet.model.gfd import hardware_for, mig_count_labels, type_for_product
 from gpufleet.model.migparted import MigConfigError, node_resources, resolve_layouts
-from gpufleet.sandbox.nodes import MIG_APPLIED_ANNOTATION, MIG_CONFIG_LABEL, MIG_STATE_LABEL
+from gpufleet.sandbox.nodes import MIG_APPLIED_ANNOTATION
 
 log = logging.getLogger("gpufleet.migmanager")
 
@@ -43,14 +50,14 @@ def plan_update(node: dict[str, Any], configs: dict[str, Any]) -> dict[str, Any]
     if wanted is None:
         return None
     applied = (meta.get("annotations") or {}).get(MIG_APPLIED_ANNOTATION)
-    if applied == wanted and labels.get(MIG_STATE_LABEL) in ("success", "failed"):
+    if applied == wanted and labels.get(MIG_STATE_LABEL) in (MigState.SUCCESS, MigState.FAILED):
         return None
-    gpu_type = type_for_product(labels.get("nvidia.com/gpu.product", ""))
+    gpu_type = type_for_product(labels.get(GPU_PRODUCT_LABEL, ""))
     try:
         if gpu_type is None:
-            raise MigConfigError(f"unknown GPU product {labels.get('nvidia.com/gpu.product')!r}")
+            raise MigConfigError(f"unknown GPU product {labels.get(GPU_PRODUCT_LABEL)!r}")
         hw = hardware_for(gpu_type)
-        layouts = resolve_layouts(configs, wanted, hw, int(labels["nvidia.com/gpu.count"]))
+        layouts = resolve_layouts(configs, wanted, hw, int(labels[GPU_COUNT_LABEL]))
     except (MigConfigError, KeyError, ValueError) as exc:
         return {"config": wanted, "state": "failed", "error": str(exc), "resources": None}
     new = node_resources(layouts)
@@ -99,10 +106,12 @@ class MigManager:
             return
         if plan["state"] == "failed":
             log.warning("node %s: MIG config %r refused: %s", name, plan["config"], plan["error"])
-            self._patch_labels(name, {MIG_STATE_LABEL: "failed"}, applied=plan["config"])
+            self._patch_labels(
+                name, {MIG_STATE_LABEL: MigState.FAILED.value}, applied=plan["config"]
+            )
             return
         log.info("node %s: applying MIG config %r", name, plan["config"])
-        self._patch_labels(name, {MIG_STATE_LABEL: "pending"})
+        self._patch_labels(name, {MIG_STATE_LABEL: MigState.PENDING.value})
         time.sleep(RECONFIGURE_DELAY)
         counts = {k: (None if v is None else str(v)) for k, v in plan["resources"].items()}
         self.api.patch_node_status(name, {"status": {"capacity": counts, "allocatable": counts}})
@@ -118,7 +127,7 @@ class MigManager:
         body: dict[str, Any] = {
             "metadata": {
                 "resourceVersion": fresh.resource_version,
-                "labels": plan["labels"] | {MIG_STATE_LABEL: "success"},
+                "labels": plan["labels"] | {MIG_STATE_LABEL: MigState.SUCCESS.value},
                 "annotations": {MIG_APPLIED_ANNOTATION: plan["config"]},
             }
         }

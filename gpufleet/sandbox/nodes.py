@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpufleet.model.contract.assignment import MigState
+from gpufleet.model.contract.names import MIG_CONFIG_LABEL, MIG_STATE_LABEL, NVLINK_DOMAIN_LABEL
 from gpufleet.model.fleet import FleetSpec, NodePoolSpec, PoolCheck, parse_taint
 from gpufleet.model.gfd import gfd_labels, hardware_for
 from gpufleet.model.input_error import InputError
@@ -17,9 +19,6 @@ from gpufleet.model.migparted import MIG_APPLIED_ANNOTATION, node_resources, res
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 POOL_LABEL = "gpufleet.io/node-pool"
-NVLINK_DOMAIN_LABEL = "gpufleet.io/nvlink-domain-size"
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 
 # CPU, memory and pod slots of every fake node: large enough that GPUs are the only limit.
 _BASE_CAPACITY = {"cpu": "128", "memory": "1Ti", "pods": "110"}
@@ -42,7 +41,7 @@ def node_manifest(pool: NodePoolSpec, name: str, mig_configs: dict[str, Any]) ->
             raise ValueError(f"pool {pool.name!r}: {pool.gpu_type} does not support MIG")
         layouts = resolve_layouts(mig_configs, pool.mig.config, hw, pool.gpus_per_node)
         gpu_resources = node_resources(layouts)
-        labels |= {MIG_CONFIG_LABEL: pool.mig.config, MIG_STATE_LABEL: "success"}
+        labels |= {MIG_CONFIG_LABEL: pool.mig.config, MIG_STATE_LABEL: MigState.SUCCESS.value}
         # The layout is in place from the start: tell the MIG manager it has nothing to do.
         annotations[MIG_APPLIED_ANNOTATION] = pool.mig.config
     else:

@@ -32,7 +32,8 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+
+from gpufleet.kubeerrors import status_text
 
 T = TypeVar("T")
 
@@ -237,7 +238,7 @@ class ApiWriter:
         status, answer = await self.request("POST", path, json.dumps(body).encode())
         if 200 <= status < 300:
             return status, ""
-        return status, _reason(status, answer)
+        return status, status_text(status, answer)
 
     async def patch_pod_status(
         self, namespace: str, name: str, patch: Mapping[str, Any]
@@ -250,7 +251,7 @@ class ApiWriter:
         )
         if 200 <= status < 300:
             return status, ""
-        return status, _reason(status, answer)
+        return status, status_text(status, answer)
 
     async def bind(
         self, namespace: str, name: str, node: str, annotations: Mapping[str, str]
@@ -266,24 +267,3 @@ class ApiWriter:
         return await self.post(
             f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/binding", body
         )
-
-
-def api_error_text(exc: ApiException) -> str:
-    """`<status> <reason>: <message>` of a client error, from its Status body."""
-    body = exc.body if isinstance(exc.body, bytes) else str(exc.body or "").encode()
-    return _reason(int(exc.status or 0), body) if exc.status else str(exc)
-
-
-def _reason(status: int, answer: bytes) -> str:
-    """`<status> <reason>: <message>` from a Status body (the transport error for status 0)."""
-    if status == 0:
-        return answer.decode(errors="replace")
-    try:
-        doc = json.loads(answer)
-    except ValueError:
-        return f"{status} {answer[:200].decode(errors='replace')}".strip()
-    reason, message = doc.get("reason", ""), doc.get("message", "")
-    for cause in (doc.get("details") or {}).get("causes") or []:
-        if cause.get("reason") == "DisruptionBudget" or cause.get("type") == "DisruptionBudget":
-            message = f"{message} {cause.get('message', '')}".strip()
-    return f"{status} {reason}" + (f": {message}" if message else "")

@@ -25,8 +25,10 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet.scheduler import names
-from gpufleet.scheduler.apiwriter import ApiWriter, api_error_text
+from gpufleet.kubeerrors import api_error_text
+from gpufleet.model.contract import names
+from gpufleet.model.contract.reasons import disruption_marker, pending_condition
+from gpufleet.scheduler.apiwriter import ApiWriter
 
 log = logging.getLogger("gpufleet.scheduler.binder")
 
@@ -156,7 +158,7 @@ class Binder:
     def _mark_cause(self, key: str, reason: str | None) -> bool:
         """Set (None: remove) the pod's `gpufleet.io/disrupted-by`; False when it is gone."""
         namespace, name = _split(key)
-        body = {"metadata": {"annotations": {names.DISRUPTED_BY: reason}}}
+        body = {"metadata": {"annotations": disruption_marker(reason)}}
         try:
             self.api.patch_namespaced_pod(name, namespace, body, _preload_content=False)
         except ApiException as exc:
@@ -283,19 +285,4 @@ class Binder:
 
 
 def _pending_patch(message: str) -> dict[str, Any]:
-    condition = {
-        "type": names.POD_SCHEDULED,
-        "status": "False",
-        "reason": names.UNSCHEDULABLE,
-        "message": message,
-        "lastTransitionTime": _now(),
-    }
-    return {"status": {"conditions": [condition]}}
-
-
-def scheduled_message(pod: Mapping[str, Any]) -> str | None:
-    """The message of a pod's PodScheduled=False condition, if any."""
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == names.POD_SCHEDULED and condition.get("status") == "False":
-            return str(condition.get("message", ""))
-    return None
+    return {"status": {"conditions": [pending_condition(message, _now())]}}

@@ -18,8 +18,10 @@ from typing import Any
 
 import yaml
 
+from gpufleet.model.contract import names
+from gpufleet.model.contract.assignment import MigState
 from gpufleet.model.migparted import MIG_APPLIED_ANNOTATION
-from gpufleet.scheduler import names, pods
+from gpufleet.scheduler import pods
 
 Obj = dict[str, Any]
 
@@ -307,7 +309,7 @@ def mig_applied(node: Obj, config: str) -> bool:
     labels = meta.get("labels") or {}
     if labels.get(names.MIG_CONFIG_LABEL) != config:
         return False
-    if labels.get(names.MIG_STATE_LABEL) not in ("success", "failed"):
+    if labels.get(names.MIG_STATE_LABEL) not in (MigState.SUCCESS, MigState.FAILED):
         return False
     applied = (meta.get("annotations") or {}).get(MIG_APPLIED_ANNOTATION)
     # The sandbox's manager records what it applied; a real one only flips the state label.

@@ -16,7 +16,7 @@ from concurrent import futures
 from concurrent.futures import Future
 
 from gpufleet.core.decision import GangPlacement
-from gpufleet.scheduler import names
+from gpufleet.model.contract.assignment import Assignment
 from gpufleet.scheduler.binder import Binder, BindRequest
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.cycle_report import CycleReport
@@ -32,15 +32,7 @@ _Batch = tuple[dict[str, list[BindRequest]], Future[dict[str, str | None]]]
 def bind_annotations(placement: GangPlacement, replica: int) -> dict[str, str]:
     """What the binding writes onto the pod of `replica`: its GPUs, MIG instance, power cap."""
     rp = placement.replicas[replica]
-    out = {
-        names.ASSIGNED_GPUS: ",".join(str(g) for g in rp.gpus),
-        names.ASSIGNED_TYPE: placement.gpu_type,
-    }
-    if rp.mig is not None:
-        out[names.ASSIGNED_MIG] = str(rp.mig)
-    if placement.power_cap_w is not None:
-        out[names.POWER_CAP] = f"{placement.power_cap_w:.0f}"
-    return out
+    return Assignment(rp.gpus, placement.gpu_type, rp.mig, placement.power_cap_w).annotations()
 
 
 class InflightBindings:

@@ -18,7 +18,8 @@ from typing import Any
 
 from kubernetes import client
 
-from gpufleet.scheduler import names, pods
+from gpufleet.model.contract import names
+from gpufleet.scheduler import pods
 
 Obj = Mapping[str, Any]
 JOB_LABEL = "gpufleet.io/trainingjob"

@@ -22,7 +22,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet.scheduler import names
+from gpufleet.model.contract import names
 
 log = logging.getLogger("gpufleet.lease")
 

@@ -40,8 +40,9 @@ from gpufleet.core.demand import Gang
 from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import Snapshot
+from gpufleet.model.contract import names
 from gpufleet.model.gpus import Catalog
-from gpufleet.scheduler import metrics, names
+from gpufleet.scheduler import metrics
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
 from gpufleet.scheduler.cycle_report import CycleReport

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.scheduler import names
+from gpufleet.model.contract import names
 
 __all__ = ["SchedulerSettings"]
 

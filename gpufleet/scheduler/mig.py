@@ -20,9 +20,9 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.model.contract import names
+from gpufleet.model.contract.assignment import MigState, format_layout, layout_annotation
 from gpufleet.model.mig import MigLayout
-from gpufleet.scheduler import names
-from gpufleet.scheduler.nodes import format_layout
 
 CONFIG_PREFIX = "gpufleet-"
 
@@ -44,11 +44,6 @@ def config_name(node: str, layouts: Sequence[MigLayout | None]) -> str:
     text = json.dumps([None if lay is None else format_layout(lay) for lay in layouts])
     digest = hashlib.sha256(text.encode()).hexdigest()[:10]
     return f"{CONFIG_PREFIX}{node}-{digest}"[:63]
-
-
-def layout_annotation(config: str, layouts: Sequence[MigLayout | None]) -> str:
-    gpus = {str(i): format_layout(lay) for i, lay in enumerate(layouts) if lay is not None}
-    return json.dumps({"config": config, "gpus": gpus}, sort_keys=True)
 
 
 def merged_configs(
@@ -102,7 +97,10 @@ class MigRequester:
             node,
             {
                 "metadata": {
-                    "labels": {names.MIG_CONFIG_LABEL: name, names.MIG_STATE_LABEL: "pending"},
+                    "labels": {
+                        names.MIG_CONFIG_LABEL: name,
+                        names.MIG_STATE_LABEL: MigState.PENDING.value,
+                    },
                     "annotations": {names.MIG_LAYOUT_ANNOTATION: layout_annotation(name, layouts)},
                 }
             },

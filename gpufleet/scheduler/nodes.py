@@ -4,30 +4,24 @@ The GPU type comes from GFD's product label, the GPU count from GFD's count labe
 from gpufleet's domain-size label (else the catalogue's default). A GPU's MIG layout comes from
 the mig-parted config the node's `nvidia.com/mig.config` label names; mig-parted configs hold
 only profile counts, so exact start slices are taken from the layout gpufleet recorded on the
-node when it asked for that config, or otherwise from the first valid layout with those counts.
+node when it asked for that config (`gpufleet.model.contract.assignment`), or otherwise from
+the first valid layout with those counts.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 from gpufleet.model.cluster import Gpu, Node
+from gpufleet.model.contract import names
+from gpufleet.model.contract.assignment import MigState, recorded_layouts
 from gpufleet.model.gfd import hardware_for, type_for_product
 from gpufleet.model.gpus import Catalog, GpuType
-from gpufleet.model.mig import (
-    MigLayout,
-    MigPlacement,
-    enumerate_layouts,
-    is_valid_layout,
-    make_layout,
-    profile_counts,
-)
+from gpufleet.model.mig import MigLayout, enumerate_layouts, is_valid_layout, profile_counts
 from gpufleet.model.migparted import MigConfigError, resolve_layouts
-from gpufleet.scheduler import names
 
 
 def node_ready(node: Mapping[str, Any]) -> bool:
@@ -42,7 +36,7 @@ def node_schedulable(node: Mapping[str, Any]) -> bool:
     if spec.get("unschedulable"):
         return False
     labels = (node.get("metadata") or {}).get("labels") or {}
-    if names.MIG_CONFIG_LABEL in labels and labels.get(names.MIG_STATE_LABEL) != "success":
+    if names.MIG_CONFIG_LABEL in labels and labels.get(names.MIG_STATE_LABEL) != MigState.SUCCESS:
         return False
     return node_ready(node)
 
@@ -62,33 +56,6 @@ def layout_for_counts(gpu: GpuType, counts: tuple[tuple[str, int], ...]) -> MigL
     return None
 
 
-def parse_layout(text: list[str]) -> MigLayout:
-    """["1g.10gb@0", ...] -> a canonical layout."""
-    out = []
-    for item in text:
-        profile, _, start = item.rpartition("@")
-        out.append(MigPlacement(int(start), profile))
-    return make_layout(out)
-
-
-def format_layout(layout: MigLayout) -> list[str]:
-    return [str(p) for p in layout]
-
-
-def _recorded_layouts(meta: Mapping[str, Any], config: str) -> dict[int, MigLayout]:
-    """Exact layouts gpufleet recorded for `config` (empty if none or for another config)."""
-    raw = (meta.get("annotations") or {}).get(names.MIG_LAYOUT_ANNOTATION)
-    if not raw:
-        return {}
-    try:
-        doc = json.loads(raw)
-        if doc.get("config") != config:
-            return {}
-        return {int(k): parse_layout(v) for k, v in (doc.get("gpus") or {}).items()}
-    except (ValueError, TypeError, AttributeError):
-        return {}
-
-
 def mig_layouts(
     node: Mapping[str, Any], gpu: GpuType, count: int, mig_configs: Mapping[str, Any]
 ) -> list[MigLayout | None]:
@@ -102,7 +69,7 @@ def mig_layouts(
         resolved = resolve_layouts(dict(mig_configs), config, hardware_for(gpu.name), count)
     except (MigConfigError, ValueError):
         return [None] * count
-    recorded = _recorded_layouts(meta, config)
+    recorded = recorded_layouts(meta.get("annotations") or {}, config)
     out: list[MigLayout | None] = []
     for index, entry in enumerate(resolved):
         if not entry.mig_enabled:

@@ -14,9 +14,10 @@ from dataclasses import replace
 
 from gpufleet.core.demand import Gang
 from gpufleet.core.snapshot import Snapshot
+from gpufleet.model.contract.reasons import SchedulerReason, pending_text
 from gpufleet.scheduler.cache import CachedState
 from gpufleet.scheduler.snapshot import ClusterView, PendingGang
-from gpufleet.scheduler.waiting import PREEMPTING_MESSAGE, PendingReasonText
+from gpufleet.scheduler.waiting import PREEMPTING_MESSAGE
 
 
 def heads(
@@ -27,7 +28,7 @@ def heads(
     The unbound rest of a partly bound gang is offered as `<gang>#rest`; a settling gang is
     left out, rest included, without a new reason.
     """
-    waiting = {gid: f"{PendingReasonText.GANG}: {why}" for gid, why in view.held.items()}
+    waiting = {gid: pending_text(SchedulerReason.GANG, why) for gid, why in view.held.items()}
     mig_waits = {gid: node for node, req in state.mig_requests.items() for gid in req.gangs}
     offered: list[PendingGang] = []
     for pg in view.pending:
@@ -35,8 +36,8 @@ def heads(
         if gid in state.nominations:
             waiting[gid] = PREEMPTING_MESSAGE
         elif gid in mig_waits:
-            waiting[gid] = (
-                f"{PendingReasonText.MIG}: waiting for MIG reconfiguration of node {mig_waits[gid]}"
+            waiting[gid] = pending_text(
+                SchedulerReason.MIG, f"waiting for MIG reconfiguration of node {mig_waits[gid]}"
             )
         elif gid.split("#")[0] not in settling:
             offered.append(pg)

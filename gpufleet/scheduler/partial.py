@@ -19,12 +19,12 @@ from collections.abc import Callable, Collection, Mapping
 
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Topology
+from gpufleet.model.contract.reasons import SchedulerReason, pending_text
 from gpufleet.scheduler import pods
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cycle_report import CycleReport
 from gpufleet.scheduler.deletions import Deletions
 from gpufleet.scheduler.pods import PodFacts
-from gpufleet.scheduler.waiting import PendingReasonText
 
 log = logging.getLogger("gpufleet.scheduler")
 
@@ -86,8 +86,8 @@ class PartialGangs:
                 topology = pods.topology(facts[keys[0]].pod) if keys[0] in facts else None
                 where = {r.node for r in placed[rest].replicas}
                 if topology is Topology.SAME_NODE and not where <= nodes:
-                    blocked[rest] = (
-                        f"{PendingReasonText.GANG}: restarting (rest fits only elsewhere)"
+                    blocked[rest] = pending_text(
+                        SchedulerReason.GANG, "restarting (rest fits only elsewhere)"
                     )
                     restart[gid] = "its rest fits only on another node than its bound pods"
                     continue

@@ -1,6 +1,7 @@
 """Reading pods: what GPUs a pod asks for or holds, which gang it belongs to, its gang's wishes.
 
 Pure functions over pod dicts (the API's JSON), shared by the snapshot builder and the binder.
+The annotations are decoded by the contract (`gpufleet.model.contract`).
 """
 
 from __future__ import annotations
@@ -9,50 +10,52 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.core.demand import EnergyPreference, Topology, TypeOption
+from gpufleet.model.contract import assignment, names
+from gpufleet.model.contract.reasons import disruption_reason
+from gpufleet.model.contract.resources import GpuRequest, gpu_request
+from gpufleet.model.contract.wishes import (
+    EnergyPreference,
+    GangWishes,
+    Topology,
+    TypeOption,
+    read_gang_size,
+    read_rank,
+)
 from gpufleet.model.mig import MigPlacement
-from gpufleet.scheduler import names
+
+__all__ = [
+    "GpuRequest",
+    "Pod",
+    "PodFacts",
+    "assigned_gpus",
+    "assigned_mig",
+    "disruption_reason",
+    "energy",
+    "facts",
+    "gang_id",
+    "gang_size",
+    "gpu_request",
+    "gpu_types",
+    "holds_gpus",
+    "is_ours_pending",
+    "is_terminal",
+    "node_name",
+    "pod_annotations",
+    "pod_key",
+    "pod_labels",
+    "preemptible",
+    "priority",
+    "rank",
+    "topology",
+    "wishes",
+]
 
 Pod = Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class GpuRequest:
-    """Whole GPUs, or one MIG slice of `mig_profile`, that one pod needs."""
-
-    gpus: int = 0
-    mig_profile: str | None = None
-
-    @property
-    def empty(self) -> bool:
-        return self.gpus == 0 and self.mig_profile is None
 
 
 def pod_key(pod: Pod) -> str:
     meta = pod["metadata"]
     return f"{meta.get('namespace', 'default')}/{meta['name']}"
-
-
-def _quantity(value: Any) -> int:
-    try:
-        return int(str(value))
-    except ValueError:
-        return 0
-
-
-def gpu_request(pod: Pod) -> GpuRequest:
-    """Sum of the containers' GPU and MIG limits (extended resources: requests == limits)."""
-    gpus = 0
-    mig: str | None = None
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        resources = container.get("resources") or {}
-        wanted = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
-        for name, value in wanted.items():
-            if name == names.WHOLE_GPU_RESOURCE:
-                gpus += _quantity(value)
-            elif name.startswith(names.MIG_RESOURCE_PREFIX) and _quantity(value) > 0:
-                mig = name.removeprefix(names.MIG_RESOURCE_PREFIX)
-    return GpuRequest(gpus, mig)
 
 
 def is_terminal(pod: Pod) -> bool:
@@ -81,18 +84,6 @@ def is_ours_pending(pod: Pod) -> bool:
     )
 
 
-def disruption_reason(pod: Pod) -> str | None:
-    """Why the pod is being disrupted: gpufleet's own reason when gpufleet disrupts it, else
-    the reason of a true DisruptionTarget condition (node loss, someone else's eviction)."""
-    own = pod_annotations(pod).get(names.DISRUPTED_BY)
-    if own:
-        return own
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == names.DISRUPTION_TARGET and c.get("status") == "True":
-            return str(c.get("reason", ""))
-    return None
-
-
 def pod_annotations(pod: Pod) -> Mapping[str, str]:
     return pod["metadata"].get("annotations") or {}
 
@@ -108,61 +99,39 @@ def gang_id(pod: Pod) -> str:
     return f"{ns}/{gang}" if gang else f"{ns}/pod:{pod['metadata']['name']}"
 
 
+def wishes(pod: Pod) -> GangWishes:
+    return GangWishes.read(pod_annotations(pod))
+
+
 def gang_size(pod: Pod) -> int:
-    return max(1, _quantity(pod_annotations(pod).get(names.GANG_SIZE, "1")))
+    return read_gang_size(pod_annotations(pod))
 
 
 def rank(pod: Pod) -> tuple[int, str]:
     """Sort key: replica index from the rank label, then the name."""
-    raw = pod_labels(pod).get(names.RANK_LABEL, "")
-    return (_quantity(raw) if raw.isdigit() else 1 << 30, pod["metadata"]["name"])
+    index = read_rank(pod_labels(pod))
+    return (1 << 30 if index is None else index, pod["metadata"]["name"])
 
 
 def priority(pod: Pod) -> int:
-    return max(0, _quantity(pod_annotations(pod).get(names.PRIORITY, "0")))
+    return wishes(pod).priority
 
 
 def preemptible(pod: Pod) -> bool:
-    return pod_annotations(pod).get(names.PREEMPTIBLE, "true").lower() != "false"
+    return wishes(pod).preemptible
 
 
 def topology(pod: Pod) -> Topology:
-    try:
-        return Topology(pod_annotations(pod).get(names.TOPOLOGY, Topology.ANY.value))
-    except ValueError:
-        return Topology.ANY
+    return wishes(pod).topology
 
 
 def energy(pod: Pod) -> EnergyPreference:
-    try:
-        return EnergyPreference(pod_annotations(pod).get(names.ENERGY, "balanced"))
-    except ValueError:
-        return EnergyPreference.BALANCED
-
-
-def format_gpu_types(options: list[tuple[str, float | None]]) -> str:
-    return ",".join(name if tp is None else f"{name}={tp:g}" for name, tp in options)
+    return wishes(pod).energy
 
 
 def gpu_types(pod: Pod) -> tuple[TypeOption, ...] | None:
     """Acceptable GPU types from the annotation; None when the pod accepts any type."""
-    raw = pod_annotations(pod).get(names.GPU_TYPES, "").strip()
-    if not raw:
-        return None
-    out: list[TypeOption] = []
-    for item in raw.split(","):
-        name, _, value = item.strip().partition("=")
-        throughput: float | None = None
-        if value:
-            try:
-                throughput = float(value)
-            except ValueError:
-                throughput = None
-            if throughput is not None and throughput <= 0:
-                throughput = None
-        if name:
-            out.append(TypeOption(name, throughput))
-    return tuple(out) or None
+    return wishes(pod).gpu_types
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,23 +180,9 @@ def facts(pod: Pod) -> PodFacts:
 
 
 def assigned_gpus(pod: Pod) -> tuple[int, ...] | None:
-    raw = pod_annotations(pod).get(names.ASSIGNED_GPUS)
-    if not raw:
-        return None
-    try:
-        return tuple(int(x) for x in raw.split(","))
-    except ValueError:
-        return None
+    return assignment.assigned_gpus(pod_annotations(pod))
 
 
 def assigned_mig(pod: Pod) -> tuple[int, MigPlacement] | None:
     """(gpu index, instance) from the annotations the binding wrote."""
-    gpus = assigned_gpus(pod)
-    raw = pod_annotations(pod).get(names.ASSIGNED_MIG)
-    if not raw or not gpus or len(gpus) != 1:
-        return None
-    profile, _, start = raw.rpartition("@")
-    try:
-        return gpus[0], MigPlacement(int(start), profile)
-    except ValueError:
-        return None
+    return assignment.assigned_mig(pod_annotations(pod))

@@ -7,13 +7,13 @@ import logging
 from collections import defaultdict
 
 from gpufleet.core.decision import Decision
+from gpufleet.model.contract import names
+from gpufleet.model.contract.reasons import SchedulerReason, pending_text
 from gpufleet.model.mig import MigLayout
-from gpufleet.scheduler import names
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
 from gpufleet.scheduler.cycle_report import CycleReport
 from gpufleet.scheduler.mig import CONFIG_PREFIX, MigRequester
 from gpufleet.scheduler.snapshot import ClusterView
-from gpufleet.scheduler.waiting import PendingReasonText
 
 log = logging.getLogger("gpufleet.scheduler")
 
@@ -53,8 +53,8 @@ def request_layouts(
             log.warning("cycle=%d MIG request for %s failed: %s", report.cycle, node_name, exc)
             config = ""
         for gid in users:
-            held[gid] = (
-                f"{PendingReasonText.MIG}: waiting for MIG reconfiguration of node {node_name}"
+            held[gid] = pending_text(
+                SchedulerReason.MIG, f"waiting for MIG reconfiguration of node {node_name}"
             )
         if config:
             in_use.add(config)

@@ -12,8 +12,9 @@ from kubernetes import client, config
 
 from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
+from gpufleet.model.contract import names
 from gpufleet.model.gpus import Catalog, load_catalog
-from gpufleet.scheduler import metrics, names
+from gpufleet.scheduler import metrics
 from gpufleet.scheduler.apiwriter import ApiWriter
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import SchedulerCache

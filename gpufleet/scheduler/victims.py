@@ -17,14 +17,16 @@ from dataclasses import replace
 
 from gpufleet.core.decision import Decision
 from gpufleet.core.snapshot import Snapshot
-from gpufleet.scheduler import names, pods
+from gpufleet.model.contract import names
+from gpufleet.model.contract.reasons import SchedulerReason, pending_text
+from gpufleet.scheduler import pods
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
 from gpufleet.scheduler.cycle_report import CycleReport
 from gpufleet.scheduler.disruption import gang_blocked
 from gpufleet.scheduler.pods import PodFacts
 from gpufleet.scheduler.snapshot import ClusterView
-from gpufleet.scheduler.waiting import PREEMPTING_MESSAGE, PendingReasonText
+from gpufleet.scheduler.waiting import PREEMPTING_MESSAGE
 
 log = logging.getLogger("gpufleet.scheduler")
 
@@ -104,7 +106,7 @@ class VictimEvictor:
             )
         except Exception as exc:  # no budgets known: no eviction this cycle
             log.warning("cycle=%d cannot read PodDisruptionBudgets: %s", report.cycle, exc)
-            unread = f"{PendingReasonText.BUDGET}: cannot read PodDisruptionBudgets"
+            unread = pending_text(SchedulerReason.BUDGET, "cannot read PodDisruptionBudgets")
             return dict.fromkeys(victims_of, unread)
         current = {pods.pod_key(p): p for p in state.pods}
         held: dict[str, str] = {}
@@ -114,9 +116,8 @@ class VictimEvictor:
             keys = keys_of[gang]
             why = gang_blocked([current[k] for k in keys if k in current], budgets, spent)
             if why is not None:
-                message = (
-                    f"{PendingReasonText.BUDGET}: cannot preempt "
-                    f"{', '.join(sorted(victims))}: {why}"
+                message = pending_text(
+                    SchedulerReason.BUDGET, f"cannot preempt {', '.join(sorted(victims))}: {why}"
                 )
                 log.info("cycle=%d gang %s: %s", report.cycle, gang, message)
                 self._stop(gang, victims, message, until)
@@ -145,8 +146,8 @@ class VictimEvictor:
             "cycle=%d gang %s: %d of %d evictions refused after the budget check (%s)",
             report.cycle, gang, len(refused), len(keys), first,
         )  # fmt: skip
-        why = (
-            f"{PendingReasonText.BUDGET}: {len(refused)} of {len(keys)} evictions refused: {first}"
+        why = pending_text(
+            SchedulerReason.BUDGET, f"{len(refused)} of {len(keys)} evictions refused: {first}"
         )
         self._stop(gang, victims, why, until)
         return why

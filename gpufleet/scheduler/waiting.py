@@ -1,7 +1,7 @@
 """Phase 9 of the cycle: why each gang waits, written into its pods' PodScheduled condition.
 
 Every message has the form `Reason: message`: the core's pending reason, or one of the codes
-the scheduler adds (`PendingReasonText`). A reason is written once it has held for
+the scheduler adds (`SchedulerReason`, in the contract). A reason is written once it has held for
 `explain_delay` seconds, and `busy_delay` longer while bindings are in flight (see `write`).
 """
 
@@ -10,23 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from gpufleet.core.decision import Decision
-from gpufleet.scheduler.binder import Binder, scheduled_message
+from gpufleet.model.contract.reasons import SchedulerReason, pending_text, scheduled_message
+from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.eligibility import Outcome
 from gpufleet.scheduler.snapshot import ClusterView
 
-
-class PendingReasonText:
-    """Reason codes the adapter adds to the core's, in the same `Reason: message` form."""
-
-    MIG = "WaitingForMIGReconfiguration"
-    GANG = "GangNotReady"
-    PREEMPTING = "WaitingForPreemption"
-    QUEUED = "QueuedBehindIdenticalGang"
-    BUDGET = "PreemptionBlockedByDisruptionBudget"
-
-
-PREEMPTING_MESSAGE = (
-    f"{PendingReasonText.PREEMPTING}: waiting for preempted lower-priority gangs to exit"
+PREEMPTING_MESSAGE = pending_text(
+    SchedulerReason.PREEMPTING, "waiting for preempted lower-priority gangs to exit"
 )
 
 
@@ -48,9 +38,9 @@ def pending_messages(
     """
     messages = dict(waiting)
     for gid, peer in capped.items():
-        messages[gid] = f"{PendingReasonText.QUEUED}: behind identical gang {peer}"
+        messages[gid] = pending_text(SchedulerReason.QUEUED, f"behind identical gang {peer}")
     for p in decision.pending:
-        message = f"{p.reason.value}: {p.message}"
+        message = pending_text(p.reason, p.message)
         outcome = (filters or {}).get(p.gang_id)
         if outcome is not None:
             message = outcome.reason(message)
@@ -89,7 +79,7 @@ class WaitingReasons:
         own pods to be created says nothing: its count changes with every pod and rewriting
         every member's condition each cycle costs more than it tells.
         """
-        quiet = f"{PendingReasonText.GANG}: waiting for"
+        quiet = pending_text(SchedulerReason.GANG, "waiting for")
         loud = {g: m for g, m in messages.items() if not m.startswith(quiet)}
         members: dict[str, tuple[str, ...]] = dict(view.held_pods)
         members.update({pg.gang.id: pg.pods for pg in view.pending})

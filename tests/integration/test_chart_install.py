@@ -34,11 +34,11 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.model.contract import names
 from gpufleet.model.fleet import load_fleet
 from gpufleet.operator.testing import Kube, OperatorProcess, training_job, wait_for
 from gpufleet.sandbox.binaries import ensure_binaries
 from gpufleet.sandbox.cluster import Sandbox, default_fleet_path
-from gpufleet.scheduler import names
 from gpufleet.scheduler.mig import CONFIG_PREFIX
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -23,9 +23,9 @@ import pytest
 from fakekubelet import FakeKubelet
 from kubernetes.client.rest import ApiException
 
+from gpufleet.model.contract import names
 from gpufleet.operator.testing import Kube, wait_for
 from gpufleet.sandbox.cluster import Sandbox, default_fleet_path
-from gpufleet.scheduler import names
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ from prometheus_client.registry import Collector
 
 from gpufleet.autoscaler.prometheus import MetricsUnavailable, PrometheusMetrics, default_selector
 from gpufleet.core.autoscaling_types import LatencyQuantiles, MetricsSample, PoolRole
-from gpufleet.model.servingjob import POOL_LABEL, SERVINGJOB_LABEL
+from gpufleet.model.contract.names import POOL_LABEL, SERVINGJOB_LABEL
 from gpufleet.operator.podtemplate import GPU_TOLERATIONS
 from gpufleet.operator.testing import Kube, wait_for
 from gpufleet.sandbox.processes import free_port

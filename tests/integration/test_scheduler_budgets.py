@@ -11,8 +11,8 @@ from typing import Any
 
 from kubernetes import client
 
+from gpufleet.model.contract import names
 from gpufleet.operator.testing import Kube, SettledInvariants, training_job, wait_for
-from gpufleet.scheduler import names
 
 LOW = "gpufleet.io/trainingjob=low"
 

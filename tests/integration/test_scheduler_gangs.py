@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpufleet.model.contract import names
 from gpufleet.operator.podtemplate import GPU_TOLERATIONS
 from gpufleet.operator.testing import Kube, SettledInvariants, training_job, wait_for
-from gpufleet.scheduler import invariants, names
+from gpufleet.scheduler import invariants
 
 
 def gang_pod(name: str, gang: str, size: int, rank: int, gpus: int, gpu_type: str) -> Any:

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from gpufleet.model.contract import names
 from gpufleet.model.migparted import MIG_APPLIED_ANNOTATION
 from gpufleet.operator.testing import Kube, SettledInvariants, training_job, wait_for
-from gpufleet.scheduler import invariants, names
+from gpufleet.scheduler import invariants
 
 
 def node_json(kube: Kube, name: str) -> dict[str, Any]:

@@ -11,9 +11,10 @@ from typing import Any
 
 from kubernetes import client
 
+from gpufleet.model.contract import names
 from gpufleet.operator.podtemplate import GPU_TOLERATIONS
 from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
-from gpufleet.scheduler import invariants, names
+from gpufleet.scheduler import invariants
 
 
 def gang_pod(name: str, size: int, rank: int) -> Any:

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpufleet.model.servingjob import SERVINGJOB_LABEL
+from gpufleet.model.contract.names import SERVINGJOB_LABEL
 from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.sandbox.prometheus import PrometheusServer

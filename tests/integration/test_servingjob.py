@@ -25,11 +25,11 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet.model.servingjob import POOL_LABEL, SERVINGJOB_LABEL
+from gpufleet.model.contract import names
+from gpufleet.model.contract.names import POOL_LABEL, SERVINGJOB_LABEL
 from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.sandbox.processes import free_port
-from gpufleet.scheduler import names
 
 GROUP, VERSION, PLURAL = "gpufleet.io", "v1alpha1", "servingjobs"
 TEMPLATE = {"spec": {"containers": [{"name": "vllm", "image": "registry.example/vllm:1"}]}}
@@ -340,6 +340,6 @@ def test_replicas_waiting_for_gpus_say_why(serving: Serving) -> None:
         "the scheduler's reason on the Ready condition",
         30,
     )
-    assert ready["status"] == "False" and ready["reason"] == "InsufficientGPUs"
+    assert ready["status"] == "False" and ready["reason"] == "NoNodesOfAcceptableType"
     assert "server 0/1 ready; " in ready["message"] and "H200-141GB" in ready["message"]
     assert serving.status("nowhere")["phase"] == "Pending"

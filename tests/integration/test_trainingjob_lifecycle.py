@@ -132,15 +132,15 @@ def test_gpu_type_no_node_has_is_explained(kube: Kube, ns: str) -> None:
 
     def explained() -> dict[str, Any] | None:
         c = kube.condition(ns, "volta", "Admitted")
-        return c if c and c["reason"] == "NoAcceptableGPUType" else None
+        return c if c and c["reason"] == "NoNodesOfAcceptableType" else None
 
-    admitted = wait_for(explained, "NoAcceptableGPUType condition")
+    admitted = wait_for(explained, "NoNodesOfAcceptableType condition")
     assert admitted["message"] == (
         "NoNodesOfAcceptableType: no schedulable node has V100-32GB GPUs"
     )
     assert kube.phase(ns, "volta") == "Queued"
     warnings = [e for e in kube.events(ns, "volta") if e["type"] == "Warning"]
-    assert any(e["reason"] == "NoAcceptableGPUType" for e in warnings)
+    assert any(e["reason"] == "NoNodesOfAcceptableType" for e in warnings)
 
 
 def test_rejected_pod_template_fails_with_the_api_servers_message(kube: Kube, ns: str) -> None:

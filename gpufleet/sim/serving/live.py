@@ -52,8 +52,9 @@ from kubernetes import client
 
 from gpufleet.core.autoscaling_types import PoolRole
 from gpufleet.lifecycle import StartStop
-from gpufleet.model.servingjob import POOL_LABEL, SERVINGJOB_LABEL
-from gpufleet.scheduler.names import ASSIGNED_MIG, ASSIGNED_TYPE
+from gpufleet.model.contract import names
+from gpufleet.model.contract.assignment import assigned_type
+from gpufleet.model.contract.names import POOL_LABEL, SERVINGJOB_LABEL
 from gpufleet.sim.serving.exporter import RealtimeDriver, ServingExporter
 from gpufleet.sim.serving.model import ServingConfig, ServingModel
 from gpufleet.sim.serving.profiles import GpuTypeProfiles, ReplicaProfile
@@ -86,8 +87,8 @@ def ready_gpu_types_by_pool(
         if status.get("phase") != "Running" or not ready:
             continue
         annotations = meta.get("annotations") or {}
-        gpu_type = annotations.get(ASSIGNED_TYPE) or None
-        types[pool].append(None if annotations.get(ASSIGNED_MIG) else gpu_type)
+        holds_slice = bool(annotations.get(names.ASSIGNED_MIG))
+        types[pool].append(None if holds_slice else assigned_type(annotations))
     return types
 
 

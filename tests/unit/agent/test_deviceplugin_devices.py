@@ -15,11 +15,11 @@ import pytest
 from gpufleet.agent.deviceplugin.devices import gpus_from_fleet, gpus_from_labels
 from gpufleet.agent.deviceplugin.health import read_health_file, unhealthy_devices
 from gpufleet.agent.deviceplugin.preferred import preferred_allocation, waiting_assignments
+from gpufleet.model.contract import names
 from gpufleet.model.fleet import FleetSpec, load_fleet
 from gpufleet.model.migparted import load_default_configs
 from gpufleet.sandbox.cluster import default_fleet_path
 from gpufleet.sandbox.nodes import fleet_manifests
-from gpufleet.scheduler import names
 
 FLEET = load_fleet(default_fleet_path())
 CONFIGS = load_default_configs()

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from gpufleet.model.contract import names
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.power import capped_power_w
 from gpufleet.operator.accounting import Usage, accrue, pod_draw
-from gpufleet.scheduler import names
 
 CATALOG = load_catalog()
 T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)

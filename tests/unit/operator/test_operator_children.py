@@ -6,15 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufleet.operator.children import (
-    JOB_LABEL,
-    MASTER_PORT,
-    headless_service,
-    min_replicas,
-    replica_count,
-    worker_pod,
-)
-from gpufleet.scheduler import names
+from gpufleet.model.contract import names
+from gpufleet.model.trainingjob import TrainingJobSpec
+from gpufleet.operator import children
+from gpufleet.operator.children import JOB_LABEL, MASTER_PORT, min_replicas, replica_count
+from gpufleet.operator.objects import TrainingJobObject
 from gpufleet.scheduler.pods import gpu_request, gpu_types, topology
 
 
@@ -37,6 +33,19 @@ def job(**spec: Any) -> dict[str, Any]:
         "metadata": {"name": "bert", "namespace": "ml", "uid": "u-1"},
         "spec": base,
     }
+
+
+def worker_pod(manifest: dict[str, Any], index: int) -> dict[str, Any]:
+    return children.worker_pod(TrainingJobObject.of(manifest), index)
+
+
+def headless_service(manifest: dict[str, Any]) -> dict[str, Any]:
+    return children.headless_service(TrainingJobObject.of(manifest))
+
+
+def spec(**fields: Any) -> TrainingJobSpec:
+    template = {"spec": {"containers": [{"name": "t", "image": "x"}]}}
+    return TrainingJobSpec.model_validate({"template": template, "gpusPerReplica": 1, **fields})
 
 
 def env(container: dict[str, Any]) -> dict[str, str]:
@@ -63,13 +72,13 @@ def test_worker_identity_and_rendezvous() -> None:
 
 
 def test_scheduler_reads_back_what_the_operator_wrote() -> None:
-    spec = {
+    wishes = {
         "gpuTypes": [{"name": "H100-80GB", "throughput": 1.0}, {"name": "A100-80GB"}],
         "topology": "nvlinkDomain",
         "priority": 7,
         "preemptible": False,
     }
-    pod = worker_pod(job(**spec), 0)
+    pod = worker_pod(job(**wishes), 0)
     assert pod["spec"]["schedulerName"] == "gpufleet"
     assert pod["spec"]["restartPolicy"] == "Never"
     assert gpu_request(pod).gpus == 2
@@ -81,21 +90,21 @@ def test_scheduler_reads_back_what_the_operator_wrote() -> None:
 
 
 def test_mig_job_asks_for_one_slice_on_the_first_container_only() -> None:
-    spec = job(migProfile="3g.40gb")["spec"]
-    del spec["gpusPerReplica"]
-    pod = worker_pod({"metadata": job()["metadata"], "spec": spec}, 0)
+    mig = job(migProfile="3g.40gb")["spec"]
+    del mig["gpusPerReplica"]
+    pod = worker_pod({"metadata": job()["metadata"], "spec": mig}, 0)
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-3g.40gb": "1"}
     assert "resources" not in pod["spec"]["containers"][1]
 
 
 def test_elastic_job_has_pods_up_to_its_maximum_and_a_gang_of_its_minimum() -> None:
     elastic = {"elastic": {"minReplicas": 2, "maxReplicas": 8}}
-    assert replica_count(elastic) == 8
-    assert replica_count({"replicas": 4, **elastic}) == 8
-    assert min_replicas(elastic) == 2
-    spec = job(**elastic)["spec"]
-    del spec["replicas"]
-    pod = worker_pod({"metadata": job()["metadata"], "spec": spec}, 5)
+    assert replica_count(spec(**elastic)) == 8
+    assert replica_count(spec(replicas=4, **elastic)) == 8
+    assert min_replicas(spec(**elastic)) == 2
+    fields = job(**elastic)["spec"]
+    del fields["replicas"]
+    pod = worker_pod({"metadata": job()["metadata"], "spec": fields}, 5)
     assert pod["metadata"]["annotations"][names.GANG_SIZE] == "2"
     variables = env(pod["spec"]["containers"][0])
     assert variables["PET_NNODES"] == "2:8"

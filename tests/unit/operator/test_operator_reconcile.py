@@ -7,8 +7,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gpufleet.operator.reconcile import TEMPLATE_REJECTED, plan
-from gpufleet.scheduler import names
+import pytest
+
+from gpufleet.model.contract import names
+from gpufleet.model.contract.reasons import PendingReason, SchedulerReason, WaitReason, pending_text
+from gpufleet.operator import reconcile
+from gpufleet.operator.objects import TrainingJobObject
+from gpufleet.operator.reconcile import TEMPLATE_REJECTED
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -25,6 +30,11 @@ def job(status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
         "spec": base,
         "status": status or {},
     }
+
+
+def plan(manifest: dict[str, Any], *args: Any, **kwargs: Any) -> reconcile.Plan:
+    """`reconcile.plan` of a manifest, validated as the handler does."""
+    return reconcile.plan(TrainingJobObject.of(manifest), *args, **kwargs)
 
 
 def pod(rank: int, phase: str = "Pending", node: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -58,8 +68,25 @@ def test_pending_reason_comes_from_the_scheduler() -> None:
     out = plan(job(), [pod(0, conditions=waiting), pod(1)], NOW)
     admitted = cond(out.status, "Admitted")
     assert admitted["status"] == "False"
-    assert admitted["reason"] == "NoAcceptableGPUType" and admitted["message"] == message
+    assert admitted["reason"] == "NoNodesOfAcceptableType" and admitted["message"] == message
     assert out.create == []
+
+
+@pytest.mark.parametrize("reason", [*PendingReason, *SchedulerReason], ids=str)
+def test_every_scheduler_code_is_the_condition_reason(reason: WaitReason) -> None:
+    message = pending_text(reason, "why: in detail")
+    waiting = [{"type": "PodScheduled", "status": "False", "message": message}]
+    admitted = cond(plan(job(), [pod(0, conditions=waiting), pod(1)], NOW).status, "Admitted")
+    assert (admitted["reason"], admitted["message"]) == (reason.value, message)
+
+
+def test_a_message_without_a_known_code_still_explains() -> None:
+    waiting = [{"type": "PodScheduled", "status": "False", "message": "0/3 nodes are available"}]
+    admitted = cond(plan(job(), [pod(0, conditions=waiting), pod(1)], NOW).status, "Admitted")
+    assert (admitted["reason"], admitted["message"]) == (
+        "InsufficientGPUs",
+        "0/3 nodes are available",
+    )
 
 
 def test_running_when_every_worker_runs() -> None:

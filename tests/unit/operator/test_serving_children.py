@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
+from gpufleet.model.contract import names
+from gpufleet.model.servingjob import PoolSpec
 from gpufleet.operator import serving_children as sc
-from gpufleet.scheduler import names
+from gpufleet.operator.objects import ServingJobObject
 from gpufleet.scheduler.pods import (
     gang_id,
     gang_size,
@@ -65,6 +67,18 @@ def job(**spec: Any) -> dict[str, Any]:
     }
 
 
+def typed(manifest: dict[str, Any]) -> ServingJobObject:
+    return ServingJobObject.of(manifest)
+
+
+def deployment(manifest: dict[str, Any], pool: str, replicas: int) -> dict[str, Any]:
+    return sc.deployment(typed(manifest), pool, replicas)
+
+
+def service(manifest: dict[str, Any], pool: str) -> dict[str, Any]:
+    return sc.service(typed(manifest), pool)
+
+
 def pod_of(deployment: dict[str, Any]) -> dict[str, Any]:
     """A pod as the ReplicaSet controller would create it from the template."""
     template = deployment["spec"]["template"]
@@ -74,8 +88,8 @@ def pod_of(deployment: dict[str, Any]) -> dict[str, Any]:
 
 def test_one_deployment_per_pool_with_selector_and_owner() -> None:
     j = job()
-    assert list(sc.pools(j["spec"])) == ["prefill", "decode"]
-    d = sc.deployment(j, "prefill", 3)
+    assert list(typed(j).pools()) == ["prefill", "decode"]
+    d = deployment(j, "prefill", 3)
     assert d["metadata"]["name"] == "llm-prefill"
     assert d["metadata"]["namespace"] == "serve"
     assert d["spec"]["replicas"] == 3
@@ -96,17 +110,17 @@ def test_one_deployment_per_pool_with_selector_and_owner() -> None:
 
 def test_one_service_per_pool_on_the_job_port() -> None:
     j = job(port=9000)
-    svc = sc.service(j, "decode")
+    svc = service(j, "decode")
     labels = {sc.SERVINGJOB_LABEL: "llm", sc.POOL_LABEL: "decode"}
     assert svc["metadata"]["name"] == "llm-decode"
     assert svc["spec"]["selector"] == labels
     assert svc["spec"]["ports"] == [{"name": "http", "port": 9000, "targetPort": 9000}]
     assert svc["metadata"]["ownerReferences"][0]["uid"] == "u-1"
-    assert sc.service(job(), "prefill")["spec"]["ports"][0]["port"] == 8000
+    assert service(job(), "prefill")["spec"]["ports"][0]["port"] == 8000
 
 
 def test_pod_template_is_for_the_gpufleet_scheduler() -> None:
-    d = sc.deployment(job(), "prefill", 1)
+    d = deployment(job(), "prefill", 1)
     pod = pod_of(d)
     assert pod["spec"]["schedulerName"] == names.SCHEDULER_NAME
     assert pod["spec"]["restartPolicy"] == "Always"
@@ -128,7 +142,7 @@ def test_replicas_tolerate_the_gpu_taint() -> None:
 
 
 def test_mig_pool_requests_one_slice_and_lists_types_with_throughput() -> None:
-    pod = pod_of(sc.deployment(job(preemptible=True), "decode", 2))
+    pod = pod_of(deployment(job(preemptible=True), "decode", 2))
     request = gpu_request(pod)
     assert (request.gpus, request.mig_profile) == (0, "3g.40gb")
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-3g.40gb": "1"}
@@ -144,7 +158,7 @@ def test_mig_pool_requests_one_slice_and_lists_types_with_throughput() -> None:
     ],
 )
 def test_role_variable_replaces_user_entry_in_every_container(pool: str, role: str) -> None:
-    pod = pod_of(sc.deployment(job(), pool, 1))
+    pod = pod_of(deployment(job(), pool, 1))
     for container in pod["spec"]["containers"]:
         env = {e["name"]: e["value"] for e in container["env"]}
         assert env[sc.ROLE_ENV] == role
@@ -159,8 +173,8 @@ def test_single_pool_server_is_unified() -> None:
     j = job(server=server)
     j["spec"].pop("prefill")
     j["spec"].pop("decode")
-    assert list(sc.pools(j["spec"])) == ["server"]
-    pod = pod_of(sc.deployment(j, "server", 1))
+    assert list(typed(j).pools()) == ["server"]
+    pod = pod_of(deployment(j, "server", 1))
     env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
     assert env[sc.ROLE_ENV] == "unified"
 
@@ -168,11 +182,12 @@ def test_single_pool_server_is_unified() -> None:
 def test_builder_does_not_mutate_the_job() -> None:
     j = job()
     before = copy.deepcopy(j)
-    sc.deployment(j, "prefill", 1)
+    deployment(j, "prefill", 1)
     assert j == before
 
 
-AUTOSCALING = {"enabled": True, "prometheus": {"url": "http://p:9090"}}
+CAPACITY = {"prefillTokensPerSecond": 1000, "decodeBatchSize": 8}
+AUTOSCALING = {"enabled": True, "prometheus": {"url": "http://p:9090"}, "capacity": CAPACITY}
 
 
 @pytest.mark.parametrize(
@@ -181,11 +196,16 @@ AUTOSCALING = {"enabled": True, "prometheus": {"url": "http://p:9090"}}
         pytest.param({}, False, id="omitted"),
         pytest.param({"autoscaling": {"enabled": False}}, False, id="disabled"),
         pytest.param({"autoscaling": AUTOSCALING}, True, id="enabled"),
-        pytest.param({"autoscaling": {"prometheus": {"url": "x"}}}, True, id="default-on"),
+        pytest.param(
+            {"autoscaling": {"prometheus": {"url": "http://x"}, "capacity": CAPACITY}},
+            True,
+            id="default-on",
+        ),
     ],
 )
 def test_autoscaling_enabled(spec: dict[str, Any], enabled: bool) -> None:
-    assert sc.autoscaling_enabled(spec) is enabled
+    slo = {"ttftP90Seconds": 1.0, "itlP90Seconds": 0.1}
+    assert sc.autoscaling_enabled(typed(job(slo=slo, **spec)).spec) is enabled
 
 
 @pytest.mark.parametrize(
@@ -203,7 +223,9 @@ def test_autoscaling_enabled(spec: dict[str, Any], enabled: bool) -> None:
 def test_pool_replicas(
     pool: dict[str, Any], enabled: bool, current: int | None, replicas: int, why: str | None
 ) -> None:
-    got, reason = sc.pool_replicas("decode", pool, enabled, current)
+    fields = {"template": {"spec": {"containers": [{"name": "s", "image": "x"}]}}, **pool}
+    spec = PoolSpec.model_validate({"gpusPerReplica": 1, **fields})
+    got, reason = sc.pool_replicas("decode", spec, enabled, current)
     assert got == replicas
     if why is None:
         assert reason is None
@@ -213,11 +235,11 @@ def test_pool_replicas(
 
 def test_drift_ignores_replicas_but_not_the_template() -> None:
     j = job()
-    live = sc.deployment(j, "prefill", 1)
-    assert not sc.needs_update(live, sc.deployment(j, "prefill", 4))
+    live = deployment(j, "prefill", 1)
+    assert not sc.needs_update(live, deployment(j, "prefill", 4))
     changed = job()
     changed["spec"]["prefill"]["template"]["spec"]["containers"][0]["image"] = "x:2"
-    assert sc.needs_update(live, sc.deployment(changed, "prefill", 1))
+    assert sc.needs_update(live, deployment(changed, "prefill", 1))
     assert sc.needs_update({"metadata": {}}, live)
 
 
@@ -225,8 +247,8 @@ def test_drift_ignores_replicas_but_not_the_template() -> None:
 def test_examples_build(path: Path) -> None:
     manifest = yaml.safe_load(path.read_text())
     manifest["metadata"].update(namespace="default", uid="u")
-    for pool in sc.pools(manifest["spec"]):
-        d = sc.deployment(manifest, pool, 1)
+    for pool in typed(manifest).pools():
+        d = deployment(manifest, pool, 1)
         assert not gpu_request(pod_of(d)).empty
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from gpufleet.model.contract.reasons import PendingNote
 from gpufleet.model.servingjob import ServingJobStatus
 from gpufleet.operator.serving_status import (
     METRICS_AVAILABLE,
@@ -104,11 +105,22 @@ def test_ready_conditions_per_pool_and_overall() -> None:
     assert cond(out.status, "ServerReady")["status"] == "True"
 
 
-def test_scheduler_reason_while_replicas_wait_for_gpus() -> None:
-    waiting = "InsufficientGPUs: no node has 2 free H100-80GB"
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        pytest.param(
+            "InsufficientFreeGpus: no node has 2 free H100-80GB", "InsufficientFreeGpus", id="core"
+        ),
+        pytest.param("ReplicaExceedsNode: needs 16 x H100-80GB", "ReplicaExceedsNode", id="core2"),
+        pytest.param("GangNotReady: restarting", "GangNotReady", id="scheduler"),
+        pytest.param("0/3 nodes are available", "InsufficientGPUs", id="unknown-code"),
+    ],
+)
+def test_scheduler_reason_while_replicas_wait_for_gpus(text: str, reason: str) -> None:
+    waiting = PendingNote.parse(text)
     out = plan(job(), {"server": dep(1, 0)}, {"server": 1}, NOW, waiting=waiting)
     ready = cond(out.status, "Ready")
-    assert ready["reason"] == "InsufficientGPUs" and waiting in ready["message"]
+    assert ready["reason"] == reason and text in ready["message"]
 
 
 def test_transition_time_moves_only_with_the_status() -> None:

@@ -1,7 +1,8 @@
-"""The ServingJob handler's autoscaling step (`servingjob._autoscale`) without a cluster: the
+"""The ServingJob handler's autoscaling step (`servingjob._autoscale`, through the autoscaler
+the process gives `State`: `gpufleet.autoscaler.service.JobAutoscalers`) without a cluster: the
 metrics source is opened with the job's rate window (`rateWindowSeconds`, by default
 `staleAfterSeconds`) while samples are judged stale by `staleAfterSeconds`, and the operator-wide
-autoscaler settings given to `State` reach the job's autoscaler."""
+autoscaler settings reach the job's autoscaler."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpufleet.autoscaler.serving_autoscaler import AutoscalerRegistry, MetricsSource
+from gpufleet.autoscaler.service import JobAutoscalers
+from gpufleet.autoscaler.serving_autoscaler import MetricsSource
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
 from gpufleet.core.autoscaling_types import LatencyQuantiles, MetricsSample, PoolRole
-from gpufleet.model.servingjob import ServingJobSpec
 from gpufleet.operator import servingjob
+from gpufleet.operator.objects import ServingJobObject
 
 TEMPLATE = {"spec": {"containers": [{"name": "vllm", "image": "x"}]}}
 
@@ -72,23 +74,23 @@ def test_rate_window_and_staleness_reach_the_source(
         return sources[-1]
 
     base = AutoscalerSettings(window_s=42)
-    state = servingjob.State(client.ApiClient(), registry=AutoscalerRegistry(factory, base))
-    body = job(prometheus)
-    spec = ServingJobSpec.model_validate(body["spec"])
+    autoscalers = JobAutoscalers(base, source_factory=factory)
+    state = servingjob.State(client.ApiClient(), autoscalers)
     ready = {"status": {"readyReplicas": 1}}
     health = servingjob._autoscale(
-        state, lambda: [], body, spec, {"prefill": ready, "decode": ready},
-        {"prefill": 1, "decode": 1}, [],
+        state, ServingJobObject.of(job(prometheus)), lambda: [],
+        {"prefill": ready, "decode": ready}, {"prefill": 1, "decode": 1}, [],
     )  # fmt: skip
     assert opened == [("http://prom:9090", window)]
     assert sources[0].stale_after == [10.0, 10.0]
-    scaler = state.autoscalers.peek("uid-1")
+    scaler = autoscalers.registry.peek("uid-1")
     assert scaler is not None and scaler.base_settings.window_s == 42
     assert health is not None and health.available is True
 
 
-def test_state_passes_the_operator_wide_settings_to_its_registry() -> None:
-    state = servingjob.State(client.ApiClient(), AutoscalerSettings(window_s=33))
-    scaler = state.autoscalers.get("uid-1", "http://prom:9090", 60)
+def test_the_operator_wide_settings_reach_the_registry() -> None:
+    autoscalers = JobAutoscalers(AutoscalerSettings(window_s=33))
+    state = servingjob.State(client.ApiClient(), autoscalers)
+    scaler = autoscalers.registry.get("uid-1", "http://prom:9090", 60)
     assert scaler.base_settings.window_s == 33
     state.close()

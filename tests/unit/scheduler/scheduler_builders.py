@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from gpufleet.model.contract import names
 from gpufleet.model.gfd import hardware_for
-from gpufleet.scheduler import names
 
 
 class NodeBuilder:

@@ -18,8 +18,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.kubeerrors import api_error_text
 from gpufleet.operator.testing import wait_for
-from gpufleet.scheduler.apiwriter import ApiWriter, api_error_text, authorization, bearer_token
+from gpufleet.scheduler.apiwriter import ApiWriter, authorization, bearer_token
 from gpufleet.scheduler.binder import Binder, BindRequest
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from scheduler_builders import NodeBuilder, PodBuilder
 from scheduler_fakes import Clock
 
-from gpufleet.scheduler import names
+from gpufleet.model.contract import names
 from gpufleet.scheduler.cache import SchedulerCache, mig_applied
 
 

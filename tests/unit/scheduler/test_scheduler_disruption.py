@@ -13,7 +13,8 @@ import pytest
 from scheduler_builders import NodeBuilder, PodBuilder
 from test_scheduler_cycle import gang, make
 
-from gpufleet.scheduler import names, pods
+from gpufleet.model.contract import names
+from gpufleet.scheduler import pods
 from gpufleet.scheduler.disruption import gang_blocked, selector_matches
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from scheduler_builders import NodeBuilder
 
+from gpufleet.model.contract import names
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.mig import MigPlacement
-from gpufleet.scheduler import names
 from gpufleet.scheduler.mig import config_entries, config_name, layout_annotation, merged_configs
 from gpufleet.scheduler.nodes import to_core_node
 

@@ -17,7 +17,7 @@ from gpufleet.core.demand import Gang
 from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import Snapshot
-from gpufleet.scheduler import names
+from gpufleet.model.contract import names
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.loop import Scheduler
 

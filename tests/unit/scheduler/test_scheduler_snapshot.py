@@ -10,10 +10,10 @@ import pytest
 from scheduler_builders import NodeBuilder, PodBuilder
 
 from gpufleet.core.demand import Topology, TypeOption
+from gpufleet.model.contract import names
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.mig import MigPlacement
 from gpufleet.model.migparted import load_default_configs
-from gpufleet.scheduler import names
 from gpufleet.scheduler.nodes import layout_for_counts, to_core_node
 from gpufleet.scheduler.snapshot import ViewBuilder, build_view
 

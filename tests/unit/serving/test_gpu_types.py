@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 
+from gpufleet.model.contract.names import ASSIGNED_MIG, ASSIGNED_TYPE, POOL_LABEL, SERVINGJOB_LABEL
 from gpufleet.model.gpus import load_catalog
-from gpufleet.model.servingjob import POOL_LABEL, SERVINGJOB_LABEL
-from gpufleet.scheduler.names import ASSIGNED_MIG, ASSIGNED_TYPE
 from gpufleet.sim.serving.exporter import RealtimeDriver, ServingExporter
 from gpufleet.sim.serving.live import LiveServingSim, ready_gpu_types_by_pool, ready_pods_by_pool
 from gpufleet.sim.serving.model import ServingConfig, ServingModel

@@ -1,4 +1,7 @@
-"""Names gpufleet's scheduler and operator agree on: scheduler name, labels, annotations.
+"""Names the components agree on: scheduler name, labels, annotations, condition types.
+
+The values written under these names are encoded and decoded by the sibling modules of this
+package (`wishes`, `assignment`, `reasons`); no component formats or parses them by hand.
 
 Pods carry their gang's requirements as annotations so the scheduler needs nothing but pods and
 nodes to decide (any workload can use it, not only TrainingJobs), and every GPU or MIG instance
@@ -18,8 +21,8 @@ GANG_SIZE: Final = "gpufleet.io/gang-size"  # pods the gang needs before it may 
 GPU_TYPES: Final = "gpufleet.io/gpu-types"  # "H100-80GB=1.0,A100-80GB=0.55" (throughput optional)
 PRIORITY: Final = "gpufleet.io/priority"
 PREEMPTIBLE: Final = "gpufleet.io/preemptible"
-TOPOLOGY: Final = "gpufleet.io/topology"  # core Topology value: any, same-node, nvlink-domain
-ENERGY: Final = "gpufleet.io/energy"  # core EnergyPreference value
+TOPOLOGY: Final = "gpufleet.io/topology"  # wishes.Topology value: any, same-node, nvlink-domain
+ENERGY: Final = "gpufleet.io/energy"  # wishes.EnergyPreference value
 RANK_LABEL: Final = "gpufleet.io/rank"  # replica index; placements are matched to pods by rank
 
 # What the scheduler decided, written through the Binding's annotations.
@@ -30,7 +33,7 @@ POWER_CAP: Final = "gpufleet.io/power-cap-watts"  # applied by a node agent
 
 # MIG: the NVIDIA MIG-manager label contract, plus the exact layout gpufleet asked for.
 MIG_CONFIG_LABEL: Final = "nvidia.com/mig.config"
-MIG_STATE_LABEL: Final = "nvidia.com/mig.config.state"
+MIG_STATE_LABEL: Final = "nvidia.com/mig.config.state"  # assignment.MigState value
 MIG_LAYOUT_ANNOTATION: Final = "gpufleet.io/mig-layout"  # JSON {"config": .., "gpus": {..}}
 MIG_CONFIGMAP_NAMESPACE: Final = "gpufleet-system"
 MIG_CONFIGMAP_NAME: Final = "default-mig-parted-config"
@@ -53,3 +56,9 @@ PREEMPTED_REASON: Final = "PreemptionByGpufleet"
 # Why gpufleet evicted or deleted a pod, on the pod itself: the Eviction API rewrites the
 # DisruptionTarget condition's reason to its own, so the condition alone cannot tell.
 DISRUPTED_BY: Final = "gpufleet.io/disrupted-by"
+
+# Which custom resource (and pool) a child belongs to; the metrics of a pool are selected by
+# the same labels.
+TRAININGJOB_LABEL: Final = "gpufleet.io/trainingjob"
+SERVINGJOB_LABEL: Final = "gpufleet.io/servingjob"
+POOL_LABEL: Final = "gpufleet.io/pool"
