@@ -45,11 +45,11 @@ import yaml
 
 from gpufleet.cliargs import OneLineParser, output_file, positive_int
 from gpufleet.operator.podtemplate import GPU_TOLERATIONS
-from gpufleet.operator.testing import Kube, OperatorProcess, training_job, wait_for
 from gpufleet.sandbox.cluster import Sandbox
-from gpufleet.scheduler import invariants
 from gpufleet.scheduler.informer import Informer
 from gpufleet.scheduler.runtime import api_client
+from gpufleet.testing import invariants
+from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 
 POOL = "bench"
 FLEET = {

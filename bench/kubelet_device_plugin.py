@@ -43,9 +43,9 @@ import cri_stub
 import yaml
 from kubernetes import client, config
 
-from gpufleet.operator.testing import wait_for
 from gpufleet.sandbox.binaries import ensure_binaries
 from gpufleet.sandbox.cluster import Sandbox, default_fleet_path
+from gpufleet.testing.operator import wait_for
 
 NODE = "real-kubelet-0"
 PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")  # fixed in the kubelet's device manager

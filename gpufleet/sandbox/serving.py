@@ -32,12 +32,12 @@ from kubernetes import client
 
 from gpufleet.sandbox.prometheus import PrometheusServer
 from gpufleet.scheduler.runtime import api_client
-from gpufleet.sim.serving.live import LiveServingSim
+from gpufleet.sim.serving.live import LiveServingSim, PodLister
 from gpufleet.sim.serving.model import ServingConfig
 from gpufleet.sim.serving.profiles import replica_profile
 from gpufleet.sim.serving.trace import Request, poisson_requests
 
-__all__ = ["INFO_FILE", "demo_load", "main"]
+__all__ = ["INFO_FILE", "demo_load", "kube_pods", "main"]
 
 INFO_FILE: Final = "serving.json"
 QUIET_S, BURST_S = 300.0, 240.0
@@ -63,6 +63,20 @@ def demo_load(hours: float, seed: int = 0) -> tuple[Request, ...]:
         output_tokens=OUTPUT_TOKENS,
         seed=seed,
     )
+
+
+def kube_pods(core: client.CoreV1Api, namespace: str) -> PodLister:
+    """A `LiveServingSim`'s view of the cluster: the pods of `namespace` that match a label
+    selector, read from the Kubernetes API."""
+
+    def list_pods(selector: str) -> list[dict[str, Any]]:
+        raw: Any = core.list_namespaced_pod(
+            namespace, label_selector=selector, _preload_content=False
+        )
+        items: list[dict[str, Any]] = json.loads(raw.data)["items"]
+        return items
+
+    return list_pods
 
 
 def serving_config() -> ServingConfig:
@@ -91,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     core = client.CoreV1Api(api_client(args.kubeconfig))
     requests = demo_load(args.hours)
     with PrometheusServer(state_dir / "prometheus", scrape_interval_s=SCRAPE_INTERVAL_S) as prom:
-        sim = LiveServingSim(core, args.namespace, args.servingjob, serving_config(), requests)
+        pods = kube_pods(core, args.namespace)
+        sim = LiveServingSim(pods, args.namespace, args.servingjob, serving_config(), requests)
         with sim:
             prom.reload(sim.scrape_targets())
             info: dict[str, Any] = {

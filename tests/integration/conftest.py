@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpufleet.operator.testing import Kube, OperatorProcess
 from gpufleet.sandbox.binaries import BuildError
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.scheduler.runtime import api_client
+from gpufleet.testing.operator import Kube, OperatorProcess
 
 
 @pytest.fixture(scope="session")

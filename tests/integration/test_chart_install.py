@@ -36,10 +36,10 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.model.contract import names
 from gpufleet.model.fleet import load_fleet
-from gpufleet.operator.testing import Kube, OperatorProcess, training_job, wait_for
 from gpufleet.sandbox.binaries import ensure_binaries
 from gpufleet.sandbox.cluster import Sandbox, default_fleet_path
 from gpufleet.scheduler.mig import CONFIG_PREFIX
+from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "helm" / "gpufleet"

@@ -24,8 +24,8 @@ from fakekubelet import FakeKubelet
 from kubernetes.client.rest import ApiException
 
 from gpufleet.model.contract import names
-from gpufleet.operator.testing import Kube, wait_for
 from gpufleet.sandbox.cluster import Sandbox, default_fleet_path
+from gpufleet.testing.operator import Kube, wait_for
 
 
 @pytest.fixture

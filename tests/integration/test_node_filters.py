@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from gpufleet.operator.podtemplate import GPU_TOLERATIONS
-from gpufleet.operator.testing import Kube, training_job, wait_for
 from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.testing.operator import Kube, training_job, wait_for
 
 L4_NODES = [f"l4-{i}" for i in range(4)]
 

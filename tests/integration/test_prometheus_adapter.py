@@ -40,14 +40,15 @@ from gpufleet.autoscaler.prometheus import MetricsUnavailable, PrometheusMetrics
 from gpufleet.core.autoscaling_types import LatencyQuantiles, MetricsSample, PoolRole
 from gpufleet.model.contract.names import POOL_LABEL, SERVINGJOB_LABEL
 from gpufleet.operator.podtemplate import GPU_TOLERATIONS
-from gpufleet.operator.testing import Kube, wait_for
 from gpufleet.sandbox.processes import free_port
 from gpufleet.sandbox.prometheus import PrometheusNotFound, PrometheusServer
+from gpufleet.sandbox.serving import kube_pods
 from gpufleet.sim.serving import ServingConfig, ServingModel, replica_profile
 from gpufleet.sim.serving.exporter import RealtimeDriver, ServingExporter
 from gpufleet.sim.serving.live import LiveServingSim, ready_pods_by_pool
 from gpufleet.sim.serving.model import ITL_BUCKETS, TTFT_BUCKETS
 from gpufleet.sim.serving.trace import Request
+from gpufleet.testing.operator import Kube, wait_for
 
 T = TypeVar("T")
 
@@ -416,7 +417,13 @@ def test_live_sim_replicas_follow_the_running_pods(
     config = ServingConfig.of(PROFILE)
     try:
         with LiveServingSim(
-            kube.core, namespace, JOB, config, requests, time_scale=10, poll_s=0.2
+            kube_pods(kube.core, namespace),
+            namespace,
+            JOB,
+            config,
+            requests,
+            time_scale=10,
+            poll_s=0.2,
         ) as sim:
             assert sim.model_replicas() == {"prefill": 0, "decode": 0}
             assert sim.model.config.cold_start_s == 0  # the cluster provides the cold start

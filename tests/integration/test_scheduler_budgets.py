@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes import client
 
 from gpufleet.model.contract import names
-from gpufleet.operator.testing import Kube, SettledInvariants, training_job, wait_for
+from gpufleet.testing.operator import Kube, SettledInvariants, training_job, wait_for
 
 LOW = "gpufleet.io/trainingjob=low"
 

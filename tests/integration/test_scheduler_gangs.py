@@ -8,8 +8,8 @@ from typing import Any
 
 from gpufleet.model.contract import names
 from gpufleet.operator.podtemplate import GPU_TOLERATIONS
-from gpufleet.operator.testing import Kube, SettledInvariants, training_job, wait_for
-from gpufleet.scheduler import invariants
+from gpufleet.testing import invariants
+from gpufleet.testing.operator import Kube, SettledInvariants, training_job, wait_for
 
 
 def gang_pod(name: str, gang: str, size: int, rank: int, gpus: int, gpu_type: str) -> Any:

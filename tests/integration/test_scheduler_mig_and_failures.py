@@ -12,8 +12,8 @@ import pytest
 
 from gpufleet.model.contract import names
 from gpufleet.model.migparted import MIG_APPLIED_ANNOTATION
-from gpufleet.operator.testing import Kube, SettledInvariants, training_job, wait_for
-from gpufleet.scheduler import invariants
+from gpufleet.testing import invariants
+from gpufleet.testing.operator import Kube, SettledInvariants, training_job, wait_for
 
 
 def node_json(kube: Kube, name: str) -> dict[str, Any]:

@@ -13,8 +13,8 @@ from kubernetes import client
 
 from gpufleet.model.contract import names
 from gpufleet.operator.podtemplate import GPU_TOLERATIONS
-from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
-from gpufleet.scheduler import invariants
+from gpufleet.testing import invariants
+from gpufleet.testing.operator import Kube, OperatorProcess, wait_for
 
 
 def gang_pod(name: str, size: int, rank: int) -> Any:

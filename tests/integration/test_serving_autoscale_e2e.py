@@ -33,14 +33,15 @@ import pytest
 from kubernetes import client
 
 from gpufleet.model.contract.names import SERVINGJOB_LABEL
-from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.sandbox.prometheus import PrometheusServer
+from gpufleet.sandbox.serving import kube_pods
 from gpufleet.sim.serving.live import LiveServingSim
 from gpufleet.sim.serving.model import ServingConfig
 from gpufleet.sim.serving.profiles import replica_profile
 from gpufleet.sim.serving.trace import load_azure_code_trace
 from gpufleet.sim.traces.common import default_data_dir
+from gpufleet.testing.operator import Kube, OperatorProcess, wait_for
 
 GROUP, VERSION, PLURAL = "gpufleet.io", "v1alpha1", "servingjobs"
 TRACE = default_data_dir() / "traces" / "azure-llm-2023-code.csv"
@@ -150,7 +151,7 @@ def test_both_pools_follow_a_code_trace_burst(
         )
         config = ServingConfig.of(PROFILE)
         sim = LiveServingSim(
-            client.CoreV1Api(kube.core.api_client),
+            kube_pods(client.CoreV1Api(kube.core.api_client), ns),
             ns,
             JOB,
             config,

@@ -27,9 +27,9 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.model.contract import names
 from gpufleet.model.contract.names import POOL_LABEL, SERVINGJOB_LABEL
-from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.sandbox.processes import free_port
+from gpufleet.testing.operator import Kube, OperatorProcess, wait_for
 
 GROUP, VERSION, PLURAL = "gpufleet.io", "v1alpha1", "servingjobs"
 TEMPLATE = {"spec": {"containers": [{"name": "vllm", "image": "registry.example/vllm:1"}]}}

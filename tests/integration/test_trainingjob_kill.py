@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from gpufleet.operator.testing import Kube, OperatorProcess, training_job, wait_for
 from gpufleet.sandbox.cluster import Sandbox
-from gpufleet.scheduler import invariants
+from gpufleet.testing import invariants
+from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 
 WORKERS = 16  # every T4 GPU of the default fleet
 

@@ -19,8 +19,8 @@ import yaml
 
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.power import capped_power_w
-from gpufleet.operator.testing import Kube, wait_for
-from gpufleet.scheduler import invariants
+from gpufleet.testing import invariants
+from gpufleet.testing.operator import Kube, wait_for
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -4,8 +4,9 @@
 per pod of the ServingJob that is Running and Ready (kwok marks bound pods Running in the
 sandbox), and serves each pool's vLLM metrics on a loopback `/metrics` endpoint for Prometheus
 to scrape. Every `poll_s` it lists the job's pods (labels `gpufleet.io/servingjob` and
-`gpufleet.io/pool`, the operator's labels) through the Kubernetes API, and a `RealtimeDriver`
-applies them and advances the model along the wall clock.
+`gpufleet.io/pool`, the operator's labels) through the `PodLister` it was given (the sandbox
+reads them from the Kubernetes API: `gpufleet.sandbox.serving.kube_pods`), and a
+`RealtimeDriver` applies them and advances the model along the wall clock.
 
 GPU types
 ---------
@@ -42,13 +43,10 @@ is disaggregated, so the job has one prefill and one decode pool.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
-
-from kubernetes import client
 
 from gpufleet.core.autoscaling_types import PoolRole
 from gpufleet.lifecycle import StartStop
@@ -60,7 +58,10 @@ from gpufleet.sim.serving.model import ServingConfig, ServingModel
 from gpufleet.sim.serving.profiles import GpuTypeProfiles, ReplicaProfile
 from gpufleet.sim.serving.trace import Request
 
-__all__ = ["LiveServingSim", "ready_gpu_types_by_pool", "ready_pods_by_pool"]
+__all__ = ["LiveServingSim", "PodLister", "ready_gpu_types_by_pool", "ready_pods_by_pool"]
+
+# The pods (API JSON) matching a label selector; raises when it cannot tell.
+PodLister = Callable[[str], Sequence[Mapping[str, Any]]]
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ class LiveServingSim(StartStop):
 
     def __init__(
         self,
-        api: client.CoreV1Api,
+        list_pods: PodLister,
         namespace: str,
         servingjob: str,
         config: ServingConfig,
@@ -122,7 +123,7 @@ class LiveServingSim(StartStop):
     ) -> None:
         if time_scale <= 0 or poll_s <= 0:
             raise ValueError("time_scale and poll_s must be positive")
-        self.api = api
+        self.list_pods = list_pods
         self.namespace = namespace
         self.servingjob = servingjob
         self.time_scale = time_scale
@@ -194,10 +195,7 @@ class LiveServingSim(StartStop):
 
     def sync(self) -> dict[str, int]:
         """Read the pods once; the driver applies them on its next tick. Returns the counts."""
-        raw: Any = self.api.list_namespaced_pod(
-            self.namespace, label_selector=self.selector, _preload_content=False
-        )
-        self._observed = ready_gpu_types_by_pool(json.loads(raw.data)["items"], self.pools)
+        self._observed = ready_gpu_types_by_pool(self.list_pods(self.selector), self.pools)
         return self.observed_replicas()
 
     def start(self) -> None:

@@ -19,9 +19,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.kubeerrors import api_error_text
-from gpufleet.operator.testing import wait_for
 from gpufleet.scheduler.apiwriter import ApiWriter, authorization, bearer_token
 from gpufleet.scheduler.binder import Binder, BindRequest
+from gpufleet.testing.operator import wait_for
 
 
 class Server:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from gpufleet.operator.testing import wait_for
 from gpufleet.scheduler.binder import Binder, BindRequest
+from gpufleet.testing.operator import wait_for
 
 
 class FakeCore:

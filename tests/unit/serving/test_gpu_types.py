@@ -10,7 +10,6 @@ the driver applying profiles; and the pod list -> GPU types function behind the 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter
 from typing import Any
@@ -253,23 +252,14 @@ def test_ready_pods_give_their_gpu_types_per_pool() -> None:
     assert ready_pods_by_pool(PODS, ["prefill", "decode"]) == {"prefill": 3, "decode": 2}
 
 
-class FakeCoreApi:
-    """Answers `list_namespaced_pod(..., _preload_content=False)` with fixed pods."""
-
-    class _Raw:
-        def __init__(self, data: bytes) -> None:
-            self.data = data
-
-    def __init__(self, pods: list[dict[str, Any]]) -> None:
-        self.pods = pods
-
-    def list_namespaced_pod(self, namespace: str, **_: Any) -> _Raw:
-        return self._Raw(json.dumps({"items": self.pods}).encode())
-
-
 def test_live_sim_replicas_run_at_the_type_their_pod_landed_on() -> None:
-    api: Any = FakeCoreApi(PODS)
-    sim = LiveServingSim(api, "ns", "job", config(), [Request(0, 1000.0, 100, 2)], poll_s=60.0)
+    selectors: list[str] = []
+
+    def pods(selector: str) -> list[dict[str, Any]]:
+        selectors.append(selector)
+        return PODS
+
+    sim = LiveServingSim(pods, "ns", "job", config(), [Request(0, 1000.0, 100, 2)], poll_s=60.0)
     with sim:
         assert sim.observed_replicas() == {"prefill": 3, "decode": 2}
         assert sim.observed_gpu_types()["decode"] == [None, "L4"]
@@ -277,4 +267,5 @@ def test_live_sim_replicas_run_at_the_type_their_pod_landed_on() -> None:
             prefill = Counter(sim.model.replica_profiles("prefill"))
             decode = Counter(sim.model.replica_profiles("decode"))
     assert prefill == Counter({H100: 1, A100: 2})  # the MIG pod falls back to the pool's A100
+    assert selectors[0] == f"{SERVINGJOB_LABEL}=job,{POOL_LABEL} in (decode,prefill)"
     assert decode == Counter({A100: 1, L4: 1})

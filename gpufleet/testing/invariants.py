@@ -22,7 +22,7 @@ from gpufleet.model.contract import names
 from gpufleet.scheduler import pods
 
 Obj = Mapping[str, Any]
-JOB_LABEL = "gpufleet.io/trainingjob"
+JOB_LABEL = names.TRAININGJOB_LABEL
 
 
 def _live(pod: Obj) -> bool:

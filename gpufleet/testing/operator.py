@@ -23,8 +23,8 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.lifecycle import StartStop
 from gpufleet.sandbox.processes import free_port
-from gpufleet.scheduler import invariants
 from gpufleet.scheduler.lease import DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE
+from gpufleet.testing import invariants
 
 T = TypeVar("T")
 
