@@ -26,10 +26,11 @@ test: install system-deps lint  ## build the sandbox binaries if missing, then r
 unit:  ## quick tests only, no cluster
 	$(PYTHON) -m pytest -q tests/unit
 
-lint:  ## ruff, formatting, strict typing, CRD and device-plugin stub drift
+lint:  ## ruff, formatting, the import layers, strict typing, CRD and device-plugin stub drift
 	ruff check .
 	ruff format --check .
-	mypy gpufleet/core gpufleet/model gpufleet/scheduler gpufleet/autoscaler gpufleet/app gpufleet/settings.py gpufleet/agent
+	lint-imports
+	mypy gpufleet/core gpufleet/model gpufleet/scheduler gpufleet/autoscaler gpufleet/app gpufleet/settings.py gpufleet/agent gpufleet/operator gpufleet/testing
 	$(PYTHON) -m gpufleet.model.crdgen --check
 	$(PYTHON) -m gpufleet.agent.deviceplugin.protogen --check
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Protocol
 
 from gpufleet.autoscaler.inputs import PoolObservation, enabled_policy
 from gpufleet.autoscaler.prometheus import PrometheusMetrics, default_selector
@@ -22,21 +21,10 @@ from gpufleet.autoscaler.serving_autoscaler import (
     ReplicaWriter,
 )
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
-from gpufleet.model.contract.serving import MetricsHealth, ScaleChange
+from gpufleet.model.contract.serving import MetricsHealth, ScaleChange, ServingJobRef
 from gpufleet.model.servingjob import ServingJobSpec
 
 __all__ = ["JobAutoscalers", "prometheus_source"]
-
-
-class _JobRef(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def namespace(self) -> str: ...
-
-    @property
-    def uid(self) -> str: ...
 
 
 def prometheus_source(url: str, rate_window_s: int) -> MetricsSource:
@@ -57,7 +45,7 @@ class JobAutoscalers:
 
     def tick(
         self,
-        job: _JobRef,
+        job: ServingJobRef,
         spec: ServingJobSpec,
         pools: Mapping[str, tuple[int, int]],
         gpu_types: Callable[[], Mapping[str, tuple[str | None, ...]]],

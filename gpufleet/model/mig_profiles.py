@@ -6,6 +6,8 @@ uses the union of these names as its enum, and the GPU catalogue must only use n
 
 from __future__ import annotations
 
+from gpufleet.model.contract.names import MIG_RESOURCE_PREFIX as MIG_RESOURCE_PREFIX
+
 # Memory class of a MIG-capable GPU -> its profile names, smallest first.
 MIG_PROFILES_BY_MEMORY_CLASS: dict[str, tuple[str, ...]] = {
     "40gb": ("1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"),
@@ -18,8 +20,6 @@ MIG_PROFILES_BY_MEMORY_CLASS: dict[str, tuple[str, ...]] = {
 MIG_PROFILE_NAMES: tuple[str, ...] = tuple(
     sorted({name for names in MIG_PROFILES_BY_MEMORY_CLASS.values() for name in names})
 )
-
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 
 def mig_resource_name(profile: str) -> str:

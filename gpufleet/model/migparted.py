@@ -16,10 +16,10 @@ from typing import Any
 
 import yaml
 
+from gpufleet.model.contract.names import WHOLE_GPU_RESOURCE as WHOLE_GPU_RESOURCE
 from gpufleet.model.gfd import GpuHardware
 from gpufleet.model.mig_profiles import MIG_PROFILES_BY_MEMORY_CLASS, mig_resource_name
 
-WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
 # Annotation the sandbox's MIG manager writes with the config it last applied (or refused), so it
 # acts on each change of `nvidia.com/mig.config` once and the scheduler can tell a finished
 # reconfiguration from a stale `success`. A real MIG manager only flips the state label.

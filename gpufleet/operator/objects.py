@@ -8,16 +8,22 @@ to the pods as written (gpufleet adds its own fields, it never re-serialises the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
 
 from gpufleet.model.servingjob import POOL_NAMES, PoolSpec, ServingJobSpec
 from gpufleet.model.trainingjob import TrainingJobSpec
 
-__all__ = ["Identity", "ServingJobObject", "TrainingJobObject"]
+__all__ = ["Identity", "ServingJobObject", "TrainingJobObject", "parse_or_fail"]
 
 Obj = Mapping[str, Any]
+T = TypeVar("T")
+
+log = logging.getLogger("gpufleet.operator")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,3 +85,18 @@ class ServingJobObject:
         pools = {"prefill": self.spec.prefill, "decode": self.spec.decode}
         pools["server"] = self.spec.server
         return {name: pool for name in POOL_NAMES if (pool := pools[name]) is not None}
+
+
+def parse_or_fail(
+    parse: Callable[[Obj], T], body: Obj, set_status: Callable[[dict[str, Any]], None]
+) -> T | None:
+    """`parse(body)`; None for a spec the model refuses, after logging why and setting the
+    phase Failed (the API server's schema should have refused it: say so, never act on it)."""
+    try:
+        return parse(body)
+    except ValidationError as exc:
+        meta = body["metadata"]
+        log.warning("[%s/%s] invalid spec: %s", meta.get("namespace"), meta["name"], exc)
+        if (body.get("status") or {}).get("phase") != "Failed":
+            set_status({"phase": "Failed"})
+        return None

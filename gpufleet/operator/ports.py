@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from gpufleet.model.contract.serving import MetricsHealth, ScaleChange
+from gpufleet.model.contract.serving import MetricsHealth, ScaleChange, ServingJobRef
 from gpufleet.model.servingjob import ServingJobSpec
 
-__all__ = ["PodSource", "ReplicaWriter", "ServingAutoscaler", "ServingJobRef"]
+__all__ = ["PodSource", "ReplicaWriter", "ServingAutoscaler"]
 
 Obj = dict[str, Any]
 
@@ -35,19 +35,6 @@ class ReplicaWriter(Protocol):
     """Sets a pool's replica count (the scale of its Deployment)."""
 
     def scale(self, pool: str, replicas: int) -> None: ...
-
-
-class ServingJobRef(Protocol):
-    """The identity of a ServingJob: what an autoscaler keys its memory by."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def namespace(self) -> str: ...
-
-    @property
-    def uid(self) -> str: ...
 
 
 class ServingAutoscaler(Protocol):

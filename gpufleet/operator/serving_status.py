@@ -21,7 +21,7 @@ replicas, one per phase transition, and
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -151,8 +151,7 @@ def plan(
     `desired` has one entry per pool of the spec (in reconcile order); `metrics` is None when
     autoscaling is off; `waiting` is the scheduler's note on a replica it cannot place yet.
     """
-    meta = job["metadata"]
-    generation = meta.get("generation")
+    generation = job["metadata"].get("generation")
     current = job.get("status") or {}
     before = current.get("conditions") or []
     seen = posted or Posted(
@@ -160,10 +159,38 @@ def plan(
         metrics=next((c["status"] for c in before if c.get("type") == METRICS_AVAILABLE), None),
     )
     out = StatusPlan()
-    status = out.status
-    changed = {c.pool: c for c in changes}
+    conditions: list[dict[str, Any]] = []
+
+    def add(kind: str, state: str, reason: str, message: str) -> None:
+        conditions.append(_condition(before, kind, state, reason, message, now, generation))
 
     # 1. Pools.
+    ready = _pools(out.status, current, deployments, desired, changes, now)
+    # 2. Phase and readiness.
+    summary = ", ".join(f"{p} {ready[p]}/{desired[p]} ready" for p in desired)
+    phase = Phase.FAILED if create_error else _phase(ready, desired, seen.phase)
+    _readiness(add, phase, ready, desired, summary, waiting, create_error)
+    # 3. Scaling and its data.
+    metrics_state = _scaling(add, metrics)
+    out.status["conditions"] = conditions
+    out.status["phase"] = str(phase)
+    if generation is not None:
+        out.status["observedGeneration"] = generation
+    # 4. Events: every change, and transitions not posted yet.
+    _events(out, changes, phase, summary, create_error, metrics, metrics_state, seen)
+    return out
+
+
+def _pools(
+    status: dict[str, Any],
+    current: Obj,
+    deployments: Mapping[str, Obj | None],
+    desired: Mapping[str, int],
+    changes: Sequence[ScaleChange],
+    now: datetime,
+) -> dict[str, int]:
+    """Each pool's status entry (into `status`); returns the ready replicas per pool."""
+    changed = {c.pool: c for c in changes}
     ready: dict[str, int] = {}
     for pool, want in desired.items():
         replicas, ready[pool] = _counts(deployments.get(pool))
@@ -182,15 +209,22 @@ def plan(
                 if old.get(key):
                     entry[key] = old[key]
         status[pool] = entry
+    return ready
 
-    # 2. Phase and readiness.
-    summary = ", ".join(f"{p} {ready[p]}/{desired[p]} ready" for p in desired)
-    phase = Phase.FAILED if create_error else _phase(ready, desired, seen.phase)
-    conditions: list[dict[str, Any]] = []
 
-    def add(kind: str, state: str, reason: str, message: str) -> None:
-        conditions.append(_condition(before, kind, state, reason, message, now, generation))
+_Add = Callable[[str, str, str, str], None]  # (type, status, reason, message) -> condition
 
+
+def _readiness(
+    add: _Add,
+    phase: Phase,
+    ready: Mapping[str, int],
+    desired: Mapping[str, int],
+    summary: str,
+    waiting: PendingNote | None,
+    create_error: str | None,
+) -> None:
+    """The Ready condition and one `<Pool>Ready` per pool."""
     if create_error:
         add(Cond.READY, "False", DEPLOYMENT_REJECTED, create_error)
     elif phase is Phase.READY:
@@ -210,8 +244,9 @@ def plan(
             f"{ready[pool]}/{desired[pool]} replicas ready",
         )
 
-    # 3. Scaling and its data.
-    metrics_state: str | None = None
+
+def _scaling(add: _Add, metrics: MetricsHealth | None) -> str | None:
+    """ScalingActive and MetricsAvailable; returns MetricsAvailable's status (None: none)."""
     if metrics is None:
         add(
             Cond.SCALING_ACTIVE,
@@ -219,24 +254,33 @@ def plan(
             Reason.AUTOSCALING_DISABLED,
             "autoscaling is off: every pool is pinned at minReplicas",
         )
-    elif metrics.available is None:
+        return None
+    if metrics.available is None:
         add(Cond.SCALING_ACTIVE, "Unknown", Reason.METRICS_MISSING, "no autoscaler tick yet")
-    else:
-        reason = (
-            Reason.METRICS_FRESH
-            if metrics.available
-            else (Reason.METRICS_STALE if metrics.stale else Reason.METRICS_MISSING)
-        )
-        metrics_state = "True" if metrics.available else "False"
-        text = metrics.message or ("metrics are fresh" if metrics.available else "no metrics")
-        add(Cond.SCALING_ACTIVE, metrics_state, reason, text)
-        add(METRICS_AVAILABLE, metrics_state, reason, text)
-    status["conditions"] = conditions
-    status["phase"] = str(phase)
-    if generation is not None:
-        status["observedGeneration"] = generation
+        return None
+    reason = (
+        Reason.METRICS_FRESH
+        if metrics.available
+        else (Reason.METRICS_STALE if metrics.stale else Reason.METRICS_MISSING)
+    )
+    state = "True" if metrics.available else "False"
+    text = metrics.message or ("metrics are fresh" if metrics.available else "no metrics")
+    add(Cond.SCALING_ACTIVE, state, reason, text)
+    add(METRICS_AVAILABLE, state, reason, text)
+    return state
 
-    # 4. Events: every change, and transitions not posted yet.
+
+def _events(
+    out: StatusPlan,
+    changes: Sequence[ScaleChange],
+    phase: Phase,
+    summary: str,
+    create_error: str | None,
+    metrics: MetricsHealth | None,
+    metrics_state: str | None,
+    seen: Posted,
+) -> None:
+    """Every change, and the transitions not posted yet (remembered in `out.posted`)."""
     for change in changes:
         event = POOL_CREATED if change.from_replicas is None else SCALED
         out.events.append(("Normal", event, change.message))
@@ -251,4 +295,3 @@ def plan(
             out.events.append(("Normal", METRICS_AVAILABLE, "metrics are fresh again"))
     ticked = metrics is None or metrics.available is not None
     out.posted = Posted(phase=str(phase), metrics=metrics_state if ticked else seen.metrics)
-    return out

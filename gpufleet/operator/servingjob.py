@@ -34,14 +34,13 @@ from typing import Any
 import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 
 from gpufleet.kubeerrors import api_error_text
 from gpufleet.model.contract.reasons import PendingNote, read_pending
 from gpufleet.model.contract.serving import MetricsHealth, ScaleChange
 from gpufleet.operator import serving_children as children
 from gpufleet.operator import serving_status
-from gpufleet.operator.objects import ServingJobObject
+from gpufleet.operator.objects import ServingJobObject, parse_or_fail
 from gpufleet.operator.ports import ServingAutoscaler
 
 RESOURCE = (children.GROUP, children.VERSION, children.PLURAL)
@@ -267,13 +266,8 @@ def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
     meta = raw["metadata"]
     if meta.get("deletionTimestamp"):
         return
-    try:
-        job = ServingJobObject.of(raw)
-    except ValidationError as exc:
-        # The API server's schema should have refused it; say so rather than act on it.
-        log.warning("[%s/%s] invalid spec: %s", meta["namespace"], meta["name"], exc)
-        if (raw.get("status") or {}).get("phase") != "Failed":
-            patch.status.update({"phase": "Failed"})
+    job = parse_or_fail(ServingJobObject.of, raw, patch.status.update)
+    if job is None:
         return
     with state.lock(job.id.uid):
         deployments = _deployments(state, job.id.namespace, job.id.name)

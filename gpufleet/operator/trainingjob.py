@@ -23,13 +23,12 @@ from typing import Any
 import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 
 from gpufleet.model.contract.reasons import disruption_reason
 from gpufleet.model.gpus import load_catalog
 from gpufleet.operator import children, reconcile
 from gpufleet.operator.accounting import Usage, accrue
-from gpufleet.operator.objects import TrainingJobObject
+from gpufleet.operator.objects import TrainingJobObject, parse_or_fail
 from gpufleet.operator.ports import PodSource
 
 RESOURCE = (children.GROUP, children.VERSION, children.PLURAL)
@@ -145,13 +144,8 @@ def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
     meta = raw["metadata"]
     if meta.get("deletionTimestamp"):
         return
-    try:
-        job = TrainingJobObject.of(raw)
-    except ValidationError as exc:
-        # The API server's schema should have refused it; say so rather than act on it.
-        log.warning("[%s/%s] invalid spec: %s", meta["namespace"], meta["name"], exc)
-        if (raw.get("status") or {}).get("phase") != "Failed":
-            patch.status.update({"phase": "Failed"})
+    job = parse_or_fail(TrainingJobObject.of, raw, patch.status.update)
+    if job is None:
         return
     with state.lock(meta["uid"]):
         pods = state.cache.owned_pods(meta["namespace"], meta["name"])

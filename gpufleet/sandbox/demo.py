@@ -12,7 +12,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from gpufleet.model.contract.names import GPU_PRODUCT_LABEL
+from gpufleet.model.contract.names import GPU_PRODUCT_LABEL, WHOLE_GPU_RESOURCE
 from gpufleet.model.input_error import InputError
 from gpufleet.operator.reconcile import WAITING_FOR_SCHEDULER
 from gpufleet.sandbox.cluster import Sandbox
@@ -32,7 +32,7 @@ def fleet_table(nodes: list[dict[str, Any]]) -> Table:
         conditions = node.get("status", {}).get("conditions", [])
         pool["ready"] += any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
         for name, value in node.get("status", {}).get("allocatable", {}).items():
-            if name == "nvidia.com/gpu":
+            if name == WHOLE_GPU_RESOURCE:
                 pool["gpus"] += int(value)
             elif name.startswith("nvidia.com/mig-"):
                 pool["slices"][name.removeprefix("nvidia.com/mig-")] += int(value)

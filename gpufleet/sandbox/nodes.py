@@ -11,7 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.model.contract.assignment import MigState
-from gpufleet.model.contract.names import MIG_CONFIG_LABEL, MIG_STATE_LABEL, NVLINK_DOMAIN_LABEL
+from gpufleet.model.contract.names import (
+    MIG_CONFIG_LABEL,
+    MIG_STATE_LABEL,
+    NVLINK_DOMAIN_LABEL,
+    WHOLE_GPU_RESOURCE,
+)
 from gpufleet.model.fleet import FleetSpec, NodePoolSpec, PoolCheck, parse_taint
 from gpufleet.model.gfd import gfd_labels, hardware_for
 from gpufleet.model.input_error import InputError
@@ -45,7 +50,7 @@ def node_manifest(pool: NodePoolSpec, name: str, mig_configs: dict[str, Any]) ->
         # The layout is in place from the start: tell the MIG manager it has nothing to do.
         annotations[MIG_APPLIED_ANNOTATION] = pool.mig.config
     else:
-        gpu_resources = {"nvidia.com/gpu": pool.gpus_per_node}
+        gpu_resources = {WHOLE_GPU_RESOURCE: pool.gpus_per_node}
     strategy = pool.mig.strategy if pool.mig is not None else "none"
     labels |= gfd_labels(pool.gpu_type, pool.gpus_per_node, strategy, gpu_resources)
     capacity = _BASE_CAPACITY | {k: str(v) for k, v in gpu_resources.items()}

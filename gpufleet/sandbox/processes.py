@@ -31,6 +31,11 @@ def port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+# The processes this interpreter started, by PID: their Popen objects are kept and reaped
+# through (a Popen dropped while its process runs warns that it is still running).
+_STARTED: dict[int, subprocess.Popen[bytes]] = {}
+
+
 def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> int:
     """Start `argv` detached, its output written to `log`; returns its PID."""
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -43,12 +48,18 @@ def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> int:
             start_new_session=True,
             env={**os.environ, **(env or {})},
         )
+    _STARTED[proc.pid] = proc
     return proc.pid
 
 
 def _reap(pid: int) -> None:
     # When the caller is the parent (pytest's fixture), collect the exit status so the PID does
     # not linger as a zombie; for processes started by another `gpufleet` run this is a no-op.
+    proc = _STARTED.get(pid)
+    if proc is not None:
+        if proc.poll() is not None:
+            del _STARTED[pid]
+        return
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gpufleet.model.contract import names
 from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gfd import gfd_labels, hardware_for, type_for_product
 from gpufleet.model.mig_profiles import mig_resource_name
@@ -121,13 +122,13 @@ def gpus_from_fleet(
 
 def gpus_from_labels(labels: Mapping[str, str], mig_configs: Mapping[str, Any]) -> NodeGpus:
     """The GPUs a node's GFD labels describe; a clear error when they describe none."""
-    product = labels.get("nvidia.com/gpu.product")
+    product = labels.get(names.GPU_PRODUCT_LABEL)
     if not product:
         raise ValueError("the node has no nvidia.com/gpu.product label")
     gpu_type = type_for_product(product)
     if gpu_type is None:
         raise ValueError(f"unknown GPU product {product!r} in nvidia.com/gpu.product")
-    raw_count = labels.get("nvidia.com/gpu.count", "")
+    raw_count = labels.get(names.GPU_COUNT_LABEL, "")
     if not raw_count.isdigit() or int(raw_count) < 1:
         raise ValueError(f"nvidia.com/gpu.count must be a positive integer, not {raw_count!r}")
     count = int(raw_count)

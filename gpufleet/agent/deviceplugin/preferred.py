@@ -16,16 +16,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gpufleet.agent.deviceplugin.devices import FakeDevice
+from gpufleet.model.contract import names
+from gpufleet.model.contract.assignment import assigned_gpus, assigned_mig
 from gpufleet.model.mig_profiles import mig_resource_name
 from gpufleet.model.migparted import WHOLE_GPU_RESOURCE
-from gpufleet.scheduler.pods import assigned_gpus, assigned_mig
 
 _DONE_PHASES = ("Running", "Succeeded", "Failed")
 
 
 def _scheduled_at(pod: Mapping[str, Any]) -> str:
     for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
+        if condition.get("type") == names.POD_SCHEDULED and condition.get("status") == "True":
             return str(condition.get("lastTransitionTime") or "")
     return ""
 
@@ -35,13 +36,14 @@ def wanted_gpus(pod: Mapping[str, Any], resource: str) -> tuple[int, ...] | None
 
     A whole-GPU pod wants its GPUs; a MIG pod wants one device of its profile on its GPU.
     """
-    mig = assigned_mig(dict(pod))
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    mig = assigned_mig(annotations)
     if mig is not None:
         gpu, placement = mig
         return (gpu,) if resource == mig_resource_name(placement.profile) else None
     if resource != WHOLE_GPU_RESOURCE:
         return None
-    return assigned_gpus(dict(pod))
+    return assigned_gpus(annotations)
 
 
 def waiting_assignments(pods: Iterable[Mapping[str, Any]], resource: str) -> list[tuple[int, ...]]:

@@ -1,11 +1,26 @@
-"""What the autoscaler reports to the ServingJob operator after a tick: the scaling changes made
-and the health of the metrics behind them, which the operator turns into status and Events."""
+"""What the ServingJob operator and the autoscaler exchange: the job's identity, and after a
+tick the scaling changes made and the health of the metrics behind them, which the operator
+turns into status and Events."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
-__all__ = ["MetricsHealth", "ScaleChange"]
+__all__ = ["MetricsHealth", "ScaleChange", "ServingJobRef"]
+
+
+class ServingJobRef(Protocol):
+    """The identity of a ServingJob: what an autoscaler keys its memory by and names it by."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def uid(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)

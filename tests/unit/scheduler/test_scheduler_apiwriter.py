@@ -35,8 +35,20 @@ class Server:
         self.close_after_answer = False
         self.answering = asyncio.Event()  # cleared: requests are read but not yet answered
         self.answering.set()
+        self.tasks: list[asyncio.Task[None]] = []
+
+    async def stop(self, srv: asyncio.Server) -> None:
+        """Close the listener and every connection before the loop goes."""
+        srv.close()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await srv.wait_closed()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self.tasks.append(task)
         self.connections += 1
         try:
             while True:
@@ -64,7 +76,8 @@ class Server:
                     break
         except asyncio.IncompleteReadError:
             pass
-        writer.close()
+        finally:
+            writer.close()
 
 
 @pytest.fixture
@@ -81,7 +94,7 @@ def served() -> Iterator[tuple[ApiWriter, Server]]:
 
     srv = writer.run(serve())
     yield writer, server
-    srv.close()
+    writer.run(server.stop(srv))
     writer.close()
 
 

@@ -18,11 +18,12 @@ from scheduler_fakes import Clock, FakeBinder, FakeMig, load, scheduler
 from gpufleet.core.decision import GangPlacement
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.model.contract import names
+from gpufleet.model.contract.assignment import layout_annotation
 from gpufleet.model.mig import MigPlacement
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.inflight import bind_annotations
 from gpufleet.scheduler.loop import Scheduler
-from gpufleet.scheduler.mig import config_entries, layout_annotation
+from gpufleet.scheduler.mig import config_entries
 
 
 def make(

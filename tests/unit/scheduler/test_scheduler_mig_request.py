@@ -6,9 +6,10 @@ from __future__ import annotations
 from scheduler_builders import NodeBuilder
 
 from gpufleet.model.contract import names
+from gpufleet.model.contract.assignment import layout_annotation
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.mig import MigPlacement
-from gpufleet.scheduler.mig import config_entries, config_name, layout_annotation, merged_configs
+from gpufleet.scheduler.mig import config_entries, config_name, merged_configs
 from gpufleet.scheduler.nodes import to_core_node
 
 CATALOG = load_catalog()

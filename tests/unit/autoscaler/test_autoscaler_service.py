@@ -1,0 +1,164 @@
+"""The autoscaler as the ServingJob operator runs it (`JobAutoscalers`, behind the operator's
+`ServingAutoscaler` port): nothing and no memory while autoscaling is off, no tick before one
+is due, a burst scaled up through the operator's writer and reported as contract
+`ScaleChange`s, GPU types listed only when the capacity names a type, and the metrics' health
+(fresh, or unavailable with the error) after a tick."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpufleet.autoscaler.prometheus import MetricsUnavailable
+from gpufleet.autoscaler.service import JobAutoscalers
+from gpufleet.core.autoscaling_types import LatencyQuantiles, MetricsSample, PoolRole
+from gpufleet.model.contract.serving import MetricsHealth, ScaleChange
+from gpufleet.model.servingjob import ServingJobSpec
+
+Script = Callable[[str, float], MetricsSample]
+
+
+def spec(enabled: bool = True, gpu_type: str | None = None) -> ServingJobSpec:
+    pool = {
+        "minReplicas": 1,
+        "maxReplicas": 6,
+        "gpusPerReplica": 1,
+        "gpuTypes": [{"name": "H100-80GB"}],
+        "template": {"spec": {"containers": [{"name": "vllm", "image": "x"}]}},
+    }
+    capacity: dict[str, Any] = {"prefillTokensPerSecond": 10000, "decodeBatchSize": 32}
+    if gpu_type is not None:
+        capacity["gpuType"] = gpu_type
+    policy = {
+        "enabled": enabled,
+        "intervalSeconds": 10,
+        "prometheus": {"url": "http://prom:9090"},
+        "capacity": capacity,
+        "scaleUp": {"stabilizationWindowSeconds": 0, "maxStep": 2},
+    }
+    return ServingJobSpec.model_validate(
+        {
+            "prefill": pool,
+            "decode": pool,
+            "slo": {"ttftP90Seconds": 2.0, "itlP90Seconds": 0.05},
+            "autoscaling": policy,
+        }
+    )
+
+
+def load(prompt_tps: float, gen_tps: float) -> Script:
+    """Steady traffic of 2,000-token prompts, latencies within the SLO."""
+
+    def sample(pool: str, now: float) -> MetricsSample:
+        return MetricsSample(
+            timestamp=now,
+            request_rate=prompt_tps / 2000.0,
+            prompt_token_rate=prompt_tps,
+            generation_token_rate=gen_tps,
+            num_waiting=0.0,
+            num_running=gen_tps * 0.02,
+            ttft=LatencyQuantiles(0.2, 0.4, 0.6),
+            itl=LatencyQuantiles(0.01, 0.02, 0.03),
+            kv_cache_usage=0.2,
+        )
+
+    return sample
+
+
+class ScriptedSource:
+    """A MetricsSource answering `script(pool, now)`; records the pools it was asked for."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.calls: list[str] = []
+
+    def sample(
+        self, selector: str, pool: str, role: PoolRole, now: float, stale_after_s: float
+    ) -> MetricsSample:
+        self.calls.append(pool)
+        return self.script(pool, now)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str = "llm"
+    namespace: str = "ns"
+    uid: str = "u-1"
+
+
+class Writer:
+    def __init__(self) -> None:
+        self.scaled: list[tuple[str, int]] = []
+
+    def scale(self, pool: str, replicas: int) -> None:
+        self.scaled.append((pool, replicas))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def autoscalers(source: ScriptedSource, clock: Clock) -> JobAutoscalers:
+    return JobAutoscalers(source_factory=lambda url, window: source, clock=clock)
+
+
+POOLS = {"prefill": (1, 1), "decode": (1, 1)}
+
+
+def no_types() -> Mapping[str, tuple[str | None, ...]]:
+    raise AssertionError("GPU types listed though the capacity names no type")
+
+
+def test_off_means_no_tick_and_no_memory() -> None:
+    source, clock = ScriptedSource(load(100, 10)), Clock()
+    scalers = autoscalers(source, clock)
+    off = spec(enabled=False)
+    assert scalers.tick(Job(), off, POOLS, no_types, Writer()) == ([], None)
+    assert source.calls == [] and scalers.registry.peek("u-1") is None
+
+
+def test_a_burst_is_scaled_up_through_the_writer_and_reported() -> None:
+    source, clock, writer = ScriptedSource(load(60_000, 4_000)), Clock(), Writer()
+    scalers = autoscalers(source, clock)
+    changes, health = scalers.tick(Job(), spec(), POOLS, no_types, writer)
+    assert health == MetricsHealth(available=True, stale=False, message="metrics are fresh")
+    assert writer.scaled and all(n > 1 for _, n in writer.scaled)
+    assert [(c.pool, c.from_replicas, c.to_replicas) for c in changes] == [
+        (pool, 1, n) for pool, n in writer.scaled
+    ]
+    assert all(isinstance(c, ScaleChange) and c.message for c in changes)
+    calls = len(source.calls)
+    clock.now += 5  # the interval is 10 s: not due yet
+    assert scalers.tick(Job(), spec(), POOLS, no_types, writer)[0] == []
+    assert len(source.calls) == calls
+
+
+def test_gpu_types_are_listed_when_the_capacity_names_a_type() -> None:
+    source, clock = ScriptedSource(load(100, 10)), Clock()
+    listed: list[int] = []
+
+    def types() -> Mapping[str, tuple[str | None, ...]]:
+        listed.append(1)
+        return {"prefill": ("H100-80GB",)}
+
+    autoscalers(source, clock).tick(Job(), spec(gpu_type="H100-80GB"), POOLS, types, Writer())
+    assert listed == [1]
+
+
+def test_unavailable_metrics_are_reported_with_the_error() -> None:
+    def down(pool: str, now: float) -> MetricsSample:
+        raise MetricsUnavailable("http://prom:9090", "connection refused")
+
+    source, clock, writer = ScriptedSource(down), Clock(), Writer()
+    changes, health = autoscalers(source, clock).tick(Job(), spec(), POOLS, no_types, writer)
+    assert changes == [] and writer.scaled == []
+    assert health is not None and health.available is False
+    assert "connection refused" in health.message
