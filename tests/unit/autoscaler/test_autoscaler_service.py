@@ -6,17 +6,17 @@ is due, a burst scaled up through the operator's writer and reported as contract
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from autoscaler_fakes import ScriptedSource, load
+
 from gpufleet.autoscaler.prometheus import MetricsUnavailable
 from gpufleet.autoscaler.service import JobAutoscalers
-from gpufleet.core.autoscaling_types import LatencyQuantiles, MetricsSample, PoolRole
+from gpufleet.core.autoscaling_types import MetricsSample
 from gpufleet.model.contract.serving import MetricsHealth, ScaleChange
 from gpufleet.model.servingjob import ServingJobSpec
-
-Script = Callable[[str, float], MetricsSample]
 
 
 def spec(enabled: bool = True, gpu_type: str | None = None) -> ServingJobSpec:
@@ -45,42 +45,6 @@ def spec(enabled: bool = True, gpu_type: str | None = None) -> ServingJobSpec:
             "autoscaling": policy,
         }
     )
-
-
-def load(prompt_tps: float, gen_tps: float) -> Script:
-    """Steady traffic of 2,000-token prompts, latencies within the SLO."""
-
-    def sample(pool: str, now: float) -> MetricsSample:
-        return MetricsSample(
-            timestamp=now,
-            request_rate=prompt_tps / 2000.0,
-            prompt_token_rate=prompt_tps,
-            generation_token_rate=gen_tps,
-            num_waiting=0.0,
-            num_running=gen_tps * 0.02,
-            ttft=LatencyQuantiles(0.2, 0.4, 0.6),
-            itl=LatencyQuantiles(0.01, 0.02, 0.03),
-            kv_cache_usage=0.2,
-        )
-
-    return sample
-
-
-class ScriptedSource:
-    """A MetricsSource answering `script(pool, now)`; records the pools it was asked for."""
-
-    def __init__(self, script: Script) -> None:
-        self.script = script
-        self.calls: list[str] = []
-
-    def sample(
-        self, selector: str, pool: str, role: PoolRole, now: float, stale_after_s: float
-    ) -> MetricsSample:
-        self.calls.append(pool)
-        return self.script(pool, now)
-
-    def close(self) -> None:
-        pass
 
 
 @dataclass(frozen=True)
