@@ -35,8 +35,8 @@ def job(**spec: Any) -> dict[str, Any]:
     }
 
 
-def worker_pod(manifest: dict[str, Any], index: int) -> dict[str, Any]:
-    return children.worker_pod(TrainingJobObject.of(manifest), index)
+def worker_pod(manifest: dict[str, Any], index: int, **kwargs: Any) -> dict[str, Any]:
+    return children.worker_pod(TrainingJobObject.of(manifest), index, **kwargs)
 
 
 def headless_service(manifest: dict[str, Any]) -> dict[str, Any]:

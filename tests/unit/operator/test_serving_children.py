@@ -71,8 +71,8 @@ def typed(manifest: dict[str, Any]) -> ServingJobObject:
     return ServingJobObject.of(manifest)
 
 
-def deployment(manifest: dict[str, Any], pool: str, replicas: int) -> dict[str, Any]:
-    return sc.deployment(typed(manifest), pool, replicas)
+def deployment(manifest: dict[str, Any], pool: str, replicas: int, **kwargs: Any) -> dict[str, Any]:
+    return sc.deployment(typed(manifest), pool, replicas, **kwargs)
 
 
 def service(manifest: dict[str, Any], pool: str) -> dict[str, Any]:
@@ -135,7 +135,7 @@ def test_pod_template_is_for_the_gpufleet_scheduler() -> None:
 
 
 def test_replicas_tolerate_the_gpu_taint() -> None:
-    pod = pod_of(sc.deployment(job(), "prefill", 1))
+    pod = pod_of(deployment(job(), "prefill", 1))
     assert pod["spec"]["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
     ]
