@@ -106,8 +106,8 @@ def start_plugin(sandbox: Sandbox, node: str, folder: Path, *extra: str) -> subp
         "600",  # only the first tick and SIGHUP wake it: proves the signal does the work
         *extra,
     ]
-    log = (folder / "plugin.log").open("w")
-    return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, text=True)
+    with (folder / "plugin.log").open("w") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, text=True)
 
 
 def stop(proc: subprocess.Popen[str]) -> int:
