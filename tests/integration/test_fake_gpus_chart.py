@@ -23,9 +23,9 @@ import yaml
 from fakekubelet import FakeKubelet
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet.operator.testing import Kube, wait_for
 from gpufleet.sandbox.binaries import ensure_binaries
 from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.testing.operator import Kube, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "helm" / "gpufleet"
