@@ -36,6 +36,9 @@ class Gang:
     energy: EnergyPreference = EnergyPreference.BALANCED
     waited_s: float = 0.0  # how long the gang has been pending (caller's clock); see TypeDelay
     allowed_nodes: frozenset[str] | None = None
+    # The largest slowdown (a fraction) the owner accepts from a GPU power cap: the gang is
+    # capped within it whatever the policy's rule (None: the policy's rule decides).
+    max_slowdown: float | None = None
 
     def __post_init__(self) -> None:
         if not self.acceptable:
@@ -50,6 +53,10 @@ class Gang:
             raise ValueError(f"gang {self.id}: priority must be >= 0")
         if self.waited_s < 0:
             raise ValueError(f"gang {self.id}: waited_s must be >= 0")
+        if self.max_slowdown is not None and not 0 < self.max_slowdown < 1:
+            raise ValueError(f"gang {self.id}: max_slowdown must be in (0, 1)")
+        if self.max_slowdown is not None and self.energy is EnergyPreference.PERFORMANCE:
+            raise ValueError(f"gang {self.id}: a performance gang is never power-capped")
 
     @property
     def uses_mig(self) -> bool:

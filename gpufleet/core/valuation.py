@@ -39,9 +39,14 @@ def base_throughput(gang: Gang, gpu: GpuType) -> float:
 
 
 def power_cap(gang: Gang, gpu: GpuType, policy: Policy) -> PowerCapChoice | None:
-    """The cap this gang gets on this type under the policy, if any."""
+    """The cap this gang gets on this type, if any: within the gang's own `max_slowdown` when
+    it states one (its owner asked for the energy saving), else by the policy's rule."""
+    if gang.energy is EnergyPreference.PERFORMANCE:
+        return None
+    if gang.max_slowdown is not None:
+        return choose_power_cap(gpu, gang.max_slowdown)
     rule = policy.power_caps
-    if not rule.enabled or gang.energy is EnergyPreference.PERFORMANCE:
+    if not rule.enabled:
         return None
     if gang.energy is EnergyPreference.BALANCED and not rule.cap_all:
         return None

@@ -85,6 +85,7 @@ def gang(
     energy: EnergyPreference = EnergyPreference.BALANCED,
     throughput: dict[str, float] | None = None,
     allowed: set[str] | None = None,
+    max_slowdown: float | None = None,
 ) -> Gang:
     names = (types,) if isinstance(types, str) else types
     low, high = (replicas, replicas) if isinstance(replicas, int) else replicas
@@ -101,4 +102,5 @@ def gang(
         topology=topology,
         energy=energy,
         allowed_nodes=None if allowed is None else frozenset(allowed),
+        max_slowdown=max_slowdown,
     )

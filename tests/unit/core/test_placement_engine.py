@@ -16,6 +16,7 @@ from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, PowerCapRule, SolverSettings, Weights
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.validate import decision_problems
+from gpufleet.model.power import choose_power_cap, speed_factor
 
 ENGINES = [Engine.GREEDY, Engine.CPSAT]
 
@@ -166,6 +167,42 @@ def test_power_caps_follow_energy_preference(engine: Engine) -> None:
     caps = {p.gang_id: p.power_cap_w for p in decision.placements}
     assert caps["fast"] is None and caps["mid"] is None
     assert caps["eco"] is not None and 200 <= caps["eco"] < 700
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize(
+    "rule",
+    [
+        pytest.param(PowerCapRule(), id="policy-caps-off"),
+        pytest.param(PowerCapRule(enabled=True, max_slowdown=0.05, cap_all=True), id="energy"),
+    ],
+)
+def test_a_gangs_own_slowdown_bounds_its_power_cap(engine: Engine, rule: PowerCapRule) -> None:
+    # TrainingJob spec.energy.maxSlowdownPercent: the owner's tolerance replaces the policy's,
+    # looser or tighter, and applies even where the policy caps nothing.
+    snapshot = cluster().node("a", "H100-80GB", 8).build()
+    h100 = snapshot.catalog["H100-80GB"]
+    pending = [
+        gang("loose", gpus=2, max_slowdown=0.2),
+        gang("tight", gpus=2, max_slowdown=0.02),
+        gang("plain", gpus=2),
+    ]
+    decision = decide(snapshot, pending, policy(engine, power_caps=rule))
+    caps = {p.gang_id: p.power_cap_w for p in decision.placements}
+    for gid, slowdown in (("loose", 0.2), ("tight", 0.02)):
+        expected = choose_power_cap(h100, slowdown)
+        assert expected is not None and caps[gid] == expected.cap_w
+        assert speed_factor(h100, caps[gid]) >= 1 - slowdown
+    assert caps["loose"] < caps["tight"]  # type: ignore[operator]
+    plain = choose_power_cap(h100, rule.max_slowdown) if rule.enabled else None
+    assert caps["plain"] == (None if plain is None else plain.cap_w)
+
+
+def test_a_performance_gang_cannot_state_a_slowdown() -> None:
+    with pytest.raises(ValueError, match="never power-capped"):
+        gang("g", energy=EnergyPreference.PERFORMANCE, max_slowdown=0.1)
+    with pytest.raises(ValueError, match=r"max_slowdown must be in \(0, 1\)"):
+        gang("g", max_slowdown=1.0)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
