@@ -52,6 +52,7 @@ __all__ = [
     "LogLevel",
     "LogSettings",
     "MetricsSettings",
+    "OperatorSettings",
     "PlacementSettings",
     "SchedulerSettings",
     "SettingRow",
@@ -143,6 +144,18 @@ class PlacementSettings(_Group):
         return dataclasses.replace(policy, weights=weights)
 
 
+class OperatorSettings(_Group):
+    """The TrainingJob and ServingJob handlers."""
+
+    tick_s: float = Field(
+        1.0,
+        gt=0,
+        le=60,
+        description="Seconds between two passes over each job (how soon pods' progress shows "
+        "in its status; also the resolution of the autoscaling interval).",
+    )
+
+
 class LeaseSettings(_Group):
     """Leader election: only the holder of this Lease schedules and reconciles."""
 
@@ -220,6 +233,7 @@ class Settings(BaseSettings):
     placement: PlacementSettings = Field(default_factory=PlacementSettings)
     autoscaler: AutoscalerSettings = Field(default_factory=AutoscalerSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    operator: OperatorSettings = Field(default_factory=OperatorSettings)
     lease: LeaseSettings = Field(default_factory=LeaseSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     log: LogSettings = Field(default_factory=LogSettings)

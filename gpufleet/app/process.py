@@ -80,9 +80,12 @@ def run(settings: Settings) -> int:
     health.phase = Phase.LEADING
 
     kopf_setup.register_login(api)
+    tick, scheduler_name = settings.operator.tick_s, settings.scheduler.name
+    trainingjob.register_timer(tick)
+    servingjob.register_timer(tick)
     memo = kopf.Memo(
-        state=trainingjob.State(api, scheduler.cache),
-        serving=servingjob.State(api, JobAutoscalers(settings.autoscaler)),
+        state=trainingjob.State(api, scheduler.cache, scheduler_name, tick),
+        serving=servingjob.State(api, JobAutoscalers(settings.autoscaler), scheduler_name),
     )
     namespace = settings.namespace
 

@@ -196,7 +196,9 @@ class EnergyPolicy(CRDModel):
         le=50,
         description=(
             "Largest slowdown, in percent, the job accepts from a GPU power cap; the scheduler "
-            "picks the cap that saves the most energy within it. Omitted means no cap."
+            "caps its GPUs at the lowest power that keeps the slowdown within it, whatever "
+            "the cluster's placement policy. Omitted: the policy decides (the energy preset "
+            "caps every job that does not ask for performance within 5 %)."
         ),
     )
 

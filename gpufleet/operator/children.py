@@ -77,6 +77,7 @@ def scheduling_annotations(spec: TrainingJobSpec) -> dict[str, str]:
         topology=spec.topology.wish,
         energy=spec.energy.preference.wish,
         gpu_types=podtemplate.type_options(spec.gpu_types),
+        max_slowdown_percent=spec.energy.max_slowdown_percent,
     )
 
 
@@ -84,9 +85,10 @@ def worker_pod(
     job: TrainingJobObject,
     index: int,
     tolerations: tuple[Mapping[str, Any], ...] = podtemplate.GPU_TOLERATIONS,
+    scheduler_name: str = names.SCHEDULER_NAME,
 ) -> Obj:
     """Pod of replica `index`: the template plus GPUs, tolerations, rank, rendezvous and gang
-    metadata."""
+    metadata, for the scheduler named `scheduler_name`."""
     spec, name, namespace = job.spec, job.id.name, job.id.namespace
     replicas = replica_count(spec)
     template = copy.deepcopy(dict(job.template))
@@ -99,7 +101,7 @@ def worker_pod(
         names.RANK_LABEL: str(index),
     }
     annotations = {**(tmeta.get("annotations") or {}), **scheduling_annotations(spec)}
-    pod_spec["schedulerName"] = names.SCHEDULER_NAME
+    pod_spec["schedulerName"] = scheduler_name
     # The gang restarts as a whole on failure: the kubelet must not restart one member.
     pod_spec["restartPolicy"] = "Never"
     pod_spec["hostname"] = worker_name(name, index)

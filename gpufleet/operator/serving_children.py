@@ -120,7 +120,10 @@ def _scheduling_annotations(spec: ServingJobSpec, pool: PoolSpec) -> dict[str, s
 
 
 def _pod_template(
-    job: ServingJobObject, pool_name: str, tolerations: tuple[Mapping[str, Any], ...]
+    job: ServingJobObject,
+    pool_name: str,
+    tolerations: tuple[Mapping[str, Any], ...],
+    scheduler_name: str,
 ) -> Obj:
     pool = job.pools()[pool_name]
     template = copy.deepcopy(dict(job.templates[pool_name]))
@@ -131,7 +134,7 @@ def _pod_template(
         **(tmeta.get("annotations") or {}),
         **_scheduling_annotations(job.spec, pool),
     }
-    pod_spec["schedulerName"] = names.SCHEDULER_NAME
+    pod_spec["schedulerName"] = scheduler_name
     pod_spec["restartPolicy"] = "Always"  # the only policy a Deployment accepts
     podtemplate.add_gpu_resources(pod_spec, pool.gpus_per_replica, pool.mig_profile)
     podtemplate.add_tolerations(pod_spec, tolerations)
@@ -153,12 +156,14 @@ def deployment(
     pool_name: str,
     replicas: int,
     tolerations: tuple[Mapping[str, Any], ...] = podtemplate.GPU_TOLERATIONS,
+    scheduler_name: str = names.SCHEDULER_NAME,
 ) -> Obj:
-    """The Deployment of one pool with `replicas` replicas."""
+    """The Deployment of one pool with `replicas` replicas, whose pods name `scheduler_name`
+    their scheduler."""
     name = job.id.name
     spec: Obj = {
         "selector": {"matchLabels": selector(name, pool_name)},
-        "template": _pod_template(job, pool_name, tolerations),
+        "template": _pod_template(job, pool_name, tolerations, scheduler_name),
         # Old ReplicaSets hold no GPUs; two are enough to roll back by hand.
         "revisionHistoryLimit": 2,
     }

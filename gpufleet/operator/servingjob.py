@@ -12,8 +12,9 @@ One pass over a job (`_reconcile`), under a per-job lock:
    Prometheus-driven `gpufleet.autoscaler`): sample, decide, write the Deployments' scale;
 4. write the status in one patch and post the Events the pure `serving_status.plan` asks for.
 
-It runs on create, on spec changes, on resume after an operator restart, and every `TICK`
-seconds. Nothing is carried over a restart: replicas are read back from the Deployments and
+It runs on create, on spec changes, on resume after an operator restart, and every tick
+(`register_timer`, the setting `operator.tick_s`, also the resolution of the autoscaling
+interval). Nothing is carried over a restart: replicas are read back from the Deployments and
 the autoscaler starts with an empty window, so it holds until it has fresh data. Like the
 TrainingJob handlers, these only run in the process that holds the operator's Lease (kopf is
 started after the Lease is taken, and the process exits when it is lost). Deployments are
@@ -36,6 +37,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.kubeerrors import api_error_text
+from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import PendingNote, read_pending
 from gpufleet.model.contract.serving import MetricsHealth, ScaleChange
 from gpufleet.operator import serving_children as children
@@ -44,7 +46,6 @@ from gpufleet.operator.objects import ServingJobObject, parse_or_fail
 from gpufleet.operator.ports import ServingAutoscaler
 
 RESOURCE = (children.GROUP, children.VERSION, children.PLURAL)
-TICK = 1.0  # seconds between passes; also the resolution of the autoscaling interval
 _STATUS_KEYS = ("phase", "conditions", "observedGeneration", "prefill", "decode", "server")
 
 log = logging.getLogger("gpufleet.operator")
@@ -55,7 +56,13 @@ Obj = dict[str, Any]
 class State:
     """Per-process memory of the ServingJob handlers (kept in kopf's memo)."""
 
-    def __init__(self, api: client.ApiClient, autoscalers: ServingAutoscaler) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        autoscalers: ServingAutoscaler,
+        scheduler_name: str = names.SCHEDULER_NAME,
+    ) -> None:
+        self.scheduler_name = scheduler_name  # of the pods its Deployments create
         self.apps = client.AppsV1Api(api)
         self.core = client.CoreV1Api(api)
         self.autoscalers = autoscalers
@@ -214,7 +221,7 @@ def _write_pool(
     refusal, if it refused."""
     namespace = job.id.namespace
     current = deployments.get(pool_name)
-    wanted: Any = children.deployment(job, pool_name, replicas)
+    wanted: Any = children.deployment(job, pool_name, replicas, scheduler_name=state.scheduler_name)
     name = wanted["metadata"]["name"]
     try:
         if current is None:
@@ -328,9 +335,14 @@ def reconcile_servingjob(body: kopf.Body, memo: Any, patch: kopf.Patch, **_: Any
     _reconcile(body, memo, patch)
 
 
-@kopf.timer(*RESOURCE, interval=TICK)
 def follow_servingjob(body: kopf.Body, memo: Any, patch: kopf.Patch, **_: Any) -> None:
     _reconcile(body, memo, patch)
+
+
+def register_timer(tick_s: float, registry: kopf.OperatorRegistry | None = None) -> None:
+    """Pass over every ServingJob every `tick_s` seconds (once per process, by its
+    composition root, which owns the period)."""
+    kopf.timer(*RESOURCE, interval=tick_s, registry=registry)(follow_servingjob)
 
 
 @kopf.on.delete(*RESOURCE, optional=True)

@@ -4,8 +4,9 @@ Each pass gathers the job and its pods (from the scheduler's cache, no API reads
 `plan()` what to do, and carries it out: create missing worker pods and the headless Service,
 delete pods, write the status in one patch, post an Event per phase transition. It runs on
 create, on spec changes, on resume after an operator restart (state is rebuilt from the
-cluster), and every `TICK` seconds to follow the pods. Placement is never decided here: the
-scheduler (and through it the core) binds the pods and reports why a gang waits on them.
+cluster), and every tick (`register_timer`, the setting `operator.tick_s`) to follow the pods.
+Placement is never decided here: the scheduler (and through it the core) binds the pods and
+reports why a gang waits on them.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import disruption_reason
 from gpufleet.model.gpus import load_catalog
 from gpufleet.operator import children, reconcile
@@ -32,7 +34,7 @@ from gpufleet.operator.objects import TrainingJobObject, parse_or_fail
 from gpufleet.operator.ports import PodSource
 
 RESOURCE = (children.GROUP, children.VERSION, children.PLURAL)
-TICK = 1.0  # seconds between passes over a job; pods' progress shows up within this
+DEFAULT_TICK_S = 1.0  # seconds between passes over a job; pods' progress shows up within this
 USAGE_FLUSH = timedelta(seconds=30)  # GPU time and energy reach the status at least this often
 _STATUS_KEYS = (
     "phase", "conditions", "replicas", "placement", "restarts", "observedGeneration",
@@ -47,8 +49,16 @@ class State:
     a `PodSource` (in `gpufleet operator`, the scheduler's cache, which watches every pod of
     the cluster anyway)."""
 
-    def __init__(self, api: client.ApiClient, cache: PodSource) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        cache: PodSource,
+        scheduler_name: str = names.SCHEDULER_NAME,
+        tick_s: float = DEFAULT_TICK_S,
+    ) -> None:
         self.cache = cache
+        self.scheduler_name = scheduler_name  # of the pods it creates
+        self.tick_s = tick_s
         cache.on_pod_deleted(lambda pod: record_disruption(self, pod))
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -89,7 +99,7 @@ def _create_pods(state: State, job: TrainingJobObject, ranks: Iterable[int]) -> 
     namespace = job.id.namespace
 
     def create(rank: int) -> str | None:
-        pod: Any = children.worker_pod(job, rank)
+        pod: Any = children.worker_pod(job, rank, scheduler_name=state.scheduler_name)
         try:
             state.core.create_namespaced_pod(namespace, pod, _preload_content=False)
         except ApiException as exc:
@@ -200,7 +210,7 @@ def _usage_changes(
 
 
 def _delete_job(state: State, namespace: str, name: str) -> None:
-    time.sleep(TICK)
+    time.sleep(state.tick_s)
     try:
         state.custom.delete_namespaced_custom_object(
             children.GROUP, children.VERSION, namespace, children.PLURAL, name
@@ -232,9 +242,14 @@ def reconcile_job(body: kopf.Body, memo: Any, patch: kopf.Patch, **_: Any) -> No
     _reconcile(body, memo, patch)
 
 
-@kopf.timer(*RESOURCE, interval=TICK)
 def follow_pods(body: kopf.Body, memo: Any, patch: kopf.Patch, **_: Any) -> None:
     _reconcile(body, memo, patch)
+
+
+def register_timer(tick_s: float, registry: kopf.OperatorRegistry | None = None) -> None:
+    """Follow every TrainingJob every `tick_s` seconds (once per process, by its composition
+    root, which owns the period)."""
+    kopf.timer(*RESOURCE, interval=tick_s, registry=registry)(follow_pods)
 
 
 @kopf.on.delete(*RESOURCE)

@@ -40,7 +40,6 @@ from gpufleet.core.demand import Gang
 from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import Snapshot
-from gpufleet.model.contract import names
 from gpufleet.model.gpus import Catalog
 from gpufleet.scheduler import metrics
 from gpufleet.scheduler.binder import Binder
@@ -106,7 +105,7 @@ class Scheduler:
         self.may_act = may_act
         self.cycle = 0
         # Reuses, cycle to cycle, what it read of objects that did not change (snapshot.py).
-        self.views = ViewBuilder(catalog)
+        self.views = ViewBuilder(catalog, settings.name)
         deletions = Deletions(clock, settings.node_failure_grace_s + _DELETION_LINGER_S)
         self.deletions = deletions
         self.healer = NodeHealer(binder, deletions, settings.node_failure_grace_s, clock)
@@ -221,7 +220,7 @@ class Scheduler:
     def run(self, stop: threading.Event) -> None:
         """Cycle whenever the cache changes (batched by `debounce_s`), at least every
         `resync_s`."""
-        log.info("scheduler %r started", names.SCHEDULER_NAME)
+        log.info("scheduler %r started", self.settings.name)
         while not stop.is_set():
             self.cache.changed.wait(self.settings.resync_s)
             if stop.is_set():

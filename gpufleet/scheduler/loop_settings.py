@@ -18,6 +18,12 @@ class SchedulerSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    name: str = Field(
+        names.SCHEDULER_NAME,
+        pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+        description="schedulerName of the pods the operator creates and the scheduler places "
+        "(a DNS subdomain name).",
+    )
     node_failure_grace_s: float = Field(
         30.0, ge=0, description="Seconds a node may be NotReady before its gangs restart."
     )

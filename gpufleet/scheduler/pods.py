@@ -39,6 +39,7 @@ __all__ = [
     "holds_gpus",
     "is_ours_pending",
     "is_terminal",
+    "max_slowdown",
     "node_name",
     "pod_annotations",
     "pod_key",
@@ -72,11 +73,11 @@ def holds_gpus(pod: Pod) -> bool:
     return node_name(pod) is not None and not is_terminal(pod) and not gpu_request(pod).empty
 
 
-def is_ours_pending(pod: Pod) -> bool:
-    """An unbound, live, ungated pod that names gpufleet as its scheduler."""
+def is_ours_pending(pod: Pod, scheduler_name: str = names.SCHEDULER_NAME) -> bool:
+    """An unbound, live, ungated pod that names gpufleet (as `scheduler_name`) its scheduler."""
     spec = pod.get("spec") or {}
     return (
-        spec.get("schedulerName") == names.SCHEDULER_NAME
+        spec.get("schedulerName") == scheduler_name
         and not spec.get("nodeName")
         and not spec.get("schedulingGates")  # gated pods wait, as for any scheduler
         and not pod["metadata"].get("deletionTimestamp")
@@ -129,6 +130,11 @@ def energy(pod: Pod) -> EnergyPreference:
     return wishes(pod).energy
 
 
+def max_slowdown(pod: Pod) -> float | None:
+    """The largest slowdown (a fraction) the gang accepts from a power cap, if it says."""
+    return wishes(pod).max_slowdown
+
+
 def gpu_types(pod: Pod) -> tuple[TypeOption, ...] | None:
     """Acceptable GPU types from the annotation; None when the pod accepts any type."""
     return wishes(pod).gpu_types
@@ -149,7 +155,7 @@ class PodFacts:
     node: str | None  # node_name
     terminal: bool
     deleting: bool  # has a deletionTimestamp
-    ours: bool  # schedulerName is gpufleet
+    ours: bool  # schedulerName is this scheduler's
     pending: bool  # is_ours_pending
     gang_label: bool  # carries the gang label (a gang of one otherwise)
     size: int  # gang_size
@@ -161,8 +167,9 @@ class PodFacts:
         return self.node is not None and not self.terminal and not self.request.empty
 
 
-def facts(pod: Pod) -> PodFacts:
-    """The `PodFacts` of `pod` (pure; memoised by the snapshot builder)."""
+def facts(pod: Pod, scheduler_name: str = names.SCHEDULER_NAME) -> PodFacts:
+    """The `PodFacts` of `pod` for the scheduler named `scheduler_name` (pure; memoised by the
+    snapshot builder)."""
     return PodFacts(
         pod=pod,
         key=pod_key(pod),
@@ -170,8 +177,8 @@ def facts(pod: Pod) -> PodFacts:
         node=node_name(pod),
         terminal=is_terminal(pod),
         deleting=bool(pod["metadata"].get("deletionTimestamp")),
-        ours=(pod.get("spec") or {}).get("schedulerName") == names.SCHEDULER_NAME,
-        pending=is_ours_pending(pod),
+        ours=(pod.get("spec") or {}).get("schedulerName") == scheduler_name,
+        pending=is_ours_pending(pod, scheduler_name),
         gang_label=bool(pod_labels(pod).get(names.GANG_LABEL)),
         size=gang_size(pod),
         rank=rank(pod),

@@ -19,6 +19,7 @@ from gpufleet.core.demand import Gang, TypeOption
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.core.state import ClusterState
 from gpufleet.model.cluster import Node
+from gpufleet.model.contract import names
 from gpufleet.model.gpus import Catalog
 from gpufleet.scheduler import pods
 from gpufleet.scheduler.eligibility import Eligibility, Outcome, Resources
@@ -149,8 +150,9 @@ class ViewBuilder:
     The result equals `build_view` on the same input (tested).
     """
 
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Catalog, scheduler_name: str = names.SCHEDULER_NAME) -> None:
         self.catalog = catalog
+        self.scheduler_name = scheduler_name  # pods naming it are this scheduler's
         self._facts: dict[int, PodFacts] = {}
         # node name -> (raw node, mig configs, core node)
         self._nodes: dict[str, tuple[Mapping[str, Any], Mapping[str, Any], Node | None]] = {}
@@ -186,7 +188,7 @@ class ViewBuilder:
         for pod in all_pods:
             f = old.get(id(pod))
             if f is None or f.pod is not pod:
-                f = pods.facts(pod)
+                f = pods.facts(pod, self.scheduler_name)
             new[id(pod)] = f
             out[f.key] = f
         self._facts = new
@@ -405,6 +407,7 @@ def _pending_gang(
             preemptible=pods.preemptible(first.pod),
             topology=pods.topology(first.pod),
             energy=pods.energy(first.pod),
+            max_slowdown=pods.max_slowdown(first.pod),
         )
     except ValueError as exc:
         return f"invalid gang: {exc}"

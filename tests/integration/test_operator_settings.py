@@ -1,7 +1,8 @@
 """`gpufleet operator` started with a settings file on the sandbox: the file's placement preset
 drives the live scheduler (the energy preset power-caps every gang that does not ask for
-performance), its log format is what the process writes, and a bad setting stops the process
-with status 2 before it takes the Lease."""
+performance, a job's own maxSlowdownPercent bounds its cap instead), the operator's pods name
+the scheduler name of the file and that scheduler binds them, its log format is what the
+process writes, and a bad setting stops the process with status 2 before it takes the Lease."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 
 H100 = "H100-80GB"
+SCHEDULER = "gpufleet-settings"
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +33,10 @@ def operator(
     """This module's operator, configured by a YAML file as a Helm chart's ConfigMap would."""
     folder = tmp_path_factory.mktemp("operator")
     config = folder / "settings.yaml"
-    config.write_text("placement:\n  preset: energy\nlog:\n  format: json\n")
+    config.write_text(
+        f"placement:\n  preset: energy\nscheduler:\n  name: {SCHEDULER}\n"
+        "operator:\n  tick_s: 0.5\nlog:\n  format: json\n"
+    )
     with OperatorProcess(
         sandbox.kubeconfig, folder / "operator.log", kube.coordination, f"--config={config}"
     ) as proc:
@@ -59,6 +64,19 @@ def test_energy_preset_caps_power_within_its_slowdown(kube: Kube, ns: str) -> No
     assert expected is not None
     assert cap_of(capped) == f"{expected.cap_w:.0f}"
     assert cap_of(uncapped) is None
+    for pod in (capped, uncapped):
+        assert pod["spec"]["schedulerName"] == SCHEDULER
+
+
+def test_a_jobs_max_slowdown_bounds_its_power_cap(kube: Kube, ns: str) -> None:
+    loose = training_job("loose", 1, gpus=1, gpu_type=H100)
+    loose["spec"]["energy"] = {"preference": "energy", "maxSlowdownPercent": 20}
+    kube.create_job(ns, loose)
+    pod = wait_for(lambda: bound_pod(kube, ns, "loose"), "the job bound", 60)
+    expected = choose_power_cap(load_catalog()[H100], 0.20)
+    preset = choose_power_cap(load_catalog()[H100], 0.05)
+    assert expected is not None and preset is not None and expected.cap_w < preset.cap_w
+    assert cap_of(pod) == f"{expected.cap_w:.0f}"
 
 
 def test_logs_are_json_lines(operator: OperatorProcess) -> None:

@@ -219,7 +219,7 @@ def test_status_accounts_gpu_time_and_energy(kube: Kube, ns: str) -> None:
     ran = time.monotonic() - began
     wait_for(lambda: kube.phase(ns, "meter") == "Succeeded", "Succeeded")
     status = (kube.job(ns, "meter") or {})["status"]
-    # Two T4 workers for `ran` seconds; each pass charges up to one TICK late or early, and
+    # Two T4 workers for `ran` seconds; each pass charges up to one tick late or early, and
     # the pods were Running up to one pass before the job's phase said so.
     assert 2 * (ran - 2) <= status["gpuSeconds"] <= 2 * (ran + 2)
     watts = capped_power_w(load_catalog()["T4"], None)

@@ -144,6 +144,11 @@ def test_a_group_given_whole_as_json_merges_with_single_fields() -> None:
             id="unknown-key",
         ),
         pytest.param(
+            {"GPUFLEET_SCHEDULER__NAME": "Gpufleet_B"},
+            r"^setting scheduler\.name \(GPUFLEET_SCHEDULER__NAME\): String should match pattern",
+            id="scheduler-name",
+        ),
+        pytest.param(
             {"GPUFLEET_LEASE__RENEW_EVERY_S": "20"},
             r"^setting lease \(GPUFLEET_LEASE\): renew_every_s must be less than duration_s$",
             id="renew-after-expiry",

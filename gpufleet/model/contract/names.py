@@ -23,6 +23,8 @@ PRIORITY: Final = "gpufleet.io/priority"
 PREEMPTIBLE: Final = "gpufleet.io/preemptible"
 TOPOLOGY: Final = "gpufleet.io/topology"  # wishes.Topology value: any, same-node, nvlink-domain
 ENERGY: Final = "gpufleet.io/energy"  # wishes.EnergyPreference value
+# Largest slowdown in percent the job accepts from a power cap (TrainingJob maxSlowdownPercent).
+MAX_SLOWDOWN: Final = "gpufleet.io/max-slowdown-percent"
 RANK_LABEL: Final = "gpufleet.io/rank"  # replica index; placements are matched to pods by rank
 
 # What the scheduler decided, written through the Binding's annotations.

@@ -1,4 +1,5 @@
-"""A gang's wishes as pods carry them: size, priority, preemptibility, topology, energy, types.
+"""A gang's wishes as pods carry them: size, priority, preemptibility, topology, energy (and the
+largest slowdown a power cap may cost), types.
 
 The operator writes them on every pod it builds (`wish_annotations`); the scheduler reads them
 back (`GangWishes.read`) and hands them to the core, whose `Gang` uses the enums defined here.
@@ -123,6 +124,7 @@ def wish_annotations(
     topology: Topology | None = None,
     energy: EnergyPreference | None = None,
     gpu_types: Iterable[TypeOption] = (),
+    max_slowdown_percent: int | None = None,
 ) -> dict[str, str]:
     """The annotations that state these wishes; a wish given as None (or no types) is left
     out, so the reader takes its default."""
@@ -133,6 +135,8 @@ def wish_annotations(
         out[names.TOPOLOGY] = topology.value
     if energy is not None:
         out[names.ENERGY] = energy.value
+    if max_slowdown_percent is not None:
+        out[names.MAX_SLOWDOWN] = str(int(max_slowdown_percent))
     types = format_gpu_types(gpu_types)
     if types:
         out[names.GPU_TYPES] = types
@@ -149,6 +153,15 @@ class GangWishes:
     topology: Topology = DEFAULT_TOPOLOGY
     energy: EnergyPreference = DEFAULT_ENERGY
     gpu_types: tuple[TypeOption, ...] | None = None  # None: any type
+    # The largest slowdown (1-99 %) a power cap may cost; None: the placement policy decides.
+    # Never with energy performance (read as None there).
+    max_slowdown_percent: int | None = None
+
+    @property
+    def max_slowdown(self) -> float | None:
+        """`max_slowdown_percent` as the fraction the core takes."""
+        percent = self.max_slowdown_percent
+        return None if percent is None else percent / 100
 
     def annotations(self) -> dict[str, str]:
         return wish_annotations(
@@ -158,6 +171,7 @@ class GangWishes:
             topology=self.topology,
             energy=self.energy,
             gpu_types=self.gpu_types or (),
+            max_slowdown_percent=self.max_slowdown_percent,
         )
 
     @classmethod
@@ -172,6 +186,11 @@ class GangWishes:
         except ValueError:
             energy = DEFAULT_ENERGY
         preemptible = annotations.get(names.PREEMPTIBLE, "")
+        slowdown = _int(annotations.get(names.MAX_SLOWDOWN))
+        if slowdown is not None and not 1 <= slowdown <= 99:
+            slowdown = None
+        if energy is EnergyPreference.PERFORMANCE:
+            slowdown = None  # performance is never capped
         return cls(
             size=read_gang_size(annotations),
             priority=max(0, _int(annotations.get(names.PRIORITY)) or DEFAULT_PRIORITY),
@@ -179,4 +198,5 @@ class GangWishes:
             topology=topology,
             energy=energy,
             gpu_types=parse_gpu_types(annotations.get(names.GPU_TYPES, "")),
+            max_slowdown_percent=slowdown,
         )

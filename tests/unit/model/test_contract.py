@@ -61,6 +61,9 @@ wait_reasons = st.sampled_from([*PendingReason, *SchedulerReason])
         topology=st.sampled_from(Topology),
         energy=st.sampled_from(EnergyPreference),
         gpu_types=st.none() | st.lists(type_options, min_size=1, max_size=6).map(tuple),
+        max_slowdown_percent=st.none() | st.integers(1, 99),
+    ).filter(
+        lambda w: w.energy is not EnergyPreference.PERFORMANCE or w.max_slowdown_percent is None
     )
 )
 def test_gang_wishes_round_trip(wishes: GangWishes) -> None:
@@ -89,13 +92,23 @@ def test_wishes_left_out_read_as_the_defaults(priority: int, preemptible: bool) 
                 names.TOPOLOGY: "ring",
                 names.ENERGY: "green",
                 names.GPU_TYPES: " , ",
+                names.MAX_SLOWDOWN: "half",
             },
             id="unreadable",
         ),
+        pytest.param({names.MAX_SLOWDOWN: "0"}, id="no-slowdown"),
+        pytest.param({names.MAX_SLOWDOWN: "100"}, id="all-slowdown"),
     ],
 )
 def test_unreadable_wishes_are_the_defaults(annotations: dict[str, str]) -> None:
     assert GangWishes.read(annotations) == GangWishes()
+
+
+def test_a_performance_gang_states_no_slowdown() -> None:
+    # The CRD refuses the combination; a pod written by another client is read leniently.
+    read = GangWishes.read({names.ENERGY: "performance", names.MAX_SLOWDOWN: "20"})
+    assert read.energy is EnergyPreference.PERFORMANCE and read.max_slowdown is None
+    assert GangWishes.read({names.MAX_SLOWDOWN: "20"}).max_slowdown == 0.2
 
 
 def test_throughputs_that_are_not_positive_numbers_read_as_none() -> None:

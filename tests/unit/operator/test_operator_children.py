@@ -11,7 +11,7 @@ from gpufleet.model.trainingjob import TrainingJobSpec
 from gpufleet.operator import children
 from gpufleet.operator.children import JOB_LABEL, MASTER_PORT, min_replicas, replica_count
 from gpufleet.operator.objects import TrainingJobObject
-from gpufleet.scheduler.pods import gpu_request, gpu_types, topology
+from gpufleet.scheduler.pods import energy, gpu_request, gpu_types, max_slowdown, topology
 
 
 def job(**spec: Any) -> dict[str, Any]:
@@ -87,6 +87,19 @@ def test_scheduler_reads_back_what_the_operator_wrote() -> None:
     assert ann[names.PREEMPTIBLE] == "false"
     assert [o.gpu_type for o in gpu_types(pod) or ()] == ["H100-80GB", "A100-80GB"]
     assert topology(pod).value == "nvlink-domain"
+    assert max_slowdown(pod) is None  # not given: the placement policy decides
+
+
+def test_worker_pods_name_the_configured_scheduler() -> None:
+    pod = children.worker_pod(TrainingJobObject.of(job()), 1, scheduler_name="gpufleet-b")
+    assert pod["spec"]["schedulerName"] == "gpufleet-b"
+
+
+def test_the_slowdown_a_job_accepts_from_a_power_cap_reaches_the_scheduler() -> None:
+    pod = worker_pod(job(energy={"preference": "energy", "maxSlowdownPercent": 15}), 0)
+    assert pod["metadata"]["annotations"][names.MAX_SLOWDOWN] == "15"
+    assert max_slowdown(pod) == 0.15
+    assert energy(pod).value == "efficient"
 
 
 def test_mig_job_asks_for_one_slice_on_the_first_container_only() -> None:

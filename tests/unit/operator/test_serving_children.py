@@ -141,6 +141,12 @@ def test_replicas_tolerate_the_gpu_taint() -> None:
     ]
 
 
+def test_pod_template_names_the_configured_scheduler() -> None:
+    d = sc.deployment(typed(job()), "decode", 1, scheduler_name="gpufleet-b")
+    assert pod_of(d)["spec"]["schedulerName"] == "gpufleet-b"
+    assert sc.needs_update(deployment(job(), "decode", 1), d)  # a new name is a new template
+
+
 def test_mig_pool_requests_one_slice_and_lists_types_with_throughput() -> None:
     pod = pod_of(deployment(job(preemptible=True), "decode", 2))
     request = gpu_request(pod)

@@ -173,6 +173,13 @@ def test_pending_gang_collects_its_pods_in_rank_order() -> None:
     assert gang.acceptable == (TypeOption("H100-80GB", 1.0), TypeOption("A100-80GB", 0.55))
     assert gang.priority == 100 and not gang.preemptible
     assert gang.topology is Topology.NVLINK
+    assert gang.max_slowdown is None
+
+
+def test_a_gang_carries_the_slowdown_its_pods_accept_from_a_power_cap() -> None:
+    pods = [PodBuilder("w0").gpus(1).annotate(names.MAX_SLOWDOWN, "20").obj()]
+    (pg,) = view([NodeBuilder("h0").obj()], pods).pending
+    assert pg.gang.max_slowdown == 0.2
 
 
 def test_incomplete_gang_is_held() -> None:
@@ -217,6 +224,18 @@ def test_foreign_pending_pods_are_not_ours() -> None:
     pods = [PodBuilder("p").gpus(1).scheduler("default-scheduler").obj()]
     v = view([NodeBuilder("h0").obj()], pods)
     assert v.pending == () and not v.held
+
+
+def test_the_configured_scheduler_name_decides_which_pods_are_ours() -> None:
+    nodes = [NodeBuilder("h0").obj()]
+    mine = PodBuilder("mine").gpus(1).scheduler("gpufleet-b").obj()
+    default = PodBuilder("default").gpus(2).scheduler("gpufleet").bound("h0").obj()
+    v = ViewBuilder(CATALOG, "gpufleet-b").build(nodes, [mine, default], CONFIGS)
+    assert [pg.gang.id for pg in v.pending] == ["default/pod:mine"]
+    # A pod naming another scheduler (even the default name) holds GPUs it cannot be asked
+    # to give back: counted, never preemptible.
+    (foreign,) = v.snapshot.running
+    assert not foreign.preemptible and len(foreign.replicas[0].gpus) == 2
 
 
 def test_gated_pods_wait_for_their_gates() -> None:
