@@ -88,14 +88,25 @@ def node(kube: Kube) -> Iterator[str]:
         kube.core.delete_node(name)
 
 
-def run_plugin(kubeconfig: Path, node: str, folder: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gpufleet.cli", "device-plugin", "--node-name", node,
-         "--kubeconfig", str(kubeconfig), "--fleet", str(KIND_FLEET),
-         "--device-plugin-dir", str(folder / "plugins"), "--device-dir", str(folder / "dev"),
-         *extra],
-        stdout=(folder / "plugin.log").open("w"), stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+@contextlib.contextmanager
+def run_plugin(
+    kubeconfig: Path, node: str, folder: Path, *extra: str
+) -> Iterator[subprocess.Popen[str]]:
+    """The plugin as a process logging to plugin.log; stopped and its log closed on exit."""
+    with (folder / "plugin.log").open("w") as log:
+        plugin = subprocess.Popen(
+            [sys.executable, "-m", "gpufleet.cli", "device-plugin", "--node-name", node,
+             "--kubeconfig", str(kubeconfig), "--fleet", str(KIND_FLEET),
+             "--device-plugin-dir", str(folder / "plugins"), "--device-dir", str(folder / "dev"),
+             *extra],
+            stdout=log, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        try:
+            yield plugin
+        finally:
+            if plugin.poll() is None:
+                plugin.terminate()
+            plugin.wait(15)
 
 
 def test_chart_objects_and_the_plugin_under_its_service_account(
@@ -118,15 +129,15 @@ def test_chart_objects_and_the_plugin_under_its_service_account(
         config = token_kubeconfig(sandbox, kube, namespace, account, folder / "kubeconfig")
         kubelet = FakeKubelet(folder / "plugins")
         kubelet.start()
-        plugin = run_plugin(config, node, folder, "--label-node")
-        try:
-            devices = wait_for(lambda: kubelet.devices("nvidia.com/gpu"), "registration", 30)
-            assert sorted(devices) == ["0", "1", "2", "3"]
-            assert kubelet.preferred("nvidia.com/gpu", sorted(devices), 1) == ["0"]
-        finally:
-            plugin.terminate()
-            code = plugin.wait(15)
-            kubelet.stop()
+        with run_plugin(config, node, folder, "--label-node") as plugin:
+            try:
+                devices = wait_for(lambda: kubelet.devices("nvidia.com/gpu"), "registration", 30)
+                assert sorted(devices) == ["0", "1", "2", "3"]
+                assert kubelet.preferred("nvidia.com/gpu", sorted(devices), 1) == ["0"]
+            finally:
+                plugin.terminate()
+                code = plugin.wait(15)
+                kubelet.stop()
         log = (folder / "plugin.log").read_text()
         assert code == 0, log
         assert "cannot read this node's pods" not in log  # listing pods was allowed
@@ -140,7 +151,7 @@ def test_chart_objects_and_the_plugin_under_its_service_account(
     with tempfile.TemporaryDirectory(prefix="fgc-") as tmp:
         folder = Path(tmp)
         config = token_kubeconfig(sandbox, kube, namespace, account, folder / "kubeconfig")
-        plugin = run_plugin(config, node, folder, "--label-node")
-        assert plugin.wait(60) == 1
+        with run_plugin(config, node, folder, "--label-node") as plugin:
+            assert plugin.wait(60) == 1
         log = (folder / "plugin.log").read_text()
         assert "cannot label node" in log and "Forbidden" in log, log
