@@ -45,7 +45,7 @@ import yaml
 
 from gpufleet.cliargs import OneLineParser, output_file, positive_int
 from gpufleet.operator.podtemplate import GPU_TOLERATIONS
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.scheduler.informer import Informer
 from gpufleet.scheduler.runtime import api_client
 from gpufleet.testing import invariants

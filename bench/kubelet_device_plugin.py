@@ -44,7 +44,7 @@ import yaml
 from kubernetes import client, config
 
 from gpufleet.sandbox.binaries import ensure_binaries
-from gpufleet.sandbox.cluster import Sandbox, default_fleet_path
+from gpufleet.sandbox.control_plane import Sandbox, default_fleet_path
 from gpufleet.testing.operator import wait_for
 
 NODE = "real-kubelet-0"

@@ -31,8 +31,8 @@ from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, PowerCapRule, SolverSettings, Weights
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.core.valuation import replica_value
-from gpufleet.model.cluster import make_node
 from gpufleet.model.gpus import load_catalog
+from gpufleet.model.inventory import make_node
 from gpufleet.model.mig import MigPlacement, make_layout
 from gpufleet.sim.kube_like import KubeLikePolicy, partial_placements
 

@@ -47,12 +47,12 @@ from gpufleet.cliargs import (
 from gpufleet.core.policy import Engine, TypeDelay
 from gpufleet.model.fleet import load_fleet
 from gpufleet.model.input_error import InputError
-from gpufleet.sim.cli import default_fleet_path
 from gpufleet.sim.engine import SimSettings
-from gpufleet.sim.metrics import summarise
 from gpufleet.sim.policies import POLICY_NAMES
 from gpufleet.sim.report import markdown_table
+from gpufleet.sim.results import summarise
 from gpufleet.sim.runner import load_workload, run_policy, single_type_demand
+from gpufleet.sim.simulate_command import default_fleet_path
 
 TARGETS = {
     "balanced_vs_kube_jct": 0.5,

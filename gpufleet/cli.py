@@ -8,12 +8,12 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from gpufleet.agent.deviceplugin.cli import add_device_plugin_parser, run_device_plugin
+from gpufleet.agent.deviceplugin.plugin_command import add_device_plugin_parser, run_device_plugin
 from gpufleet.app.command import add_operator_parser, run_operator
 from gpufleet.cliargs import OneLineParser, add_subcommands, input_error_exit
 from gpufleet.model.input_error import InputError
 from gpufleet.sandbox.binaries import BuildError
-from gpufleet.sim.cli import add_simulate_parser, run_simulate
+from gpufleet.sim.simulate_command import add_simulate_parser, run_simulate
 
 
 def _sandbox_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,7 +46,7 @@ def _sandbox_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
 
 def _run_sandbox(args: argparse.Namespace) -> int:
     from gpufleet.sandbox.binaries import EVERY_COMPONENT, ensure_binaries
-    from gpufleet.sandbox.cluster import Sandbox
+    from gpufleet.sandbox.control_plane import Sandbox
 
     sandbox = Sandbox(args.state_dir)
     match args.action:

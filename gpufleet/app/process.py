@@ -1,7 +1,7 @@
 """A `gpufleet operator` process: the TrainingJob and ServingJob operator, the autoscaler and
 the scheduler, built from the settings and run together.
 
-Start-up order: API client -> metrics and probe endpoint (health.py) -> Lease (only the holder
+Start-up order: API client -> metrics and probe endpoint -> Lease (only the holder
 acts; standbys wait here) -> scheduler informers and loop on threads -> kopf on the main
 thread's event loop. If the Lease is lost the process stops with exit code 1 so a supervisor
 restarts it as a standby; state is never carried over, it is rebuilt from the cluster on every
@@ -23,9 +23,9 @@ import kopf
 from kubernetes import client
 
 from gpufleet.app import kopf_setup, logs
-from gpufleet.app.health import Health, Phase, serve
+from gpufleet.app.http_endpoint import Health, Phase, serve
 from gpufleet.autoscaler.service import JobAutoscalers
-from gpufleet.operator import servingjob, trainingjob
+from gpufleet.operator import servingjob_handlers, trainingjob_handlers
 from gpufleet.scheduler.lease import LeaderLease
 from gpufleet.scheduler.runtime import SchedulerRuntime, api_client
 from gpufleet.settings import Settings
@@ -55,7 +55,7 @@ def run(settings: Settings) -> int:
         duration=lease_settings.duration_s,
         renew_every=lease_settings.renew_period_s,
     )
-    # Metrics and probes answer from the start: a standby is a ready hot spare (health.py).
+    # Metrics and probes answer from the start: a standby is a ready hot spare (http_endpoint.py).
     health = Health()
     if settings.metrics.port:
         serve(health, settings.metrics.bind_address, settings.metrics.port)
@@ -81,11 +81,11 @@ def run(settings: Settings) -> int:
 
     kopf_setup.register_login(api)
     tick, scheduler_name = settings.operator.tick_s, settings.scheduler.name
-    trainingjob.register_timer(tick)
-    servingjob.register_timer(tick)
+    trainingjob_handlers.register_timer(tick)
+    servingjob_handlers.register_timer(tick)
     memo = kopf.Memo(
-        state=trainingjob.State(api, scheduler.cache, scheduler_name, tick),
-        serving=servingjob.State(api, JobAutoscalers(settings.autoscaler), scheduler_name),
+        state=trainingjob_handlers.State(api, scheduler.cache, scheduler_name, tick),
+        serving=servingjob_handlers.State(api, JobAutoscalers(settings.autoscaler), scheduler_name),
     )
     namespace = settings.namespace
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from gpufleet.model.cluster import Node
 from gpufleet.model.gpus import Catalog
+from gpufleet.model.inventory import Node
 from gpufleet.model.mig import MigPlacement
 
 

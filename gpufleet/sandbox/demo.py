@@ -15,8 +15,8 @@ from rich.table import Table
 from gpufleet.model.contract.names import GPU_PRODUCT_LABEL, WHOLE_GPU_RESOURCE
 from gpufleet.model.input_error import InputError
 from gpufleet.operator.reconcile import WAITING_FOR_SCHEDULER
-from gpufleet.sandbox.cluster import Sandbox
-from gpufleet.sandbox.nodes import POOL_LABEL
+from gpufleet.sandbox.control_plane import Sandbox
+from gpufleet.sandbox.node_manifests import POOL_LABEL
 
 
 def fleet_table(nodes: list[dict[str, Any]]) -> Table:

@@ -29,7 +29,7 @@ from gpufleet.model.contract.names import (
 )
 from gpufleet.model.gfd import hardware_for, mig_count_labels, type_for_product
 from gpufleet.model.migparted import MigConfigError, node_resources, resolve_layouts
-from gpufleet.sandbox.nodes import MIG_APPLIED_ANNOTATION
+from gpufleet.sandbox.node_manifests import MIG_APPLIED_ANNOTATION
 
 log = logging.getLogger("gpufleet.migmanager")
 

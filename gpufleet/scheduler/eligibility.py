@@ -18,7 +18,7 @@ all do, so that the common case costs the core nothing), and the pending reason 
 filters and counts. Several replicas, or several gangs of one decision, on one node could still
 exceed its CPU or memory: `overcommitted` finds such gangs in a decision, and the loop holds
 them back for a cycle. Pure functions of pod and node
-dicts; the per-node and per-pod parsing is memoised by object identity, as in `snapshot.py`.
+dicts; the per-node and per-pod parsing is memoised by object identity, as in `cluster_view.py`.
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ from gpufleet.core.decision import GangPlacement
 from gpufleet.model.contract.assignment import Assignment
 from gpufleet.scheduler.binder import Binder, BindRequest
 from gpufleet.scheduler.cache import SchedulerCache
+from gpufleet.scheduler.cluster_view import PendingGang
 from gpufleet.scheduler.cycle_report import CycleReport
 from gpufleet.scheduler.deletions import Deletions
-from gpufleet.scheduler.snapshot import PendingGang
 
 log = logging.getLogger("gpufleet.scheduler")
 

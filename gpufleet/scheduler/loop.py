@@ -41,20 +41,20 @@ from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.model.gpus import Catalog
-from gpufleet.scheduler import metrics
+from gpufleet.scheduler import prometheus_metrics
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
+from gpufleet.scheduler.cluster_view import ClusterView, PendingGang, ViewBuilder
 from gpufleet.scheduler.cycle_report import CycleReport
 from gpufleet.scheduler.deletions import Deletions
 from gpufleet.scheduler.eligibility import overcommitted
 from gpufleet.scheduler.heal import NodeHealer
 from gpufleet.scheduler.inflight import InflightBindings
 from gpufleet.scheduler.loop_settings import SchedulerSettings
-from gpufleet.scheduler.mig import MigRequester
+from gpufleet.scheduler.mig_request import MigRequester
 from gpufleet.scheduler.offer import cap_identical, heads
 from gpufleet.scheduler.partial import PartialGangs, partial_gangs
 from gpufleet.scheduler.repartition import request_layouts
-from gpufleet.scheduler.snapshot import ClusterView, PendingGang, ViewBuilder
 from gpufleet.scheduler.victims import VictimEvictor, victims_still_shown
 from gpufleet.scheduler.waiting import WaitingReasons, pending_messages
 
@@ -104,7 +104,7 @@ class Scheduler:
         # Whether this process still leads (its Lease renewed within the duration).
         self.may_act = may_act
         self.cycle = 0
-        # Reuses, cycle to cycle, what it read of objects that did not change (snapshot.py).
+        # Reuses, cycle to cycle, what it read of objects that did not change (cluster_view.py).
         self.views = ViewBuilder(catalog, settings.name)
         deletions = Deletions(clock, settings.node_failure_grace_s + _DELETION_LINGER_S)
         self.deletions = deletions
@@ -235,7 +235,7 @@ class Scheduler:
                 stop.wait(0.1)
                 continue
             try:
-                metrics.record(self.run_cycle())
+                prometheus_metrics.record(self.run_cycle())
             except Exception:  # keep the scheduler alive; the next cycle starts from the cluster
                 log.exception("cycle=%d failed", self.cycle)
                 stop.wait(1.0)

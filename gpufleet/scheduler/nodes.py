@@ -15,11 +15,11 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from gpufleet.model.cluster import Gpu, Node
 from gpufleet.model.contract import names
 from gpufleet.model.contract.assignment import MigState, recorded_layouts
 from gpufleet.model.gfd import hardware_for, type_for_product
 from gpufleet.model.gpus import Catalog, GpuType
+from gpufleet.model.inventory import Gpu, Node
 from gpufleet.model.mig import MigLayout, enumerate_layouts, is_valid_layout, profile_counts
 from gpufleet.model.migparted import MigConfigError, resolve_layouts
 

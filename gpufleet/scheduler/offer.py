@@ -16,7 +16,7 @@ from gpufleet.core.demand import Gang
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.model.contract.reasons import SchedulerReason, pending_text
 from gpufleet.scheduler.cache import CachedState
-from gpufleet.scheduler.snapshot import ClusterView, PendingGang
+from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
 from gpufleet.scheduler.waiting import PREEMPTING_MESSAGE
 
 

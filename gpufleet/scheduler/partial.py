@@ -2,7 +2,7 @@
 
 A crash between the bindings (or evictions) of one gang, or a member deleted by hand, leaves
 some of a gang's pods bound: they hold GPUs without doing work. The unbound pods are offered to
-the core as `<gang>#rest`, on the GPU type the bound pods hold (snapshot.py); the core counts the
+the core as `<gang>#rest`, on the GPU type the bound pods hold (cluster_view); the core counts the
 bound pods' GPUs as taken and places the rest in what is free. When that placement is bound
 (phase 8) the gang is whole again and nothing restarts. The gang restarts (its bound pods
 deleted, the operator recreates them) when the core says the rest does not fit, when the rest of

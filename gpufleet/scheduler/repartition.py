@@ -11,9 +11,9 @@ from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import SchedulerReason, pending_text
 from gpufleet.model.mig import MigLayout
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
+from gpufleet.scheduler.cluster_view import ClusterView
 from gpufleet.scheduler.cycle_report import CycleReport
-from gpufleet.scheduler.mig import CONFIG_PREFIX, MigRequester
-from gpufleet.scheduler.snapshot import ClusterView
+from gpufleet.scheduler.mig_request import CONFIG_PREFIX, MigRequester
 
 log = logging.getLogger("gpufleet.scheduler")
 

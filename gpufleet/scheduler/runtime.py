@@ -14,14 +14,14 @@ from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
 from gpufleet.model.contract import names
 from gpufleet.model.gpus import Catalog, load_catalog
-from gpufleet.scheduler import metrics
+from gpufleet.scheduler import prometheus_metrics
 from gpufleet.scheduler.apiwriter import ApiWriter
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.informer import Informer
 from gpufleet.scheduler.loop import Decide, Scheduler
 from gpufleet.scheduler.loop_settings import SchedulerSettings
-from gpufleet.scheduler.mig import MigRequester
+from gpufleet.scheduler.mig_request import MigRequester
 
 log = logging.getLogger("gpufleet.scheduler")
 
@@ -121,14 +121,14 @@ class SchedulerRuntime:
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
         self._thread.start()
-        metrics.READY.set(1)
+        prometheus_metrics.READY.set(1)
 
     def alive(self) -> bool:
         """Whether the scheduling loop's thread still runs (the liveness probe's question)."""
         return self._thread.is_alive()
 
     def stop(self) -> None:
-        metrics.READY.set(0)
+        prometheus_metrics.READY.set(0)
         self.stop_event.set()
         self.cache.changed.set()
         self._thread.join(10)

@@ -22,10 +22,10 @@ from gpufleet.model.contract.reasons import SchedulerReason, pending_text
 from gpufleet.scheduler import pods
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
+from gpufleet.scheduler.cluster_view import ClusterView
 from gpufleet.scheduler.cycle_report import CycleReport
 from gpufleet.scheduler.disruption import gang_blocked
 from gpufleet.scheduler.pods import PodFacts
-from gpufleet.scheduler.snapshot import ClusterView
 from gpufleet.scheduler.waiting import PREEMPTING_MESSAGE
 
 log = logging.getLogger("gpufleet.scheduler")

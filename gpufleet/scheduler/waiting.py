@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from gpufleet.core.decision import Decision
 from gpufleet.model.contract.reasons import SchedulerReason, pending_text, scheduled_message
 from gpufleet.scheduler.binder import Binder
+from gpufleet.scheduler.cluster_view import ClusterView
 from gpufleet.scheduler.eligibility import Outcome
-from gpufleet.scheduler.snapshot import ClusterView
 
 PREEMPTING_MESSAGE = pending_text(
     SchedulerReason.PREEMPTING, "waiting for preempted lower-priority gangs to exit"

@@ -54,8 +54,8 @@ from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import ConstrainedDemand, ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.model.gpus import GpuType
 from gpufleet.sim.energy import node_power_w
-from gpufleet.sim.metrics import Integrator, JobRecord, SimResult
 from gpufleet.sim.occupancy import SimCluster, slice_share
+from gpufleet.sim.results import Integrator, JobRecord, SimResult
 from gpufleet.sim.speed import SpeedModel
 from gpufleet.sim.traces.common import TraceJob
 

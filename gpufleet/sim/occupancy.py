@@ -1,6 +1,6 @@
 """The simulated fleet's occupancy: its nodes and MIG layouts, and which gang holds which GPU.
 
-The inventory is built from core model types (`gpufleet.model.cluster.Node`), so the snapshot the
+The inventory is built from core model types (`gpufleet.model.inventory.Node`), so the snapshot the
 engine hands to a policy is exactly what the live scheduler would build. Free capacity is the
 core's ledger (`gpufleet.core.state.ClusterState`), kept for the whole run; on top of it this
 module records the owner of each whole GPU and MIG instance and running GPU-share totals, so
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.core.state import ClusterState
-from gpufleet.model.cluster import Gpu, Node
 from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import SM_SLICES, Catalog, GpuType
+from gpufleet.model.inventory import Gpu, Node
 from gpufleet.model.mig import (
     MigLayout,
     MigPlacement,

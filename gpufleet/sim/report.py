@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.sim.holdable import DroppedJob
-from gpufleet.sim.metrics import SimResult, summarise
+from gpufleet.sim.results import SimResult, summarise
 
 __all__ = [
     "COLUMNS",

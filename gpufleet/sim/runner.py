@@ -16,11 +16,11 @@ from gpufleet.model.fleet import FleetSpec, NodePoolSpec, PoolCheck
 from gpufleet.model.gpus import Catalog, load_catalog
 from gpufleet.model.input_error import InputError
 from gpufleet.sim.engine import SimSettings, Simulation, gang_for_job
+from gpufleet.sim.gavel_profiles import GavelProfile
 from gpufleet.sim.holdable import DroppedJob, why_unholdable
-from gpufleet.sim.metrics import SimResult
 from gpufleet.sim.occupancy import SimCluster, initial_layout
 from gpufleet.sim.policies import make_policy
-from gpufleet.sim.profiles import GavelProfile
+from gpufleet.sim.results import SimResult
 from gpufleet.sim.speed import SpeedModel
 from gpufleet.sim.traces.alibaba import load_alibaba_pods, parse_seconds_window
 from gpufleet.sim.traces.common import TraceJob, default_data_dir

@@ -24,7 +24,7 @@ from functools import lru_cache
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.model.gpus import Catalog
 from gpufleet.model.power import speed_factor
-from gpufleet.sim.profiles import GavelProfile, gavel_scale
+from gpufleet.sim.gavel_profiles import GavelProfile, gavel_scale
 from gpufleet.sim.traces.common import TraceJob
 
 __all__ = ["SpeedModel"]

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from gpufleet.sandbox.binaries import BuildError
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.scheduler.runtime import api_client
 from gpufleet.testing.operator import Kube, OperatorProcess
 

@@ -37,8 +37,8 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.model.contract import names
 from gpufleet.model.fleet import load_fleet
 from gpufleet.sandbox.binaries import ensure_binaries
-from gpufleet.sandbox.cluster import Sandbox, default_fleet_path
-from gpufleet.scheduler.mig import CONFIG_PREFIX
+from gpufleet.sandbox.control_plane import Sandbox, default_fleet_path
+from gpufleet.scheduler.mig_request import CONFIG_PREFIX
 from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

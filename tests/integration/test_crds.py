@@ -25,7 +25,7 @@ import yaml
 from gpufleet.model.crdgen import crd_documents
 from gpufleet.model.servingjob import ServingJob, ServingJobSpec
 from gpufleet.model.trainingjob import TrainingJob, TrainingJobSpec
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.control_plane import Sandbox
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,7 @@ from fakekubelet import FakeKubelet
 from kubernetes.client.rest import ApiException
 
 from gpufleet.model.contract import names
-from gpufleet.sandbox.cluster import Sandbox, default_fleet_path
+from gpufleet.sandbox.control_plane import Sandbox, default_fleet_path
 from gpufleet.testing.operator import Kube, wait_for
 
 

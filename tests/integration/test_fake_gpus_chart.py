@@ -24,7 +24,7 @@ from fakekubelet import FakeKubelet
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.sandbox.binaries import ensure_binaries
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.testing.operator import Kube, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from gpufleet.operator.podtemplate import GPU_TOLERATIONS
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.testing.operator import Kube, training_job, wait_for
 
 L4_NODES = [f"l4-{i}" for i in range(4)]

@@ -19,7 +19,7 @@ import pytest
 from gpufleet.model.contract import names
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.power import choose_power_cap
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 
 H100 = "H100-80GB"

@@ -41,8 +41,8 @@ from gpufleet.core.autoscaling_types import LatencyQuantiles, MetricsSample, Poo
 from gpufleet.model.contract.names import POOL_LABEL, SERVINGJOB_LABEL
 from gpufleet.operator.podtemplate import GPU_TOLERATIONS
 from gpufleet.sandbox.processes import free_port
-from gpufleet.sandbox.prometheus import PrometheusNotFound, PrometheusServer
-from gpufleet.sandbox.serving import kube_pods
+from gpufleet.sandbox.prometheus_server import PrometheusNotFound, PrometheusServer
+from gpufleet.sandbox.serving_stand_in import kube_pods
 from gpufleet.sim.serving import ServingConfig, ServingModel, replica_profile
 from gpufleet.sim.serving.exporter import RealtimeDriver, ServingExporter
 from gpufleet.sim.serving.live import LiveServingSim, ready_pods_by_pool

@@ -13,7 +13,13 @@ import yaml
 
 from gpufleet.model.fleet import load_fleet
 from gpufleet.sandbox import processes
-from gpufleet.sandbox.cluster import COMPONENTS, PROMETHEUS, SERVING, Sandbox, default_fleet_path
+from gpufleet.sandbox.control_plane import (
+    COMPONENTS,
+    PROMETHEUS,
+    SERVING,
+    Sandbox,
+    default_fleet_path,
+)
 
 
 def _node(sandbox: Sandbox, name: str) -> dict:

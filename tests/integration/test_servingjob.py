@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.model.contract import names
 from gpufleet.model.contract.names import POOL_LABEL, SERVINGJOB_LABEL
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.sandbox.processes import free_port
 from gpufleet.testing.operator import Kube, OperatorProcess, wait_for
 

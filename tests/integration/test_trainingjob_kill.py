@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.testing import invariants
 from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 

@@ -5,7 +5,7 @@ per pod of the ServingJob that is Running and Ready (kwok marks bound pods Runni
 sandbox), and serves each pool's vLLM metrics on a loopback `/metrics` endpoint for Prometheus
 to scrape. Every `poll_s` it lists the job's pods (labels `gpufleet.io/servingjob` and
 `gpufleet.io/pool`, the operator's labels) through the `PodLister` it was given (the sandbox
-reads them from the Kubernetes API: `gpufleet.sandbox.serving.kube_pods`), and a
+reads them from the Kubernetes API: `gpufleet.sandbox.serving_stand_in.kube_pods`), and a
 `RealtimeDriver` applies them and advances the model along the wall clock.
 
 GPU types

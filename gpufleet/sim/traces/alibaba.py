@@ -32,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpufleet.model.fleet import FleetSpec, MigSpec, NodePoolSpec
-from gpufleet.sim.profiles import GavelProfile, gavel_scale
+from gpufleet.sim.gavel_profiles import GavelProfile, gavel_scale
 from gpufleet.sim.traces.common import TraceJob
 from gpufleet.sim.traces.csvrows import read_rows
 

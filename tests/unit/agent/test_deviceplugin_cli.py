@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.cli import main
-from gpufleet.sandbox.cluster import default_fleet_path
+from gpufleet.sandbox.control_plane import default_fleet_path
 
 
 @pytest.mark.parametrize(

@@ -18,8 +18,8 @@ from gpufleet.agent.deviceplugin.preferred import preferred_allocation, waiting_
 from gpufleet.model.contract import names
 from gpufleet.model.fleet import FleetSpec, load_fleet
 from gpufleet.model.migparted import load_default_configs
-from gpufleet.sandbox.cluster import default_fleet_path
-from gpufleet.sandbox.nodes import fleet_manifests
+from gpufleet.sandbox.control_plane import default_fleet_path
+from gpufleet.sandbox.node_manifests import fleet_manifests
 
 FLEET = load_fleet(default_fleet_path())
 CONFIGS = load_default_configs()

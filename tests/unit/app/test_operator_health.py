@@ -1,4 +1,4 @@
-"""The metrics and probe endpoint (gpufleet/app/health.py), served for real on loopback.
+"""The metrics and probe endpoint (gpufleet/app/http_endpoint.py), served for real on loopback.
 
 Aspects under test: /readyz is 200 for a standby and a leader, 503 while a new leader syncs
 and while the process stops; /healthz is 200 until a leader's scheduler thread has died;
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpufleet.app.health import Health, Phase, serve
+from gpufleet.app.http_endpoint import Health, Phase, serve
 
 ALIVE = {"scheduler": True}
 

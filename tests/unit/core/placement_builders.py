@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 from gpufleet.core.demand import EnergyPreference, Gang, Topology, TypeOption
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
-from gpufleet.model.cluster import Node, make_node
 from gpufleet.model.gpus import Catalog, load_catalog
+from gpufleet.model.inventory import Node, make_node
 from gpufleet.model.mig import MigLayout, MigPlacement, make_layout
 
 CATALOG = load_catalog()

@@ -16,8 +16,8 @@ from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, SolverSettings
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.core.validate import decision_problems
-from gpufleet.model.cluster import make_node
 from gpufleet.model.gpus import load_catalog
+from gpufleet.model.inventory import make_node
 from gpufleet.model.mig import MigPlacement, densest_layout, make_layout
 
 CATALOG = load_catalog()

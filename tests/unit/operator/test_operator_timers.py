@@ -10,14 +10,14 @@ from typing import Any
 import kopf
 import pytest
 
-from gpufleet.operator import servingjob, trainingjob
+from gpufleet.operator import servingjob_handlers, trainingjob_handlers
 
 
 @pytest.mark.parametrize(
     ("module", "handler"),
     [
-        pytest.param(trainingjob, trainingjob.follow_pods, id="trainingjob"),
-        pytest.param(servingjob, servingjob.follow_servingjob, id="servingjob"),
+        pytest.param(trainingjob_handlers, trainingjob_handlers.follow_pods, id="trainingjob"),
+        pytest.param(servingjob_handlers, servingjob_handlers.follow_servingjob, id="servingjob"),
     ],
 )
 def test_the_timer_runs_at_the_given_period(

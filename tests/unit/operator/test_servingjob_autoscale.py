@@ -1,6 +1,6 @@
-"""The ServingJob handler's autoscaling step (`servingjob._autoscale`, through the autoscaler
-the process gives `State`: `gpufleet.autoscaler.service.JobAutoscalers`) without a cluster: the
-metrics source is opened with the job's rate window (`rateWindowSeconds`, by default
+"""The ServingJob handler's autoscaling step (`servingjob_handlers._autoscale`, through the
+autoscaler the process gives `State`: `gpufleet.autoscaler.service.JobAutoscalers`) without a
+cluster: the metrics source is opened with the job's rate window (`rateWindowSeconds`, by default
 `staleAfterSeconds`) while samples are judged stale by `staleAfterSeconds`, and the operator-wide
 autoscaler settings reach the job's autoscaler."""
 
@@ -15,7 +15,7 @@ from gpufleet.autoscaler.service import JobAutoscalers
 from gpufleet.autoscaler.serving_autoscaler import MetricsSource
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
 from gpufleet.core.autoscaling_types import LatencyQuantiles, MetricsSample, PoolRole
-from gpufleet.operator import servingjob
+from gpufleet.operator import servingjob_handlers
 from gpufleet.operator.objects import ServingJobObject
 
 TEMPLATE = {"spec": {"containers": [{"name": "vllm", "image": "x"}]}}
@@ -75,9 +75,9 @@ def test_rate_window_and_staleness_reach_the_source(
 
     base = AutoscalerSettings(window_s=42)
     autoscalers = JobAutoscalers(base, source_factory=factory)
-    state = servingjob.State(client.ApiClient(), autoscalers)
+    state = servingjob_handlers.State(client.ApiClient(), autoscalers)
     ready = {"status": {"readyReplicas": 1}}
-    health = servingjob._autoscale(
+    health = servingjob_handlers._autoscale(
         state, ServingJobObject.of(job(prometheus)), lambda: [],
         {"prefill": ready, "decode": ready}, {"prefill": 1, "decode": 1}, [],
     )  # fmt: skip
@@ -90,7 +90,7 @@ def test_rate_window_and_staleness_reach_the_source(
 
 def test_the_operator_wide_settings_reach_the_registry() -> None:
     autoscalers = JobAutoscalers(AutoscalerSettings(window_s=33))
-    state = servingjob.State(client.ApiClient(), autoscalers)
+    state = servingjob_handlers.State(client.ApiClient(), autoscalers)
     scaler = autoscalers.registry.get("uid-1", "http://prom:9090", 60)
     assert scaler.base_settings.window_s == 33
     state.close()

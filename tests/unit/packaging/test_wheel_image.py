@@ -122,7 +122,7 @@ from gpufleet.model.gpus import load_catalog
 from gpufleet.model.crdgen import crd_documents, render_yaml
 from gpufleet.model.migparted import load_default_configs
 from gpufleet.agent.deviceplugin.v1beta1 import api_pb2
-from gpufleet.sandbox.cluster import default_fleet_path
+from gpufleet.sandbox.control_plane import default_fleet_path
 from importlib import resources
 print(json.dumps({
     "module": gpufleet.__file__,

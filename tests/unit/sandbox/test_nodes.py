@@ -9,9 +9,9 @@ import pytest
 
 from gpufleet.model.fleet import load_fleet, parse_taint
 from gpufleet.model.migparted import load_default_configs
-from gpufleet.sandbox.cluster import default_fleet_path
+from gpufleet.sandbox.control_plane import default_fleet_path
 from gpufleet.sandbox.migmanager import plan_update
-from gpufleet.sandbox.nodes import MIG_APPLIED_ANNOTATION, fleet_manifests
+from gpufleet.sandbox.node_manifests import MIG_APPLIED_ANNOTATION, fleet_manifests
 
 
 def _nodes() -> list[dict]:

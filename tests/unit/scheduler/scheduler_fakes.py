@@ -14,7 +14,7 @@ from gpufleet.scheduler.binder import BindRequest
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.loop import Scheduler
 from gpufleet.scheduler.loop_settings import SchedulerSettings
-from gpufleet.scheduler.mig import config_name
+from gpufleet.scheduler.mig_request import config_name
 
 GREEDY = Policy(solver=SolverSettings(engine=Engine.GREEDY))
 

@@ -23,7 +23,7 @@ from gpufleet.model.mig import MigPlacement
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.inflight import bind_annotations
 from gpufleet.scheduler.loop import Scheduler
-from gpufleet.scheduler.mig import config_entries
+from gpufleet.scheduler.mig_request import config_entries
 
 
 def make(

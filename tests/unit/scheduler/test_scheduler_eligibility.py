@@ -23,6 +23,7 @@ from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.model.gpus import load_catalog
 from gpufleet.scheduler import eligibility
+from gpufleet.scheduler.cluster_view import build_view
 from gpufleet.scheduler.eligibility import (
     Eligibility,
     NodeFacts,
@@ -33,7 +34,6 @@ from gpufleet.scheduler.eligibility import (
     static_rejection,
 )
 from gpufleet.scheduler.pods import facts
-from gpufleet.scheduler.snapshot import build_view
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 

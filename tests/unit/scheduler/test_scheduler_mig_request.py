@@ -9,7 +9,7 @@ from gpufleet.model.contract import names
 from gpufleet.model.contract.assignment import layout_annotation
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.mig import MigPlacement
-from gpufleet.scheduler.mig import config_entries, config_name, merged_configs
+from gpufleet.scheduler.mig_request import config_entries, config_name, merged_configs
 from gpufleet.scheduler.nodes import to_core_node
 
 CATALOG = load_catalog()

@@ -14,8 +14,8 @@ from gpufleet.model.contract import names
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.mig import MigPlacement
 from gpufleet.model.migparted import load_default_configs
+from gpufleet.scheduler.cluster_view import ViewBuilder, build_view
 from gpufleet.scheduler.nodes import layout_for_counts, to_core_node
-from gpufleet.scheduler.snapshot import ViewBuilder, build_view
 
 CATALOG = load_catalog()
 CONFIGS = load_default_configs()

@@ -9,7 +9,7 @@ import pytest
 
 from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import Catalog, load_catalog
-from gpufleet.sim.profiles import GavelProfile
+from gpufleet.sim.gavel_profiles import GavelProfile
 from gpufleet.sim.traces.common import default_data_dir
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from gpufleet.core.demand import Gang, Topology, TypeOption
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
-from gpufleet.model.cluster import Gpu, Node
 from gpufleet.model.gpus import Catalog
+from gpufleet.model.inventory import Gpu, Node
 from gpufleet.sim.baselines import FifoBinPackPolicy, GavelLikePolicy, TiresiasLikePolicy
 from gpufleet.sim.kube_like import KubeLikePolicy
 from gpufleet.sim.occupancy import initial_layout

@@ -20,8 +20,8 @@ from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import Catalog
 from gpufleet.sim.baselines import FifoBinPackPolicy
 from gpufleet.sim.engine import SimPolicy, SimSettings, Simulation
+from gpufleet.sim.gavel_profiles import GavelProfile
 from gpufleet.sim.occupancy import SimCluster
-from gpufleet.sim.profiles import GavelProfile
 from gpufleet.sim.runner import single_type_demand
 from gpufleet.sim.speed import SpeedModel
 from gpufleet.sim.traces.common import TraceJob

@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 from gpufleet.core.demand import Gang
-from gpufleet.model.cluster import Node
 from gpufleet.model.fleet import load_fleet
-from gpufleet.sim.cli import default_fleet_path, main
+from gpufleet.model.inventory import Node
 from gpufleet.sim.engine import gang_for_job
-from gpufleet.sim.metrics import summarise
 from gpufleet.sim.occupancy import SimCluster
 from gpufleet.sim.policies import POLICY_NAMES
+from gpufleet.sim.results import summarise
 from gpufleet.sim.runner import Workload, load_workload, run_policy
+from gpufleet.sim.simulate_command import default_fleet_path, main
 from gpufleet.sim.speed import SpeedModel
 
 

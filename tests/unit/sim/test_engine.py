@@ -22,10 +22,10 @@ from gpufleet.model.power import capped_power_w
 from gpufleet.sim.baselines import FifoBinPackPolicy, TiresiasLikePolicy
 from gpufleet.sim.energy import PARKING_W
 from gpufleet.sim.engine import SimPolicy, SimSettings, Simulation
+from gpufleet.sim.gavel_profiles import GavelProfile
 from gpufleet.sim.kube_like import KubeLikePolicy
-from gpufleet.sim.metrics import SimResult, summarise
 from gpufleet.sim.occupancy import ClusterError, SimCluster
-from gpufleet.sim.profiles import GavelProfile
+from gpufleet.sim.results import SimResult, summarise
 from gpufleet.sim.speed import SpeedModel
 from gpufleet.sim.traces.common import TraceJob
 

@@ -8,8 +8,8 @@ import pytest
 
 from gpufleet.model.fleet import load_fleet
 from gpufleet.model.gpus import Catalog
-from gpufleet.sim.cli import default_fleet_path
 from gpufleet.sim.occupancy import SimCluster
+from gpufleet.sim.simulate_command import default_fleet_path
 
 
 @pytest.mark.parametrize(

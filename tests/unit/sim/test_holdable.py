@@ -17,8 +17,8 @@ import pytest
 from gpufleet.core.demand import Gang, Topology, TypeOption
 from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import Catalog
-from gpufleet.sim.cli import main
 from gpufleet.sim.holdable import why_unholdable
+from gpufleet.sim.simulate_command import main
 
 Pool = tuple[str, int, int, int | None]  # GPU type, nodes, GPUs per node, NVLink domain size
 

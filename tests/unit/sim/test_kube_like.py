@@ -15,8 +15,8 @@ import dataclasses
 from gpufleet.core.demand import Gang, TypeOption
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
-from gpufleet.model.cluster import Gpu, Node
 from gpufleet.model.gpus import Catalog
+from gpufleet.model.inventory import Gpu, Node
 from gpufleet.model.mig import MigPlacement
 from gpufleet.sim.kube_like import KubeLikePolicy, partial_placements
 from gpufleet.sim.occupancy import initial_layout

@@ -6,7 +6,7 @@ import itertools
 from pathlib import Path
 
 from gpufleet.model.gpus import Catalog
-from gpufleet.sim.profiles import GavelProfile, gavel_scale
+from gpufleet.sim.gavel_profiles import GavelProfile, gavel_scale
 from gpufleet.sim.runner import ALIBABA_TYPE_MAP
 from gpufleet.sim.traces.alibaba import load_alibaba_fleet, load_alibaba_pods, quantise_mig
 from gpufleet.sim.traces.common import TraceJob

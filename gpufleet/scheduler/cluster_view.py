@@ -18,9 +18,9 @@ from typing import Any
 from gpufleet.core.demand import Gang, TypeOption
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.core.state import ClusterState
-from gpufleet.model.cluster import Node
 from gpufleet.model.contract import names
 from gpufleet.model.gpus import Catalog
+from gpufleet.model.inventory import Node
 from gpufleet.scheduler import pods
 from gpufleet.scheduler.eligibility import Eligibility, Outcome, Resources
 from gpufleet.scheduler.nodes import to_core_node

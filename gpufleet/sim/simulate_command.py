@@ -32,7 +32,7 @@ from gpufleet.model.input_error import InputError
 
 if TYPE_CHECKING:
     from gpufleet.model.fleet import FleetSpec
-    from gpufleet.sim.metrics import SimResult
+    from gpufleet.sim.results import SimResult
     from gpufleet.sim.runner import Workload
 
 __all__ = ["DEFAULT_POLICIES", "add_simulate_parser", "default_fleet_path", "run_simulate"]
@@ -276,7 +276,7 @@ def _report(args: argparse.Namespace, inputs: _Inputs, results: list[SimResult])
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point (`python -m gpufleet.sim.cli ...`) for use before CLI wiring."""
+    """Stand-alone entry point (`python -m gpufleet.sim.simulate_command ...`)."""
     parser = OneLineParser(prog="gpufleet")
     add_simulate_parser(add_subcommands(parser, "command"))
     args = parser.parse_args(argv)

@@ -25,9 +25,9 @@ import yaml
 
 from gpufleet.model.fleet import load_fleet
 from gpufleet.model.migparted import load_default_configs
-from gpufleet.sandbox import processes, serving
+from gpufleet.sandbox import processes, serving_stand_in
 from gpufleet.sandbox.binaries import Binaries, ensure_binaries
-from gpufleet.sandbox.nodes import fleet_manifests, sandbox_pool_check
+from gpufleet.sandbox.node_manifests import fleet_manifests, sandbox_pool_check
 from gpufleet.sandbox.pki import ensure_pki, write_kubeconfig
 from gpufleet.settings import CONFIG_FILE_ENV
 
@@ -250,11 +250,12 @@ class Sandbox:
         self, namespace: str, servingjob: str, progress: Callable[[str], None] = print
     ) -> str:
         """Run simulated vLLM servers for the disaggregated ServingJob `namespace/servingjob`
-        and a real Prometheus scraping them (`gpufleet.sandbox.serving`); returns its URL."""
+        and a real Prometheus scraping them (`gpufleet.sandbox.serving_stand_in`); returns its
+        URL."""
         state = self._load_state()
         assert state is not None, "start the sandbox first"
         serving_dir = self.state_dir / "serving"
-        info_file = serving_dir / serving.INFO_FILE
+        info_file = serving_dir / serving_stand_in.INFO_FILE
         if not (
             SERVING in state.pids
             and processes.is_ours(state.pids[SERVING], str(serving_dir))
@@ -263,7 +264,7 @@ class Sandbox:
             progress(f"starting simulated vLLM servers for {servingjob} and Prometheus")
             info_file.unlink(missing_ok=True)
             argv = [
-                sys.executable, "-m", "gpufleet.sandbox.serving",
+                sys.executable, "-m", "gpufleet.sandbox.serving_stand_in",
                 f"--kubeconfig={self.kubeconfig}", f"--state-dir={serving_dir}",
                 f"--namespace={namespace}", f"--servingjob={servingjob}",
             ]  # fmt: skip

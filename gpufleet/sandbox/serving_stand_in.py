@@ -1,6 +1,6 @@
 """The sandbox's stand-in for a ServingJob's vLLM servers and the Prometheus that scrapes them.
 
-`python -m gpufleet.sandbox.serving` runs, until SIGTERM, a `LiveServingSim` for one
+`python -m gpufleet.sandbox.serving_stand_in` runs, until SIGTERM, a `LiveServingSim` for one
 disaggregated ServingJob (its pool sizes are the job's Running pods, so the autoscaler's
 decisions change what the simulated servers can do) fed by a repeating load pattern, and a real
 Prometheus (Debian's `prometheus`) scraping the simulated `/metrics` endpoints with the
@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from kubernetes import client
 
-from gpufleet.sandbox.prometheus import PrometheusServer
+from gpufleet.sandbox.prometheus_server import PrometheusServer
 from gpufleet.scheduler.runtime import api_client
 from gpufleet.sim.serving.live import LiveServingSim, PodLister
 from gpufleet.sim.serving.model import ServingConfig
@@ -45,7 +45,7 @@ QUIET_RATE, BURST_RATE = 1.0, 8.0
 PROMPT_TOKENS, OUTPUT_TOKENS = 4096, 512
 SCRAPE_INTERVAL_S = 5.0
 
-log = logging.getLogger("gpufleet.sandbox.serving")
+log = logging.getLogger("gpufleet.sandbox.serving_stand_in")
 
 
 def demo_load(hours: float, seed: int = 0) -> tuple[Request, ...]:
@@ -85,7 +85,7 @@ def serving_config() -> ServingConfig:
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m gpufleet.sandbox.serving")
+    parser = argparse.ArgumentParser(prog="python -m gpufleet.sandbox.serving_stand_in")
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--state-dir", required=True, type=Path)
     parser.add_argument("--namespace", default="default")
