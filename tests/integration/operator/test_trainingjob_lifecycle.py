@@ -22,7 +22,7 @@ from gpufleet.model.power import capped_power_w
 from gpufleet.testing import invariants
 from gpufleet.testing.operator import Kube, wait_for
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def example(name: str) -> dict[str, Any]:

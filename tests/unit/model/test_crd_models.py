@@ -31,7 +31,7 @@ from gpufleet.model.trainingjob import (
     TrainingJobStatus,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.yaml"))
 MODELS: dict[str, type[TrainingJob] | type[ServingJob]] = {
     "TrainingJob": TrainingJob,

@@ -29,7 +29,7 @@ from gpufleet.sandbox.control_plane import Sandbox
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.yaml"))
 MODELS: dict[str, type[TrainingJob] | type[ServingJob]] = {
     "TrainingJob": TrainingJob,

@@ -41,7 +41,7 @@ from gpufleet.sandbox.control_plane import Sandbox, default_fleet_path
 from gpufleet.scheduler.mig_request import CONFIG_PREFIX
 from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 CHART = REPO_ROOT / "helm" / "gpufleet"
 NAMESPACE = "gpufleet-system"  # the sandbox's; it holds the MIG manager's ConfigMap
 RELEASE = "gpufleet"

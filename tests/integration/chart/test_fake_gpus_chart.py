@@ -27,7 +27,7 @@ from gpufleet.sandbox.binaries import ensure_binaries
 from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.testing.operator import Kube, wait_for
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 CHART = REPO_ROOT / "helm" / "gpufleet"
 KIND_FLEET = REPO_ROOT / "deploy" / "kind" / "fleet.yaml"
 

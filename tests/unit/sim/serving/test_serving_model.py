@@ -31,7 +31,7 @@ from gpufleet.sim.serving import (
 )
 from gpufleet.sim.serving.exporter import LOOPBACK, RealtimeDriver, ServingExporter
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 AZURE_CODE = REPO_ROOT.parent / "shared" / "data" / "traces" / "azure-llm-2023-code.csv"
 PROFILE = replica_profile("H100-SXM-80GB")
 

@@ -25,7 +25,7 @@ import yaml
 from gpufleet.model.crdgen import crd_documents, crd_filename, main, render_yaml
 from gpufleet.model.mig_profiles import MIG_PROFILE_NAMES
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 CRD_DIR = REPO_ROOT / "crds"
 CRD_DIRS = [CRD_DIR, REPO_ROOT / "helm" / "gpufleet" / "crds"]
 
