@@ -349,6 +349,24 @@ def main(argv: list[str] | None = None) -> int:
         return input_error_exit(PROG, exc)
 
 
+@dataclass(frozen=True)
+class Replays:
+    """Every policy's replay of one invocation, and the reference points."""
+
+    static: Run
+    p_static: int
+    d_static: int
+    p_start: int  # the prefill count both autoscalers start from
+    hpa_runs: list[Run]
+    hpa_matched: Run | None  # the cheapest HPA setting with at least gpufleet's attainment
+    gf: Run
+    bounds_ref: list[Bound]
+
+    @property
+    def hpa(self) -> Run:
+        return self.hpa_runs[0]  # the KServe-documented target
+
+
 def _run(args: argparse.Namespace) -> int:
     global SLO
     # Every input is checked before the first replay starts.
@@ -361,6 +379,49 @@ def _run(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     requests, trace_label, trace_name = _trace(args)
+    replays = _replay_all(args, requests, overrides, settings)
+    elapsed = time.perf_counter() - started
+    _print_table(args, requests, trace_label, replays)
+    comparisons = compare(replays.gf, replays.static, replays.hpa, replays.hpa_matched)
+    for key, c in comparisons.items():
+        print(f"gpufleet {key}: {c['text']}")
+    met: dict[str, bool | None] = {
+        "attainment>=0.99": replays.gf.attainment >= ATTAINMENT_TARGET,
+        "gpu_hours<=0.7x_static": comparisons["vs_static"]["met"],
+        "gpu_hours<=0.85x_hpa_baseline_at_equal_or_better_attainment": comparisons[
+            "vs_hpa_baseline"
+        ]["met"],
+        "gpu_hours<=0.85x_cheapest_hpa_at_equal_or_better_attainment": comparisons[
+            "vs_hpa_matched"
+        ]["met"],
+    }
+    print(
+        "targets: "
+        + ", ".join(
+            f"{k} {'met' if v else ('n/a' if v is None else 'MISSED')}" for k, v in met.items()
+        )
+        + f"  ({elapsed:.1f}s)"
+    )
+    summary = {
+        "bench": "autoscaler",
+        "trace": trace_name,
+        "requests": len(requests),
+        **_summary(args, overrides, replays, comparisons),
+        "targets": met,
+        "targets_met": all(v is True for v in met.values()),
+        "elapsed_s": round(elapsed, 1),
+    }
+    print(json.dumps(summary, sort_keys=True))
+    return 0
+
+
+def _replay_all(
+    args: argparse.Namespace,
+    requests: tuple[Request, ...],
+    overrides: Mapping[str, float],
+    settings: AutoscalerSettings,
+) -> Replays:
+    """Replay the trace under (a) static-peak, (c) gpufleet and (b) every HPA target."""
     cold = args.cold_start
     gpu = args.gpu
     bounds = {"prefill": PoolBounds(1, MAX_REPLICAS), "decode": PoolBounds(1, MAX_REPLICAS)}
@@ -421,17 +482,21 @@ def _run(args: argparse.Namespace) -> int:
                 f"running/replica target prefill={prefill_target:g} decode={decode_target:.0f}",
             )
         )
-    hpa = hpa_runs[0]  # the KServe-documented target
     matched = [r for r in hpa_runs if r.attainment >= gf.attainment]
     hpa_matched = min(matched, key=lambda r: r.gpu_hours) if matched else None
 
     bounds_ref = minute_bounds(requests, gpu, cold, d_static, p_static + 3)
+    return Replays(static, p_static, d_static, p_start, hpa_runs, hpa_matched, gf, bounds_ref)
 
-    elapsed = time.perf_counter() - started
-    runs = [static, *hpa_runs, gf]
+
+def _print_table(
+    args: argparse.Namespace, requests: tuple[Request, ...], trace_label: str, replays: Replays
+) -> None:
+    """The trace, then one row per policy and per reference point."""
+    static, hpa = replays.static, replays.hpa
     print(
         f"{trace_label}: {len(requests)} requests over "
-        f"{requests[-1].arrival_s / 60:.1f} min; {gpu}, cold start {cold:.0f}s, "
+        f"{requests[-1].arrival_s / 60:.1f} min; {args.gpu}, cold start {args.cold_start:.0f}s, "
         f"SLO TTFT<={SLO.ttft_p90_s}s ITL<={SLO.itl_p90_s * 1e3:.0f}ms, control period "
         f"{PERIOD_S:.0f}s"
     )
@@ -440,7 +505,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     print(header)
     print("-" * len(header))
-    for run in runs:
+    for run in [static, *replays.hpa_runs, replays.gf]:
         ttft = sorted(o.ttft_s for o in run.result.outcomes)
         tpot = sorted(o.tpot_s for o in run.result.outcomes)
         print(
@@ -450,50 +515,45 @@ def _run(args: argparse.Namespace) -> int:
             f"{run.scale_events:>6}  {run.detail}"
         )
     print("reference points (per-minute needs from static runs; approximate, not policies):")
-    for b in bounds_ref:
+    for b in replays.bounds_ref:
         print(
             f"{b.name:<18} {b.attainment:>7.4f} {b.gpu_hours:>6.2f} "
             f"{b.gpu_hours / static.gpu_hours:>7.3f} {b.gpu_hours / hpa.gpu_hours:>6.3f}  "
             f"{b.detail}"
         )
-    comparisons = compare(gf, static, hpa, hpa_matched)
-    for key, c in comparisons.items():
-        print(f"gpufleet {key}: {c['text']}")
-    met: dict[str, bool | None] = {
-        "attainment>=0.99": gf.attainment >= ATTAINMENT_TARGET,
-        "gpu_hours<=0.7x_static": comparisons["vs_static"]["met"],
-        "gpu_hours<=0.85x_hpa_baseline_at_equal_or_better_attainment": comparisons[
-            "vs_hpa_baseline"
-        ]["met"],
-        "gpu_hours<=0.85x_cheapest_hpa_at_equal_or_better_attainment": comparisons[
-            "vs_hpa_matched"
-        ]["met"],
-    }
-    print(
-        "targets: "
-        + ", ".join(
-            f"{k} {'met' if v else ('n/a' if v is None else 'MISSED')}" for k, v in met.items()
-        )
-        + f"  ({elapsed:.1f}s)"
-    )
+
+
+def _summary(
+    args: argparse.Namespace,
+    overrides: Mapping[str, float],
+    replays: Replays,
+    comparisons: Mapping[str, Mapping[str, object]],
+) -> dict[str, object]:
+    """The JSON line's fields about the setup and the replays."""
 
     def brief(run: Run) -> dict[str, float]:
         return {"attainment": round(run.attainment, 4), "gpu_hours": round(run.gpu_hours, 3)}
 
-    summary = {
-        "bench": "autoscaler",
-        "trace": trace_name,
-        "requests": len(requests),
-        "gpu": gpu,
-        "cold_start_s": cold,
+    hpa_matched = replays.hpa_matched
+    return {
+        "gpu": args.gpu,
+        "cold_start_s": args.cold_start,
         "period_s": PERIOD_S,
-        "start_prefill": p_start,
+        "start_prefill": replays.p_start,
         "slo": {"ttft_p90_s": SLO.ttft_p90_s, "itl_p90_s": SLO.itl_p90_s},
-        "static": {"prefill": p_static, "decode": d_static, **brief(static)},
-        "hpa": {"prefill_target": HPA_PREFILL_TARGETS[0], **brief(hpa)},
-        "hpa_all": {r.name: brief(r) for r in hpa_runs},
+        "static": {
+            "prefill": replays.p_static,
+            "decode": replays.d_static,
+            **brief(replays.static),
+        },
+        "hpa": {"prefill_target": HPA_PREFILL_TARGETS[0], **brief(replays.hpa)},
+        "hpa_all": {r.name: brief(r) for r in replays.hpa_runs},
         "hpa_matched": ({"name": hpa_matched.name, **brief(hpa_matched)} if hpa_matched else None),
-        "gpufleet": {"slo_quantile": args.slo_quantile, "overrides": overrides, **brief(gf)},
+        "gpufleet": {
+            "slo_quantile": args.slo_quantile,
+            "overrides": dict(overrides),
+            **brief(replays.gf),
+        },
         "comparisons": {
             k: {f: v for f, v in c.items() if f != "text"} for k, c in comparisons.items()
         },
@@ -502,14 +562,9 @@ def _run(args: argparse.Namespace) -> int:
         "gpufleet_vs_hpa_matched_gpu_hours": comparisons["vs_hpa_matched"]["gpu_hours_ratio"],
         "reference": {
             b.name: {"attainment": round(b.attainment, 4), "gpu_hours": round(b.gpu_hours, 3)}
-            for b in bounds_ref
+            for b in replays.bounds_ref
         },
-        "targets": met,
-        "targets_met": all(v is True for v in met.values()),
-        "elapsed_s": round(elapsed, 1),
     }
-    print(json.dumps(summary, sort_keys=True))
-    return 0
 
 
 def compare(
