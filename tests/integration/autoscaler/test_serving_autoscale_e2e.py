@@ -131,6 +131,32 @@ def running_pods(kube: Kube, ns: str) -> Counter[str]:
     )
 
 
+def assert_events_tell_the_decisions(
+    kube: Kube, ns: str, peak: dict[str, int], reasons: dict[str, set[str]]
+) -> None:
+    """Every decision is an Event; the status showed the decisions' own messages."""
+    events = [e for e in kube.events(ns, JOB) if e.get("reason") == "Scaled"]
+    changes = {pool: Counter[tuple[int, int]]() for pool in POOLS}
+    for event in events:
+        match = SCALED.match(event["message"])
+        assert match, f"Scaled event without a policy message: {event['message']!r}"
+        changes[match[1]][(int(match[2]), int(match[3]))] += event.get("count") or 1
+    for pool in POOLS:
+        ups = [c for c in changes[pool] if c[1] > c[0]]
+        downs = [c for c in changes[pool] if c[1] < c[0]]
+        assert ups and downs, f"{pool}: {changes[pool]}"
+        # An unbroken chain from 1 back to 1: every count a pool left, it had entered.
+        left = Counter[int]()
+        entered = Counter[int]()
+        for (a, b), n in changes[pool].items():
+            left[a] += n
+            entered[b] += n
+        assert left == entered, f"{pool}: decisions missing from the Events: {changes[pool]}"
+        assert max(b for _, b in changes[pool]) == peak[pool]
+        messages = {e["message"] for e in kube.events(ns, JOB)}
+        assert reasons[pool] and reasons[pool] <= messages, reasons[pool]
+
+
 def test_both_pools_follow_a_code_trace_burst(
     kube: Kube, ns: str, prometheus: PrometheusServer
 ) -> None:
@@ -192,28 +218,7 @@ def test_both_pools_follow_a_code_trace_burst(
             assert metrics_seen, "the autoscaler never reported fresh metrics"
             assert all(peak_running[p] >= 2 for p in POOLS), peak_running
         assert len(sim.model.outcomes()) > 100  # the trace was served
-
-        # Every decision is an Event; the status showed the decisions' own messages.
-        events = [e for e in kube.events(ns, JOB) if e.get("reason") == "Scaled"]
-        changes = {pool: Counter[tuple[int, int]]() for pool in POOLS}
-        for event in events:
-            match = SCALED.match(event["message"])
-            assert match, f"Scaled event without a policy message: {event['message']!r}"
-            changes[match[1]][(int(match[2]), int(match[3]))] += event.get("count") or 1
-        for pool in POOLS:
-            ups = [c for c in changes[pool] if c[1] > c[0]]
-            downs = [c for c in changes[pool] if c[1] < c[0]]
-            assert ups and downs, f"{pool}: {changes[pool]}"
-            # An unbroken chain from 1 back to 1: every count a pool left, it had entered.
-            left = Counter[int]()
-            entered = Counter[int]()
-            for (a, b), n in changes[pool].items():
-                left[a] += n
-                entered[b] += n
-            assert left == entered, f"{pool}: decisions missing from the Events: {changes[pool]}"
-            assert max(b for _, b in changes[pool]) == peak[pool]
-            messages = {e["message"] for e in kube.events(ns, JOB)}
-            assert reasons[pool] and reasons[pool] <= messages, reasons[pool]
+        assert_events_tell_the_decisions(kube, ns, peak, reasons)
         assert time.monotonic() - started < 120
     finally:
         custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB)
