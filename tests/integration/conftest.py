@@ -15,7 +15,11 @@ import pytest
 from gpufleet.sandbox.binaries import BuildError
 from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.scheduler.runtime import api_client
+from gpufleet.testing.fleet_layouts import restore_mig_layouts
 from gpufleet.testing.operator import Kube, OperatorProcess
+
+# The session's sandbox once a test has asked for it (modules that need none do not start it).
+_STARTED: list[Sandbox] = []
 
 
 @pytest.fixture(scope="session")
@@ -30,8 +34,20 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     except Exception as exc:
         sbx.down(progress=lambda _: None)
         pytest.fail(f"the sandbox did not start: {exc}", pytrace=False)
+    _STARTED.append(sbx)
     yield sbx
+    _STARTED.clear()
     sbx.down(progress=lambda _: None)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fleet_layouts_given_back() -> Iterator[None]:
+    """After each module, the MIG layouts its jobs made gpufleet change go back to the fleet
+    file's: the sandbox is shared by the session, and no module's outcome may depend on the
+    modules that ran before it."""
+    yield
+    for sbx in _STARTED:
+        restore_mig_layouts(sbx)
 
 
 @pytest.fixture(scope="session")

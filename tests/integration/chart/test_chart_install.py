@@ -35,9 +35,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.model.contract import names
-from gpufleet.model.fleet import load_fleet
 from gpufleet.sandbox.binaries import ensure_binaries
-from gpufleet.sandbox.control_plane import Sandbox, default_fleet_path
+from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.scheduler.mig_request import CONFIG_PREFIX
 from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 
@@ -131,25 +130,6 @@ def release(sandbox: Sandbox, kube: Kube) -> Iterator[float]:
     yield elapsed
     if helm(sandbox, "status", RELEASE, "-n", NAMESPACE, check=False).returncode == 0:
         helm(sandbox, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
-    _restore_mig_layouts(sandbox)
-
-
-def _restore_mig_layouts(sandbox: Sandbox) -> None:
-    """Give the nodes the MIG scenarios repartitioned their fleet layout back: the sandbox is
-    shared by the session and other modules expect the default fleet."""
-    changed = []
-    for pool in load_fleet(default_fleet_path()).node_pools:
-        if pool.mig is None:
-            continue
-        for name in pool.node_names():
-            node = json.loads(sandbox.kubectl("get", "node", name, "-o", "json").stdout)
-            if node["metadata"]["labels"].get(names.MIG_CONFIG_LABEL) != pool.mig.config:
-                label = f"{names.MIG_CONFIG_LABEL}={pool.mig.config}"
-                sandbox.kubectl("label", "--overwrite", "node", name, label)
-                changed.append(name)
-    for name in changed:
-        state = "jsonpath={.metadata.labels.nvidia\\.com/mig\\.config\\.state}=success"
-        sandbox.kubectl("wait", f"--for={state}", "node", name, "--timeout=60s")
 
 
 def test_install_creates_every_object(sandbox: Sandbox, release: float) -> None:
