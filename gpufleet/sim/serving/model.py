@@ -20,6 +20,14 @@ is done), so a scale-down never aborts a request. `set_replica_profiles` does th
 profile: it converges the pool to a multiset of profiles, adding or draining replicas of each
 profile only. Queued work waits for ready replicas.
 
+Standby replicas (vLLM sleep mode level 1: weights offloaded to CPU memory, the KV cache
+discarded, the GPU's memory freed while the server process stays up): `sleep` drains replicas
+into the `asleep` phase instead of removing them, `wake` turns asleep replicas back into
+starting ones that are ready after `wake_s` (distinct from, and much shorter than, the cold
+start), and `set_replicas` wakes asleep replicas before it cold-starts new ones. An asleep
+replica serves nothing and is not billed as serving GPU time (its GPU may be lent); `asleep`
+counts them. `PoolConfig.standby` replicas start asleep.
+
 The model is deterministic: the same requests, configuration and call sequence give the same
 results (ties are broken by replica id and event sequence number). It exposes
 - `sample(pool)`: a `MetricsSample` since the previous sample (what the policy consumes);
@@ -73,6 +81,7 @@ class ReplicaPhase(enum.StrEnum):
     STARTING = "starting"
     READY = "ready"
     DRAINING = "draining"
+    ASLEEP = "asleep"  # loaded but asleep: serves nothing, GPU memory freed (vLLM sleep level 1)
     GONE = "gone"
 
 
@@ -84,6 +93,7 @@ class PoolConfig:
     role: PoolRole
     profile: ReplicaProfile
     initial_replicas: int = 1
+    standby: int = 0  # replicas that start asleep (loaded, not serving)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +103,10 @@ class ServingConfig:
     prefill: PoolConfig
     decode: PoolConfig
     cold_start_s: float = 60.0  # lower end of 60-300 s in reference/serving.md §9 rule 5
+    # Asleep -> ready: the weights come back from CPU memory (vLLM reports wake-ups 18-200x
+    # faster than a reload; reference/install-operate.md), plus the time the GPU's borrower
+    # takes to stop. 5 s is an allowance for both, not a measurement.
+    wake_s: float = 5.0
 
     @classmethod
     def of(
@@ -114,8 +128,11 @@ class ServingConfig:
             raise ValueError("ServingConfig needs a prefill pool and a decode pool")
         if self.prefill.name == self.decode.name:
             raise ValueError("pool names must differ")
-        if self.cold_start_s < 0:
-            raise ValueError("cold_start_s must be >= 0")
+        if self.cold_start_s < 0 or self.wake_s < 0:
+            raise ValueError("cold_start_s and wake_s must be >= 0")
+        for pool in (self.prefill, self.decode):
+            if pool.initial_replicas < 0 or pool.standby < 0:
+                raise ValueError(f"pool {pool.name}: replica counts must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +217,10 @@ class _Replica:
     created_s: float
     profile: ReplicaProfile
     removed_s: float = math.nan
+    awake_s: float = 0.0  # billed time of earlier awake spells (before the last sleep)
+    sleep_s: float = math.nan  # when it fell asleep (NaN while awake)
+    to_sleep: bool = False  # draining into `asleep`, not out of the pool
+    ready_at: float = 0.0  # when the current start (cold or wake) completes
     busy: bool = False
     iter_start_s: float = 0.0
     local: list[_Req] = field(default_factory=list)  # prefill: assigned, not finished
@@ -314,6 +335,9 @@ class ServingModel:
         for pool in (self._prefill, self._decode):
             for _ in range(pool.config.initial_replicas):
                 self._add_replica(pool, ready=True)
+            for _ in range(pool.config.standby):
+                self._add_replica(pool, ready=True)
+                self._fall_asleep(pool.replicas[-1])
 
     # --- public API ----------------------------------------------------------------------
 
@@ -403,14 +427,55 @@ class ServingModel:
     def ready_replicas(self, pool_name: str) -> int:
         return sum(r.phase is ReplicaPhase.READY for r in self._pools[pool_name].replicas)
 
+    def asleep(self, pool_name: str) -> int:
+        """Replicas asleep (standby): loaded, serving nothing."""
+        return sum(r.phase is ReplicaPhase.ASLEEP for r in self._pools[pool_name].replicas)
+
+    def replica_phases(self, pool_name: str) -> tuple[tuple[int, ReplicaPhase], ...]:
+        """(replica id, phase) of every replica ever in the pool, in id order."""
+        return tuple((r.rid, r.phase) for r in self._pools[pool_name].replicas)
+
+    def wake(self, pool_name: str, count: int) -> int:
+        """Wake up to `count` asleep replicas (lowest id first); they are ready after
+        `wake_s`. Returns how many were woken."""
+        pool = self._pools[pool_name]
+        woken = 0
+        for r in pool.replicas:
+            if woken == count:
+                break
+            if r.phase is ReplicaPhase.ASLEEP:
+                self._wake_replica(r)
+                woken += 1
+        return woken
+
+    def sleep(self, pool_name: str, count: int) -> int:
+        """Put up to `count` serving replicas to sleep: starting ones are cancelled into
+        `asleep` at once, ready ones drain first (least busy first). Returns how many."""
+        pool = self._pools[pool_name]
+        active = [
+            r for r in pool.replicas if r.phase in (ReplicaPhase.STARTING, ReplicaPhase.READY)
+        ]
+        ordered = sorted(
+            active, key=lambda r: (r.phase is ReplicaPhase.READY, self._load(pool, r), -r.rid)
+        )
+        for r in ordered[:count]:
+            r.to_sleep = True
+            if r.phase is ReplicaPhase.STARTING:
+                self._fall_asleep(r)
+            else:
+                r.phase = ReplicaPhase.DRAINING
+                if not r.busy and not r.local and not r.batch:
+                    self._fall_asleep(r)
+        return min(count, len(ordered))
+
     def gpu_seconds(self, pool_name: str | None = None) -> float:
-        """GPU-seconds billed so far: every replica from its request until it is gone."""
+        """GPU-seconds billed so far: every replica from its request until it is gone, except
+        while it is asleep."""
         pools = self._pools.values() if pool_name is None else [self._pools[pool_name]]
         total = 0.0
         for pool in pools:
             for r in pool.replicas:
-                end = self._now if math.isnan(r.removed_s) else r.removed_s
-                total += (end - r.created_s) * r.profile.gpus
+                total += self._awake_time(r) * r.profile.gpus
         return total
 
     def sample(self, pool_name: str) -> MetricsSample:
@@ -506,8 +571,14 @@ class ServingModel:
             for r in members:
                 if delta and r.phase is ReplicaPhase.DRAINING:
                     r.phase = ReplicaPhase.READY
+                    r.to_sleep = False
                     delta -= 1
                     self._try_start(pool, r)
+            # Then wake standbys (seconds), and only then cold-start new replicas (a minute+).
+            for r in members:
+                if delta and r.phase is ReplicaPhase.ASLEEP:
+                    self._wake_replica(r)
+                    delta -= 1
             for _ in range(delta):
                 self._add_replica(pool, ready=False, profile=profile)
         elif delta < 0:
@@ -538,11 +609,38 @@ class ServingModel:
         pool.replicas.append(r)
         self._by_rid[r.rid] = (pool, r)
         if not ready:
-            self._push(self._now + self.config.cold_start_s, _READY, r.rid)
+            r.ready_at = self._now + self.config.cold_start_s
+            self._push(r.ready_at, _READY, r.rid)
 
     def _retire(self, r: _Replica) -> None:
+        if r.to_sleep:
+            self._fall_asleep(r)
+            return
         r.phase = ReplicaPhase.GONE
         r.removed_s = self._now
+
+    def _fall_asleep(self, r: _Replica) -> None:
+        """Asleep: billed time so far is kept, the KV cache is gone, nothing is served."""
+        r.awake_s = self._awake_time(r)
+        r.phase = ReplicaPhase.ASLEEP
+        r.sleep_s = self._now
+        r.to_sleep = False
+        r.kv_used = 0
+        r.ctx_tokens = 0
+
+    def _wake_replica(self, r: _Replica) -> None:
+        r.phase = ReplicaPhase.STARTING
+        r.sleep_s = math.nan
+        r.created_s = self._now  # a new awake spell starts (billed from the wake request)
+        r.ready_at = self._now + self.config.wake_s
+        self._push(r.ready_at, _READY, r.rid)
+
+    def _awake_time(self, r: _Replica) -> float:
+        """Billed seconds of a replica: earlier awake spells plus the current one."""
+        if r.phase is ReplicaPhase.ASLEEP:
+            return r.awake_s
+        end = self._now if math.isnan(r.removed_s) else r.removed_s
+        return r.awake_s + (end - r.created_s)
 
     def _load(self, pool: _Pool, r: _Replica) -> int:
         if pool is self._prefill:
@@ -584,7 +682,8 @@ class ServingModel:
             return
         pool, r = self._by_rid[rid]
         if kind == _READY:
-            if r.phase is ReplicaPhase.STARTING:
+            # A start cancelled by a sleep and restarted by a wake leaves a stale event behind.
+            if r.phase is ReplicaPhase.STARTING and self._now >= r.ready_at - 1e-9:
                 r.phase = ReplicaPhase.READY
                 self._try_start(pool, r)
         elif kind == _PREFILL_END:
