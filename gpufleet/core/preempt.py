@@ -2,16 +2,18 @@
 
 For each gang still pending (highest priority first, a bounded number per decision) the victims
 are running gangs that are preemptible, of strictly lower priority, on an acceptable GPU type and
-on a node the gang may use, tried cheapest first. Victims are released one at a time until the
-gang fits; then victims that turn out unnecessary are put back, and the eviction happens only if
-the gang's objective value beats what the victims lose plus the disruption cost. Every what-if
-is undone when not taken.
+on a node the gang may use, tried in borrowing.py's order (lowest priority, then least work
+lost: checkpoint age and restart cost, then longest remaining time). Victims are released one at
+a time until the gang fits; then victims that turn out unnecessary are put back, and the eviction
+happens only if the gang's objective value beats what the victims lose plus the disruption cost.
+Every what-if is undone when not taken.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpufleet.core.borrowing import victim_key
 from gpufleet.core.decision import GangPlacement, Preemption
 from gpufleet.core.demand import Gang
 from gpufleet.core.greedy import (
@@ -87,7 +89,7 @@ def preempt_for_pending(
         if not candidates:
             continue
         tried += 1
-        candidates.sort(key=lambda r: (r.priority, values[r.id], r.id))
+        candidates.sort(key=victim_key(values))
         released: list[RunningGang] = []
         plan: Plan | None = None
         for victim in candidates[:MAX_VICTIMS_PER_GANG]:

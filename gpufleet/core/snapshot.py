@@ -26,8 +26,32 @@ class ReplicaPlacement:
 
 
 @dataclass(frozen=True, slots=True)
+class RunProgress:
+    """What the caller knows of a running gang's progress, for move decisions (moves.py).
+
+    `expected_remaining_s` is the caller's estimate at the current placement's speed (from what
+    it has seen, never the job's own future); `unsaved_s` the run time since the job's last
+    checkpoint (0 when it checkpoints on a signal); `restart_s` the time a whole-gang restart
+    takes (including a checkpoint-on-signal grace period); `recent_moves` how many times it was
+    moved in the last hour.
+    """
+
+    expected_remaining_s: float
+    unsaved_s: float = 0.0
+    restart_s: float = 60.0
+    recent_moves: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.expected_remaining_s, self.unsaved_s, self.restart_s) < 0:
+            raise ValueError("progress times must be >= 0")
+        if self.recent_moves < 0:
+            raise ValueError("recent_moves must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
 class RunningGang:
-    """A gang already holding GPUs; the unit of preemption."""
+    """A gang already holding GPUs; the unit of preemption. With its `progress` the core picks
+    the victims that lose the least work (borrowing.py)."""
 
     id: str
     gpu_type: str
@@ -35,6 +59,7 @@ class RunningGang:
     priority: int = 0
     preemptible: bool = True
     relative_throughput: float | None = None  # None = catalogue default for gpu_type
+    progress: RunProgress | None = None
 
 
 @dataclass(frozen=True, slots=True)

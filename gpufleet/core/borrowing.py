@@ -1,0 +1,107 @@
+"""Which running gangs a higher-priority gang borrows GPUs from: those that lose the least work.
+
+A serving scale-up (or any higher-priority gang) that finds no free GPUs takes them from
+preemptible gangs of strictly lower priority (preempt.py: whole gangs only, never a
+non-preemptible one). An elastic job reaches the core as its minimum gang plus one unit per
+replica beyond the minimum (`elastic_units`), so taking a unit shrinks the job and the job is
+never cut below its minimum: it is either shrunk or preempted whole. Candidates are tried in
+`victim_key` order:
+
+1. lower priority first (opportunistic elastic growth is offered at priority 0);
+2. then the least **lost work**, GPU-seconds: every GPU of the gang redoes the progress since its
+   last checkpoint (`RunProgress.unsaved_s`, its checkpoint age) and waits out the restart
+   (`RunProgress.restart_s`: rendezvous, loading the checkpoint, any checkpoint-on-signal grace);
+3. then the **longest expected remaining time** first: a gang about to finish frees its GPUs
+   soon anyway, so evicting it buys the least GPU time and delays a completion that was near
+   (the shortest-remaining-first argument for average completion time);
+4. then the lower objective value and the id, for determinism.
+
+A gang whose progress the caller does not know is charged a restart at `DEFAULT_RESTART_S`, no
+unsaved progress and no remaining time (so, among equal losses, it goes after the gangs known to
+run long). When the borrower's demand ends, nothing here gives GPUs back: the evicted gangs are
+pending again and the ordinary placement re-admits them (and regrows elastic units) as GPUs free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress
+
+__all__ = ["DEFAULT_RESTART_S", "elastic_units", "lost_work_gpu_s", "victim_key"]
+
+DEFAULT_RESTART_S = 60.0  # RunProgress's default restart time, for gangs without progress
+
+VictimKey = tuple[int, float, float, float, str]
+
+
+def _gpus(gang: RunningGang) -> int:
+    return sum(len(r.gpus) for r in gang.replicas)
+
+
+def lost_work_gpu_s(gang: RunningGang) -> float:
+    """GPU-seconds lost if `gang` is evicted now: (unsaved progress + restart) x its GPUs."""
+    progress = gang.progress
+    if progress is None:
+        return DEFAULT_RESTART_S * _gpus(gang)
+    return (progress.unsaved_s + progress.restart_s) * _gpus(gang)
+
+
+def victim_key(values: Mapping[str, float]) -> Callable[[RunningGang], VictimKey]:
+    """Sort key of preemption candidates (module docstring); `values` are their objective
+    values by id."""
+
+    def key(gang: RunningGang) -> VictimKey:
+        remaining = gang.progress.expected_remaining_s if gang.progress is not None else 0.0
+        return (
+            gang.priority,
+            round(lost_work_gpu_s(gang), 6),
+            -remaining,
+            values.get(gang.id, 0.0),
+            gang.id,
+        )
+
+    return key
+
+
+def elastic_units(
+    gang_id: str,
+    gpu_type: str,
+    replicas: Sequence[ReplicaPlacement],
+    min_replicas: int,
+    *,
+    priority: int,
+    preemptible: bool,
+    relative_throughput: float | None = None,
+    progress: RunProgress | None = None,
+) -> tuple[RunningGang, ...]:
+    """A running elastic gang as the core sees it: the first `min_replicas` replicas as the gang
+    itself, each replica beyond them as its own preemptible unit `<id>#extra-<i>` at priority 0,
+    so a higher-priority gang shrinks the job toward its minimum before it preempts any gang
+    whole. The extras carry the gang's progress (a membership change restarts the job's workers
+    from their last checkpoint)."""
+    base = max(1, min(min_replicas, len(replicas)))
+    units = [
+        RunningGang(
+            gang_id,
+            gpu_type,
+            tuple(replicas[:base]),
+            priority,
+            preemptible,
+            relative_throughput,
+            progress,
+        )
+    ]
+    for i, replica in enumerate(replicas[base:], start=base):
+        units.append(
+            RunningGang(
+                f"{gang_id}#extra-{i}",
+                gpu_type,
+                (replica,),
+                0,
+                True,
+                relative_throughput,
+                progress,
+            )
+        )
+    return tuple(units)
