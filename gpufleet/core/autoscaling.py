@@ -16,8 +16,10 @@
    largest capacity need, so latency that replicas do not fix cannot run the pool to its max).
 4. **Remembers bursts.** Each scrape's latency need is held for `burst_hold_s` and then
    released with a half-life, as a floor (the burst reserve).
-5. **Forecasts.** A least-squares line over the window, `forecast_horizon_s` ahead, is a floor
-   so capacity is requested before the queue builds; it never causes a scale-down.
+5. **Forecasts.** A least-squares line over the window, `forecast_horizon_s` ahead, and the
+   pool's own history (Holt-Winters over per-bucket demand peaks with a daily season,
+   autoscaling_forecast.py) are floors so capacity is requested before the queue builds; they
+   never cause a scale-down.
 6. **Damps.** Hysteresis between the scale-up and scale-down utilizations, HPA-style
    stabilization windows over recommendation history (fast up, slow down), step limits per
    period, then `min`/`max` bounds.
@@ -41,6 +43,7 @@ from gpufleet.core.autoscaling_estimators import (
     prefill_utilization_ceiling,
     update_correction,
 )
+from gpufleet.core.autoscaling_forecast import SeasonalState, observe_demand, seasonal_forecast
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
 from gpufleet.core.autoscaling_types import (
     AutoscalerState,
@@ -122,6 +125,9 @@ class _Need:
     demand: float
     forecast_demand: float
     correction: float
+    season_up: float = 0.0  # own-history forecast at the scale-up utilization
+    season_down: float = 0.0
+    history: SeasonalState | None = None  # the phase's history with this sample folded in
 
 
 _NO_NEED = _Need(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 1.0)
@@ -196,6 +202,8 @@ def _decide_pool(
         latency_need=rec.reserve,
         latency_need_time=now,
         burst_peaks=rec.peaks,
+        prefill_history=prefill.history or state.prefill_history,
+        decode_history=decode.history or state.decode_history,
         ttft_correction=prefill.correction if prefill is not _NO_NEED else state.ttft_correction,
         itl_correction=decode.correction if decode is not _NO_NEED else state.itl_correction,
         last_update=now,
@@ -260,7 +268,7 @@ class _Recommendation:
 
     cap_up: int  # capacity at the scale-up utilization, backlog included
     cap_up_steady: int  # the same without backlog
-    fc_up: int  # forecast
+    fc_up: int  # forecast (window line or own-history season)
     latency: int  # burst reserve
     kv: int  # KV-cache guard
     raw: int  # before the bounds
@@ -285,7 +293,9 @@ def _recommend(
     current = pool.current_replicas
     cap_up = _ceil(prefill.up + decode.up)
     cap_up_steady = _ceil(prefill.up_steady + decode.up_steady)
-    fc_up = _ceil(prefill.forecast_up + decode.forecast_up)
+    fc_up = _ceil(
+        max(prefill.forecast_up + decode.forecast_up, prefill.season_up + decode.season_up)
+    )
     # Burst reserve: the latency need of every scrape is held for burst_hold_s, then released
     # with a half-life. A 15 s scrape averages one-second clumps away, so the latency a clump
     # caused is the only trace of the capacity it needed; the bursts of a session return
@@ -301,7 +311,12 @@ def _recommend(
     else:
         # Hysteresis: only release replicas the scale-down utilization says are idle.
         cap_down = _ceil(prefill.down + decode.down)
-        fc_down = _ceil(prefill.forecast_down + decode.forecast_down)
+        fc_down = _ceil(
+            max(
+                prefill.forecast_down + decode.forecast_down,
+                prefill.season_down + decode.season_down,
+            )
+        )
         raw = min(current, max(cap_down, fc_down, latency, kv))
     if raw == 0 and (newest.num_running or 0.0) + (newest.num_waiting or 0.0) > 0:
         raw = 1  # work in flight: never zero while a request is running or waiting
@@ -542,6 +557,8 @@ def _prefill_need(
     )
     fc = max(forecast or 0.0, 0.0)
     per_replica = cap / correction
+    history = observe_demand(state.prefill_history, now, now_point.total, settings)
+    season = seasonal_forecast(history, now, settings) or 0.0
     return _Need(
         up=now_point.total / (per_replica * rho_up),
         up_steady=now_point.steady / (per_replica * rho_up),
@@ -562,8 +579,11 @@ def _prefill_need(
         ),
         kv_guard=0,
         demand=now_point.total,
-        forecast_demand=fc,
+        forecast_demand=max(fc, season),
         correction=correction,
+        season_up=season / (per_replica * rho_up),
+        season_down=season / (per_replica * rho_down),
+        history=history,
     )
 
 
@@ -609,6 +629,8 @@ def _decode_need(
     fc = max(forecast or 0.0, 0.0)
     rho_up = settings.target_utilization
     rho_down = settings.scale_down_utilization
+    history = observe_demand(state.decode_history, now, now_point.total, settings)
+    season = seasonal_forecast(history, now, settings) or 0.0
 
     kv_guard = 0
     usage = latest.kv_cache_usage
@@ -639,8 +661,11 @@ def _decode_need(
         ),
         kv_guard=kv_guard,
         demand=now_point.total,
-        forecast_demand=fc,
+        forecast_demand=max(fc, season),
         correction=correction,
+        season_up=season / (batch * rho_up),
+        season_down=season / (batch * rho_down),
+        history=history,
     )
 
 

@@ -114,6 +114,42 @@ class AutoscalerSettings(BaseModel):
         description="The forecast is clamped to [0, ratio x window mean]. Source: AIBrix "
         "predictive clamp 4x mean (serving.md §4).",
     )
+    forecast_season_s: float = Field(
+        86400.0,
+        ge=0,
+        description="Season of the pool's own-history forecast (Holt-Winters over bucket "
+        "peaks, autoscaling_forecast.py): a day, the time-of-day pattern of serving traffic; "
+        "0 turns it off. Source: Holt-Winters additive method (Hyndman & Athanasopoulos, FPP3 "
+        "§8.3); a daily season as SageServe's forecasts use (serving.md §7).",
+    )
+    forecast_bucket_s: float = Field(
+        60.0,
+        gt=0,
+        description="Bucket of the history: the forecast works on each bucket's peak demand. "
+        "Source: gpufleet; the per-minute granularity of the code trace's analysis "
+        "(reference/data.md §3).",
+    )
+    forecast_alpha: float = Field(
+        0.3, gt=0, le=1, description="Level smoothing. Source: FPP3 §8.3 typical range."
+    )
+    forecast_beta: float = Field(
+        0.05, ge=0, le=1, description="Trend smoothing. Source: FPP3 §8.3 typical range."
+    )
+    forecast_gamma: float = Field(
+        0.3, ge=0, le=1, description="Seasonal smoothing. Source: FPP3 §8.3 typical range."
+    )
+    forecast_damping: float = Field(
+        0.9,
+        gt=0,
+        le=1,
+        description="Trend damping phi (1 = undamped). Source: Gardner & McKenzie (1985); "
+        "FPP3 §8.2 recommends 0.8-0.98.",
+    )
+    forecast_min_buckets: int = Field(
+        5,
+        ge=1,
+        description="Buckets of history before the seasonal forecast is used. Source: gpufleet.",
+    )
 
     # --- latency feedback -------------------------------------------------------------------
     latency_tolerance: float = Field(

@@ -16,6 +16,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Final
 
+from gpufleet.core.autoscaling_forecast import SeasonalState
+
 __all__ = [
     "AutoscalerState",
     "CapacityProfile",
@@ -191,7 +193,9 @@ class PoolState:
     `latency_need` is the burst reserve (in replicas, unrounded) at `latency_need_time`, the last
     time it was set; `burst_peaks` are the `(time, replicas)` peak needs behind that reserve,
     each held for `burst_hold_s` and then released with a half-life (only the entries that can
-    still matter are kept: none is older and smaller than another).
+    still matter are kept: none is older and smaller than another). `prefill_history` and
+    `decode_history` are the own-history forecast's state of each phase's demand
+    (autoscaling_forecast.py).
     """
 
     name: str
@@ -203,6 +207,8 @@ class PoolState:
     latency_need_time: float | None = None
     last_update: float | None = None
     burst_peaks: tuple[tuple[float, float], ...] = ()
+    prefill_history: SeasonalState = field(default_factory=SeasonalState)
+    decode_history: SeasonalState = field(default_factory=SeasonalState)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +232,7 @@ class Sizing:
     demand: float = 0.0  # tokens/s (prefill) or concurrent sequences (decode), observed
     forecast_demand: float = 0.0  # same unit, extrapolated to the forecast horizon
     capacity_replicas: int = 0  # from observed demand (with backlog)
-    forecast_replicas: int = 0  # from forecast demand
+    forecast_replicas: int = 0  # from forecast demand (window line or own-history season)
     latency_replicas: int = 0  # from the latency guard
     kv_replicas: int = 0  # from KV-cache usage
     ttft_correction: float = 1.0
