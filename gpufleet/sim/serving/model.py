@@ -37,6 +37,7 @@ results (ties are broken by replica id and event sequence number). It exposes
 
 from __future__ import annotations
 
+import bisect
 import enum
 import heapq
 import math
@@ -435,18 +436,24 @@ class ServingModel:
         """(replica id, phase) of every replica ever in the pool, in id order."""
         return tuple((r.rid, r.phase) for r in self._pools[pool_name].replicas)
 
-    def wake(self, pool_name: str, count: int) -> int:
-        """Wake up to `count` asleep replicas (lowest id first); they are ready after
-        `wake_s`. Returns how many were woken."""
+    def add_replicas(self, pool_name: str, count: int) -> tuple[int, ...]:
+        """Cold-start `count` new replicas (never a wake); their replica ids."""
         pool = self._pools[pool_name]
-        woken = 0
-        for r in pool.replicas:
-            if woken == count:
-                break
-            if r.phase is ReplicaPhase.ASLEEP:
-                self._wake_replica(r)
-                woken += 1
-        return woken
+        for _ in range(count):
+            self._add_replica(pool, ready=False)
+        return tuple(r.rid for r in pool.replicas[len(pool.replicas) - count :])
+
+    def wake(self, pool_name: str, count: int, order: Sequence[int] = ()) -> int:
+        """Wake up to `count` asleep replicas, those named in `order` (replica ids) first in
+        that order, then the others lowest id first; they are ready after `wake_s`. Returns
+        how many were woken."""
+        pool = self._pools[pool_name]
+        rank = {rid: i for i, rid in enumerate(order)}
+        asleep = [r for r in pool.replicas if r.phase is ReplicaPhase.ASLEEP]
+        asleep.sort(key=lambda r: (rank.get(r.rid, len(rank)), r.rid))
+        for r in asleep[:count]:
+            self._wake_replica(r)
+        return min(count, len(asleep))
 
     def sleep(self, pool_name: str, count: int) -> int:
         """Put up to `count` serving replicas to sleep: starting ones are cancelled into
@@ -545,6 +552,10 @@ class ServingModel:
             tpot = (r.finish_s - r.first_token_s) / gaps if gaps > 0 else 0.0
             out.append(RequestOutcome(r.req.id, r.req.arrival_s, ttft, tpot, r.finish_s))
         return tuple(out)
+
+    def arrived_before(self, t: float) -> int:
+        """Requests of the trace that arrive before `t`."""
+        return bisect.bisect_left([r.arrival_s for r in self._requests], t)
 
     @property
     def num_requests(self) -> int:

@@ -1,10 +1,10 @@
 """Unit tests of standby replicas in the serving model (vLLM sleep mode level 1).
 
-Aspects under test: replicas that start asleep serve nothing and are not billed; a scale-up
-wakes asleep replicas first (ready after the wake time, not the cold start) and cold-starts only
-the rest; sleeping drains in-flight work first and keeps the replica for the next wake; a start
-cancelled by a sleep and restarted by a wake is ready at the wake time, not the stale one; bad
-counts are refused.
+Aspects under test: replicas that start asleep serve nothing and are not billed; a scale-up wakes
+asleep replicas first (ready after the wake time, not the cold start) and cold-starts only the rest;
+`wake` follows the order it is given (then replica ids); sleeping drains in-flight work first and
+keeps the replica for the next wake; a start cancelled by a sleep and restarted by a wake is ready
+at the wake time, not the stale one; bad counts are refused.
 """
 
 from __future__ import annotations
@@ -42,6 +42,16 @@ def test_standby_replicas_start_asleep_and_are_not_billed() -> None:
     assert model.replicas("prefill") == 1
     assert model.ready_replicas("prefill") == 1
     assert model.gpu_seconds("prefill") == pytest.approx(100.0)
+
+
+def test_wake_follows_the_given_order_then_replica_ids() -> None:
+    model = ServingModel(config(prefill=1, standby=3), ())
+    asleep = [rid for rid, ph in model.replica_phases("prefill") if ph is ReplicaPhase.ASLEEP]
+    assert model.wake("prefill", 2, order=(asleep[2],)) == 2
+    woken = {rid for rid, ph in model.replica_phases("prefill") if ph is ReplicaPhase.STARTING}
+    assert woken == {asleep[2], asleep[0]}
+    assert model.wake("prefill", 5) == 1  # only one left asleep
+    assert model.asleep("prefill") == 0
 
 
 def test_scale_up_wakes_standbys_before_cold_starting_new_replicas() -> None:

@@ -1,0 +1,166 @@
+"""Unit tests of the mixed simulator (training and serving on one fleet, gpufleet/sim/mixed).
+
+Aspects under test: a serving burst wakes standbys before cold-starting replicas, a woken standby
+takes its GPU back from the training gang borrowing it, which resumes (and finishes) after the
+burst with its lost work counted; a burst that needs fewer standbys than are asleep wakes the
+ones nobody borrows; without borrowing a serving scale-up waits for free GPUs and
+never preempts; no GPU ever runs two things (checked every tick); the workload loaders are
+seeded and causal in shape (hour rotations, arrival window); every variant of the bench runs
+on the same workload, and the static partition bills exactly its peak.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+
+import pytest
+
+from gpufleet.core.autoscaling import Slo
+from gpufleet.core.autoscaling_types import PoolRole
+from gpufleet.core.policy import Engine, Policy, SolverSettings
+from gpufleet.model.gpus import load_catalog
+from gpufleet.model.inventory import make_node
+from gpufleet.sim.mixed.engine import MixedSettings, MixedSimulation, ServingSpec
+from gpufleet.sim.mixed.variants import VARIANTS, Fleet, run_variant
+from gpufleet.sim.mixed.workload import TrainingSpec, philly_jobs, serving_requests
+from gpufleet.sim.serving import (
+    PoolConfig,
+    ServingConfig,
+    ServingModel,
+    poisson_requests,
+    replica_profile,
+)
+from gpufleet.sim.serving.replay import PoolView
+from gpufleet.sim.traces.common import default_data_dir
+
+CATALOG = load_catalog()
+PROFILE = replica_profile("H100-SXM-80GB")
+
+
+class Script:
+    """Desired prefill replicas by time: `burst` replicas in [start, end), else 1."""
+
+    def __init__(self, start: float, end: float, burst: int) -> None:
+        self.start, self.end, self.burst = start, end, burst
+
+    def __call__(self, now: float, pools: Mapping[str, PoolView]) -> Mapping[str, int]:
+        return {"prefill": self.burst if self.start <= now < self.end else 1, "decode": 1}
+
+
+def simulation(
+    *, borrow: bool, standby: int, gpus: int = 4, train_gpus: int = 2
+) -> tuple[MixedSimulation, ServingModel]:
+    config = ServingConfig(
+        prefill=PoolConfig("prefill", PoolRole.PREFILL, PROFILE, 1, standby),
+        decode=PoolConfig("decode", PoolRole.DECODE, PROFILE, 1),
+        cold_start_s=60.0,
+        wake_s=5.0,
+    )
+    model = ServingModel(config, ())
+    spec = ServingSpec("sj", model, Script(600.0, 900.0, 1 + standby), {"prefill": standby})
+    sim = MixedSimulation(
+        CATALOG,
+        (make_node("n0", CATALOG["H100-80GB"], gpus),),
+        [TrainingSpec("job", 0.0, train_gpus, 1800.0)],
+        [spec],
+        Policy(solver=SolverSettings(engine=Engine.GREEDY), allow_preemption=borrow),
+        MixedSettings(
+            tick_s=5.0,
+            period_s=15.0,
+            horizon_s=4 * 3600.0,
+            restart_s=60.0,
+            checkpoint_interval_s=300.0,
+            check=True,
+        ),
+        lambda ttft, tpot: True,
+    )
+    return sim, model
+
+
+def test_a_burst_wakes_standbys_and_takes_back_the_borrowed_gpus() -> None:
+    # 4 GPUs: prefill 1 awake + 2 asleep, decode 1. The 2-GPU job can only run on the lent GPUs.
+    sim, model = simulation(borrow=True, standby=2)
+    result = sim.run()
+    job = sim.jobs["job"]
+    # Borrowed from t=0, preempted by the wake at t=600 (2 lent GPUs for 600 s), resumed after
+    # the pool went back to sleep at t=900, finished.
+    assert result.lent_gpu_hours >= 2 * 600 / 3600
+    assert job.preemptions == 1 and job.completion_s is not None
+    # 600 s run, 300 s checkpoints: nothing unsaved at t=600; the restart is lost (2 GPUs x 60 s).
+    assert result.lost_gpu_hours == pytest.approx(2 * 60 / 3600)
+    assert job.completion_s == pytest.approx(900.0 + 60.0 + 1200.0, abs=15.0)
+    # Woken, not cold-started: the pool never had more than three replicas ever.
+    assert len(model.replica_phases("prefill")) == 3
+
+
+def test_a_burst_wakes_the_standby_nobody_borrows_first() -> None:
+    # 4 GPUs: prefill 1 awake + 2 asleep, decode 1; a 1-GPU job borrows one lent GPU. The
+    # burst needs one more prefill replica: the other standby wakes, the job is not touched.
+    sim, model = simulation(borrow=True, standby=2, train_gpus=1)
+    sim.serving[0].controller = Script(600.0, 900.0, 2)
+    result = sim.run()
+    job = sim.jobs["job"]
+    assert result.lent_gpu_hours == pytest.approx(1800.0 / 3600, abs=0.01)
+    assert job.preemptions == 0 and result.lost_gpu_hours == 0.0
+    assert job.completion_s == pytest.approx(1800.0, abs=5.0)
+    assert len(model.replica_phases("prefill")) == 3  # woken, never cold-started
+
+
+def test_every_variant_runs_on_the_same_workload() -> None:
+    fleet = Fleet(
+        CATALOG,
+        tuple(make_node(f"n{i}", CATALOG["H100-80GB"], 8) for i in range(2)),
+        PROFILE,
+        Slo(ttft_p90_s=0.5, itl_p90_s=0.05),
+        peak_prefill=2,
+        peak_decode=1,
+    )
+    training = [TrainingSpec("a", 0.0, 4, 900.0), TrainingSpec("b", 60.0, 8, 600.0)]
+    serving = [poisson_requests(0.5, 1200.0, prompt_tokens=512, output_tokens=64, seed=3)]
+    settings = MixedSettings(horizon_s=1800.0, check=True)
+    results = {v: run_variant(v, fleet, training, serving, settings) for v in VARIANTS}
+    for name, result in results.items():
+        assert result.requests == results["static"].requests > 0, name
+        assert result.unfinished == 0 and 0.0 <= result.attainment <= 1.0, name
+    # The partition keeps its peak (3 GPUs) awake for the whole replay and preempts nothing.
+    static = results["static"]
+    assert static.serving_gpu_hours == pytest.approx(3 * static.end_s / 3600)
+    assert 1200.0 <= static.end_s < 1800.0  # stopped once the work was done
+    assert results["static"].preemptions == 0
+    with pytest.raises(ValueError, match="unknown variant"):
+        run_variant("clairvoyant", fleet, training, serving, settings)
+
+
+def test_without_borrowing_a_scale_up_waits_for_free_gpus() -> None:
+    # 3 GPUs: prefill 1 + decode 1 awake, the job holds the third one until t=1800.
+    for horizon, replicas in ((1700.0, 1), (3600.0, 2)):
+        sim, model = simulation(borrow=False, standby=0, gpus=3, train_gpus=1)
+        sim.s = MixedSettings(
+            horizon_s=horizon,
+            restart_s=60.0,
+            checkpoint_interval_s=300.0,
+            check=True,
+        )
+        sim.serving[0].controller = Script(600.0, 3000.0, 2)
+        result = sim.run()
+        assert result.preemptions == 0
+        # Before the job ends the second prefill replica is still waiting for a GPU.
+        assert len(model.replica_phases("prefill")) == replicas
+    assert sim.jobs["job"].completion_s == pytest.approx(1800.0, abs=5.0)
+
+
+def test_workload_is_seeded_and_rotated_per_hour() -> None:
+    data = default_data_dir()
+    code = data / "traces" / "azure-llm-2023-code.csv"
+    a = serving_requests(code, seed=1, job=0, hours=2)
+    assert a == serving_requests(code, seed=1, job=0, hours=2)
+    assert a != serving_requests(code, seed=1, job=1, hours=2)
+    assert all(x.arrival_s <= y.arrival_s for x, y in itertools.pairwise(a))
+    first = [r for r in a if r.arrival_s < 3600.0]
+    second = [r for r in a if r.arrival_s >= 3600.0]
+    assert len(first) == len(second) == 8819
+    jobs = philly_jobs(data / "traces" / "philly.csv", seed=2, count=20, arrival_window_s=7200.0)
+    assert len(jobs) == 20 and jobs[0].arrival_s == 0.0
+    assert jobs[-1].arrival_s == pytest.approx(7200.0)
+    assert all(1 <= j.gpus <= 8 and 60.0 <= j.duration_s <= 3600.0 for j in jobs)
