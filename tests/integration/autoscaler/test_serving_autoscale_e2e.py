@@ -6,7 +6,10 @@ trace with as many replicas as the job has Running pods (kwok runs the pods the 
 scheduler binds) and exposes vLLM metrics per pool; Prometheus scrapes them; the operator's
 autoscaler reads Prometheus, scales both pools up under the burst and back down to the minimum
 after it; every decision is visible in the status (`lastScaleReason`) and as a `Scaled` Event,
-and the Events form an unbroken chain of replica changes (nothing decided silently).
+and the Events form an unbroken chain of replica changes (nothing decided silently). Serving
+borrows from training: on a GPU type that training fills, the burst's scale-up preempts a
+preemptible TrainingJob gang whole (never a non-preemptible one), and the gang runs again once
+the pools shrink after the burst.
 
 Time is compressed so the run stays under two minutes: the trace slice plays twice as fast,
 the ServingJob decides every 2 s with a 10 s rate/staleness window and a 10 s scale-down
@@ -32,7 +35,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpufleet.model.contract.names import SERVINGJOB_LABEL
+from gpufleet.model.contract.names import SERVINGJOB_LABEL, TRAININGJOB_LABEL
 from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.sandbox.prometheus_server import PrometheusServer
 from gpufleet.sandbox.serving_stand_in import kube_pods
@@ -41,7 +44,8 @@ from gpufleet.sim.serving.model import ServingConfig
 from gpufleet.sim.serving.profiles import replica_profile
 from gpufleet.sim.serving.trace import load_azure_code_trace
 from gpufleet.sim.traces.common import default_data_dir
-from gpufleet.testing.operator import Kube, OperatorProcess, wait_for
+from gpufleet.testing import invariants
+from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 
 GROUP, VERSION, PLURAL = "gpufleet.io", "v1alpha1", "servingjobs"
 TRACE = default_data_dir() / "traces" / "azure-llm-2023-code.csv"
@@ -90,13 +94,13 @@ def prometheus(tmp_path: Path) -> Iterator[PrometheusServer]:
         yield server
 
 
-def servingjob(url: str) -> dict[str, Any]:
+def servingjob(url: str, gpu_type: str = "H100-80GB", priority: int = 0) -> dict[str, Any]:
     template = {"spec": {"containers": [{"name": "vllm", "image": "registry.example/vllm:1"}]}}
     pool = {
         "minReplicas": 1,
         "maxReplicas": 4,
         "gpusPerReplica": 1,
-        "gpuTypes": [{"name": "H100-80GB"}],
+        "gpuTypes": [{"name": gpu_type}],
         "template": template,
     }
     return {
@@ -104,6 +108,7 @@ def servingjob(url: str) -> dict[str, Any]:
         "kind": "ServingJob",
         "metadata": {"name": JOB},
         "spec": {
+            "priority": priority,
             "prefill": pool,
             "decode": pool,
             "slo": {"ttftP90Seconds": 0.5, "itlP90Seconds": 0.05},
@@ -157,6 +162,24 @@ def assert_events_tell_the_decisions(
         assert reasons[pool] and reasons[pool] <= messages, reasons[pool]
 
 
+def live_sim(kube: Kube, ns: str) -> LiveServingSim:
+    """The serving simulator on the trace slice, serving with the job's Running pods."""
+    requests = load_azure_code_trace(TRACE, start_s=SLICE_START_S, duration_s=SLICE_S)
+    # Shift in trace seconds, so the lead-in is LEAD_IN_S of wall time after compression.
+    requests = tuple(
+        dataclasses.replace(r, arrival_s=r.arrival_s + LEAD_IN_S * TIME_SCALE) for r in requests
+    )
+    return LiveServingSim(
+        kube_pods(client.CoreV1Api(kube.core.api_client), ns),
+        ns,
+        JOB,
+        ServingConfig.of(PROFILE),
+        requests,
+        time_scale=TIME_SCALE,
+        poll_s=0.5,
+    )
+
+
 def test_both_pools_follow_a_code_trace_burst(
     kube: Kube, ns: str, prometheus: PrometheusServer
 ) -> None:
@@ -170,21 +193,7 @@ def test_both_pools_follow_a_code_trace_burst(
     custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, servingjob(prometheus.url))
     try:
         wait_for(lambda: running_pods(kube, ns) == Counter(prefill=1, decode=1), "pools at min", 60)
-        requests = load_azure_code_trace(TRACE, start_s=SLICE_START_S, duration_s=SLICE_S)
-        # Shift in trace seconds, so the lead-in is LEAD_IN_S of wall time after compression.
-        requests = tuple(
-            dataclasses.replace(r, arrival_s=r.arrival_s + LEAD_IN_S * TIME_SCALE) for r in requests
-        )
-        config = ServingConfig.of(PROFILE)
-        sim = LiveServingSim(
-            kube_pods(client.CoreV1Api(kube.core.api_client), ns),
-            ns,
-            JOB,
-            config,
-            requests,
-            time_scale=TIME_SCALE,
-            poll_s=0.5,
-        )
+        sim = live_sim(kube, ns)
         with sim:
             prometheus.reload(sim.scrape_targets())
             prometheus.wait_scraped(timeout_s=20)
@@ -220,6 +229,65 @@ def test_both_pools_follow_a_code_trace_burst(
         assert len(sim.model.outcomes()) > 100  # the trace was served
         assert_events_tell_the_decisions(kube, ns, peak, reasons)
         assert time.monotonic() - started < 120
+    finally:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB)
+        wait_for(lambda: not kube.pods(ns, f"{SERVINGJOB_LABEL}={JOB}"), "pods gone", 60)
+
+
+def test_a_burst_borrows_gpus_from_preemptible_training_only(
+    kube: Kube, ns: str, prometheus: PrometheusServer
+) -> None:
+    # The 16 T4 GPUs: the ServingJob's two replicas (priority 5), a non-preemptible gang of 6
+    # and a preemptible gang of 8 (priority 0). The burst's scale-up finds no free T4: the core
+    # preempts the preemptible gang whole, never the other; after the burst the pools shrink
+    # and the preempted gang runs again on the GPUs they gave back.
+    custom = kube.custom
+    body = servingjob(prometheus.url, gpu_type="T4", priority=5)
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+    try:
+        wait_for(lambda: running_pods(kube, ns) == Counter(prefill=1, decode=1), "pools at min", 60)
+        keep = training_job("keep", 6, 1, "T4")
+        keep["spec"]["preemptible"] = False
+        kube.create_job(ns, keep)
+        kube.create_job(ns, training_job("lend", 8, 1, "T4"))
+        for name in ("keep", "lend"):
+            wait_for(lambda n=name: kube.phase(ns, n) == "Running", f"{name} Running", 60)
+
+        def uids(job: str) -> set[str]:
+            return {p["metadata"]["uid"] for p in kube.pods(ns, f"{TRAININGJOB_LABEL}={job}")}
+
+        keep_uids, lend_uids = uids("keep"), uids("lend")
+        peak: Counter[str] = Counter()
+        preempted = False
+
+        def borrowed_and_returned() -> bool:
+            nonlocal preempted
+            for pool, n in running_pods(kube, ns).items():
+                peak[pool] = max(peak[pool], n)
+            assert uids("keep") == keep_uids, "the non-preemptible gang was touched"
+            phase = kube.phase(ns, "lend")
+            preempted = preempted or phase == "Preempted"
+            back = running_pods(kube, ns) == Counter(prefill=1, decode=1)
+            return preempted and back and phase == "Running" and not uids("lend") & lend_uids
+
+        with live_sim(kube, ns) as sim:
+            prometheus.reload(sim.scrape_targets())
+            prometheus.wait_scraped(timeout_s=20)
+            try:
+                wait_for(
+                    borrowed_and_returned,
+                    "the burst preempts the preemptible gang, which runs again after it",
+                    150,
+                )
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; serving peak {dict(peak)}") from None
+        # The serving replicas beyond the minimum ran on GPUs the preempted gang held.
+        assert sum(peak.values()) > 2, peak
+        assert any(e["reason"] == "Preempted" for e in kube.events(ns, "lend"))
+        readmitted = kube.condition(ns, "lend", "Preempted")
+        assert readmitted is not None and readmitted["reason"] == "Readmitted", readmitted
+        assert kube.phase(ns, "keep") == "Running" and uids("keep") == keep_uids
+        assert invariants.check(kube.core) == []
     finally:
         custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB)
         wait_for(lambda: not kube.pods(ns, f"{SERVINGJOB_LABEL}={JOB}"), "pods gone", 60)
