@@ -5,7 +5,10 @@ the next jobs of 1-8 GPUs that ran between `min_duration_s` and `max_duration_s`
 nodes have 8 GPUs; longer jobs would outlast the replay). A job of n GPUs is one gang of n
 one-GPU workers on one node (Philly's largest server had 8 GPUs); its `duration` is its run time
 on the fleet's GPUs (a convention that fixes the unit of work; Philly's GPUs were older). Arrival
-gaps are scaled so the jobs arrive over `arrival_window_s`.
+gaps are scaled so the jobs arrive over `arrival_window_s`; `at_load` rescales them so the
+offered work (GPU-seconds) over the arrival span is a given load on a given number of GPUs, so
+that every seed loads the fleet alike (Philly's job sizes vary widely from one start row to the
+next).
 
 Serving (`serving_requests`): the Azure LLM 2023 code trace (57.3 min, reference/data.md §3)
 replayed hour after hour; each hour of each ServingJob starts at a seeded rotation of the trace
@@ -16,13 +19,14 @@ copies of each other (no artificial period a forecast could learn).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpufleet.sim.serving.trace import Request, load_azure_code_trace
 from gpufleet.sim.traces.philly import read_philly_rows
 
-__all__ = ["TrainingSpec", "philly_jobs", "serving_requests"]
+__all__ = ["TrainingSpec", "at_load", "philly_jobs", "serving_requests"]
 
 TRACE_HOUR_S = 3600.0
 
@@ -66,6 +70,20 @@ def philly_jobs(
         TrainingSpec(f"philly-{row_no:05d}", (ts - t0).total_seconds() * scale, gpus, duration)
         for row_no, ts, duration, gpus in picked
     )
+
+
+def at_load(jobs: Sequence[TrainingSpec], gpus: int, load: float) -> tuple[TrainingSpec, ...]:
+    """`jobs` with arrival gaps scaled so their work, GPU-seconds, over the span from the first
+    arrival to the last is `load` x `gpus` (the arrival order and relative gaps are kept)."""
+    if gpus <= 0 or load <= 0:
+        raise ValueError("gpus and load must be > 0")
+    if len(jobs) < 2:
+        return tuple(jobs)
+    work = sum(j.gpus * j.duration_s for j in jobs)
+    span = jobs[-1].arrival_s - jobs[0].arrival_s
+    scale = work / (load * gpus) / span if span > 0 else 0.0
+    t0 = jobs[0].arrival_s
+    return tuple(replace(j, arrival_s=(j.arrival_s - t0) * scale) for j in jobs)
 
 
 def serving_requests(path: str | Path, *, seed: int, job: int, hours: int) -> tuple[Request, ...]:

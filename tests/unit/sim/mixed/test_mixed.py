@@ -1,12 +1,12 @@
 """Unit tests of the mixed simulator (training and serving on one fleet, gpufleet/sim/mixed).
 
 Aspects under test: a serving burst wakes standbys before cold-starting replicas, a woken standby
-takes its GPU back from the training gang borrowing it, which resumes (and finishes) after the
-burst with its lost work counted; a burst that needs fewer standbys than are asleep wakes the
-ones nobody borrows; without borrowing a serving scale-up waits for free GPUs and
-never preempts; no GPU ever runs two things (checked every tick); the workload loaders are
-seeded and causal in shape (hour rotations, arrival window); every variant of the bench runs
-on the same workload, and the static partition bills exactly its peak.
+takes its GPU back from the training gang borrowing it, which resumes (and finishes) after the burst
+with its lost work counted; a burst that needs fewer standbys than are asleep wakes the ones nobody
+borrows; without borrowing a serving scale-up waits for free GPUs and never preempts; no GPU ever
+runs two things (checked every tick); the workload loaders are seeded and causal in shape (hour
+rotations, arrival window, offered load); every variant of the bench runs on the same workload, and
+the static partition bills exactly its peak.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from gpufleet.model.gpus import load_catalog
 from gpufleet.model.inventory import make_node
 from gpufleet.sim.mixed.engine import MixedSettings, MixedSimulation, ServingSpec
 from gpufleet.sim.mixed.variants import VARIANTS, Fleet, run_variant
-from gpufleet.sim.mixed.workload import TrainingSpec, philly_jobs, serving_requests
+from gpufleet.sim.mixed.workload import TrainingSpec, at_load, philly_jobs, serving_requests
 from gpufleet.sim.serving import (
     PoolConfig,
     ServingConfig,
@@ -164,3 +164,10 @@ def test_workload_is_seeded_and_rotated_per_hour() -> None:
     assert len(jobs) == 20 and jobs[0].arrival_s == 0.0
     assert jobs[-1].arrival_s == pytest.approx(7200.0)
     assert all(1 <= j.gpus <= 8 and 60.0 <= j.duration_s <= 3600.0 for j in jobs)
+    # At load 0.5 on 16 GPUs the work arriving over the span is half of what 16 GPUs do.
+    loaded = at_load(jobs, 16, 0.5)
+    work = sum(j.gpus * j.duration_s for j in jobs)
+    assert work / (loaded[-1].arrival_s * 16) == pytest.approx(0.5)
+    assert [j.id for j in loaded] == [j.id for j in jobs] and loaded[0].arrival_s == 0.0
+    with pytest.raises(ValueError, match="must be > 0"):
+        at_load(jobs, 0, 0.5)
