@@ -33,6 +33,11 @@ def _sandbox_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     up.add_argument(
         "--operator", action="store_true", help="also run `gpufleet operator` in the background"
     )
+    up.add_argument(
+        "--apf",
+        action="store_true",
+        help="start the API server with API Priority and Fairness (throttling with 429)",
+    )
     demo = actions.add_parser("demo", help="`up`, apply the examples, show fleet and jobs")
     demo.add_argument("--fleet", type=Path, default=None, help="fleet YAML (default: built-in)")
     demo.add_argument("--examples", type=Path, default=Path("examples"), help="manifest folder")
@@ -53,7 +58,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
         case "build":
             ensure_binaries(components=EVERY_COMPONENT)
         case "up":
-            sandbox.up(args.fleet, operator=args.operator)
+            sandbox.up(args.fleet, operator=args.operator, apf=args.apf)
         case "demo":
             from gpufleet.sandbox.demo import run_demo
 

@@ -2,7 +2,10 @@
 
 `Sandbox.up()` starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and the
 fake MIG manager as background processes, installs gpufleet's CRDs and creates the fleet's nodes.
-Their PIDs and ports go to a state file, so `status` and `down` work from any later command.
+Each runs under its own supervisor (`supervisor.py`), which starts it again when it dies, as a
+kubelet restarts a pod's container, and counts the restarts. The PIDs, commands and ports go to
+a state file, so `status`, `down` and stopping or starting one component (`stop_component`,
+`start_component`: the same command again, as after a crash) work from any later command.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import yaml
 
 from gpufleet.model.fleet import load_fleet
 from gpufleet.model.migparted import load_default_configs
-from gpufleet.sandbox import processes, serving_stand_in
+from gpufleet.sandbox import processes, serving_stand_in, supervisor
 from gpufleet.sandbox.binaries import Binaries, ensure_binaries
 from gpufleet.sandbox.node_manifests import fleet_manifests, sandbox_pool_check
 from gpufleet.sandbox.pki import ensure_pki, write_kubeconfig
@@ -55,6 +58,16 @@ COMPONENTS = (
     "mig-manager",
 )
 OPERATOR = "gpufleet-operator"
+# Processes run under a supervisor. The demo's simulated vLLM servers are not: the Prometheus
+# they start is on a port the example ServingJob names, which a restart would move.
+SUPERVISED = (*COMPONENTS, OPERATOR)
+# API Priority and Fairness on (`up(apf=True)`, `start_component(..., apf=True)`): the API
+# server's default concurrency limits, which APF shares out among its priority levels.
+APF_FLAGS = {
+    "--enable-priority-and-fairness": "true",
+    "--max-requests-inflight": "400",
+    "--max-mutating-requests-inflight": "200",
+}
 # The demo's simulated vLLM servers and the Prometheus scraping them (`ensure_serving`).
 SERVING = "serving-sim"
 PROMETHEUS = "prometheus"
@@ -80,12 +93,15 @@ def default_state_dir() -> Path:
 
 @dataclass
 class SandboxState:
-    """What a running sandbox is: component PIDs and markers, ports, fleet file."""
+    """What a running sandbox is: PIDs and markers (a supervised component's are its
+    supervisor's), the commands supervised and their own markers, ports, fleet file."""
 
     pids: dict[str, int] = field(default_factory=dict)
     markers: dict[str, str] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     fleet: str = ""
+    argv: dict[str, list[str]] = field(default_factory=dict)
+    child_markers: dict[str, str] = field(default_factory=dict)
 
 
 class Sandbox:
@@ -108,27 +124,45 @@ class Sandbox:
     def _save_state(self, state: SandboxState) -> None:
         self._state_file.write_text(json.dumps(state.__dict__, indent=2))
 
+    def supervisor_status(self, name: str) -> dict[str, Any]:
+        """What the supervisor of `name` last wrote: child `pid`, `restarts`, `last_exit`."""
+        return supervisor.read_status(self._status_file(name))
+
+    def _status_file(self, name: str) -> Path:
+        return self.state_dir / "supervised" / f"{name}.json"
+
+    def _alive(self, state: SandboxState, name: str) -> bool:
+        """Whether the process of `name` itself (a supervised component's child) runs."""
+        if name not in state.argv:
+            return processes.is_ours(state.pids[name], state.markers[name])
+        pid = self.supervisor_status(name).get("pid")
+        return pid is not None and processes.is_ours(int(pid), state.child_markers[name])
+
     def running_components(self) -> dict[str, bool]:
-        """Each recorded component and whether its process is still alive."""
+        """Each recorded component and whether its process is alive at this moment (a
+        supervised one may be dead for the moment and about to be restarted)."""
         state = self._load_state()
         if state is None:
             return {}
-        return {
-            name: processes.is_ours(pid, state.markers[name]) for name, pid in state.pids.items()
-        }
+        return {name: self._alive(state, name) for name in state.pids}
 
     def component_pid(self, name: str) -> int | None:
-        """The PID of a recorded component that is still alive (benchmarks pause schedulers)."""
+        """The PID of a recorded component's process while it runs (benchmarks pause or kill
+        it; a supervised one is then restarted by its supervisor, under a new PID)."""
         state = self._load_state()
-        if state is None or name not in state.pids:
+        if state is None or name not in state.pids or not self._alive(state, name):
             return None
-        pid = state.pids[name]
-        return pid if processes.is_ours(pid, state.markers[name]) else None
+        if name in state.argv:
+            return int(self.supervisor_status(name)["pid"])
+        return state.pids[name]
 
     def is_running(self) -> bool:
-        """Whether every component of a recorded sandbox is alive."""
-        alive = self.running_components()
-        return bool(alive) and all(alive.values()) and set(COMPONENTS) <= set(alive)
+        """Whether every control-plane component of a recorded sandbox runs or is supervised
+        (about to be restarted)."""
+        state = self._load_state()
+        if state is None or not set(COMPONENTS) <= set(state.pids):
+            return False
+        return all(processes.is_ours(state.pids[name], state.markers[name]) for name in COMPONENTS)
 
     # -- kubectl ----------------------------------------------------------------------------
 
@@ -158,10 +192,13 @@ class Sandbox:
         fleet: Path | None = None,
         progress: Callable[[str], None] = print,
         operator: bool = False,
+        apf: bool = False,
     ) -> None:
         """Start the sandbox (or check the running one) and make sure the fleet exists.
 
         With `operator`, also run `gpufleet operator` (operator and scheduler) against it.
+        With `apf`, a newly started API server applies API Priority and Fairness (throttling
+        with 429 and Retry-After; the sandbox runs without it by default).
         """
         started = time.monotonic()
         fleet_file = fleet or default_fleet_path()
@@ -177,7 +214,7 @@ class Sandbox:
             if self._load_state() is not None:
                 progress("stopping the remains of an earlier sandbox")
                 self.down(progress=lambda _: None)
-            self._start(binaries, fleet_path, progress)
+            self._start(binaries, fleet_path, progress, apf)
         progress("installing CRDs and the MIG layouts")
         self._install_crds()
         self._install_mig_configs()
@@ -189,33 +226,34 @@ class Sandbox:
         elapsed = time.monotonic() - started
         progress(f"sandbox ready in {elapsed:.1f}s; KUBECONFIG={self.kubeconfig}")
 
-    def _start(self, binaries: Binaries, fleet_path: Path, progress: Callable[[str], None]) -> None:
+    def _start(
+        self,
+        binaries: Binaries,
+        fleet_path: Path,
+        progress: Callable[[str], None],
+        apf: bool = False,
+    ) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         ensure_pki(self.pki)
         state = SandboxState(fleet=str(fleet_path))
         for name in ("etcd", "etcd-peer", "kube-apiserver", "kcm", "scheduler"):
             state.ports[name] = processes.free_port()
-        server = f"https://127.0.0.1:{state.ports['kube-apiserver']}"
-        write_kubeconfig(self.kubeconfig, self.pki, server)
+        write_kubeconfig(
+            self.kubeconfig, self.pki, f"https://127.0.0.1:{state.ports['kube-apiserver']}"
+        )
         self._save_state(state)  # recorded before each spawn, so `down` can clean up a failed up
 
         def launch(name: str, argv: list[str]) -> None:
-            state.pids[name] = processes.spawn(argv, self.logs / f"{name}.log")
-            state.markers[name] = argv[0] if name != "mig-manager" else str(self.kubeconfig)
-            self._save_state(state)
+            marker = argv[0] if name != "mig-manager" else str(self.kubeconfig)
+            self._supervise(state, name, argv, marker)
 
         progress("starting etcd")
         launch("etcd", self._etcd_args(binaries, state))
-        processes.wait_until(
-            lambda: _http_ok(f"http://127.0.0.1:{state.ports['etcd']}/health"),
-            "etcd", 30, self.logs / "etcd.log",
-        )  # fmt: skip
+        self._wait_ready(state, "etcd")
         progress("starting kube-apiserver")
-        launch("kube-apiserver", self._apiserver_args(binaries, state))
-        processes.wait_until(
-            lambda: _https_ok(f"{server}/readyz", self.pki),
-            "kube-apiserver", 90, self.logs / "kube-apiserver.log",
-        )  # fmt: skip
+        apiserver = self._apiserver_args(binaries, state)
+        launch("kube-apiserver", _with_flags(apiserver, APF_FLAGS) if apf else apiserver)
+        self._wait_ready(state, "kube-apiserver")
         progress("starting kube-controller-manager, kube-scheduler, kwok, MIG manager")
         launch("kube-controller-manager", self._kcm_args(binaries, state))
         launch("kube-scheduler", self._scheduler_args(binaries, state))
@@ -226,10 +264,71 @@ class Sandbox:
              f"--kubeconfig={self.kubeconfig}", f"--namespace={SYSTEM_NAMESPACE}"],
         )  # fmt: skip
 
+    def _supervise(
+        self, state: SandboxState, name: str, argv: list[str], marker: str, append: bool = False
+    ) -> None:
+        """Start `argv` under a supervisor and record both (before `down` may need them)."""
+        status = self._status_file(name)
+        status.parent.mkdir(parents=True, exist_ok=True)
+        state.argv[name] = argv
+        state.child_markers[name] = marker
+        state.markers[name] = str(status)
+        state.pids[name] = processes.spawn(
+            [sys.executable, "-m", "gpufleet.sandbox.supervisor", f"--status={status}", "--",
+             *argv],
+            self.logs / f"{name}.log",
+            append=append,
+        )  # fmt: skip
+        self._save_state(state)
+
+    def _wait_ready(self, state: SandboxState, name: str) -> None:
+        """Wait until etcd or the API server answers its health check."""
+        log = self.logs / f"{name}.log"
+        if name == "etcd":
+            url = f"http://127.0.0.1:{state.ports['etcd']}/health"
+            processes.wait_until(lambda: _http_ok(url), "etcd", 30, log)
+        elif name == "kube-apiserver":
+            url = f"https://127.0.0.1:{state.ports['kube-apiserver']}/readyz"
+            processes.wait_until(lambda: _https_ok(url, self.pki), "kube-apiserver", 90, log)
+
+    def stop_component(self, name: str, graceful: bool = False) -> None:
+        """Stop one supervised component, and its supervisor so nothing restarts it, until
+        `start_component`: an outage of that component. SIGKILL, as in a crash, unless
+        `graceful` (SIGTERM: the API server then takes its time to drain)."""
+        state = self._load_state()
+        if state is None or name not in state.argv:
+            raise KeyError(f"no supervised component {name!r} in this sandbox")
+        end = processes.stop if graceful else processes.kill
+        if name in state.pids:
+            end(state.pids.pop(name), state.markers[name])
+        child = self.supervisor_status(name).get("pid")
+        if child is not None:  # after a kill the child is ours to stop
+            end(int(child), state.child_markers[name])
+        self._save_state(state)
+
+    def start_component(
+        self, name: str, apf: bool | None = None, timeout: float | None = None
+    ) -> None:
+        """Start a stopped component again with the command it had (with API Priority and
+        Fairness switched on or off when `apf` is given, for the API server), and wait for
+        its health check (etcd, the API server)."""
+        state = self._load_state()
+        if state is None or name not in state.argv:
+            raise KeyError(f"no supervised component {name!r} in this sandbox")
+        if name in state.pids and processes.is_ours(state.pids[name], state.markers[name]):
+            raise RuntimeError(f"{name} is running; stop it first")
+        argv = state.argv[name]
+        if apf is not None:
+            argv = _with_flags(argv, APF_FLAGS if apf else _APF_OFF)
+        self._supervise(state, name, argv, state.child_markers[name], append=True)
+        self._wait_ready(state, name)
+
     def _ensure_operator(self, progress: Callable[[str], None]) -> None:
         state = self._load_state()
         assert state is not None
-        if OPERATOR in state.pids and processes.is_ours(state.pids[OPERATOR], str(self.kubeconfig)):
+        if OPERATOR in state.pids and processes.is_ours(
+            state.pids[OPERATOR], state.markers[OPERATOR]
+        ):
             return
         progress("starting gpufleet operator (operator + scheduler)")
         argv = [
@@ -242,9 +341,12 @@ class Sandbox:
             config = self.state_dir / "operator-settings.yaml"
             config.write_text(yaml.safe_dump(OPERATOR_SETTINGS))
             argv.append(f"--config={config}")
-        state.pids[OPERATOR] = processes.spawn(argv, self.logs / f"{OPERATOR}.log")
-        state.markers[OPERATOR] = str(self.kubeconfig)
-        self._save_state(state)
+        self._supervise(state, OPERATOR, argv, str(self.kubeconfig))
+        # Return once the supervisor has the operator running (its start takes seconds on a
+        # busy machine), so that `component_pid` and `status` show it.
+        log = self.logs / f"{OPERATOR}.log"
+        running = functools.partial(self._alive, state, OPERATOR)
+        processes.wait_until(running, "gpufleet operator", 60, log)
 
     def ensure_serving(
         self, namespace: str, servingjob: str, progress: Callable[[str], None] = print
@@ -286,12 +388,18 @@ class Sandbox:
             progress("no sandbox running")
             return
         # The serving simulator stops its Prometheus itself; a killed one leaves it to us.
+        # A supervisor stops its child and never restarts it after SIGTERM; a child whose
+        # supervisor was killed by hand is stopped by its own PID.
         for name in (SERVING, PROMETHEUS, OPERATOR, *reversed(COMPONENTS)):
             if name in state.pids:
                 processes.stop(state.pids[name], state.markers[name])
+            child = self.supervisor_status(name).get("pid") if name in state.argv else None
+            if child is not None:
+                processes.stop(int(child), state.child_markers[name])
         for port in state.ports.values():
             processes.wait_until(functools.partial(_port_closed, port), f"port {port}", 15)
         shutil.rmtree(self.state_dir / "etcd", ignore_errors=True)
+        shutil.rmtree(self._status_file("x").parent, ignore_errors=True)
         self._state_file.unlink(missing_ok=True)
         progress("sandbox stopped")
 
@@ -303,6 +411,8 @@ class Sandbox:
         info: dict[str, Any] = {
             "running": self.is_running(),
             "components": self.running_components(),
+            # Times each supervisor started its component again after it died.
+            "restarts": {n: self.supervisor_status(n).get("restarts", 0) for n in state.argv},
             "ports": state.ports,
             "fleet": state.fleet,
             "kubeconfig": str(self.kubeconfig),
@@ -407,6 +517,20 @@ class Sandbox:
                 },
             ]
         )
+
+
+# Flags that switch APF back off (the sandbox's default: no throttling at all).
+_APF_OFF = {
+    "--enable-priority-and-fairness": "false",
+    "--max-requests-inflight": "0",
+    "--max-mutating-requests-inflight": "0",
+}
+
+
+def _with_flags(argv: list[str], flags: dict[str, str]) -> list[str]:
+    """`argv` with each `--flag=value` of `flags` replacing the same flag, or added."""
+    kept = [a for a in argv if a.split("=", 1)[0] not in flags]
+    return kept + [f"{k}={v}" for k, v in flags.items()]
 
 
 def _port_closed(port: int) -> bool:

@@ -36,10 +36,13 @@ def port_open(port: int) -> bool:
 _STARTED: dict[int, subprocess.Popen[bytes]] = {}
 
 
-def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> int:
-    """Start `argv` detached, its output written to `log`; returns its PID."""
+def spawn(
+    argv: list[str], log: Path, env: dict[str, str] | None = None, append: bool = False
+) -> int:
+    """Start `argv` detached, its output written to `log` (a fresh log unless `append`);
+    returns its PID."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as out:  # a fresh log per start
+    with log.open("ab" if append else "wb") as out:
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -86,6 +89,17 @@ def stop(pid: int, marker: str, timeout: float = 15.0) -> None:
         if not is_ours(pid, marker):
             return
         time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    while is_ours(pid, marker):
+        time.sleep(0.05)
+
+
+def kill(pid: int, marker: str) -> None:
+    """SIGKILL at once (a crash, not a shutdown) and wait until it is gone; only if the PID is
+    still the process we started."""
+    if not is_ours(pid, marker):
+        return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     while is_ours(pid, marker):

@@ -1,9 +1,12 @@
 """The sandbox against its real control plane: fleet, kwok, the fake MIG manager, the demo's
-simulated vLLM servers with Prometheus, up and down."""
+simulated vLLM servers with Prometheus, up and down, and the supervision that restarts a
+component or the operator that dies."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from gpufleet.model.fleet import load_fleet
 from gpufleet.sandbox import processes
 from gpufleet.sandbox.control_plane import (
     COMPONENTS,
+    OPERATOR,
     PROMETHEUS,
     SERVING,
     Sandbox,
@@ -128,14 +132,29 @@ def small_fleet(tmp_path: Path) -> Path:
     return path
 
 
+def _killed_and_restarted(sbx: Sandbox, name: str) -> None:
+    """`kill -9` a supervised process: its supervisor starts it again and counts it."""
+    pid = sbx.component_pid(name)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while sbx.component_pid(name) in (None, pid):
+        assert time.monotonic() < deadline, f"{name} was not restarted"
+        time.sleep(0.1)
+    assert sbx.status()["restarts"][name] == 1
+
+
 def test_down_leaves_nothing_behind_and_up_works_again(tmp_path: Path, small_fleet: Path) -> None:
     sbx = Sandbox(tmp_path / "second")
     try:
-        for _ in range(2):  # a second up after down must work
-            sbx.up(small_fleet, progress=lambda _: None)
+        for round in range(2):  # a second up after down must work, the second with the operator
+            sbx.up(small_fleet, progress=lambda _: None, operator=round == 1)
             state = json.loads(sbx._state_file.read_text())
-            assert set(state["pids"]) == set(COMPONENTS)
+            assert set(state["pids"]) == set(COMPONENTS) | ({OPERATOR} if round else set())
             assert sbx.status()["nodes_ready"] == 3
+            # Supervised like a pod by a kubelet: a dead component or operator comes back.
+            _killed_and_restarted(sbx, OPERATOR if round else "kwok")
+            children = {n: sbx.component_pid(n) for n in state["child_markers"]}
             # The demo's simulated vLLM servers and their Prometheus are stopped with the rest.
             url = sbx.ensure_serving("default", "demo-llm", progress=lambda _: None)
             assert httpx.get(f"{url}/-/ready", timeout=5).status_code == 200
@@ -146,6 +165,10 @@ def test_down_leaves_nothing_behind_and_up_works_again(tmp_path: Path, small_fle
             sbx.down(progress=lambda _: None)
             for component, pid in state["pids"].items():
                 assert not processes.is_ours(pid, state["markers"][component]), component
+            # The supervisors are gone (above) and so are the processes they kept running, so
+            # nothing can start them again.
+            for name, pid in children.items():
+                assert pid is not None and not processes.is_ours(pid, state["child_markers"][name])
             for port in state["ports"].values():
                 assert not processes.port_open(port), port
             assert not sbx.is_running()
