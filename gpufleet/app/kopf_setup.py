@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import kopf
 from kubernetes import client
 
 from gpufleet.scheduler.apiwriter import bearer_token
+
+
+class EndlessBackoffs:
+    """kopf's back-offs between attempts of an API request: 1, 2 and 5 s, then every 10 s for
+    as long as it takes.
+
+    kopf gives up on a request once its back-offs run out, and a watch request that gives up
+    ends the watcher of that resource for good: kopf does not start it again, so the handlers of
+    that kind never run again in this process. Seen when a restarted API server answers 503
+    ("the request has been made before all known HTTP paths have been installed") for a few
+    seconds. Not `Sized`, so kopf counts no last attempt; iterable afresh for every request,
+    since one settings object serves them all."""
+
+    def __iter__(self) -> Iterator[float]:
+        return itertools.chain((1.0, 2.0, 5.0), itertools.repeat(10.0))
 
 
 @kopf.on.startup()
@@ -23,7 +40,7 @@ def _configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.WARNING
     settings.execution.max_workers = 16
     settings.watching.server_timeout = 300
-    settings.networking.error_backoffs = [1, 2, 5]
+    settings.networking.error_backoffs = EndlessBackoffs()
 
 
 def register_login(api: client.ApiClient) -> Any:

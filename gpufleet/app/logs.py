@@ -40,6 +40,9 @@ def configure(settings: LogSettings) -> None:
     root.addHandler(handler)
     root.setLevel(settings.level.value)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    # urllib3 logs each retry of a failed connection (three per request of the generated
+    # client) while the API server is down; the Lease keeper and the informers say it once.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     if settings.level is not LogLevel.DEBUG:
         # kopf logs every successful handler run (each timer tick) at INFO.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)

@@ -3,9 +3,14 @@ the scheduler, built from the settings and run together.
 
 Start-up order: API client -> metrics and probe endpoint -> Lease (only the holder
 acts; standbys wait here) -> scheduler informers and loop on threads -> kopf on the main
-thread's event loop. If the Lease is lost the process stops with exit code 1 so a supervisor
-restarts it as a standby; state is never carried over, it is rebuilt from the cluster on every
-start.
+thread's event loop.
+
+While the Lease is not renewed (the API server or etcd cannot be reached) the scheduler and the
+handlers make no decision but the process stays up, and every part resumes when the server
+answers again: the keeper renews the Lease, the scheduler's informers and kopf's watches list
+again. Only when another replica is seen holding the Lease does the process stop, with exit
+code 1, so a supervisor restarts it as a standby; state is never carried over, it is rebuilt
+from the cluster on every start.
 """
 
 from __future__ import annotations
@@ -84,8 +89,12 @@ def run(settings: Settings) -> int:
     trainingjob_handlers.register_timer(tick)
     servingjob_handlers.register_timer(tick)
     memo = kopf.Memo(
-        state=trainingjob_handlers.State(api, scheduler.cache, scheduler_name, tick),
-        serving=servingjob_handlers.State(api, JobAutoscalers(settings.autoscaler), scheduler_name),
+        state=trainingjob_handlers.State(
+            api, scheduler.cache, scheduler_name, tick, may_act=lease.held
+        ),
+        serving=servingjob_handlers.State(
+            api, JobAutoscalers(settings.autoscaler), scheduler_name, may_act=lease.held
+        ),
     )
     namespace = settings.namespace
 

@@ -40,8 +40,8 @@ from gpufleet.kubeerrors import api_error_text
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import PendingNote, read_pending
 from gpufleet.model.contract.serving import MetricsHealth, ScaleChange
+from gpufleet.operator import leading, serving_status
 from gpufleet.operator import serving_children as children
-from gpufleet.operator import serving_status
 from gpufleet.operator.objects import ServingJobObject, parse_or_fail
 from gpufleet.operator.ports import ServingAutoscaler
 
@@ -61,8 +61,10 @@ class State:
         api: client.ApiClient,
         autoscalers: ServingAutoscaler,
         scheduler_name: str = names.SCHEDULER_NAME,
+        may_act: Callable[[], bool] = leading.always,
     ) -> None:
         self.scheduler_name = scheduler_name  # of the pods its Deployments create
+        self.may_act = may_act  # the Lease fence (leading.py)
         self.apps = client.AppsV1Api(api)
         self.core = client.CoreV1Api(api)
         self.autoscalers = autoscalers
@@ -269,6 +271,7 @@ def _write_status(patch: kopf.Patch, job: Obj, status: dict[str, Any]) -> None:
 
 def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
     state: State = memo.serving
+    leading.ensure_leading(state.may_act)
     raw = copy.deepcopy(dict(body))
     meta = raw["metadata"]
     if meta.get("deletionTimestamp"):

@@ -16,7 +16,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import disruption_reason
 from gpufleet.model.gpus import load_catalog
-from gpufleet.operator import children, reconcile
+from gpufleet.operator import children, leading, reconcile
 from gpufleet.operator.accounting import Usage, accrue
 from gpufleet.operator.objects import TrainingJobObject, parse_or_fail
 from gpufleet.operator.ports import PodSource
@@ -55,8 +55,10 @@ class State:
         cache: PodSource,
         scheduler_name: str = names.SCHEDULER_NAME,
         tick_s: float = DEFAULT_TICK_S,
+        may_act: Callable[[], bool] = leading.always,
     ) -> None:
         self.cache = cache
+        self.may_act = may_act  # the Lease fence (leading.py)
         self.scheduler_name = scheduler_name  # of the pods it creates
         self.tick_s = tick_s
         cache.on_pod_deleted(lambda pod: record_disruption(self, pod))
@@ -150,6 +152,7 @@ def _delete_pods(state: State, namespace: str, pod_names: Iterable[str]) -> None
 
 def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
     state: State = memo.state
+    leading.ensure_leading(state.may_act)
     raw = copy.deepcopy(dict(body))
     meta = raw["metadata"]
     if meta.get("deletionTimestamp"):
@@ -256,6 +259,7 @@ def register_timer(tick_s: float, registry: kopf.OperatorRegistry | None = None)
 def delete_children(namespace: str | None, name: str, uid: str, memo: Any, **_: Any) -> None:
     """Finalizer: remove the pods and Service now instead of waiting for garbage collection."""
     state: State = memo.state
+    leading.ensure_leading(state.may_act)
     selector = f"{children.JOB_LABEL}={name}"
     namespace = namespace or "default"
     try:

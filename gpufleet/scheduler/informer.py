@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -78,10 +79,17 @@ class Informer:
 
     def _run(self) -> None:
         version: str | None = None
+        failing_since: float | None = None  # an outage is logged when it starts and ends
         while not self._stop.is_set():
             try:
                 if version is None:
                     version = self._relist()
+                    if failing_since is not None:
+                        log.warning(
+                            "%s: listed again after %.1fs of failures",
+                            self.name, time.monotonic() - failing_since,
+                        )  # fmt: skip
+                        failing_since = None
                 version = self._watch(version)
             except ApiException as exc:
                 log.info("%s: watch ended (%s); listing again", self.name, exc.status)
@@ -90,7 +98,11 @@ class Informer:
             except Exception as exc:  # connection reset, API server restart: list again
                 if self._stop.is_set():
                     return
-                log.warning("%s: watch failed (%s); listing again", self.name, exc)
+                if failing_since is None:
+                    failing_since = time.monotonic()
+                    log.warning(
+                        "%s: watch failed (%s); listing again until it works", self.name, exc
+                    )
                 version = None
                 self._stop.wait(1.0)
 

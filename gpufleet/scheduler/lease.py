@@ -2,11 +2,16 @@
 
 A candidate takes the Lease when it is absent or its holder stopped renewing for longer than the
 lease duration, then renews it every `renew_every` seconds. Updates carry the resourceVersion
-read, so two candidates racing for an expired Lease cannot both win (the loser gets a 409). A
-holder that cannot renew within the duration must stop acting; `keep` calls `on_lost` for that.
-A holder paused past the duration (a stopped process, a long pause) learns it only at its next
-renewal, so `held` tells whether the last successful renewal is still within the duration,
-by this process's monotonic clock: the scheduler checks it before each cycle.
+read, so two candidates racing for an expired Lease cannot both win (the loser gets a 409).
+
+`held` is the fence: whether the last successful renewal is still within the duration, by this
+process's monotonic clock. The scheduler checks it before each cycle and the operator's handlers
+before each pass, so a holder that could not renew for a whole duration (an API server or etcd
+outage, a paused process) makes no decision, since a standby may have taken over meanwhile.
+Failing to renew is not losing the Lease: a single replica cut off from the API server has lost
+it to nobody, and exiting would only leave the cluster without an operator once the server is
+back. So `keep` goes on trying to renew (or take the Lease again once it expired) until it
+succeeds, and calls `on_lost` only when it sees another candidate holding the Lease.
 """
 
 from __future__ import annotations
@@ -70,6 +75,9 @@ class LeaderLease:
         self._now = now
         self._monotonic = monotonic
         self._valid_until = float("-inf")  # monotonic end of the duration of the last renewal
+        # A renewal that has not been answered within a duration (an API server waiting for
+        # its etcd) is abandoned and tried again, rather than holding the keeper indefinitely.
+        self._timeout = duration
 
     def _spec(self, acquired: datetime, transitions: int) -> dict[str, Any]:
         return {
@@ -95,7 +103,7 @@ class LeaderLease:
     def _take(self) -> bool:
         try:
             lease = self.api.read_namespaced_lease(
-                self.name, self.namespace, _preload_content=False
+                self.name, self.namespace, _preload_content=False, _request_timeout=self._timeout
             )
         except ApiException as exc:
             if exc.status != 404:
@@ -107,7 +115,9 @@ class LeaderLease:
                 "spec": self._spec(self._now(), 0),
             }
             try:
-                self.api.create_namespaced_lease(self.namespace, body, _preload_content=False)
+                self.api.create_namespaced_lease(
+                    self.namespace, body, _preload_content=False, _request_timeout=self._timeout
+                )
                 return True
             except ApiException as create_exc:
                 if create_exc.status == 409:
@@ -128,7 +138,11 @@ class LeaderLease:
         doc["spec"] = self._spec(acquired, transitions)
         try:
             self.api.replace_namespaced_lease(
-                self.name, self.namespace, doc, _preload_content=False
+                self.name,
+                self.namespace,
+                doc,
+                _preload_content=False,
+                _request_timeout=self._timeout,
             )
         except ApiException as exc:
             if exc.status == 409:
@@ -165,17 +179,27 @@ class LeaderLease:
         return False
 
     def keep(self, stop: threading.Event, on_lost: Callable[[], None]) -> None:
-        """Renew until `stop`; call `on_lost` when renewal fails for a whole lease duration."""
-        last_ok = self._now()
-        while not stop.wait(self.renew_every):
+        """Renew until `stop`; call `on_lost` (and return) when another candidate holds the
+        Lease. Renewals that fail (the API server cannot be reached) are retried, twice as
+        often once the Lease is no longer held, so leadership resumes soon after the server
+        does."""
+        failing_since: float | None = None
+        while not stop.wait(self.renew_every if self.held() else self.renew_every / 2):
             try:
-                if self.try_acquire():
-                    last_ok = self._now()
-                    continue
-                log.error("lease %s/%s taken by another candidate", self.namespace, self.name)
+                renewed = self.try_acquire()
             except Exception as exc:
-                log.warning("lease renewal failed: %s", exc)
-                if (self._now() - last_ok).total_seconds() < self.duration:
-                    continue
+                if failing_since is None:
+                    failing_since = self._monotonic()
+                    log.warning("lease renewal failed (retrying until it works): %s", exc)
+                continue
+            if renewed:
+                if failing_since is not None:
+                    log.warning(
+                        "lease %s/%s renewed again after %.1fs of failed renewals",
+                        self.namespace, self.name, self._monotonic() - failing_since,
+                    )  # fmt: skip
+                    failing_since = None
+                continue
+            log.error("lease %s/%s taken by another candidate", self.namespace, self.name)
             on_lost()
             return

@@ -221,6 +221,7 @@ class Scheduler:
         """Cycle whenever the cache changes (batched by `debounce_s`), at least every
         `resync_s`."""
         log.info("scheduler %r started", self.settings.name)
+        fenced = False
         while not stop.is_set():
             self.cache.changed.wait(self.settings.resync_s)
             if stop.is_set():
@@ -229,11 +230,17 @@ class Scheduler:
             self.cache.changed.clear()
             if not self.may_act():
                 # Paused past the Lease (or cut off from it): a standby may lead by now, so no
-                # decision until the keeper renews it or gives up and stops the process.
-                log.warning("lease not renewed within its duration; not scheduling")
+                # decision until the keeper renews it (or sees another holder and the process
+                # stops).
+                if not fenced:
+                    log.warning("lease not renewed within its duration; not scheduling")
+                fenced = True
                 self.cache.changed.set()
                 stop.wait(0.1)
                 continue
+            if fenced:
+                log.warning("lease renewed; scheduling again")
+                fenced = False
             try:
                 prometheus_metrics.record(self.run_cycle())
             except Exception:  # keep the scheduler alive; the next cycle starts from the cluster

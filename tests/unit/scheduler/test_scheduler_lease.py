@@ -1,10 +1,13 @@
 """Leader election on a Lease: create when absent, renew while held, refuse a live lease of
 another holder, take over an expired one (counting the transition), lose a write race (409),
-release on clean shutdown."""
+release on clean shutdown; the keeper rides out an unreachable API server (fenced by `held`
+meanwhile) and reports the Lease lost only when another candidate holds it."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -126,3 +129,79 @@ def test_held_only_within_a_duration_of_the_last_renewal() -> None:
     assert candidate(api, "b", clock).try_acquire()
     ticks[0] += 16
     assert not a.try_acquire() and not a.held()
+
+
+class Unreachable(FakeCoordination):
+    """The API server goes away for `outage` requests, then answers again."""
+
+    def __init__(self, outage: int) -> None:
+        super().__init__()
+        self.outage = outage
+        self.down = False
+        self.failed = 0
+
+    def read_namespaced_lease(self, name: str, ns: str, **kw: Any) -> Raw:
+        if self.down and self.failed < self.outage:
+            self.failed += 1
+            raise ConnectionRefusedError("connection refused")
+        return super().read_namespaced_lease(name, ns, **kw)
+
+
+def _keep_in_background(lease: LeaderLease) -> tuple[threading.Event, list[str], threading.Thread]:
+    stop, lost = threading.Event(), []
+    keeper = threading.Thread(target=lease.keep, args=(stop, lambda: lost.append("lost")))
+    keeper.start()
+    return stop, lost, keeper
+
+
+def test_keeper_rides_out_an_unreachable_api_server_and_fences_meanwhile() -> None:
+    api = Unreachable(outage=40)
+    a = LeaderLease(api, "ns", "lease", "a", duration=0.1, renew_every=0.02)  # type: ignore[arg-type]
+    assert a.try_acquire()
+    api.down = True
+    stop, lost, keeper = _keep_in_background(a)
+    try:
+        # Renewals fail for longer than the duration: no decisions, but no exit either.
+        deadline = time.monotonic() + 5
+        while a.held() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert not a.held()
+        assert not lost and keeper.is_alive()
+        # The server answers again: renewed, acting again, never reported lost.
+        deadline = time.monotonic() + 5
+        while api.failed < api.outage or not a.held():
+            assert time.monotonic() < deadline, "not renewed after the outage"
+            time.sleep(0.005)
+        assert not lost
+        assert api.doc is not None and api.doc["spec"]["holderIdentity"] == "a"
+    finally:
+        stop.set()
+        keeper.join(5)
+
+
+def test_keeper_reports_the_lease_lost_only_when_another_holds_it() -> None:
+    api = Unreachable(outage=1_000_000)
+    a = LeaderLease(api, "ns", "lease", "a", duration=0.1, renew_every=0.02)  # type: ignore[arg-type]
+    assert a.try_acquire()
+    api.down = True
+    stop, lost, keeper = _keep_in_background(a)
+    try:
+        time.sleep(0.3)  # three durations without a renewal
+        assert not lost and not a.held()
+        # Back, but a standby took the expired Lease meanwhile: that, and only that, is loss.
+        assert api.doc is not None
+        api.doc["spec"] |= {
+            "holderIdentity": "b",
+            "renewTime": _fmt_now(),
+            "leaseDurationSeconds": 60,
+        }
+        api.down = False
+        keeper.join(5)
+        assert lost == ["lost"] and not a.held()
+    finally:
+        stop.set()
+        keeper.join(5)
+
+
+def _fmt_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
