@@ -31,7 +31,7 @@ from gpufleet.model.migparted import load_default_configs
 from gpufleet.sandbox import processes, serving_stand_in, supervisor
 from gpufleet.sandbox.binaries import Binaries, ensure_binaries
 from gpufleet.sandbox.node_manifests import fleet_manifests, sandbox_pool_check
-from gpufleet.sandbox.pki import ensure_pki, write_kubeconfig
+from gpufleet.sandbox.pki import ensure_pki, issue_client_cert, write_kubeconfig
 from gpufleet.settings import CONFIG_FILE_ENV
 
 SYSTEM_NAMESPACE = "gpufleet-system"
@@ -163,6 +163,17 @@ class Sandbox:
         if state is None or not set(COMPONENTS) <= set(state.pids):
             return False
         return all(processes.is_ours(state.pids[name], state.markers[name]) for name in COMPONENTS)
+
+    def user_kubeconfig(self, user: str) -> Path:
+        """A kubeconfig for `user`, a client certificate in no group (so neither
+        `system:masters`, which API Priority and Fairness never throttles, nor allowed
+        anything RBAC does not grant it)."""
+        state = self._load_state()
+        assert state is not None, "start the sandbox first"
+        path = self.state_dir / f"kubeconfig-{user}"
+        server = f"https://127.0.0.1:{state.ports['kube-apiserver']}"
+        write_kubeconfig(path, self.pki, server, cert=issue_client_cert(self.pki, user))
+        return path
 
     # -- kubectl ----------------------------------------------------------------------------
 

@@ -84,8 +84,21 @@ def ensure_pki(pki: Path) -> None:
     _openssl(pki, "rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
 
 
-def write_kubeconfig(path: Path, pki: Path, server: str) -> None:
-    """A kubeconfig with the admin credentials embedded, usable by kubectl and Python clients."""
+def issue_client_cert(pki: Path, user: str) -> str:
+    """A client certificate signed by the sandbox CA for `user` (in no group: what it may do is
+    what RBAC grants it); returns the file stem of `<stem>.crt` and `<stem>.key`."""
+    stem = f"user-{user}"
+    if not (pki / f"{stem}.crt").exists():
+        _openssl(pki, "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{stem}.key",
+                 "-out", f"{stem}.csr", "-subj", f"/CN={user}")  # fmt: skip
+        _openssl(pki, "x509", "-req", "-in", f"{stem}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-out", f"{stem}.crt", "-days", "3650")  # fmt: skip
+    return stem
+
+
+def write_kubeconfig(path: Path, pki: Path, server: str, cert: str = "admin") -> None:
+    """A kubeconfig with the admin credentials (or those of the certificate `cert`, from
+    `issue_client_cert`) embedded, usable by kubectl and Python clients."""
     import base64
 
     def b64(name: str) -> str:
@@ -102,8 +115,8 @@ clusters:
 users:
 - name: gpufleet-admin
   user:
-    client-certificate-data: {b64("admin.crt")}
-    client-key-data: {b64("admin.key")}
+    client-certificate-data: {b64(f"{cert}.crt")}
+    client-key-data: {b64(f"{cert}.key")}
 contexts:
 - name: gpufleet-sandbox
   context: {{cluster: gpufleet-sandbox, user: gpufleet-admin}}

@@ -16,7 +16,10 @@ Other threads submit coroutines with `run()` (blocking) or `submit()` (a Future)
 
 A request on a reused connection that fails before any byte of the answer arrived (the server
 closed an idle connection) is sent once more on a fresh one. Any other transport failure is
-status 0: the write may or may not have happened.
+status 0: the write may or may not have happened. A 429 (API Priority and Fairness, or the
+server's in-flight limit, refusing the request before handling it) is waited out as its
+`Retry-After` says and the request sent again, so throttling slows bindings down instead of
+failing them (a failed binding rolls its whole gang back).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from urllib.parse import quote, urlsplit
 from kubernetes import client
 
 from gpufleet.kubeerrors import status_text
+from gpufleet.scheduler import throttling
 
 T = TypeVar("T")
 
@@ -84,8 +88,8 @@ class _Conn:
     def close(self) -> None:
         self.writer.close()
 
-    async def exchange(self, request: bytes) -> tuple[int, bytes, bool]:
-        """Send `request`; (status, body, keep-alive)."""
+    async def exchange(self, request: bytes) -> tuple[int, dict[str, str], bytes, bool]:
+        """Send `request`; (status, headers with lower-case names, body, keep-alive)."""
         self.writer.write(request)
         await self.writer.drain()
         try:
@@ -115,15 +119,19 @@ class _Conn:
             body = b"".join(parts)
         else:
             body = await self.reader.read()
-            return status, body, False
-        return status, body, headers.get("connection", "").lower() != "close"
+            return status, headers, body, False
+        return status, headers, body, headers.get("connection", "").lower() != "close"
 
 
 class ApiWriter:
     """Writes to the API server from a private event loop; thread-safe entry points."""
 
     def __init__(
-        self, cfg: client.Configuration, connections: int = 32, timeout: float = 30.0
+        self,
+        cfg: client.Configuration,
+        connections: int = 32,
+        timeout: float = 30.0,
+        throttle_limit: float = throttling.THROTTLE_LIMIT_S,
     ) -> None:
         url = urlsplit(cfg.host)
         self._tls = _ssl_context(cfg) if url.scheme == "https" else None
@@ -137,6 +145,8 @@ class ApiWriter:
         self._headers = ""
         self._headers_at = -_TOKEN_REFRESH_S
         self._timeout = timeout
+        self._throttle_limit = throttle_limit
+        self.throttled = 0  # 429 answers waited out so far
         self._idle: list[_Conn] = []
         self._loop = asyncio.new_event_loop()
         self._slots = asyncio.Semaphore(connections)
@@ -196,7 +206,25 @@ class ApiWriter:
     async def request(
         self, method: str, path: str, body: bytes = b"", content_type: str = "application/json"
     ) -> tuple[int, bytes]:
-        """(status, body); status 0 with the error as body on a transport failure."""
+        """(status, body); status 0 with the error as body on a transport failure. A request
+        the API server throttles (429, API Priority and Fairness or its in-flight limit) is
+        sent again after the `Retry-After` it names, for up to `throttle_limit` seconds in
+        all: the server refused it before handling it, so sending it again is safe."""
+        waited = 0.0
+        while True:
+            status, headers, answer = await self._send(method, path, body, content_type)
+            if status != 429:
+                return status, answer
+            wait = throttling.retry_after(headers)
+            if waited + wait > self._throttle_limit:
+                return status, answer
+            self.throttled += 1
+            waited += wait
+            await asyncio.sleep(wait)
+
+    async def _send(
+        self, method: str, path: str, body: bytes, content_type: str
+    ) -> tuple[int, dict[str, str], bytes]:
         raw = (
             f"{method} {self._prefix}{path} HTTP/1.1\r\n{self._current_headers()}"
             f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
@@ -208,13 +236,15 @@ class ApiWriter:
                 try:
                     if conn is None:
                         conn = await asyncio.wait_for(self._connect(), self._timeout)
-                    status, answer, keep = await asyncio.wait_for(conn.exchange(raw), self._timeout)
+                    status, headers, answer, keep = await asyncio.wait_for(
+                        conn.exchange(raw), self._timeout
+                    )
                 except _Closed as exc:
                     assert conn is not None
                     conn.close()
                     if reused:
                         continue  # an idle connection the server had closed: send again
-                    return 0, f"connection closed: {exc}".encode()
+                    return 0, {}, f"connection closed: {exc}".encode()
                 except (
                     OSError,
                     TimeoutError,
@@ -224,14 +254,14 @@ class ApiWriter:
                 ) as exc:
                     if conn is not None:
                         conn.close()
-                    return 0, f"{type(exc).__name__}: {exc}".encode()
+                    return 0, {}, f"{type(exc).__name__}: {exc}".encode()
                 if keep:
                     conn.idle_since = time.monotonic()
                     self._idle.append(conn)
                 else:
                     conn.close()
-                return status, answer
-        return 0, b"connection closed twice"
+                return status, headers, answer
+        return 0, {}, b"connection closed twice"
 
     async def post(self, path: str, body: Mapping[str, Any]) -> tuple[int, str]:
         """POST `body` as JSON to `path`; (status, error) with error "" on success."""

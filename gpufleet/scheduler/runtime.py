@@ -22,12 +22,14 @@ from gpufleet.scheduler.informer import Informer
 from gpufleet.scheduler.loop import Decide, Scheduler
 from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.mig_request import MigRequester
+from gpufleet.scheduler.throttling import ThrottleRetry
 
 log = logging.getLogger("gpufleet.scheduler")
 
 
 def api_client(kubeconfig: str | None, pool_size: int = 64) -> client.ApiClient:
-    """An API client for the kubeconfig (or in-cluster config), sized for parallel binds."""
+    """An API client for the kubeconfig (or in-cluster config), sized for parallel binds,
+    waiting out the server's throttling (`throttling.py`)."""
     configuration = client.Configuration()
     if kubeconfig:
         config.load_kube_config(  # type: ignore[no-untyped-call]
@@ -39,6 +41,7 @@ def api_client(kubeconfig: str | None, pool_size: int = 64) -> client.ApiClient:
         except config.ConfigException:
             config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     configuration.connection_pool_maxsize = pool_size
+    configuration.retries = ThrottleRetry()  # 429 with Retry-After: wait and send again
     return client.ApiClient(configuration)
 
 

@@ -1,8 +1,10 @@
 """One real sandbox control plane for the whole integration test session.
 
 It is started in a private state directory (never the user's own sandbox) and stopped when the
-session ends. If the binaries cannot be built or the cluster does not come up, every test that
-uses it errors with the reason: nothing is skipped.
+session ends. Its API server runs with API Priority and Fairness, as production ones do: the
+tests' admin user (`system:masters`) is exempt from it, and the throttling test gives its own
+user a tight priority level. If the binaries cannot be built or the cluster does not come up,
+every test that uses it errors with the reason: nothing is skipped.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     """A running sandbox with the default fleet and gpufleet's CRDs installed."""
     sbx = Sandbox(tmp_path_factory.mktemp("sandbox"))
     try:
-        sbx.up(progress=lambda msg: print(f"[sandbox] {msg}"))
+        sbx.up(progress=lambda msg: print(f"[sandbox] {msg}"), apf=True)
     except BuildError as exc:
         sbx.down(progress=lambda _: None)
         pytest.fail(f"cannot build the sandbox's control-plane binaries: {exc}", pytrace=False)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.testing.operator import Kube, OperatorProcess, SettledInvariants, training_job
 from gpufleet.testing.operator import wait_for as wait_until
 

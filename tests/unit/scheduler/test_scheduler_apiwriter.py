@@ -3,7 +3,8 @@ node and annotations; a "why pending" condition is one strategic-merge PATCH of 
 status, a few at a time, dropped when the pod was bound before it went out; status and the
 API's Status reason come back; Content-Length and chunked answers are read; connections are
 reused, and a request on an idle connection the server has closed is sent again on a fresh
-one; a connection that is refused is status 0."""
+one; a connection that is refused is status 0; a throttled request (429) is sent again after
+its Retry-After, and a gang's bindings that the server throttles all go through."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class Server:
         self.heads: list[tuple[str, str]] = []  # (method, Content-Type) per request
         self.connections = 0
         self.mode = "created"
+        self.throttle_next = 0  # answer this many requests 429 first (API Priority and Fairness)
         self.close_after_answer = False
         self.answering = asyncio.Event()  # cleared: requests are read but not yet answered
         self.answering.set()
@@ -60,7 +62,15 @@ class Server:
                 self.requests.append((path, json.loads(await reader.readexactly(length))))
                 self.heads.append((method, fields.get("Content-Type", "")))
                 await self.answering.wait()
-                if self.mode == "conflict":
+                if self.throttle_next > 0:
+                    self.throttle_next -= 1
+                    body = "Too many requests, please try again later.\n"
+                    writer.write(
+                        f"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 0.1\r\n"
+                        f"Content-Type: text/plain\r\nContent-Length: {len(body)}\r\n\r\n{body}"
+                        .encode()
+                    )  # fmt: skip
+                elif self.mode == "conflict":
                     body = json.dumps({"reason": "Conflict", "message": "already assigned"})
                     head = f"HTTP/1.1 409 Conflict\r\nContent-Length: {len(body)}\r\n\r\n"
                     writer.write((head + body).encode())
@@ -220,3 +230,28 @@ def test_client_errors_are_reported_with_the_apis_message() -> None:
         }
     )
     assert api_error_text(budget).endswith("disruption budget. needs 2 pods")
+
+
+def test_a_throttled_binding_is_sent_again_after_retry_after(served: Any) -> None:
+    writer, server = served
+    server.throttle_next = 2
+    started = time.monotonic()
+    assert writer.run(writer.bind("ns", "p", "n1", {})) == (201, "")
+    assert len(server.requests) == 3 and writer.throttled == 2
+    assert time.monotonic() - started >= 0.2  # waited as told, twice
+
+
+def test_a_gang_throttled_midway_is_bound_whole(served: Any) -> None:
+    writer, server = served
+    server.throttle_next = 20
+    binder = Binder(None, writer=writer)  # type: ignore[arg-type]
+    requests = [BindRequest(f"ns/p{i}", "n1", {}) for i in range(16)]
+    assert binder.bind(requests) == {f"ns/p{i}": None for i in range(16)}
+
+
+def test_throttling_longer_than_the_limit_is_reported(served: Any) -> None:
+    writer, server = served
+    writer._throttle_limit = 0.25
+    server.throttle_next = 100
+    status, error = writer.run(writer.bind("ns", "p", "n1", {}))
+    assert status == 429 and error.startswith("429 Too many requests")
