@@ -111,9 +111,9 @@ def measure_latency(sandbox: Sandbox, kube: Kube, workers: int, run: int) -> flo
     return elapsed
 
 
-def plain_pod(name: str, scheduler: str | None) -> Any:
+def plain_pod(name: str, scheduler: str | None, pool: str | None = POOL) -> Any:
+    """A one-GPU pod for `scheduler` (None: kube-scheduler) on `pool` (None: any GPU node)."""
     spec: dict[str, Any] = {
-        "nodeSelector": {"gpufleet.io/node-pool": POOL},
         # The sandbox's GPU nodes carry the GPU Operator's taint.
         "tolerations": list(GPU_TOLERATIONS),
         "containers": [
@@ -124,6 +124,8 @@ def plain_pod(name: str, scheduler: str | None) -> Any:
             }
         ],
     }
+    if pool is not None:
+        spec["nodeSelector"] = {"gpufleet.io/node-pool": pool}
     if scheduler:
         spec["schedulerName"] = scheduler
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
@@ -161,7 +163,7 @@ class Hold:
 
 
 def measure_throughput(
-    kube: Kube, pods: int, scheduler: str | None, hold: Hold, tag: str
+    kube: Kube, pods: int, scheduler: str | None, hold: Hold, tag: str, node_pool: str | None = POOL
 ) -> dict[str, float]:
     """Create `pods` while `hold` keeps the scheduler from placing them, release, and time
     until the last pod is bound: scheduling and binding only, not the pod-creation rate."""
@@ -175,24 +177,26 @@ def measure_throughput(
             list(
                 pool.map(
                     lambda i: kube.core.create_namespaced_pod(
-                        ns, plain_pod(f"p-{i:04d}", scheduler), _preload_content=False
+                        ns, plain_pod(f"p-{i:04d}", scheduler, node_pool), _preload_content=False
                     ),
                     range(pods),
                 )
             )
             created = time.monotonic() - started
-            wait_for(lambda: len(kube.pods(ns)) >= pods, "every pod visible", 60)
+            wait_for(lambda: len(kube.pods(ns)) >= pods, "every pod visible", max(60.0, pods / 20))
             assert not clock.bound, "a pod was bound while the backlog was held"
             release_time = time.monotonic()
             hold.release()
             released = True
-            wait_for(lambda: len(clock.bound) >= pods, f"{pods} pods bound by {tag}", 300)
+            # At least 5 pods a second (a loaded machine), and never less than five minutes.
+            bound_by = max(300.0, pods / 5)
+            wait_for(lambda: len(clock.bound) >= pods, f"{pods} pods bound by {tag}", bound_by)
             elapsed = max(clock.bound.values()) - release_time
     finally:
         if not released:  # a stopped scheduler must not outlive an error here
             hold.release()
     problems = invariants.check(kube.core)
-    kube.clean_namespace(ns, timeout=180)
+    kube.clean_namespace(ns, timeout=max(180.0, pods / 10))
     return {
         "pods": pods,
         "create_s": round(created, 3),

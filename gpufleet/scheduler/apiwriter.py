@@ -25,6 +25,7 @@ failing them (a failed binding rolls its whole gang back).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
 import threading
@@ -169,6 +170,11 @@ class ApiWriter:
         async def drop() -> None:
             for conn in self._idle:
                 conn.close()
+            # Let the transports finish closing before the loop stops (else they are left
+            # unclosed and warn when collected).
+            closing = [conn.writer.wait_closed() for conn in self._idle]
+            with contextlib.suppress(OSError, TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*closing, return_exceptions=True), 2.0)
             self._idle.clear()
 
         try:
