@@ -55,8 +55,10 @@ class OperatorProcess(StartStop):
         assert self.proc is not None
         return self.proc.pid
 
-    def start(self, timeout: float = 60.0) -> None:
-        """Start and wait until this process holds the Lease (it then schedules at once)."""
+    def start(self, timeout: float = 60.0, lead: bool = True) -> None:
+        """Start and wait until this process holds the Lease (it then schedules at once), or
+        with `lead` False only until its probe endpoint answers (a standby, while another
+        replica leads)."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
@@ -69,10 +71,20 @@ class OperatorProcess(StartStop):
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"operator exited with {self.proc.returncode}; see {self.log}")
-            if self.holds_lease() and self.ready():
+            if (self.holds_lease() and self.ready()) if lead else self.alive():
                 return
             time.sleep(0.1)
-        raise TimeoutError(f"operator did not take the lease in {timeout}s; see {self.log}")
+        what = "take the lease" if lead else "answer /healthz"
+        raise TimeoutError(f"operator did not {what} in {timeout}s; see {self.log}")
+
+    def alive(self) -> bool:
+        """Whether its liveness probe (/healthz) answers 200."""
+        url = f"http://127.0.0.1:{self.metrics_port}/healthz"
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
 
     def ready(self) -> bool:
         """The scheduler's readiness gauge on the metrics endpoint."""

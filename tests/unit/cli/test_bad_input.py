@@ -42,6 +42,8 @@ FLEET_POOL = "  - name: a\n    count: 1\n    gpuType: A100-80GB\n    gpusPerNode
 def _bench(name: str) -> ModuleType:
     """A `bench/` script imported as a module (they are scripts, not a package)."""
     module_name = f"bench_{name}"
+    if str(REPO / "bench") not in sys.path:
+        sys.path.append(str(REPO / "bench"))  # the scripts import each other, as when run
     if module_name not in sys.modules:
         spec = importlib.util.spec_from_file_location(module_name, REPO / "bench" / f"{name}.py")
         assert spec is not None and spec.loader is not None
@@ -58,6 +60,9 @@ ENTRY_POINTS: dict[str, tuple[str, Callable[[], Callable[[list[str]], int]]]] = 
     "sim_targets": ("sim_targets.py", lambda: _bench("sim_targets").main),
     "placement": ("placement_bench.py", lambda: _bench("placement_bench").main),
     "bind": ("bind_bench.py", lambda: _bench("bind_bench").main),
+    "scale": ("scale_bench.py", lambda: _bench("scale_bench").main),
+    "chaos": ("chaos.py", lambda: _bench("chaos").main),
+    "soak": ("soak.py", lambda: _bench("soak").main),
 }
 
 
@@ -119,6 +124,16 @@ def fleet(body: str | None, command: str = "simulate") -> Callable[[Path], list[
         if command == "sandbox":
             return ["sandbox", "--state-dir", str(tmp / "sandbox"), "up", "--fleet", str(path)]
         return ["simulate", "--trace", "philly", "--fleet", str(path), "--out", str(tmp / "o")]
+
+    return argv
+
+
+def scale_fleet(body: str) -> Callable[[Path], list[str]]:
+    """`scale_bench.py live --fleet` with a fleet file `body`."""
+
+    def argv(tmp: Path) -> list[str]:
+        (tmp / "fleet.yaml").write_text(body)
+        return ["live", "--fleet", str(tmp / "fleet.yaml")]
 
     return argv
 
@@ -501,6 +516,38 @@ CASES = [
         options("--operator-log", "{tmp}"),
         ("--operator-log:", "is a directory"),
     ),
+    Case(
+        "scale-drain-pods-negative",
+        "scale",
+        options("live", "--drain-pods", "-1"),
+        ("--drain-pods:", "not be negative"),
+    ),
+    Case(
+        "scale-one-table-size",
+        "scale",
+        options("core", "--nodes-list", "500"),
+        ("--nodes-list", "two sizes"),
+    ),
+    Case(
+        "scale-unknown-gpu",
+        "scale",
+        scale_fleet("nodePools:\n" + FLEET_POOL.replace("A100-80GB", "B300")),
+        ("fleet.yaml:4:", "nodePools[0].gpuType:", "unknown GPU type 'B300'"),
+    ),
+    Case(
+        "chaos-fleet-missing",
+        "chaos",
+        options("--fleet", "{tmp}/none.yaml"),
+        ("none.yaml:", "not found"),
+    ),
+    Case(
+        "chaos-log-dir-is-a-file",
+        "chaos",
+        options("--log-dir", __file__),
+        ("--log-dir:", "existing file"),
+    ),
+    Case("soak-jobs-zero", "soak", options("--jobs", "0"), ("--jobs:", "at least 1")),
+    Case("soak-rate-zero", "soak", options("--rate", "0"), ("--rate:", "positive")),
 ]
 
 

@@ -1,0 +1,502 @@
+"""Chaos under load: faults while TrainingJobs stream in and a ServingJob serves, with the
+cluster invariants checked throughout. Bounded in time, loopback only.
+
+One private sandbox (the default 16-node, 96-GPU fleet with MIG nodes, or --fleet), two
+`gpufleet operator` replicas electing a leader (--lease-duration), and:
+- a stream of TrainingJobs of mixed sizes, types, MIG slices and priorities (one every
+  --interval seconds, each "running" for 10-60 s, after which the harness marks its pods
+  Succeeded as a finished container would);
+- the example disaggregated ServingJob with the sandbox's simulated vLLM servers and real
+  Prometheus, so the autoscaler acts under its load pattern (--no-serving leaves it out);
+- faults at random moments of --duration seconds, one after another: SIGKILL of the leading
+  replica (--kills times; it is started again as a standby, as a Deployment would), a
+  kube-apiserver restart and an etcd restart (each down --outage seconds), 10 % of the nodes
+  NotReady for --notready seconds (kwok stops heart-beating them) and back, and a Lease
+  handover (the leader stopped with SIGTERM, releasing its Lease, then started as a standby);
+- every 2 s, the invariant checker (gpufleet.testing): no GPU or MIG slice in use twice or
+  beyond a node's capacity, no gang partly bound for longer than 3 s, no two pods for one rank;
+- lost jobs: a TrainingJob that disappears before it was seen Succeeded (jobs are removed 60 s
+  after they finish), or a job the stream created that never got a phase;
+- after the last fault the stream stops and every job must be Running or Succeeded within
+  --bound seconds.
+
+    python bench/chaos.py                         # 10 minutes of faults, 20 kills
+    python bench/chaos.py --duration 300 --kills 20 --interval 4 --no-serving
+
+Prints the faults and the violations; the last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpufleet.cliargs import OneLineParser, input_error_exit, output_dir, positive_int
+from gpufleet.model.contract import names
+from gpufleet.model.fleet import load_fleet
+from gpufleet.model.input_error import InputError
+from gpufleet.model.migparted import load_default_configs
+from gpufleet.sandbox.control_plane import Sandbox, default_fleet_path
+from gpufleet.sandbox.node_manifests import KWOK_ANNOTATION, sandbox_pool_check
+from gpufleet.scheduler.nodes import node_ready
+from gpufleet.scheduler.runtime import api_client
+from gpufleet.testing.operator import Kube, OperatorProcess, SettledInvariants, training_job
+
+PROG = "chaos.py"
+JOBS_NS = "chaos"
+SERVING_NS = "chaos-serving"
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "servingjob-disaggregated.yaml"
+# (type, GPUs per replica or MIG profile, most replicas): sizes the default fleet can hold.
+SHAPES = (
+    ("T4", 1, 4), ("T4", 2, 2), ("L4", 1, 4), ("L4", 4, 2), ("A100-80GB", 2, 2),
+    ("A100-80GB", 8, 1), ("H100-80GB", 4, 2), ("H100-80GB", 8, 1), ("A100-80GB", "1g.10gb", 4),
+    ("H100-80GB", "3g.40gb", 2),
+)  # fmt: skip
+FINISHED_TTL_S = 60
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+@dataclass
+class Job:
+    name: str
+    created: float
+    runs_for: float
+    running_at: float | None = None
+    succeeded: bool = False
+    finished_sent: bool = False
+    gone: bool = False
+
+
+@dataclass
+class Record:
+    """What the run saw: faults done, violations, lost jobs, and polls the API refused."""
+
+    faults: dict[str, int] = field(default_factory=dict)
+    violations: dict[str, float] = field(default_factory=dict)  # first seen, seconds into the run
+    lost: list[str] = field(default_factory=list)
+    refused_polls: int = 0
+    refused_creates: int = 0
+    leaders: list[int] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+class Replicas:
+    """Two operator replicas; the leader is the one whose PID the Lease names."""
+
+    def __init__(self, make: Callable[[int], OperatorProcess]) -> None:
+        self.all = [make(0), make(1)]
+
+    def start(self) -> None:
+        self.all[0].start(timeout=120)
+        self.all[1].start(timeout=120, lead=False)
+
+    def leader(self, timeout: float = 120.0) -> OperatorProcess:
+        """The replica holding the Lease; replicas that exited meanwhile are started again
+        (a replica that sees another holder exits by design)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.restart_dead()
+            for r in self.all:
+                if r.proc is not None and r.proc.poll() is None and r.holds_lease():
+                    return r
+            time.sleep(0.2)
+        raise TimeoutError("no replica took the Lease")
+
+    def restart_dead(self) -> None:
+        """Start again, as standbys, replicas that exited (a Deployment's restart)."""
+        for r in self.all:
+            if r.proc is None or r.proc.poll() is not None:
+                r.start(timeout=120, lead=False)
+
+    def stop(self) -> None:
+        for r in self.all:
+            r.stop()
+
+
+Shape = tuple[str, int | str, int]  # (GPU type, GPUs per replica or MIG profile, most replicas)
+
+
+class Load(threading.Thread):
+    """Creates TrainingJobs (one per `interval` seconds, `limit` in all), marks their pods
+    Succeeded once they ran for their time (uniform in `runs_for`), and follows their phases."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        record: Record,
+        interval: float,
+        seed: int,
+        shapes: tuple[Shape, ...] = SHAPES,
+        runs_for: tuple[float, float] = (10.0, 60.0),
+        limit: int | None = None,
+    ) -> None:
+        super().__init__(daemon=True)
+        self.kube, self.record, self.interval = kube, record, interval
+        self.shapes, self.runs_for, self.limit = shapes, runs_for, limit
+        self.rng = random.Random(seed)
+        self.jobs: dict[str, Job] = {}
+        self.creating = threading.Event()
+        self.creating.set()
+        self.stop = threading.Event()
+        self.started = time.monotonic()
+
+    def manifest(self, name: str) -> dict[str, Any]:
+        gpu_type, size, most = self.rng.choice(self.shapes)
+        replicas = self.rng.randint(1, most)
+        priority = self.rng.choice((0, 0, 1, 2))
+        if isinstance(size, str):
+            doc = training_job(name, replicas, 1, gpu_type, priority, mig_profile=size)
+        else:
+            doc = training_job(name, replicas, size, gpu_type, priority)
+        doc["spec"]["runPolicy"] = {"ttlSecondsAfterFinished": FINISHED_TTL_S}
+        return doc
+
+    def run(self) -> None:
+        next_at = time.monotonic()
+        count = 0
+        while not self.stop.is_set():
+            while self.creating.is_set() and time.monotonic() >= next_at:
+                if self.limit is not None and count >= self.limit:
+                    self.creating.clear()
+                    break
+                name = f"j{count:05d}"
+                try:
+                    self.kube.create_job(JOBS_NS, self.manifest(name))
+                    self.jobs[name] = Job(name, time.monotonic(), self.rng.uniform(*self.runs_for))
+                    count += 1
+                except Exception:
+                    self.record.refused_creates += 1  # an outage: try the next one later
+                next_at += self.interval
+            try:
+                self.follow()
+            except Exception:
+                self.record.refused_polls += 1
+            self.stop.wait(min(1.0, self.interval))
+
+    def follow(self) -> None:
+        """Phases from one list; finished workloads' pods marked Succeeded."""
+        seen = {j["metadata"]["name"]: j for j in self.kube.jobs(JOBS_NS)}
+        now = time.monotonic()
+        for job in self.jobs.values():
+            if job.gone:
+                continue
+            obj = seen.get(job.name)
+            if obj is None:
+                if now - job.created < 10:
+                    continue  # not in the list yet
+                job.gone = True
+                if not job.succeeded:
+                    self.record.lost.append(job.name)
+                continue
+            phase = (obj.get("status") or {}).get("phase")
+            if phase == "Succeeded":
+                job.succeeded = True
+            elif phase == "Running":
+                if job.running_at is None:
+                    job.running_at = now
+                if not job.finished_sent and now - job.running_at >= job.runs_for:
+                    self.finish(job)
+
+    def finish(self, job: Job) -> None:
+        selector = f"{names.TRAININGJOB_LABEL}={job.name}"
+        for pod in self.kube.pods(JOBS_NS, selector):
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
+            self.kube.core.patch_namespaced_pod_status(
+                pod["metadata"]["name"], JOBS_NS, {"status": {"phase": "Succeeded"}}
+            )
+        job.finished_sent = True
+
+    def unsettled(self) -> list[str]:
+        """Jobs neither Running nor Succeeded (nor removed after finishing)."""
+        phases = {j["metadata"]["name"]: (j.get("status") or {}).get("phase")
+                  for j in self.kube.jobs(JOBS_NS)}  # fmt: skip
+        return sorted(
+            f"{name}: {phases.get(name)}"
+            for name, job in self.jobs.items()
+            if not job.gone and phases.get(name) not in ("Running", "Succeeded")
+        )
+
+
+class Checker(threading.Thread):
+    """The invariants every 2 s; each distinct violation recorded once, with when."""
+
+    def __init__(self, kube: Kube, record: Record, started: float) -> None:
+        super().__init__(daemon=True)
+        self.watch = SettledInvariants(kube.core)
+        self.record, self.started = record, started
+        self.stop = threading.Event()
+        self.checks = 0
+
+    def run(self) -> None:
+        while not self.stop.wait(2.0):
+            try:
+                problems = self.watch.check()
+            except Exception:
+                self.record.refused_polls += 1
+                continue
+            self.checks += 1
+            for p in problems:
+                self.record.violations.setdefault(p, round(time.monotonic() - self.started, 1))
+                log(f"VIOLATION {p}")
+
+
+class Faults:
+    """The fault actions; each returns when the fault has cleared."""
+
+    def __init__(
+        self, sandbox: Sandbox, kube: Kube, replicas: Replicas, record: Record, args: Any
+    ) -> None:
+        self.sandbox, self.kube, self.replicas = sandbox, kube, replicas
+        self.record, self.args = record, args
+        self.rng = random.Random(args.seed + 1)
+
+    def kill(self) -> None:
+        leader = self.replicas.leader()
+        self.record.leaders.append(leader.pid)
+        leader.kill()
+        time.sleep(1.0)
+        self.replicas.restart_dead()
+        self.record.leaders.append(self.replicas.leader().pid)
+
+    def handover(self) -> None:
+        leader = self.replicas.leader()
+        leader.stop()  # SIGTERM: it releases the Lease and the standby takes it at once
+        new = self.replicas.leader()
+        assert new is not leader, "the Lease did not move"
+        self.record.leaders.append(new.pid)
+        self.replicas.restart_dead()
+
+    def outage(self, component: str) -> None:
+        self.sandbox.stop_component(component)
+        time.sleep(self.args.outage)
+        self.sandbox.start_component(component)
+
+    def notready(self) -> None:
+        nodes = sorted(n.metadata.name for n in self.kube.core.list_node().items)
+        chosen = self.rng.sample(nodes, max(1, math.ceil(0.1 * len(nodes))))
+        down = {"type": "Ready", "status": "False", "reason": "KubeletDown", "message": "chaos"}
+        for node in chosen:
+            # kwok stops keeping a node alive once it no longer carries kwok's annotation.
+            self.kube.core.patch_node(node, {"metadata": {"annotations": {KWOK_ANNOTATION: None}}})
+            self.kube.core.patch_node_status(node, {"status": {"conditions": [down]}})
+        log(f"  NotReady: {', '.join(chosen)}")
+        time.sleep(self.args.notready)
+        for node in chosen:
+            self.kube.core.patch_node(
+                node, {"metadata": {"annotations": {KWOK_ANNOTATION: "fake"}}}
+            )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            raw: Any = self.kube.core.list_node(_preload_content=False)
+            nodes = json.loads(raw.data)["items"]
+            if set(chosen) <= {n["metadata"]["name"] for n in nodes if node_ready(n)}:
+                return
+            time.sleep(1.0)
+        raise TimeoutError(f"nodes {chosen} not Ready again in 120 s")
+
+    def run(self, kind: str) -> None:
+        actions: dict[str, Callable[[], None]] = {
+            "kill": self.kill,
+            "handover": self.handover,
+            "kube-apiserver": lambda: self.outage("kube-apiserver"),
+            "etcd": lambda: self.outage("etcd"),
+            "notready": self.notready,
+        }
+        actions[kind]()
+        self.record.faults[kind] = self.record.faults.get(kind, 0) + 1
+
+
+def schedule(args: Any) -> list[tuple[float, str]]:
+    """(seconds into the run, fault) in time order, all within the first 90 % of the run."""
+    rng = random.Random(args.seed)
+    kinds = ["kill"] * args.kills + ["kube-apiserver", "etcd", "notready", "handover"]
+    start, end = 20.0, 0.9 * args.duration
+    return sorted((rng.uniform(start, end), kind) for kind in kinds)
+
+
+def start_serving(sandbox: Sandbox, kube: Kube) -> None:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    kube.create_namespace(SERVING_NS)
+    url = sandbox.ensure_serving(SERVING_NS, doc["metadata"]["name"], progress=log)
+    doc["spec"]["autoscaling"]["prometheus"]["url"] = url
+    doc["metadata"]["namespace"] = SERVING_NS
+    sandbox.apply([doc])
+
+
+def serving_state(kube: Kube) -> dict[str, Any]:
+    raw: Any = kube.custom.list_namespaced_custom_object(
+        "gpufleet.io", "v1alpha1", SERVING_NS, "servingjobs"
+    )
+    out = {}
+    for job in raw.get("items", []):
+        status = job.get("status") or {}
+        out[job["metadata"]["name"]] = {
+            "phase": status.get("phase"),
+            **{p: (status.get(p) or {}).get("readyReplicas") for p in ("prefill", "decode")},
+        }
+    return out
+
+
+def run(args: Any) -> dict[str, Any]:
+    record = Record()
+    plan = schedule(args)
+    with tempfile.TemporaryDirectory(prefix="gpufleet-chaos-") as tmp:
+        root = Path(tmp)
+        sandbox = Sandbox(root / "sandbox")
+        replicas: Replicas | None = None
+        try:
+            sandbox.up(args.fleet, progress=lambda m: log(f"[sandbox] {m}"))
+            kube = Kube(api_client(str(sandbox.kubeconfig)))
+            kube.create_namespace(JOBS_NS)
+            lease = f"--lease-duration={args.lease_duration}"
+
+            def make(i: int) -> OperatorProcess:
+                return OperatorProcess(
+                    sandbox.kubeconfig, args.log_dir / f"operator-{i}.log", kube.coordination,
+                    lease, f"--node-failure-grace={args.node_failure_grace}",
+                )  # fmt: skip
+
+            replicas = Replicas(make)
+            replicas.start()
+            record.leaders.append(replicas.leader().pid)
+            if args.serving:
+                start_serving(sandbox, kube)
+            load = Load(kube, record, args.interval, args.seed)
+            started = load.started
+            checker = Checker(kube, record, started)
+            faults = Faults(sandbox, kube, replicas, record, args)
+            load.start()
+            checker.start()
+            try:
+                for at, kind in plan:
+                    wait = at - (time.monotonic() - started)
+                    if wait > 0:
+                        time.sleep(wait)
+                    log(f"fault {kind}")
+                    try:
+                        faults.run(kind)
+                    except Exception as exc:
+                        record.errors.append(f"{kind}: {exc}")
+                        log(f"  the harness failed to carry out {kind}: {exc}")
+                        traceback.print_exc()
+                rest = args.duration - (time.monotonic() - started)
+                if rest > 0:
+                    time.sleep(rest)
+                cleared = time.monotonic()
+                load.creating.clear()
+                log(f"faults done; waiting up to {args.bound}s for every job to run or finish")
+                unsettled: list[str] = []
+                while time.monotonic() - cleared < args.bound:
+                    try:
+                        unsettled = load.unsettled()
+                    except Exception:
+                        unsettled = ["(the API server did not answer)"]
+                    if not unsettled:
+                        break
+                    time.sleep(2.0)
+                settled_s = time.monotonic() - cleared
+                time.sleep(4.0)  # a last invariant check on the settled cluster
+            finally:
+                load.stop.set()
+                checker.stop.set()
+                checker.join(10)
+                load.join(10)
+            serving = serving_state(kube) if args.serving else None
+            restarts = sandbox.status()["restarts"]
+        finally:
+            if replicas is not None:  # also on an interrupt: nothing of the run outlives it
+                replicas.stop()
+            sandbox.down(progress=lambda _: None)
+    waits = [j.running_at - j.created for j in load.jobs.values() if j.running_at is not None]
+    return {
+        "bench": "chaos",
+        "duration_s": args.duration,
+        "faults": record.faults,
+        "faults_total": sum(record.faults.values()),
+        "harness_errors": record.errors,
+        "leader_pids": record.leaders,
+        "jobs_created": len(load.jobs),
+        "jobs_succeeded": sum(j.succeeded for j in load.jobs.values()),
+        "jobs_ran": len(waits),
+        "create_to_running_p50_s": round(statistics.median(waits), 1) if waits else None,
+        "create_to_running_max_s": round(max(waits), 1) if waits else None,
+        "lost_jobs": record.lost,
+        "violations": record.violations,
+        "violations_total": len(record.violations),
+        "invariant_checks": checker.checks,
+        "unsettled_after_bound": unsettled,
+        "settled_in_s": round(settled_s, 1),
+        "bound_s": args.bound,
+        "refused_polls": record.refused_polls,
+        "refused_creates": record.refused_creates,
+        "serving": serving,
+        "sandbox_restarts": restarts,
+        "load_average": os.getloadavg(),
+    }
+
+
+def report(out: dict[str, Any]) -> None:
+    print(f"faults: {out['faults_total']} {out['faults']}; harness errors {out['harness_errors']}")
+    print(f"jobs: {out['jobs_created']} created, {out['jobs_ran']} ran, "
+          f"{out['jobs_succeeded']} succeeded; create -> Running p50 "
+          f"{out['create_to_running_p50_s']}s max {out['create_to_running_max_s']}s")  # fmt: skip
+    unsettled = len(out["unsettled_after_bound"])
+    print(f"invariant checks {out['invariant_checks']}: {out['violations_total']} violations; "
+          f"lost jobs {len(out['lost_jobs'])}; not Running/finished {out['bound_s']}s after the "
+          f"faults: {unsettled} (settled in {out['settled_in_s']}s)")  # fmt: skip
+    for v, at in out["violations"].items():
+        print(f"  at {at}s: {v}")
+    for job in out["unsettled_after_bound"]:
+        print(f"  unsettled {job}")
+    print(f"serving: {out['serving']}; sandbox component restarts {out['sandbox_restarts']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=positive_int, default=600, help="seconds of faults")
+    parser.add_argument("--kills", type=positive_int, default=20)
+    parser.add_argument("--interval", type=positive_int, default=3, help="seconds between jobs")
+    parser.add_argument("--outage", type=positive_int, default=10)
+    parser.add_argument("--notready", type=positive_int, default=30)
+    parser.add_argument("--bound", type=positive_int, default=180)
+    parser.add_argument("--lease-duration", type=positive_int, default=15)
+    parser.add_argument("--node-failure-grace", type=positive_int, default=10)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--fleet", type=Path, default=None)
+    parser.add_argument("--no-serving", dest="serving", action="store_false")
+    parser.add_argument("--log-dir", type=output_dir, default=None, help="keep the operators' logs")
+    args = parser.parse_args(argv)
+    try:  # a bad fleet file: one line naming the file, the line and the field
+        load_fleet(
+            args.fleet or default_fleet_path(), check=sandbox_pool_check(load_default_configs())
+        )
+    except InputError as exc:
+        return input_error_exit(PROG, exc)
+    if args.log_dir is None:
+        args.log_dir = Path(tempfile.mkdtemp(prefix="gpufleet-chaos-logs-"))
+    out = run(args)
+    report(out)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

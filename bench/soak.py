@@ -1,0 +1,164 @@
+"""Soak: many short TrainingJobs through the live system; the operator's memory over time and
+whether every job finished.
+
+One private sandbox with a kwok fleet of --nodes 8-GPU nodes (scale_bench.py's mix: H100, A100,
+L4; or --fleet), one `gpufleet operator`, and --jobs TrainingJobs of whole GPUs (1-4 workers of
+1-8 GPUs, priorities 0-2) created at --rate a second; each runs 5-15 s, then the harness marks its
+pods Succeeded as a finished container would, and the operator removes the job 60 s after it
+finished (ttlSecondsAfterFinished). The operator's resident memory is sampled every second.
+
+A job is finished when it was seen Succeeded; lost when it disappeared before that. Memory
+growth is the slope of a least-squares line through the samples of the second half of the run
+(MiB per hour), next to the first, the largest and the last sample.
+
+    python bench/soak.py                                  # 10,000 jobs on 1,000 nodes
+    python bench/soak.py --jobs 1000 --nodes 200 --rate 2
+
+Prints a summary; the last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from chaos import JOBS_NS, Load, Record, Shape
+from scale_bench import RssSampler, default_fleet
+
+from gpufleet.cliargs import (
+    OneLineParser,
+    input_error_exit,
+    output_file,
+    positive_float,
+    positive_int,
+)
+from gpufleet.model.fleet import load_fleet
+from gpufleet.model.input_error import InputError
+from gpufleet.model.migparted import load_default_configs
+from gpufleet.sandbox.control_plane import Sandbox
+from gpufleet.sandbox.node_manifests import sandbox_pool_check
+from gpufleet.scheduler.runtime import api_client
+from gpufleet.testing import invariants
+from gpufleet.testing.operator import Kube, OperatorProcess
+
+PROG = "soak.py"
+SHAPES: tuple[Shape, ...] = (
+    ("L4", 1, 4), ("L4", 4, 2), ("A100-80GB", 2, 2), ("A100-80GB", 8, 1),
+    ("H100-80GB", 1, 4), ("H100-80GB", 4, 2), ("H100-80GB", 8, 1),
+)  # fmt: skip
+
+
+def slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of y over x."""
+    mx = statistics.fmean(x for x, _ in points)
+    my = statistics.fmean(y for _, y in points)
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
+
+
+def run(args: Any) -> dict[str, Any]:
+    record = Record()
+    with tempfile.TemporaryDirectory(prefix="gpufleet-soak-") as tmp:
+        root = Path(tmp)
+        fleet = args.fleet or root / "fleet.yaml"
+        if args.fleet is None:
+            fleet.write_text(yaml.safe_dump(default_fleet(args.nodes)))
+        spec = load_fleet(fleet)
+        sandbox = Sandbox(root / "sandbox")
+        try:
+            sandbox.up(fleet, progress=lambda m: print(f"[sandbox] {m}", file=sys.stderr))
+            kube = Kube(api_client(str(sandbox.kubeconfig)))
+            kube.create_namespace(JOBS_NS)
+            operator = OperatorProcess(
+                sandbox.kubeconfig, args.operator_log or root / "operator.log",
+                kube.coordination, "--lease-duration=60", "--node-failure-grace=600",
+            )  # fmt: skip
+            try:
+                operator.start(timeout=600)
+                with RssSampler(operator) as rss:
+                    load = Load(kube, record, 1 / args.rate, args.seed, SHAPES, (5, 15), args.jobs)
+                    started = time.monotonic()
+                    load.start()
+                    polls = 0
+                    deadline = started + args.jobs / args.rate + args.bound
+                    while time.monotonic() < deadline:
+                        time.sleep(5.0)
+                        polls += 1
+                        done = [j for j in load.jobs.values() if j.succeeded or j.gone]
+                        if len(load.jobs) >= args.jobs and len(done) >= args.jobs:
+                            break
+                        if polls % 12 == 0:
+                            now = time.monotonic() - started
+                            print(f"{now:6.0f}s: {len(load.jobs)} created, {len(done)} done, "
+                                  f"RSS {rss.now():.0f} MiB", flush=True)  # fmt: skip
+                    elapsed = time.monotonic() - started
+                    load.stop.set()
+                    load.join(10)
+                    violations = invariants.check(kube.core)
+                    samples = list(rss.samples)
+            finally:
+                operator.stop()
+        finally:
+            sandbox.down(progress=lambda _: None)
+    jobs = load.jobs.values()
+    half = [(t, v) for t, v in samples if t >= samples[-1][0] / 2] if samples else []
+    per_second = slope(half) if len(half) > 2 else 0.0
+    jobs_per_second = len(load.jobs) / elapsed if elapsed else 0.0
+    return {
+        "bench": "soak",
+        "nodes": spec.total_nodes,
+        "jobs_asked": args.jobs,
+        "jobs_created": len(load.jobs),
+        "jobs_succeeded": sum(j.succeeded for j in jobs),
+        "jobs_lost": record.lost,
+        "jobs_unfinished": sum(not j.succeeded and not j.gone for j in jobs),
+        "elapsed_s": round(elapsed),
+        "jobs_per_s": round(jobs_per_second, 2),
+        "rss_first_mib": round(samples[0][1]) if samples else None,
+        "rss_max_mib": round(max(v for _, v in samples)) if samples else None,
+        "rss_last_mib": round(samples[-1][1]) if samples else None,
+        "rss_slope_second_half_mib_per_hour": round(per_second * 3600, 1),
+        "rss_samples": [(round(t), round(v)) for t, v in samples[::30]],
+        "violations": violations,
+        "refused_creates": record.refused_creates,
+        "load_average": os.getloadavg(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=positive_int, default=10000)
+    parser.add_argument("--nodes", type=positive_int, default=1000)
+    parser.add_argument("--fleet", type=Path, default=None, help="a fleet file instead of --nodes")
+    parser.add_argument("--rate", type=positive_float, default=5.0, help="jobs created a second")
+    parser.add_argument("--bound", type=positive_int, default=600,
+                        help="seconds after the last creation for every job to finish")  # fmt: skip
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--operator-log", type=output_file, default=None)
+    args = parser.parse_args(argv)
+    if args.fleet is not None:
+        try:  # a bad fleet file: one line naming the file, the line and the field
+            load_fleet(args.fleet, check=sandbox_pool_check(load_default_configs()))
+        except InputError as exc:
+            return input_error_exit(PROG, exc)
+    out = run(args)
+    print(f"soak: {out['jobs_created']} jobs on {out['nodes']} nodes in {out['elapsed_s']}s "
+          f"({out['jobs_per_s']}/s): {out['jobs_succeeded']} succeeded, "
+          f"{len(out['jobs_lost'])} lost, {out['jobs_unfinished']} unfinished")  # fmt: skip
+    print(f"operator RSS: first {out['rss_first_mib']} MiB, max {out['rss_max_mib']} MiB, last "
+          f"{out['rss_last_mib']} MiB; second-half slope "
+          f"{out['rss_slope_second_half_mib_per_hour']} MiB/hour; invariant violations "
+          f"{len(out['violations'])}")  # fmt: skip
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
