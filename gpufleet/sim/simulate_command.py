@@ -71,7 +71,11 @@ def add_simulate_parser(
     )
     p.add_argument("--jobs", type=positive_int, default=2000, help="number of jobs (default 2000)")
     p.add_argument(
-        "--seed", type=non_negative_int, default=0, help="seed for model-class assignment"
+        "--seed",
+        type=non_negative_int,
+        default=0,
+        help="seed for model-class assignment, for CP-SAT and for the kube-like baseline's "
+        "random choice among equally scored nodes (default 0)",
     )
     p.add_argument("--out", type=output_dir, default=Path("sim-out"), help="output directory")
     p.add_argument(
