@@ -9,6 +9,7 @@ from importlib import metadata
 from pathlib import Path
 
 from gpufleet.agent.deviceplugin.plugin_command import add_device_plugin_parser, run_device_plugin
+from gpufleet.admin.cli import add_admin_parser, run_admin
 from gpufleet.app.command import add_operator_parser, run_operator
 from gpufleet.cliargs import OneLineParser, add_subcommands, input_error_exit
 from gpufleet.model.input_error import InputError
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_operator_parser(subparsers)
     add_simulate_parser(subparsers)
     add_device_plugin_parser(subparsers)
+    add_admin_parser(subparsers)
     return parser
 
 
@@ -103,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                 return run_simulate(args)
             case "device-plugin":
                 return run_device_plugin(args)
+            case "admin":
+                return run_admin(args)
     except InputError as exc:
         return input_error_exit(f"gpufleet {args.command}", exc)
     except (BuildError, TimeoutError, RuntimeError, ValueError, FileNotFoundError) as exc:

@@ -54,6 +54,34 @@ def api_client(kubeconfig: str | None, pool_size: int = 64) -> client.ApiClient:
 GC_THRESHOLDS = (20_000, 10, 10)
 
 
+def cache_informers(
+    core: client.CoreV1Api,
+    cache: SchedulerCache,
+    stop: threading.Event,
+    mig_namespace: str = names.MIG_CONFIGMAP_NAMESPACE,
+) -> list[Informer]:
+    """Informers that keep `cache` fed: nodes, pods and the MIG manager's config map (in
+    `mig_namespace`)."""
+    return [
+        Informer("nodes", core.list_node, cache.replace_nodes, cache.node_event, stop),
+        Informer(
+            "pods",
+            core.list_pod_for_all_namespaces,
+            cache.replace_pods,
+            cache.pod_event,
+            stop,
+        ),
+        Informer(
+            "mig-configs",
+            functools.partial(core.list_namespaced_config_map, mig_namespace),
+            cache.replace_configmaps,
+            cache.configmap_event,
+            stop,
+            field_selector=f"metadata.name={names.MIG_CONFIGMAP_NAME}",
+        ),
+    ]
+
+
 class SchedulerRuntime:
     """The scheduler with its informers, on background threads."""
 
@@ -83,31 +111,11 @@ class SchedulerRuntime:
             decide=decide,
             may_act=may_act,
         )
-        stop = self.stop_event
-        self.informers = [
-            Informer(
-                "nodes", self.core.list_node, self.cache.replace_nodes, self.cache.node_event, stop
-            ),
-            Informer(
-                "pods",
-                self.core.list_pod_for_all_namespaces,
-                self.cache.replace_pods,
-                self.cache.pod_event,
-                stop,
-            ),
-            Informer(
-                "mig-configs",
-                functools.partial(
-                    self.core.list_namespaced_config_map, settings.mig_config_map_namespace
-                ),
-                self.cache.replace_configmaps,
-                self.cache.configmap_event,
-                stop,
-                field_selector=f"metadata.name={names.MIG_CONFIGMAP_NAME}",
-            ),
-        ]
+        self.informers = cache_informers(
+            self.core, self.cache, self.stop_event, settings.mig_config_map_namespace
+        )
         self._thread = threading.Thread(
-            target=self.scheduler.run, args=(stop,), name="scheduler", daemon=True
+            target=self.scheduler.run, args=(self.stop_event,), name="scheduler", daemon=True
         )
 
     def start(self, sync_timeout: float = 60.0) -> None:

@@ -1,0 +1,159 @@
+"""The admin API's live view of the cluster: the scheduler's cache plus the jobs.
+
+Inside `gpufleet operator` the API reads the very cache the scheduler decides from; standalone
+(`gpufleet admin`) it fills a cache of its own with the same informers. Either way it builds
+the core's input with the scheduler's `ViewBuilder`, so the fleet it shows and the snapshot a
+what-if decides on are the scheduler's. TrainingJobs and ServingJobs come from informers of
+their own (their status carries phase, usage and conditions).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+
+from gpufleet.model.crd_common import API_GROUP, API_VERSION
+from gpufleet.model.gpus import Catalog
+from gpufleet.scheduler.cache import CachedState, SchedulerCache
+from gpufleet.scheduler.informer import Informer
+from gpufleet.scheduler.runtime import cache_informers
+from gpufleet.scheduler.snapshot import ClusterView, ViewBuilder
+
+Obj = dict[str, Any]
+JobKey = tuple[str, str, str]  # (namespace, kind, name)
+
+# kind -> plural of the custom resources the API lists.
+JOB_KINDS: Mapping[str, str] = {"TrainingJob": "trainingjobs", "ServingJob": "servingjobs"}
+
+
+def job_key(obj: Mapping[str, Any]) -> JobKey:
+    meta = obj["metadata"]
+    return (str(meta.get("namespace", "default")), str(obj["kind"]), str(meta["name"]))
+
+
+class JobStore:
+    """TrainingJobs and ServingJobs as the API server shows them, fed by informers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: dict[JobKey, Obj] = {}
+
+    def replace(self, kind: str, items: Iterable[Obj]) -> None:
+        with self._lock:
+            kept = {k: v for k, v in self._items.items() if k[1] != kind}
+            for obj in items:
+                obj.setdefault("kind", kind)  # list items carry their kind; be sure
+                kept[job_key(obj)] = obj
+            self._items = kept
+
+    def event(self, kind: str, event: str, obj: Obj) -> None:
+        obj.setdefault("kind", kind)
+        with self._lock:
+            if event == "DELETED":
+                self._items.pop(job_key(obj), None)
+            else:
+                self._items[job_key(obj)] = obj
+
+    def items(self) -> dict[JobKey, Obj]:
+        with self._lock:
+            return dict(self._items)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One consistent reading: the cache's state, the scheduler's view of it, and the jobs."""
+
+    state: CachedState
+    view: ClusterView
+    jobs: Mapping[JobKey, Obj]
+    catalog: Catalog
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+class LiveFleet:
+    """Builds `Observed` readings on demand, from a cache and a job store kept live."""
+
+    def __init__(
+        self,
+        cache: SchedulerCache,
+        jobs: JobStore,
+        catalog: Catalog,
+        informers: Sequence[Informer] = (),
+        stop: threading.Event | None = None,
+        also_ready: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.cache = cache
+        self.jobs = jobs
+        self.catalog = catalog
+        self.informers = list(informers)
+        self.stop_event = stop or threading.Event()
+        self._also_ready = also_ready
+        self._builder = ViewBuilder(catalog)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def standalone(cls, api: client.ApiClient, catalog: Catalog) -> LiveFleet:
+        """A cache of its own, fed like the scheduler's, plus the jobs."""
+        stop = threading.Event()
+        cache = SchedulerCache()
+        jobs = JobStore()
+        core = client.CoreV1Api(api)
+        informers = cache_informers(core, cache, stop) + job_informers(api, jobs, stop)
+        return cls(cache, jobs, catalog, informers, stop)
+
+    @classmethod
+    def beside(
+        cls,
+        api: client.ApiClient,
+        cache: SchedulerCache,
+        catalog: Catalog,
+        cache_ready: Callable[[], bool],
+    ) -> LiveFleet:
+        """Reading the running scheduler's cache; only the jobs are watched here."""
+        stop = threading.Event()
+        jobs = JobStore()
+        return cls(cache, jobs, catalog, job_informers(api, jobs, stop), stop, cache_ready)
+
+    def start(self, sync_timeout: float = 60.0) -> None:
+        for informer in self.informers:
+            informer.start()
+        for informer in self.informers:
+            if not informer.synced.wait(sync_timeout):
+                raise TimeoutError(f"informer {informer.name} did not sync in {sync_timeout}s")
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for informer in self.informers:
+            informer.join(0.1)
+
+    def ready(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers) and self._also_ready()
+
+    def observe(self, extra_pods: Sequence[Obj] = ()) -> Observed:
+        """The cluster now; `extra_pods` are added as if they existed (what-ifs)."""
+        state = self.cache.state()
+        jobs = self.jobs.items()
+        with self._lock:  # the builder's memo is not thread-safe
+            view = self._builder.build(state.nodes, [*state.pods, *extra_pods], state.mig_configs)
+        return Observed(state, view, jobs, self.catalog)
+
+
+def job_informers(api: client.ApiClient, jobs: JobStore, stop: threading.Event) -> list[Informer]:
+    """Cluster-wide informers of TrainingJobs and ServingJobs into `jobs`."""
+    custom = client.CustomObjectsApi(api)
+    return [
+        Informer(
+            plural,
+            functools.partial(custom.list_cluster_custom_object, API_GROUP, API_VERSION, plural),
+            functools.partial(jobs.replace, kind),
+            functools.partial(jobs.event, kind),
+            stop,
+        )
+        for kind, plural in JOB_KINDS.items()
+    ]

@@ -1,0 +1,72 @@
+"""What-if: where a TrainingJob or ServingJob manifest would run now, and at whose expense."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from gpufleet.admin.models.common import JobRef, PublicModel
+from gpufleet.admin.models.jobs import ReasonPublic
+from gpufleet.model.servingjob import ServingJob
+from gpufleet.model.trainingjob import TrainingJob
+
+# The request body: a manifest, validated by the same models as the CRDs.
+Manifest = Annotated[TrainingJob | ServingJob, Field(discriminator="kind")]
+
+
+class PlacedReplicaPublic(PublicModel):
+    """Where one replica would run."""
+
+    node: str = Field(description="Node.")
+    gpus: list[int] = Field(description="GPU indices on the node (one for a MIG slice).")
+    mig_slice: str | None = Field(
+        default=None, description="The MIG instance as profile@start, for MIG replicas."
+    )
+
+
+class VictimPublic(PublicModel):
+    """A running gang the placement would preempt."""
+
+    gang: str = Field(description="The gang, as namespace/gang.")
+    job: JobRef | None = Field(default=None, description="Its TrainingJob or ServingJob.")
+    pods: list[str] = Field(description="The pods that would be evicted, as namespace/name.")
+
+
+class MigChangePublic(PublicModel):
+    """A GPU whose MIG layout would change first."""
+
+    node: str = Field(description="Node.")
+    gpu: int = Field(ge=0, description="GPU index.")
+    layout: list[str] | None = Field(
+        description="The new instances as profile@start; null turns MIG off."
+    )
+
+
+class GangOutcomePublic(PublicModel):
+    """The decision for one gang of the job (a TrainingJob is one gang; each ServingJob
+    replica is a gang of its own)."""
+
+    gang: str = Field(description="The gang, as namespace/gang.")
+    placed: bool = Field(description="Whether the gang would be placed now.")
+    gpu_type: str | None = Field(default=None, description="GPU type it would run on.")
+    gpus: int = Field(ge=0, description="Whole GPUs (or MIG slices) it would hold.")
+    replicas: list[PlacedReplicaPublic] = Field(description="Where each replica would run.")
+    power_cap_w: float | None = Field(default=None, description="Power cap it would get.")
+    preempts: list[VictimPublic] = Field(description="Gangs evicted to make room for it.")
+    mig_changes: list[MigChangePublic] = Field(
+        description="MIG repartitions of GPUs it would run on, done before it starts."
+    )
+    waiting: ReasonPublic | None = Field(
+        default=None, description="Why it would wait; absent when placed."
+    )
+
+
+class WhatIfPublic(PublicModel):
+    """The answer to a what-if: nothing was written to the cluster."""
+
+    job: JobRef = Field(description="The job of the manifest.")
+    placed: bool = Field(description="Every gang of the job would be placed now.")
+    gangs: list[GangOutcomePublic] = Field(description="The decision for each gang.")
+    engine: str = Field(description="How the core decided: cpsat, greedy or greedy-fallback.")
+    policy: str = Field(description="The live placement policy the core decided with.")

@@ -1,0 +1,106 @@
+"""Serving the admin API with uvicorn: standalone (`gpufleet admin`) or on a thread beside the
+operator, and building its context from an API client.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import uvicorn
+from fastapi import FastAPI
+from kubernetes import client
+
+from gpufleet.admin.auth import CachedReviewer, KubeReviewer, RateLimiter
+from gpufleet.admin.context import AdminContext, LivePolicy
+from gpufleet.admin.live import LiveFleet
+from gpufleet.admin.main import create_app
+from gpufleet.admin.nodes import NodeActions
+from gpufleet.admin.settings import AdminSettings
+from gpufleet.lifecycle import StartStop
+from gpufleet.model.gpus import Catalog, load_catalog
+from gpufleet.scheduler.runtime import LIVE_POLICY
+
+log = logging.getLogger("gpufleet.admin")
+
+
+def build_context(
+    api: client.ApiClient,
+    settings: AdminSettings,
+    live: LiveFleet | None = None,
+    catalog: Catalog | None = None,
+) -> AdminContext:
+    """The context of an API talking to the cluster of `api`; without `live`, with informers
+    of its own (started by the app's lifespan)."""
+    owns = live is None
+    if live is None:
+        live = LiveFleet.standalone(api, catalog or load_catalog())
+    fixed = LivePolicy("balanced", LIVE_POLICY)
+    return AdminContext(
+        settings=settings,
+        live=live,
+        reviewer=CachedReviewer(KubeReviewer(api), settings.token_cache_ttl_s),
+        limiter=RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst),
+        nodes=NodeActions(api, live, settings.drain_timeout_s),
+        policy=lambda: fixed,
+        owns_live=owns,
+    )
+
+
+def uvicorn_config(context: AdminContext, app: FastAPI | None = None) -> uvicorn.Config:
+    settings = context.settings
+    tls = settings.tls_cert_file is not None
+    return uvicorn.Config(
+        app or create_app(context),
+        host=settings.host,
+        port=settings.port,
+        ssl_certfile=str(settings.tls_cert_file) if tls else None,
+        ssl_keyfile=str(settings.tls_key_file) if tls else None,
+        log_config=None,  # the process's logging
+        access_log=False,
+        server_header=False,
+        timeout_graceful_shutdown=5,
+    )
+
+
+class AdminServer(StartStop):
+    """uvicorn on a background thread (inside `gpufleet operator`, and in tests)."""
+
+    def __init__(self, context: AdminContext, app: FastAPI | None = None) -> None:
+        self.context = context
+        self.server = uvicorn.Server(uvicorn_config(context, app))
+        self._thread = threading.Thread(target=self.server.run, name="admin-api", daemon=True)
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0)."""
+        servers = getattr(self.server, "servers", None) or []
+        for srv in servers:
+            for sock in srv.sockets:
+                return int(sock.getsockname()[1])
+        return self.context.settings.port
+
+    def start(self, timeout: float = 30.0) -> None:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("the admin API did not start; see the log")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the admin API did not start in {timeout}s")
+            time.sleep(0.05)
+        scheme = "https" if self.context.settings.tls_cert_file else "http"
+        log.info("admin API on %s://%s:%d", scheme, self.context.settings.host, self.port)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._thread.join(10)
+
+
+def run_standalone(api: client.ApiClient, settings: AdminSettings) -> int:
+    """Serve in the foreground until SIGINT/SIGTERM."""
+    context = build_context(api, settings)
+    server = uvicorn.Server(uvicorn_config(context))
+    server.run()
+    return 0

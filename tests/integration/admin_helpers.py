@@ -1,0 +1,154 @@
+"""Helpers of the admin API's integration tests: the API served over TLS against the sandbox,
+ServiceAccounts with roles, and their bound tokens (TokenRequest)."""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gpufleet.admin.server import AdminServer, build_context
+from gpufleet.admin.settings import AdminSettings
+from gpufleet.admin.tls import ensure_self_signed
+from gpufleet.operator.testing import Kube, wait_for
+from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.scheduler.runtime import api_client
+
+# The rules a cluster admin of gpufleet needs for every route (the chart's admin role).
+ADMIN_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "patch"]},
+    {
+        "apiGroups": ["gpufleet.io"],
+        "resources": ["trainingjobs", "servingjobs"],
+        "verbs": ["get", "list", "create"],
+    },
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "update"]},
+    {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+]
+# Reading only.
+READER_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+    {
+        "apiGroups": ["gpufleet.io"],
+        "resources": ["trainingjobs", "servingjobs"],
+        "verbs": ["get", "list"],
+    },
+    {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+]
+
+
+class AdminApi:
+    """The admin API on a free loopback port with a self-signed certificate."""
+
+    def __init__(self, sandbox: Sandbox, state: Path) -> None:
+        cert, key = ensure_self_signed(state / "tls")
+        self.cert = cert
+        settings = AdminSettings(port=0, tls_cert_file=cert, tls_key_file=key, token_cache_ttl_s=2)
+        self.context = build_context(api_client(str(sandbox.kubeconfig)), settings)
+        self.server = AdminServer(self.context)
+
+    def __enter__(self) -> AdminApi:
+        self.server.start()
+        self.url = f"https://127.0.0.1:{self.server.port}"
+        wait_for(lambda: self.get("/readyz").status_code == 200, "admin API ready", 60)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.stop()
+
+    def client(self, token: str | None = None, timeout: float = 60.0) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(
+            base_url=self.url, verify=self.ssl_context(), headers=headers, timeout=timeout
+        )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """Trusts the API's self-signed certificate."""
+        return ssl.create_default_context(cafile=str(self.cert))
+
+    def get(self, path: str, token: str | None = None, **kwargs: Any) -> httpx.Response:
+        with self.client(token) as http:
+            return http.get(path, **kwargs)
+
+
+class Accounts:
+    """ServiceAccounts in one namespace, each bound to its own rules, with bound tokens."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.rbac = client.RbacAuthorizationV1Api(kube.core.api_client)
+        self._cluster_objects: list[str] = []
+
+    def create(self, name: str, cluster_rules: list[dict[str, Any]] | None = None) -> str:
+        """A ServiceAccount with `cluster_rules` granted cluster-wide; returns its token."""
+        body: Any = {"metadata": {"name": name}}
+        self.kube.core.create_namespaced_service_account(self.namespace, body)
+        if cluster_rules:
+            role = f"{self.namespace}-{name}-{uuid.uuid4().hex[:4]}"
+            self.rbac.create_cluster_role({"metadata": {"name": role}, "rules": cluster_rules})
+            self.rbac.create_cluster_role_binding(
+                {
+                    "metadata": {"name": role},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": role,
+                    },
+                    "subjects": [
+                        {"kind": "ServiceAccount", "name": name, "namespace": self.namespace}
+                    ],
+                }
+            )
+            self._cluster_objects.append(role)
+        return self.token(name)
+
+    def grant_in(self, name: str, namespace: str, rules: list[dict[str, Any]]) -> None:
+        """A Role and RoleBinding in `namespace` for the account `name`."""
+        role = f"{name}-{uuid.uuid4().hex[:4]}"
+        self.rbac.create_namespaced_role(namespace, {"metadata": {"name": role}, "rules": rules})
+        self.rbac.create_namespaced_role_binding(
+            namespace,
+            {
+                "metadata": {"name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": self.namespace}],
+            },
+        )
+
+    def token(self, name: str) -> str:
+        """A bound token for the account, from the TokenRequest API."""
+        body: Any = {"spec": {"expirationSeconds": 3600}}
+        raw: Any = self.kube.core.create_namespaced_service_account_token(
+            name, self.namespace, body
+        )
+        return str(raw.status.token)
+
+    def cleanup(self) -> None:
+        for role in self._cluster_objects:
+            with contextlib.suppress(ApiException):
+                self.rbac.delete_cluster_role_binding(role)
+            with contextlib.suppress(ApiException):
+                self.rbac.delete_cluster_role(role)
+
+
+@contextlib.contextmanager
+def accounts(kube: Kube, namespace: str) -> Iterator[Accounts]:
+    made = Accounts(kube, namespace)
+    try:
+        yield made
+    finally:
+        made.cleanup()
+
+
+def wait_settled(seconds: float) -> None:
+    """Give RBAC caches of the API server a moment (bindings apply within a second)."""
+    time.sleep(seconds)

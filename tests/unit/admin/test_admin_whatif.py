@@ -1,0 +1,175 @@
+"""POST /whatif on a fixed cluster: the core's decision for a manifest, nothing written.
+
+- a gang that fits is placed whole on one GPU type, with replicas on nodes and GPUs;
+- a high-priority gang on a full pool names the preemptible gangs it would evict, as jobs;
+- a MIG replica that needs a repartition lists the MIG change;
+- one that cannot fit says why, with the core's reason code;
+- a ServingJob is one gang per replica;
+- invalid manifests are refused by the CRD models (422 naming the field), an existing job with
+  409, and the cluster's pods and jobs are unchanged afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from admin_fakes import (
+    auth,
+    bind,
+    context,
+    job_pods,
+    live_fleet,
+    sandbox_nodes,
+    served,
+    training_job,
+)
+from httpx import Client
+
+from gpufleet.admin.live import LiveFleet
+
+
+def manifest(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {
+            "template": {"spec": {"containers": [{"name": "m", "image": "x"}]}},
+            **spec,
+        },
+    }
+
+
+def _busy_h100() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every whole H100 taken by preemptible priority-0 gangs of one node each."""
+    jobs, pods = [], []
+    for i in range(3):
+        job = training_job(f"low-{i}", "team-b", replicas=1, gpus=8, phase="Running")
+        jobs.append(job)
+        pods += [bind(p, f"h100-{i}", "0,1,2,3,4,5,6,7", "H100-80GB") for p in job_pods(job)]
+    return jobs, pods
+
+
+@pytest.fixture
+def live() -> LiveFleet:
+    jobs, pods = _busy_h100()
+    nodes = sandbox_nodes()
+    for node in nodes:  # the MIG H100 node is cordoned: no whole H100 is free
+        if node["metadata"]["name"] == "h100-mig-0":
+            node.setdefault("spec", {})["unschedulable"] = True
+    return live_fleet(nodes, pods, jobs)
+
+
+@pytest.fixture
+def http(live: LiveFleet) -> Iterator[Client]:
+    with served(context(live)) as client:
+        yield client
+
+
+def test_a_fitting_gang_is_placed_whole(http: Client) -> None:
+    body = manifest("fits", replicas=2, gpusPerReplica=2, gpuTypes=[{"name": "A100-80GB"}])
+    doc = http.post("/api/v1/whatif", headers=auth(), json=body).json()
+    assert doc["placed"] and doc["job"] == {"namespace": "team-a", "kind": "TrainingJob",
+                                            "name": "fits"}  # fmt: skip
+    (gang,) = doc["gangs"]
+    assert gang["gang"] == "team-a/fits" and gang["gpuType"] == "A100-80GB" and gang["gpus"] == 4
+    assert [len(r["gpus"]) for r in gang["replicas"]] == [2, 2]
+    assert gang["preempts"] == [] and gang["waiting"] is None
+    assert doc["policy"] == "balanced"
+
+
+def test_a_high_priority_gang_names_its_victims(http: Client, live: LiveFleet) -> None:
+    before = live.observe()
+    body = manifest("urgent", replicas=1, gpusPerReplica=8, priority=900,
+                    gpuTypes=[{"name": "H100-80GB"}])  # fmt: skip
+    doc = http.post("/api/v1/whatif", headers=auth(), json=body).json()
+    (gang,) = doc["gangs"]
+    assert gang["placed"] and gang["gpuType"] == "H100-80GB" and gang["gpus"] == 8
+    (victim,) = gang["preempts"]
+    node = gang["replicas"][0]["node"]
+    index = node.rsplit("-", 1)[1]
+    assert victim == {
+        "gang": f"team-b/low-{index}",
+        "job": {"namespace": "team-b", "kind": "TrainingJob", "name": f"low-{index}"},
+        "pods": [f"team-b/low-{index}-worker-0"],
+    }
+    after = live.observe()
+    assert set(after.view.facts) == set(before.view.facts) and after.jobs == before.jobs
+
+
+def test_a_mig_replica_lists_the_repartition(http: Client) -> None:
+    body = manifest("slice", replicas=1, migProfile="3g.40gb", gpuTypes=[{"name": "A100-80GB"}])
+    (gang,) = http.post("/api/v1/whatif", headers=auth(), json=body).json()["gangs"]
+    assert gang["placed"] and gang["replicas"][0]["migSlice"].startswith("3g.40gb@")
+    (change,) = gang["migChanges"]
+    assert (change["node"], change["gpu"]) == (
+        gang["replicas"][0]["node"],
+        gang["replicas"][0]["gpus"][0],
+    )
+    assert gang["replicas"][0]["migSlice"] in change["layout"]
+
+
+def test_a_gang_that_cannot_fit_says_why(http: Client) -> None:
+    body = manifest("huge", replicas=1, gpusPerReplica=16, gpuTypes=[{"name": "H100-80GB"}])
+    doc = http.post("/api/v1/whatif", headers=auth(), json=body).json()
+    assert not doc["placed"]
+    assert doc["gangs"][0]["waiting"] == {
+        "reason": "ReplicaExceedsNode",
+        "message": "needs 16 x H100-80GB on one node; the largest node has 8 GPUs",
+    }
+
+
+def test_a_serving_job_is_one_gang_per_replica(http: Client) -> None:
+    pool = {
+        "minReplicas": 2,
+        "gpusPerReplica": 1,
+        "gpuTypes": [{"name": "L4"}],
+        "template": {"spec": {"containers": [{"name": "vllm", "image": "x"}]}},
+    }
+    body = {"kind": "ServingJob", "metadata": {"name": "chat"}, "spec": {"server": pool}}
+    doc = http.post("/api/v1/whatif", headers=auth(), json=body).json()
+    assert doc["placed"] and doc["job"]["namespace"] == "default"
+    assert len(doc["gangs"]) == 2
+    assert {g["gpuType"] for g in doc["gangs"]} == {"L4"}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        pytest.param(
+            manifest("both", replicas=1, gpusPerReplica=1, migProfile="1g.10gb"),
+            "mutually exclusive",
+            id="gpus-and-mig",
+        ),
+        pytest.param(manifest("bad", replicas=0, gpusPerReplica=1), "replicas", id="replicas-0"),
+        pytest.param(
+            manifest("x", replicas=1, gpusPerReplica=1, colour="red"), "colour", id="unknown"
+        ),
+        pytest.param({"kind": "Deployment", "spec": {}}, "kind", id="other-kind"),
+        pytest.param(
+            {**manifest("x", replicas=1, gpusPerReplica=1), "metadata": {}},
+            "metadata.name is required",
+            id="no-name",
+        ),
+    ],
+)
+def test_invalid_manifests_are_refused(http: Client, body: dict[str, Any], field: str) -> None:
+    response = http.post("/api/v1/whatif", headers=auth(), json=body)
+    assert response.status_code == 422
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert field in problem["detail"] or any(
+        field in ".".join(map(str, e["loc"])) or field in e["msg"] for e in problem["errors"]
+    )
+
+
+def test_an_existing_job_is_a_conflict(http: Client) -> None:
+    body = manifest("low-0", replicas=1, gpusPerReplica=8, gpuTypes=[{"name": "H100-80GB"}])
+    body["metadata"]["namespace"] = "team-b"
+    response = http.post("/api/v1/whatif", headers=auth(), json=body)
+    assert response.status_code == 409
+    assert response.json()["detail"] == (
+        "TrainingJob team-b/low-0 exists already; a what-if is for a new job"
+    )
