@@ -6,8 +6,9 @@ PYTHON ?= python3
 install:  ## install gpufleet and its test tools into the current Python
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
-system-deps:  ## Debian packages the sandbox and the tests run (openssl, prometheus), if missing
-	@missing=""; for c in openssl prometheus; do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+system-deps:  ## Debian packages the sandbox and the tests run (openssl, prometheus, chromium), if missing
+	@missing=""; for c in openssl prometheus chromium; do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; \

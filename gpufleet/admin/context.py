@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpufleet.admin.auth import RateLimiter, Reviewer
+from gpufleet.admin.fleet import FleetMemo
 from gpufleet.admin.live import LiveFleet
 from gpufleet.admin.nodes import NodeActions
 from gpufleet.admin.settings import AdminSettings
@@ -32,4 +33,5 @@ class AdminContext:
     nodes: NodeActions
     policy: Callable[[], LivePolicy]
     owns_live: bool = False
+    fleet_memo: FleetMemo = field(default_factory=FleetMemo)
     closers: list[Callable[[], None]] = field(default_factory=list)

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
 
 from gpufleet.admin.auth import Access, User, check_access, check_rate
 from gpufleet.admin.context import AdminContext
@@ -72,6 +73,14 @@ def allow(access: Access) -> Any:
         return user
 
     return Depends(dependency)
+
+
+def json_response(model: BaseModel) -> Response:
+    """`model` as JSON, serialized once: FastAPI would validate a returned model against the
+    response model again, which for a 1,000-node fleet cost twice the time to build it. The
+    route still declares `response_model` for the OpenAPI document (and tests hold the
+    responses to it)."""
+    return Response(model.model_dump_json(by_alias=True), media_type="application/json")
 
 
 def audited(request: Request) -> None:

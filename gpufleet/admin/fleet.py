@@ -9,6 +9,7 @@ GPU its idle draw plus each held slice's compute share of the busy increment.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from gpufleet.admin.models.fleet import (
     TaintPublic,
 )
 from gpufleet.admin.paging import paginate
-from gpufleet.admin.workloads import job_ref
+from gpufleet.admin.workloads import job_of_pod, job_ref
 from gpufleet.model.cluster import Node
 from gpufleet.model.gpus import GpuType
 from gpufleet.model.mig import MigPlacement
@@ -81,10 +82,8 @@ def _power_cap(pod: Obj) -> float | None:
 def holder_public(held: Held, observed: Observed) -> HolderPublic:
     pod = held.pod
     job = job_ref(pod)
-    queue = None
-    if job is not None:
-        obj = observed.jobs.get((job.namespace, job.kind, job.name))
-        queue = (obj.get("spec") or {}).get("queue", "default") if obj else None
+    obj = _job_object(pod, observed)
+    queue = (obj.get("spec") or {}).get("queue", "default") if obj else None
     ours = (pod.get("spec") or {}).get("schedulerName") == names.SCHEDULER_NAME
     return HolderPublic(
         pod=held.key,
@@ -205,18 +204,82 @@ def capacity(observed: Observed, held: Holdings | None = None) -> list[CapacityP
     ]
 
 
-def all_nodes(observed: Observed, held: Holdings | None = None) -> list[NodePublic]:
-    whole, slices = held or holdings(observed)
-    catalog = observed.catalog
-    return [
-        _node_public(raw, node, catalog[node.gpu_type], whole, slices, observed)
-        for raw, node in gpu_nodes(observed)
-    ]
+class FleetMemo:
+    """Each node's public form, kept while nothing it shows has changed.
+
+    A node shows its Node object, its GPUs' holders (pod objects) and their jobs (job objects);
+    the cache and the job store replace such a dict on every change and never mutate one, so
+    when all of them are the very same objects as last time the node is the same. With 1,000
+    nodes, building every node's form anew was most of a GET /fleet. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._nodes: dict[str, tuple[tuple[object, ...], NodePublic]] = {}
+
+    def nodes(self, observed: Observed, held: Holdings | None = None) -> list[NodePublic]:
+        whole, slices = held or holdings(observed)
+        catalog = observed.catalog
+        with self._lock:
+            old, new = self._nodes, {}
+            out = []
+            for raw, node in gpu_nodes(observed):
+                inputs = (raw, node, *_shown(node, whole, slices, observed))
+                seen = old.get(node.name)
+                if seen is not None and _same(seen[0], inputs):
+                    public = seen[1]
+                else:
+                    public = _node_public(
+                        raw, node, catalog[node.gpu_type], whole, slices, observed
+                    )
+                new[node.name] = (inputs, public)
+                out.append(public)
+            self._nodes = new
+        return out
 
 
-def fleet_public(observed: Observed, limit: int, token: str | None) -> FleetPublic:
+def _shown(
+    node: Node,
+    whole: Mapping[tuple[str, int], Held],
+    slices: Mapping[tuple[str, int, MigPlacement], Held],
+    observed: Observed,
+) -> list[object]:
+    """The objects a node's public form is made of, besides the node: holders and their jobs."""
+    out: list[object] = []
+    for g in node.gpus:
+        found = (
+            [whole.get((node.name, g.index))]
+            if g.mig_layout is None
+            else [slices.get((node.name, g.index, inst)) for inst in g.mig_layout]
+        )
+        for held in found:
+            out.append(None if held is None else held.pod)
+            out.append(None if held is None else _job_object(held.pod, observed))
+    return out
+
+
+def _job_object(pod: Obj, observed: Observed) -> Obj | None:
+    owner = job_of_pod(pod)
+    if owner is None:
+        return None
+    return observed.jobs.get((str(pod["metadata"].get("namespace", "default")), *owner))
+
+
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def all_nodes(
+    observed: Observed, held: Holdings | None = None, memo: FleetMemo | None = None
+) -> list[NodePublic]:
+    return (memo or FleetMemo()).nodes(observed, held)
+
+
+def fleet_public(
+    observed: Observed, limit: int, token: str | None, memo: FleetMemo | None = None
+) -> FleetPublic:
     held = holdings(observed)
-    nodes = all_nodes(observed, held)
+    nodes = all_nodes(observed, held, memo)
     page, meta = paginate("fleet", nodes, lambda n: (n.name,), limit, token)
     pending_mig = [
         MigReconfigurationPublic(node=n.name, config=n.mig_config, state=n.mig_config_state)

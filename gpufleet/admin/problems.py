@@ -167,7 +167,7 @@ def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 _DESCRIPTIONS = {
-    400: "The request is malformed (for example an invalid continue token).",
+    400: "The request is malformed: a body that is not JSON, or an invalid continue token.",
     401: "No bearer token, or the API server did not accept it.",
     403: "The user lacks the Kubernetes permission the route needs.",
     404: "No such object.",

@@ -11,11 +11,13 @@ import time
 import uvicorn
 from fastapi import FastAPI
 from kubernetes import client
+from prometheus_client import REGISTRY
 
 from gpufleet.admin.auth import CachedReviewer, KubeReviewer, RateLimiter
 from gpufleet.admin.context import AdminContext, LivePolicy
 from gpufleet.admin.live import LiveFleet
 from gpufleet.admin.main import create_app
+from gpufleet.admin.metrics import FleetCollector
 from gpufleet.admin.nodes import NodeActions
 from gpufleet.admin.settings import AdminSettings
 from gpufleet.lifecycle import StartStop
@@ -99,8 +101,9 @@ class AdminServer(StartStop):
 
 
 def run_standalone(api: client.ApiClient, settings: AdminSettings) -> int:
-    """Serve in the foreground until SIGINT/SIGTERM."""
+    """Serve in the foreground until SIGINT/SIGTERM, with the fleet metrics on /metrics."""
     context = build_context(api, settings)
+    REGISTRY.register(FleetCollector(context.live, context.fleet_memo))
     server = uvicorn.Server(uvicorn_config(context))
     server.run()
     return 0

@@ -48,10 +48,12 @@ READER_RULES: list[dict[str, Any]] = [
 class AdminApi:
     """The admin API on a free loopback port with a self-signed certificate."""
 
-    def __init__(self, sandbox: Sandbox, state: Path) -> None:
+    def __init__(self, sandbox: Sandbox, state: Path, **settings_: Any) -> None:
         cert, key = ensure_self_signed(state / "tls")
         self.cert = cert
-        settings = AdminSettings(port=0, tls_cert_file=cert, tls_key_file=key, token_cache_ttl_s=2)
+        settings = AdminSettings(
+            port=0, tls_cert_file=cert, tls_key_file=key, token_cache_ttl_s=2, **settings_
+        )
         self.context = build_context(api_client(str(sandbox.kubeconfig)), settings)
         self.server = AdminServer(self.context)
 

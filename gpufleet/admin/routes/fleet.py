@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 from gpufleet.admin.auth import Access
-from gpufleet.admin.deps import LiveDep, allow
+from gpufleet.admin.deps import ContextDep, LiveDep, allow, json_response
 from gpufleet.admin.fleet import fleet_public
 from gpufleet.admin.models.fleet import FleetPublic
 from gpufleet.admin.problems import responses
@@ -34,7 +34,9 @@ Continue = Annotated[
     dependencies=[allow(FLEET_ACCESS)],
     responses=responses(400, 401, 403, 422, 429, 503),
 )
-def get(live: LiveDep, limit: Limit = 500, continue_: Continue = None) -> FleetPublic:
+def get(
+    context: ContextDep, live: LiveDep, limit: Limit = 500, continue_: Continue = None
+) -> Response:
     """Every GPU node with its GPUs, MIG slices and their holders (pod, gang, job, queue),
     cordon and taints, MIG layout state and estimated power, plus capacity totals."""
-    return fleet_public(live.observe(), limit, continue_)
+    return json_response(fleet_public(live.observe(), limit, continue_, context.fleet_memo))

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Response
 
 from gpufleet.admin.auth import Access, User, check_access
 from gpufleet.admin.context import AdminContext
-from gpufleet.admin.deps import ContextDep, LiveDep, UserDep
+from gpufleet.admin.deps import ContextDep, LiveDep, UserDep, json_response
 from gpufleet.admin.jobs import all_jobs
 from gpufleet.admin.live import JOB_KINDS
 from gpufleet.admin.models.jobs import JobKind, JobListPublic, JobPublic
@@ -66,7 +66,7 @@ def list_(
         str | None,
         Query(alias="continue", description="The `metadata.continue` of the previous page."),
     ] = None,
-) -> JobListPublic:
+) -> Response:
     """TrainingJobs and ServingJobs the user may list, sorted by namespace, kind and name."""
     kinds = [kind.value] if kind else list(JOB_KINDS)
     if namespace is not None:
@@ -96,7 +96,7 @@ def list_(
         and may_see(j.namespace, j.kind)
     ]
     page, meta = paginate("jobs", chosen, lambda j: (j.namespace, j.kind, j.name), limit, continue_)
-    return JobListPublic(items=page, metadata=meta)
+    return json_response(JobListPublic(items=page, metadata=meta))
 
 
 @router.get(
@@ -112,7 +112,7 @@ def get(
     namespace: NamePath,
     kind: Annotated[JobKind, Path(description="TrainingJob or ServingJob.")],
     name: NamePath,
-) -> JobPublic:
+) -> Response:
     """Where the job runs, why it waits (the core's reason code and message), its position in
     its queue, and the GPU time and energy it used."""
     check_access(context.reviewer, user, job_access("get", kind.value, namespace, name))
@@ -121,5 +121,5 @@ def get(
         raise ProblemError(404, f"{kind.value} {namespace}/{name} not found")
     for job in all_jobs(observed):
         if (job.namespace, job.kind, job.name) == (namespace, kind, name):
-            return job
+            return json_response(job)
     raise ProblemError(404, f"{kind.value} {namespace}/{name} not found")

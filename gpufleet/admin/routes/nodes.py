@@ -77,7 +77,7 @@ def drain(
     summary="Change a node's MIG layout",
     openapi_extra={"requestBody": {"description": "The layout, and whether to drain first."}},
     dependencies=_GUARDS,
-    responses=responses(401, 403, 404, 409, 413, 422, 429, 503),
+    responses=responses(400, 401, 403, 404, 409, 413, 422, 429, 503),
 )
 def set_mig_layout(
     context: ContextDep,

@@ -27,7 +27,7 @@ router = APIRouter(prefix=f"{API_PREFIX}/whatif", tags=["whatif"])
             "description": "A TrainingJob or ServingJob manifest, as for kubectl apply."
         }
     },
-    responses=responses(401, 403, 409, 413, 422, 429, 503),
+    responses=responses(400, 401, 403, 409, 413, 422, 429, 503),
 )
 def post(
     context: ContextDep,

@@ -160,7 +160,9 @@ def waiting(pod: Obj, message: str) -> Obj:
     return pod
 
 
-def live_fleet(nodes: Iterable[Obj], pods: Iterable[Obj], jobs: Iterable[Obj]) -> LiveFleet:
+def live_fleet(
+    nodes: Iterable[Obj], pods: Iterable[Obj], jobs: Iterable[Obj], synced: bool = True
+) -> LiveFleet:
     cache = SchedulerCache()
     cache.replace_nodes(list(nodes))
     cache.replace_pods(list(pods))
@@ -175,7 +177,7 @@ def live_fleet(nodes: Iterable[Obj], pods: Iterable[Obj], jobs: Iterable[Obj]) -
     jobs = list(jobs)
     for kind in ("TrainingJob", "ServingJob"):
         store.replace(kind, [j for j in jobs if j["kind"] == kind])
-    return LiveFleet(cache, store, load_catalog())
+    return LiveFleet(cache, store, load_catalog(), also_ready=lambda: synced)
 
 
 def context(

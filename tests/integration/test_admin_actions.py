@@ -1,0 +1,189 @@
+"""What the admin API decides and changes, against the sandbox with the operator running:
+
+- what-if agrees with the scheduler: the same manifest, then applied, lands on the same GPU type
+  and count, and a high-priority one preempts exactly the victims the what-if named;
+- drain keeps a PodDisruptionBudget: a gang the budget protects stays bound and is reported
+  blocked, while an unprotected gang is evicted whole and placed again on another node;
+- a MIG layout change is refused with 409 while the node's GPUs are in use, and with
+  drain=true the gang is moved off and the MIG manager applies the layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from admin_helpers import ADMIN_RULES, AdminApi, accounts, wait_settled
+from kubernetes import client
+
+from gpufleet.operator.testing import Kube, OperatorProcess, training_job, wait_for
+from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.scheduler import names
+
+
+@pytest.fixture(scope="module")
+def admin(
+    sandbox: Sandbox,
+    kube: Kube,
+    operator: OperatorProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[AdminApi, str]]:
+    with (
+        accounts(kube, "default") as made,
+        AdminApi(sandbox, tmp_path_factory.mktemp("admin")) as api,
+    ):
+        token = made.create(f"actions-{id(api) % 10_000}", ADMIN_RULES)
+        wait_settled(1.0)
+        yield api, token
+
+
+def _bound(kube: Kube, ns: str, job: str) -> list[dict[str, Any]]:
+    pods = kube.pods(ns, f"gpufleet.io/trainingjob={job}")
+    return [
+        p for p in pods if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def _running(kube: Kube, ns: str, job: str, replicas: int) -> list[dict[str, Any]]:
+    return wait_for(
+        lambda: (pods := _bound(kube, ns, job)) and len(pods) == replicas and pods,
+        f"{job} bound",
+        90,
+    )
+
+
+def _gpu_count(pods: list[dict[str, Any]]) -> int:
+    return sum(len(p["metadata"]["annotations"][names.ASSIGNED_GPUS].split(",")) for p in pods)
+
+
+def _preempted(kube: Kube, ns: str, job: str) -> bool:
+    condition = kube.condition(ns, job, "Preempted")
+    return bool(condition and condition["status"] == "True")
+
+
+def test_whatif_agrees_with_the_scheduler(kube: Kube, ns: str, admin: tuple[AdminApi, str]) -> None:
+    api, token = admin
+    # Every T4 (4 nodes x 4) is held by a preemptible gang; priorities make the victim unique.
+    for i in range(4):
+        kube.create_job(ns, training_job(f"low-{i}", 1, 4, "T4", priority=10 + i))
+    for i in range(4):
+        _running(kube, ns, f"low-{i}", 1)
+    cases = [
+        training_job("urgent", 1, 4, "T4", priority=500),
+        training_job("spread", 2, 1, "L4"),
+    ]
+    with api.client(token) as http:
+        answers = {}
+        for manifest in cases:
+            manifest["metadata"]["namespace"] = ns
+            response = http.post("/api/v1/whatif", json=manifest)
+            assert response.status_code == 200, response.text
+            answers[manifest["metadata"]["name"]] = response.json()["gangs"][0]
+    urgent = answers["urgent"]
+    assert urgent["placed"] and [v["job"]["name"] for v in urgent["preempts"]] == ["low-0"]
+    for manifest in cases:
+        kube.create_job(ns, manifest)
+    for manifest in cases:
+        name = manifest["metadata"]["name"]
+        answer = answers[name]
+        pods = _running(kube, ns, name, len(answer["replicas"]))
+        types = {p["metadata"]["annotations"][names.ASSIGNED_TYPE] for p in pods}
+        assert types == {answer["gpuType"]}, name
+        assert _gpu_count(pods) == answer["gpus"], name
+    victims = {v["job"]["name"] for v in urgent["preempts"]}
+    wait_for(lambda: all(_preempted(kube, ns, v) for v in victims), "victims preempted", 60)
+    assert {f"low-{i}" for i in range(4) if _preempted(kube, ns, f"low-{i}")} == victims
+
+
+def test_drain_keeps_a_disruption_budget(kube: Kube, ns: str, admin: tuple[AdminApi, str]) -> None:
+    api, token = admin
+    kube.create_job(ns, training_job("guarded", 2, 4, "T4"))  # two whole T4 nodes
+    kube.create_job(ns, training_job("movable", 1, 4, "L4"))  # one whole L4 node
+    guarded = _running(kube, ns, "guarded", 2)
+    movable = _running(kube, ns, "movable", 1)
+    policy = client.PolicyV1Api(kube.core.api_client)
+    body: Any = {
+        "metadata": {"name": "guarded"},
+        "spec": {
+            "minAvailable": 2,
+            "selector": {"matchLabels": {"gpufleet.io/trainingjob": "guarded"}},
+        },
+    }
+    policy.create_namespaced_pod_disruption_budget(ns, body)
+    wait_for(
+        lambda: (
+            policy.read_namespaced_pod_disruption_budget("guarded", ns).status.current_healthy == 2
+        ),
+        "the budget counted",
+        60,
+    )
+    guarded_node = guarded[0]["spec"]["nodeName"]
+    movable_node = movable[0]["spec"]["nodeName"]
+    try:
+        with api.client(token) as http:
+            blocked = http.post(f"/api/v1/nodes/{guarded_node}/drain").json()
+            moved = http.post(f"/api/v1/nodes/{movable_node}/drain").json()
+        (gang,) = [g for g in blocked["gangs"] if g["gang"] == f"{ns}/guarded"]
+        assert gang["outcome"] == "blocked" and "PodDisruptionBudget" in gang["reason"]
+        assert sorted(gang["pods"]) == [f"{ns}/guarded-worker-0", f"{ns}/guarded-worker-1"]
+        assert not blocked["complete"] and blocked["unschedulable"]
+        (gang,) = [g for g in moved["gangs"] if g["gang"] == f"{ns}/movable"]
+        assert gang["outcome"] == "evicted" and moved["complete"]
+        # The budget held: both guarded pods are still bound where they were.
+        assert {p["metadata"]["uid"] for p in _bound(kube, ns, "guarded")} == {
+            p["metadata"]["uid"] for p in guarded
+        }
+        # The movable gang runs again, on another node.
+        again = wait_for(
+            lambda: [
+                p for p in _bound(kube, ns, "movable")
+                if p["metadata"]["uid"] != movable[0]["metadata"]["uid"]
+            ],
+            "movable placed again",
+            90,
+        )  # fmt: skip
+        assert again[0]["spec"]["nodeName"] != movable_node
+    finally:
+        with api.client(token) as http:
+            for node in {guarded_node, movable_node}:
+                assert http.post(f"/api/v1/nodes/{node}/uncordon").status_code == 200
+
+
+def test_mig_layout_needs_a_drain_while_busy(
+    kube: Kube, ns: str, admin: tuple[AdminApi, str]
+) -> None:
+    api, token = admin
+    kube.create_job(ns, training_job("slice", 1, gpu_type="A100-80GB", mig_profile="1g.10gb"))
+    (pod,) = _running(kube, ns, "slice", 1)
+    node = pod["spec"]["nodeName"]
+    labels = kube.core.read_node(node).metadata.labels
+    before = labels[names.MIG_CONFIG_LABEL]
+    wanted = "all-3g.40gb" if before != "all-3g.40gb" else "all-1g.10gb"
+    with api.client(token) as http:
+        refused = http.put(f"/api/v1/nodes/{node}/mig-layout", json={"layout": wanted})
+        assert refused.status_code == 409, refused.text
+        assert f"{ns}/slice" in refused.json()["detail"]
+        unknown = http.put(f"/api/v1/nodes/{node}/mig-layout", json={"layout": "no-such"})
+        assert unknown.status_code == 422
+        done = http.put(f"/api/v1/nodes/{node}/mig-layout", json={"layout": wanted, "drain": True})
+        assert done.status_code == 200, done.text
+    doc = done.json()
+    assert doc["layout"] == wanted and doc["state"] == "pending"
+    assert [g["gang"] for g in doc["drained"]["gangs"]] == [f"{ns}/slice"]
+
+    def applied() -> bool:
+        node_labels = kube.core.read_node(node).metadata.labels
+        return bool(
+            node_labels.get(names.MIG_CONFIG_LABEL) == wanted
+            and node_labels.get(names.MIG_STATE_LABEL) == "success"
+        )
+
+    wait_for(applied, f"{node} reconfigured to {wanted}", 60)
+    assert not kube.core.read_node(node).spec.unschedulable  # the drain's cordon is lifted
+    _running(kube, ns, "slice", 1)  # placed again
+    with api.client(token) as http:  # put the sandbox's layout back
+        restore = http.put(
+            f"/api/v1/nodes/{node}/mig-layout", json={"layout": before, "drain": True}
+        )
+        assert restore.status_code == 200, restore.text
