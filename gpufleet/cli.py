@@ -8,8 +8,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from gpufleet.admin.cli import CLIENT_COMMANDS, add_admin_parsers, run_admin, run_client
 from gpufleet.agent.deviceplugin.plugin_command import add_device_plugin_parser, run_device_plugin
-from gpufleet.admin.cli import add_admin_parser, run_admin
 from gpufleet.app.command import add_operator_parser, run_operator
 from gpufleet.cliargs import OneLineParser, add_subcommands, input_error_exit
 from gpufleet.model.input_error import InputError
@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_operator_parser(subparsers)
     add_simulate_parser(subparsers)
     add_device_plugin_parser(subparsers)
-    add_admin_parser(subparsers)
+    add_admin_parsers(subparsers)
     return parser
 
 
@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                 return run_device_plugin(args)
             case "admin":
                 return run_admin(args)
+            case command if command in CLIENT_COMMANDS:
+                return run_client(args)
     except InputError as exc:
         return input_error_exit(f"gpufleet {args.command}", exc)
     except (BuildError, TimeoutError, RuntimeError, ValueError, FileNotFoundError) as exc:

@@ -20,6 +20,7 @@ from gpufleet.admin.settings import AdminSettings
 from gpufleet.admin.tls import ensure_self_signed
 from gpufleet.operator.testing import Kube, wait_for
 from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.scheduler import names
 from gpufleet.scheduler.runtime import api_client
 
 # The rules a cluster admin of gpufleet needs for every route (the chart's admin role).
@@ -154,3 +155,42 @@ def accounts(kube: Kube, namespace: str) -> Iterator[Accounts]:
 def wait_settled(seconds: float) -> None:
     """Give RBAC caches of the API server a moment (bindings apply within a second)."""
     time.sleep(seconds)
+
+
+def mig_configs(kube: Kube) -> dict[str, str | None]:
+    """Each node's `nvidia.com/mig.config` label (None without one)."""
+    return {
+        n.metadata.name: (n.metadata.labels or {}).get(names.MIG_CONFIG_LABEL)
+        for n in kube.core.list_node().items
+    }
+
+
+def restore_mig_configs(kube: Kube, namespace: str, before: dict[str, str | None]) -> None:
+    """Put back the MIG layouts of `before` that the scheduler changed for this test's jobs
+    (later test modules expect the sandbox's fleet as it was made): the namespace's jobs are
+    deleted first, so the GPUs are empty when the MIG manager repartitions them."""
+    for job in kube.jobs(namespace):
+        kube.delete_job(namespace, job["metadata"]["name"])
+    wait_for(lambda: not kube.pods(namespace), f"pods of {namespace} gone", 60)
+    changed = {
+        node: layout
+        for node, layout in before.items()
+        if layout is not None and mig_configs(kube).get(node) != layout
+    }
+    for node, layout in changed.items():
+        body: Any = {
+            "metadata": {
+                "labels": {names.MIG_CONFIG_LABEL: layout, names.MIG_STATE_LABEL: "pending"}
+            }
+        }
+        kube.core.patch_node(node, body)
+
+    def applied() -> bool:
+        nodes = {n.metadata.name: n.metadata.labels or {} for n in kube.core.list_node().items}
+        return all(
+            nodes[n].get(names.MIG_CONFIG_LABEL) == layout
+            and nodes[n].get(names.MIG_STATE_LABEL) == "success"
+            for n, layout in changed.items()
+        )
+
+    wait_for(applied, f"MIG layouts of {sorted(changed)} restored", 60)

@@ -14,7 +14,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from admin_helpers import ADMIN_RULES, AdminApi, accounts, wait_settled
+from admin_helpers import (
+    ADMIN_RULES,
+    AdminApi,
+    accounts,
+    mig_configs,
+    restore_mig_configs,
+    wait_settled,
+)
 from kubernetes import client
 
 from gpufleet.operator.testing import Kube, OperatorProcess, training_job, wait_for
@@ -154,6 +161,7 @@ def test_mig_layout_needs_a_drain_while_busy(
     kube: Kube, ns: str, admin: tuple[AdminApi, str]
 ) -> None:
     api, token = admin
+    layouts = mig_configs(kube)
     kube.create_job(ns, training_job("slice", 1, gpu_type="A100-80GB", mig_profile="1g.10gb"))
     (pod,) = _running(kube, ns, "slice", 1)
     node = pod["spec"]["nodeName"]
@@ -182,8 +190,9 @@ def test_mig_layout_needs_a_drain_while_busy(
     wait_for(applied, f"{node} reconfigured to {wanted}", 60)
     assert not kube.core.read_node(node).spec.unschedulable  # the drain's cordon is lifted
     _running(kube, ns, "slice", 1)  # placed again
-    with api.client(token) as http:  # put the sandbox's layout back
+    with api.client(token) as http:  # the API puts the sandbox's layout back
         restore = http.put(
             f"/api/v1/nodes/{node}/mig-layout", json={"layout": before, "drain": True}
         )
         assert restore.status_code == 200, restore.text
+    restore_mig_configs(kube, ns, layouts)  # and any the scheduler changed meanwhile

@@ -2,17 +2,23 @@
 and SubjectAccessReview decide: a table of ServiceAccount tokens (minted with TokenRequest) that
 have the needed roles, only the reading ones, or none, plus a missing and a forged token —
 401 without a valid token, 403 without the permission, 200 with it, never a 500. Also: a
-ServiceAccount allowed to list jobs in one namespace sees exactly that namespace's jobs.
+ServiceAccount allowed to list jobs in one namespace sees exactly that namespace's jobs; the
+`gpufleet fleet/jobs/whatif/drain` commands send their kubeconfig user's token and RBAC decides.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from admin_helpers import ADMIN_RULES, READER_RULES, AdminApi, accounts, wait_settled
 
 from gpufleet.operator.testing import Kube, training_job, wait_for
@@ -125,3 +131,58 @@ def test_the_api_uses_the_servers_certificate(world: World) -> None:
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{world.api.url}/healthz", verify=True, timeout=10)
     assert world.api.get("/healthz").json() == {"status": "ok"}
+
+
+def _kubeconfig(sandbox: Sandbox, token: str, path: Path) -> Path:
+    """A kubeconfig for the sandbox whose user authenticates with `token`."""
+    doc = yaml.safe_load(sandbox.kubeconfig.read_text())
+    doc["users"] = [{"name": "sa", "user": {"token": token}}]
+    doc["contexts"][0]["context"]["user"] = "sa"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpufleet.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_commands_send_the_kubeconfig_users_token(
+    world: World, sandbox: Sandbox, tmp_path: Path
+) -> None:
+    api = world.api
+    common = ["--server", api.url, "--certificate-authority", str(api.cert)]
+    admin = ["--kubeconfig", str(_kubeconfig(sandbox, str(world.tokens["admin"]), tmp_path / "a"))]
+    reader = [
+        "--kubeconfig",
+        str(_kubeconfig(sandbox, str(world.tokens["reader"]), tmp_path / "r")),
+    ]
+
+    fleet = _cli("fleet", *reader, *common)
+    assert fleet.returncode == 0, fleet.stderr
+    assert {"h100-0", "a100-mig-0", "t4-3"} <= {
+        line.split()[0] for line in fleet.stdout.splitlines() if line
+    }
+    jobs = _cli("jobs", "-n", world.ns, *reader, *common)
+    assert jobs.returncode == 0 and "visible" in jobs.stdout and "hidden" not in jobs.stdout
+
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(yaml.safe_dump(_whatif(world.ns)))
+    whatif = _cli("whatif", "-f", str(manifest), *admin, *common)
+    assert whatif.returncode == 0, whatif.stderr
+    assert f"TrainingJob {world.ns}/what-if would run now" in whatif.stdout
+    assert "1 x L4 on l4-" in whatif.stdout
+    denied = _cli("whatif", "-f", str(manifest), *reader, *common)
+    assert denied.returncode == 1 and "403 Forbidden" in denied.stderr
+
+    drain = _cli("drain", "t4-3", "--dry-run", "-o", "json", *admin, *common)
+    assert drain.returncode == 0, drain.stderr
+    assert json.loads(drain.stdout)["dryRun"] is True
+
+    # The sandbox's own kubeconfig authenticates with a client certificate: no token to send.
+    certificate = _cli("fleet", "--kubeconfig", str(sandbox.kubeconfig), *common)
+    assert certificate.returncode == 1 and "no bearer token" in certificate.stderr

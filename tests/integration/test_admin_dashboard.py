@@ -18,7 +18,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from admin_helpers import READER_RULES, AdminApi, accounts, wait_settled
+from admin_helpers import (
+    READER_RULES,
+    AdminApi,
+    accounts,
+    mig_configs,
+    restore_mig_configs,
+    wait_settled,
+)
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -80,6 +87,7 @@ def test_dashboard_signs_in_and_shows_nodes_mig_slice_and_reason(
     browser: webdriver.Chrome,
     tmp_path: Path,
 ) -> None:
+    layouts = mig_configs(kube)
     kube.create_job(ns, _example("trainingjob-mig-slice.yaml"))
     kube.create_job(ns, _example("trainingjob-unschedulable.yaml"))
     wait_for(lambda: kube.phase(ns, "bert-mig") == "Running", "bert-mig Running", 90)
@@ -123,3 +131,4 @@ def test_dashboard_signs_in_and_shows_nodes_mig_slice_and_reason(
         shot = tmp_path / "dashboard.png"
         assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
         print(f"dashboard screenshot: {shot}")
+    restore_mig_configs(kube, ns, layouts)  # the example MIG job repartitioned a GPU
