@@ -31,7 +31,7 @@ lint:  ## ruff, formatting, the import layers, strict typing, CRD and device-plu
 	ruff check .
 	ruff format --check .
 	lint-imports
-	mypy gpufleet/core gpufleet/model gpufleet/scheduler gpufleet/autoscaler gpufleet/app gpufleet/settings.py gpufleet/agent gpufleet/operator gpufleet/testing
+	mypy gpufleet/core gpufleet/model gpufleet/scheduler gpufleet/autoscaler gpufleet/app gpufleet/admin gpufleet/settings.py gpufleet/agent gpufleet/operator gpufleet/testing
 	$(PYTHON) -m gpufleet.model.crdgen --check
 	$(PYTHON) -m gpufleet.agent.deviceplugin.protogen --check
 

@@ -52,7 +52,7 @@ from gpufleet.sandbox.miglayouts import load_default_configs
 from gpufleet.sandbox.nodes import fleet_manifests
 from gpufleet.scheduler import names
 from gpufleet.scheduler.cache import SchedulerCache
-from gpufleet.scheduler.runtime import LIVE_POLICY
+from gpufleet.settings import PlacementSettings
 from gpufleet.sim.fleet import FleetSpec
 
 POOLS = [  # 1,000 nodes in the sandbox's proportions
@@ -238,7 +238,7 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="admin-bench-"))
     cert, key = ensure_self_signed(workdir / "tls")
     settings = AdminSettings(port=0, tls_cert_file=cert, tls_key_file=key)
-    policy = LivePolicy("balanced", LIVE_POLICY)
+    policy = LivePolicy(PlacementSettings().preset.value, PlacementSettings().policy())
     from kubernetes import client
 
     context = AdminContext(

@@ -122,7 +122,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        detail = exc.detail if isinstance(exc.detail, str) else None
+        detail: str | None = exc.detail if isinstance(exc.detail, str) else None
         if detail == _title(exc.status_code):
             detail = None  # Starlette's default detail repeats the title
         return problem_response(request, exc.status_code, detail, headers=exc.headers)

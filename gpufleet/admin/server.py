@@ -22,7 +22,7 @@ from gpufleet.admin.nodes import NodeActions
 from gpufleet.admin.settings import AdminSettings
 from gpufleet.lifecycle import StartStop
 from gpufleet.model.gpus import Catalog, load_catalog
-from gpufleet.scheduler.runtime import LIVE_POLICY
+from gpufleet.settings import PlacementSettings
 
 log = logging.getLogger("gpufleet.admin")
 
@@ -32,13 +32,15 @@ def build_context(
     settings: AdminSettings,
     live: LiveFleet | None = None,
     catalog: Catalog | None = None,
+    placement: PlacementSettings | None = None,
 ) -> AdminContext:
     """The context of an API talking to the cluster of `api`; without `live`, with informers
     of its own (started by the app's lifespan)."""
     owns = live is None
     if live is None:
         live = LiveFleet.standalone(api, catalog or load_catalog())
-    fixed = LivePolicy("balanced", LIVE_POLICY)
+    placement = placement or PlacementSettings()
+    fixed = LivePolicy(placement.preset.value, placement.policy())
     return AdminContext(
         settings=settings,
         live=live,

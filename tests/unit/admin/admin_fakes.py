@@ -31,7 +31,7 @@ from gpufleet.sandbox.miglayouts import load_default_configs
 from gpufleet.sandbox.nodes import fleet_manifests
 from gpufleet.scheduler import names
 from gpufleet.scheduler.cache import SchedulerCache
-from gpufleet.scheduler.runtime import LIVE_POLICY
+from gpufleet.settings import PlacementSettings
 from gpufleet.sim.fleet import load_fleet
 
 Obj = dict[str, Any]
@@ -187,7 +187,7 @@ def context(
     limiter: RateLimiter | None = None,
 ) -> AdminContext:
     settings = settings or AdminSettings()
-    policy = LivePolicy("balanced", LIVE_POLICY)
+    policy = LivePolicy(PlacementSettings().preset.value, PlacementSettings().policy())
     return AdminContext(
         settings=settings,
         live=live,
