@@ -40,10 +40,11 @@ import httpx
 import yaml
 
 from gpufleet.admin.auth import Access, RateLimiter, User
-from gpufleet.admin.context import AdminContext, LivePolicy
+from gpufleet.admin.context import AdminContext
 from gpufleet.admin.live import JobStore, LiveFleet
 from gpufleet.admin.nodes import NodeActions
-from gpufleet.admin.server import AdminServer
+from gpufleet.admin.policy import PolicyStore
+from gpufleet.admin.server import AdminServer, policy_watch
 from gpufleet.admin.settings import AdminSettings
 from gpufleet.admin.tls import ensure_self_signed
 from gpufleet.model.gpus import load_catalog
@@ -238,16 +239,17 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="admin-bench-"))
     cert, key = ensure_self_signed(workdir / "tls")
     settings = AdminSettings(port=0, tls_cert_file=cert, tls_key_file=key)
-    policy = LivePolicy(PlacementSettings().preset.value, PlacementSettings().policy())
     from kubernetes import client
 
+    unreachable = client.ApiClient(client.Configuration(host="http://127.0.0.1:9"))
     context = AdminContext(
         settings=settings,
         live=live,
         reviewer=AllowAll(),
         limiter=RateLimiter(1e9, 10**9),
-        nodes=NodeActions(client.ApiClient(client.Configuration(host="http://127.0.0.1:9")), live),
-        policy=lambda: policy,
+        nodes=NodeActions(unreachable, live),
+        policy=policy_watch(settings, PlacementSettings()),
+        policy_store=PolicyStore(unreachable, settings.namespace, settings.policy_configmap),
     )
     gpus = sum(int(n["metadata"]["labels"][names.GPU_COUNT_LABEL]) for n in nodes)
     with AdminServer(context) as server:

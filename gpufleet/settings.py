@@ -38,6 +38,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDic
 from pydantic_settings import SettingsError as SourceError
 from pydantic_settings.sources.utils import parse_env_vars
 
+from gpufleet.admin.settings import AdminSettings
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
 from gpufleet.core.policy import Engine, Policy, SolverSettings, Weights
 from gpufleet.core.presets import Preset, preset_policy
@@ -47,6 +48,7 @@ from gpufleet.scheduler.loop_settings import SchedulerSettings
 __all__ = [
     "CONFIG_FILE_ENV",
     "ENV_PREFIX",
+    "AdminSettings",
     "LeaseSettings",
     "LogFormat",
     "LogLevel",
@@ -237,6 +239,7 @@ class Settings(BaseSettings):
     lease: LeaseSettings = Field(default_factory=LeaseSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     log: LogSettings = Field(default_factory=LogSettings)
+    admin: AdminSettings = Field(default_factory=AdminSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -98,7 +98,9 @@ def run_admin(args: argparse.Namespace) -> int:
     cert, key = args.tls_cert, args.tls_key
     if args.self_signed is not None:
         cert, key = ensure_self_signed(args.self_signed)
-    settings = AdminSettings(host=args.host, port=args.port, tls_cert_file=cert, tls_key_file=key)
+    settings = AdminSettings(
+        bind_address=args.host, port=args.port, tls_cert_file=cert, tls_key_file=key
+    )
     return run_standalone(api_client(args.kubeconfig), settings)
 
 

@@ -18,7 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from gpufleet.admin import problems
 from gpufleet.admin.context import AdminContext
 from gpufleet.admin.middleware import AuditLog, BodyLimit
-from gpufleet.admin.routes import API_PREFIX, dashboard, fleet, health, jobs, nodes, whatif
+from gpufleet.admin.routes import API_PREFIX, dashboard, fleet, health, jobs, nodes, policy, whatif
 
 TITLE = "gpufleet admin API"
 
@@ -56,8 +56,9 @@ def create_app(context: AdminContext) -> FastAPI:
     )
     app.state.context = context
     problems.install(app)
-    for router in (fleet.router, jobs.router, whatif.router, nodes.router, health.router):
-        app.include_router(router)
+    routers = (fleet, jobs, whatif, nodes, policy, health)
+    for module in routers:
+        app.include_router(module.router)
     app.include_router(dashboard.router)
     app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
     app.add_middleware(AuditLog)

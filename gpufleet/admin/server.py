@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 
 import uvicorn
 from fastapi import FastAPI
@@ -14,17 +15,54 @@ from kubernetes import client
 from prometheus_client import REGISTRY
 
 from gpufleet.admin.auth import CachedReviewer, KubeReviewer, RateLimiter
-from gpufleet.admin.context import AdminContext, LivePolicy
+from gpufleet.admin.context import AdminContext
+from gpufleet.admin.fleet import FleetMemo
 from gpufleet.admin.live import LiveFleet
 from gpufleet.admin.main import create_app
 from gpufleet.admin.metrics import FleetCollector
 from gpufleet.admin.nodes import NodeActions
+from gpufleet.admin.policy import PolicyStore, parser
 from gpufleet.admin.settings import AdminSettings
 from gpufleet.lifecycle import StartStop
 from gpufleet.model.gpus import Catalog, load_catalog
+from gpufleet.scheduler.policy_watch import LivePolicy, PolicyWatch
+from gpufleet.scheduler.runtime import SchedulerRuntime
 from gpufleet.settings import PlacementSettings
 
 log = logging.getLogger("gpufleet.admin")
+
+
+def policy_watch(settings: AdminSettings, placement: PlacementSettings) -> PolicyWatch:
+    """The watch of the policy ConfigMap over the `placement` settings (its informer is
+    started by whoever owns it: the scheduler's runtime, or a standalone API)."""
+    base = LivePolicy(placement.preset.value, placement.policy())
+    return PolicyWatch(base, parser(placement), settings.namespace, settings.policy_configmap)
+
+
+@dataclass
+class AdminView:
+    """The admin API's view beside a running scheduler: its cache, plus the jobs."""
+
+    live: LiveFleet
+    memo: FleetMemo
+
+    def start(self) -> None:
+        self.live.start()
+
+    def stop(self) -> None:
+        self.live.stop()
+
+
+def admin_view(api: client.ApiClient, scheduler: SchedulerRuntime) -> AdminView:
+    """The view of the scheduler's own cache; ready once the scheduler's informers are."""
+    informers = scheduler.informers
+    live = LiveFleet.beside(
+        api,
+        scheduler.cache,
+        scheduler.scheduler.views.catalog,
+        lambda: all(i.synced.is_set() for i in informers),
+    )
+    return AdminView(live, FleetMemo())
 
 
 def build_context(
@@ -33,21 +71,24 @@ def build_context(
     live: LiveFleet | None = None,
     catalog: Catalog | None = None,
     placement: PlacementSettings | None = None,
+    policy: PolicyWatch | None = None,
 ) -> AdminContext:
-    """The context of an API talking to the cluster of `api`; without `live`, with informers
-    of its own (started by the app's lifespan)."""
+    """The context of an API talking to the cluster of `api`. Without `live`, with informers
+    of its own (started by the app's lifespan), the policy ConfigMap's among them; inside the
+    operator, the scheduler's view and policy watch are passed in."""
     owns = live is None
+    watch = policy or policy_watch(settings, placement or PlacementSettings())
     if live is None:
         live = LiveFleet.standalone(api, catalog or load_catalog())
-    placement = placement or PlacementSettings()
-    fixed = LivePolicy(placement.preset.value, placement.policy())
+        live.informers.append(watch.informer(client.CoreV1Api(api), live.stop_event))
     return AdminContext(
         settings=settings,
         live=live,
         reviewer=CachedReviewer(KubeReviewer(api), settings.token_cache_ttl_s),
         limiter=RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst),
         nodes=NodeActions(api, live, settings.drain_timeout_s),
-        policy=lambda: fixed,
+        policy=watch,
+        policy_store=PolicyStore(api, settings.namespace, settings.policy_configmap),
         owns_live=owns,
     )
 
@@ -57,7 +98,7 @@ def uvicorn_config(context: AdminContext, app: FastAPI | None = None) -> uvicorn
     tls = settings.tls_cert_file is not None
     return uvicorn.Config(
         app or create_app(context),
-        host=settings.host,
+        host=settings.bind_address,
         port=settings.port,
         ssl_certfile=str(settings.tls_cert_file) if tls else None,
         ssl_keyfile=str(settings.tls_key_file) if tls else None,
@@ -95,7 +136,7 @@ class AdminServer(StartStop):
                 raise TimeoutError(f"the admin API did not start in {timeout}s")
             time.sleep(0.05)
         scheme = "https" if self.context.settings.tls_cert_file else "http"
-        log.info("admin API on %s://%s:%d", scheme, self.context.settings.host, self.port)
+        log.info("admin API on %s://%s:%d", scheme, self.context.settings.bind_address, self.port)
 
     def stop(self) -> None:
         self.server.should_exit = True

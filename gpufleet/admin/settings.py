@@ -1,7 +1,7 @@
 """Settings of the admin API: where it listens, TLS, and its limits.
 
-A plain pydantic model so that the process's one settings root can hold it as a group; the
-standalone `gpufleet admin` command fills it from its flags.
+The `admin` group of the settings root (`gpufleet.settings`), which `gpufleet operator` reads;
+the standalone `gpufleet admin` command fills it from its own flags.
 """
 
 from __future__ import annotations
@@ -16,16 +16,24 @@ SYSTEM_NAMESPACE = "gpufleet-system"
 
 
 class AdminSettings(BaseModel):
-    """The admin API's settings; defaults suit the sandbox (loopback, no TLS)."""
+    """The admin API (REST, dashboard): served by `gpufleet operator` when `port` is set."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    host: str = Field(default="127.0.0.1", description="Address to listen on.")
-    port: int = Field(default=8443, ge=0, le=65535, description="Port to listen on (0: any).")
-    tls_cert_file: Path | None = Field(
-        default=None, description="PEM certificate chain served over TLS; None serves plain HTTP."
+    bind_address: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        description="Address the admin API and dashboard listen on (0.0.0.0 in a cluster).",
     )
-    tls_key_file: Path | None = Field(default=None, description="PEM private key of the cert.")
+    port: int = Field(
+        default=0, ge=0, le=65535, description="Port of the admin API and dashboard; 0 serves none."
+    )
+    tls_cert_file: Path | None = Field(
+        default=None, description="PEM certificate chain to serve TLS with (unset: plain HTTP)."
+    )
+    tls_key_file: Path | None = Field(
+        default=None, description="PEM private key of the TLS certificate."
+    )
     token_cache_ttl_s: float = Field(
         default=10.0,
         ge=0,
@@ -42,10 +50,12 @@ class AdminSettings(BaseModel):
         default=1 << 20, ge=1024, description="Largest request body accepted (413 beyond)."
     )
     namespace: str = Field(
-        default=SYSTEM_NAMESPACE, description="Namespace of the policy ConfigMap."
+        default=SYSTEM_NAMESPACE, min_length=1, description="Namespace of the policy ConfigMap."
     )
     policy_configmap: str = Field(
-        default=POLICY_CONFIGMAP, description="Name of the ConfigMap holding the live policy."
+        default=POLICY_CONFIGMAP,
+        min_length=1,
+        description="Name of the ConfigMap holding the live placement policy (PUT /policy).",
     )
     drain_timeout_s: float = Field(
         default=60.0,

@@ -34,6 +34,12 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--log-format", ("log", "format"), "FORMAT", "text or json"),
     Flag("--metrics-port", ("metrics", "port"), "PORT", "serve Prometheus metrics on PORT"),
     Flag("--metrics-address", ("metrics", "bind_address"), "ADDR", "address of the metrics"),
+    Flag("--admin-port", ("admin", "port"), "PORT", "serve the admin API and dashboard on PORT"),
+    Flag("--admin-address", ("admin", "bind_address"), "ADDR", "address of the admin API"),
+    Flag(
+        "--admin-tls-cert", ("admin", "tls_cert_file"), "FILE", "PEM certificate of the admin API"
+    ),
+    Flag("--admin-tls-key", ("admin", "tls_key_file"), "FILE", "PEM key of the admin API"),
     Flag(
         "--node-failure-grace",
         ("scheduler", "node_failure_grace_s"),

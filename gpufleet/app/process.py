@@ -1,9 +1,10 @@
 """A `gpufleet operator` process: the TrainingJob and ServingJob operator, the autoscaler and
 the scheduler, built from the settings and run together.
 
-Start-up order: API client -> metrics and probe endpoint -> Lease (only the holder
-acts; standbys wait here) -> scheduler informers and loop on threads -> kopf on the main
-thread's event loop.
+Start-up order: API client -> metrics and probe endpoint -> Lease (only the holder acts;
+standbys wait here) -> scheduler informers and loop on threads (with the policy ConfigMap's
+watch) -> the admin view of the scheduler's cache (fleet and job metrics) -> admin API and
+dashboard (when `admin.port` is set) -> kopf on the main thread's event loop.
 
 While the Lease is not renewed (the API server or etcd cannot be reached) the scheduler and the
 handlers make no decision but the process stays up, and every part resumes when the server
@@ -26,7 +27,10 @@ import uuid
 
 import kopf
 from kubernetes import client
+from prometheus_client import REGISTRY
 
+from gpufleet.admin.metrics import FleetCollector
+from gpufleet.admin.server import AdminServer, admin_view, build_context, policy_watch
 from gpufleet.app import kopf_setup, logs
 from gpufleet.app.http_endpoint import Health, Phase, serve
 from gpufleet.autoscaler.service import JobAutoscalers
@@ -77,11 +81,28 @@ def run(settings: Settings) -> int:
     keeper = threading.Thread(target=lease.keep, args=(stop, on_lost), daemon=True)
     keeper.start()
 
+    # The placement policy: the settings', or the one stored in its ConfigMap (PUT /policy).
+    policy = policy_watch(settings.admin, settings.placement)
     scheduler = SchedulerRuntime(
-        api, settings.placement.policy(), settings.scheduler, may_act=lease.held
+        api,
+        settings.placement.policy(),
+        settings.scheduler,
+        may_act=lease.held,
+        policy_watch=policy,
     )
     scheduler.start()
     health.scheduler_alive = scheduler.alive
+    view = admin_view(api, scheduler)
+    view.start()
+    REGISTRY.register(FleetCollector(view.live, view.memo))
+    admin: AdminServer | None = None
+    if settings.admin.port:
+        context = build_context(
+            api, settings.admin, view.live, placement=settings.placement, policy=policy
+        )
+        context.fleet_memo = view.memo
+        admin = AdminServer(context)
+        admin.start()
     health.phase = Phase.LEADING
 
     kopf_setup.register_login(api)
@@ -117,6 +138,9 @@ def run(settings: Settings) -> int:
     finally:
         health.phase = Phase.STOPPING
         stop.set()
+        if admin is not None:
+            admin.stop()
+        view.stop()
         scheduler.stop()
         memo.serving.close()
         if not lost.is_set():

@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from gpufleet.admin.tls import ensure_self_signed
 from gpufleet.model.fleet import load_fleet
 from gpufleet.model.migparted import load_default_configs
 from gpufleet.sandbox import fleetnodes, processes, serving_stand_in, supervisor
@@ -70,6 +71,9 @@ APF_FLAGS = {
     "--max-requests-inflight": "400",
     "--max-mutating-requests-inflight": "200",
 }
+# The operator's admin API (port name in the state file) and the account to sign in with.
+ADMIN = "admin-api"
+ADMIN_USER = "gpufleet-admin"
 # The demo's simulated vLLM servers and the Prometheus scraping them (`ensure_serving`).
 SERVING = "serving-sim"
 PROMETHEUS = "prometheus"
@@ -242,9 +246,14 @@ class Sandbox:
             self.kubeconfig, len(docs), "type=kwok", 120 + 0.1 * len(docs), progress
         )
         if operator:
+            self._install_admin_user()
             self._ensure_operator(progress)
         elapsed = time.monotonic() - started
         progress(f"sandbox ready in {elapsed:.1f}s; KUBECONFIG={self.kubeconfig}")
+        if operator and (url := self.admin_url()):
+            progress(
+                f"admin API and dashboard: {url}/ (certificate {self.admin_tls_dir}/admin.crt)"
+            )
 
     def _start(
         self,
@@ -351,11 +360,15 @@ class Sandbox:
             state.pids[OPERATOR], state.markers[OPERATOR]
         ):
             return
-        progress("starting gpufleet operator (operator + scheduler)")
+        progress("starting gpufleet operator (operator, scheduler, admin API and dashboard)")
+        state.ports[ADMIN] = processes.free_port()
+        cert, key = ensure_self_signed(self.admin_tls_dir)
         argv = [
             sys.executable, "-m", "gpufleet.app", f"--kubeconfig={self.kubeconfig}",
             # One replica only here: a short lease lets a restarted operator take over at once.
             "--lease-duration=3",
+            f"--admin-port={state.ports[ADMIN]}", f"--admin-tls-cert={cert}",
+            f"--admin-tls-key={key}",
         ]  # fmt: skip
         # The user's environment (GPUFLEET_*) wins over this file; their own file replaces it.
         if CONFIG_FILE_ENV not in os.environ:
@@ -516,6 +529,53 @@ class Sandbox:
             f"--node-lease-duration-seconds={lease}", f"--cidr={FAKE_POD_CIDR}",
             f"--node-ip={FAKE_NODE_IP}",
         ]  # fmt: skip
+
+    # -- admin API --------------------------------------------------------------------------
+
+    @property
+    def admin_tls_dir(self) -> Path:
+        """Where the admin API's self-signed certificate is kept."""
+        return self.state_dir / "admin-tls"
+
+    def admin_url(self) -> str | None:
+        """The sandbox operator's admin API, or None when it is not running."""
+        state = self._load_state()
+        if state is None or ADMIN not in state.ports:
+            return None
+        return f"https://127.0.0.1:{state.ports[ADMIN]}"
+
+    def _install_admin_user(self) -> None:
+        """A ServiceAccount allowed every admin API route, to sign in to the dashboard with
+        (`kubectl create token gpufleet-admin -n gpufleet-system`)."""
+        from gpufleet.admin.rbac import USER_RULES
+
+        ref = {"kind": "ServiceAccount", "name": ADMIN_USER, "namespace": SYSTEM_NAMESPACE}
+        self.apply(
+            [
+                {
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": {"name": ADMIN_USER, "namespace": SYSTEM_NAMESPACE},
+                },
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRole",
+                    "metadata": {"name": ADMIN_USER},
+                    "rules": USER_RULES,
+                },
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRoleBinding",
+                    "metadata": {"name": ADMIN_USER},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": ADMIN_USER,
+                    },
+                    "subjects": [ref],
+                },
+            ]
+        )
 
     # -- cluster objects --------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from rich.table import Table
 from gpufleet.model.contract.names import GPU_PRODUCT_LABEL, WHOLE_GPU_RESOURCE
 from gpufleet.model.input_error import InputError
 from gpufleet.operator.reconcile import WAITING_FOR_SCHEDULER
-from gpufleet.sandbox.control_plane import Sandbox
+from gpufleet.sandbox.control_plane import ADMIN_USER, SYSTEM_NAMESPACE, Sandbox
 from gpufleet.sandbox.node_manifests import POOL_LABEL
 
 
@@ -135,6 +135,15 @@ def run_demo(sandbox: Sandbox, fleet: Path | None, examples: Path) -> None:
     )  # fmt: skip
     print(sandbox.kubectl("get", "pods", "-A", "-o", "wide").stdout)
     console.print(f"Use the cluster: export KUBECONFIG={sandbox.kubeconfig}")
+    if admin := sandbox.admin_url():
+        console.print(
+            f"Dashboard and admin API: {admin}/ (self-signed certificate: "
+            f"{sandbox.admin_tls_dir}/admin.crt)\n"
+            f"  sign in with: kubectl create token {ADMIN_USER} -n {SYSTEM_NAMESPACE}\n"
+            f"  gpufleet fleet --server {admin} --certificate-authority "
+            f'{sandbox.admin_tls_dir}/admin.crt --token "$(kubectl create token {ADMIN_USER} '
+            f'-n {SYSTEM_NAMESPACE})"'
+        )
     if url:
         console.print(
             f"Prometheus scraping the simulated vLLM servers: {url}\n"

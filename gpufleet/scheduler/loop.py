@@ -130,12 +130,13 @@ class Scheduler:
         timer.done("snapshot")
         settling, partial = self._heal(state, view, report)  # 2
         timer.done("heal")
+        policy = self.policy  # one policy per cycle (a watch may replace it between cycles)
         offered, waiting = heads(view, state, settling)  # 3
         offered, capped = cap_identical(
-            offered, view.snapshot, self.policy.allow_preemption, self.settings.cap_identical_above
+            offered, view.snapshot, policy.allow_preemption, self.settings.cap_identical_above
         )
         timer.done("heads")
-        decision = self._decide(view, offered, report)  # 4
+        decision = self._decide(view, offered, policy, report)  # 4
         if decision is None:
             return report
         timer.done("decide")
@@ -190,14 +191,18 @@ class Scheduler:
         return settling, partial_gangs(facts, settling)
 
     def _decide(
-        self, view: ClusterView, offered: Sequence[PendingGang], report: CycleReport
+        self,
+        view: ClusterView,
+        offered: Sequence[PendingGang],
+        policy: Policy,
+        report: CycleReport,
     ) -> Decision | None:
         """The core's decision on the offered gangs; None (and the error reported) when it
         fails: the next cycle tries again."""
         if not offered:
             return Decision()
         try:
-            return self.decide(view.snapshot, [pg.gang for pg in offered], self.policy)
+            return self.decide(view.snapshot, [pg.gang for pg in offered], policy)
         except Exception as exc:
             log.exception("cycle=%d decision failed; retrying next cycle", self.cycle)
             report.error = f"decide: {exc}"

@@ -22,6 +22,7 @@ from gpufleet.scheduler.informer import Informer
 from gpufleet.scheduler.loop import Decide, Scheduler
 from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.mig_request import MigRequester
+from gpufleet.scheduler.policy_watch import LivePolicy, PolicyWatch
 from gpufleet.scheduler.throttling import ThrottleRetry
 
 log = logging.getLogger("gpufleet.scheduler")
@@ -93,6 +94,7 @@ class SchedulerRuntime:
         catalog: Catalog | None = None,
         decide: Decide = place,
         may_act: Callable[[], bool] = lambda: True,
+        policy_watch: PolicyWatch | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.cache = SchedulerCache()
@@ -114,9 +116,19 @@ class SchedulerRuntime:
         self.informers = cache_informers(
             self.core, self.cache, self.stop_event, settings.mig_config_map_namespace
         )
+        self.policy_watch = policy_watch
+        if policy_watch is not None:
+            # A policy stored in its ConfigMap replaces the settings' from the next cycle on.
+            self.scheduler.policy = policy_watch.current().policy
+            policy_watch.on_change(self._use_policy)
+            self.informers.append(policy_watch.informer(self.core, self.stop_event))
         self._thread = threading.Thread(
             target=self.scheduler.run, args=(self.stop_event,), name="scheduler", daemon=True
         )
+
+    def _use_policy(self, live: LivePolicy) -> None:
+        self.scheduler.policy = live.policy
+        self.cache.changed.set()
 
     def start(self, sync_timeout: float = 60.0) -> None:
         # Load OR-Tools now (a third of a second) rather than in the first cycle that solves.

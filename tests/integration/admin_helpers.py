@@ -15,6 +15,8 @@ import httpx
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.admin.rbac import READER_RULES as READER_ONLY
+from gpufleet.admin.rbac import USER_RULES
 from gpufleet.admin.server import AdminServer, build_context
 from gpufleet.admin.settings import AdminSettings
 from gpufleet.admin.tls import ensure_self_signed
@@ -23,27 +25,9 @@ from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.scheduler import names
 from gpufleet.scheduler.runtime import api_client
 
-# The rules a cluster admin of gpufleet needs for every route (the chart's admin role).
-ADMIN_RULES: list[dict[str, Any]] = [
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "patch"]},
-    {
-        "apiGroups": ["gpufleet.io"],
-        "resources": ["trainingjobs", "servingjobs"],
-        "verbs": ["get", "list", "create"],
-    },
-    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "update"]},
-    {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
-]
-# Reading only.
-READER_RULES: list[dict[str, Any]] = [
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
-    {
-        "apiGroups": ["gpufleet.io"],
-        "resources": ["trainingjobs", "servingjobs"],
-        "verbs": ["get", "list"],
-    },
-    {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
-]
+# Every route of the admin API, and only the reading ones.
+ADMIN_RULES = USER_RULES
+READER_RULES = READER_ONLY
 
 
 class AdminApi:

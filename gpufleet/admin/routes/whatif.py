@@ -39,5 +39,5 @@ def post(
     Needs the permission to create such a job in its namespace."""
     namespace = manifest.metadata.namespace or "default"
     check_access(context.reviewer, user, job_access("create", manifest.kind, namespace))
-    live_policy = context.policy()
+    live_policy = context.policy.current()
     return what_if(live, manifest, live_policy.policy, live_policy.name)

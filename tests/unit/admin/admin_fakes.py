@@ -19,10 +19,11 @@ import yaml
 from kubernetes import client
 
 from gpufleet.admin.auth import Access, RateLimiter, User
-from gpufleet.admin.context import AdminContext, LivePolicy
+from gpufleet.admin.context import AdminContext
 from gpufleet.admin.live import JobStore, LiveFleet
 from gpufleet.admin.nodes import NodeActions
-from gpufleet.admin.server import AdminServer
+from gpufleet.admin.policy import PolicyStore
+from gpufleet.admin.server import AdminServer, policy_watch
 from gpufleet.admin.settings import AdminSettings
 from gpufleet.model.gpus import load_catalog
 from gpufleet.operator import children
@@ -187,7 +188,6 @@ def context(
     limiter: RateLimiter | None = None,
 ) -> AdminContext:
     settings = settings or AdminSettings()
-    policy = LivePolicy(PlacementSettings().preset.value, PlacementSettings().policy())
     return AdminContext(
         settings=settings,
         live=live,
@@ -195,7 +195,10 @@ def context(
         limiter=limiter or RateLimiter(1000.0, 1000),
         # Never reached by these tests: node writes are tested against the API server.
         nodes=NodeActions(client.ApiClient(client.Configuration(host=UNREACHABLE)), live),
-        policy=lambda: policy,
+        policy=policy_watch(settings, PlacementSettings()),
+        policy_store=PolicyStore(
+            client.ApiClient(client.Configuration(host=UNREACHABLE)), "ns", "p"
+        ),
     )
 
 

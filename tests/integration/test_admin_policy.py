@@ -1,0 +1,160 @@
+"""The admin API served by `gpufleet operator` (`--admin-port`, TLS) and the live policy:
+
+- GET /policy shows the settings' policy and ETag "absent"; PUT needs If-Match (428), refuses
+  a stale one (412), stores the policy in its ConfigMap and answers the new ETag;
+- the scheduler decides with it from its next cycle: under the energy preset every gang gets a
+  GPU power cap, under the settings' balanced preset none does;
+- it survives a restart of the operator; a document that does not parse is reported by GET and
+  leaves the settings' policy in force; deleting the ConfigMap goes back to the settings;
+- the PUT is one audit line in the operator's log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from admin_helpers import ADMIN_RULES, accounts, wait_settled
+from kubernetes.client.exceptions import ApiException
+
+from gpufleet.admin.settings import POLICY_CONFIGMAP, SYSTEM_NAMESPACE
+from gpufleet.admin.tls import ensure_self_signed
+from gpufleet.operator.testing import Kube, OperatorProcess, training_job, wait_for
+from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.processes import free_port
+from gpufleet.scheduler import names
+
+
+class ServedOperator:
+    """`gpufleet operator` with the admin API on a free port over a self-signed certificate."""
+
+    def __init__(self, sandbox: Sandbox, kube: Kube, state: Path) -> None:
+        cert, key = ensure_self_signed(state / "tls")
+        self.cert = cert
+        self.port = free_port()
+        self.proc = OperatorProcess(
+            sandbox.kubeconfig,
+            state / "operator.log",
+            kube.coordination,
+            f"--admin-port={self.port}",
+            f"--admin-tls-cert={cert}",
+            f"--admin-tls-key={key}",
+        )
+        self.url = f"https://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.proc.start()
+        wait_for(lambda: self._ready(), "the operator's admin API ready", 60)
+
+    def _ready(self) -> bool:
+        try:
+            return self.client().get("/readyz").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def client(self, token: str | None = None) -> httpx.Client:
+        import ssl
+
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        verify = ssl.create_default_context(cafile=str(self.cert))
+        return httpx.Client(base_url=self.url, verify=verify, headers=headers, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def served(
+    sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServedOperator]:
+    op = ServedOperator(sandbox, kube, tmp_path_factory.mktemp("served"))
+    op.start()
+    yield op
+    op.proc.stop()
+    try:
+        kube.core.delete_namespaced_config_map(POLICY_CONFIGMAP, SYSTEM_NAMESPACE)
+    except ApiException as exc:
+        assert exc.status == 404
+
+
+@pytest.fixture(scope="module")
+def operator(served: ServedOperator) -> OperatorProcess:
+    """This module's operator is the one serving the admin API (the `ns` fixture uses it)."""
+    return served.proc
+
+
+def _caps(kube: Kube, ns: str, job: str) -> set[str | None]:
+    pods = wait_for(
+        lambda: [
+            p for p in kube.pods(ns, f"gpufleet.io/trainingjob={job}") if p["spec"].get("nodeName")
+        ],
+        f"{job} bound",
+        90,
+    )
+    return {(p["metadata"].get("annotations") or {}).get(names.POWER_CAP) for p in pods}
+
+
+def test_policy_put_with_etags_drives_the_scheduler(
+    served: ServedOperator, kube: Kube, ns: str
+) -> None:
+    with accounts(kube, ns) as made:
+        token = made.create("policy-admin", ADMIN_RULES)
+        wait_settled(1.0)
+        with served.client(token) as http:
+            first = http.get("/api/v1/policy")
+            assert first.status_code == 200, first.text
+            assert first.headers["etag"] == '"absent"'
+            assert first.json()["source"] == "settings" and first.json()["preset"] == "balanced"
+            kube.create_job(ns, training_job("before", 1, 1, "A100-80GB"))
+            assert _caps(kube, ns, "before") == {None}
+
+            energy: dict[str, Any] = {"preset": "energy", "weights": {"fragmentation": 0.1}}
+            missing = http.put("/api/v1/policy", json=energy)
+            stale = http.put("/api/v1/policy", json=energy, headers={"If-Match": '"123"'})
+            assert (missing.status_code, stale.status_code) == (428, 412)
+            stored = http.put("/api/v1/policy", json=energy, headers={"If-Match": '"absent"'})
+            assert stored.status_code == 200, stored.text
+            body = stored.json()
+            assert body["source"] == "configmap" and body["preset"] == "energy"
+            assert body["effectiveWeights"]["fragmentation"] == 0.1 and body["powerCaps"]
+            assert body["updatedBy"] == f"system:serviceaccount:{ns}:policy-admin"
+            again = http.put("/api/v1/policy", json=energy, headers={"If-Match": '"absent"'})
+            assert again.status_code == 412
+            assert http.get("/api/v1/policy").headers["etag"] == stored.headers["etag"]
+
+        # The scheduler's next decisions cap every gang's GPUs.
+        kube.create_job(ns, training_job("after", 1, 1, "A100-80GB"))
+        caps = _caps(kube, ns, "after")
+        assert len(caps) == 1 and None not in caps
+
+        # After a restart the stored policy is still the one in force.
+        served.proc.kill()
+        served.start()
+        kube.create_job(ns, training_job("restarted", 1, 1, "A100-80GB"))
+        assert None not in _caps(kube, ns, "restarted")
+        with served.client(token) as http:
+            assert http.get("/api/v1/policy").json()["source"] == "configmap"
+
+        # A document that does not parse leaves the settings' policy in force, and says so.
+        broken: Any = {"data": {"policy.yaml": yaml.safe_dump({"preset": "fastest"})}}
+        kube.core.patch_namespaced_config_map(POLICY_CONFIGMAP, SYSTEM_NAMESPACE, broken)
+        with served.client(token) as http:
+            shown = wait_for(
+                lambda: (doc := http.get("/api/v1/policy").json())["error"] and doc,
+                "the bad document reported",
+                30,
+            )
+        assert shown["source"] == "settings" and shown["preset"] == "balanced"
+        assert "preset" in shown["error"]
+        kube.create_job(ns, training_job("fallback", 1, 1, "A100-80GB"))
+        assert _caps(kube, ns, "fallback") == {None}
+
+    audit = [
+        json.loads(line.split(" gpufleet.admin.audit ", 1)[1])
+        for line in served.proc.log.read_text().splitlines()
+        if " gpufleet.admin.audit " in line
+    ]
+    puts = [(a["status"], a["outcome"]) for a in audit if a["method"] == "PUT"]
+    assert puts == [(428, "failed"), (412, "failed"), (200, "succeeded"), (412, "failed")]
