@@ -9,7 +9,6 @@ counts waiting jobs of the same queue ahead of it by priority, then creation tim
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -20,21 +19,20 @@ from gpufleet.admin.models.jobs import JobKind, JobPublic, PoolPublic, ReasonPub
 from gpufleet.admin.workloads import job_of_pod
 from gpufleet.scheduler import names, pods
 from gpufleet.scheduler.binder import scheduled_message
+from gpufleet.scheduler.metrics import reason_code
 from gpufleet.scheduler.pods import PodFacts
 
 Obj = Mapping[str, Any]
 
 _FINISHED = frozenset({"Running", "Succeeded", "Failed", "Suspended"})
-_CODE = re.compile(r"^[A-Z][A-Za-z0-9]*$")
 _POOLS = ("prefill", "decode", "server")
 
 
 def split_reason(text: str) -> ReasonPublic:
     """`Code: message`, as the scheduler writes pending reasons, into its two parts."""
-    code, sep, message = text.partition(":")
-    if sep and _CODE.match(code.strip()):
-        return ReasonPublic(reason=code.strip(), message=message.strip())
-    return ReasonPublic(reason="Unknown", message=text)
+    code = reason_code(text)
+    message = text.partition(":")[2].strip() if code != "Unknown" else text
+    return ReasonPublic(reason=code, message=message)
 
 
 def pods_by_job(observed: Observed) -> dict[JobKey, list[PodFacts]]:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from gpufleet.autoscaler import metrics
 from gpufleet.autoscaler.inputs import (
     PoolObservation,
     enabled_policy,
@@ -238,6 +239,17 @@ class ServingAutoscaler:
                 log.info("[%s] %s", self.label, d.message)
         self.state = state
         self.last_tick = now
+        metrics.record(
+            self.label,
+            {d.name: d.desired_replicas for d in decisions},
+            {pool: seen.ready_replicas or 0 for pool, seen in observed.items()},
+            {d.name: d.reason.value for d in decisions},
+            {
+                pool: max(0.0, now - window[-1].timestamp)
+                for pool, window in self.windows.items()
+                if window and pool not in errors
+            },
+        )
         self.last = Tick(
             now=now,
             decisions=decisions,
@@ -247,6 +259,7 @@ class ServingAutoscaler:
 
     def close(self) -> None:
         self.source.close()
+        metrics.forget(self.label, self.windows)
 
 
 class AutoscalerRegistry:

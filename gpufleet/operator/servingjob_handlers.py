@@ -40,7 +40,7 @@ from gpufleet.kubeerrors import api_error_text
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import PendingNote, read_pending
 from gpufleet.model.contract.serving import MetricsHealth, ScaleChange
-from gpufleet.operator import leading, serving_status
+from gpufleet.operator import leading, metrics, serving_status
 from gpufleet.operator import serving_children as children
 from gpufleet.operator.objects import ServingJobObject, parse_or_fail
 from gpufleet.operator.ports import ServingAutoscaler
@@ -269,6 +269,7 @@ def _write_status(patch: kopf.Patch, job: Obj, status: dict[str, Any]) -> None:
         patch.status.update(changes)
 
 
+@metrics.timed("ServingJob")
 def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
     state: State = memo.serving
     leading.ensure_leading(state.may_act)
@@ -284,7 +285,7 @@ def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
         desired, changes, rejected = _ensure_pools(state, job, deployments)
         # One pod listing per pass at most, for whichever step needs it first.
         pods = functools.cache(functools.partial(_pods, state, job.id.namespace, job.id.name))
-        metrics = _autoscale(state, job, pods, deployments, desired, changes)
+        health = _autoscale(state, job, pods, deployments, desired, changes)
         for pool in job.pools():
             desired.setdefault(pool, 0)  # a rejected Deployment: nothing asked for yet
         waiting = None
@@ -296,7 +297,7 @@ def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
             desired,
             _now(),
             changes=changes,
-            metrics=metrics,
+            metrics=health,
             waiting=waiting,
             create_error=rejected,
             posted=state.posted.get(job.id.uid),

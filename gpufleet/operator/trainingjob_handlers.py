@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import disruption_reason
 from gpufleet.model.gpus import load_catalog
-from gpufleet.operator import children, leading, reconcile
+from gpufleet.operator import children, leading, metrics, reconcile
 from gpufleet.operator.accounting import Usage, accrue
 from gpufleet.operator.objects import TrainingJobObject, parse_or_fail
 from gpufleet.operator.ports import PodSource
@@ -150,6 +150,7 @@ def _delete_pods(state: State, namespace: str, pod_names: Iterable[str]) -> None
                 raise kopf.TemporaryError(f"deleting {name}: {exc.reason}", delay=2) from exc
 
 
+@metrics.timed("TrainingJob")
 def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
     state: State = memo.state
     leading.ensure_leading(state.may_act)

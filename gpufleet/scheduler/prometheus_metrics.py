@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import re
 from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -20,7 +22,12 @@ BIND_FAILURES = Counter("gpufleet_scheduler_gang_bind_failures_total", "Gangs ro
 PREEMPTED = Counter("gpufleet_scheduler_gangs_preempted_total", "Gangs evicted by preemption")
 MIG_REQUESTS = Counter("gpufleet_scheduler_mig_requests_total", "MIG reconfigurations asked for")
 RESTARTED = Counter("gpufleet_scheduler_gangs_restarted_total", "Gangs moved off failed nodes")
-PENDING = Gauge("gpufleet_scheduler_pending_gangs", "Gangs waiting after the last cycle")
+PENDING = Gauge(
+    "gpufleet_scheduler_pending_gangs",
+    "Gangs waiting after the last cycle, by the reason code they wait for",
+    ["reason"],
+)
+BINDINGS = Counter("gpufleet_scheduler_bindings_total", "Pod bindings sent (whole gangs at once)")
 READY = Gauge("gpufleet_scheduler_ready", "1 once informers are synced and the loop runs")
 
 
@@ -32,4 +39,19 @@ def record(report: CycleReport) -> None:
     PREEMPTED.inc(len(report.preempted))
     MIG_REQUESTS.inc(len(report.mig_requests))
     RESTARTED.inc(len(report.restarted))
-    PENDING.set(len(report.pending))
+    BINDINGS.inc(report.sent)
+    counts = collections.Counter(reason_code(message) for message in report.pending.values())
+    # Reasons seen before stay at 0 rather than vanish, so a graph shows them ending.
+    for reason in _seen_reasons | set(counts):
+        PENDING.labels(reason).set(counts.get(reason, 0))
+    _seen_reasons.update(counts)
+
+
+_seen_reasons: set[str] = set()
+_CODE = re.compile(r"^[A-Z][A-Za-z0-9]*$")
+
+
+def reason_code(message: str) -> str:
+    """The code of a `Code: message` pending reason (the core's or the scheduler's)."""
+    code = message.partition(":")[0].strip()
+    return code if _CODE.match(code) else "Unknown"
