@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from gpufleet.admin.settings import AdminSettings
+from gpufleet.model.input_error import InputError
 
 SERVER_ENV = "GPUFLEET_ADMIN_SERVER"
 DEFAULT_SERVER = "https://127.0.0.1:8443"
@@ -142,14 +143,17 @@ def _command(api: Any, args: argparse.Namespace, out: Callable[[str], None]) -> 
 
 
 def _manifest(path: Path, namespace: str | None) -> dict[str, Any]:
-    from gpufleet.admin.client import ClientError
-
+    """The one manifest of `path`; bad input (exit status 2) when it cannot be read."""
     try:
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    except (OSError, yaml.YAMLError) as exc:
-        raise ClientError(f"cannot read {path}: {exc}") from exc
+    except OSError as exc:
+        raise InputError(exc.strerror or str(exc), source=path) from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise InputError("not valid YAML", source=path, line=line) from exc
     if len(docs) != 1 or not isinstance(docs[0], dict):
-        raise ClientError(f"{path} must hold exactly one TrainingJob or ServingJob")
+        raise InputError("must hold exactly one TrainingJob or ServingJob", source=path)
     manifest: dict[str, Any] = docs[0]
     if namespace:
         manifest.setdefault("metadata", {})["namespace"] = namespace

@@ -13,8 +13,18 @@ from pathlib import Path
 
 import pytest
 import yaml
-from admin_fakes import bind, context, job_pods, live_fleet, sandbox_nodes, served, training_job
+from admin_fakes import (
+    UNREACHABLE,
+    bind,
+    context,
+    job_pods,
+    live_fleet,
+    sandbox_nodes,
+    served,
+    training_job,
+)
 
+from gpufleet import cli
 from gpufleet.admin.cli import run_client
 from gpufleet.admin.client import ClientError, kubeconfig_token
 
@@ -82,3 +92,22 @@ def test_commands_print_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert whatif.splitlines()[0] == "TrainingJob team-a/next would run now (policy balanced)"
     assert "2 x L4 on l4-" in whatif
     assert "401 Unauthorized" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        pytest.param(None, "No such file or directory", id="missing"),
+        pytest.param("a: [1\n", ":2: not valid YAML", id="not-yaml"),
+        pytest.param("a: 1\n---\nb: 2\n", "exactly one TrainingJob or ServingJob", id="two-docs"),
+    ],
+)
+def test_a_bad_manifest_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, message: str
+) -> None:
+    path = tmp_path / "job.yaml"
+    if content is not None:
+        path.write_text(content)
+    assert cli.main(["whatif", "-f", str(path), "--token", "t", "--server", UNREACHABLE]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gpufleet whatif: error: ") and message in err[0]
