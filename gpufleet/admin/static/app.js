@@ -151,7 +151,7 @@ function drawFleet(fleet, nodes) {
     }));
   const reconfiguring = fleet.pendingMigReconfigurations.length;
   $("summary").textContent = `${nodes.length} nodes · ${Math.round(fleet.powerW / 1000 * 10) / 10} kW` +
-    ` · ${fleet.pendingGangs} gangs waiting` +
+    ` · ${fleet.pendingGangs} gang${fleet.pendingGangs === 1 ? "" : "s"} waiting` +
     (reconfiguring ? ` · ${reconfiguring} MIG reconfigurations` : "");
 }
 
