@@ -34,6 +34,13 @@ UPDATED_BY = "gpufleet.io/updated-by"
 UPDATED_AT = "gpufleet.io/updated-at"
 
 
+class WeightsDocument(WeightOverrides):
+    """Weight overrides as a stored or PUT document gives them: numbers only (the settings'
+    lax parsing would read `false` as 0)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
 class PolicyDocument(PublicModel):
     """The policy the scheduler uses: a preset and the weights that replace its own."""
 
@@ -43,8 +50,8 @@ class PolicyDocument(PublicModel):
         description="performance (admitted work only), balanced, or energy (energy weighed "
         "against work, stronger consolidation, every gang power-capped within 5 % slowdown)."
     )
-    weights: WeightOverrides = Field(
-        default_factory=WeightOverrides,
+    weights: WeightsDocument = Field(
+        default_factory=WeightsDocument,
         description="Objective weights that replace the preset's; unset ones keep its value.",
     )
 
@@ -89,7 +96,8 @@ def parser(base: PlacementSettings) -> Parse:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "document"
             raise ValueError(f"{where}: {first['msg']}") from None
-        placement = base.model_copy(update={"preset": stored.preset, "weights": stored.weights})
+        weights = WeightOverrides.model_validate(stored.weights.model_dump())
+        placement = base.model_copy(update={"preset": stored.preset, "weights": weights})
         return placement.preset.value, placement.policy()
 
     return parse

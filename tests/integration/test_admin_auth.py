@@ -81,6 +81,9 @@ ROUTES = [
     ("POST", "/api/v1/nodes/t4-3/uncordon", None, (200, 403, 403)),
     ("POST", "/api/v1/nodes/t4-3/drain?dryRun=true", None, (200, 403, 403)),
     ("PUT", "/api/v1/nodes/a100-2/mig-layout", {"layout": "all-disabled"}, (200, 403, 403)),
+    ("GET", "/api/v1/policy", None, (200, 200, 403)),
+    # Allowed, then refused for want of If-Match: authorization comes first.
+    ("PUT", "/api/v1/policy", {"preset": "balanced"}, (428, 403, 403)),
     ("GET", "/metrics", None, (200, 200, 403)),
 ]
 
