@@ -21,15 +21,19 @@ def test_every_flag_sets_its_setting() -> None:
     args = build_parser().parse_args(
         ["operator", "--kubeconfig=/k", "--namespace=team", "--preset=energy",
          "--log-level=DEBUG", "--log-format=json", "--metrics-port=9090",
-         "--metrics-address=0.0.0.0", "--node-failure-grace=2", "--lease-duration=3"]
+         "--metrics-address=0.0.0.0", "--node-failure-grace=2", "--lease-duration=3",
+         "--admin-port=8443", "--admin-address=0.0.0.0", "--admin-tls-cert=/c.pem",
+         "--admin-tls-key=/k.pem"]
     )  # fmt: skip
     s = settings_from(args, environ={})
     assert (s.kubeconfig, s.namespace, s.placement.preset) == ("/k", "team", "energy")
     assert (s.log.level, s.log.format) == (LogLevel.DEBUG, LogFormat.JSON)
     assert (s.metrics.port, s.metrics.bind_address) == (9090, "0.0.0.0")
     assert (s.scheduler.node_failure_grace_s, s.lease.duration_s) == (2.0, 3.0)
+    assert (s.admin.port, s.admin.bind_address) == (8443, "0.0.0.0")
+    assert (str(s.admin.tls_cert_file), str(s.admin.tls_key_file)) == ("/c.pem", "/k.pem")
     # Each flag is tested above: one argument per flag of the table.
-    assert len(FLAGS) == 9
+    assert len(FLAGS) == 13
 
 
 def test_flags_win_and_unset_flags_leave_the_other_sources(tmp_path: Path) -> None:
