@@ -47,14 +47,14 @@ from gpufleet.admin.policy import PolicyStore
 from gpufleet.admin.server import AdminServer, policy_watch
 from gpufleet.admin.settings import AdminSettings
 from gpufleet.admin.tls import ensure_self_signed
+from gpufleet.model.fleet import FleetSpec
 from gpufleet.model.gpus import load_catalog
+from gpufleet.model.migparted import load_default_configs
 from gpufleet.operator import children
-from gpufleet.sandbox.miglayouts import load_default_configs
 from gpufleet.sandbox.nodes import fleet_manifests
 from gpufleet.scheduler import names
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.settings import PlacementSettings
-from gpufleet.sim.fleet import FleetSpec
 
 POOLS = [  # 1,000 nodes in the sandbox's proportions
     {"name": "h100", "count": 300, "gpuType": "H100-80GB", "gpusPerNode": 8},

@@ -25,15 +25,15 @@ from gpufleet.admin.nodes import NodeActions
 from gpufleet.admin.policy import PolicyStore
 from gpufleet.admin.server import AdminServer, policy_watch
 from gpufleet.admin.settings import AdminSettings
+from gpufleet.model.fleet import load_fleet
 from gpufleet.model.gpus import load_catalog
+from gpufleet.model.migparted import load_default_configs
 from gpufleet.operator import children
 from gpufleet.sandbox.cluster import default_fleet_path
-from gpufleet.sandbox.miglayouts import load_default_configs
 from gpufleet.sandbox.nodes import fleet_manifests
 from gpufleet.scheduler import names
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.settings import PlacementSettings
-from gpufleet.sim.fleet import load_fleet
 
 Obj = dict[str, Any]
 
