@@ -48,7 +48,7 @@ app.kubernetes.io/part-of: gpufleet
 {{/*
 The operator's settings file: the user's `config` with the settings the chart's other objects
 depend on (the Lease its Role names, the metrics port its Service and probes use, the MIG
-ConfigMap's namespace its Role is in) on top. Keys
+ConfigMap's namespace its Role is in, the policy ConfigMap its Role names) on top. Keys
 follow gpufleet's settings root (gpufleet/settings.py).
 */}}
 {{- define "gpufleet.config" -}}
@@ -56,6 +56,7 @@ follow gpufleet's settings root (gpufleet/settings.py).
   "lease" (dict "name" .Values.leaderElection.leaseName "namespace" .Release.Namespace "duration_s" .Values.leaderElection.leaseDurationSeconds)
   "metrics" (dict "bind_address" "0.0.0.0" "port" .Values.metrics.port)
   "scheduler" (dict "mig_config_map_namespace" (include "gpufleet.migNamespace" .))
+  "admin" (dict "namespace" .Release.Namespace "policy_configmap" .Values.policy.configMapName)
 }}
 {{- mergeOverwrite (deepCopy .Values.config) $chart | toYaml }}
 {{- end }}

@@ -79,6 +79,7 @@ CLUSTER_WIDE = {
 }
 IN_RELEASE_NAMESPACE = CLUSTER_WIDE | {
     ("configmaps", "default-mig-parted-config", "get list update watch"),
+    ("configmaps", "gpufleet-policy", "get list watch"),
     ("leases.coordination.k8s.io", "gpufleet-operator", "get update"),
 }
 

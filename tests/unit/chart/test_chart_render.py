@@ -135,6 +135,7 @@ def test_settings_file_is_the_users_config_under_the_charts_own(tmp_path: Path) 
     }
     assert settings["metrics"] == {"bind_address": "0.0.0.0", "port": 9100}
     assert settings["scheduler"] == {"mig_config_map_namespace": "gpu-ops"}
+    assert settings["admin"] == {"namespace": "gpu-ops", "policy_configmap": "gpufleet-policy"}
     flags = ["mig.configMapNamespace=gpu-operator", "config.scheduler.resync_s=5"]
     settings = _settings(render(*(f"--set={f}" for f in flags)))
     assert settings["scheduler"] == {"mig_config_map_namespace": "gpu-operator", "resync_s": 5}
@@ -145,6 +146,10 @@ def test_settings_file_is_the_users_config_under_the_charts_own(tmp_path: Path) 
     assert loaded.scheduler.mig_config_map_namespace == "gpu-operator"
     assert (loaded.metrics.bind_address, loaded.metrics.port) == ("0.0.0.0", 9090)
     assert loaded.lease.namespace == "gpufleet-system"
+    assert (loaded.admin.namespace, loaded.admin.policy_configmap) == (
+        "gpufleet-system",
+        "gpufleet-policy",
+    )
 
 
 def test_service_monitor_only_where_the_prometheus_operator_is() -> None:
@@ -197,6 +202,16 @@ def test_rbac_has_no_wildcards_and_named_resources_where_it_can() -> None:
     mig = by_name["gpufleet-mig-config"]
     assert mig["metadata"]["namespace"] == "gpu-operator"
     assert mig["rules"][0]["resourceNames"] == ["default-mig-parted-config"]
+    policy = by_name["gpufleet-policy"]
+    assert policy["metadata"]["namespace"] == "gpufleet-system"
+    assert policy["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["gpufleet-policy"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ]
     bindings = objects["ClusterRoleBinding"] + objects["RoleBinding"]
     for binding in bindings:
         assert binding["subjects"] == [
