@@ -8,11 +8,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY
+from urllib3.exceptions import HTTPError
 
 from gpufleet.admin.auth import CachedReviewer, KubeReviewer, RateLimiter
 from gpufleet.admin.context import AdminContext
@@ -91,6 +94,30 @@ def build_context(
         policy_store=PolicyStore(api, settings.namespace, settings.policy_configmap),
         owns_live=owns,
     )
+
+
+# The label of the pod whose process serves the admin API: the chart's admin Service selects it.
+SERVING_LABEL = "gpufleet.io/admin-api"
+
+
+class ServingLabel:
+    """Marks this process's pod as the one serving the admin API (only the Lease holder does),
+    so that the admin Service routes there and not to a standby. Without a pod (outside a
+    cluster) it does nothing; a failed write is logged, and the next start writes it again."""
+
+    def __init__(self, api: client.ApiClient, settings: AdminSettings) -> None:
+        self.core = client.CoreV1Api(api)
+        self.pod = settings.pod_name
+        self.namespace = settings.pod_namespace or settings.namespace
+
+    def mark(self, serving: bool) -> None:
+        if not self.pod:
+            return
+        body: Any = {"metadata": {"labels": {SERVING_LABEL: "serving" if serving else None}}}
+        try:
+            self.core.patch_namespaced_pod(self.pod, self.namespace, body, _preload_content=False)
+        except (ApiException, HTTPError, OSError) as exc:
+            log.warning("cannot label pod %s/%s: %s", self.namespace, self.pod, exc)
 
 
 def uvicorn_config(context: AdminContext, app: FastAPI | None = None) -> uvicorn.Config:

@@ -57,6 +57,12 @@ class AdminSettings(BaseModel):
         min_length=1,
         description="Name of the ConfigMap holding the live placement policy (PUT /policy).",
     )
+    pod_name: str | None = Field(
+        default=None,
+        description="This process's pod (set from the downward API by the chart): the replica "
+        "serving the admin API labels it so that the admin Service routes to it alone.",
+    )
+    pod_namespace: str | None = Field(default=None, description="Namespace of that pod.")
     drain_timeout_s: float = Field(
         default=60.0,
         gt=0,

@@ -30,7 +30,13 @@ from kubernetes import client
 from prometheus_client import REGISTRY
 
 from gpufleet.admin.metrics import FleetCollector
-from gpufleet.admin.server import AdminServer, admin_view, build_context, policy_watch
+from gpufleet.admin.server import (
+    AdminServer,
+    ServingLabel,
+    admin_view,
+    build_context,
+    policy_watch,
+)
 from gpufleet.app import kopf_setup, logs
 from gpufleet.app.http_endpoint import Health, Phase, serve
 from gpufleet.autoscaler.service import JobAutoscalers
@@ -68,6 +74,10 @@ def run(settings: Settings) -> int:
     health = Health()
     if settings.metrics.port:
         serve(health, settings.metrics.bind_address, settings.metrics.port)
+    # A standby never serves the admin API: a container restarted in the leader's pod must not
+    # keep the label that routes the admin Service to it.
+    serving = ServingLabel(api, settings.admin)
+    serving.mark(False)
     log.info("waiting for lease %s/%s as %s", lease.namespace, lease.name, identity)
     if not lease.acquire(stop):
         health.phase = Phase.STOPPING
@@ -103,6 +113,7 @@ def run(settings: Settings) -> int:
         context.fleet_memo = view.memo
         admin = AdminServer(context)
         admin.start()
+        serving.mark(True)
     health.phase = Phase.LEADING
 
     kopf_setup.register_login(api)
@@ -139,6 +150,7 @@ def run(settings: Settings) -> int:
         health.phase = Phase.STOPPING
         stop.set()
         if admin is not None:
+            serving.mark(False)
             admin.stop()
         view.stop()
         scheduler.stop()

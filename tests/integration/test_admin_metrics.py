@@ -25,7 +25,9 @@ from gpufleet.sim.serving.model import ServingConfig
 from gpufleet.sim.serving.profiles import replica_profile
 from gpufleet.sim.serving.trace import poisson_requests
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "gpufleet" / "admin" / "grafana" / "gpufleet.json"
+DASHBOARD = (
+    Path(__file__).resolve().parents[2] / "helm" / "gpufleet" / "dashboards" / "gpufleet.json"
+)
 PROFILE = replica_profile("H100-SXM-80GB")
 
 

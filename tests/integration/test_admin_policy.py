@@ -6,12 +6,15 @@
   GPU power cap, under the settings' balanced preset none does;
 - it survives a restart of the operator; a document that does not parse is reported by GET and
   leaves the settings' policy in force; deleting the ConfigMap goes back to the settings;
-- the PUT is one audit line in the operator's log.
+- the PUT is one audit line in the operator's log;
+- the process serving the API labels its own pod (the chart's admin Service selects it) and
+  clears the label when it stops.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ import yaml
 from admin_helpers import ADMIN_RULES, accounts, wait_settled
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.admin.server import SERVING_LABEL
 from gpufleet.admin.settings import POLICY_CONFIGMAP, SYSTEM_NAMESPACE
 from gpufleet.admin.tls import ensure_self_signed
 from gpufleet.operator.testing import Kube, OperatorProcess, training_job, wait_for
@@ -31,16 +35,23 @@ from gpufleet.scheduler import names
 
 
 class ServedOperator:
-    """`gpufleet operator` with the admin API on a free port over a self-signed certificate."""
+    """`gpufleet operator` with the admin API on a free port over a self-signed certificate,
+    told (as the chart tells it through the downward API) that it runs in pod `self.pod`."""
 
     def __init__(self, sandbox: Sandbox, kube: Kube, state: Path) -> None:
         cert, key = ensure_self_signed(state / "tls")
         self.cert = cert
         self.port = free_port()
+        self.pod = f"operator-{uuid.uuid4().hex[:6]}"
+        config = state / "settings.yaml"
+        config.write_text(
+            yaml.safe_dump({"admin": {"pod_name": self.pod, "pod_namespace": SYSTEM_NAMESPACE}})
+        )
         self.proc = OperatorProcess(
             sandbox.kubeconfig,
             state / "operator.log",
             kube.coordination,
+            f"--config={config}",
             f"--admin-port={self.port}",
             f"--admin-tls-cert={cert}",
             f"--admin-tls-key={key}",
@@ -70,9 +81,17 @@ def served(
     sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServedOperator]:
     op = ServedOperator(sandbox, kube, tmp_path_factory.mktemp("served"))
+    # The pod the process believes it runs in: a pod no scheduler places (it only carries a
+    # label), standing in for the chart's operator pod.
+    body: Any = {
+        "metadata": {"name": op.pod, "labels": {SERVING_LABEL: "serving"}},
+        "spec": {"schedulerName": "nobody", "containers": [{"name": "c", "image": "x"}]},
+    }
+    kube.core.create_namespaced_pod(SYSTEM_NAMESPACE, body)
     op.start()
     yield op
     op.proc.stop()
+    kube.core.delete_namespaced_pod(op.pod, SYSTEM_NAMESPACE, grace_period_seconds=0)
     try:
         kube.core.delete_namespaced_config_map(POLICY_CONFIGMAP, SYSTEM_NAMESPACE)
     except ApiException as exc:
@@ -83,6 +102,21 @@ def served(
 def operator(served: ServedOperator) -> OperatorProcess:
     """This module's operator is the one serving the admin API (the `ns` fixture uses it)."""
     return served.proc
+
+
+def _serving_label(kube: Kube, pod: str) -> str | None:
+    labels = kube.core.read_namespaced_pod(pod, SYSTEM_NAMESPACE).metadata.labels or {}
+    value: str | None = labels.get(SERVING_LABEL)
+    return value
+
+
+def test_the_serving_replica_labels_its_pod(served: ServedOperator, kube: Kube) -> None:
+    # The pod of the process serving the API carries the label.
+    assert _serving_label(kube, served.pod) == "serving"
+    served.proc.stop()
+    assert _serving_label(kube, served.pod) is None  # a stopped process serves nothing
+    served.start()
+    wait_for(lambda: _serving_label(kube, served.pod) == "serving", "the label set again", 30)
 
 
 def _caps(kube: Kube, ns: str, job: str) -> set[str | None]:

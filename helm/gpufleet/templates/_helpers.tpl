@@ -51,12 +51,24 @@ depend on (the Lease its Role names, the metrics port its Service and probes use
 ConfigMap's namespace its Role is in, the policy ConfigMap its Role names) on top. Keys
 follow gpufleet's settings root (gpufleet/settings.py).
 */}}
+{{/* The admin settings: the policy ConfigMap, and the API's port and TLS when enabled. */}}
+{{- define "gpufleet.adminConfig" -}}
+namespace: {{ .Release.Namespace }}
+policy_configmap: {{ .Values.policy.configMapName }}
+{{- if .Values.admin.enabled }}
+bind_address: 0.0.0.0
+port: {{ .Values.admin.port }}
+tls_cert_file: /etc/gpufleet-admin-tls/tls.crt
+tls_key_file: /etc/gpufleet-admin-tls/tls.key
+{{- end }}
+{{- end }}
+
 {{- define "gpufleet.config" -}}
 {{- $chart := dict
   "lease" (dict "name" .Values.leaderElection.leaseName "namespace" .Release.Namespace "duration_s" .Values.leaderElection.leaseDurationSeconds)
   "metrics" (dict "bind_address" "0.0.0.0" "port" .Values.metrics.port)
   "scheduler" (dict "mig_config_map_namespace" (include "gpufleet.migNamespace" .))
-  "admin" (dict "namespace" .Release.Namespace "policy_configmap" .Values.policy.configMapName)
+  "admin" (include "gpufleet.adminConfig" . | fromYaml)
 }}
 {{- mergeOverwrite (deepCopy .Values.config) $chart | toYaml }}
 {{- end }}

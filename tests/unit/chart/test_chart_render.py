@@ -54,7 +54,7 @@ def _deployment(objects: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 
 def _settings(objects: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    [config_map] = objects["ConfigMap"]
+    [config_map] = [c for c in objects["ConfigMap"] if c["metadata"]["name"].endswith("-config")]
     settings: dict[str, Any] = yaml.safe_load(config_map["data"]["config.yaml"])
     return settings
 
