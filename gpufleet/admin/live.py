@@ -120,9 +120,13 @@ class LiveFleet:
         jobs = JobStore()
         return cls(cache, jobs, catalog, job_informers(api, jobs, stop), stop, cache_ready)
 
-    def start(self, sync_timeout: float = 60.0) -> None:
+    def start(self, sync_timeout: float | None = 60.0) -> None:
+        """Start the informers and wait until they synced (None: do not wait; `ready()`
+        says when they have)."""
         for informer in self.informers:
             informer.start()
+        if sync_timeout is None:
+            return
         for informer in self.informers:
             if not informer.synced.wait(sync_timeout):
                 raise TimeoutError(f"informer {informer.name} did not sync in {sync_timeout}s")

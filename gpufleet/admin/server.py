@@ -50,7 +50,7 @@ class AdminView:
     memo: FleetMemo
 
     def start(self) -> None:
-        self.live.start()
+        self.live.start(sync_timeout=None)
 
     def stop(self) -> None:
         self.live.stop()

@@ -102,6 +102,9 @@ def run(settings: Settings) -> int:
     )
     scheduler.start()
     health.scheduler_alive = scheduler.alive
+    health.phase = Phase.LEADING
+    # The admin view syncs in the background: until it has, the admin API answers 503 and the
+    # fleet series are absent; scheduling does not wait for it.
     view = admin_view(api, scheduler)
     view.start()
     REGISTRY.register(FleetCollector(view.live, view.memo))
@@ -114,7 +117,6 @@ def run(settings: Settings) -> int:
         admin = AdminServer(context)
         admin.start()
         serving.mark(True)
-    health.phase = Phase.LEADING
 
     kopf_setup.register_login(api)
     tick, scheduler_name = settings.operator.tick_s, settings.scheduler.name
