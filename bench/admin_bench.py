@@ -45,16 +45,16 @@ from gpufleet.admin.live import JobStore, LiveFleet
 from gpufleet.admin.nodes import NodeActions
 from gpufleet.admin.policy import PolicyStore
 from gpufleet.admin.server import AdminServer, policy_watch
-from gpufleet.admin.settings import AdminSettings
 from gpufleet.admin.tls import ensure_self_signed
+from gpufleet.model.contract import names
 from gpufleet.model.fleet import FleetSpec
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.migparted import load_default_configs
 from gpufleet.operator import children
+from gpufleet.operator.objects import TrainingJobObject
 from gpufleet.sandbox.nodes import fleet_manifests
-from gpufleet.scheduler import names
 from gpufleet.scheduler.cache import SchedulerCache
-from gpufleet.settings import PlacementSettings
+from gpufleet.settings import AdminSettings, PlacementSettings
 
 POOLS = [  # 1,000 nodes in the sandbox's proportions
     {"name": "h100", "count": 300, "gpuType": "H100-80GB", "gpusPerNode": 8},
@@ -107,7 +107,7 @@ def _job(
 def _bound(
     job: dict[str, Any], node: str, gpus: str, gpu_type: str, mig: str | None = None
 ) -> dict[str, Any]:
-    pod = children.worker_pod(job, 0)
+    pod = children.worker_pod(TrainingJobObject.of(job), 0)
     pod["metadata"]["uid"] = f"uid-pod-{job['metadata']['name']}"
     pod["spec"]["nodeName"] = node
     pod["status"] = {"phase": "Running"}
@@ -157,7 +157,7 @@ def build_cluster(
         job["status"] = {"phase": "Queued"}
         jobs.append(job)
         for r in range(2):
-            pod = children.worker_pod(job, r)
+            pod = children.worker_pod(TrainingJobObject.of(job), r)
             pod["metadata"]["uid"] = f"uid-{job['metadata']['name']}-{r}"
             pod["status"] = {"phase": "Pending"}
             pods.append(pod)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpufleet.admin.settings import AdminSettings
 from gpufleet.model.input_error import InputError
+from gpufleet.settings import AdminSettings
 
 SERVER_ENV = "GPUFLEET_ADMIN_SERVER"
 DEFAULT_SERVER = "https://127.0.0.1:8443"

@@ -10,8 +10,8 @@ from gpufleet.admin.fleet import FleetMemo
 from gpufleet.admin.live import LiveFleet
 from gpufleet.admin.nodes import NodeActions
 from gpufleet.admin.policy import PolicyStore
-from gpufleet.admin.settings import AdminSettings
 from gpufleet.scheduler.policy_watch import PolicyWatch
+from gpufleet.settings import AdminSettings
 
 
 @dataclass

@@ -29,10 +29,12 @@ from gpufleet.admin.models.fleet import (
 from gpufleet.admin.paging import paginate
 from gpufleet.admin.workloads import job_of_pod, job_ref
 from gpufleet.model.cluster import Node
+from gpufleet.model.contract import names
+from gpufleet.model.contract.assignment import power_cap
 from gpufleet.model.gpus import GpuType
 from gpufleet.model.mig import MigPlacement
 from gpufleet.model.power import capped_power_w
-from gpufleet.scheduler import names, pods
+from gpufleet.scheduler import pods
 from gpufleet.scheduler.nodes import node_ready
 
 Obj = Mapping[str, Any]
@@ -73,10 +75,7 @@ def holdings(observed: Observed) -> Holdings:
 
 
 def _power_cap(pod: Obj) -> float | None:
-    try:
-        return float(pods.pod_annotations(pod)[names.POWER_CAP])
-    except (KeyError, ValueError):
-        return None
+    return power_cap(pods.pod_annotations(pod))
 
 
 def holder_public(held: Held, observed: Observed) -> HolderPublic:
@@ -84,7 +83,7 @@ def holder_public(held: Held, observed: Observed) -> HolderPublic:
     job = job_ref(pod)
     obj = _job_object(pod, observed)
     queue = (obj.get("spec") or {}).get("queue", "default") if obj else None
-    ours = (pod.get("spec") or {}).get("schedulerName") == names.SCHEDULER_NAME
+    ours = (pod.get("spec") or {}).get("schedulerName") == observed.scheduler_name
     return HolderPublic(
         pod=held.key,
         gang=held.gang,
@@ -92,7 +91,7 @@ def holder_public(held: Held, observed: Observed) -> HolderPublic:
         queue=queue,
         priority=pods.priority(pod) if ours else 0,
         preemptible=ours and pods.preemptible(pod),
-        scheduler=names.SCHEDULER_NAME if ours else "other",
+        scheduler=observed.scheduler_name if ours else "other",
         power_cap_w=held.power_cap_w,
     )
 

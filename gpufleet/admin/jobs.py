@@ -17,9 +17,10 @@ from typing import Any
 from gpufleet.admin.live import JobKey, Observed
 from gpufleet.admin.models.jobs import JobKind, JobPublic, PoolPublic, ReasonPublic, ReplicaPublic
 from gpufleet.admin.workloads import job_of_pod
-from gpufleet.scheduler import names, pods
-from gpufleet.scheduler.binder import scheduled_message
-from gpufleet.scheduler.metrics import reason_code
+from gpufleet.model.contract import assignment
+from gpufleet.model.contract.reasons import PendingNote, SchedulerReason, read_pending
+from gpufleet.scheduler import pods
+from gpufleet.scheduler.metrics import UNKNOWN_REASON
 from gpufleet.scheduler.pods import PodFacts
 
 Obj = Mapping[str, Any]
@@ -28,11 +29,10 @@ _FINISHED = frozenset({"Running", "Succeeded", "Failed", "Suspended"})
 _POOLS = ("prefill", "decode", "server")
 
 
-def split_reason(text: str) -> ReasonPublic:
-    """`Code: message`, as the scheduler writes pending reasons, into its two parts."""
-    code = reason_code(text)
-    message = text.partition(":")[2].strip() if code != "Unknown" else text
-    return ReasonPublic(reason=code, message=message)
+def reason_public(note: PendingNote) -> ReasonPublic:
+    """A pending reason as the API shows it (`Unknown` when no known code leads it)."""
+    code = UNKNOWN_REASON if note.reason is None else note.reason.value
+    return ReasonPublic(reason=code, message=note.detail)
 
 
 def pods_by_job(observed: Observed) -> dict[JobKey, list[PodFacts]]:
@@ -58,18 +58,14 @@ def _replica(f: PodFacts) -> ReplicaPublic | None:
     if f.node is None or f.terminal:
         return None
     annotations = pods.pod_annotations(f.pod)
-    mig = annotations.get(names.ASSIGNED_MIG)
-    try:
-        cap: float | None = float(annotations[names.POWER_CAP])
-    except (KeyError, ValueError):
-        cap = None
+    mig = assignment.assigned_mig(annotations)
     return ReplicaPublic(
         pod=str(f.pod["metadata"]["name"]),
         node=f.node,
-        gpu_type=annotations.get(names.ASSIGNED_TYPE),
-        gpus=list(pods.assigned_gpus(f.pod) or ()),
-        mig_slice=mig or None,
-        power_cap_w=cap,
+        gpu_type=assignment.assigned_type(annotations),
+        gpus=list(assignment.assigned_gpus(annotations) or ()),
+        mig_slice=None if mig is None else assignment.format_mig(mig[1]),
+        power_cap_w=assignment.power_cap(annotations),
     )
 
 
@@ -83,18 +79,19 @@ def _waiting(obj: Obj, members: Sequence[PodFacts], observed: Observed) -> Reaso
     if kind == JobKind.SERVING and not pending:
         return None
     for f in pending:
-        message = scheduled_message(f.pod)
-        if message:
-            return split_reason(message)
+        note = read_pending(f.pod)
+        if note is not None:
+            return reason_public(note)
     for f in pending:
         held = observed.view.held.get(f.gang)
         if held:
-            return ReasonPublic(reason="GangNotReady", message=held)
+            return ReasonPublic(reason=SchedulerReason.GANG.value, message=held)
     if pending:
         return ReasonPublic(reason="WaitingForScheduler", message="not decided on yet")
     for condition in (obj.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Admitted" and condition.get("status") == "False":
-            return split_reason(str(condition.get("message") or condition.get("reason", "")))
+            # The operator passes the scheduler's code on as the condition's reason.
+            return _condition_reason(condition)
     return None
 
 
@@ -160,3 +157,10 @@ def all_jobs(observed: Observed) -> list[JobPublic]:
         for position, job in enumerate(waiting, start=1):
             job.queue_position = position
     return jobs
+
+
+def _condition_reason(condition: Obj) -> ReasonPublic:
+    """The reason of an `Admitted=False` condition: its code and the detail of its message."""
+    note = PendingNote.parse(str(condition.get("message") or ""))
+    reason = str(condition.get("reason") or "") or UNKNOWN_REASON
+    return ReasonPublic(reason=reason, message=note.detail)

@@ -18,6 +18,7 @@ from typing import Any
 
 from kubernetes import client
 
+from gpufleet.model.contract import names
 from gpufleet.model.crd_common import API_GROUP, API_VERSION
 from gpufleet.model.gpus import Catalog
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
@@ -73,6 +74,7 @@ class Observed:
     view: ClusterView
     jobs: Mapping[JobKey, Obj]
     catalog: Catalog
+    scheduler_name: str = names.SCHEDULER_NAME  # the scheduler whose pods these are
     at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
@@ -87,25 +89,29 @@ class LiveFleet:
         informers: Sequence[Informer] = (),
         stop: threading.Event | None = None,
         also_ready: Callable[[], bool] = lambda: True,
+        scheduler_name: str = names.SCHEDULER_NAME,
     ) -> None:
         self.cache = cache
         self.jobs = jobs
         self.catalog = catalog
         self.informers = list(informers)
         self.stop_event = stop or threading.Event()
+        self.scheduler_name = scheduler_name  # pods naming it are the scheduler's
         self._also_ready = also_ready
-        self._builder = ViewBuilder(catalog)
+        self._builder = ViewBuilder(catalog, scheduler_name)
         self._lock = threading.Lock()
 
     @classmethod
-    def standalone(cls, api: client.ApiClient, catalog: Catalog) -> LiveFleet:
+    def standalone(
+        cls, api: client.ApiClient, catalog: Catalog, scheduler_name: str = names.SCHEDULER_NAME
+    ) -> LiveFleet:
         """A cache of its own, fed like the scheduler's, plus the jobs."""
         stop = threading.Event()
         cache = SchedulerCache()
         jobs = JobStore()
         core = client.CoreV1Api(api)
         informers = cache_informers(core, cache, stop) + job_informers(api, jobs, stop)
-        return cls(cache, jobs, catalog, informers, stop)
+        return cls(cache, jobs, catalog, informers, stop, scheduler_name=scheduler_name)
 
     @classmethod
     def beside(
@@ -114,11 +120,13 @@ class LiveFleet:
         cache: SchedulerCache,
         catalog: Catalog,
         cache_ready: Callable[[], bool],
+        scheduler_name: str = names.SCHEDULER_NAME,
     ) -> LiveFleet:
         """Reading the running scheduler's cache; only the jobs are watched here."""
         stop = threading.Event()
         jobs = JobStore()
-        return cls(cache, jobs, catalog, job_informers(api, jobs, stop), stop, cache_ready)
+        informers = job_informers(api, jobs, stop)
+        return cls(cache, jobs, catalog, informers, stop, cache_ready, scheduler_name)
 
     def start(self, sync_timeout: float | None = 60.0) -> None:
         """Start the informers and wait until they synced (None: do not wait; `ready()`
@@ -145,7 +153,7 @@ class LiveFleet:
         jobs = self.jobs.items()
         with self._lock:  # the builder's memo is not thread-safe
             view = self._builder.build(state.nodes, [*state.pods, *extra_pods], state.mig_configs)
-        return Observed(state, view, jobs, self.catalog)
+        return Observed(state, view, jobs, self.catalog, self.scheduler_name)
 
 
 def job_informers(api: client.ApiClient, jobs: JobStore, stop: threading.Event) -> list[Informer]:

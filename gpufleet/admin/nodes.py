@@ -30,9 +30,10 @@ from gpufleet.admin.models.nodes import (
 )
 from gpufleet.admin.problems import ProblemError
 from gpufleet.admin.workloads import job_ref
+from gpufleet.model.contract import names
+from gpufleet.model.contract.assignment import MigState
 from gpufleet.model.gfd import hardware_for
 from gpufleet.model.migparted import MigConfigError, resolve_layouts
-from gpufleet.scheduler import names
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.disruption import gang_blocked
 from gpufleet.scheduler.pods import PodFacts
@@ -157,7 +158,10 @@ class NodeActions:
                     or f"GPU pods still on the node after {self.drain_timeout_s:.0f}s"
                 )
                 raise ProblemError(409, f"cannot empty the GPUs of {name}: {why}")
-        labels = {names.MIG_CONFIG_LABEL: request.layout, names.MIG_STATE_LABEL: "pending"}
+        labels = {
+            names.MIG_CONFIG_LABEL: request.layout,
+            names.MIG_STATE_LABEL: MigState.PENDING.value,
+        }
         body: Any = {"metadata": {"labels": labels}}
         try:
             self.core.patch_node(name, body, _preload_content=False)
@@ -166,7 +170,9 @@ class NodeActions:
         finally:
             if cordoned_here:
                 self.cordon(name, False)
-        return MigLayoutPublic(node=name, layout=request.layout, state="pending", drained=drained)
+        return MigLayoutPublic(
+            node=name, layout=request.layout, state=MigState.PENDING.value, drained=drained
+        )
 
     def _wait_empty(self, name: str) -> bool:
         deadline = time.monotonic() + self.drain_timeout_s

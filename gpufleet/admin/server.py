@@ -25,12 +25,11 @@ from gpufleet.admin.main import create_app
 from gpufleet.admin.metrics import FleetCollector
 from gpufleet.admin.nodes import NodeActions
 from gpufleet.admin.policy import PolicyStore, parser
-from gpufleet.admin.settings import AdminSettings
 from gpufleet.lifecycle import StartStop
 from gpufleet.model.gpus import Catalog, load_catalog
 from gpufleet.scheduler.policy_watch import LivePolicy, PolicyWatch
 from gpufleet.scheduler.runtime import SchedulerRuntime
-from gpufleet.settings import PlacementSettings
+from gpufleet.settings import AdminSettings, PlacementSettings
 
 log = logging.getLogger("gpufleet.admin")
 
@@ -59,11 +58,13 @@ class AdminView:
 def admin_view(api: client.ApiClient, scheduler: SchedulerRuntime) -> AdminView:
     """The view of the scheduler's own cache; ready once the scheduler's informers are."""
     informers = scheduler.informers
+    views = scheduler.scheduler.views
     live = LiveFleet.beside(
         api,
         scheduler.cache,
-        scheduler.scheduler.views.catalog,
+        views.catalog,
         lambda: all(i.synced.is_set() for i in informers),
+        views.scheduler_name,
     )
     return AdminView(live, FleetMemo())
 

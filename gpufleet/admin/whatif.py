@@ -28,11 +28,11 @@ from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang
 from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
+from gpufleet.model.contract.assignment import format_layout
 from gpufleet.model.servingjob import ServingJob
 from gpufleet.model.trainingjob import TrainingJob
 from gpufleet.scheduler import pods
 from gpufleet.scheduler.cache import MigRequest, Nomination
-from gpufleet.scheduler.nodes import format_layout
 from gpufleet.scheduler.snapshot import ClusterView, PendingGang
 
 
@@ -44,7 +44,7 @@ def what_if(
     if not name:
         raise ProblemError(422, "metadata.name is required: the job's pods are named after it")
     ref = JobRef(namespace=namespace, kind=job.kind, name=name)
-    extra = manifest_pods(job, namespace)
+    extra = manifest_pods(job, namespace, live.scheduler_name)
     observed = live.observe(extra)
     if (namespace, job.kind, name) in observed.jobs:
         raise ProblemError(

@@ -12,13 +12,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpufleet.admin.models.common import JobRef
-from gpufleet.model.servingjob import SERVINGJOB_LABEL, ServingJob
+from gpufleet.model.contract import names
+from gpufleet.model.contract.names import SERVINGJOB_LABEL, TRAININGJOB_LABEL
+from gpufleet.model.servingjob import ServingJob
 from gpufleet.model.trainingjob import TrainingJob
 from gpufleet.operator import children, serving_children
+from gpufleet.operator.objects import ServingJobObject, TrainingJobObject
 
 Obj = dict[str, Any]
-
-TRAININGJOB_LABEL = children.JOB_LABEL
 # A uid for the owner references of pods that will never exist.
 _WHAT_IF_UID = "00000000-0000-0000-0000-000000000000"
 
@@ -48,18 +49,27 @@ def job_selector(kind: str, name: str) -> tuple[str, str]:
     return (TRAININGJOB_LABEL if kind == "TrainingJob" else SERVINGJOB_LABEL), name
 
 
-def manifest_pods(job: TrainingJob | ServingJob, namespace: str) -> list[Obj]:
-    """The pending pods the operator creates first for `job`, unbound."""
+def manifest_pods(
+    job: TrainingJob | ServingJob, namespace: str, scheduler_name: str = names.SCHEDULER_NAME
+) -> list[Obj]:
+    """The pending pods the operator creates first for `job`, unbound, for the scheduler named
+    `scheduler_name`."""
     doc: Obj = job.model_dump(by_alias=True, exclude_none=True, mode="json")
     doc["metadata"] = {**doc.get("metadata", {}), "namespace": namespace, "uid": _WHAT_IF_UID}
     if isinstance(job, TrainingJob):
-        count = children.start_replicas(doc["spec"])
-        made = [children.worker_pod(doc, i) for i in range(count)]
+        training = TrainingJobObject.of(doc)
+        count = children.start_replicas(training.spec)
+        made = [
+            children.worker_pod(training, i, scheduler_name=scheduler_name) for i in range(count)
+        ]
     else:
+        serving = ServingJobObject.of(doc)
         made = []
-        for pool_name, pool in serving_children.pools(doc["spec"]).items():
+        for pool_name, pool in serving.pools().items():
             low, _ = serving_children.pool_bounds(pool)
-            deployment = serving_children.deployment(doc, pool_name, low)
+            deployment = serving_children.deployment(
+                serving, pool_name, low, scheduler_name=scheduler_name
+            )
             template = deployment["spec"]["template"]
             for i in range(low):
                 made.append(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import collections
-import re
 from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
+
+from gpufleet.model.contract.reasons import PendingNote
 
 if TYPE_CHECKING:
     from gpufleet.scheduler.cycle_report import CycleReport
@@ -48,10 +49,11 @@ def record(report: CycleReport) -> None:
 
 
 _seen_reasons: set[str] = set()
-_CODE = re.compile(r"^[A-Z][A-Za-z0-9]*$")
+UNKNOWN_REASON = "Unknown"
 
 
 def reason_code(message: str) -> str:
-    """The code of a `Code: message` pending reason (the core's or the scheduler's)."""
-    code = message.partition(":")[0].strip()
-    return code if _CODE.match(code) else "Unknown"
+    """The code of a pending reason (the core's or the scheduler's); `Unknown` for a message
+    that carries none."""
+    reason = PendingNote.parse(message).reason
+    return UNKNOWN_REASON if reason is None else reason.value

@@ -18,12 +18,12 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.admin.rbac import READER_RULES as READER_ONLY
 from gpufleet.admin.rbac import USER_RULES
 from gpufleet.admin.server import AdminServer, build_context
-from gpufleet.admin.settings import AdminSettings
 from gpufleet.admin.tls import ensure_self_signed
-from gpufleet.operator.testing import Kube, wait_for
+from gpufleet.model.contract import names
 from gpufleet.sandbox.cluster import Sandbox
-from gpufleet.scheduler import names
 from gpufleet.scheduler.runtime import api_client
+from gpufleet.settings import AdminSettings
+from gpufleet.testing.operator import Kube, wait_for
 
 # Every route of the admin API, and only the reading ones.
 ADMIN_RULES = USER_RULES

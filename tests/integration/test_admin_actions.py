@@ -24,9 +24,9 @@ from admin_helpers import (
 )
 from kubernetes import client
 
-from gpufleet.operator.testing import Kube, OperatorProcess, training_job, wait_for
+from gpufleet.model.contract import names
 from gpufleet.sandbox.cluster import Sandbox
-from gpufleet.scheduler import names
+from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,8 @@ import pytest
 import yaml
 from admin_helpers import ADMIN_RULES, READER_RULES, AdminApi, accounts, wait_settled
 
-from gpufleet.operator.testing import Kube, training_job, wait_for
 from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.testing.operator import Kube, training_job, wait_for
 
 
 @dataclass

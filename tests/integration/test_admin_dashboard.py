@@ -32,8 +32,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
-from gpufleet.operator.testing import Kube, OperatorProcess, wait_for
 from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.testing.operator import Kube, OperatorProcess, wait_for
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CHROMIUM_FLAGS = (

@@ -18,12 +18,12 @@ import httpx
 import pytest
 from kubernetes import client
 
-from gpufleet.operator.testing import Kube, OperatorProcess, training_job, wait_for
 from gpufleet.sandbox.prometheus import PrometheusServer
 from gpufleet.sim.serving.live import LiveServingSim
 from gpufleet.sim.serving.model import ServingConfig
 from gpufleet.sim.serving.profiles import replica_profile
 from gpufleet.sim.serving.trace import poisson_requests
+from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 
 DASHBOARD = (
     Path(__file__).resolve().parents[2] / "helm" / "gpufleet" / "dashboards" / "gpufleet.json"

@@ -26,12 +26,12 @@ from admin_helpers import ADMIN_RULES, accounts, wait_settled
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.admin.server import SERVING_LABEL
-from gpufleet.admin.settings import POLICY_CONFIGMAP, SYSTEM_NAMESPACE
 from gpufleet.admin.tls import ensure_self_signed
-from gpufleet.operator.testing import Kube, OperatorProcess, training_job, wait_for
+from gpufleet.model.contract import names
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.sandbox.processes import free_port
-from gpufleet.scheduler import names
+from gpufleet.settings import POLICY_CONFIGMAP, SYSTEM_NAMESPACE
+from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 
 
 class ServedOperator:

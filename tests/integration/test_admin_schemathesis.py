@@ -19,9 +19,9 @@ from kubernetes.client.exceptions import ApiException
 from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 
-from gpufleet.admin.settings import POLICY_CONFIGMAP, SYSTEM_NAMESPACE
-from gpufleet.operator.testing import Kube, training_job
 from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.settings import POLICY_CONFIGMAP, SYSTEM_NAMESPACE
+from gpufleet.testing.operator import Kube, training_job
 
 EXAMPLES_PER_OPERATION = 20
 

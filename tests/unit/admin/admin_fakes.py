@@ -24,16 +24,16 @@ from gpufleet.admin.live import JobStore, LiveFleet
 from gpufleet.admin.nodes import NodeActions
 from gpufleet.admin.policy import PolicyStore
 from gpufleet.admin.server import AdminServer, policy_watch
-from gpufleet.admin.settings import AdminSettings
+from gpufleet.model.contract import names
 from gpufleet.model.fleet import load_fleet
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.migparted import load_default_configs
 from gpufleet.operator import children
+from gpufleet.operator.objects import TrainingJobObject
 from gpufleet.sandbox.cluster import default_fleet_path
 from gpufleet.sandbox.nodes import fleet_manifests
-from gpufleet.scheduler import names
 from gpufleet.scheduler.cache import SchedulerCache
-from gpufleet.settings import PlacementSettings
+from gpufleet.settings import AdminSettings, PlacementSettings
 
 Obj = dict[str, Any]
 
@@ -132,7 +132,8 @@ def training_job(
 
 def job_pods(job: Obj) -> list[Obj]:
     """The job's worker pods as the operator creates them (pending)."""
-    pods = [children.worker_pod(job, i) for i in range(int(job["spec"]["replicas"]))]
+    typed = TrainingJobObject.of(job)
+    pods = [children.worker_pod(typed, i) for i in range(int(job["spec"]["replicas"]))]
     for pod in pods:
         pod["metadata"]["uid"] = f"uid-{pod['metadata']['name']}"
         pod["status"] = {"phase": "Pending"}

@@ -28,9 +28,9 @@ from admin_fakes import (
 )
 from httpx import Client
 
+from gpufleet.model.contract import names
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.power import capped_power_w
-from gpufleet.scheduler import names
 
 CATALOG = load_catalog()
 

@@ -27,7 +27,7 @@ from admin_fakes import (
 )
 
 from gpufleet.admin.auth import Access, CachedReviewer, RateLimiter, User
-from gpufleet.admin.settings import AdminSettings
+from gpufleet.settings import AdminSettings
 
 
 class Clock:
