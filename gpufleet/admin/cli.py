@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from gpufleet.model.contract.assignment import MigState
 from gpufleet.model.input_error import InputError
 from gpufleet.settings import AdminSettings
 
@@ -174,7 +175,7 @@ def show_fleet(doc: dict[str, Any]) -> str:
     for n in doc["nodes"]:
         state = "NotReady" if not n["ready"] else "Cordoned" if n["unschedulable"] else "Ready"
         mig = n.get("migConfig") or ""
-        if mig and n.get("migConfigState") != "success":
+        if mig and n.get("migConfigState") != MigState.SUCCESS:
             mig += f" ({n.get('migConfigState')})"
         rows.append(
             [n["name"], n["gpuType"], state, f"{n['gpusInUse']}/{len(n['gpus'])}", mig,

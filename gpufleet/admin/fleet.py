@@ -30,7 +30,7 @@ from gpufleet.admin.paging import paginate
 from gpufleet.admin.workloads import job_of_pod, job_ref
 from gpufleet.model.cluster import Node
 from gpufleet.model.contract import names
-from gpufleet.model.contract.assignment import power_cap
+from gpufleet.model.contract.assignment import MigState, power_cap
 from gpufleet.model.gpus import GpuType
 from gpufleet.model.mig import MigPlacement
 from gpufleet.model.power import capped_power_w
@@ -283,7 +283,7 @@ def fleet_public(
     pending_mig = [
         MigReconfigurationPublic(node=n.name, config=n.mig_config, state=n.mig_config_state)
         for n in nodes
-        if n.mig_config is not None and n.mig_config_state != "success"
+        if n.mig_config is not None and n.mig_config_state != MigState.SUCCESS
     ]
     return FleetPublic(
         observed_at=observed.at,

@@ -25,6 +25,7 @@ from admin_helpers import (
 from kubernetes import client
 
 from gpufleet.model.contract import names
+from gpufleet.model.contract.assignment import assigned_gpus, assigned_type
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 
@@ -61,7 +62,7 @@ def _running(kube: Kube, ns: str, job: str, replicas: int) -> list[dict[str, Any
 
 
 def _gpu_count(pods: list[dict[str, Any]]) -> int:
-    return sum(len(p["metadata"]["annotations"][names.ASSIGNED_GPUS].split(",")) for p in pods)
+    return sum(len(assigned_gpus(p["metadata"]["annotations"]) or ()) for p in pods)
 
 
 def _preempted(kube: Kube, ns: str, job: str) -> bool:
@@ -95,7 +96,7 @@ def test_whatif_agrees_with_the_scheduler(kube: Kube, ns: str, admin: tuple[Admi
         name = manifest["metadata"]["name"]
         answer = answers[name]
         pods = _running(kube, ns, name, len(answer["replicas"]))
-        types = {p["metadata"]["annotations"][names.ASSIGNED_TYPE] for p in pods}
+        types = {assigned_type(p["metadata"]["annotations"]) for p in pods}
         assert types == {answer["gpuType"]}, name
         assert _gpu_count(pods) == answer["gpus"], name
     victims = {v["job"]["name"] for v in urgent["preempts"]}

@@ -5,6 +5,8 @@
   pagination by limit and continue, and a foreign token refused with 400;
 - GET /jobs: placement from the pods, the core's reason split into code and message, queue
   positions by priority then age, filters, and namespaces filtered by what the user may list;
+  a message without a known code is `Unknown`; without waiting pods, the job's Admitted=False
+  condition (the scheduler's code as its reason);
 - GET /jobs/{namespace}/{kind}/{name}: one job; 404 for an unknown one.
 """
 
@@ -29,6 +31,7 @@ from admin_fakes import (
 from httpx import Client
 
 from gpufleet.model.contract import names
+from gpufleet.model.contract.reasons import PendingReason, pending_text
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.power import capped_power_w
 
@@ -198,3 +201,25 @@ def test_one_job_and_unknown_ones(client: Client) -> None:
     assert missing.json()["detail"] == "TrainingJob team-b/nope not found"
     bad_kind = client.get("/api/v1/jobs/team-b/Pod/llama", headers=auth())
     assert bad_kind.status_code == 422
+
+
+def test_reasons_without_a_code_and_from_the_job_condition() -> None:
+    foreign = training_job("foreign", "team-a", gpus=8, phase="Queued")
+    pods = [waiting(p, "0/3 nodes are available") for p in job_pods(foreign)]
+    # No pod yet (the operator waits for the previous workers to exit): the condition says why.
+    podless = training_job("podless", "team-a", gpus=8, phase="Queued")
+    text = pending_text(PendingReason.INSUFFICIENT_GPUS, "needs 8 x H100-80GB, 4 free")
+    podless["status"]["conditions"] = [
+        {"type": "Admitted", "status": "False", "reason": "InsufficientFreeGpus", "message": text}
+    ]
+    live = live_fleet(sandbox_nodes(), pods, [foreign, podless])
+    with served(context(live)) as c:
+        items = {j["name"]: j for j in c.get("/api/v1/jobs", headers=auth()).json()["items"]}
+    assert items["foreign"]["waiting"] == {
+        "reason": "Unknown",
+        "message": "0/3 nodes are available",
+    }
+    assert items["podless"]["waiting"] == {
+        "reason": "InsufficientFreeGpus",
+        "message": "needs 8 x H100-80GB, 4 free",
+    }
