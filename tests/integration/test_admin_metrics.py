@@ -19,6 +19,7 @@ import pytest
 from kubernetes import client
 
 from gpufleet.sandbox.prometheus import PrometheusServer
+from gpufleet.sandbox.serving import kube_pods
 from gpufleet.sim.serving.live import LiveServingSim
 from gpufleet.sim.serving.model import ServingConfig
 from gpufleet.sim.serving.profiles import replica_profile
@@ -89,7 +90,7 @@ def test_every_dashboard_expression_returns_data(
     )
     requests = poisson_requests(2.0, 600, prompt_tokens=400, output_tokens=40)  # a light load
     sim = LiveServingSim(
-        client.CoreV1Api(kube.core.api_client),
+        kube_pods(client.CoreV1Api(kube.core.api_client), ns),
         ns,
         "chat",
         ServingConfig.of(PROFILE),
