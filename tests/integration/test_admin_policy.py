@@ -64,7 +64,8 @@ class ServedOperator:
 
     def _ready(self) -> bool:
         try:
-            return self.client().get("/readyz").status_code == 200
+            with self.client() as http:  # closed each time: warnings are errors
+                return http.get("/readyz").status_code == 200
         except httpx.HTTPError:
             return False
 
