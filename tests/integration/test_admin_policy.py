@@ -59,7 +59,9 @@ class ServedOperator:
         self.url = f"https://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        self.proc.start()
+        # A start imports the admin API's stack too and serves TLS: on a machine loaded by
+        # several suites at once it has taken over a minute.
+        self.proc.start(timeout=180)
         wait_for(lambda: self._ready(), "the operator's admin API ready", 60)
 
     def _ready(self) -> bool:
