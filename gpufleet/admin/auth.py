@@ -24,7 +24,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from gpufleet.admin.problems import ProblemError
+from gpufleet.admin.errors import ProblemError
 
 V = TypeVar("V")
 

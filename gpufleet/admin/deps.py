@@ -17,8 +17,8 @@ from pydantic import BaseModel
 
 from gpufleet.admin.auth import Access, User, check_access, check_rate
 from gpufleet.admin.context import AdminContext
+from gpufleet.admin.errors import ProblemError
 from gpufleet.admin.live import LiveFleet
-from gpufleet.admin.problems import ProblemError
 
 _bearer = HTTPBearer(
     auto_error=False,

@@ -19,6 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from gpufleet.admin.errors import ProblemError
 from gpufleet.admin.live import LiveFleet, Observed
 from gpufleet.admin.models.nodes import (
     CordonPublic,
@@ -28,7 +29,6 @@ from gpufleet.admin.models.nodes import (
     MigLayoutPublic,
     MigLayoutRequest,
 )
-from gpufleet.admin.problems import ProblemError
 from gpufleet.admin.workloads import job_ref
 from gpufleet.model.contract import names
 from gpufleet.model.contract.assignment import MigState

@@ -13,8 +13,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from gpufleet.admin.errors import ProblemError
 from gpufleet.admin.models.common import ListMeta
-from gpufleet.admin.problems import ProblemError
 
 T = TypeVar("T")
 Key = tuple[str, ...]

@@ -22,8 +22,8 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ConfigDict, Field, ValidationError
 from urllib3.exceptions import HTTPError
 
+from gpufleet.admin.errors import ProblemError
 from gpufleet.admin.models.common import PublicModel
-from gpufleet.admin.problems import ProblemError
 from gpufleet.core.policy import Policy
 from gpufleet.core.presets import Preset
 from gpufleet.scheduler.policy_watch import POLICY_KEY, LivePolicy, Parse

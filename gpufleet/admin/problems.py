@@ -21,6 +21,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from gpufleet.admin.errors import ProblemError
+
 log = logging.getLogger("gpufleet.admin")
 
 PROBLEM_JSON = "application/problem+json"
@@ -57,24 +59,6 @@ class Problem(BaseModel):
     errors: list[FieldError] | None = Field(
         default=None, description="Each validation failure, for 422 responses."
     )
-
-
-class ProblemError(Exception):
-    """Raise in a route to answer with a problem."""
-
-    def __init__(
-        self,
-        status: int,
-        detail: str,
-        *,
-        type: str = "about:blank",
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-        self.type = type
-        self.headers = dict(headers or {})
 
 
 def problem_response(

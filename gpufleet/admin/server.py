@@ -1,5 +1,5 @@
 """Serving the admin API with uvicorn: standalone (`gpufleet admin`) or on a thread beside the
-operator, and building its context from an API client.
+operator.
 """
 
 from __future__ import annotations
@@ -7,118 +7,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY
-from urllib3.exceptions import HTTPError
 
-from gpufleet.admin.auth import CachedReviewer, KubeReviewer, RateLimiter
 from gpufleet.admin.context import AdminContext
-from gpufleet.admin.fleet import FleetMemo
-from gpufleet.admin.live import LiveFleet
 from gpufleet.admin.main import create_app
 from gpufleet.admin.metrics import FleetCollector
-from gpufleet.admin.nodes import NodeActions
-from gpufleet.admin.policy import PolicyStore, parser
+from gpufleet.admin.wiring import build_context
 from gpufleet.lifecycle import StartStop
-from gpufleet.model.gpus import Catalog, load_catalog
-from gpufleet.scheduler.policy_watch import LivePolicy, PolicyWatch
-from gpufleet.scheduler.runtime import SchedulerRuntime
-from gpufleet.settings import AdminSettings, PlacementSettings
+from gpufleet.settings import AdminSettings
 
 log = logging.getLogger("gpufleet.admin")
-
-
-def policy_watch(settings: AdminSettings, placement: PlacementSettings) -> PolicyWatch:
-    """The watch of the policy ConfigMap over the `placement` settings (its informer is
-    started by whoever owns it: the scheduler's runtime, or a standalone API)."""
-    base = LivePolicy(placement.preset.value, placement.policy())
-    return PolicyWatch(base, parser(placement), settings.namespace, settings.policy_configmap)
-
-
-@dataclass
-class AdminView:
-    """The admin API's view beside a running scheduler: its cache, plus the jobs."""
-
-    live: LiveFleet
-    memo: FleetMemo
-
-    def start(self) -> None:
-        self.live.start(sync_timeout=None)
-
-    def stop(self) -> None:
-        self.live.stop()
-
-
-def admin_view(api: client.ApiClient, scheduler: SchedulerRuntime) -> AdminView:
-    """The view of the scheduler's own cache; ready once the scheduler's informers are."""
-    informers = scheduler.informers
-    views = scheduler.scheduler.views
-    live = LiveFleet.beside(
-        api,
-        scheduler.cache,
-        views.catalog,
-        lambda: all(i.synced.is_set() for i in informers),
-        views.scheduler_name,
-    )
-    return AdminView(live, FleetMemo())
-
-
-def build_context(
-    api: client.ApiClient,
-    settings: AdminSettings,
-    live: LiveFleet | None = None,
-    catalog: Catalog | None = None,
-    placement: PlacementSettings | None = None,
-    policy: PolicyWatch | None = None,
-) -> AdminContext:
-    """The context of an API talking to the cluster of `api`. Without `live`, with informers
-    of its own (started by the app's lifespan), the policy ConfigMap's among them; inside the
-    operator, the scheduler's view and policy watch are passed in."""
-    owns = live is None
-    watch = policy or policy_watch(settings, placement or PlacementSettings())
-    if live is None:
-        live = LiveFleet.standalone(api, catalog or load_catalog())
-        live.informers.append(watch.informer(client.CoreV1Api(api), live.stop_event))
-    return AdminContext(
-        settings=settings,
-        live=live,
-        reviewer=CachedReviewer(KubeReviewer(api), settings.token_cache_ttl_s),
-        limiter=RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst),
-        nodes=NodeActions(api, live, settings.drain_timeout_s),
-        policy=watch,
-        policy_store=PolicyStore(api, settings.namespace, settings.policy_configmap),
-        owns_live=owns,
-    )
-
-
-# The label of the pod whose process serves the admin API: the chart's admin Service selects it.
-SERVING_LABEL = "gpufleet.io/admin-api"
-
-
-class ServingLabel:
-    """Marks this process's pod as the one serving the admin API (only the Lease holder does),
-    so that the admin Service routes there and not to a standby. Without a pod (outside a
-    cluster) it does nothing; a failed write is logged, and the next start writes it again."""
-
-    def __init__(self, api: client.ApiClient, settings: AdminSettings) -> None:
-        self.core = client.CoreV1Api(api)
-        self.pod = settings.pod_name
-        self.namespace = settings.pod_namespace or settings.namespace
-
-    def mark(self, serving: bool) -> None:
-        if not self.pod:
-            return
-        body: Any = {"metadata": {"labels": {SERVING_LABEL: "serving" if serving else None}}}
-        try:
-            self.core.patch_namespaced_pod(self.pod, self.namespace, body, _preload_content=False)
-        except (ApiException, HTTPError, OSError) as exc:
-            log.warning("cannot label pod %s/%s: %s", self.namespace, self.pod, exc)
 
 
 def uvicorn_config(context: AdminContext, app: FastAPI | None = None) -> uvicorn.Config:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gpufleet.admin.errors import ProblemError
 from gpufleet.admin.live import LiveFleet
 from gpufleet.admin.models.common import JobRef
 from gpufleet.admin.models.jobs import ReasonPublic
@@ -22,7 +23,6 @@ from gpufleet.admin.models.whatif import (
     VictimPublic,
     WhatIfPublic,
 )
-from gpufleet.admin.problems import ProblemError
 from gpufleet.admin.workloads import job_ref, manifest_pods
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang

@@ -24,19 +24,14 @@ import signal
 import socket
 import threading
 import uuid
+from typing import TYPE_CHECKING
 
 import kopf
 from kubernetes import client
 from prometheus_client import REGISTRY
 
 from gpufleet.admin.metrics import FleetCollector
-from gpufleet.admin.server import (
-    AdminServer,
-    ServingLabel,
-    admin_view,
-    build_context,
-    policy_watch,
-)
+from gpufleet.admin.wiring import ServingLabel, admin_view, build_context, policy_watch
 from gpufleet.app import kopf_setup, logs
 from gpufleet.app.http_endpoint import Health, Phase, serve
 from gpufleet.autoscaler.service import JobAutoscalers
@@ -44,6 +39,9 @@ from gpufleet.operator import servingjob_handlers, trainingjob_handlers
 from gpufleet.scheduler.lease import LeaderLease
 from gpufleet.scheduler.runtime import SchedulerRuntime, api_client
 from gpufleet.settings import Settings
+
+if TYPE_CHECKING:
+    from gpufleet.admin.server import AdminServer
 
 log = logging.getLogger("gpufleet.operator")
 
@@ -110,6 +108,9 @@ def run(settings: Settings) -> int:
     REGISTRY.register(FleetCollector(view.live, view.memo))
     admin: AdminServer | None = None
     if settings.admin.port:
+        # Imported only when serving: FastAPI and uvicorn add seconds to every start.
+        from gpufleet.admin.server import AdminServer
+
         context = build_context(
             api, settings.admin, view.live, placement=settings.placement, policy=policy
         )

@@ -17,8 +17,9 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.admin.rbac import READER_RULES as READER_ONLY
 from gpufleet.admin.rbac import USER_RULES
-from gpufleet.admin.server import AdminServer, build_context
+from gpufleet.admin.server import AdminServer
 from gpufleet.admin.tls import ensure_self_signed
+from gpufleet.admin.wiring import build_context
 from gpufleet.model.contract import names
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.scheduler.runtime import api_client

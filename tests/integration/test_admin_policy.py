@@ -25,8 +25,8 @@ import yaml
 from admin_helpers import ADMIN_RULES, accounts, wait_settled
 from kubernetes.client.exceptions import ApiException
 
-from gpufleet.admin.server import SERVING_LABEL
 from gpufleet.admin.tls import ensure_self_signed
+from gpufleet.admin.wiring import SERVING_LABEL
 from gpufleet.model.contract import names
 from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.sandbox.processes import free_port

@@ -8,8 +8,9 @@ from pydantic import Field
 
 from gpufleet.admin.auth import Access
 from gpufleet.admin.deps import ContextDep, allow
+from gpufleet.admin.errors import ProblemError
 from gpufleet.admin.models.common import PublicModel
-from gpufleet.admin.problems import ProblemError, responses
+from gpufleet.admin.problems import responses
 
 router = APIRouter(tags=["health"])
 

@@ -14,11 +14,12 @@ from fastapi import APIRouter, Path, Query, Response
 from gpufleet.admin.auth import Access, User, check_access
 from gpufleet.admin.context import AdminContext
 from gpufleet.admin.deps import ContextDep, LiveDep, UserDep, json_response
+from gpufleet.admin.errors import ProblemError
 from gpufleet.admin.jobs import all_jobs
 from gpufleet.admin.live import JOB_KINDS
 from gpufleet.admin.models.jobs import JobKind, JobListPublic, JobPublic
 from gpufleet.admin.paging import paginate
-from gpufleet.admin.problems import ProblemError, responses
+from gpufleet.admin.problems import responses
 from gpufleet.admin.routes import API_PREFIX
 from gpufleet.model.crd_common import API_GROUP
 

@@ -23,7 +23,8 @@ from gpufleet.admin.context import AdminContext
 from gpufleet.admin.live import JobStore, LiveFleet
 from gpufleet.admin.nodes import NodeActions
 from gpufleet.admin.policy import PolicyStore
-from gpufleet.admin.server import AdminServer, policy_watch
+from gpufleet.admin.server import AdminServer
+from gpufleet.admin.wiring import policy_watch
 from gpufleet.model.contract import names
 from gpufleet.model.fleet import load_fleet
 from gpufleet.model.gpus import load_catalog

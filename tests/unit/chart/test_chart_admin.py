@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 from test_chart_render import CHART, _deployment, _helm, _settings, render
 
-from gpufleet.admin.server import SERVING_LABEL
+from gpufleet.admin.wiring import SERVING_LABEL
 from gpufleet.settings import load
 
 ENABLED = ("--set", "admin.enabled=true", "--set", "admin.tls.secretName=gpufleet-admin-tls")
