@@ -40,7 +40,8 @@ class AdminApi:
         settings = AdminSettings(
             port=0, tls_cert_file=cert, tls_key_file=key, token_cache_ttl_s=2, **settings_
         )
-        self.context = build_context(api_client(str(sandbox.kubeconfig)), settings)
+        self.api = api_client(str(sandbox.kubeconfig))
+        self.context = build_context(self.api, settings)
         self.server = AdminServer(self.context)
 
     def __enter__(self) -> AdminApi:
@@ -51,6 +52,7 @@ class AdminApi:
 
     def __exit__(self, *_: object) -> None:
         self.server.stop()
+        self.api.close()  # its pooled connections, closed now rather than by the collector
 
     def client(self, token: str | None = None, timeout: float = 60.0) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
