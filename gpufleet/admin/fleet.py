@@ -28,10 +28,10 @@ from gpufleet.admin.models.fleet import (
 )
 from gpufleet.admin.paging import paginate
 from gpufleet.admin.workloads import job_of_pod, job_ref
-from gpufleet.model.cluster import Node
 from gpufleet.model.contract import names
 from gpufleet.model.contract.assignment import MigState, power_cap
 from gpufleet.model.gpus import GpuType
+from gpufleet.model.inventory import Node
 from gpufleet.model.mig import MigPlacement
 from gpufleet.model.power import capped_power_w
 from gpufleet.scheduler import pods

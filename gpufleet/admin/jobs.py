@@ -20,8 +20,8 @@ from gpufleet.admin.workloads import job_of_pod
 from gpufleet.model.contract import assignment
 from gpufleet.model.contract.reasons import PendingNote, SchedulerReason, read_pending
 from gpufleet.scheduler import pods
-from gpufleet.scheduler.metrics import UNKNOWN_REASON
 from gpufleet.scheduler.pods import PodFacts
+from gpufleet.scheduler.prometheus_metrics import UNKNOWN_REASON
 
 Obj = Mapping[str, Any]
 

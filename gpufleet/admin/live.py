@@ -22,9 +22,9 @@ from gpufleet.model.contract import names
 from gpufleet.model.crd_common import API_GROUP, API_VERSION
 from gpufleet.model.gpus import Catalog
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
+from gpufleet.scheduler.cluster_view import ClusterView, ViewBuilder
 from gpufleet.scheduler.informer import Informer
 from gpufleet.scheduler.runtime import cache_informers
-from gpufleet.scheduler.snapshot import ClusterView, ViewBuilder
 
 Obj = dict[str, Any]
 JobKey = tuple[str, str, str]  # (namespace, kind, name)

@@ -33,7 +33,7 @@ from gpufleet.model.servingjob import ServingJob
 from gpufleet.model.trainingjob import TrainingJob
 from gpufleet.scheduler import pods
 from gpufleet.scheduler.cache import MigRequest, Nomination
-from gpufleet.scheduler.snapshot import ClusterView, PendingGang
+from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
 
 
 def what_if(

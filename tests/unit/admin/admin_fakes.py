@@ -31,8 +31,8 @@ from gpufleet.model.gpus import load_catalog
 from gpufleet.model.migparted import load_default_configs
 from gpufleet.operator import children
 from gpufleet.operator.objects import TrainingJobObject
-from gpufleet.sandbox.cluster import default_fleet_path
-from gpufleet.sandbox.nodes import fleet_manifests
+from gpufleet.sandbox.control_plane import default_fleet_path
+from gpufleet.sandbox.node_manifests import fleet_manifests
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.settings import AdminSettings, PlacementSettings
 

@@ -26,7 +26,7 @@ from kubernetes import client
 
 from gpufleet.model.contract import names
 from gpufleet.model.contract.assignment import assigned_gpus, assigned_type
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 
 

@@ -21,7 +21,7 @@ from gpufleet.admin.server import AdminServer
 from gpufleet.admin.tls import ensure_self_signed
 from gpufleet.admin.wiring import build_context
 from gpufleet.model.contract import names
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.scheduler.runtime import api_client
 from gpufleet.settings import AdminSettings
 from gpufleet.testing.operator import Kube, wait_for

@@ -32,7 +32,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.testing.operator import Kube, OperatorProcess, wait_for
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

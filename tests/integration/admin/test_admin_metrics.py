@@ -18,8 +18,8 @@ import httpx
 import pytest
 from kubernetes import client
 
-from gpufleet.sandbox.prometheus import PrometheusServer
-from gpufleet.sandbox.serving import kube_pods
+from gpufleet.sandbox.prometheus_server import PrometheusServer
+from gpufleet.sandbox.serving_stand_in import kube_pods
 from gpufleet.sim.serving.live import LiveServingSim
 from gpufleet.sim.serving.model import ServingConfig
 from gpufleet.sim.serving.profiles import replica_profile

@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.admin.tls import ensure_self_signed
 from gpufleet.admin.wiring import SERVING_LABEL
 from gpufleet.model.contract import names
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.sandbox.processes import free_port
 from gpufleet.settings import POLICY_CONFIGMAP, SYSTEM_NAMESPACE
 from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for

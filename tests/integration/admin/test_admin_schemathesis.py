@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.settings import POLICY_CONFIGMAP, SYSTEM_NAMESPACE
 from gpufleet.testing.operator import Kube, training_job
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from admin_helpers import ADMIN_RULES, READER_RULES, AdminApi, accounts, wait_settled
 
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.testing.operator import Kube, training_job, wait_for
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from prometheus_client import REGISTRY
 
 from gpufleet.model.contract.reasons import PendingReason, SchedulerReason, pending_text
-from gpufleet.scheduler import metrics
+from gpufleet.scheduler import prometheus_metrics as metrics
 from gpufleet.scheduler.cycle_report import CycleReport
 
 
