@@ -1,8 +1,10 @@
 """Reports of a simulation comparison: JSON, a Markdown table and PNG plots.
 
-Plots (matplotlib, non-interactive backend): the CDF of job completion times per policy, energy
-per policy, and busy GPUs over time per policy. Jobs the simulator dropped because no node of the
-fleet could ever hold them are listed under `dropped` in `results.json` and in `results.md`.
+Plots (matplotlib, non-interactive backend): the CDF of job completion times per policy (log time
+axis), energy per policy (values on the bars), and busy GPUs over time in one panel per policy
+(each on its own time axis, since makespans differ by up to 8x). Each policy keeps one colour in
+every figure (`policy_colour`). Jobs the simulator dropped because no node of the fleet could
+ever hold them are listed under `dropped` in `results.json` and in `results.md`.
 """
 
 from __future__ import annotations
@@ -20,11 +22,33 @@ from gpufleet.sim.results import SimResult, summarise
 __all__ = [
     "COLUMNS",
     "dropped_summary",
+    "energy_figure",
     "fmt_cell",
+    "jct_cdf_figure",
     "markdown_table",
+    "policy_colour",
+    "utilisation_figure",
     "write_plots",
     "write_report",
 ]
+
+# One colour per policy in every figure (matplotlib's tab10 order); others get grey.
+POLICY_COLOURS: dict[str, str] = {
+    "performance": "tab:blue",
+    "balanced": "tab:orange",
+    "energy": "tab:green",
+    "kube": "tab:red",
+    "fifo-binpack": "tab:purple",
+    "best-fit": "tab:purple",
+    "gavel": "tab:brown",
+    "tiresias": "tab:pink",
+}
+
+
+def policy_colour(name: str) -> str:
+    """The colour a policy has in every figure."""
+    return POLICY_COLOURS.get(name, "tab:gray")
+
 
 # (summary key, column title, format) in table order.
 COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -76,12 +100,27 @@ def write_plots(results: Sequence[SimResult], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     paths: list[Path] = []
+    for name, figure in (
+        ("jct_cdf.png", jct_cdf_figure(results)),
+        ("energy.png", energy_figure(results)),
+        ("utilisation.png", utilisation_figure(results)),
+    ):
+        paths.append(out / name)
+        figure.savefig(paths[-1], dpi=120)
+        plt.close(figure)
+    return paths
+
+
+def jct_cdf_figure(results: Sequence[SimResult]) -> Any:
+    """The CDF of job completion times per policy, on a log time axis."""
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for r in results:
         jct = [j.jct_s / 3600.0 for j in r.jobs if j.completion_s is not None]
         if jct:
             xs, ys = _cdf([max(x, 1e-3) for x in jct])
-            ax.plot(xs, ys, label=r.policy)
+            ax.plot(xs, ys, label=r.policy, color=policy_colour(r.policy))
     ax.set_xscale("log")
     ax.set_xlabel("job completion time (h, log scale)")
     ax.set_ylabel("fraction of jobs")
@@ -89,44 +128,50 @@ def write_plots(results: Sequence[SimResult], out: Path) -> list[Path]:
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    paths.append(out / "jct_cdf.png")
-    fig.savefig(paths[-1], dpi=120)
-    plt.close(fig)
+    return fig
+
+
+def energy_figure(results: Sequence[SimResult]) -> Any:
+    """Energy per policy: a bar in the policy's colour with its value written on it."""
+    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     names = [r.policy for r in results]
     kwh = [r.energy_j / 3.6e6 for r in results]
-    ax.bar(names, kwh, color="tab:green")
+    bars = ax.bar(names, kwh, color=[policy_colour(n) for n in names])
+    ax.bar_label(bars, labels=[f"{v:,.0f}" for v in kwh], fontsize=8, padding=2)
+    ax.margins(y=0.12)  # room for the labels above the tallest bar
     ax.tick_params(axis="x", labelrotation=30)
     ax.set_ylabel("energy (kWh)")
     ax.set_title("GPU energy per policy")
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
-    paths.append(out / "energy.png")
-    fig.savefig(paths[-1], dpi=120)
-    plt.close(fig)
+    return fig
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r in results:
-        if r.timeline:
-            t0 = r.start_s
-            pts = _decimate(r.timeline, 2000)
-            ax.step(
-                [(t - t0) / 3600.0 for t, *_ in pts],
-                [busy / r.fleet_gpus for _, busy, _, _ in pts],
-                where="post",
-                label=r.policy,
-            )
-    ax.set_xlabel("simulated time (h)")
-    ax.set_ylabel("busy GPUs / fleet GPUs")
-    ax.set_title("GPU utilisation over time")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
+
+def utilisation_figure(results: Sequence[SimResult]) -> Any:
+    """Busy GPUs over time, one panel per policy on its own time axis: makespans differ by up
+    to 8x between policies, which squeezes the shorter runs into a sliver of a shared axis."""
+    import matplotlib.pyplot as plt
+
+    shown = [r for r in results if r.timeline]
+    fig, axes = plt.subplots(
+        max(len(shown), 1), 1, figsize=(7, 1.6 + 1.3 * len(shown)), sharey=True, squeeze=False
+    )
+    for ax, r in zip(axes[:, 0], shown, strict=False):
+        pts = _decimate(r.timeline, 2000)
+        hours = [(t - r.start_s) / 3600.0 for t, *_ in pts]
+        busy = [b / r.fleet_gpus for _, b, _, _ in pts]
+        ax.step(hours, busy, where="post", color=policy_colour(r.policy))
+        ax.set_xlim(0.0, max(hours[-1], 1e-6))
+        ax.set_ylim(0.0, 1.05)
+        ax.set_title(f"{r.policy}: over {hours[-1]:,.1f} h", fontsize=9, loc="left")
+        ax.grid(True, alpha=0.3)
+    axes[-1, 0].set_xlabel("simulated time (h; each panel its own scale)")
+    fig.supylabel("busy GPUs / fleet GPUs")
+    fig.suptitle("GPU utilisation over time")
     fig.tight_layout()
-    paths.append(out / "utilisation.png")
-    fig.savefig(paths[-1], dpi=120)
-    plt.close(fig)
-    return paths
+    return fig
 
 
 def _decimate(
