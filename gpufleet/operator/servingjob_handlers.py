@@ -1,16 +1,25 @@
 """kopf handlers for ServingJob: thin glue between watch events, the builders, the autoscaler
 loop and the status planner.
 
-One pass over a job (`_reconcile`), under a per-job lock:
-1. read the job's Deployments (one list call: a consistent read, so a pass never acts on a
-   replica count it wrote itself a moment ago and did not see yet);
+One pass over a job (`reconcile_pass`), under a per-job lock:
+1. read the job itself and its Deployments (a get and one list call: consistent reads, so a
+   pass never acts on a spec, a status or a replica count older than what the previous pass
+   wrote);
 2. create missing Deployments, replace the template of those built from an older spec, and
    bring replicas inside the spec's bounds (`serving_children.pool_replicas`: create at
    `minReplicas`, pin at `minReplicas` while autoscaling is off);
 3. when autoscaling is on and its interval has passed, run one autoscaler tick through the
    `ServingAutoscaler` the process was built with (`ports`; in `gpufleet operator`, the
    Prometheus-driven `gpufleet.autoscaler`): sample, decide, write the Deployments' scale;
-4. write the status in one patch and post the Events the pure `serving_status.plan` asks for.
+4. write the status in one patch, still under the lock, and hand back the Events the pure
+   `serving_status.plan` asks for (the kopf handler posts them).
+
+Why the pass reads the job again instead of using the body kopf hands its handler: kopf applies
+a handler's patch only after the handler has returned, outside the lock, and a timer's body may
+predate the spec change another handler is acting on. A pass that planned from such a body
+scaled a pool back to an old minReplicas, or wrote back the scale reason the pass before it had
+replaced. Reading under the lock and writing before releasing it makes each pass start from
+what the previous one left.
 
 It runs on create, on spec changes, on resume after an operator restart, and every tick
 (`register_timer`, the setting `operator.tick_s`, also the resolution of the autoscaling
@@ -23,12 +32,11 @@ deleted with their ServingJob by the garbage collector (owner references).
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -67,6 +75,7 @@ class State:
         self.may_act = may_act  # the Lease fence (leading.py)
         self.apps = client.AppsV1Api(api)
         self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
         self.autoscalers = autoscalers
         self.locks: dict[str, threading.Lock] = {}
         self.posted: dict[str, serving_status.Posted] = {}
@@ -118,6 +127,21 @@ class _DeploymentScaler:
             )
         except ApiException as exc:
             raise _retry(f"scaling {name} to {replicas}", exc) from exc
+
+
+def _read_job(state: State, namespace: str, name: str) -> Obj | None:
+    """The ServingJob as the API server has it now; None once it is gone."""
+    try:
+        raw: Any = state.custom.get_namespaced_custom_object(
+            children.GROUP, children.VERSION, namespace, children.PLURAL, name,
+            _preload_content=False,
+        )  # fmt: skip
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise _retry("reading the ServingJob", exc) from exc
+    job: Obj = json.loads(raw.data)
+    return job
 
 
 def _deployments(state: State, namespace: str, job: str) -> dict[str, Obj]:
@@ -259,28 +283,45 @@ def _ready(deployment: Obj | None) -> int:
     return int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
 
 
-def _write_status(patch: kopf.Patch, job: Obj, status: dict[str, Any]) -> None:
-    current = job.get("status") or {}
+def _write_status(state: State, job: ServingJobObject, raw: Obj, status: dict[str, Any]) -> None:
+    """Merge-patch the status fields that differ from `raw`'s (the job as read this pass)."""
+    current = raw.get("status") or {}
     changes = {k: v for k, v in status.items() if current.get(k) != v}
     for key in _STATUS_KEYS:
         if key in current and key not in status:
             changes[key] = None
-    if changes:
-        patch.status.update(changes)
+    if not changes:
+        return
+    try:
+        state.custom.patch_namespaced_custom_object_status(
+            children.GROUP, children.VERSION, job.id.namespace, children.PLURAL, job.id.name,
+            {"status": changes}, _content_type="application/merge-patch+json",
+            _preload_content=False,
+        )  # fmt: skip
+    except ApiException as exc:
+        if exc.status != 404:  # 404: deleted since it was read; nothing left to report on
+            raise _retry("writing the status", exc) from exc
 
 
-@metrics.timed("ServingJob")
-def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
-    state: State = memo.serving
+Event = tuple[str, str, str]  # (type, reason, message)
+
+
+def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> list[Event]:
+    """One pass over the ServingJob `body` names (see the module docstring); the Events to
+    post. `body` only identifies the job: the pass reads it again under the job's lock."""
     leading.ensure_leading(state.may_act)
-    raw = copy.deepcopy(dict(body))
-    meta = raw["metadata"]
+    meta = body["metadata"]
     if meta.get("deletionTimestamp"):
-        return
-    job = parse_or_fail(ServingJobObject.of, raw, patch.status.update)
-    if job is None:
-        return
-    with state.lock(job.id.uid):
+        return []
+    with state.lock(meta["uid"]):
+        raw = _read_job(state, meta["namespace"], meta["name"])
+        if raw is None or raw["metadata"]["uid"] != meta["uid"]:
+            return []  # deleted (and perhaps created again: that one has passes of its own)
+        if raw["metadata"].get("deletionTimestamp"):
+            return []
+        job = parse_or_fail(ServingJobObject.of, raw, patch.status.update)
+        if job is None:
+            return []
         deployments = _deployments(state, job.id.namespace, job.id.name)
         desired, changes, rejected = _ensure_pools(state, job, deployments)
         # One pod listing per pass at most, for whichever step needs it first.
@@ -302,10 +343,15 @@ def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
             create_error=rejected,
             posted=state.posted.get(job.id.uid),
         )
-        _write_status(patch, raw, plan.status)
-        for kind, reason, message in plan.events:
-            kopf.event(body, type=kind, reason=reason, message=message)
+        _write_status(state, job, raw, plan.status)
         state.posted[job.id.uid] = plan.posted
+        return plan.events
+
+
+@metrics.timed("ServingJob")
+def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
+    for kind, reason, message in reconcile_pass(memo.serving, body, patch):
+        kopf.event(body, type=kind, reason=reason, message=message)
 
 
 def _autoscale(

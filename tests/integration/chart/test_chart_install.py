@@ -67,7 +67,7 @@ CLUSTER_WIDE = {
     ("pods/binding", "", "create"),
     ("pods/eviction", "", "create"),
     ("pods/status", "", "patch"),
-    ("servingjobs.gpufleet.io", "", "list patch watch"),
+    ("servingjobs.gpufleet.io", "", "get list patch watch"),
     ("servingjobs.gpufleet.io/status", "", "patch"),
     ("services", "", "create delete"),
     ("trainingjobs.gpufleet.io", "", "delete list patch watch"),
