@@ -10,15 +10,18 @@ ServingJob whose Prometheus is unreachable gets MetricsAvailable=False with the 
 holds its replicas (no scale-down on missing data); an operator killed and restarted adopts the
 Deployments and the replica counts it finds; a Deployment of the same name that the job does not
 own is left alone and the job says so; replicas the scheduler cannot place carry its reason on
-the Ready condition.
+the Ready condition; a ServingJob deleted while a periodic pass over it is running is gone
+seconds after that pass ends (kopf releases its finalizer once it sees the timer stopped).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -134,6 +137,45 @@ def service(kube: Kube, ns: str, name: str) -> Any:
         if exc.status == 404:
             return None
         raise
+
+
+class HeldPrometheus:
+    """A Prometheus stand-in that answers every query with no samples; once `armed`, it holds
+    the next query for `hold_s` seconds (under the operator's 5 s query timeout), setting
+    `holding` when it starts: an autoscaler tick, and so the pass running it, that lasts."""
+
+    def __init__(self, hold_s: float) -> None:
+        self.armed = threading.Event()
+        self.holding = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if outer.armed.is_set() and not outer.holding.is_set():
+                    outer.holding.set()
+                    time.sleep(hold_s)
+                body = json.dumps(
+                    {"status": "success", "data": {"resultType": "vector", "result": []}}
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)
 
 
 def disaggregated(**extra: Any) -> dict[str, Any]:
@@ -306,6 +348,31 @@ def test_restart_rebuilds_from_the_cluster(serving: Serving, operator: OperatorP
         lambda: (c := serving.condition("steady", "MetricsAvailable")) and c["status"] == "False",
         "metrics still reported missing",
     )
+
+
+def test_a_job_deleted_during_a_pass_is_gone_soon_after(serving: Serving) -> None:
+    prometheus = HeldPrometheus(hold_s=4.0)
+    try:
+        serving.create(
+            "brief",
+            server={"minReplicas": 1, "maxReplicas": 2, "gpusPerReplica": 1, "template": TEMPLATE},
+            slo={"ttftP90Seconds": 1.0, "itlP90Seconds": 0.05},
+            autoscaling={
+                "intervalSeconds": 1,
+                "prometheus": {"url": prometheus.url},
+                "capacity": {"prefillTokensPerSecond": 4000, "decodeBatchSize": 32},
+            },
+        )
+        wait_for(lambda: serving.condition("brief", "MetricsAvailable"), "a first tick")
+        # From here on the ticks are the timer's: the next one stalls on its query, and the
+        # job is deleted while that pass runs.
+        prometheus.armed.set()
+        assert prometheus.holding.wait(30), "no periodic pass queried Prometheus"
+        serving.delete("brief")
+        # The pass ends 4 s after the deletion; kopf used to look again only after 60 s.
+        wait_for(lambda: "brief" not in serving.names(), "the job gone", 20)
+    finally:
+        prometheus.close()
 
 
 def test_a_foreign_deployment_is_never_adopted(serving: Serving) -> None:
