@@ -1,4 +1,4 @@
-"""The placement policy: objective weights, power-cap rules and solver settings."""
+"""The placement policy: objective weights, power-cap and power-down rules, solver settings."""
 
 from __future__ import annotations
 
@@ -74,6 +74,24 @@ class TypeDelay:
 
 
 @dataclass(frozen=True, slots=True)
+class PowerDownRule:
+    """Idle-node power-down (power_down.py): a node empty for `idle_s` and not needed for the
+    pending demand is switched off, except `warm_nodes_per_type` empty powered nodes of each GPU
+    type kept as headroom (as cluster autoscalers keep spare nodes); a node switched back on is
+    usable `boot_s` after it was woken. Off by default: it cordons nodes, which other schedulers
+    see too."""
+
+    enabled: bool = False
+    idle_s: float = 1800.0
+    warm_nodes_per_type: int = 1
+    boot_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.idle_s < 0 or self.boot_s < 0 or self.warm_nodes_per_type < 0:
+            raise ValueError("power-down times and warm nodes must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
 class SolverSettings:
     """CP-SAT budget. `deterministic_time` bounds the search in solver work units so the same
     input and seed give the same answer; `time_limit_s` is a wall-clock safety net.
@@ -110,6 +128,7 @@ class Policy:
     allow_repartition: bool = True
     max_preempting_gangs: int = 16  # stuck gangs that may evict per decision (bounds the work)
     type_delay: TypeDelay = field(default_factory=TypeDelay)
+    power_down: PowerDownRule = field(default_factory=PowerDownRule)
 
     def priority_weight(self, priority: int) -> float:
         """Multiplier of a gang's work in the objective: each priority level doubles it, so

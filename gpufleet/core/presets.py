@@ -14,7 +14,14 @@ from __future__ import annotations
 from dataclasses import replace
 from enum import StrEnum
 
-from gpufleet.core.policy import Policy, PowerCapRule, SolverSettings, TypeDelay, Weights
+from gpufleet.core.policy import (
+    Policy,
+    PowerCapRule,
+    PowerDownRule,
+    SolverSettings,
+    TypeDelay,
+    Weights,
+)
 
 __all__ = ["PRESET_NAMES", "Preset", "preset_policy"]
 
@@ -38,9 +45,14 @@ PRESET_NAMES: tuple[str, ...] = tuple(p.value for p in Preset)
 
 
 def preset_policy(
-    name: str, solver: SolverSettings | None = None, type_delay: TypeDelay | None = None
+    name: str,
+    solver: SolverSettings | None = None,
+    type_delay: TypeDelay | None = None,
+    power_down: PowerDownRule | None = None,
 ) -> Policy:
-    """The named preset, with the given solver settings and type delay (defaults otherwise)."""
+    """The named preset, with the given solver settings, type delay and idle-node power-down
+    rule (defaults otherwise: no delay, no power-down). Power-down is not part of any preset:
+    it cordons nodes, which the cluster's other schedulers see, so it is always asked for."""
     try:
         policy = _PRESETS[name]
     except KeyError:
@@ -51,4 +63,5 @@ def preset_policy(
         policy,
         solver=solver or SolverSettings(),
         type_delay=type_delay or TypeDelay(),
+        power_down=power_down or PowerDownRule(),
     )

@@ -21,12 +21,12 @@ makes those) holds its GPUs without running; the rest of the gang stays pending,
 rendezvous timeout, so that partial gangs cannot deadlock the fleet forever). A gang starts when
 its restart cost, MIG repartitions and node boots are over.
 
-Power-down: with a policy that allows it, a node empty for `power_down_after_s` is switched off
-(0 W) unless it is one of the last `warm_nodes_per_type` empty powered nodes of its GPU type
-(headroom, as cluster autoscalers keep). A powered-down node stays schedulable: to the core it
-is an idle node, and opening an idle node is what the core's consolidation weight charges for,
-so the policy itself weighs waking a node against packing elsewhere. A gang placed on a
-powered-down node waits `node_boot_s` (holding its GPUs at parking power) before it runs.
+Power-down: with a policy whose `power_down` rule is on, the core's `plan_power` (the live
+scheduler's own) runs after every decision and whenever its plan can change by time alone (a
+node reaching its idle time, a boot ending): it switches empty nodes off (0 W), keeping the
+rule's warm nodes per GPU type, and wakes switched-off nodes the pending gangs need. A node off
+or booting is unschedulable in the snapshot, as the live scheduler cordons it; a woken node
+draws its GPUs' idle power while it boots and is usable `boot_s` after it was woken.
 
 Demand: a trace job becomes a core `Gang` whose acceptable types are the fleet's types allowed by
 the job, each with the job's relative throughput from the speed model. A fractional job asks for
@@ -51,6 +51,7 @@ from typing import Protocol
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang, Topology, TypeOption
 from gpufleet.core.policy import Policy
+from gpufleet.core.power_down import NodePower, PowerState, plan_power
 from gpufleet.core.snapshot import ConstrainedDemand, ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.model.gpus import GpuType
 from gpufleet.sim.energy import node_power_w
@@ -76,8 +77,7 @@ class SimPolicy:
 
     name: str
     place: PlaceFn
-    policy: Policy = field(default_factory=Policy)
-    power_down: bool = False  # empty nodes may be switched off
+    policy: Policy = field(default_factory=Policy)  # its power_down rule switches nodes
     round_s: float | None = None  # re-decide every round even without events (preemptive)
 
 
@@ -88,9 +88,6 @@ class SimSettings:
     cycle_s: float = 10.0
     restart_cost_s: float = 60.0
     mig_repartition_s: float = 30.0
-    node_boot_s: float = 300.0
-    power_down_after_s: float = 1800.0
-    warm_nodes_per_type: int = 1  # empty nodes of each GPU type kept on when powering down
     gang_timeout_s: float = 600.0
     max_pending: int = 256  # gangs passed to one decision, oldest first
     max_cycles: int = 5_000_000
@@ -105,7 +102,7 @@ class _Kind(IntEnum):
     COMPLETE = 0
     READY = 1
     TIMEOUT = 2
-    POWER_OFF = 3
+    POWER = 3
     ARRIVAL = 5
     TICK = 6
     CYCLE = 7
@@ -115,7 +112,7 @@ class _State(IntEnum):
     FUTURE = 0
     WAITING = 1
     HELD = 2  # part of the gang holds GPUs, not running
-    STARTING = 3  # whole gang placed, waiting for restart/boot/repartition
+    STARTING = 3  # whole gang placed, waiting for restart/repartition
     RUNNING = 4
     DONE = 5
 
@@ -219,9 +216,12 @@ class Simulation:
         self._active = 0  # jobs holding GPUs (held, starting or running)
         self._done = 0
         self._gpu_ready: dict[tuple[str, int], float] = {}
-        self._powered: dict[str, bool] = dict.fromkeys(cluster.nodes, True)
-        self._node_ready: dict[str, float] = {}
-        self._node_version: dict[str, int] = dict.fromkeys(cluster.nodes, 0)
+        # Power state per node (the core's view, with since-when times on the sim clock).
+        self._power: dict[str, NodePower] = {
+            n: NodePower(PowerState.ON, self.now, self.now) for n in cluster.nodes
+        }
+        self._power_at: float | None = None
+        self._unschedulable: frozenset[str] = frozenset()
         self._node_power: dict[str, float] = {}
         self._power_total = 0.0
         self._busy_share = 0.0
@@ -246,8 +246,8 @@ class Simulation:
             self._push(tj.arrival_s, _Kind.ARRIVAL, tj.job_id)
         for n in cluster.nodes:
             self._refresh_node_power(n)
-            if policy.power_down:
-                self._push(t0 + self.settings.power_down_after_s, _Kind.POWER_OFF, n, 0)
+        if self.policy.policy.power_down.enabled:
+            self._schedule_power(t0 + self.policy.policy.power_down.idle_s)
         self._account()
 
     # ----- small helpers -----------------------------------------------------------------------
@@ -267,8 +267,26 @@ class Simulation:
         job = self.jobs[gang_id]
         return job.state is _State.RUNNING, job.cap_w
 
+    def _schedule_power(self, at: float) -> None:
+        """A power check at `at` (the earliest one pending is kept)."""
+        if self._power_at is None or at < self._power_at:
+            self._power_at = at
+            self._push(at, _Kind.POWER, "")
+
+    def _snapshot(self) -> Snapshot:
+        """The cluster's snapshot with switched-off and booting nodes unschedulable."""
+        snapshot = self.cluster.snapshot()
+        if not self._unschedulable:
+            return snapshot
+        nodes = tuple(
+            replace(n, schedulable=False) if n.name in self._unschedulable else n
+            for n in snapshot.nodes
+        )
+        return replace(snapshot, nodes=nodes)
+
     def _refresh_node_power(self, node: str) -> None:
-        watts = node_power_w(self.cluster, node, self._state_of, self._powered[node])
+        powered = self._power[node].state is not PowerState.OFF
+        watts = node_power_w(self.cluster, node, self._state_of, powered)
         self._power_total += watts - self._node_power.get(node, 0.0)
         self._node_power[node] = watts
 
@@ -306,16 +324,13 @@ class Simulation:
         job.replicas = ()
         job.version += 1
         self._active -= 1
+        rule = self.policy.policy.power_down
         for node in touched:
             self._refresh_node_power(node)
-            if self.policy.power_down and self.cluster.is_empty(node):
-                self._node_version[node] += 1
-                self._push(
-                    self.now + self.settings.power_down_after_s,
-                    _Kind.POWER_OFF,
-                    node,
-                    self._node_version[node],
-                )
+            if self.cluster.is_empty(node):
+                self._power[node] = replace(self._power[node], empty_since=self.now)
+                if rule.enabled:
+                    self._schedule_power(self.now + rule.idle_s)
 
     def _to_waiting(self, job: _Job) -> None:
         job.state = _State.WAITING
@@ -378,21 +393,34 @@ class Simulation:
         self._to_waiting(job)
         self._schedule_cycle()
 
-    def _on_power_off(self, node: str, version: int) -> None:
-        if version == self._node_version[node] and self.cluster.is_empty(node):
-            gpu_type = self._type_of_node[node]
-            warm = sum(
-                1
-                for n, on in self._powered.items()
-                if on
-                and n != node
-                and self._type_of_node[n] == gpu_type
-                and self.cluster.is_empty(n)
-            )
-            if warm < self.settings.warm_nodes_per_type:
-                return  # keep this empty node on as headroom for the next arrivals
-            self._powered[node] = False
+    def _on_power(self) -> None:
+        self._power_at = None
+        self._plan_power()
+
+    def _plan_power(self) -> None:
+        """Apply the core's power plan for the cluster as it is now (see the module doc)."""
+        policy = self.policy.policy
+        if not policy.power_down.enabled and not self._unschedulable:
+            return
+        plan = plan_power(self._snapshot(), self._pending_gangs(), self._power, self.now, policy)
+        for node in plan.booted:
+            empty = self.now if self.cluster.is_empty(node) else None
+            self._power[node] = NodePower(PowerState.ON, self.now, empty)
+        for node in plan.wake:
+            self._power[node] = NodePower(PowerState.WAKING, self.now, None)
             self._refresh_node_power(node)
+        for node in plan.power_off:
+            self._power[node] = NodePower(PowerState.OFF, self.now, None)
+            self._refresh_node_power(node)
+        if plan.changes:
+            self._unschedulable = frozenset(
+                n for n, p in self._power.items() if p.state is not PowerState.ON
+            )
+        if plan.booted:
+            self._forced = True  # capacity appeared: decide again
+            self._schedule_cycle()
+        if plan.next_change_s is not None:
+            self._schedule_power(max(plan.next_change_s, self.now))
 
     def _on_tick(self) -> None:
         self._tick_at = None
@@ -455,7 +483,7 @@ class Simulation:
             raise RuntimeError("simulation exceeded max_cycles; a policy is not making progress")
         if self._can_change(forced):
             pending = self._pending_gangs()
-            snapshot = self.cluster.snapshot()
+            snapshot = self._snapshot()
             demand = self.constrained_demand()
             if demand:
                 snapshot = replace(snapshot, constrained_demand=demand)
@@ -464,6 +492,7 @@ class Simulation:
             self._place_s += time.perf_counter() - t0
             self._place_calls += 1
             self._apply(decision)
+        self._plan_power()
         self._blocked = bool(self._waiting)
         if self._waiting:
             self._samples.append(self.cluster.free_share())
@@ -508,11 +537,9 @@ class Simulation:
                 self._active += 1
             ready = self.now
             for node in touched:
-                if not self._powered[node]:
-                    self._powered[node] = True
-                    self._node_ready[node] = self.now + s.node_boot_s
-                self._node_version[node] += 1  # cancels a pending power-off
-                ready = max(ready, self._node_ready.get(node, 0.0))
+                if self._power[node].state is not PowerState.ON:
+                    raise RuntimeError(f"policy placed {placement.gang_id} on {node}, not on")
+                self._power[node] = replace(self._power[node], empty_since=None)
             for r in replicas:
                 for ix in r.gpus:
                     ready = max(ready, self._gpu_ready.get((r.node, ix), 0.0))
@@ -562,13 +589,14 @@ class Simulation:
                 self._on_ready(self.jobs[key], version)
             elif k is _Kind.TIMEOUT:
                 self._on_timeout(self.jobs[key], version)
-            elif k is _Kind.POWER_OFF:
-                self._on_power_off(key, version)
+            elif k is _Kind.POWER:
+                if self._power_at is not None and abs(self._power_at - t) < 1e-9:
+                    self._on_power()
             elif k is _Kind.TICK:
                 self._on_tick()
             self._account()
             if self._done == len(self.jobs):
-                break  # later events (power-offs) fall after the last completion
+                break  # later events (power checks) fall after the last completion
         end = max(
             (
                 j.record.completion_s

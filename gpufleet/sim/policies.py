@@ -2,8 +2,9 @@
 
 gpufleet's own policies are the core `place` with the core's presets (`gpufleet.core.presets`:
 `performance`, `balanced`, `energy`); the baselines come from `gpufleet.sim.baselines` and
-`gpufleet.sim.kube_like`. Under `energy` the simulator also switches empty nodes off after the
-engine's idle grace period.
+`gpufleet.sim.kube_like`. `energy` is the energy preset with the core's idle-node power-down
+rule on (`ENERGY_POWER_DOWN`), i.e. the live scheduler with `placement.preset: energy` and
+`placement.power_down.enabled: true` and that group's defaults.
 
 The solver engine is a parameter. The default is the product's default, CP-SAT (warm-started by
 greedy, bounded by the policy's deterministic time so replays are reproducible); `greedy` runs
@@ -15,16 +16,27 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpufleet.core.place import place
-from gpufleet.core.policy import Engine, SolverSettings, TypeDelay
+from gpufleet.core.policy import Engine, PowerDownRule, SolverSettings, TypeDelay
 from gpufleet.core.presets import PRESET_NAMES, preset_policy
 from gpufleet.sim.baselines import FifoBinPackPolicy, GavelLikePolicy, TiresiasLikePolicy
 from gpufleet.sim.engine import SimPolicy
 from gpufleet.sim.kube_like import KubeLikePolicy
 
-__all__ = ["BASELINES", "GPUFLEET_POLICIES", "POLICY_NAMES", "ROUND_S", "make_policy"]
+__all__ = [
+    "BASELINES",
+    "ENERGY_POWER_DOWN",
+    "GPUFLEET_POLICIES",
+    "POLICY_NAMES",
+    "ROUND_S",
+    "make_policy",
+]
 
 # Round length of the preemptive baselines (Gavel's default round, scheduling.md §4).
 ROUND_S = 360.0
+
+# The power-down rule of the `energy` policy: the core's defaults, switched on (30 min idle,
+# one warm node per GPU type, 300 s boot).
+ENERGY_POWER_DOWN = PowerDownRule(enabled=True)
 
 GPUFLEET_POLICIES: tuple[str, ...] = PRESET_NAMES
 BASELINES: tuple[str, ...] = ("kube", "fifo-binpack", "gavel", "tiresias")
@@ -46,11 +58,10 @@ def make_policy(
     for gpufleet's policies (off by default; see bench/README.md for what it does to each
     target)."""
     if name in GPUFLEET_POLICIES:
+        power_down = ENERGY_POWER_DOWN if name == "energy" else None
+        solver = SolverSettings(engine=engine, seed=seed)
         return SimPolicy(
-            name=name,
-            place=place,
-            policy=preset_policy(name, SolverSettings(engine=engine, seed=seed), type_delay),
-            power_down=name == "energy",
+            name=name, place=place, policy=preset_policy(name, solver, type_delay, power_down)
         )
     if name == "kube":
         return SimPolicy(name=name, place=KubeLikePolicy(seed))

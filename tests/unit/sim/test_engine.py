@@ -14,7 +14,7 @@ import pytest
 
 from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.demand import Gang
-from gpufleet.core.policy import Policy
+from gpufleet.core.policy import Policy, PowerDownRule
 from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
 from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import Catalog
@@ -110,40 +110,55 @@ def test_energy_matches_the_power_model_by_hand(
     assert summarise(result)["energy_kwh"] == pytest.approx(0.301)
 
 
+def _power_down(idle_s: float, warm: int, boot_s: float = 300.0) -> SimPolicy:
+    rule = PowerDownRule(enabled=True, idle_s=idle_s, warm_nodes_per_type=warm, boot_s=boot_s)
+    return SimPolicy("fifo-off", FifoBinPackPolicy(), Policy(power_down=rule))
+
+
 def test_power_down_and_boot_delay(
     catalog: Catalog, profile: GavelProfile, v100_fleet: Callable[..., FleetSpec]
 ) -> None:
     v100 = catalog["V100-32GB"]
     busy_w = capped_power_w(v100, None)
-    settings = SimSettings(power_down_after_s=600.0, node_boot_s=300.0, warm_nodes_per_type=0)
-    policy = SimPolicy("fifo-off", FifoBinPackPolicy(), power_down=True)
+    policy = _power_down(idle_s=600.0, warm=0)
     # Two single-GPU nodes; the job takes node v-0, v-1 idles for 600 s and switches off.
     _, result = simulate(
-        v100_fleet(nodes=2, gpus=1), [job("a", 0.0, 3600.0)], policy, catalog, profile, settings
+        v100_fleet(nodes=2, gpus=1), [job("a", 0.0, 3600.0)], policy, catalog, profile
     )
     assert result.energy_j == pytest.approx(busy_w * 3600.0 + v100.power.idle_w * 600.0)
     # With one warm node per type kept as headroom, v-1 stays on (and idle) all along.
-    warm = SimSettings(power_down_after_s=600.0, node_boot_s=300.0, warm_nodes_per_type=1)
+    warm = _power_down(idle_s=600.0, warm=1)
     _, result = simulate(
-        v100_fleet(nodes=2, gpus=1), [job("a", 0.0, 3600.0)], policy, catalog, profile, warm
+        v100_fleet(nodes=2, gpus=1), [job("a", 0.0, 3600.0)], warm, catalog, profile
     )
     assert result.energy_j == pytest.approx((busy_w + v100.power.idle_w) * 3600.0)
-    # A later job finds every node off: it is placed on one and waits for the boot.
+    # A later job finds every node off: the node is woken for it and it starts after the boot.
     _, result = simulate(
         v100_fleet(nodes=1, gpus=1),
         [job("a", 0.0, 100.0), job("b", 5000.0, 100.0)],
         policy,
         catalog,
         profile,
-        settings,
     )
     b = next(r for r in result.jobs if r.job_id == "b")
     assert b.first_start_s == pytest.approx(5300.0)
     # Energy: a runs 100 s, the node idles 600 s, is off until b arrives at 5000, boots for
-    # 300 s with b's GPU held (idle + parking watts), then b runs 100 s.
-    expected = busy_w * 100 + v100.power.idle_w * 600 + (v100.power.idle_w + PARKING_W) * 300
-    expected += busy_w * 100
+    # 300 s at idle power, then b runs 100 s.
+    expected = busy_w * 100 + v100.power.idle_w * 600 + v100.power.idle_w * 300 + busy_w * 100
     assert result.energy_j == pytest.approx(expected)
+
+
+def test_switched_off_node_is_not_used_while_another_fits(
+    catalog: Catalog, profile: GavelProfile, v100_fleet: Callable[..., FleetSpec]
+) -> None:
+    # Three single-GPU nodes, one warm: after a's run two are off and one stays on. b fits on
+    # the warm node and starts at once; c, arriving while b runs, needs one node woken.
+    policy = _power_down(idle_s=600.0, warm=1)
+    jobs = [job("a", 0.0, 100.0), job("b", 5000.0, 1000.0), job("c", 5100.0, 100.0)]
+    _, result = simulate(v100_fleet(nodes=3, gpus=1), jobs, policy, catalog, profile)
+    starts = {r.job_id: r.first_start_s for r in result.jobs}
+    assert starts["b"] == pytest.approx(5000.0)
+    assert starts["c"] == pytest.approx(5100.0 + 300.0)
 
 
 def test_mig_repartition_delay(

@@ -1,0 +1,222 @@
+"""Idle-node power-down: which empty nodes to switch off, which to wake, which have booted.
+
+A pure function of the snapshot after a decision, the gangs the decision left pending, each
+node's power state and the caller's clock (`plan_power`), shared by the live scheduler and the
+simulator so both switch the same nodes for the same reasons:
+
+1. **Booted.** A node woken `boot_s` ago is usable again.
+2. **Wake.** The pending gangs are placed, as a what-if with the greedy engine, first on the
+   powered nodes and those already booting, then on the switched-off ones: the switched-off
+   nodes the what-if needs are woken (never more than the demand needs), and each gang that
+   waits for booting nodes is named with them.
+3. **Switch off** (the consolidation view): a powered node that holds nothing, has been empty
+   for `idle_s` and is not needed by the what-if is switched off, longest idle first, except
+   `warm_nodes_per_type` empty powered nodes of each GPU type kept as headroom for arrivals.
+   A node holding anything (any running replica, a placement of this decision, or whatever the
+   caller knows runs there: `NodePower.empty_since` None) is never switched off.
+
+A switched-off or booting node must be unschedulable in the snapshot (the caller cordons it),
+so placement never uses it while it is off: "not used while another fits" follows, because it
+is woken only for gangs that fit nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from gpufleet.core.decision import Decision, GangPlacement
+from gpufleet.core.demand import Gang
+from gpufleet.core.greedy import place_greedy
+from gpufleet.core.policy import Engine, Policy, PowerDownRule, SolverSettings
+from gpufleet.core.snapshot import RunningGang, Snapshot
+from gpufleet.core.state import ClusterState
+from gpufleet.model.cluster import Node
+from gpufleet.model.mig import MigLayout
+
+__all__ = ["NodePower", "PowerPlan", "PowerState", "plan_power"]
+
+
+class PowerState(StrEnum):
+    ON = "on"
+    OFF = "off"  # switched off (marked for power-down)
+    WAKING = "waking"  # switched back on, booting
+
+
+@dataclass(frozen=True, slots=True)
+class NodePower:
+    """One node's power state as the caller knows it (times on the caller's clock).
+
+    `since`: when the node entered `state` (for WAKING, when it was woken).
+    `empty_since`: for a powered node, since when nothing runs on it; None while anything does
+    (the caller counts every pod it knows of, not only GPU holders).
+    """
+
+    state: PowerState = PowerState.ON
+    since: float = 0.0
+    empty_since: float | None = None
+
+
+@dataclass(frozen=True)
+class PowerPlan:
+    """What to switch: nodes to switch off, to wake, and woken nodes that have booted."""
+
+    power_off: tuple[str, ...] = ()
+    wake: tuple[str, ...] = ()
+    booted: tuple[str, ...] = ()
+    # Pending gang id -> the switched-off or booting nodes it waits for.
+    waiting_for: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The earliest time the plan can change with nothing else happening (a node reaching its
+    # idle time, a boot ending); None: never.
+    next_change_s: float | None = None
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.power_off or self.wake or self.booted)
+
+
+def plan_power(
+    snapshot: Snapshot,
+    pending: Sequence[Gang],
+    power: Mapping[str, NodePower],
+    now: float,
+    policy: Policy,
+    decision: Decision | None = None,
+) -> PowerPlan:
+    """The power plan after `decision` (placed on `snapshot`) left `pending` waiting.
+
+    `power` gives the state of every node the caller tracks (missing: powered, not known to be
+    empty). With the policy's rule off, nothing is switched off and only booting nodes are
+    woken up to the end (a rule turned off mid-way leaves no node off for good: every node
+    switched off is woken).
+    """
+    rule = policy.power_down
+    after = _after(snapshot, decision) if decision is not None else snapshot
+    booted = tuple(
+        sorted(
+            n for n, p in power.items() if p.state is PowerState.WAKING and _booted(p, now, rule)
+        )
+    )
+    off = {n for n, p in power.items() if p.state is PowerState.OFF and after.has_node(n)}
+    if not rule.enabled:
+        return PowerPlan(wake=tuple(sorted(off)), booted=booted)
+    waking = {
+        n
+        for n, p in power.items()
+        if p.state is PowerState.WAKING and n not in booted and after.has_node(n)
+    }
+    busy = _held_nodes(after)
+    idle = _idle_nodes(after, power, busy)
+    # 2. Wake: the pending gangs on powered and booting nodes first, then on switched-off ones.
+    # (Nothing to learn when no node is off or booting and none is idle long enough to go.)
+    first: dict[str, GangPlacement] = {}
+    second: dict[str, GangPlacement] = {}
+    if off or waking or booted or any(since + rule.idle_s <= now for since, _ in idle):
+        what_if = _what_if_policy(policy)
+        first = _place(after, waking | set(booted), pending, what_if)
+        rest = [g for g in pending if g.id not in first]
+        second = _place(_with_held(after, first), off | waking | set(booted), rest, what_if)
+    used = _nodes_of(first.values()) | _nodes_of(second.values())
+    wake = tuple(sorted(used & off))
+    waiting_for = {
+        gid: tuple(sorted(_nodes_of([p]) & (off | waking)))
+        for gid, p in {**first, **second}.items()
+        if _nodes_of([p]) & (off | waking)
+    }
+    # 3. Switch off idle nodes nobody needs, keeping the headroom.
+    empty: dict[str, list[tuple[float, str]]] = {}
+    for empty_since, name in idle:
+        if name not in used:
+            empty.setdefault(after.node(name).gpu_type, []).append((empty_since, name))
+    soonest: float | None = None
+    power_off: list[str] = []
+    for _, nodes in sorted(empty.items()):
+        spare = len(nodes) - rule.warm_nodes_per_type
+        for empty_since, name in sorted(nodes):
+            if spare <= 0:
+                break
+            due = empty_since + rule.idle_s
+            if due <= now:
+                power_off.append(name)
+                spare -= 1
+            elif soonest is None or due < soonest:
+                soonest = due
+    # Boots in progress end `boot_s` after their wake; the nodes woken now, `boot_s` from now.
+    ends = [power[n].since + rule.boot_s for n in waking] + [now + rule.boot_s for n in wake]
+    next_change = min([*ends, *([soonest] if soonest is not None else [])], default=None)
+    return PowerPlan(tuple(sorted(power_off)), wake, booted, waiting_for, next_change)
+
+
+def _idle_nodes(
+    snapshot: Snapshot, power: Mapping[str, NodePower], busy: set[str]
+) -> list[tuple[float, str]]:
+    """(empty since, name) of the powered, schedulable nodes that hold nothing."""
+    out = []
+    for node in snapshot.nodes:
+        p = power.get(node.name)
+        if p is None or p.state is not PowerState.ON or p.empty_since is None:
+            continue
+        if node.schedulable and node.name not in busy:
+            out.append((p.empty_since, node.name))
+    return out
+
+
+def _booted(p: NodePower, now: float, rule: PowerDownRule) -> bool:
+    return now >= p.since + rule.boot_s
+
+
+def _what_if_policy(policy: Policy) -> Policy:
+    """The policy of the wake what-if: greedy, no preemption (a gang that would preempt is
+    placed by the decision itself, not by waking a node)."""
+    return replace(policy, allow_preemption=False, solver=SolverSettings(engine=Engine.GREEDY))
+
+
+def _place(
+    snapshot: Snapshot, opened: set[str], gangs: Sequence[Gang], policy: Policy
+) -> dict[str, GangPlacement]:
+    """Greedy placements of `gangs` with the nodes in `opened` made schedulable."""
+    if not gangs:
+        return {}
+    nodes = tuple(replace(n, schedulable=True) if n.name in opened else n for n in snapshot.nodes)
+    view = replace(snapshot, nodes=nodes) if opened else snapshot
+    return place_greedy(ClusterState(view), gangs, policy)
+
+
+def _nodes_of(placements: Iterable[GangPlacement]) -> set[str]:
+    return {r.node for p in placements for r in p.replicas}
+
+
+def _held_nodes(snapshot: Snapshot) -> set[str]:
+    return {r.node for g in snapshot.running for r in g.replicas}
+
+
+def _with_held(snapshot: Snapshot, placements: Mapping[str, GangPlacement]) -> Snapshot:
+    """`snapshot` with `placements` running (their nodes' MIG layouts as they were)."""
+    if not placements:
+        return snapshot
+    running = tuple(
+        RunningGang(f"{gid}#what-if", p.gpu_type, p.replicas) for gid, p in placements.items()
+    )
+    return replace(snapshot, running=snapshot.running + running)
+
+
+def _after(snapshot: Snapshot, decision: Decision) -> Snapshot:
+    """The snapshot with the decision applied: its MIG repartitions, preemptions and
+    placements (the power plan of a cycle looks at the cluster as the decision leaves it)."""
+    layouts: dict[str, dict[int, MigLayout | None]] = {}
+    for rep in decision.repartitions:
+        layouts.setdefault(rep.node, {})[rep.gpu] = rep.new_layout
+    nodes = tuple(_relaid(n, layouts[n.name]) if n.name in layouts else n for n in snapshot.nodes)
+    evicted = {p.gang_id for p in decision.preemptions}
+    running = tuple(g for g in snapshot.running if g.id not in evicted) + tuple(
+        RunningGang(f"{p.gang_id}#placed", p.gpu_type, p.replicas) for p in decision.placements
+    )
+    return replace(snapshot, nodes=nodes, running=running)
+
+
+def _relaid(node: Node, layouts: Mapping[int, MigLayout | None]) -> Node:
+    gpus = tuple(
+        replace(g, mig_layout=layouts[g.index]) if g.index in layouts else g for g in node.gpus
+    )
+    return replace(node, gpus=gpus)
