@@ -39,7 +39,7 @@ from pydantic_settings import SettingsError as SourceError
 from pydantic_settings.sources.utils import parse_env_vars
 
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
-from gpufleet.core.policy import Engine, Policy, SolverSettings, Weights
+from gpufleet.core.policy import Engine, Policy, PowerDownRule, SolverSettings, Weights
 from gpufleet.core.presets import Preset, preset_policy
 from gpufleet.scheduler.lease import DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE
 from gpufleet.scheduler.loop_settings import SchedulerSettings
@@ -55,6 +55,7 @@ __all__ = [
     "MetricsSettings",
     "OperatorSettings",
     "PlacementSettings",
+    "PowerDownGroup",
     "SchedulerSettings",
     "SettingRow",
     "Settings",
@@ -124,6 +125,30 @@ class SolverGroup(_Group):
         return SolverSettings(**self.model_dump())
 
 
+class PowerDownGroup(_Group):
+    """Idle-node power-down (`gpufleet.core.policy.PowerDownRule`): empty GPU nodes the
+    scheduler would switch off are cordoned and labelled `gpufleet.io/power-state=off` for a
+    cluster autoscaler, Karpenter or a BMC script to act on."""
+
+    enabled: bool = Field(
+        False,
+        description="Mark empty GPU nodes for power-down (opt-in: the cordon is seen by every "
+        "scheduler of the cluster).",
+    )
+    idle_s: float = Field(1800.0, ge=0, description="Seconds a node stays empty before it goes.")
+    warm_nodes_per_type: int = Field(
+        2, ge=0, description="Empty powered nodes kept per GPU type as headroom for arrivals."
+    )
+    boot_s: float = Field(
+        300.0,
+        ge=0,
+        description="Seconds a node woken for a pending gang takes to boot before it is used.",
+    )
+
+    def rule(self) -> PowerDownRule:
+        return PowerDownRule(**self.model_dump())
+
+
 class PlacementSettings(_Group):
     """The live placement policy: a preset of `gpufleet.core.presets`, with overrides."""
 
@@ -134,10 +159,14 @@ class PlacementSettings(_Group):
     )
     weights: WeightOverrides = Field(default_factory=WeightOverrides)
     solver: SolverGroup = Field(default_factory=SolverGroup)
+    power_down: PowerDownGroup = Field(default_factory=PowerDownGroup)
 
     def policy(self) -> Policy:
-        """The core's `Policy`: the preset with the solver settings and weight overrides."""
-        policy = preset_policy(self.preset, self.solver.solver_settings())
+        """The core's `Policy`: the preset with the solver settings, power-down rule and weight
+        overrides."""
+        policy = preset_policy(
+            self.preset, self.solver.solver_settings(), power_down=self.power_down.rule()
+        )
         overrides = {k: v for k, v in self.weights.model_dump().items() if v is not None}
         if not overrides:
             return policy

@@ -83,7 +83,7 @@ class PowerDownRule:
 
     enabled: bool = False
     idle_s: float = 1800.0
-    warm_nodes_per_type: int = 1
+    warm_nodes_per_type: int = 2
     boot_s: float = 300.0
 
     def __post_init__(self) -> None:

@@ -15,16 +15,16 @@ simulator so both switch the same nodes for the same reasons:
    A node holding anything (any running replica, a placement of this decision, or whatever the
    caller knows runs there: `NodePower.empty_since` None) is never switched off.
 
-A switched-off or booting node must be unschedulable in the snapshot (the caller cordons it),
-so placement never uses it while it is off: "not used while another fits" follows, because it
-is woken only for gangs that fit nowhere else.
+The states are the contract's (`gpufleet.model.contract.power.PowerState`), as the live
+scheduler marks them on nodes. A switched-off or booting node must be unschedulable in the
+snapshot (the caller cordons it), so placement never uses it while it is off: "not used while
+another fits" follows, because it is woken only for gangs that fit nowhere else.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 
 from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.demand import Gang
@@ -32,16 +32,11 @@ from gpufleet.core.greedy import place_greedy
 from gpufleet.core.policy import Engine, Policy, PowerDownRule, SolverSettings
 from gpufleet.core.snapshot import RunningGang, Snapshot
 from gpufleet.core.state import ClusterState
-from gpufleet.model.cluster import Node
+from gpufleet.model.contract.power import PowerState as PowerState
+from gpufleet.model.inventory import Node
 from gpufleet.model.mig import MigLayout
 
 __all__ = ["NodePower", "PowerPlan", "PowerState", "plan_power"]
-
-
-class PowerState(StrEnum):
-    ON = "on"
-    OFF = "off"  # switched off (marked for power-down)
-    WAKING = "waking"  # switched back on, booting
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpufleet.scheduler.power_marks import PowerReport
+
 
 @dataclass
 class CycleReport:
@@ -19,6 +21,7 @@ class CycleReport:
     restarted: list[str] = field(default_factory=list)  # gangs restarted whole
     completed: list[str] = field(default_factory=list)  # partly bound gangs being completed
     bind_failures: dict[str, str] = field(default_factory=dict)  # gang id -> error
+    power: PowerReport = field(default_factory=PowerReport)  # idle-node power-down marks
     timings: dict[str, float] = field(default_factory=dict)
     error: str | None = None
 
@@ -26,5 +29,12 @@ class CycleReport:
     def acted(self) -> bool:
         """Whether the cycle changed anything in the cluster (worth a log line)."""
         return bool(
-            self.sent or self.bound or self.preempted or self.mig_requests or self.restarted
+            self.sent
+            or self.bound
+            or self.preempted
+            or self.mig_requests
+            or self.restarted
+            or self.power.power_off
+            or self.power.wake
+            or self.power.booted
         )

@@ -24,7 +24,10 @@ phase is a small collaborator with its own state (the module named after each):
               batch that is answered in the background (the next cycle does not wait for it;
               the assumptions keep its GPUs taken); if any binding of a gang fails, phase 0 of
               a later cycle rolls the gang back (never a partial gang)
-  9 explain   (waiting) write each waiting gang's reason into its pods' PodScheduled condition
+  9 power     (power_marks) opt-in idle-node power-down: the core's power plan after the
+              decision, written as node marks (cordon and label); gangs that fit only on
+              switched-off nodes wake them and wait for their boot
+ 10 explain   (waiting) write each waiting gang's reason into its pods' PodScheduled condition
 A failed snapshot or decision logs and waits for the next cycle instead of raising.
 """
 
@@ -54,6 +57,7 @@ from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.mig_request import MigRequester
 from gpufleet.scheduler.offer import cap_identical, heads
 from gpufleet.scheduler.partial import PartialGangs, partial_gangs
+from gpufleet.scheduler.power_marks import PowerMarks, booting_messages
 from gpufleet.scheduler.repartition import request_layouts
 from gpufleet.scheduler.victims import VictimEvictor, victims_still_shown
 from gpufleet.scheduler.waiting import WaitingReasons, pending_messages
@@ -94,6 +98,7 @@ class Scheduler:
         decide: Decide = place,
         clock: Callable[[], float] = time.monotonic,
         may_act: Callable[[], bool] = lambda: True,
+        power: PowerMarks | None = None,
     ) -> None:
         self.cache = cache
         self.mig = mig
@@ -115,6 +120,7 @@ class Scheduler:
         self.waiting = WaitingReasons(
             binder, clock, settings.explain_delay_s, settings.busy_explain_delay_s
         )
+        self.power = power
 
     # --- the cycle -----------------------------------------------------------------------------
 
@@ -152,10 +158,16 @@ class Scheduler:
         placed = [p for p in decision.placements if p.gang_id not in held]
         self.bindings.send(placed, by_id, report)  # 8
         timer.done("bind")
-        report.pending = pending_messages(  # 9
+        report.pending = pending_messages(
             waiting, capped, decision, held, self.victims.blocked, view.eligibility
         )
-        self.waiting.write(report.pending, view, busy=self.bindings.busy)
+        if self.power is not None:  # 9
+            placed_ids = {p.gang_id for p in decision.placements}
+            still = [pg.gang for pg in offered if pg.gang.id not in placed_ids]
+            report.power = self.power.act(state.nodes, state.pods, view, decision, still, policy)
+            report.pending.update(booting_messages(report.power.waiting_for))
+            timer.done("power")
+        self.waiting.write(report.pending, view, busy=self.bindings.busy)  # 10
         timer.done("explain")
         self._log(report, self.clock() - timer.started)
         return report
@@ -174,6 +186,8 @@ class Scheduler:
             return None
         for key in view.problems:
             log.warning("cycle=%d pod %s holds GPUs its node does not have", self.cycle, key)
+        if self.power is not None:  # nodes marked off or waking, even before the watch shows it
+            view = self.power.hide_marked(view, self.power.marks(state.nodes))
         return state, self.victims.without_protected(view)
 
     def _heal(

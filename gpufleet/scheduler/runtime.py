@@ -23,6 +23,7 @@ from gpufleet.scheduler.loop import Decide, Scheduler
 from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.mig_request import MigRequester
 from gpufleet.scheduler.policy_watch import LivePolicy, PolicyWatch
+from gpufleet.scheduler.power_marks import PowerMarks
 from gpufleet.scheduler.throttling import ThrottleRetry
 
 log = logging.getLogger("gpufleet.scheduler")
@@ -112,6 +113,7 @@ class SchedulerRuntime:
             settings,
             decide=decide,
             may_act=may_act,
+            power=PowerMarks(self.core),
         )
         self.informers = cache_informers(
             self.core, self.cache, self.stop_event, settings.mig_config_map_namespace

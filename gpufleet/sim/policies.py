@@ -35,7 +35,7 @@ __all__ = [
 ROUND_S = 360.0
 
 # The power-down rule of the `energy` policy: the core's defaults, switched on (30 min idle,
-# one warm node per GPU type, 300 s boot).
+# two warm nodes per GPU type, 300 s boot).
 ENERGY_POWER_DOWN = PowerDownRule(enabled=True)
 
 GPUFLEET_POLICIES: tuple[str, ...] = PRESET_NAMES

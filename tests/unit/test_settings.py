@@ -1,8 +1,9 @@
 """The settings root: defaults equal to the live components' former hard-coded values, the live
-placement preset and weight overrides, precedence of flags over environment over file over
-defaults, groups given whole as JSON, one-line errors naming the key and what it allows,
-refusal of unknown keys and of the replaced GPUFLEET_AUTOSCALER_SETTINGS, a constructor that
-never reads the environment by itself, and the README's settings table matching the fields."""
+placement preset, weight overrides and opt-in idle-node power-down, precedence of flags over
+environment over file over defaults, groups given whole as JSON, one-line errors naming the key
+and what it allows, refusal of unknown keys and of the replaced GPUFLEET_AUTOSCALER_SETTINGS, a
+constructor that never reads the environment by itself, and the README's settings table
+matching the fields."""
 
 from __future__ import annotations
 
@@ -16,7 +17,14 @@ from pathlib import Path
 import pytest
 
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
-from gpufleet.core.policy import Engine, Policy, PowerCapRule, SolverSettings, Weights
+from gpufleet.core.policy import (
+    Engine,
+    Policy,
+    PowerCapRule,
+    PowerDownRule,
+    SolverSettings,
+    Weights,
+)
 from gpufleet.core.presets import PRESET_NAMES, Preset, preset_policy
 from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.settings import (
@@ -57,6 +65,21 @@ def test_every_preset_is_selectable_with_the_live_solver(name: str) -> None:
 def test_energy_preset_caps_power() -> None:
     policy = load(environ={"GPUFLEET_PLACEMENT__PRESET": "energy"}).placement.policy()
     assert policy.power_caps == PowerCapRule(enabled=True, max_slowdown=0.05, cap_all=True)
+
+
+def test_power_down_is_off_by_default_and_opted_into_per_field() -> None:
+    assert load(environ={}).placement.policy().power_down == PowerDownRule(enabled=False)
+    s = load(
+        environ={
+            "GPUFLEET_PLACEMENT__PRESET": "energy",
+            "GPUFLEET_PLACEMENT__POWER_DOWN__ENABLED": "true",
+            "GPUFLEET_PLACEMENT__POWER_DOWN__BOOT_S": "120",
+        }
+    )
+    rule = s.placement.policy().power_down
+    assert rule == PowerDownRule(enabled=True, idle_s=1800.0, warm_nodes_per_type=2, boot_s=120.0)
+    with pytest.raises(SettingsError, match="GPUFLEET_PLACEMENT__POWER_DOWN__IDLE_S"):
+        load(environ={"GPUFLEET_PLACEMENT__POWER_DOWN__IDLE_S": "-1"})
 
 
 def test_weight_overrides_replace_only_the_weights_given() -> None:

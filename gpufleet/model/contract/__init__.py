@@ -6,6 +6,8 @@ exchange, with one typed encoder and one decoder each.
   types) and the enums the core's `Gang` uses for them;
 - `assignment`: what the scheduler hands out (GPUs, MIG instances `profile@start`, GPU type,
   power cap) and the MIG layouts it records on nodes;
+- `power`: node power: the power caps a node agent applied, and the idle-node power-down
+  marks (`off`, `waking`) the scheduler puts on nodes with their cordon;
 - `reasons`: why a gang waits (the core's `PendingReason` and the scheduler's own codes) and why
   a pod was disrupted.
 

@@ -33,6 +33,11 @@ ASSIGNED_MIG: Final = "gpufleet.io/mig-instance"  # "3g.40gb@4": profile and sta
 ASSIGNED_TYPE: Final = "gpufleet.io/gpu-type"
 POWER_CAP: Final = "gpufleet.io/power-cap-watts"  # applied by a node agent
 
+# Energy on nodes (`power` module): the caps a node agent applied, and idle-node power-down.
+APPLIED_POWER_CAPS: Final = "gpufleet.io/power-caps-applied"  # JSON {"0": 280}: GPU -> watts
+POWER_STATE_LABEL: Final = "gpufleet.io/power-state"  # power.PowerState value: off, waking
+POWER_STATE_SINCE: Final = "gpufleet.io/power-state-since"  # RFC 3339 time the state began
+
 # MIG: the NVIDIA MIG-manager label contract, plus the exact layout gpufleet asked for.
 MIG_CONFIG_LABEL: Final = "nvidia.com/mig.config"
 MIG_STATE_LABEL: Final = "nvidia.com/mig.config.state"  # assignment.MigState value

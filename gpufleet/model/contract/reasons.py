@@ -59,6 +59,7 @@ class SchedulerReason(StrEnum):
     PREEMPTING = "WaitingForPreemption"  # the gangs it preempted have not exited yet
     QUEUED = "QueuedBehindIdenticalGang"  # an identical gang ahead of it is offered instead
     BUDGET = "PreemptionBlockedByDisruptionBudget"  # a PodDisruptionBudget refused the victims
+    BOOTING = "WaitingForNodeBoot"  # fits only on nodes switched back on for it (power-down)
 
 
 WaitReason = PendingReason | SchedulerReason
