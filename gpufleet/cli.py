@@ -10,6 +10,7 @@ from pathlib import Path
 
 from gpufleet.admin.cli import CLIENT_COMMANDS, add_admin_parsers, run_admin, run_client
 from gpufleet.agent.deviceplugin.plugin_command import add_device_plugin_parser, run_device_plugin
+from gpufleet.agent.powercap.agent_command import add_node_agent_parser, run_node_agent
 from gpufleet.app.command import add_operator_parser, run_operator
 from gpufleet.cliargs import OneLineParser, add_subcommands, input_error_exit
 from gpufleet.model.input_error import InputError
@@ -89,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_simulate_parser(subparsers)
     add_device_plugin_parser(subparsers)
     add_admin_parsers(subparsers)
+    add_node_agent_parser(subparsers)
     return parser
 
 
@@ -105,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                 return run_simulate(args)
             case "device-plugin":
                 return run_device_plugin(args)
+            case "node-agent":
+                return run_node_agent(args)
             case "admin":
                 return run_admin(args)
             case command if command in CLIENT_COMMANDS:

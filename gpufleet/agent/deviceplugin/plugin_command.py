@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.agent.deviceplugin.devices import (
@@ -34,6 +32,12 @@ from gpufleet.agent.deviceplugin.server import (
     NoPods,
     PluginSettings,
     PodSource,
+)
+from gpufleet.agent.node_command import (
+    add_common_arguments,
+    core_api,
+    setup_logging,
+    stop_on_signals,
 )
 from gpufleet.model.fleet import load_fleet
 from gpufleet.model.input_error import InputError
@@ -66,10 +70,8 @@ def add_device_plugin_parser(
         help="fake NVIDIA GPU device plugin for a kubelet (kind clusters, tests)",
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
-    parser.add_argument(
-        "--node-name",
-        default=os.environ.get("NODE_NAME"),
-        help="this node's name (default: $NODE_NAME)",
+    add_common_arguments(
+        parser, "API access for pod assignments and labels (default: in-cluster, when in a pod)"
     )
     parser.add_argument(
         "--fleet",
@@ -102,12 +104,6 @@ def add_device_plugin_parser(
         help="file listing unhealthy device ids, one per line (re-read on change and on SIGHUP)",
     )
     parser.add_argument(
-        "--kubeconfig",
-        type=Path,
-        default=None,
-        help="API access for pod assignments and labels (default: in-cluster, when in a pod)",
-    )
-    parser.add_argument(
         "--label-node",
         action="store_true",
         help="write the GFD labels of the fake GPUs onto the node",
@@ -118,19 +114,6 @@ def add_device_plugin_parser(
         default=PluginSettings.poll_interval_s,
         help="seconds between checks of the kubelet's socket and the health file (default: 1)",
     )
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
-
-
-def _core_api(kubeconfig: Path | None) -> client.CoreV1Api | None:
-    if kubeconfig is not None:
-        api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
-        return client.CoreV1Api(api)
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-        return client.CoreV1Api()
-    return None
 
 
 def _mig_configs(path: Path | None) -> dict[str, Any]:
@@ -177,14 +160,12 @@ def node_gpus(args: argparse.Namespace, api: client.CoreV1Api | None) -> NodeGpu
 
 
 def run_device_plugin(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    setup_logging(args.log_level)
     if not args.node_name:
         raise InputError("required (or $NODE_NAME)", field="--node-name")
     if args.poll_interval <= 0:
         raise InputError("must be positive", field="--poll-interval")
-    api = _core_api(args.kubeconfig)
+    api = core_api(args.kubeconfig)
     gpus = node_gpus(args, api)
     if args.label_node:
         if api is None:
@@ -204,15 +185,7 @@ def run_device_plugin(args: argparse.Namespace) -> int:
     plugin = DevicePlugin(gpus, settings, pods)
     resources = {r: len(d) for r, d in gpus.by_resource().items()}
     log.info("node %s: %s, %s", args.node_name, gpus.gpu_type, resources)
-    stop = threading.Event()
-
-    def _stop(signum: int, _frame: object) -> None:
-        log.info("signal %d: stopping", signum)
-        stop.set()
-        plugin.wake()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stop = stop_on_signals(plugin.wake)
     signal.signal(signal.SIGHUP, lambda _s, _f: plugin.wake())
     plugin.run(stop)
     return 0
