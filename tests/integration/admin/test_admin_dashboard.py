@@ -35,7 +35,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.testing.operator import Kube, OperatorProcess, wait_for
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 CHROMIUM_FLAGS = (
     "--headless=new",
     "--no-sandbox",

@@ -27,7 +27,7 @@ from gpufleet.sim.serving.trace import poisson_requests
 from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 
 DASHBOARD = (
-    Path(__file__).resolve().parents[2] / "helm" / "gpufleet" / "dashboards" / "gpufleet.json"
+    Path(__file__).resolve().parents[3] / "helm" / "gpufleet" / "dashboards" / "gpufleet.json"
 )
 PROFILE = replica_profile("H100-SXM-80GB")
 
