@@ -22,6 +22,7 @@ policy's own `AutoscalerSettings` (a ServingJob's CRD fields still win over it p
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import re
 import sys
@@ -41,6 +42,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
 from gpufleet.core.policy import Engine, Policy, PowerDownRule, SolverSettings, Weights
 from gpufleet.core.presets import Preset, preset_policy
+from gpufleet.operator.podtemplate import GPU_TOLERATIONS
 from gpufleet.scheduler.lease import DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE
 from gpufleet.scheduler.loop_settings import SchedulerSettings
 
@@ -55,12 +57,15 @@ __all__ = [
     "MetricsSettings",
     "OperatorSettings",
     "PlacementSettings",
+    "PodToleration",
     "PowerDownGroup",
     "SchedulerSettings",
     "SettingRow",
     "Settings",
     "SettingsError",
     "SolverGroup",
+    "TaintEffect",
+    "TolerationOperator",
     "WeightOverrides",
     "load",
     "markdown_table",
@@ -174,6 +179,59 @@ class PlacementSettings(_Group):
         return dataclasses.replace(policy, weights=weights)
 
 
+# Kubernetes' rule for a toleration's key: a label key (an optional DNS prefix and a name).
+_LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+
+
+class TolerationOperator(StrEnum):
+    EXISTS = "Exists"
+    EQUAL = "Equal"
+
+
+class TaintEffect(StrEnum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class PodToleration(_Group):
+    """One toleration, in a Kubernetes pod's terms, checked as the API server checks it."""
+
+    key: str = Field("", pattern=_LABEL_KEY + "|^$")
+    operator: TolerationOperator = TolerationOperator.EQUAL
+    value: str = ""
+    effect: TaintEffect | None = None  # unset: every effect
+    tolerationSeconds: int | None = Field(None, ge=0)  # Kubernetes' own field name
+
+    @model_validator(mode="after")
+    def _as_the_api_server_does(self) -> PodToleration:
+        if not self.key and self.operator is not TolerationOperator.EXISTS:
+            raise ValueError("a toleration without a key must use operator Exists")
+        if self.operator is TolerationOperator.EXISTS and self.value:
+            raise ValueError("a toleration with operator Exists takes no value")
+        if self.tolerationSeconds is not None and self.effect is not TaintEffect.NO_EXECUTE:
+            raise ValueError("tolerationSeconds needs effect NoExecute")
+        return self
+
+    def as_kubernetes(self) -> dict[str, Any]:
+        """The toleration as a pod spec lists it (unset fields left out)."""
+        out: dict[str, Any] = {}
+        if self.key:
+            out["key"] = self.key
+        out["operator"] = self.operator.value
+        if self.value:
+            out["value"] = self.value
+        if self.effect is not None:
+            out["effect"] = self.effect.value
+        if self.tolerationSeconds is not None:
+            out["tolerationSeconds"] = self.tolerationSeconds
+        return out
+
+
+def _gpu_operator_toleration() -> tuple[PodToleration, ...]:
+    return tuple(PodToleration.model_validate(t) for t in GPU_TOLERATIONS)
+
+
 class OperatorSettings(_Group):
     """The TrainingJob and ServingJob handlers."""
 
@@ -184,6 +242,16 @@ class OperatorSettings(_Group):
         description="Seconds between two passes over each job (how soon pods' progress shows "
         "in its status; also the resolution of the autoscaling interval).",
     )
+    pod_tolerations: tuple[PodToleration, ...] = Field(
+        default_factory=_gpu_operator_toleration,
+        description="Tolerations added to every pod the operator creates for a job, beside "
+        "those of the job's template: the taints of the GPU nodes (the default tolerates the "
+        "NVIDIA GPU Operator's nvidia.com/gpu taint; an empty list adds none).",
+    )
+
+    def tolerations(self) -> tuple[dict[str, Any], ...]:
+        """`pod_tolerations` as pod specs list them."""
+        return tuple(t.as_kubernetes() for t in self.pod_tolerations)
 
 
 class LeaseSettings(_Group):
@@ -396,7 +464,9 @@ def _one_line(exc: ValidationError) -> str:
         value = error.get("input")
         shown = "" if isinstance(value, Mapping) else f" (got {json.dumps(value, default=str)})"
         message = error["msg"].removeprefix("Value error, ")
-        parts.append(f"setting {key} ({env_name(loc)}): {message}{shown}")
+        # A list is set whole (JSON in its variable): name the list's variable.
+        whole = tuple(itertools.takewhile(lambda part: not isinstance(part, int), loc))
+        parts.append(f"setting {key} ({env_name(whole)}): {message}{shown}")
     return "; ".join(parts)
 
 
@@ -462,6 +532,8 @@ def _default(info: FieldInfo) -> str:
         return value.value
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, tuple) and all(isinstance(v, PodToleration) for v in value):
+        return json.dumps([v.as_kubernetes() for v in value], separators=(",", ":"))
     return str(value)
 
 

@@ -121,14 +121,19 @@ def run(settings: Settings) -> int:
 
     kopf_setup.register_login(api)
     tick, scheduler_name = settings.operator.tick_s, settings.scheduler.name
+    tolerations = settings.operator.tolerations()
     trainingjob_handlers.register_timer(tick)
     servingjob_handlers.register_timer(tick)
     memo = kopf.Memo(
         state=trainingjob_handlers.State(
-            api, scheduler.cache, scheduler_name, tick, may_act=lease.held
+            api, scheduler.cache, scheduler_name, tick, may_act=lease.held, tolerations=tolerations
         ),
         serving=servingjob_handlers.State(
-            api, JobAutoscalers(settings.autoscaler), scheduler_name, may_act=lease.held
+            api,
+            JobAutoscalers(settings.autoscaler),
+            scheduler_name,
+            may_act=lease.held,
+            tolerations=tolerations,
         ),
     )
     namespace = settings.namespace

@@ -21,7 +21,8 @@ __all__ = [
 
 Obj = dict[str, Any]
 
-# What gpufleet adds to every pod it creates by default: GPU nodes set up by the NVIDIA GPU
+# What gpufleet adds to every pod it creates unless the setting operator.pod_tolerations
+# says otherwise (its default is this): GPU nodes set up by the NVIDIA GPU
 # Operator or a cloud's GPU node pools carry the taint nvidia.com/gpu=present:NoSchedule, and
 # Kubernetes' ExtendedResourceToleration admission plugin gives pods that request
 # nvidia.com/gpu this same toleration.

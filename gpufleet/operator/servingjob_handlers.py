@@ -48,7 +48,7 @@ from gpufleet.kubeerrors import api_error_text
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import PendingNote, read_pending
 from gpufleet.model.contract.serving import MetricsHealth, ScaleChange
-from gpufleet.operator import leading, metrics, serving_status
+from gpufleet.operator import leading, metrics, podtemplate, serving_status
 from gpufleet.operator import serving_children as children
 from gpufleet.operator.objects import ServingJobObject, parse_or_fail
 from gpufleet.operator.ports import ServingAutoscaler
@@ -70,9 +70,11 @@ class State:
         autoscalers: ServingAutoscaler,
         scheduler_name: str = names.SCHEDULER_NAME,
         may_act: Callable[[], bool] = leading.always,
+        tolerations: tuple[Mapping[str, Any], ...] = podtemplate.GPU_TOLERATIONS,
     ) -> None:
         self.scheduler_name = scheduler_name  # of the pods its Deployments create
         self.may_act = may_act  # the Lease fence (leading.py)
+        self.tolerations = tolerations  # added to those pods
         self.apps = client.AppsV1Api(api)
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -247,7 +249,9 @@ def _write_pool(
     refusal, if it refused."""
     namespace = job.id.namespace
     current = deployments.get(pool_name)
-    wanted: Any = children.deployment(job, pool_name, replicas, scheduler_name=state.scheduler_name)
+    wanted: Any = children.deployment(
+        job, pool_name, replicas, state.tolerations, state.scheduler_name
+    )
     name = wanted["metadata"]["name"]
     try:
         if current is None:

@@ -16,7 +16,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import disruption_reason
 from gpufleet.model.gpus import load_catalog
-from gpufleet.operator import children, leading, metrics, reconcile
+from gpufleet.operator import children, leading, metrics, podtemplate, reconcile
 from gpufleet.operator.accounting import Usage, accrue
 from gpufleet.operator.objects import TrainingJobObject, parse_or_fail
 from gpufleet.operator.ports import PodSource
@@ -56,10 +56,12 @@ class State:
         scheduler_name: str = names.SCHEDULER_NAME,
         tick_s: float = DEFAULT_TICK_S,
         may_act: Callable[[], bool] = leading.always,
+        tolerations: tuple[Mapping[str, Any], ...] = podtemplate.GPU_TOLERATIONS,
     ) -> None:
         self.cache = cache
         self.may_act = may_act  # the Lease fence (leading.py)
         self.scheduler_name = scheduler_name  # of the pods it creates
+        self.tolerations = tolerations  # added to the pods it creates
         self.tick_s = tick_s
         cache.on_pod_deleted(lambda pod: record_disruption(self, pod))
         self.core = client.CoreV1Api(api)
@@ -101,7 +103,7 @@ def _create_pods(state: State, job: TrainingJobObject, ranks: Iterable[int]) -> 
     namespace = job.id.namespace
 
     def create(rank: int) -> str | None:
-        pod: Any = children.worker_pod(job, rank, scheduler_name=state.scheduler_name)
+        pod: Any = children.worker_pod(job, rank, state.tolerations, state.scheduler_name)
         try:
             state.core.create_namespaced_pod(namespace, pod, _preload_content=False)
         except ApiException as exc:

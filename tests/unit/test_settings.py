@@ -1,9 +1,10 @@
 """The settings root: defaults equal to the live components' former hard-coded values, the live
 placement preset, weight overrides and opt-in idle-node power-down, precedence of flags over
 environment over file over defaults, groups given whole as JSON, one-line errors naming the key
-and what it allows, refusal of unknown keys and of the replaced GPUFLEET_AUTOSCALER_SETTINGS, a
-constructor that never reads the environment by itself, and the README's settings table
-matching the fields."""
+and what it allows, the tolerations for the operator's pods (default, replaced, emptied, checked
+as the API server checks a pod's), refusal of unknown keys and of the replaced
+GPUFLEET_AUTOSCALER_SETTINGS, a constructor that never reads the environment by itself, and the
+README's settings table matching the fields."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from gpufleet.settings import (
 )
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+TOLERATIONS = "GPUFLEET_OPERATOR__POD_TOLERATIONS"
 LIVE_SOLVER = SolverSettings(skip_when_greedy_admits_all=True)
 
 
@@ -192,6 +194,38 @@ def test_a_group_given_whole_as_json_merges_with_single_fields() -> None:
             r"^setting autoscaler \(GPUFLEET_AUTOSCALER\): not a JSON object$",
             id="autoscaler-not-json",
         ),
+        # Tolerations for the operator's pods, checked as the API server checks a pod's.
+        pytest.param(
+            {TOLERATIONS: '[{"operator": "Equal", "value": "x"}]'},
+            r"^setting operator\.pod_tolerations\.0 \(GPUFLEET_OPERATOR__POD_TOLERATIONS\): "
+            "a toleration without a key must use operator Exists$",
+            id="toleration-no-key",
+        ),
+        pytest.param(
+            {TOLERATIONS: '[{"key": "a", "operator": "Exists", "value": "x"}]'},
+            r"\.pod_tolerations\.0 .*: a toleration with operator Exists takes no value$",
+            id="toleration-exists-value",
+        ),
+        pytest.param(
+            {TOLERATIONS: '[{"key": "a", "effect": "NoSchedul"}]'},
+            r"\.pod_tolerations\.0\.effect .*'NoSchedule', 'PreferNoSchedule' or 'NoExecute'",
+            id="toleration-effect",
+        ),
+        pytest.param(
+            {TOLERATIONS: '[{"key": "a", "effect": "NoSchedule", "tolerationSeconds": 60}]'},
+            r"\.pod_tolerations\.0 .*: tolerationSeconds needs effect NoExecute$",
+            id="toleration-seconds",
+        ),
+        pytest.param(
+            {TOLERATIONS: '[{"key": "not a key"}]'},
+            r"\.pod_tolerations\.0\.key \(GPUFLEET_OPERATOR__POD_TOLERATIONS\): .*pattern",
+            id="toleration-key",
+        ),
+        pytest.param(
+            {TOLERATIONS: '{"key": "a"}'},
+            r"^setting operator\.pod_tolerations \(GPUFLEET_OPERATOR__POD_TOLERATIONS\)",
+            id="toleration-not-a-list",
+        ),
         pytest.param(
             {"GPUFLEET_AUTOSCALER_SETTINGS": '{"window_s": 30}'},
             r"^GPUFLEET_AUTOSCALER_SETTINGS is no longer read: set GPUFLEET_AUTOSCALER",
@@ -227,6 +261,30 @@ def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
     missing = tmp_path / "absent.yaml"
     with pytest.raises(SettingsError, match=f"config file {missing}: No such file"):
         load(environ={"GPUFLEET_CONFIG_FILE": str(missing)})
+
+
+def test_pod_tolerations_default_to_the_gpu_operators_and_may_be_replaced_or_emptied(
+    tmp_path: Path,
+) -> None:
+    gpu = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    assert load(environ={}).operator.tolerations() == (gpu,)
+    assert load(environ={TOLERATIONS: "[]"}).operator.tolerations() == ()
+    config = tmp_path / "settings.yaml"
+    config.write_text(
+        "operator:\n  pod_tolerations:\n"
+        "  - {key: example.com/accelerator, operator: Equal, value: a100, effect: NoSchedule}\n"
+        "  - {operator: Exists, effect: NoExecute, tolerationSeconds: 300}\n"
+    )
+    custom = load(environ={}, config_file=config).operator.tolerations()
+    assert custom == (
+        {"key": "example.com/accelerator", "operator": "Equal", "value": "a100",
+         "effect": "NoSchedule"},
+        {"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+    )  # fmt: skip
+    # The environment's JSON list replaces the file's whole.
+    environ = {TOLERATIONS: '[{"key": "dedicated", "operator": "Exists"}]'}
+    replaced = load(environ=environ, config_file=config).operator.tolerations()
+    assert replaced == ({"key": "dedicated", "operator": "Exists"},)
 
 
 def test_lease_renewal_defaults_to_a_third_of_the_duration() -> None:

@@ -70,5 +70,12 @@ tls_key_file: /etc/gpufleet-admin-tls/tls.key
   "scheduler" (dict "mig_config_map_namespace" (include "gpufleet.migNamespace" .))
   "admin" (include "gpufleet.adminConfig" . | fromYaml)
 }}
-{{- mergeOverwrite (deepCopy .Values.config) $chart | toYaml }}
+{{- $config := mergeOverwrite (deepCopy .Values.config) $chart }}
+{{- if kindIs "slice" .Values.jobPodTolerations }}
+{{- /* Set, not merged: an empty list must replace the settings' default too. */}}
+{{- $operator := get $config "operator" | default dict }}
+{{- $_ := set $operator "pod_tolerations" .Values.jobPodTolerations }}
+{{- $_ = set $config "operator" $operator }}
+{{- end }}
+{{- $config | toYaml }}
 {{- end }}

@@ -1,8 +1,10 @@
 """`gpufleet operator` started with a settings file on the sandbox: the file's placement preset
 drives the live scheduler (the energy preset power-caps every gang that does not ask for
 performance, a job's own maxSlowdownPercent bounds its cap instead), the operator's pods name
-the scheduler name of the file and that scheduler binds them, its log format is what the
-process writes, and a bad setting stops the process with status 2 before it takes the Lease."""
+the scheduler name of the file and that scheduler binds them, the file's pod tolerations are
+what the operator adds to its pods (a job whose template tolerates nothing runs on a pool tainted
+with a key other than the GPU Operator's), its log format is what the process writes, and a bad
+setting stops the process with status 2 before it takes the Lease."""
 
 from __future__ import annotations
 
@@ -24,6 +26,13 @@ from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_
 
 H100 = "H100-80GB"
 SCHEDULER = "gpufleet-settings"
+L4_NODES = [f"l4-{i}" for i in range(4)]
+TAINT = "example.com/accelerator=reserved:NoSchedule"
+TOLERATIONS = [
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "example.com/accelerator", "operator": "Equal", "value": "reserved",
+     "effect": "NoSchedule"},
+]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +44,8 @@ def operator(
     config = folder / "settings.yaml"
     config.write_text(
         f"placement:\n  preset: energy\nscheduler:\n  name: {SCHEDULER}\n"
-        "operator:\n  tick_s: 0.5\nlog:\n  format: json\n"
+        f"operator:\n  tick_s: 0.5\n  pod_tolerations: {json.dumps(TOLERATIONS)}\n"
+        "log:\n  format: json\n"
     )
     with OperatorProcess(
         sandbox.kubeconfig, folder / "operator.log", kube.coordination, f"--config={config}"
@@ -77,6 +87,31 @@ def test_a_jobs_max_slowdown_bounds_its_power_cap(kube: Kube, ns: str) -> None:
     preset = choose_power_cap(load_catalog()[H100], 0.05)
     assert expected is not None and preset is not None and expected.cap_w < preset.cap_w
     assert cap_of(pod) == f"{expected.cap_w:.0f}"
+
+
+@pytest.fixture
+def reserved_l4(sandbox: Sandbox) -> Iterator[None]:
+    """The L4 pool with a taint of another key than the GPU Operator's, removed afterwards."""
+    sandbox.kubectl("taint", "nodes", *L4_NODES, TAINT)
+    try:
+        yield
+    finally:
+        sandbox.kubectl("taint", "nodes", *L4_NODES, TAINT + "-")
+
+
+def test_the_pod_tolerations_setting_opens_a_pool_with_its_own_taint(
+    kube: Kube, ns: str, reserved_l4: None
+) -> None:
+    job = training_job("reserved", 2, gpus=1, gpu_type="L4")
+    assert "tolerations" not in job["spec"]["template"]["spec"]
+    kube.create_job(ns, job)
+    wait_for(lambda: kube.phase(ns, "reserved") == "Running", "the job running on L4", 60)
+    pods = kube.pods(ns, "gpufleet.io/trainingjob=reserved")
+    assert len(pods) == 2
+    for pod in pods:
+        assert pod["spec"]["nodeName"] in L4_NODES
+        # The API server's DefaultTolerationSeconds plugin may add its own after them.
+        assert pod["spec"]["tolerations"][: len(TOLERATIONS)] == TOLERATIONS
 
 
 def test_logs_are_json_lines(operator: OperatorProcess) -> None:

@@ -3,10 +3,12 @@
 Aspects under test:
 - `helm lint --strict` is clean;
 - deploy/gpufleet.yaml is exactly the chart rendered with its defaults (drift);
-- values.schema.json: a wrong type, an unknown preset or a misspelt key fails naming the key;
+- values.schema.json: a wrong type, an unknown preset, a misspelt key or a toleration's
+  unknown operator fails naming the key;
 - the Deployment: 2 replicas, the restricted security context, probes on the named metrics
   port, the settings file mounted read-only, a checksum that rolls the pods on a settings change;
-- the settings file: the user's `config` with the chart's Lease and metrics settings on top;
+- the settings file: the user's `config` with the chart's Lease and metrics settings on top,
+  and `jobPodTolerations` as the operator's `pod_tolerations` (an empty list included);
 - optional objects: the ServiceMonitor only where monitoring.coreos.com/v1 is served, the
   PodDisruptionBudget only with more than one replica, PriorityClasses only when asked for;
 - RBAC: no wildcard anywhere, the Lease Role limited to the one Lease, the MIG Role to the one
@@ -83,6 +85,11 @@ def test_deploy_manifest_is_the_rendered_chart() -> None:
         pytest.param("config.placement.preset=fastest", "'/config/placement/preset'", id="enum"),
         pytest.param("replicas=2", "additional properties 'replicas' not allowed", id="unknown"),
         pytest.param("metrics.port=70000", "'/metrics/port'", id="bound"),
+        pytest.param(
+            "jobPodTolerations[0].operator=Maybe",
+            "'/jobPodTolerations/0/operator': value must be one of 'Exists', 'Equal'",
+            id="toleration",
+        ),
     ],
 )
 def test_schema_rejects_a_bad_value_naming_the_key(flag: str, named: str) -> None:
@@ -149,6 +156,22 @@ def test_settings_file_is_the_users_config_under_the_charts_own(tmp_path: Path) 
     assert (loaded.admin.namespace, loaded.admin.policy_configmap) == (
         "gpufleet-system",
         "gpufleet-policy",
+    )
+
+
+def test_job_pod_tolerations_become_the_operators_setting(tmp_path: Path) -> None:
+    def loaded(*args: str) -> tuple[dict[str, Any], ...]:
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(_settings(render(*args))))
+        return load(environ={}, config_file=path).operator.tolerations()
+
+    gpu = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    assert loaded() == (gpu,)
+    # An empty list replaces the default (nothing added), beside other operator settings.
+    assert loaded("--set-json", "jobPodTolerations=[]", "--set", "config.operator.tick_s=2") == ()
+    custom = '[{"key": "example.com/accelerator", "operator": "Exists", "effect": "NoSchedule"}]'
+    assert loaded("--set-json", f"jobPodTolerations={custom}") == (
+        {"key": "example.com/accelerator", "operator": "Exists", "effect": "NoSchedule"},
     )
 
 
