@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import subprocess
 import time
 import urllib.request
@@ -224,7 +225,7 @@ def _forbidden(proc: OperatorProcess) -> list[str]:
     return [
         line.replace('\\"', '"')
         for line in proc.log.read_text(errors="replace").splitlines()
-        if "403" in line or "forbidden" in line.lower()
+        if re.search(r"\b403\b", line) or "forbidden" in line.lower()
     ]
 
 
