@@ -142,7 +142,9 @@ def test_leader_paused_past_its_lease_stands_down(
     kube: Kube, ns: str, operator: OperatorProcess, standby: OperatorProcess
 ) -> None:
     os.kill(operator.pid, signal.SIGSTOP)
-    standby.start(timeout=30)  # once the stopped leader's Lease has expired
+    # Once the stopped leader's Lease has expired, and its caches are synced (both slow on a
+    # loaded machine: within 30 s the standby had taken the Lease but not yet synced).
+    standby.start(timeout=60)
     kube.create_job(ns, training_job("while-paused", 2, 1, "T4"))
     wait_for(lambda: kube.phase(ns, "while-paused") == "Running", "Running", 30)
     os.kill(operator.pid, signal.SIGCONT)
