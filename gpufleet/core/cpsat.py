@@ -39,6 +39,8 @@ from gpufleet.core.patterns import (
     pattern_size,
 )
 from gpufleet.core.policy import Policy
+from gpufleet.core.preempt import release_gang
+from gpufleet.core.quota_cpsat import QuotaOption, add_quota_constraints
 from gpufleet.core.scarcity import gpu_use, is_flexible
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.core.state import ClusterState
@@ -109,6 +111,8 @@ class _Model:
         self.z: dict[tuple[str, MigLayout], cp_model.IntVar] = {}
         self.objective_terms: list[tuple[cp_model.LinearExprT, int]] = []
         self._build_options(gangs, layouts)
+        if state.gate is not None:
+            add_quota_constraints(self.model, state.gate, self._quota_options())
         self._build_groups()
         self._build_whole_supply()
         self._build_mig(layouts)
@@ -152,6 +156,15 @@ class _Model:
                     m.add_at_most_one(o.admit for o in opts)
                 self.by_gang[gang.id] = opts
                 self.options.extend(opts)
+
+    def _quota_options(self) -> list[QuotaOption]:
+        """Each option's use of its queue's quota: GPUs (or MIG slices) when admitted."""
+        out: list[QuotaOption] = []
+        for o in self.options:
+            per = 1 if o.gang.mig_profile is not None else o.gang.gpus_per_replica
+            amount = per * (o.fixed_replicas or 1) * o.replicas
+            out.append(QuotaOption(o.gang, o.gpu_type, amount, o.admit))
+        return out
 
     def _build_groups(self) -> None:
         items: dict[str, set[Item]] = {}
@@ -481,8 +494,12 @@ def _apply_layouts(built: _Model, solver: cp_model.CpSolver, state: ClusterState
                 state.repartition(n, g, lay)
 
 
-def _take(state: ClusterState, greedy_state: ClusterState, placement: GangPlacement) -> None:
+def _take(
+    state: ClusterState, greedy_state: ClusterState, placement: GangPlacement, gang: Gang
+) -> None:
     """Give `state` the GPUs of a placement greedy made, with the MIG layouts it gave them."""
+    if state.gate is not None:
+        state.gate.take(gang, placement.gpu_type, placement.replica_count)
     for replica in placement.replicas:
         n = state.node_index[replica.node]
         if replica.mig is None:
@@ -515,12 +532,12 @@ def place_cpsat(
     victims = {p.gang_id for p in preemptions}
     for running in state.snapshot.running:
         if running.id in victims:
-            for replica in running.replicas:
-                state.release(replica)
+            release_gang(state, running)
     forced = frozenset(p.for_gang for p in preemptions)
     fixed = {g.id: greedy[g.id] for g in pending if g.allowed_nodes is not None and g.id in greedy}
+    by_id = {g.id: g for g in pending}
     for placement in fixed.values():
-        _take(state, greedy_state, placement)
+        _take(state, greedy_state, placement, by_id[placement.gang_id])
     free = [g for g in pending if g.allowed_nodes is None]
     built = _Model(state, free, policy, layouts, forced - fixed.keys())
     if not built.options:

@@ -39,10 +39,12 @@ class Repartition:
 
 @dataclass(frozen=True, slots=True)
 class Preemption:
-    """Evict a whole running gang to make room for `for_gang`."""
+    """Evict a whole running gang to make room for `for_gang`. `reclaim`: the victim's queue
+    borrowed the capacity and `for_gang`'s queue takes back its nominal quota."""
 
     gang_id: str
     for_gang: str
+    reclaim: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ class Gang:
     # The largest slowdown (a fraction) the owner accepts from a GPU power cap: the gang is
     # capped within it whatever the policy's rule (None: the policy's rule decides).
     max_slowdown: float | None = None
+    queue: str | None = None  # the GPUQueue it waits in (None: outside any queue)
 
     def __post_init__(self) -> None:
         if not self.acceptable:

@@ -313,10 +313,19 @@ def _plan_mig(
 def plan_gang(
     state: ClusterState, gang: Gang, gpu_type: str, policy: Policy, layouts: Memo
 ) -> Plan | None:
-    """A feasible placement of `gang` on `gpu_type` in the current state, or None."""
+    """A feasible placement of `gang` on `gpu_type` in the current state, or None. With
+    queues, also within its queue's quota (an elastic gang is cut to the replicas it allows)."""
+    gate = state.gate
+    if gate is not None and not gate.allows(gang, gpu_type, gang.replicas_min):
+        return None
+    plan: Plan | None
     if gang.mig_profile is not None:
-        return _plan_mig(state, gang, gpu_type, policy, layouts)
-    return _plan_whole(state, gang, gpu_type, eligible_nodes(state, gang, layouts))
+        plan = _plan_mig(state, gang, gpu_type, policy, layouts)
+    else:
+        plan = _plan_whole(state, gang, gpu_type, eligible_nodes(state, gang, layouts))
+    if plan is not None and gate is not None and len(plan.replicas) > gang.replicas_min:
+        del plan.replicas[gate.replicas_allowed(gang, gpu_type, len(plan.replicas)) :]
+    return plan
 
 
 def commit(state: ClusterState, plan: Plan, policy: Policy) -> GangPlacement:
@@ -329,6 +338,8 @@ def commit(state: ClusterState, plan: Plan, policy: Policy) -> GangPlacement:
             state.take_whole(n, replica.gpus)
         else:
             state.take_instance(n, replica.gpus[0], replica.mig)
+    if state.gate is not None:
+        state.gate.take(plan.gang, plan.gpu_type, len(plan.replicas))
     value = replica_value(plan.gang, state.catalog[plan.gpu_type], policy)
     return GangPlacement(
         gang_id=plan.gang.id,
@@ -338,8 +349,11 @@ def commit(state: ClusterState, plan: Plan, policy: Policy) -> GangPlacement:
     )
 
 
-def greedy_order(gangs: Sequence[Gang]) -> list[Gang]:
-    """Priority first, then larger gangs first, then id for determinism."""
+def greedy_order(gangs: Sequence[Gang], state: ClusterState | None = None) -> list[Gang]:
+    """Priority first, then larger gangs first, then id for determinism; with queues, the
+    queues' fair-share order (fairshare.py)."""
+    if state is not None and state.gate is not None:
+        return state.gate.order(gangs)
     return sorted(gangs, key=lambda g: (-g.priority, -g.gpus_needed(g.replicas_min), g.id))
 
 
@@ -395,7 +409,7 @@ def place_greedy(
     layouts.note_pending(gangs)
     placed: dict[str, GangPlacement] = {}
     kept = state_reserves(state, policy, gangs)
-    for gang in greedy_order(gangs):
+    for gang in greedy_order(gangs, state):
         types = usable_types(state, gang, policy, layouts)
         if is_flexible(types) and any(t in kept for t in types):
             scarce = _plan_scarce(state, gang, types, policy, kept, layouts)

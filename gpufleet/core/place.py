@@ -7,6 +7,12 @@ the greedy decision, preempt again for what is left, and keep the better-scoring
 (greedy's when the solver finds nothing in time); skipped with the opt-in
 `SolverSettings.skip_when_greedy_admits_all` when greedy admits everything; 4 explain every gang
 left pending; 5 return the decision in a canonical order so equal inputs give equal decisions.
+
+With queues in the snapshot (queues.py), phase 1 also gives the working state a `QueueGate`
+(admission.py): gangs of missing or unusable queues, or with a priority their queue does not
+take, are explained at once; every phase then tries gangs in the queues' fair-share order,
+admits them only within quota, and evicts across queues only to reclaim borrowed capacity; a
+gang left pending is explained by its queue's quota first (QuotaExceeded, WaitingForReclaim).
 """
 
 from __future__ import annotations
@@ -14,10 +20,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from gpufleet.core.decision import Decision, GangPlacement, Preemption, Repartition, SolveStats
+from gpufleet.core.admission import QueueGate
+from gpufleet.core.decision import (
+    Decision,
+    GangPlacement,
+    Pending,
+    PendingReason,
+    Preemption,
+    Repartition,
+    SolveStats,
+)
 from gpufleet.core.demand import Gang
 from gpufleet.core.explain import explain
-from gpufleet.core.greedy import Memo, place_greedy
+from gpufleet.core.greedy import Memo, place_greedy, usable_types
 from gpufleet.core.objective import evaluate
 from gpufleet.core.policy import Engine, Policy
 from gpufleet.core.preempt import preempt_for_pending
@@ -35,6 +50,13 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
         raise ValueError("a pending gang id is also running")
     memo = Memo()
     initial = ClusterState(snapshot)
+    refused: list[Pending] = []
+    if snapshot.queues is not None:
+        initial.gate = QueueGate(snapshot, policy.queue_aging_s)
+        refused = [p for p in map(initial.gate.refusal, pending) if p is not None]
+        if refused:
+            out = {p.gang_id for p in refused}
+            pending = [g for g in pending if g.id not in out]
     # Greedy on free capacity, then preemption for what is still stuck.
     greedy_state = initial.copy()
     greedy = place_greedy(greedy_state, pending, policy, memo)
@@ -70,12 +92,49 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
                 )
         best = replace(best, stats=stats)
     admitted = best.admitted_ids
-    pending_out = tuple(
-        explain(initial, g, policy, memo)
-        for g in sorted(pending, key=lambda g: g.id)
-        if g.id not in admitted
-    )
-    return replace(best, pending=pending_out)
+    waiting = [g for g in pending if g.id not in admitted]
+    if initial.gate is None:
+        reasons = [explain(initial, g, policy, memo) for g in waiting]
+    else:
+        reasons = queue_reasons(initial, best, pending, waiting, policy, memo) + refused
+    return replace(best, pending=tuple(sorted(reasons, key=lambda p: p.gang_id)))
+
+
+# Capacity reasons that a reclaim of borrowed GPUs could resolve.
+_CAPACITY: frozenset[PendingReason] = frozenset(
+    {
+        PendingReason.INSUFFICIENT_GPUS,
+        PendingReason.INSUFFICIENT_MIG,
+        PendingReason.TOPOLOGY,
+        PendingReason.LOST_TO_OTHERS,
+    }
+)
+
+
+def queue_reasons(
+    initial: ClusterState,
+    decision: Decision,
+    pending: Sequence[Gang],
+    waiting: Sequence[Gang],
+    policy: Policy,
+    memo: Memo,
+) -> list[Pending]:
+    """Why gangs wait when queues apply: their queue's quota, judged after the decision
+    (QuotaExceeded, or WaitingForReclaim within nominal), else the capacity reason, which
+    becomes WaitingForReclaim when the gang is within nominal and borrowers hold its types."""
+    assert initial.gate is not None
+    after = initial.gate.after(decision, pending)
+    out: list[Pending] = []
+    for gang in waiting:
+        types = usable_types(initial, gang, policy, memo)
+        reason = after.quota_reason(gang, types)
+        if reason is None:
+            reason = explain(initial, gang, policy, memo)
+            note = after.reclaim_note(gang, types)
+            if reason.reason in _CAPACITY and note is not None:
+                reason = Pending(gang.id, PendingReason.WAITING_FOR_RECLAIM, note)
+        out.append(reason)
+    return out
 
 
 def _admits_all(pending: Sequence[Gang], decision: Decision) -> bool:

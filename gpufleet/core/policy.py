@@ -129,6 +129,9 @@ class Policy:
     max_preempting_gangs: int = 16  # stuck gangs that may evict per decision (bounds the work)
     type_delay: TypeDelay = field(default_factory=TypeDelay)
     power_down: PowerDownRule = field(default_factory=PowerDownRule)
+    # With queues: a gang pending this long goes ahead of the fair-share order of its tier
+    # (starvation protection, fairshare.py).
+    queue_aging_s: float = 3600.0
 
     def priority_weight(self, priority: int) -> float:
         """Multiplier of a gang's work in the objective: each priority level doubles it, so

@@ -41,6 +41,16 @@ def _retake(state: ClusterState, gang: RunningGang) -> None:
             state.take_whole(n, replica.gpus)
         else:
             state.take_instance(n, replica.gpus[0], replica.mig)
+    if state.gate is not None:
+        state.gate.hold(gang)
+
+
+def release_gang(state: ClusterState, gang: RunningGang) -> None:
+    """Free a running gang's GPUs (and its queue's usage) in the working state."""
+    for replica in gang.replicas:
+        state.release(replica)
+    if state.gate is not None:
+        state.gate.free(gang)
 
 
 def _try_plan(state: ClusterState, gang: Gang, policy: Policy, layouts: Memo) -> Plan | None:
@@ -72,7 +82,8 @@ def preempt_for_pending(
         values.update(
             (r.id, running_value(state.snapshot, r, policy)) for r in state.snapshot.running
         )
-    for gang in greedy_order(pending):
+    gate = state.gate
+    for gang in greedy_order(pending, state):
         if tried >= max_gangs:
             break
         types = set(usable_types(state, gang, policy, layouts))
@@ -82,19 +93,26 @@ def preempt_for_pending(
             for r in state.snapshot.running
             if r.id not in evicted
             and r.preemptible
-            and r.priority < gang.priority
+            and (r.priority < gang.priority if gate is None else gate.may_evict(r, gang))
             and r.gpu_type in types
             and (allowed is None or any(state.node_index[p.node] in allowed for p in r.replicas))
         ]
         if not candidates:
             continue
         tried += 1
-        candidates.sort(key=victim_key(values))
+        order = victim_key(values)
+        if gate is None:
+            candidates.sort(key=order)
+        else:
+            # With queues: other queues' borrowers first (admission.py), then the usual order.
+            candidates.sort(key=lambda r: (gate.victim_key(r, gang), order(r)))
         released: list[RunningGang] = []
         plan: Plan | None = None
         for victim in candidates[:MAX_VICTIMS_PER_GANG]:
-            for replica in victim.replicas:
-                state.release(replica)
+            # A queue stops being reclaimed from once it is back within its nominal quota.
+            if gate is not None and not gate.may_evict(victim, gang):
+                continue
+            release_gang(state, victim)
             released.append(victim)
             plan = _try_plan(state, gang, policy, layouts)
             if plan is not None:
@@ -108,22 +126,25 @@ def preempt_for_pending(
             _retake(state, victim)
             again = _try_plan(state, gang, policy, layouts)
             if again is None:
-                for replica in victim.replicas:
-                    state.release(replica)
+                release_gang(state, victim)
             else:
                 released.remove(victim)
                 plan = again
+        reclaim = gate is not None and all(gate.is_reclaim(v, gang) for v in released)
         gain = _plan_value(state, plan, policy)
         loss = sum(values[v.id] for v in released)
         loss += policy.weights.disruption * len(released)
-        if gain <= loss:
+        # A reclaim returns guaranteed quota: it happens whatever the borrowed work is worth.
+        if gain <= loss and not reclaim:
             for victim in released:
                 _retake(state, victim)
             continue
         placed[gang.id] = commit(state, plan, policy)
         for victim in sorted(released, key=lambda r: r.id):
             evicted.add(victim.id)
-            preemptions.append(Preemption(victim.id, gang.id))
+            preemptions.append(
+                Preemption(victim.id, gang.id, gate is not None and gate.is_reclaim(victim, gang))
+            )
     return placed, preemptions
 
 

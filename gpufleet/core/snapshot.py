@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+from gpufleet.core.queues import QueueTree
 from gpufleet.model.gpus import Catalog
 from gpufleet.model.inventory import Node
 from gpufleet.model.mig import MigPlacement
@@ -60,6 +61,7 @@ class RunningGang:
     preemptible: bool = True
     relative_throughput: float | None = None  # None = catalogue default for gpu_type
     progress: RunProgress | None = None
+    queue: str | None = None  # the GPUQueue it is charged to (None: outside any queue)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,8 @@ class Snapshot:
     running: tuple[RunningGang, ...] = ()
     # Expected single-type demand per GPU type; empty = no estimate (no scarcity pricing).
     constrained_demand: tuple[ConstrainedDemand, ...] = ()
+    # The queues gangs are charged to (queues.py); None: no quotas, no fair share.
+    queues: QueueTree | None = None
     _nodes_by_name: Mapping[str, Node] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:

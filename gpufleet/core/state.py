@@ -18,9 +18,13 @@ import bisect
 import copy
 from collections import Counter
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
 from gpufleet.model.mig import MigLayout, MigPlacement
+
+if TYPE_CHECKING:
+    from gpufleet.core.admission import QueueGate
 
 # Key of a free MIG instance in the per-(type, profile) index. Tier 0 = its GPU already runs other
 # slices (use these first: no repartition, keeps empty GPUs whole); tier 1 = its GPU is empty.
@@ -47,6 +51,8 @@ class ClusterState:
         # Node idle at the start of the decision: no GPU in use (candidates for power-down).
         self.initially_idle = [True] * len(self.nodes)
         self.repartitioned: set[tuple[int, int]] = set()
+        # Queue accounting of this state (admission.py); None when the snapshot has no queues.
+        self.gate: QueueGate | None = None
         for gang in snapshot.running:
             for replica in gang.replicas:
                 at = self.node_index.get(replica.node)
@@ -91,6 +97,7 @@ class ClusterState:
         twin.buckets = {t: [list(b) for b in rows] for t, rows in self.buckets.items()}
         twin.instances = {k: list(v) for k, v in self.instances.items()}
         twin.repartitioned = set(self.repartitioned)
+        twin.gate = None if self.gate is None else self.gate.copy()
         return twin
 
     # --- construction helpers -------------------------------------------------------------

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.snapshot import Snapshot
+from gpufleet.core.validate_quota import quota_problems
 from gpufleet.model.mig import MigLayout, layout_problem
 
 
@@ -33,7 +34,8 @@ def decision_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Dec
             continue
         if not victim.preemptible:
             problems.append(f"{victim.id} is not preemptible")
-        if victim.priority >= winner.priority:
+        # With queues, quota_problems judges preemptions (a reclaim ignores priorities).
+        if snapshot.queues is None and victim.priority >= winner.priority:
             problems.append(
                 f"{victim.id} (priority {victim.priority}) preempted for "
                 f"{winner.id} (priority {winner.priority})"
@@ -93,6 +95,7 @@ def decision_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Dec
                         problems.append(f"slice {r.mig} on {key} oversubscribed by {gang.id}")
                     slices.add((r.node, g, r.mig))
                     used_gpus.add(key)
+    problems.extend(quota_problems(snapshot, pending, decision))
     return problems
 
 

@@ -15,6 +15,7 @@ from gpufleet.core.demand import EnergyPreference, Gang, Topology, TypeOption
 from gpufleet.core.objective import evaluate
 from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, PowerCapRule, SolverSettings, Weights
+from gpufleet.core.queues import QueueSpec, QueueTree, Quota
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.core.validate import decision_problems
 from gpufleet.model.gpus import load_catalog
@@ -52,8 +53,36 @@ def build_snapshot(doc: dict[str, Any]) -> Snapshot:
             (*(previous.replicas if previous else ()), replica),
             r.get("priority", 0),
             r.get("preemptible", True),
+            queue=r.get("queue"),
         )
-    return Snapshot(CATALOG, tuple(nodes), tuple(running.values()))
+    return Snapshot(
+        CATALOG, tuple(nodes), tuple(running.values()), queues=build_queues(doc.get("queues"))
+    )
+
+
+def build_queues(specs: list[dict[str, Any]] | None) -> QueueTree | None:
+    """`queues: [{name, parent, weight, quotas: {TYPE[/PROFILE]: N or {nominal, ...}}}]`."""
+    if specs is None:
+        return None
+    out = []
+    for q in specs:
+        quotas = {}
+        for resource, value in (q.get("quotas") or {}).items():
+            fields = {"nominal": value} if isinstance(value, int) else value
+            quotas[resource] = Quota(
+                fields["nominal"], fields.get("borrowing_limit"), fields.get("lending_limit")
+            )
+        out.append(
+            QueueSpec(
+                q["name"],
+                q.get("parent"),
+                q.get("weight", 1.0),
+                quotas,
+                q.get("priority_min", 0),
+                q.get("priority_max"),
+            )
+        )
+    return QueueTree.build(out)
 
 
 def build_gangs(doc: dict[str, Any]) -> list[Gang]:
@@ -74,6 +103,8 @@ def build_gangs(doc: dict[str, Any]) -> list[Gang]:
                 preemptible=g.get("preemptible", True),
                 topology=Topology(g.get("topology", "any")),
                 energy=EnergyPreference(g.get("energy", "balanced")),
+                waited_s=g.get("waited_s", 0.0),
+                queue=g.get("queue"),
             )
         )
     return gangs
@@ -103,6 +134,8 @@ def check(decision: Decision, expect: dict[str, Any]) -> None:
         assert got == expect["repartitioned"]
     if "preempted" in expect:
         assert [p.gang_id for p in decision.preemptions] == expect["preempted"]
+    if "reclaimed" in expect:
+        assert [p.gang_id for p in decision.preemptions if p.reclaim] == expect["reclaimed"]
     for gang_id, gpu_type in expect.get("types", {}).items():
         placement = decision.placement(gang_id)
         assert placement is not None and placement.gpu_type == gpu_type

@@ -49,6 +49,10 @@ class PendingReason(StrEnum):
     INSUFFICIENT_MIG = "InsufficientMigSlices"  # not enough free slices nor empty GPUs to cut
     LOST_TO_OTHERS = "CapacityGivenToOtherGangs"  # fits alone; capacity went to better work
     WAITING_FOR_FASTER_TYPE = "WaitingForFasterGpuType"  # fits only on types it still delays
+    QUEUE_NOT_FOUND = "QueueNotFound"  # its queue does not exist or is unusable
+    QUEUE_NOT_ALLOWED = "QueueNotAllowed"  # its queue does not take its priority
+    QUOTA_EXCEEDED = "QuotaExceeded"  # no acceptable type fits its queue's quota
+    WAITING_FOR_RECLAIM = "WaitingForReclaim"  # within nominal quota; borrowers hold the GPUs
 
 
 class SchedulerReason(StrEnum):

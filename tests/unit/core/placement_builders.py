@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpufleet.core.demand import EnergyPreference, Gang, Topology, TypeOption
+from gpufleet.core.queues import QueueTree
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.model.gpus import Catalog, load_catalog
 from gpufleet.model.inventory import Node, make_node
@@ -23,6 +24,7 @@ class ClusterBuilder:
     catalog: Catalog = CATALOG
     nodes: list[Node] = field(default_factory=list)
     running: list[RunningGang] = field(default_factory=list)
+    tree: QueueTree | None = None
 
     def node(
         self,
@@ -48,6 +50,7 @@ class ClusterBuilder:
         priority: int = 0,
         preemptible: bool = True,
         mig: str | None = None,
+        queue: str | None = None,
     ) -> ClusterBuilder:
         """A running gang with one replica; call again with the same id to add replicas."""
         gpu_type = next(n.gpu_type for n in self.nodes if n.name == node)
@@ -59,14 +62,25 @@ class ClusterBuilder:
         for i, existing in enumerate(self.running):
             if existing.id == gang_id:
                 self.running[i] = RunningGang(
-                    gang_id, gpu_type, (*existing.replicas, replica), priority, preemptible
+                    gang_id,
+                    gpu_type,
+                    (*existing.replicas, replica),
+                    priority,
+                    preemptible,
+                    queue=queue,
                 )
                 return self
-        self.running.append(RunningGang(gang_id, gpu_type, (replica,), priority, preemptible))
+        self.running.append(
+            RunningGang(gang_id, gpu_type, (replica,), priority, preemptible, queue=queue)
+        )
+        return self
+
+    def queues(self, tree: QueueTree) -> ClusterBuilder:
+        self.tree = tree
         return self
 
     def build(self) -> Snapshot:
-        return Snapshot(self.catalog, tuple(self.nodes), tuple(self.running))
+        return Snapshot(self.catalog, tuple(self.nodes), tuple(self.running), queues=self.tree)
 
 
 def cluster() -> ClusterBuilder:
@@ -86,6 +100,8 @@ def gang(
     throughput: dict[str, float] | None = None,
     allowed: set[str] | None = None,
     max_slowdown: float | None = None,
+    queue: str | None = None,
+    waited_s: float = 0.0,
 ) -> Gang:
     names = (types,) if isinstance(types, str) else types
     low, high = (replicas, replicas) if isinstance(replicas, int) else replicas
@@ -103,4 +119,6 @@ def gang(
         energy=energy,
         allowed_nodes=None if allowed is None else frozenset(allowed),
         max_slowdown=max_slowdown,
+        queue=queue,
+        waited_s=waited_s,
     )

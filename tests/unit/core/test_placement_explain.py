@@ -148,4 +148,8 @@ def test_reason_codes_are_stable_strings() -> None:
         "InsufficientMigSlices",
         "CapacityGivenToOtherGangs",
         "WaitingForFasterGpuType",
+        "QueueNotFound",
+        "QueueNotAllowed",
+        "QuotaExceeded",
+        "WaitingForReclaim",
     }

@@ -1,0 +1,267 @@
+"""Quota arithmetic over the queue tree: who uses what, and whether one more gang fits.
+
+A `QuotaBook` holds, per resource (queues.py), the usage of each queue's own gangs, of each
+subtree, and of gangs outside any queue, and the cluster's capacity of the resource (whole GPUs
+of a type; for a MIG resource, as many slices as the type's GPUs could hold if all were cut for
+it). It is built from a snapshot and updated as a decision takes and frees capacity, so every
+check sees the gangs admitted before it in the same decision.
+
+Whether `amount` more of a resource fits queue q (`check`), with E(c) = max(own usage of c + E
+of c's children, nominal c keeps and does not lend):
+  at q and every ancestor a:   own(a) + sum of E(children of a) <= nominal(a) + borrowing limit(a)
+  at the cluster:               outside-queue usage + sum of E(top-level queues) <= capacity
+So a queue borrows only what others lend (their unused nominal beyond what they keep) and what
+no queue is promised, never more than its borrowing limit, and never makes its ancestors exceed
+theirs. A non-preemptible gang may not borrow what could have to be reclaimed: it must stay
+within the nominal quota of its queue and every ancestor, or take only capacity no queue is
+promised at all (KAI Scheduler's rule that non-preemptible workloads run within quota).
+
+A queue *borrows* a resource while its subtree uses more than its nominal quota; only gangs of
+borrowing queues are taken back by reclaim (reclaim.py).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from gpufleet.core.queues import QueueTree, resource_key, split_resource
+from gpufleet.core.snapshot import RunningGang, Snapshot
+
+__all__ = ["Charge", "QuotaBook", "Shortfall", "running_charge"]
+
+ROOT: Final = "<cluster>"
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """What one gang counts against its queue: `amount` of `resource`."""
+
+    queue: str | None
+    resource: str
+    amount: int
+
+
+def running_charge(gang: RunningGang) -> Charge:
+    """A running gang's charge: its whole GPUs, or its MIG slices (one per replica)."""
+    mig = gang.replicas[0].mig if gang.replicas else None
+    if mig is not None:
+        return Charge(gang.queue, resource_key(gang.gpu_type, mig.profile), len(gang.replicas))
+    return Charge(gang.queue, gang.gpu_type, sum(len(r.gpus) for r in gang.replicas))
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """Why `need` more of `resource` does not fit a queue: the first limit it would break."""
+
+    resource: str
+    need: int
+    room: int  # the most that would fit
+    text: str
+    # False when only the cluster's capacity binds and no queue keeps any of it: then the GPUs
+    # are simply in use, which is a capacity reason rather than a quota one.
+    quota: bool = True
+
+
+class QuotaBook:
+    """Usage per queue and resource, updated through a decision (see module docstring)."""
+
+    def __init__(self, tree: QueueTree, snapshot: Snapshot) -> None:
+        self.tree = tree
+        self._gpus: Counter[str] = Counter()
+        for node in snapshot.nodes:
+            self._gpus[node.gpu_type] += node.gpu_count
+        self._catalog = snapshot.catalog
+        self.own: dict[str, Counter[str]] = {}  # queue (ROOT: outside any queue) -> usage
+        self.sub: dict[str, Counter[str]] = {}  # queue -> usage of its subtree
+        self.held: dict[str, Charge] = {}  # running gang id -> its charge
+        self._effective: dict[tuple[str, str], int] = {}
+        for gang in snapshot.running:
+            self.hold(gang.id, running_charge(gang))
+
+    def copy(self) -> QuotaBook:
+        twin = copy.copy(self)
+        twin.own = {k: Counter(v) for k, v in self.own.items()}
+        twin.sub = {k: Counter(v) for k, v in self.sub.items()}
+        twin.held = dict(self.held)
+        twin._effective = dict(self._effective)
+        return twin
+
+    # --- capacity and usage ----------------------------------------------------------------
+
+    def capacity(self, resource: str) -> int:
+        """The cluster's capacity of a resource (see module docstring)."""
+        gpu_type, profile = split_resource(resource)
+        gpus = self._gpus.get(gpu_type, 0)
+        if profile is None:
+            return gpus
+        if gpu_type not in self._catalog or not self._catalog[gpu_type].has_mig_profile(profile):
+            return 0
+        return gpus * self._catalog[gpu_type].mig_profile(profile).max_instances
+
+    def home(self, queue: str | None) -> str:
+        """Where a gang of `queue` is counted: its queue, or ROOT outside any usable queue."""
+        return queue if queue is not None and self.tree.usable(queue) else ROOT
+
+    def used(self, queue: str, resource: str) -> int:
+        """Usage of the queue's subtree."""
+        return self.sub.get(queue, Counter())[resource]
+
+    def outside(self, resource: str) -> int:
+        """Usage of gangs outside any usable queue."""
+        return self.own.get(ROOT, Counter())[resource]
+
+    def borrowing(self, queue: str, resource: str) -> bool:
+        """The queue's subtree uses more than its nominal quota of `resource`."""
+        return self.used(queue, resource) > self.tree.queues[queue].quota(resource).nominal
+
+    def borrowed(self, queue: str, resource: str) -> int:
+        return max(0, self.used(queue, resource) - self.tree.queues[queue].quota(resource).nominal)
+
+    def _add(self, home: str, resource: str, amount: int) -> None:
+        self.own.setdefault(home, Counter())[resource] += amount
+        if home != ROOT:
+            for name in self.tree.path(home):
+                self.sub.setdefault(name, Counter())[resource] += amount
+        self._effective = {k: v for k, v in self._effective.items() if k[1] != resource}
+
+    def hold(self, gang_id: str, charge: Charge) -> None:
+        """Count a gang's charge (a running gang, or one admitted by this decision)."""
+        if gang_id in self.held:
+            raise ValueError(f"gang {gang_id} is already counted")
+        self.held[gang_id] = charge
+        self._add(self.home(charge.queue), charge.resource, charge.amount)
+
+    def free(self, gang_id: str) -> Charge | None:
+        """Stop counting a gang (preempted); its charge, or None when it was not counted."""
+        charge = self.held.pop(gang_id, None)
+        if charge is not None:
+            self._add(self.home(charge.queue), charge.resource, -charge.amount)
+        return charge
+
+    # --- the checks ------------------------------------------------------------------------
+
+    def effective(self, queue: str, resource: str) -> int:
+        """E(queue): its subtree's usage, with each queue at least at what it keeps."""
+        key = (queue, resource)
+        if key not in self._effective:
+            spec = self.tree.queues[queue]
+            inner = self.own.get(queue, Counter())[resource] + sum(
+                self.effective(k, resource) for k in self.tree.kids(queue)
+            )
+            self._effective[key] = max(inner, spec.quota(resource).kept)
+        return self._effective[key]
+
+    def _levels(self, queue: str, resource: str, amount: int) -> Iterable[tuple[str, int, float]]:
+        """(level, load with `amount` added to `queue`, limit) from the queue up to the root."""
+        path = self.tree.path(queue)
+        below: str | None = None
+        below_effective = 0
+        for name in path:
+            spec = self.tree.queues[name]
+            own = self.own.get(name, Counter())[resource] + (amount if name == queue else 0)
+            load = own + below_effective
+            load += sum(self.effective(k, resource) for k in self.tree.kids(name) if k != below)
+            yield name, load, spec.quota(resource).ceiling
+            below, below_effective = name, max(load, spec.quota(resource).kept)
+        load = self.outside(resource) + below_effective
+        load += sum(self.effective(k, resource) for k in self.tree.kids(None) if k != below)
+        yield ROOT, load, float(self.capacity(resource))
+
+    def fits(self, queue: str, resource: str, amount: int, preemptible: bool = True) -> bool:
+        if any(load > limit for _, load, limit in self._levels(queue, resource, amount)):
+            return False
+        return preemptible or self._safe_unreclaimable(queue, resource, amount)
+
+    def _safe_unreclaimable(self, queue: str, resource: str, amount: int) -> bool:
+        """Within nominal all the way up, or only capacity that no queue is promised."""
+        path = self.tree.path(queue)
+        queues = self.tree.queues
+        if all(self.used(a, resource) + amount <= queues[a].quota(resource).nominal for a in path):
+            return True
+        top = path[-1]
+        promised = sum(
+            max(
+                self.used(t, resource) + (amount if t == top else 0),
+                queues[t].quota(resource).nominal,
+            )
+            for t in self.tree.kids(None)
+        )
+        return self.outside(resource) + promised <= self.capacity(resource)
+
+    def entitled(self, queue: str, resource: str, amount: int) -> bool:
+        """`amount` more keeps the queue within its own nominal quota (so it may reclaim)."""
+        nominal = self.tree.queues[queue].quota(resource).nominal
+        return self.used(queue, resource) + amount <= nominal
+
+    def room(self, queue: str, resource: str, upto: int, preemptible: bool = True) -> int:
+        """The most of `resource` (at most `upto`) the queue could take now."""
+        low, high = 0, upto
+        while low < high:
+            mid = (low + high + 1) // 2
+            if self.fits(queue, resource, mid, preemptible):
+                low = mid
+            else:
+                high = mid - 1
+        return low
+
+    def shortfall(
+        self, queue: str, resource: str, need: int, preemptible: bool = True
+    ) -> Shortfall | None:
+        """None when `need` fits; else the first limit it breaks, in words."""
+        if self.fits(queue, resource, need, preemptible):
+            return None
+        room = self.room(queue, resource, need, preemptible)
+        what = _units(resource, need)
+        for level, load, limit in self._levels(queue, resource, need):
+            if load <= limit:
+                continue
+            text = self._describe(queue, level, resource, what)
+            return Shortfall(
+                resource, need, room, text, level != ROOT or bool(self._kept(None, resource))
+            )
+        quota = self.tree.queues[queue].quota(resource)
+        text = (
+            f"queue {queue} needs {what}; a non-preemptible job may use only its queues' "
+            f"nominal quota (uses {self.used(queue, resource)} of {quota.nominal}) or capacity "
+            f"no queue is promised ({room} free)"
+        )
+        return Shortfall(resource, need, room, text)
+
+    def _kept(self, parent: str | None, resource: str) -> list[tuple[str, int]]:
+        """Children of `parent` (None: the top level) keeping unused nominal they do not lend."""
+        return sorted(
+            (k, self.effective(k, resource) - self.used(k, resource))
+            for k in self.tree.kids(parent)
+            if self.effective(k, resource) > self.used(k, resource)
+        )
+
+    def _describe(self, queue: str, level: str, resource: str, what: str) -> str:
+        if level == ROOT:
+            kept = self._kept(None, resource)
+            used = self.outside(resource) + sum(
+                self.used(t, resource) for t in self.tree.kids(None)
+            )
+            detail = "".join(f", {t} keeps {k} it does not lend" for t, k in kept)
+            return (
+                f"queue {queue} needs {what}; of the cluster's {self.capacity(resource)}, "
+                f"{used} are in use{detail}"
+            )
+        quota = self.tree.queues[level].quota(resource)
+        where = f"queue {queue}" if level == queue else f"queue {queue}'s ancestor {level}"
+        text = (
+            f"{where} would exceed its quota for {what}: uses {self.used(level, resource)} of "
+            f"nominal {quota.nominal} + borrowing limit {quota.borrowing_limit}"
+        )
+        kept = self._kept(level, resource)
+        return text + "".join(f", {k} keeps {n} it does not lend" for k, n in kept)
+
+
+def _units(resource: str, count: int) -> str:
+    gpu_type, profile = split_resource(resource)
+    if profile is None:
+        return f"{count} x {gpu_type}"
+    return f"{count} x {profile} on {gpu_type}"

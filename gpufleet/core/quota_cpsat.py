@@ -1,0 +1,126 @@
+"""The queues' quota rules (quota.py) as CP-SAT constraints over the model's admission options.
+
+For each resource the options use and each queue on their paths, e[q] >= own usage of q (now
+plus what the options admit into q) + sum of e over q's children, and e[q] >= what q keeps; the
+inner sum is bounded by q's nominal + borrowing limit, and at the cluster the usage outside
+queues plus the top-level e's by the capacity. Queues without options stay at their current
+E(q), a constant. So the solver admits exactly the sets of gangs that the quota checks of the
+greedy pass would accept in some order.
+
+A non-preemptible gang's option, when admitted, needs either its queue and every ancestor
+within nominal (usage including everything admitted) or the cluster's capacity no queue is
+promised (the same rule as `QuotaBook.fits`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from gpufleet.core.admission import QueueGate
+from gpufleet.core.demand import Gang
+from gpufleet.core.queues import resource_key
+from gpufleet.core.quota import ROOT
+
+__all__ = ["QuotaOption", "add_quota_constraints"]
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaOption:
+    """One admission option of the model: `amount` of the gang's resource on `gpu_type` when
+    `admit` is true (`amount` is a linear expression, 0 when not admitted)."""
+
+    gang: Gang
+    gpu_type: str
+    amount: Any  # cp_model.LinearExprT
+    admit: cp_model.IntVar
+
+
+def _sum(terms: Sequence[Any]) -> Any:
+    return cp_model.LinearExpr.sum(list(terms))
+
+
+def add_quota_constraints(
+    model: cp_model.CpModel, gate: QueueGate, options: Sequence[QuotaOption]
+) -> None:
+    by_resource: dict[str, dict[str, list[QuotaOption]]] = defaultdict(lambda: defaultdict(list))
+    for o in options:
+        resource = resource_key(o.gpu_type, o.gang.mig_profile)
+        by_resource[resource][gate.book.home(o.gang.queue)].append(o)
+    for resource, homes in sorted(by_resource.items()):
+        _ResourceQuota(model, gate, resource, homes).build()
+
+
+class _ResourceQuota:
+    """The constraints of one resource (module docstring)."""
+
+    def __init__(
+        self,
+        model: cp_model.CpModel,
+        gate: QueueGate,
+        resource: str,
+        homes: dict[str, list[QuotaOption]],
+    ) -> None:
+        self.model, self.book, self.tree = model, gate.book, gate.tree
+        self.resource, self.homes = resource, homes
+        book, tree = self.book, self.tree
+        self.bound = book.capacity(resource) + book.outside(resource)
+        self.bound += sum(book.used(t, resource) for t in tree.kids(None))
+        self.bound += sum(
+            o.gang.gpus_needed(o.gang.replicas_max) for opts in homes.values() for o in opts
+        )
+        self.touched = {name for home in homes if home != ROOT for name in tree.path(home)}
+        self.added: dict[str, Any] = {}  # queue -> what its subtree's options add
+
+    def build(self) -> None:
+        tops = [self._level(t) for t in self.tree.kids(None)]
+        outside = self.book.outside(self.resource) + self._own(ROOT)
+        self.model.add(outside + _sum(tops) <= self.book.capacity(self.resource))
+        for home, opts in sorted(self.homes.items()):
+            for o in opts:
+                if home != ROOT and not o.gang.preemptible:
+                    self._non_preemptible(home, o, outside)
+
+    def _own(self, home: str) -> Any:
+        return _sum([o.amount for o in self.homes.get(home, [])])
+
+    def _level(self, name: str) -> Any:
+        """e[name]: a variable for queues with options below them, E(name) for the others."""
+        resource = self.resource
+        if name not in self.touched:
+            return self.book.effective(name, resource)
+        quota = self.tree.queues[name].quota(resource)
+        kids = self.tree.kids(name)
+        inner = self.book.own[name][resource] if name in self.book.own else 0
+        inner += self._own(name)
+        inner += _sum([self._level(k) for k in kids])
+        self.added[name] = self._own(name) + _sum([self.added[k] for k in kids if k in self.added])
+        if quota.borrowing_limit is not None:
+            self.model.add(inner <= quota.nominal + quota.borrowing_limit)
+        e = self.model.new_int_var(0, self.bound, f"quota[{name},{resource}]")
+        self.model.add(e >= inner)
+        self.model.add(e >= quota.kept)
+        return e
+
+    def _non_preemptible(self, home: str, option: QuotaOption, outside: Any) -> None:
+        model, book, tree, resource = self.model, self.book, self.tree, self.resource
+        key = f"{option.gang.id},{option.gpu_type}"
+        within = model.new_bool_var(f"within_nominal[{key}]")
+        unpromised = model.new_bool_var(f"unpromised[{key}]")
+        model.add_bool_or([within, unpromised]).only_enforce_if(option.admit)
+        for name in tree.path(home):
+            nominal = tree.queues[name].quota(resource).nominal
+            used = book.used(name, resource) + self.added[name]
+            model.add(used <= nominal).only_enforce_if(within)
+        promised = []
+        for top in tree.kids(None):
+            m = model.new_int_var(0, self.bound, f"promised[{key},{top}]")
+            model.add(m >= book.used(top, resource) + self.added.get(top, 0))
+            model.add(m >= tree.queues[top].quota(resource).nominal)
+            promised.append(m)
+        cap = book.capacity(resource)
+        model.add(outside + _sum(promised) <= cap).only_enforce_if(unpromised)

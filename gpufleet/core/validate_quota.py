@@ -1,0 +1,174 @@
+"""Independent checks of the queue rules a decision must keep (used by validate.py).
+
+Recomputes, without the engine's `QuotaBook`, each queue's usage per resource before and after
+the decision, and reports:
+- a queue (or the cluster) over its limit after the decision when the decision made it worse:
+  own usage + the children's E (usage, at least what they keep and do not lend) against
+  nominal + borrowing limit, and outside-queue usage + the top-level E's against capacity;
+- an admitted non-preemptible gang that borrows what a reclaim might need back (neither within
+  nominal all the way up nor on capacity no queue is promised);
+- a preemption across queues that is not a reclaim: the victim's queue did not borrow the
+  victim's resource, or the winner's queue would go above its own nominal quota;
+- inside one queue, a preemption of a gang of equal or higher priority;
+- a gang of an unusable queue, or with a priority outside its queue's range, that is placed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from gpufleet.core.decision import Decision
+from gpufleet.core.demand import Gang
+from gpufleet.core.queues import QueueTree, resource_key, split_resource
+from gpufleet.core.snapshot import RunningGang, Snapshot
+
+__all__ = ["quota_problems"]
+
+Usage = dict[str | None, Counter[str]]  # queue (None: outside) -> own usage per resource
+
+
+def _charge(gang: RunningGang) -> tuple[str, int]:
+    mig = gang.replicas[0].mig if gang.replicas else None
+    if mig is not None:
+        return resource_key(gang.gpu_type, mig.profile), len(gang.replicas)
+    return gang.gpu_type, sum(len(r.gpus) for r in gang.replicas)
+
+
+def _capacity(snapshot: Snapshot, resource: str) -> int:
+    gpu_type, profile = split_resource(resource)
+    gpus = sum(n.gpu_count for n in snapshot.nodes if n.gpu_type == gpu_type)
+    if profile is None:
+        return gpus
+    if gpu_type not in snapshot.catalog:
+        return 0
+    gpu = snapshot.catalog[gpu_type]
+    if not gpu.has_mig_profile(profile):
+        return 0
+    return gpus * gpu.mig_profile(profile).max_instances
+
+
+class _Account:
+    def __init__(self, tree: QueueTree, own: Usage) -> None:
+        self.tree, self.own = tree, own
+
+    def subtree(self, name: str, resource: str) -> int:
+        mine = self.own.get(name, Counter())[resource]
+        return mine + sum(self.subtree(k, resource) for k in self.tree.kids(name))
+
+    def effective(self, name: str, resource: str) -> int:
+        inner = self.load(name, resource)
+        return max(inner, self.tree.queues[name].quota(resource).kept)
+
+    def load(self, name: str | None, resource: str) -> int:
+        """Own usage plus the children's E (the top level's under None)."""
+        mine = self.own.get(name, Counter())[resource]
+        return mine + sum(self.effective(k, resource) for k in self.tree.kids(name))
+
+
+def _home(tree: QueueTree, queue: str | None) -> str | None:
+    return queue if queue is not None and tree.usable(queue) else None
+
+
+def quota_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Decision) -> list[str]:
+    tree = snapshot.queues
+    if tree is None:
+        return []
+    problems: list[str] = []
+    gangs = {g.id: g for g in pending}
+    running = {r.id: r for r in snapshot.running}
+    before: Usage = {}
+    for held in snapshot.running:
+        resource, amount = _charge(held)
+        before.setdefault(_home(tree, held.queue), Counter())[resource] += amount
+    old = _Account(tree, before)
+    for pre in decision.preemptions:
+        victim, winner = running.get(pre.gang_id), gangs.get(pre.for_gang)
+        if victim is None or winner is None:
+            continue  # validate.py reports unknown gangs
+        problems.extend(_preemption_problems(tree, old, victim, winner))
+    after: Usage = {k: Counter(v) for k, v in before.items()}
+    for pre in decision.preemptions:
+        gone = running.get(pre.gang_id)
+        if gone is not None:
+            resource, amount = _charge(gone)
+            after[_home(tree, gone.queue)][resource] -= amount
+    for placement in decision.placements:
+        gang = gangs.get(placement.gang_id)
+        if gang is None:
+            continue
+        if gang.queue is not None and not tree.usable(gang.queue):
+            problems.append(f"{gang.id} placed though its queue {gang.queue} is unusable")
+            continue
+        if gang.queue is not None and not tree.queues[gang.queue].admits_priority(gang.priority):
+            problems.append(f"{gang.id} placed with a priority its queue does not take")
+        resource = resource_key(placement.gpu_type, gang.mig_profile)
+        amount = gang.gpus_needed(placement.replica_count)
+        after.setdefault(_home(tree, gang.queue), Counter())[resource] += amount
+    new = _Account(tree, after)
+    resources = sorted({r for usage in after.values() for r in usage})
+    for resource in resources:
+        problems.extend(_limit_problems(snapshot, tree, old, new, resource))
+    for placement in decision.placements:
+        admitted = gangs.get(placement.gang_id)
+        if admitted is None or admitted.preemptible or _home(tree, admitted.queue) is None:
+            continue
+        resource = resource_key(placement.gpu_type, admitted.mig_profile)
+        if not _safe(snapshot, tree, new, admitted.queue or "", resource):
+            problems.append(
+                f"non-preemptible {admitted.id} borrows {resource} that may be reclaimed"
+            )
+    return problems
+
+
+def _preemption_problems(
+    tree: QueueTree, old: _Account, victim: RunningGang, winner: Gang
+) -> list[str]:
+    vq, wq = _home(tree, victim.queue), _home(tree, winner.queue)
+    if vq == wq:
+        if victim.priority >= winner.priority:
+            return [f"{victim.id} preempted inside its queue for {winner.id} of no higher priority"]
+        return []
+    if wq is None:
+        return [f"{victim.id} reclaimed for {winner.id}, which is outside any queue"]
+    out: list[str] = []
+    resource, _ = _charge(victim)
+    if vq is not None:
+        nominal = tree.queues[vq].quota(resource).nominal
+        if old.subtree(vq, resource) <= nominal:
+            out.append(f"{victim.id} reclaimed though queue {vq} did not borrow {resource}")
+    need = resource_key(victim.gpu_type, winner.mig_profile)
+    amount = winner.gpus_needed(winner.replicas_min)
+    if old.subtree(wq, need) + amount > tree.queues[wq].quota(need).nominal:
+        out.append(f"{victim.id} reclaimed for {winner.id}, beyond queue {wq}'s nominal")
+    return out
+
+
+def _limit_problems(
+    snapshot: Snapshot, tree: QueueTree, old: _Account, new: _Account, resource: str
+) -> list[str]:
+    out: list[str] = []
+    for name in sorted(tree.queues):
+        if not tree.usable(name):
+            continue
+        limit = tree.queues[name].quota(resource).ceiling
+        load = new.load(name, resource)
+        if load > limit and load > old.load(name, resource):
+            out.append(f"queue {name} over its {resource} limit: {load} > {limit:g}")
+    capacity = _capacity(snapshot, resource)
+    load = new.load(None, resource)
+    if load > capacity and load > old.load(None, resource):
+        out.append(f"cluster over its {resource} capacity: {load} > {capacity}")
+    return out
+
+
+def _safe(snapshot: Snapshot, tree: QueueTree, new: _Account, queue: str, resource: str) -> bool:
+    queues = tree.queues
+    path = tree.path(queue)
+    if all(new.subtree(a, resource) <= queues[a].quota(resource).nominal for a in path):
+        return True
+    promised = sum(
+        max(new.subtree(t, resource), queues[t].quota(resource).nominal) for t in tree.kids(None)
+    )
+    outside = new.own.get(None, Counter())[resource]
+    return outside + promised <= _capacity(snapshot, resource)

@@ -1,0 +1,203 @@
+"""Property tests of placement with queues, on random clusters, trees, quotas and gangs.
+
+Properties: every decision keeps the queue rules (no queue or ancestor above nominal + borrowing
+limit, the cluster within capacity, lending limits kept, non-preemptible gangs never on
+reclaimable capacity; checked by the independent validator in validate_quota.py), reclaim
+takes only gangs of queues above their nominal and only for gangs within theirs, a queue's
+usage is its own plus its children's (hierarchy sums), decisions are deterministic; and the
+validator itself is not vacuous.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpufleet.core.admission import QueueGate
+from gpufleet.core.decision import Decision, GangPlacement, Preemption
+from gpufleet.core.demand import Gang
+from gpufleet.core.place import place
+from gpufleet.core.policy import Engine, Policy, SolverSettings
+from gpufleet.core.queues import QueueSpec, QueueTree, Quota, resource_key
+from gpufleet.core.quota import running_charge
+from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
+from gpufleet.core.validate import decision_problems
+from tests.unit.core.placement_builders import cluster, gang
+from tests.unit.core.test_placement_properties import FAST, TYPES, clusters, gangs
+
+NAMES = ("a", "b", "c", "d")
+
+
+@st.composite
+def trees(draw: st.DrawFn) -> QueueTree:
+    specs = []
+    for i, name in enumerate(NAMES[: draw(st.integers(2, 4))]):
+        parent = None
+        if i >= 2 and draw(st.booleans()):
+            parent = draw(st.sampled_from(NAMES[:i]))
+        quotas = {}
+        for gpu_type in draw(st.lists(st.sampled_from(TYPES), max_size=3, unique=True)):
+            nominal = draw(st.integers(0, 8))
+            quotas[gpu_type] = Quota(
+                nominal,
+                draw(st.none() | st.integers(0, 4)),
+                draw(st.none() | st.integers(0, nominal)),
+            )
+        specs.append(QueueSpec(name, parent, draw(st.sampled_from((0.5, 1.0, 2.0))), quotas))
+    return QueueTree.build(specs)
+
+
+@st.composite
+def queued(draw: st.DrawFn) -> tuple[Snapshot, list[Gang]]:
+    snapshot = draw(clusters())
+    tree = draw(trees())
+    names = [*tree.queues, "missing"]
+    running = tuple(replace(r, queue=draw(st.sampled_from(names[:-1]))) for r in snapshot.running)
+    pending = [
+        replace(g, queue=draw(st.sampled_from(names)), preemptible=draw(st.booleans()))
+        for g in draw(gangs())
+    ]
+    return replace(snapshot, running=running, queues=tree), pending
+
+
+@st.composite
+def contended(draw: st.DrawFn) -> tuple[Snapshot, list[Gang]]:
+    """One GPU type, every GPU busy with gangs of random queues that all have quotas for it:
+    most pending gangs can only start by reclaim or by priority inside their queue."""
+    gpu_type = draw(st.sampled_from(("L4", "H100-80GB")))
+    specs = []
+    for i, name in enumerate(NAMES[: draw(st.integers(2, 4))]):
+        nominal = draw(st.integers(0, 8))
+        quota = Quota(nominal, draw(st.none() | st.integers(0, 8)), None)
+        parent = "a" if i == 3 and draw(st.booleans()) else None
+        specs.append(QueueSpec(name, parent, 1.0, {gpu_type: quota}))
+    tree = QueueTree.build(specs)
+    builder = cluster()
+    for n in range(draw(st.integers(1, 3))):
+        builder.node(f"n{n}", gpu_type, 8)
+        g = 0
+        while g < 8:
+            size = min(draw(st.sampled_from((1, 2, 4))), 8 - g)
+            builder.run(
+                f"r{n}-{g}",
+                f"n{n}",
+                tuple(range(g, g + size)),
+                priority=draw(st.integers(0, 2)),
+                preemptible=draw(st.integers(0, 4)) > 0,
+                queue=draw(st.sampled_from(list(tree.queues))),
+            )
+            g += size
+    pending = [
+        gang(
+            f"p{i}",
+            gpu_type,
+            gpus=draw(st.sampled_from((1, 2, 4))),
+            priority=draw(st.integers(0, 3)),
+            queue=draw(st.sampled_from(list(tree.queues))),
+        )
+        for i in range(draw(st.integers(1, 4)))
+    ]
+    return builder.queues(tree).build(), pending
+
+
+def usage_after(snapshot: Snapshot, pending: list[Gang], decision: Decision) -> QueueGate:
+    gate = QueueGate(snapshot, aging_s=3600.0)
+    return gate.after(decision, pending)
+
+
+@FAST
+@given(case=contended() | queued(), engine=st.sampled_from(list(Engine)))
+def test_every_decision_keeps_the_queue_rules(
+    case: tuple[Snapshot, list[Gang]], engine: Engine
+) -> None:
+    snapshot, pending = case
+    decision = place(snapshot, pending, Policy(solver=SolverSettings(engine=engine)))
+    assert decision_problems(snapshot, pending, decision) == []
+    assert all(p.message for p in decision.pending)
+
+
+@FAST
+@given(case=contended() | queued())
+def test_reclaim_takes_borrowers_only_for_gangs_within_nominal(
+    case: tuple[Snapshot, list[Gang]],
+) -> None:
+    snapshot, pending = case
+    assert snapshot.queues is not None
+    decision = place(snapshot, pending, Policy(solver=SolverSettings(engine=Engine.GREEDY)))
+    before = QueueGate(snapshot, aging_s=3600.0).book
+    running = {r.id: r for r in snapshot.running}
+    winners = {g.id: g for g in pending}
+    for pre in decision.preemptions:
+        victim, winner = running[pre.gang_id], winners[pre.for_gang]
+        if not pre.reclaim:
+            assert victim.queue == winner.queue and victim.priority < winner.priority
+            continue
+        assert victim.queue != winner.queue and winner.queue is not None
+        charge = running_charge(victim)
+        assert before.borrowing(victim.queue or "", charge.resource)
+        need = resource_key(victim.gpu_type, winner.mig_profile)
+        assert before.entitled(winner.queue, need, winner.gpus_needed(winner.replicas_min))
+
+
+@FAST
+@given(case=queued())
+def test_a_queues_usage_is_its_own_plus_its_childrens(case: tuple[Snapshot, list[Gang]]) -> None:
+    snapshot, pending = case
+    tree = snapshot.queues
+    assert tree is not None
+    decision = place(snapshot, pending, Policy(solver=SolverSettings(engine=Engine.GREEDY)))
+    book = usage_after(snapshot, pending, decision).book
+    resources = {r for usage in book.own.values() for r in usage}
+    for name in tree.queues:
+        if not tree.usable(name):
+            continue
+        for resource in resources:
+            own = book.own.get(name, Counter())[resource]
+            kids = sum(book.used(k, resource) for k in tree.kids(name))
+            assert book.used(name, resource) == own + kids
+
+
+@FAST
+@given(case=queued())
+def test_same_input_gives_the_same_decision(case: tuple[Snapshot, list[Gang]]) -> None:
+    snapshot, pending = case
+    assert place(snapshot, pending, Policy()) == place(snapshot, list(pending), Policy())
+
+
+def test_the_validator_catches_quota_breaches() -> None:
+    tree = QueueTree.build(
+        [QueueSpec("a", quotas={"L4": Quota(2, borrowing_limit=0)}), QueueSpec("b")]
+    )
+    snapshot = (
+        cluster()
+        .node("l0", "L4", 4)
+        .run("b0", "l0", (0,), priority=9, queue="b")
+        .queues(tree)
+        .build()
+    )
+    over = gang("a0", "L4", gpus=3, queue="a")
+    placed = GangPlacement("a0", "L4", (ReplicaPlacement("l0", (1, 2, 3)),))
+    problems = decision_problems(snapshot, [over], Decision(placements=(placed,)))
+    assert "queue a over its L4 limit: 3 > 2" in problems
+    # b0 sits within b's nominal 0? No: b has no quota, so it borrows; a reclaim of it is
+    # fine, but not for a gang that would exceed a's nominal.
+    two = gang("a1", "L4", gpus=3, queue="a", priority=0)
+    steal = Decision(
+        placements=(GangPlacement("a1", "L4", (ReplicaPlacement("l0", (0, 1, 2)),)),),
+        preemptions=(Preemption("b0", "a1", reclaim=True),),
+    )
+    problems = decision_problems(snapshot, [two], steal)
+    assert "b0 reclaimed for a1, beyond queue a's nominal" in problems
+    keep = RunningGang("a9", "L4", (ReplicaPlacement("l0", (3,)),), queue="a")
+    within = replace(snapshot, running=(*snapshot.running, keep))
+    small = gang("a2", "L4", gpus=1, queue="a", priority=0)
+    by_priority = Decision(
+        placements=(GangPlacement("a2", "L4", (ReplicaPlacement("l0", (1,)),)),),
+        preemptions=(Preemption("a9", "a2"),),
+    )
+    assert "a9 preempted inside its queue for a2 of no higher priority" in decision_problems(
+        within, [small], by_priority
+    )
