@@ -144,8 +144,10 @@ def _fair_shares(tree: QueueTree, active: set[str]) -> dict[str, float]:
             weights[parent] = tree.queues[parent].weight  # its own gangs compete as a child
         total = sum(weights.values())
         for name, w in weights.items():
-            out[name] = share * w / total
+            # A parent's own slot narrows what its children share; its figure stays that of
+            # its whole subtree, which is what its attained share counts.
             if name != parent:
+                out[name] = share * w / total
                 walk(name, out[name])
 
     walk(None, 1.0)
