@@ -1,6 +1,7 @@
 """Generate the gpufleet CRDs (apiextensions.k8s.io/v1) from the pydantic models.
 
-    python -m gpufleet.model.crdgen            # write crds/ and helm/gpufleet/crds/
+    python -m gpufleet.model.crdgen            # write crds/, helm/gpufleet/crds/ and the
+                                               # chart's templates/gpuqueues.yaml
     python -m gpufleet.model.crdgen --check    # exit 1 when a committed copy differs
 
 How a pydantic JSON schema becomes a Kubernetes structural schema:
@@ -26,7 +27,9 @@ from typing import Any, Final
 import yaml
 from pydantic import BaseModel
 
-from gpufleet.model.crd_common import API_GROUP, API_VERSION
+from gpufleet.model.crd_common import API_GROUP, API_VERSION, NAME_PATTERN, cel
+from gpufleet.model.gpuqueue import GPUQueueSpec, GPUQueueStatus
+from gpufleet.model.gpuqueue_policy import CHART_TEMPLATE, chart_template
 from gpufleet.model.servingjob import ServingJobSpec, ServingJobStatus
 from gpufleet.model.trainingjob import TrainingJobSpec, TrainingJobStatus
 
@@ -141,6 +144,22 @@ def _column(
     return column
 
 
+_JOB_NAME: Final = {
+    "description": (
+        f"Object name; at most {MAX_NAME_LENGTH} characters, so that the names of the pods "
+        "gpufleet creates fit in a label value."
+    ),
+    "type": "string",
+    "maxLength": MAX_NAME_LENGTH,
+}
+# A queue's name is what jobs write in spec.queue, which takes an RFC 1123 label.
+_QUEUE_NAME: Final = {
+    "description": "Queue name, as jobs write it in spec.queue: an RFC 1123 label.",
+    "type": "string",
+    "maxLength": 63,
+    "pattern": NAME_PATTERN,
+}
+
 _AGE: Final = _column("Age", "date", ".metadata.creationTimestamp", "Time since creation.")
 
 
@@ -154,8 +173,12 @@ def render_crd(
     status: type[BaseModel],
     columns: list[dict[str, Any]],
     selectable: Sequence[str] = (),
+    scope: str = "Namespaced",
+    rules: Sequence[dict[str, Any]] = (),
+    name_schema: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One CustomResourceDefinition document for `kind`."""
+    """One CustomResourceDefinition document for `kind`; `rules` are CEL rules on the whole
+    object (the only place where they may read `metadata.name`)."""
     root: dict[str, Any] = {
         "description": description,
         "type": "object",
@@ -170,20 +193,15 @@ def render_crd(
             "metadata": {
                 "type": "object",
                 "properties": {
-                    "name": {
-                        "description": (
-                            f"Object name; at most {MAX_NAME_LENGTH} characters, so that the "
-                            "names of the pods gpufleet creates fit in a label value."
-                        ),
-                        "type": "string",
-                        "maxLength": MAX_NAME_LENGTH,
-                    }
+                    "name": name_schema or _JOB_NAME,
                 },
             },
             "spec": openapi_schema(spec),
             "status": openapi_schema(status),
         },
     }
+    if rules:
+        root["x-kubernetes-validations"] = list(rules)
     version: dict[str, Any] = {
         "name": API_VERSION,
         "served": True,
@@ -203,7 +221,7 @@ def render_crd(
         },
         "spec": {
             "group": API_GROUP,
-            "scope": "Namespaced",
+            "scope": scope,
             "names": {
                 "kind": kind,
                 "listKind": f"{kind}List",
@@ -218,7 +236,7 @@ def render_crd(
 
 
 def crd_documents() -> list[dict[str, Any]]:
-    """Both gpufleet CRDs, TrainingJob first, as plain dicts ready to apply."""
+    """The gpufleet CRDs (TrainingJob, ServingJob, GPUQueue), as plain dicts ready to apply."""
     training = render_crd(
         kind="TrainingJob",
         plural="trainingjobs",
@@ -289,7 +307,46 @@ def crd_documents() -> list[dict[str, Any]]:
         ],
         selectable=[".spec.queue"],
     )
-    return [training, serving]
+    return [training, serving, _gpuqueue_crd()]
+
+
+def _gpuqueue_crd() -> dict[str, Any]:
+    return render_crd(
+        kind="GPUQueue",
+        plural="gpuqueues",
+        short_name="gq",
+        description=(
+            "GPUQueue is a team's share of the fleet: nominal GPU quotas per GPU type and MIG "
+            "profile, borrowing and lending limits, a fair-share weight, the priorities it "
+            "takes and an optional parent queue. Jobs name it in spec.queue."
+        ),
+        spec=GPUQueueSpec,
+        status=GPUQueueStatus,
+        scope="Cluster",
+        name_schema=_QUEUE_NAME,
+        rules=[
+            cel(
+                "!has(self.spec.parent) || self.spec.parent != self.metadata.name",
+                "a queue cannot be its own parent",
+                ".spec.parent",
+            )
+        ],
+        columns=[
+            _column("Parent", "string", ".spec.parent", "Parent queue."),
+            _column("Weight", "number", ".spec.weight", "Fair-share weight."),
+            _column(
+                "Active",
+                "string",
+                '.status.conditions[?(@.type=="Active")].status',
+                "Whether the queue takes jobs.",
+            ),
+            _column("Running", "integer", ".status.runningJobs", "Jobs running in it."),
+            _column("Pending", "integer", ".status.pendingJobs", "Jobs waiting in it."),
+            _column("Fair Share", "number", ".status.fairShare", "Deserved share.", priority=1),
+            _column("Attained", "number", ".status.attainedShare", "Held share.", priority=1),
+            _AGE,
+        ],
+    )
 
 
 def crd_filename(document: dict[str, Any]) -> str:
@@ -324,6 +381,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stale: list[str] = []
     documents = crd_documents()
+    if not args.out_dir:
+        # The chart's template of the objects installed beside the GPUQueue CRD.
+        current = CHART_TEMPLATE.read_text(encoding="utf-8") if CHART_TEMPLATE.exists() else None
+        if current != chart_template():
+            if args.check:
+                stale.append(str(CHART_TEMPLATE))
+            else:
+                CHART_TEMPLATE.parent.mkdir(parents=True, exist_ok=True)
+                CHART_TEMPLATE.write_text(chart_template(), encoding="utf-8")
+                sys.stdout.write(f"wrote {CHART_TEMPLATE}\n")
     for out_dir in args.out_dir or OUT_DIRS:
         for document in documents:
             path = out_dir / crd_filename(document)

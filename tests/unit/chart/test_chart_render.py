@@ -74,8 +74,12 @@ def test_deploy_manifest_is_the_rendered_chart() -> None:
         "regenerate with: python -m gpufleet.sandbox.deploy_manifest"
     )
     kinds = [d["kind"] for d in yaml.safe_load_all(committed) if d]
-    assert kinds[0] == "Namespace" and kinds.count("CustomResourceDefinition") == 2
+    assert kinds[0] == "Namespace" and kinds.count("CustomResourceDefinition") == 3
     assert {"Deployment", "ServiceAccount", "ClusterRole", "ConfigMap", "Service"} <= set(kinds)
+    # Installed with the CRDs: the GPUQueue admission policy, its binding, the default queue.
+    assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "GPUQueue"} <= set(
+        kinds
+    )
 
 
 @pytest.mark.parametrize(

@@ -68,7 +68,11 @@ def test_committed_crd_matches_the_generator(kind: str, crd_dir: Path) -> None:
 @pytest.mark.parametrize("crd_dir", CRD_DIRS, ids=["crds", "helm-chart"])
 def test_committed_crd_files_are_exactly_the_generated_ones(crd_dir: Path) -> None:
     generated = {crd_filename(doc) for doc in crd_documents()}
-    assert generated == {"trainingjobs.gpufleet.io.yaml", "servingjobs.gpufleet.io.yaml"}
+    assert generated == {
+        "trainingjobs.gpufleet.io.yaml",
+        "servingjobs.gpufleet.io.yaml",
+        "gpuqueues.gpufleet.io.yaml",
+    }
     assert generated == {p.name for p in crd_dir.glob("*.yaml")}
 
 
@@ -87,11 +91,11 @@ def test_default_run_writes_and_checks_both_copies(
 
 def test_check_mode_fails_on_a_stray_file_and_writing_removes_it(tmp_path: Path) -> None:
     assert main(["--out-dir", str(tmp_path)]) == 0
-    (tmp_path / "gpuqueues.gpufleet.io.yaml").write_text("kind: CustomResourceDefinition\n")
+    (tmp_path / "gpuclusters.gpufleet.io.yaml").write_text("kind: CustomResourceDefinition\n")
     assert main(["--check", "--out-dir", str(tmp_path)]) == 1
     assert main(["--out-dir", str(tmp_path)]) == 0
     assert main(["--check", "--out-dir", str(tmp_path)]) == 0
-    assert not (tmp_path / "gpuqueues.gpufleet.io.yaml").exists()
+    assert not (tmp_path / "gpuclusters.gpufleet.io.yaml").exists()
 
 
 def test_committed_yaml_parses_back_to_the_documents() -> None:
@@ -129,16 +133,20 @@ def test_generated_text_starts_with_a_do_not_edit_header() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kind", "plural", "short"),
-    [("TrainingJob", "trainingjobs", "tj"), ("ServingJob", "servingjobs", "sj")],
+    ("kind", "plural", "short", "scope"),
+    [
+        ("TrainingJob", "trainingjobs", "tj", "Namespaced"),
+        ("ServingJob", "servingjobs", "sj", "Namespaced"),
+        ("GPUQueue", "gpuqueues", "gq", "Cluster"),
+    ],
 )
-def test_names_scope_and_version(kind: str, plural: str, short: str) -> None:
+def test_names_scope_and_version(kind: str, plural: str, short: str, scope: str) -> None:
     doc = DOCS[kind]
     assert doc["apiVersion"] == "apiextensions.k8s.io/v1"
     assert doc["metadata"]["name"] == f"{plural}.gpufleet.io"
     spec = doc["spec"]
     assert spec["group"] == "gpufleet.io"
-    assert spec["scope"] == "Namespaced"
+    assert spec["scope"] == scope
     assert spec["names"] == {
         "kind": kind,
         "listKind": f"{kind}List",
@@ -157,6 +165,7 @@ def test_names_scope_and_version(kind: str, plural: str, short: str) -> None:
     [
         ("TrainingJob", ["Phase", "Replicas", "GPUs/Replica", "MIG", "GPU Type", "Age"]),
         ("ServingJob", ["Phase", "Ready", "Prefill", "Decode", "Server", "Age"]),
+        ("GPUQueue", ["Parent", "Weight", "Active", "Running", "Pending", "Age"]),
     ],
 )
 def test_printer_columns(kind: str, columns: list[str]) -> None:
@@ -176,7 +185,7 @@ def test_printer_columns(kind: str, columns: list[str]) -> None:
             node = node["items"] if node.get("type") == "array" else node
             assert name in node["properties"], f"{kind} column {column['name']}: {path}"
             node = node["properties"][name]
-        expected = {"integer": "integer", "string": "string"}[column["type"]]
+        expected = {"integer": "integer", "string": "string", "number": "number"}[column["type"]]
         assert node["type"] == expected, f"{kind} column {column['name']} type"
 
 
@@ -224,7 +233,7 @@ def test_list_map_keys_are_required(kind: str) -> None:
             for key in node["x-kubernetes-list-map-keys"]:
                 assert key in item.get("required", []) or "default" in item["properties"][key]
             assert "maxItems" in node, f"{kind}{path}: unbounded list"
-    assert seen >= 2
+    assert seen >= (1 if kind == "GPUQueue" else 2)
 
 
 @pytest.mark.parametrize("kind", sorted(DOCS))
@@ -389,7 +398,7 @@ def test_every_rule_has_a_message_and_names_an_existing_field(kind: str) -> None
             "FieldValueForbidden",
             "FieldValueDuplicate",
         }
-    assert count >= (5 if kind == "TrainingJob" else 10)
+    assert count >= {"TrainingJob": 5, "ServingJob": 10, "GPUQueue": 5}[kind]
 
 
 CEL_LIST_MACROS = {"all", "exists", "exists_one", "map", "filter"}
