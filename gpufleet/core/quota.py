@@ -61,8 +61,9 @@ class Shortfall:
     need: int
     room: int  # the most that would fit
     text: str
-    # False when only the cluster's capacity binds and no queue keeps any of it: then the GPUs
-    # are simply in use, which is a capacity reason rather than a quota one.
+    # False when only the cluster's capacity binds, no queue keeps any of it and the queue
+    # stays within its nominal quota: then the GPUs are simply in use, which is a capacity
+    # reason (or a wait for reclaim) rather than a quota one.
     quota: bool = True
 
 
@@ -220,9 +221,15 @@ class QuotaBook:
             if load <= limit:
                 continue
             text = self._describe(queue, level, resource, what)
-            return Shortfall(
-                resource, need, room, text, level != ROOT or bool(self._kept(None, resource))
-            )
+            quota = level != ROOT or bool(self._kept(None, resource))
+            if not quota and self._beyond_guarantees(queue, resource, need):
+                quota = True
+                nominal = self.tree.queues[queue].quota(resource).nominal
+                text += (
+                    f"; beyond its nominal quota ({self.used(queue, resource)} of {nominal} "
+                    "used) the rest is other queues' nominal quota, in use"
+                )
+            return Shortfall(resource, need, room, text, quota)
         quota = self.tree.queues[queue].quota(resource)
         text = (
             f"queue {queue} needs {what}; a non-preemptible job may use only its queues' "
@@ -230,6 +237,24 @@ class QuotaBook:
             f"no queue is promised ({room} free)"
         )
         return Shortfall(resource, need, room, text)
+
+    def _beyond_guarantees(self, queue: str, resource: str, need: int) -> bool:
+        """At the cluster's limit: the queue would borrow, and `need` would not fit even if
+        every borrowed GPU of the other top-level queues were free, as the rest is their
+        nominal quota in use (or kept). Then no finishing borrower helps: a quota reason.
+        Otherwise the GPUs are in use by borrowers or the queue itself: a capacity reason."""
+        if self.entitled(queue, resource, need):
+            return False
+        top = self.tree.path(queue)[-1]
+        guaranteed = sum(
+            max(min(self.used(t, resource), nominal), kept)
+            for t in self.tree.kids(None)
+            if t != top
+            for nominal, kept in [(self.tree.queues[t].quota(resource).nominal,
+                                   self.tree.queues[t].quota(resource).kept)]
+        )  # fmt: skip
+        room = self.capacity(resource) - self.outside(resource) - guaranteed
+        return self.used(top, resource) + need > room
 
     def _kept(self, parent: str | None, resource: str) -> list[tuple[str, int]]:
         """Children of `parent` (None: the top level) keeping unused nominal they do not lend."""

@@ -97,7 +97,8 @@ def test_priority_never_preempts_across_queues() -> None:
     decision = decide(snapshot, [gang("a0", gpus=8, priority=9, queue="a")])
     assert decision.preemptions == ()
     pending = decision.pending_for("a0")  # b is within its nominal: nothing to borrow or take
-    assert pending is not None and pending.reason is PendingReason.INSUFFICIENT_GPUS
+    assert pending is not None and pending.reason is PendingReason.QUOTA_EXCEEDED
+    assert "the rest is other queues' nominal quota, in use" in pending.message
 
 
 def test_inside_a_queue_higher_priority_preempts_lower() -> None:
