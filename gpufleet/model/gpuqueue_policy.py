@@ -109,7 +109,10 @@ def queue_policy_documents() -> list[dict[str, Any]]:
         "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": POLICY_NAME, "labels": labels},
         "spec": {
-            "failurePolicy": "Fail",
+            # A policy the API server cannot evaluate yet (just after installation its parameter
+            # kind is not yet synced) admits, as the CRD's own rules still apply; a rule that
+            # evaluates to false always refuses.
+            "failurePolicy": "Ignore",
             "paramKind": {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": "GPUQueue"},
             "matchConstraints": {
                 "resourceRules": [

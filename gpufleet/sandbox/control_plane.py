@@ -587,11 +587,12 @@ class Sandbox:
         self.apply(docs)
         names = [f"crd/{d['metadata']['name']}" for d in docs]
         self.kubectl("wait", "--for=condition=Established", *names, "--timeout=60s")
-        self.apply(queue_policy_documents())
-        # The default queue is created once and then left as the admin edits it.
+        # The default queue is created once and then left as the admin edits it; before the
+        # admission policy, which the API server needs a moment to be ready to evaluate.
         made = self.kubectl("create", "-f", "-", input=yaml.safe_dump(default_queue()), check=False)
         if made.returncode != 0 and "AlreadyExists" not in made.stderr:
             raise RuntimeError(f"cannot create the default GPUQueue: {made.stderr.strip()}")
+        self.apply(queue_policy_documents())
 
     def _install_mig_configs(self) -> None:
         layouts = yaml.safe_dump(load_default_configs(), sort_keys=False)

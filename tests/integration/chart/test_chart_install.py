@@ -14,7 +14,9 @@ Aspects under test, in order (one install shared by the module; the last test un
 - `helm upgrade` that changes the placement preset changes the settings the operator reads and
   rolls the Deployment's pods; the operator started from the new settings places by them;
 - `helm uninstall` leaves no namespaced object of the chart behind and keeps the CRDs (and with
-  them every job): a documented choice, helm never deletes what `crds/` installed.
+  them every job): a documented choice, helm never deletes what `crds/` installed; the GPUQueue
+  admission policy, its binding and the default queue are kept the same way (installed only
+  when missing: the sandbox made them with the CRDs here).
 """
 
 from __future__ import annotations
@@ -57,11 +59,14 @@ VALUES = [
 
 # `kubectl auth can-i --list` for the chart's ServiceAccount: (resource, verbs), with
 # resource names where the rule has them. Outside the release's namespace the Roles add nothing.
+CRDS = ("trainingjobs.gpufleet.io", "servingjobs.gpufleet.io", "gpuqueues.gpufleet.io")
 CLUSTER_WIDE = {
     ("customresourcedefinitions.apiextensions.k8s.io", "", "list watch"),
     ("deployments.apps", "", "create delete list patch"),
     ("deployments.apps/scale", "", "patch"),
     ("events", "", "create"),
+    ("gpuqueues.gpufleet.io", "", "list watch"),
+    ("gpuqueues.gpufleet.io/status", "", "patch"),
     ("nodes", "", "list patch watch"),
     ("poddisruptionbudgets.policy", "", "list"),
     ("pods", "", "create delete deletecollection list patch watch"),
@@ -141,10 +146,19 @@ def test_install_creates_every_object(sandbox: Sandbox, release: float) -> None:
         if doc["metadata"].get("namespace"):
             args += ["-n", doc["metadata"]["namespace"]]
         found = json.loads(sandbox.kubectl(*args).stdout)
+        if _kept(doc):
+            continue  # installed with the CRDs: here the sandbox had made them already
         assert found["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE, (kind, name)
-    for crd in ("trainingjobs.gpufleet.io", "servingjobs.gpufleet.io"):
+    for crd in CRDS:
         sandbox.kubectl("get", "crd", crd)
     assert release < 120
+
+
+def _kept(doc: dict[str, Any]) -> bool:
+    """Whether helm installs `doc` only when missing and never deletes it (as it treats the
+    CRDs): the GPUQueue admission policy, its binding and the default queue."""
+    annotations = doc["metadata"].get("annotations") or {}
+    return annotations.get("helm.sh/resource-policy") == "keep"
 
 
 def _can_i(sandbox: Sandbox, namespace: str) -> set[tuple[str, str, str]]:
@@ -455,7 +469,10 @@ def test_uninstall_removes_every_namespaced_object_and_keeps_the_crds(
         args = ["get", doc["kind"], doc["metadata"]["name"]]
         if doc["metadata"].get("namespace"):
             args += ["-n", doc["metadata"]["namespace"]]
+        if _kept(doc):
+            sandbox.kubectl(*args)  # kept, like the CRDs: the queues' rules and default queue
+            continue
         gone = sandbox.kubectl(*args, check=False)
         assert gone.returncode != 0 and "NotFound" in gone.stderr, doc["kind"]
-    for crd in ("trainingjobs.gpufleet.io", "servingjobs.gpufleet.io"):
+    for crd in CRDS:
         sandbox.kubectl("get", "crd", crd)  # kept: deleting them would delete every job
