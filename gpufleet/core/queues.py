@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import Final
 
 __all__ = [
+    "CYCLE",
     "MIG_SEPARATOR",
     "QueueSpec",
     "QueueTree",
@@ -31,6 +32,8 @@ __all__ = [
 ]
 
 MIG_SEPARATOR: Final = "/"
+# How the reason of a queue on a parent cycle starts (QueueTree.unusable).
+CYCLE: Final = "parent cycle"
 
 
 def resource_key(gpu_type: str, mig_profile: str | None = None) -> str:
@@ -196,7 +199,7 @@ def _unusable(queues: Mapping[str, QueueSpec]) -> dict[str, str]:
                 break
             if current in seen:
                 cycle = [*seen[seen.index(current) :], current]
-                out[name] = "parent cycle " + " -> ".join(cycle)
+                out[name] = f"{CYCLE} " + " -> ".join(cycle)
                 break
             seen.append(current)
             current = queues[current].parent

@@ -410,7 +410,10 @@ class ServingJobSpec(CRDModel):
         default="default",
         max_length=63,
         pattern=NAME_PATTERN,
-        description="Queue the job's replicas wait in.",
+        description=(
+            "The GPUQueue the job's replicas are charged to: its quota, borrowing and fair "
+            "share. A queue that does not exist (yet) makes them wait with QueueNotFound."
+        ),
     )
     preemptible: bool = Field(
         default=False,

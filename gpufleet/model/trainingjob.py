@@ -303,7 +303,10 @@ class TrainingJobSpec(CRDModel):
         default="default",
         max_length=63,
         pattern=NAME_PATTERN,
-        description="Queue the job waits in; queues share the cluster by policy.",
+        description=(
+            "The GPUQueue the job is charged to: its quota, borrowing and fair share. A queue "
+            "that does not exist (yet) makes the job wait with QueueNotFound."
+        ),
     )
     preemptible: bool = Field(
         default=True,

@@ -78,6 +78,7 @@ def scheduling_annotations(spec: TrainingJobSpec) -> dict[str, str]:
         energy=spec.energy.preference.wish,
         gpu_types=podtemplate.type_options(spec.gpu_types),
         max_slowdown_percent=spec.energy.max_slowdown_percent,
+        queue=spec.queue,
     )
 
 

@@ -116,6 +116,7 @@ def _scheduling_annotations(spec: ServingJobSpec, pool: PoolSpec) -> dict[str, s
         priority=spec.priority,
         preemptible=spec.preemptible,
         gpu_types=podtemplate.type_options(pool.gpu_types),
+        queue=spec.queue,
     )
 
 

@@ -62,6 +62,8 @@ class CachedState:
     pods: list[Obj]
     mig_configs: dict[str, Any]
     nominations: dict[str, Nomination] = field(default_factory=dict)
+    # The GPUQueue objects; None when queues are not watched (no quotas, no fair share).
+    queues: list[Obj] | None = None
     mig_requests: dict[str, MigRequest] = field(default_factory=dict)
 
 
@@ -81,6 +83,7 @@ class SchedulerCache:
         self._nodes: dict[str, Obj] = {}
         self._pods: dict[str, Obj] = {}
         self._mig_configs: dict[str, Any] = {}
+        self._queues: dict[str, Obj] | None = None  # None until the queue informer lists
         self._assumed: dict[str, Assumption] = {}
         # pod key -> (pod, assumption, the pod as shown bound): `state()` hands out the same
         # copy while neither changes, so the snapshot builder can reuse what it read of it.
@@ -156,6 +159,26 @@ class SchedulerCache:
         with self._lock:
             keys = self._by_owner.get((namespace, owner), set())
             return [self._pods[k] for k in sorted(keys) if k in self._pods]
+
+    def replace_queues(self, items: list[Obj]) -> None:
+        with self._lock:
+            self._queues = {q["metadata"]["name"]: q for q in items}
+        self.changed.set()
+
+    def queue_event(self, kind: str, obj: Obj) -> None:
+        with self._lock:
+            if self._queues is None:
+                self._queues = {}
+            if kind == "DELETED":
+                self._queues.pop(obj["metadata"]["name"], None)
+            else:
+                # A status write (the scheduler's own) changes nothing it decides on: the
+                # object is kept, so the queue tree built from it is reused.
+                old = self._queues.get(obj["metadata"]["name"])
+                if old is not None and old.get("spec") == obj.get("spec"):
+                    return
+                self._queues[obj["metadata"]["name"]] = obj
+        self.changed.set()
 
     def replace_configmaps(self, items: list[Obj]) -> None:
         for item in items:
@@ -274,6 +297,7 @@ class SchedulerCache:
                 mig_configs=self._mig_configs,
                 nominations=dict(self._nominations),
                 mig_requests=dict(self._mig_requests),
+                queues=None if self._queues is None else list(self._queues.values()),
             )
 
 

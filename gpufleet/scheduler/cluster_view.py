@@ -25,6 +25,7 @@ from gpufleet.scheduler import pods
 from gpufleet.scheduler.eligibility import Eligibility, Outcome, Resources
 from gpufleet.scheduler.nodes import to_core_node
 from gpufleet.scheduler.pods import Pod, PodFacts
+from gpufleet.scheduler.queues import QueueTrees
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,12 +123,15 @@ def _running_gang(
             priority=pods.priority(first.pod) if ours else 0,
             preemptible=ours and pods.preemptible(first.pod),
             relative_throughput=speed,
+            queue=pods.queue(first.pod) if ours else None,
         )
     ]
     members = {rid: tuple(f.key for f, _ in core)}
     for f, placement in extra:
         eid = f"{rid}#extra-{f.rank[0]}"
-        gangs.append(RunningGang(eid, gpu_type, (placement,), 0, True, speed))
+        gangs.append(
+            RunningGang(eid, gpu_type, (placement,), 0, True, speed, pods.queue(first.pod))
+        )
         members[eid] = (f.key,)
     return gangs, members
 
@@ -180,6 +184,7 @@ class ViewBuilder:
             tuple[tuple[Pod, ...], tuple[int, bool, str | None, frozenset[str]], PendingGang | str],
         ] = {}
         self._eligibility = Eligibility()
+        self._trees = QueueTrees()
 
     def facts(self, all_pods: Iterable[Pod]) -> dict[str, PodFacts]:
         """Pod key -> facts, reusing those of pod dicts seen last cycle."""
@@ -275,9 +280,11 @@ class ViewBuilder:
         all_pods: Iterable[Pod],
         mig_configs: Mapping[str, Any],
         facts: Mapping[str, PodFacts] | None = None,
+        queues: Iterable[Mapping[str, Any]] | None = None,
     ) -> ClusterView:
         """The core's input for one cycle. `all_pods` already includes assumed bindings;
-        `facts` are `self.facts(all_pods)` when the caller has them already."""
+        `facts` are `self.facts(all_pods)` when the caller has them already; `queues` are the
+        GPUQueue objects (None: no queues, no quotas)."""
         catalog = self.catalog
         core_nodes = self._core_nodes(nodes, mig_configs)
         if facts is None:
@@ -287,7 +294,10 @@ class ViewBuilder:
             self._last_running = self._running_gangs(holders, core_nodes)
         running, running_pods = self._last_running
         snapshot = Snapshot(
-            catalog, tuple(core_nodes[n] for n in sorted(core_nodes)), tuple(running)
+            catalog,
+            tuple(core_nodes[n] for n in sorted(core_nodes)),
+            tuple(running),
+            queues=None if queues is None else self._trees.tree(queues),
         )
 
         bound_members: dict[str, int] = defaultdict(int)
@@ -408,6 +418,7 @@ def _pending_gang(
             topology=pods.topology(first.pod),
             energy=pods.energy(first.pod),
             max_slowdown=pods.max_slowdown(first.pod),
+            queue=pods.queue(first.pod),
         )
     except ValueError as exc:
         return f"invalid gang: {exc}"
@@ -419,10 +430,11 @@ def build_view(
     nodes: Iterable[Mapping[str, Any]],
     all_pods: Iterable[Pod],
     mig_configs: Mapping[str, Any],
+    queues: Iterable[Mapping[str, Any]] | None = None,
 ) -> ClusterView:
     """The core's input for one cycle, from scratch. `all_pods` already includes assumed
     bindings. The live loop keeps a `ViewBuilder` instead, which reuses unchanged parts."""
-    return ViewBuilder(catalog).build(nodes, all_pods, mig_configs)
+    return ViewBuilder(catalog).build(nodes, all_pods, mig_configs, queues=queues)
 
 
 def _hold_reason(members: list[PodFacts], needed: int) -> str | None:

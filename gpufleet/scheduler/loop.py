@@ -28,6 +28,8 @@ phase is a small collaborator with its own state (the module named after each):
               decision, written as node marks (cordon and label); gangs that fit only on
               switched-off nodes wake them and wait for their boot
  10 explain   (waiting) write each waiting gang's reason into its pods' PodScheduled condition
+ 11 queues    (queues) write the GPUQueues' status (usage, borrowing, lending, pending, fair
+              share) where it changed
 A failed snapshot or decision logs and waits for the next cycle instead of raising.
 """
 
@@ -58,6 +60,7 @@ from gpufleet.scheduler.mig_request import MigRequester
 from gpufleet.scheduler.offer import cap_identical, heads
 from gpufleet.scheduler.partial import PartialGangs, partial_gangs
 from gpufleet.scheduler.power_marks import PowerMarks, booting_messages
+from gpufleet.scheduler.queues import QueueStatusWriter
 from gpufleet.scheduler.repartition import request_layouts
 from gpufleet.scheduler.victims import VictimEvictor, victims_still_shown
 from gpufleet.scheduler.waiting import WaitingReasons, pending_messages
@@ -99,6 +102,7 @@ class Scheduler:
         clock: Callable[[], float] = time.monotonic,
         may_act: Callable[[], bool] = lambda: True,
         power: PowerMarks | None = None,
+        queue_status: QueueStatusWriter | None = None,
     ) -> None:
         self.cache = cache
         self.mig = mig
@@ -121,6 +125,7 @@ class Scheduler:
             binder, clock, settings.explain_delay_s, settings.busy_explain_delay_s
         )
         self.power = power
+        self.queue_status = queue_status
 
     # --- the cycle -----------------------------------------------------------------------------
 
@@ -169,6 +174,9 @@ class Scheduler:
             timer.done("power")
         self.waiting.write(report.pending, view, busy=self.bindings.busy)  # 10
         timer.done("explain")
+        if self.queue_status is not None and view.snapshot.queues is not None:  # 11
+            self.queue_status.write(view.snapshot, [pg.gang for pg in view.pending])
+            timer.done("queues")
         self._log(report, self.clock() - timer.started)
         return report
 
@@ -179,7 +187,7 @@ class Scheduler:
         an object cannot be read: a bad object must not stop scheduling."""
         try:
             state = self.cache.state()
-            view = self.views.build(state.nodes, state.pods, state.mig_configs)
+            view = self.views.build(state.nodes, state.pods, state.mig_configs, queues=state.queues)
         except Exception as exc:
             log.exception("cycle=%d snapshot failed; retrying next cycle", self.cycle)
             report.error = f"snapshot: {exc}"

@@ -130,6 +130,11 @@ def energy(pod: Pod) -> EnergyPreference:
     return wishes(pod).energy
 
 
+def queue(pod: Pod) -> str | None:
+    """The GPUQueue the pod's gang is charged to; None outside every queue."""
+    return wishes(pod).queue
+
+
 def max_slowdown(pod: Pod) -> float | None:
     """The largest slowdown (a fraction) the gang accepts from a power cap, if it says."""
     return wishes(pod).max_slowdown

@@ -13,6 +13,7 @@ from kubernetes import client, config
 from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
 from gpufleet.model.contract import names
+from gpufleet.model.crd_common import API_GROUP, API_VERSION
 from gpufleet.model.gpus import Catalog, load_catalog
 from gpufleet.scheduler import prometheus_metrics
 from gpufleet.scheduler.apiwriter import ApiWriter
@@ -24,6 +25,7 @@ from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.mig_request import MigRequester
 from gpufleet.scheduler.policy_watch import LivePolicy, PolicyWatch
 from gpufleet.scheduler.power_marks import PowerMarks
+from gpufleet.scheduler.queues import QueueStatusWriter
 from gpufleet.scheduler.throttling import ThrottleRetry
 
 log = logging.getLogger("gpufleet.scheduler")
@@ -98,6 +100,7 @@ class SchedulerRuntime:
         policy_watch: PolicyWatch | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
         self.cache = SchedulerCache()
         self.stop_event = threading.Event()
         # Bindings bypass the generated client (see apiwriter.py); same credentials.
@@ -114,9 +117,21 @@ class SchedulerRuntime:
             decide=decide,
             may_act=may_act,
             power=PowerMarks(self.core),
+            queue_status=QueueStatusWriter(self._patch_queue_status),
         )
         self.informers = cache_informers(
             self.core, self.cache, self.stop_event, settings.mig_config_map_namespace
+        )
+        self.informers.append(
+            Informer(
+                "gpuqueues",
+                functools.partial(
+                    self.custom.list_cluster_custom_object, API_GROUP, API_VERSION, "gpuqueues"
+                ),
+                self.cache.replace_queues,
+                self.cache.queue_event,
+                self.stop_event,
+            )
         )
         self.policy_watch = policy_watch
         if policy_watch is not None:
@@ -131,6 +146,11 @@ class SchedulerRuntime:
     def _use_policy(self, live: LivePolicy) -> None:
         self.scheduler.policy = live.policy
         self.cache.changed.set()
+
+    def _patch_queue_status(self, name: str, body: dict[str, object]) -> None:
+        self.custom.patch_cluster_custom_object_status(
+            API_GROUP, API_VERSION, "gpuqueues", name, {"status": body}
+        )
 
     def start(self, sync_timeout: float = 60.0) -> None:
         # Load OR-Tools now (a third of a second) rather than in the first cycle that solves.

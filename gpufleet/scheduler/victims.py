@@ -83,7 +83,9 @@ class VictimEvictor:
         )
         return replace(
             view,
-            snapshot=Snapshot(snap.catalog, snap.nodes, running, snap.constrained_demand),
+            snapshot=Snapshot(
+                snap.catalog, snap.nodes, running, snap.constrained_demand, snap.queues
+            ),
         )
 
     def evict(

@@ -25,6 +25,7 @@ TOPOLOGY: Final = "gpufleet.io/topology"  # wishes.Topology value: any, same-nod
 ENERGY: Final = "gpufleet.io/energy"  # wishes.EnergyPreference value
 # Largest slowdown in percent the job accepts from a power cap (TrainingJob maxSlowdownPercent).
 MAX_SLOWDOWN: Final = "gpufleet.io/max-slowdown-percent"
+QUEUE: Final = "gpufleet.io/queue"  # the GPUQueue the gang is charged to (the job's spec.queue)
 RANK_LABEL: Final = "gpufleet.io/rank"  # replica index; placements are matched to pods by rank
 
 # What the scheduler decided, written through the Binding's annotations.

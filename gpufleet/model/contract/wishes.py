@@ -1,5 +1,5 @@
 """A gang's wishes as pods carry them: size, priority, preemptibility, topology, energy (and the
-largest slowdown a power cap may cost), types.
+largest slowdown a power cap may cost), types, and the queue it is charged to.
 
 The operator writes them on every pod it builds (`wish_annotations`); the scheduler reads them
 back (`GangWishes.read`) and hands them to the core, whose `Gang` uses the enums defined here.
@@ -125,6 +125,7 @@ def wish_annotations(
     energy: EnergyPreference | None = None,
     gpu_types: Iterable[TypeOption] = (),
     max_slowdown_percent: int | None = None,
+    queue: str | None = None,
 ) -> dict[str, str]:
     """The annotations that state these wishes; a wish given as None (or no types) is left
     out, so the reader takes its default."""
@@ -140,6 +141,8 @@ def wish_annotations(
     types = format_gpu_types(gpu_types)
     if types:
         out[names.GPU_TYPES] = types
+    if queue is not None:
+        out[names.QUEUE] = queue
     return out
 
 
@@ -156,6 +159,9 @@ class GangWishes:
     # The largest slowdown (1-99 %) a power cap may cost; None: the placement policy decides.
     # Never with energy performance (read as None there).
     max_slowdown_percent: int | None = None
+    # The GPUQueue the gang is charged to; None (no annotation): outside every queue, as
+    # pods written by other clients are.
+    queue: str | None = None
 
     @property
     def max_slowdown(self) -> float | None:
@@ -172,6 +178,7 @@ class GangWishes:
             energy=self.energy,
             gpu_types=self.gpu_types or (),
             max_slowdown_percent=self.max_slowdown_percent,
+            queue=self.queue,
         )
 
     @classmethod
@@ -199,4 +206,5 @@ class GangWishes:
             energy=energy,
             gpu_types=parse_gpu_types(annotations.get(names.GPU_TYPES, "")),
             max_slowdown_percent=slowdown,
+            queue=annotations.get(names.QUEUE) or None,
         )

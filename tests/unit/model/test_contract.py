@@ -41,6 +41,7 @@ from gpufleet.model.contract.wishes import (
     read_rank,
     wish_annotations,
 )
+from gpufleet.model.crd_common import NAME_PATTERN
 from gpufleet.model.mig import MigPlacement, make_layout
 from gpufleet.model.mig_profiles import MIG_PROFILE_NAMES
 
@@ -62,6 +63,7 @@ wait_reasons = st.sampled_from([*PendingReason, *SchedulerReason])
         energy=st.sampled_from(EnergyPreference),
         gpu_types=st.none() | st.lists(type_options, min_size=1, max_size=6).map(tuple),
         max_slowdown_percent=st.none() | st.integers(1, 99),
+        queue=st.none() | st.from_regex(NAME_PATTERN, fullmatch=True),
     ).filter(
         lambda w: w.energy is not EnergyPreference.PERFORMANCE or w.max_slowdown_percent is None
     )

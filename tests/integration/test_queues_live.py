@@ -1,0 +1,168 @@
+"""Queues on the sandbox: the operator and scheduler honour GPUQueues, and write their status.
+
+Two teams share the 16 T4 GPUs of the default fleet, each with a nominal quota of 8:
+- while team A is idle, team B borrows A's unused quota (two gangs of 8 GPUs run) and the
+  queues' status shows it (B uses 16 and borrows 8, A lends 8; the numbers match the pods);
+- when A's job arrives, one whole gang of B is preempted and A's job runs; the time from A's
+  job's creation to its pods bound is printed and stays within one scheduler cycle plus the
+  victims' grace period (plus the operator's and kwok's reaction, bounded below); B's evicted
+  job waits with QuotaExceeded naming the queue, the type and the numbers;
+- a job naming a queue that does not exist waits with QueueNotFound, and runs once the queue is
+  created (queues and jobs may come in any order);
+- a job whose priority is outside its queue's range waits with QueueNotAllowed.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gpufleet.model.contract import names
+from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.scheduler.loop_settings import SchedulerSettings
+from gpufleet.testing import invariants
+from gpufleet.testing.operator import Kube, training_job, wait_for
+
+pytestmark = pytest.mark.integration
+
+SUFFIX = uuid.uuid4().hex[:6]
+TEAM_A, TEAM_B, LATE = f"team-a-{SUFFIX}", f"team-b-{SUFFIX}", f"late-{SUFFIX}"
+GROUP, VERSION = "gpufleet.io", "v1alpha1"
+# The victims' pods: the API server's default grace period (the pod template sets none).
+VICTIM_GRACE_S = 30.0
+# What the operator (recreating nothing here: it only watches) and kwok (deleting the evicted
+# pods, reporting the new ones Running) add to a scheduler cycle; measured at 1-3 s here.
+REACTION_S = 10.0
+
+
+def _queue(name: str, t4: int, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "GPUQueue",
+        "metadata": {"name": name},
+        "spec": {"quotas": [{"gpuType": "T4", "nominal": t4}], **spec},
+    }
+
+
+def _job(name: str, queue: str, replicas: int, priority: int = 0) -> dict[str, Any]:
+    manifest = training_job(name, replicas, gpus=4, gpu_type="T4", priority=priority)
+    manifest["spec"]["queue"] = queue
+    return manifest
+
+
+@pytest.fixture(scope="module")
+def teams(kube: Kube, sandbox: Sandbox) -> Iterator[None]:
+    for name in (TEAM_A, TEAM_B):
+        kube.custom.create_cluster_custom_object(GROUP, VERSION, "gpuqueues", _queue(name, 8))
+    yield
+    sandbox.kubectl("delete", "gq", TEAM_A, TEAM_B, LATE, "--ignore-not-found", check=False)
+
+
+def _status(kube: Kube, name: str) -> dict[str, Any]:
+    obj: Any = kube.custom.get_cluster_custom_object(GROUP, VERSION, "gpuqueues", name)
+    return dict(obj.get("status") or {})
+
+
+def _t4(kube: Kube, name: str) -> dict[str, Any] | None:
+    rows = _status(kube, name).get("resources") or []
+    return next((r for r in rows if r["gpuType"] == "T4" and "migProfile" not in r), None)
+
+
+def _bound_gpus(kube: Kube, ns: str, job: str) -> int:
+    pods = kube.pods(ns, f"gpufleet.io/trainingjob={job}")
+    return sum(
+        len(p["metadata"]["annotations"][names.ASSIGNED_GPUS].split(","))
+        for p in pods
+        if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+    )
+
+
+def _reason(kube: Kube, ns: str, job: str) -> tuple[str, str] | None:
+    """The job's pending reason once the scheduler has given one (its recreated pods first
+    wait without a word from it)."""
+    condition = kube.condition(ns, job, "Admitted")
+    if condition is None or condition["status"] != "False":
+        return None
+    if condition["reason"] == "WaitingForScheduler":
+        return None
+    return str(condition["reason"]), str(condition["message"])
+
+
+def test_borrow_while_idle_then_reclaim_by_preemption(kube: Kube, ns: str, teams: None) -> None:
+    # Team B alone: two gangs of 2 x 4 T4 each, 16 GPUs, 8 of them borrowed from team A.
+    for job in ("b1", "b2"):
+        kube.create_job(ns, _job(job, TEAM_B, 2))
+    for job in ("b1", "b2"):
+        wait_for(lambda j=job: kube.phase(ns, j) == "Running", f"{job} Running", 60)
+    used = _bound_gpus(kube, ns, "b1") + _bound_gpus(kube, ns, "b2")
+    assert used == 16
+    wait_for(
+        lambda: (_t4(kube, TEAM_B) or {}).get("used") == used,
+        "team B's status showing what its pods hold",
+        30,
+    )
+    b, a = _t4(kube, TEAM_B), _t4(kube, TEAM_A)
+    assert b is not None and a is not None
+    assert (b["nominal"], b["used"], b["borrowed"], b["lent"]) == (8, 16, 8, 0)
+    assert (a["nominal"], a["used"], a["borrowed"], a["lent"]) == (8, 0, 0, 8)
+    status_b = _status(kube, TEAM_B)
+    assert status_b["runningJobs"] == 2 and status_b["pendingJobs"] == 0
+    active = {c["type"]: c for c in status_b["conditions"]}["Active"]
+    assert (active["status"], active["reason"]) == ("True", "Ready")
+
+    # Team A's job arrives: its nominal quota is lent, so a whole gang of B is preempted.
+    started = time.monotonic()
+    kube.create_job(ns, _job("a1", TEAM_A, 2))
+    wait_for(lambda: _bound_gpus(kube, ns, "a1") == 8, "a1 bound", 90)
+    latency = time.monotonic() - started
+    bound = SchedulerSettings().resync_s + VICTIM_GRACE_S + REACTION_S
+    print(f"[queues] lender's job bound {latency:.1f}s after creation (bound {bound:.0f}s)")
+    assert latency <= bound
+    wait_for(lambda: kube.phase(ns, "a1") == "Running", "a1 Running", 30)
+    running = wait_for(
+        lambda: [j for j in ("b1", "b2") if _bound_gpus(kube, ns, j) == 8],
+        "one of team B's gangs still bound",
+        30,
+    )
+    assert len(running) == 1  # one whole gang preempted, the other untouched
+    loser = "b2" if running == ["b1"] else "b1"
+    reason = wait_for(lambda: _reason(kube, ns, loser), f"{loser} says why it waits", 30)
+    assert reason[0] == "QuotaExceeded", reason
+    assert TEAM_B in reason[1] and "T4" in reason[1], reason
+    wait_for(
+        lambda: (
+            (_t4(kube, TEAM_A) or {}).get("used") == 8
+            and (_t4(kube, TEAM_B) or {}).get("used") == 8
+        ),
+        "both queues at their nominal quota in their status",
+        30,
+    )
+    b = _t4(kube, TEAM_B)
+    assert b is not None and (b["borrowed"], b["pending"]) == (0, 8)
+    assert invariants.check(kube.core) == []
+
+
+def test_a_job_in_a_missing_queue_waits_until_the_queue_exists(kube: Kube, ns: str) -> None:
+    kube.create_job(ns, _job("early", LATE, 1))
+    reason = wait_for(lambda: _reason(kube, ns, "early"), "early says why it waits", 30)
+    assert reason[0] == "QueueNotFound" and f"queue {LATE} does not exist" in reason[1], reason
+    kube.custom.create_cluster_custom_object(GROUP, VERSION, "gpuqueues", _queue(LATE, 4))
+    wait_for(
+        lambda: kube.phase(ns, "early") == "Running", "early Running once its queue exists", 60
+    )
+
+
+def test_a_priority_outside_the_queues_range_waits(kube: Kube, ns: str, sandbox: Sandbox) -> None:
+    name = f"urgent-only-{SUFFIX}"
+    body = _queue(name, 4, priorityRange={"min": 100})
+    kube.custom.create_cluster_custom_object(GROUP, VERSION, "gpuqueues", body)
+    try:
+        kube.create_job(ns, _job("casual", name, 1, priority=5))
+        reason = wait_for(lambda: _reason(kube, ns, "casual"), "casual says why it waits", 30)
+        assert reason[0] == "QueueNotAllowed" and "priority 5" in reason[1], reason
+    finally:
+        sandbox.kubectl("delete", "gq", name, "--ignore-not-found", check=False)
