@@ -100,6 +100,18 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
     return replace(best, pending=tuple(sorted(reasons, key=lambda p: p.gang_id)))
 
 
+# Reasons a gang can never be placed, whatever its queue: they come before any quota reason.
+_NEVER: frozenset[PendingReason] = frozenset(
+    {
+        PendingReason.UNKNOWN_GPU_TYPE,
+        PendingReason.NO_NODES_OF_TYPE,
+        PendingReason.NO_ELIGIBLE_NODE,
+        PendingReason.MIG_PROFILE_UNSUPPORTED,
+        PendingReason.REPLICA_TOO_LARGE,
+        PendingReason.GANG_TOO_LARGE,
+    }
+)
+
 # Capacity reasons that a reclaim of borrowed GPUs could resolve.
 _CAPACITY: frozenset[PendingReason] = frozenset(
     {
@@ -119,17 +131,23 @@ def queue_reasons(
     policy: Policy,
     memo: Memo,
 ) -> list[Pending]:
-    """Why gangs wait when queues apply: their queue's quota, judged after the decision
-    (QuotaExceeded, or WaitingForReclaim within nominal), else the capacity reason, which
-    becomes WaitingForReclaim when the gang is within nominal and borrowers hold its types."""
+    """Why gangs wait when queues apply: a gang that can never fit says so first; else its
+    queue's quota, judged after the decision (QuotaExceeded, or WaitingForReclaim within
+    nominal), else the capacity reason, which becomes WaitingForReclaim when the gang is
+    within nominal and borrowers hold its types."""
     assert initial.gate is not None
     after = initial.gate.after(decision, pending)
     out: list[Pending] = []
     for gang in waiting:
         types = usable_types(initial, gang, policy, memo)
-        reason = after.quota_reason(gang, types)
-        if reason is None:
-            reason = explain(initial, gang, policy, memo)
+        reason = explain(initial, gang, policy, memo)
+        if reason.reason in _NEVER:
+            out.append(reason)
+            continue
+        quota = after.quota_reason(gang, types)
+        if quota is not None:
+            reason = quota
+        else:
             note = after.reclaim_note(gang, types)
             if reason.reason in _CAPACITY and note is not None:
                 reason = Pending(gang.id, PendingReason.WAITING_FOR_RECLAIM, note)

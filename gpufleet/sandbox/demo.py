@@ -125,6 +125,8 @@ def run_demo(sandbox: Sandbox, fleet: Path | None, examples: Path) -> None:
     console.print(fleet_table(nodes))
     console.print(f"[bold]Example jobs ({len(manifests)} manifests applied):[/bold]")
     print(sandbox.kubectl("get", "trainingjobs,servingjobs", "-A").stdout)
+    console.print("[bold]Queues (quota use and fair share):[/bold]")
+    print(sandbox.kubectl("get", "gpuqueues", "-o", "wide").stdout)
     console.print("[bold]Why jobs wait:[/bold]")
     print(
         sandbox.kubectl(

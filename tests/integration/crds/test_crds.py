@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from gpufleet.model.crdgen import crd_documents
+from gpufleet.model.gpuqueue import GPUQueue
 from gpufleet.model.servingjob import ServingJob, ServingJobSpec
 from gpufleet.model.trainingjob import TrainingJob, TrainingJobSpec
 from gpufleet.sandbox.control_plane import Sandbox
@@ -31,9 +32,10 @@ pytestmark = pytest.mark.integration
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.yaml"))
-MODELS: dict[str, type[TrainingJob] | type[ServingJob]] = {
+MODELS: dict[str, type[TrainingJob] | type[ServingJob] | type[GPUQueue]] = {
     "TrainingJob": TrainingJob,
     "ServingJob": ServingJob,
+    "GPUQueue": GPUQueue,
 }
 
 

@@ -19,6 +19,7 @@ import yaml
 
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.power import capped_power_w
+from gpufleet.sandbox.cluster import Sandbox
 from gpufleet.testing import invariants
 from gpufleet.testing.operator import Kube, wait_for
 
@@ -50,7 +51,12 @@ def env(pod: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e["value"] for e in pod["spec"]["containers"][0].get("env", [])}
 
 
-def test_examples_reach_running_and_the_misfit_says_why(kube: Kube, ns: str) -> None:
+def test_examples_reach_running_and_the_misfit_says_why(
+    kube: Kube, ns: str, sandbox: Sandbox
+) -> None:
+    # The queues the example jobs name (cluster-scoped: kept for the session, as a user would).
+    for path in sorted(EXAMPLES.glob("gpuqueue-*.yaml")):
+        sandbox.kubectl("apply", "-f", str(path))
     running = {
         "trainingjob-gang-h100.yaml": "llama-finetune",
         "trainingjob-mig-slice.yaml": "bert-mig",

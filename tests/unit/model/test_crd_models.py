@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from gpufleet.model.crd_common import CRDModel
+from gpufleet.model.gpuqueue import GPUQueue
 from gpufleet.model.mig_profiles import MIG_PROFILE_NAMES
 from gpufleet.model.servingjob import ServingJob, ServingJobSpec, ServingJobStatus
 from gpufleet.model.trainingjob import (
@@ -33,9 +34,12 @@ from gpufleet.model.trainingjob import (
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.yaml"))
-MODELS: dict[str, type[TrainingJob] | type[ServingJob]] = {
+# The examples with pod templates (the GPUQueue examples have none).
+JOB_EXAMPLES = [p for p in EXAMPLES if not p.stem.startswith("gpuqueue-")]
+MODELS: dict[str, type[TrainingJob] | type[ServingJob] | type[GPUQueue]] = {
     "TrainingJob": TrainingJob,
     "ServingJob": ServingJob,
+    "GPUQueue": GPUQueue,
 }
 
 
@@ -44,7 +48,7 @@ def _load(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _parse(doc: dict[str, Any]) -> TrainingJob | ServingJob:
+def _parse(doc: dict[str, Any]) -> TrainingJob | ServingJob | GPUQueue:
     return MODELS[doc["kind"]].model_validate(doc)
 
 
@@ -55,6 +59,7 @@ def test_there_are_examples_of_both_kinds() -> None:
     kinds = [_load(p)["kind"] for p in EXAMPLES]
     assert kinds.count("TrainingJob") >= 5
     assert kinds.count("ServingJob") >= 2
+    assert kinds.count("GPUQueue") >= 2  # the queues the example jobs name
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
@@ -98,7 +103,7 @@ def test_examples_demonstrate_what_they_say() -> None:
     assert set(single.pools()) == {"server"}
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", JOB_EXAMPLES, ids=lambda p: p.stem)
 def test_example_images_are_placeholders(path: Path) -> None:
     model = _parse(_load(path))
     templates = (
