@@ -221,15 +221,15 @@ class QuotaBook:
             if load <= limit:
                 continue
             text = self._describe(queue, level, resource, what)
-            quota = level != ROOT or bool(self._kept(None, resource))
-            if not quota and self._beyond_guarantees(queue, resource, need):
-                quota = True
+            is_quota = level != ROOT or bool(self._kept(None, resource))
+            if not is_quota and self._beyond_guarantees(queue, resource, need):
+                is_quota = True
                 nominal = self.tree.queues[queue].quota(resource).nominal
                 text += (
                     f"; beyond its nominal quota ({self.used(queue, resource)} of {nominal} "
                     "used) the rest is other queues' nominal quota, in use"
                 )
-            return Shortfall(resource, need, room, text, quota)
+            return Shortfall(resource, need, room, text, is_quota)
         quota = self.tree.queues[queue].quota(resource)
         text = (
             f"queue {queue} needs {what}; a non-preemptible job may use only its queues' "

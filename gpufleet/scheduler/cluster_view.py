@@ -25,7 +25,7 @@ from gpufleet.scheduler import pods
 from gpufleet.scheduler.eligibility import Eligibility, Outcome, Resources
 from gpufleet.scheduler.nodes import to_core_node
 from gpufleet.scheduler.pods import Pod, PodFacts
-from gpufleet.scheduler.queues import QueueTrees
+from gpufleet.scheduler.queue_objects import QueueTrees
 
 
 @dataclass(frozen=True, slots=True)

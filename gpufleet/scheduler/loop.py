@@ -28,7 +28,7 @@ phase is a small collaborator with its own state (the module named after each):
               decision, written as node marks (cordon and label); gangs that fit only on
               switched-off nodes wake them and wait for their boot
  10 explain   (waiting) write each waiting gang's reason into its pods' PodScheduled condition
- 11 queues    (queues) write the GPUQueues' status (usage, borrowing, lending, pending, fair
+ 11 queues    (queue_objects) write the GPUQueues' status (usage, borrowing, lending, pending, fair
               share) where it changed
 A failed snapshot or decision logs and waits for the next cycle instead of raising.
 """
@@ -60,7 +60,7 @@ from gpufleet.scheduler.mig_request import MigRequester
 from gpufleet.scheduler.offer import cap_identical, heads
 from gpufleet.scheduler.partial import PartialGangs, partial_gangs
 from gpufleet.scheduler.power_marks import PowerMarks, booting_messages
-from gpufleet.scheduler.queues import QueueStatusWriter
+from gpufleet.scheduler.queue_objects import QueueStatusWriter
 from gpufleet.scheduler.repartition import request_layouts
 from gpufleet.scheduler.victims import VictimEvictor, victims_still_shown
 from gpufleet.scheduler.waiting import WaitingReasons, pending_messages

@@ -25,7 +25,7 @@ from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.mig_request import MigRequester
 from gpufleet.scheduler.policy_watch import LivePolicy, PolicyWatch
 from gpufleet.scheduler.power_marks import PowerMarks
-from gpufleet.scheduler.queues import QueueStatusWriter
+from gpufleet.scheduler.queue_objects import QueueStatusWriter
 from gpufleet.scheduler.throttling import ThrottleRetry
 
 log = logging.getLogger("gpufleet.scheduler")

@@ -19,7 +19,7 @@ import yaml
 
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.power import capped_power_w
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.testing import invariants
 from gpufleet.testing.operator import Kube, wait_for
 

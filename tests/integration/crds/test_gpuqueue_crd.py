@@ -24,7 +24,7 @@ import yaml
 
 from gpufleet.model.gpuqueue import DEFAULT_QUEUE, GPUQueue
 from gpufleet.model.gpuqueue_policy import POLICY_NAME
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.control_plane import Sandbox
 
 pytestmark = pytest.mark.integration
 

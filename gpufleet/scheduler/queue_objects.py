@@ -34,7 +34,7 @@ from gpufleet.core.queues import (
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.model.gpuqueue import GPUQueueConditionType, GPUQueueReason, GPUQueueSpec
 
-log = logging.getLogger("gpufleet.scheduler.queues")
+log = logging.getLogger("gpufleet.scheduler.queue_objects")
 
 Obj = dict[str, Any]
 # Writes one queue's status: (name, status body) -> None; raises on failure.

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from gpufleet.model.contract import names
-from gpufleet.sandbox.cluster import Sandbox
+from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.testing import invariants
 from gpufleet.testing.operator import Kube, training_job, wait_for

@@ -17,8 +17,8 @@ from typing import Any
 from gpufleet.core.queue_report import queue_report
 from gpufleet.core.queues import QueueSpec, QueueTree, Quota
 from gpufleet.model.contract import names
-from gpufleet.scheduler.queues import QueueStatusWriter, QueueTrees, queue_spec, status_body
-from gpufleet.scheduler.snapshot import build_view
+from gpufleet.scheduler.cluster_view import build_view
+from gpufleet.scheduler.queue_objects import QueueStatusWriter, QueueTrees, queue_spec, status_body
 from tests.unit.core.placement_builders import cluster, gang
 
 H100 = "H100-80GB"
