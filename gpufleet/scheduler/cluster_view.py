@@ -130,7 +130,7 @@ def _running_gang(
     for f, placement in extra:
         eid = f"{rid}#extra-{f.rank[0]}"
         gangs.append(
-            RunningGang(eid, gpu_type, (placement,), 0, True, speed, pods.queue(first.pod))
+            RunningGang(eid, gpu_type, (placement,), 0, True, speed, queue=pods.queue(first.pod))
         )
         members[eid] = (f.key,)
     return gangs, members
