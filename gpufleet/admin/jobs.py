@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from gpufleet.admin.live import JobKey, Observed
@@ -19,6 +18,7 @@ from gpufleet.admin.models.jobs import JobKind, JobPublic, PoolPublic, ReasonPub
 from gpufleet.admin.workloads import job_of_pod
 from gpufleet.model.contract import assignment
 from gpufleet.model.contract.reasons import PendingNote, SchedulerReason, read_pending
+from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.scheduler import pods
 from gpufleet.scheduler.pods import PodFacts
 from gpufleet.scheduler.prometheus_metrics import UNKNOWN_REASON
@@ -42,16 +42,6 @@ def pods_by_job(observed: Observed) -> dict[JobKey, list[PodFacts]]:
         if owner is not None:
             out[(str(f.pod["metadata"].get("namespace", "default")), *owner)].append(f)
     return out
-
-
-def _created(obj: Obj) -> datetime | None:
-    raw = (obj.get("metadata") or {}).get("creationTimestamp")
-    if not raw:
-        return None
-    try:
-        return datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def _replica(f: PodFacts) -> ReplicaPublic | None:
@@ -127,7 +117,7 @@ def job_public(obj: Obj, members: Sequence[PodFacts], observed: Observed) -> Job
         queue=str(spec.get("queue") or "default"),
         priority=int(spec.get("priority") or 0),
         phase=status.get("phase"),
-        created_at=_created(obj),
+        created_at=parse_time((obj.get("metadata") or {}).get("creationTimestamp")),
         gpu_type=next((r.gpu_type for r in placement if r.gpu_type), None),
         placement=placement,
         waiting=_waiting(obj, members, observed),

@@ -26,6 +26,7 @@ from gpufleet.admin.errors import ProblemError
 from gpufleet.admin.models.common import PublicModel
 from gpufleet.core.policy import Policy
 from gpufleet.core.presets import Preset
+from gpufleet.model.contract.timestamps import format_time, parse_time
 from gpufleet.scheduler.policy_watch import POLICY_KEY, LivePolicy, Parse
 from gpufleet.settings import PlacementSettings, WeightOverrides
 
@@ -118,7 +119,7 @@ def public(live: LivePolicy, meta: Mapping[str, Any] | None) -> PolicyPublic:
         source=live.source,
         error=live.error,
         updated_by=annotations.get(UPDATED_BY),
-        updated_at=datetime.fromisoformat(at.replace("Z", "+00:00")) if at else None,
+        updated_at=parse_time(at),
     )
 
 
@@ -169,7 +170,7 @@ class PolicyStore:
                 "namespace": self.namespace,
                 "annotations": {
                     UPDATED_BY: user,
-                    UPDATED_AT: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    UPDATED_AT: format_time(datetime.now(UTC)),
                 },
             },
             "data": {

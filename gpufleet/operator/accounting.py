@@ -18,6 +18,7 @@ from typing import Any
 
 from gpufleet.model.contract.assignment import assigned_type, power_cap
 from gpufleet.model.contract.resources import gpu_request
+from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.model.gpus import Catalog
 from gpufleet.model.power import capped_power_w
 
@@ -36,7 +37,7 @@ class Usage:
     def from_status(cls, status: Mapping[str, Any], now: datetime) -> Usage:
         """Resume from a status written earlier; a job never accounted starts at `now`."""
         raw = status.get("usageAccountedTime")
-        at = datetime.fromisoformat(str(raw).replace("Z", "+00:00")) if raw else now
+        at = parse_time(raw) or now
         return cls(
             float(status.get("gpuSeconds") or 0.0),
             float(status.get("estimatedEnergyJoules") or 0.0),
@@ -66,16 +67,6 @@ def pod_draw(pod: Mapping[str, Any], catalog: Catalog) -> tuple[float, float]:
     return share, share * capped_power_w(catalog[str(gpu_type)], power_cap(annotations))
 
 
-def _started(pod: Mapping[str, Any]) -> datetime | None:
-    raw = (pod.get("status") or {}).get("startTime")
-    if not raw:
-        return None
-    try:
-        return datetime.fromisoformat(str(raw).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def accrue(
     previous: Usage, pods: Iterable[Mapping[str, Any]], now: datetime, catalog: Catalog
 ) -> Usage:
@@ -87,7 +78,9 @@ def accrue(
         gpus, watts = pod_draw(pod, catalog)
         if gpus == 0.0:
             continue
-        since = max(previous.at, _started(pod) or previous.at)
+        since = max(
+            previous.at, parse_time((pod.get("status") or {}).get("startTime")) or previous.at
+        )
         seconds = max(0.0, (now - since).total_seconds())
         gpu_seconds += seconds * gpus
         joules += seconds * watts

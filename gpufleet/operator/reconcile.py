@@ -20,6 +20,7 @@ from typing import Any
 from gpufleet.model.contract import names
 from gpufleet.model.contract.assignment import assigned_gpus, assigned_mig, assigned_type
 from gpufleet.model.contract.reasons import disruption_reason, read_pending
+from gpufleet.model.contract.timestamps import format_time, parse_time
 from gpufleet.model.contract.wishes import read_rank
 from gpufleet.model.trainingjob import (
     TrainingJobConditionType as Cond,
@@ -51,16 +52,6 @@ class Plan:
     delete_job: bool = False
     status: dict[str, Any] = field(default_factory=dict)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
-
-
-def timestamp(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def _deleting(pod: Obj) -> bool:
@@ -134,7 +125,7 @@ class _Conditions:
             "status": value,
             "reason": reason,
             "message": message,
-            "lastTransitionTime": timestamp(self.now) if changed else old["lastTransitionTime"],  # type: ignore[index]
+            "lastTransitionTime": format_time(self.now) if changed else old["lastTransitionTime"],  # type: ignore[index]
             "observedGeneration": self.generation,
         }
 
@@ -196,8 +187,8 @@ def plan(
         _Conditions(status.get("conditions"), now, job.id.generation),
         status.get("phase"),
         int(status.get("restarts") or 0),
-        _parse(status.get("startTime")),
-        _parse(status.get("completionTime")),
+        parse_time(status.get("startTime")),
+        parse_time(status.get("completionTime")),
     )
     # A spec edit after a rejected template gives the job another try.
     retry = step.conds.reason(Cond.FAILED) == TEMPLATE_REJECTED and job.id.generation > int(
@@ -275,9 +266,9 @@ def _write_status(step: _Pass, old_phase: str | None) -> None:
     if len(types) == 1:
         out.status["gpuType"] = types.pop()
     if step.start is not None:
-        out.status["startTime"] = timestamp(step.start)
+        out.status["startTime"] = format_time(step.start)
     if step.completion is not None and phase in (Phase.SUCCEEDED, Phase.FAILED):
-        out.status["completionTime"] = timestamp(step.completion)
+        out.status["completionTime"] = format_time(step.completion)
     if phase != old_phase:
         kind = "Warning" if phase in (Phase.FAILED, Phase.PREEMPTED) else "Normal"
         out.events.append((kind, phase, _phase_message(phase, step.conds)))

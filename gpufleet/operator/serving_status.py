@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from gpufleet.model.contract.reasons import PendingNote
 from gpufleet.model.contract.serving import MetricsHealth, ScaleChange
+from gpufleet.model.contract.timestamps import format_time
 from gpufleet.model.servingjob import ServingJobConditionType as Cond
 from gpufleet.model.servingjob import ServingJobPhase as Phase
 from gpufleet.model.servingjob import ServingJobReason as Reason
@@ -81,10 +82,6 @@ class StatusPlan:
     posted: Posted = field(default_factory=Posted)
 
 
-def _ts(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _condition(
     previous: Sequence[Obj],
     kind: str,
@@ -96,7 +93,7 @@ def _condition(
 ) -> dict[str, Any]:
     """A condition; its transition time moves only when its status does."""
     old = next((c for c in previous if c.get("type") == kind), None)
-    since = old["lastTransitionTime"] if old and old.get("status") == status else _ts(now)
+    since = old["lastTransitionTime"] if old and old.get("status") == status else format_time(now)
     out: dict[str, Any] = {
         "type": kind,
         "status": status,
@@ -209,7 +206,7 @@ def _pools(
         }
         change = changed.get(pool)
         if change is not None:
-            entry["lastScaleTime"] = _ts(now)
+            entry["lastScaleTime"] = format_time(now)
             entry["lastScaleReason"] = change.message[:_MAX_REASON_TEXT]
         else:
             kept = remembered.get(pool) or old

@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import disruption_reason
+from gpufleet.model.contract.timestamps import format_time
 from gpufleet.model.gpus import load_catalog
 from gpufleet.operator import children, leading, metrics, podtemplate, reconcile
 from gpufleet.operator.accounting import Usage, accrue
@@ -211,7 +212,7 @@ def _usage_changes(
     return {
         "gpuSeconds": round(usage.gpu_seconds, 1),
         "estimatedEnergyJoules": round(usage.joules),
-        "usageAccountedTime": reconcile.timestamp(usage.at),
+        "usageAccountedTime": format_time(usage.at),
     }
 
 

@@ -28,6 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.kubeerrors import api_error_text
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import disruption_marker, pending_condition
+from gpufleet.model.contract.timestamps import format_time
 from gpufleet.scheduler.apiwriter import ApiWriter
 
 log = logging.getLogger("gpufleet.scheduler.binder")
@@ -46,7 +47,7 @@ def _split(key: str) -> tuple[str, str]:
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(datetime.now(UTC))
 
 
 class Binder:

@@ -32,6 +32,7 @@ from gpufleet.core.queues import (
     split_resource,
 )
 from gpufleet.core.snapshot import Snapshot
+from gpufleet.model.contract.timestamps import format_time
 from gpufleet.model.gpuqueue import GPUQueueConditionType, GPUQueueReason, GPUQueueSpec
 
 log = logging.getLogger("gpufleet.scheduler.queue_objects")
@@ -172,7 +173,7 @@ class QueueStatusWriter:
         for gone in set(self._written) - set(report):
             del self._written[gone]
         self._since = {k: v for k, v in self._since.items() if k[0] in report}
-        stamp = self._now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = format_time(self._now())
         written: list[str] = []
         for name, figures in sorted(report.items()):
             body = status_body(figures, stamp)
