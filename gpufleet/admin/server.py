@@ -4,6 +4,7 @@ operator.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -45,7 +46,23 @@ class AdminServer(StartStop):
     def __init__(self, context: AdminContext, app: FastAPI | None = None) -> None:
         self.context = context
         self.server = uvicorn.Server(uvicorn_config(context, app))
-        self._thread = threading.Thread(target=self.server.run, name="admin-api", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="admin-api", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        try:
+            await self.server.serve()
+        finally:
+            # A request still running when the graceful timeout ran out keeps its connection;
+            # close it on this loop, or its transport outlives the loop and is collected later
+            # as an unclosed-resource warning in whatever code runs then.
+            for connection in list(self.server.server_state.connections):
+                transport = getattr(connection, "transport", None)
+                if transport is not None:
+                    transport.abort()
+            await asyncio.sleep(0)  # let connection_lost run
 
     @property
     def port(self) -> int:
@@ -71,6 +88,9 @@ class AdminServer(StartStop):
     def stop(self) -> None:
         self.server.should_exit = True
         self._thread.join(10)
+        if self._thread.is_alive():  # a slow request: stop waiting for it
+            self.server.force_exit = True
+            self._thread.join(10)
 
 
 def run_standalone(api: client.ApiClient, settings: AdminSettings) -> int:

@@ -13,18 +13,26 @@ from gpufleet.model.contract import names
 from gpufleet.model.fleet import load_fleet
 from gpufleet.sandbox.control_plane import Sandbox, default_fleet_path
 
+# The config that turns MIG off: what a node of a pool without a `mig:` block goes back to once
+# gpufleet partitioned one of its (MIG-capable) GPUs.
+MIG_OFF = "all-disabled"
+
 
 def restore_mig_layouts(sandbox: Sandbox) -> list[str]:
-    """Label every MIG node whose layout differs from its pool's with the pool's config again
-    and wait until the MIG manager applied it; returns the nodes changed."""
+    """Label every node whose layout differs from its pool's with the pool's config again (MIG
+    off for pools without one) and wait until the MIG manager applied it; returns the nodes
+    changed."""
     changed = []
+    nodes = json.loads(sandbox.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in nodes}
     for pool in load_fleet(default_fleet_path()).node_pools:
-        if pool.mig is None:
-            continue
         for name in pool.node_names():
-            node = json.loads(sandbox.kubectl("get", "node", name, "-o", "json").stdout)
-            if node["metadata"]["labels"].get(names.MIG_CONFIG_LABEL) != pool.mig.config:
-                label = f"{names.MIG_CONFIG_LABEL}={pool.mig.config}"
+            current = labels.get(name, {}).get(names.MIG_CONFIG_LABEL)
+            wanted = pool.mig.config if pool.mig is not None else MIG_OFF
+            if pool.mig is None and current in (None, MIG_OFF):
+                continue  # never partitioned, or already whole again
+            if current != wanted:
+                label = f"{names.MIG_CONFIG_LABEL}={wanted}"
                 sandbox.kubectl("label", "--overwrite", "node", name, label)
                 changed.append(name)
     for name in changed:
