@@ -157,20 +157,94 @@ def allocated(uid: str) -> list[str] | None:
     return None
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.parse_args()
+def _measure(
+    binary: Path, sandbox: Sandbox, work: Path, procs: list[Any], results: dict[str, Any]
+) -> None:
+    """The steps timed on the running sandbox: the kubelet joins, the plugin registers, two pods
+    get the GPUs the scheduler chose, a GPU turns unhealthy, the kubelet restarts. Every process
+    started goes to `procs` (the caller stops them), every measure to `results`."""
+    core = client.CoreV1Api(config.new_client_from_config(str(sandbox.kubeconfig)))
+    conf = kubelet_config(work, work / "cri.sock")
+    kubelet_log = work / "kubelet.log"
+    kubelet = start_kubelet(binary, conf, sandbox.kubeconfig, work, kubelet_log)
+    procs.append(kubelet)
+    t0 = time.monotonic()
+    wait_for(lambda: node_resources(core, "capacity").get("pods"), "the node", 60)
+    results["kubelet_node_registered_s"] = round(time.monotonic() - t0, 2)
+    core.patch_node(NODE, {"metadata": {"labels": {"gpufleet.io/node-pool": "h100"}}})
+
+    health = work / "health"
+    plugin_log = work / "plugin.log"
+    t0 = time.monotonic()
+    plugin = subprocess.Popen(
+        [
+            sys.executable, "-m", "gpufleet.cli", "device-plugin",
+            "--node-name", NODE, "--fleet", str(default_fleet_path()),
+            "--kubeconfig", str(sandbox.kubeconfig), "--device-dir", str(work / "dev"),
+            "--health-file", str(health), "--label-node", "--poll-interval", "0.2",
+        ],
+        stdout=plugin_log.open("w"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    procs.append(plugin)
+    wait_for(lambda: "registered nvidia.com/gpu" in plugin_log.read_text(), "registration", 60)
+    results["plugin_registered_s"] = round(time.monotonic() - t0, 2)
+    wait_for(
+        lambda: node_resources(core, "capacity").get("nvidia.com/gpu") == "8",
+        "nvidia.com/gpu in the node's capacity",
+        60,
+    )
+    results["capacity_visible_s"] = round(time.monotonic() - t0, 2)
+
+    picks = {}
+    for name, gpus in (("first", "5,6"), ("second", "2,7")):
+        bind(core, name, gpus)
+        uid = core.read_namespaced_pod(name, "default").metadata.uid
+        picks[name] = (gpus.split(","), wait_for(lambda u=uid: allocated(u), name, 60))
+    results["preferred_allocation_followed"] = all(w == got for w, got in picks.values())
+    results["allocations"] = {n: got for n, (_, got) in picks.items()}
+
+    t0 = time.monotonic()
+    health.write_text("3\n")
+    wait_for(
+        lambda: node_resources(core, "allocatable").get("nvidia.com/gpu") == "7",
+        "GPU 3 out of the allocatable GPUs",
+        60,
+    )
+    results["unhealthy_to_allocatable_s"] = round(time.monotonic() - t0, 2)
+
+    stop(kubelet)
+    registered = plugin_log.read_text().count("registered nvidia.com/gpu")
+    t0 = time.monotonic()
+    procs.append(start_kubelet(binary, conf, sandbox.kubeconfig, work, kubelet_log))
+    wait_for(
+        lambda: plugin_log.read_text().count("registered nvidia.com/gpu") > registered,
+        "registration with the restarted kubelet",
+        60,
+    )
+    results["reregistered_after_restart_s"] = round(time.monotonic() - t0, 2)
+
+
+def _preflight() -> str | None:
+    """Why the benchmark cannot run on this machine now, or None."""
     if os.geteuid() != 0:
-        print("needs root: the kubelet writes /var/lib/kubelet and cgroups", file=sys.stderr)
-        return 2
+        return "needs root: the kubelet writes /var/lib/kubelet and cgroups"
     if (PLUGIN_DIR / "kubelet.sock").exists():
         with socket.socket(socket.AF_UNIX) as s:
             try:
                 s.connect(str(PLUGIN_DIR / "kubelet.sock"))
-                print("another kubelet serves /var/lib/kubelet/device-plugins", file=sys.stderr)
-                return 2
+                return "another kubelet serves /var/lib/kubelet/device-plugins"
             except OSError:
                 pass  # a stale socket of an earlier run
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.parse_args()
+    problem = _preflight()
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 2
     created_var_lib = not Path("/var/lib/kubelet").exists()
     binary = ensure_binaries(components=("etcd", "kwok", "kubernetes", "kubelet")).kubelet
     results: dict[str, Any] = {}
@@ -181,68 +255,8 @@ def main() -> int:
         cri = None
         try:
             sandbox.up(progress=lambda m: print(f"[sandbox] {m}"))
-            core = client.CoreV1Api(config.new_client_from_config(str(sandbox.kubeconfig)))
             cri = cri_stub.serve(work / "cri.sock", work / "cri")
-            conf = kubelet_config(work, work / "cri.sock")
-            kubelet_log = work / "kubelet.log"
-            kubelet = start_kubelet(binary, conf, sandbox.kubeconfig, work, kubelet_log)
-            procs.append(kubelet)
-            t0 = time.monotonic()
-            wait_for(lambda: node_resources(core, "capacity").get("pods"), "the node", 60)
-            results["kubelet_node_registered_s"] = round(time.monotonic() - t0, 2)
-            core.patch_node(NODE, {"metadata": {"labels": {"gpufleet.io/node-pool": "h100"}}})
-
-            health = work / "health"
-            plugin_log = work / "plugin.log"
-            t0 = time.monotonic()
-            plugin = subprocess.Popen(
-                [
-                    sys.executable, "-m", "gpufleet.cli", "device-plugin",
-                    "--node-name", NODE, "--fleet", str(default_fleet_path()),
-                    "--kubeconfig", str(sandbox.kubeconfig), "--device-dir", str(work / "dev"),
-                    "--health-file", str(health), "--label-node", "--poll-interval", "0.2",
-                ],
-                stdout=plugin_log.open("w"), stderr=subprocess.STDOUT,
-            )  # fmt: skip
-            procs.append(plugin)
-            wait_for(
-                lambda: "registered nvidia.com/gpu" in plugin_log.read_text(), "registration", 60
-            )
-            results["plugin_registered_s"] = round(time.monotonic() - t0, 2)
-            wait_for(
-                lambda: node_resources(core, "capacity").get("nvidia.com/gpu") == "8",
-                "nvidia.com/gpu in the node's capacity",
-                60,
-            )
-            results["capacity_visible_s"] = round(time.monotonic() - t0, 2)
-
-            picks = {}
-            for name, gpus in (("first", "5,6"), ("second", "2,7")):
-                bind(core, name, gpus)
-                uid = core.read_namespaced_pod(name, "default").metadata.uid
-                picks[name] = (gpus.split(","), wait_for(lambda u=uid: allocated(u), name, 60))
-            results["preferred_allocation_followed"] = all(w == got for w, got in picks.values())
-            results["allocations"] = {n: got for n, (_, got) in picks.items()}
-
-            t0 = time.monotonic()
-            health.write_text("3\n")
-            wait_for(
-                lambda: node_resources(core, "allocatable").get("nvidia.com/gpu") == "7",
-                "GPU 3 out of the allocatable GPUs",
-                60,
-            )
-            results["unhealthy_to_allocatable_s"] = round(time.monotonic() - t0, 2)
-
-            stop(kubelet)
-            registered = plugin_log.read_text().count("registered nvidia.com/gpu")
-            t0 = time.monotonic()
-            procs.append(start_kubelet(binary, conf, sandbox.kubeconfig, work, kubelet_log))
-            wait_for(
-                lambda: plugin_log.read_text().count("registered nvidia.com/gpu") > registered,
-                "registration with the restarted kubelet",
-                60,
-            )
-            results["reregistered_after_restart_s"] = round(time.monotonic() - t0, 2)
+            _measure(binary, sandbox, work, procs, results)
         finally:
             for proc in reversed(procs):
                 stop(proc)
