@@ -41,6 +41,7 @@ from gpufleet.core.demand import Gang, Topology, TypeOption
 from gpufleet.core.lending import place_with_lending
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress, Snapshot
+from gpufleet.core.standby import plan_standby
 from gpufleet.model.gpus import Catalog
 from gpufleet.model.inventory import Node
 from gpufleet.model.power import active_power_w
@@ -178,22 +179,21 @@ class MixedSimulation:
             self._actuate(sj, pool, desired)
 
     def _actuate(self, sj: ServingSpec, pool: str, desired: int) -> None:
+        """Reach `desired` awake replicas by the live rule (`core.standby.plan_standby`)."""
         model = sj.model
         current = model.replicas(pool)
         key = (sj.name, pool)
-        if desired > current:
+        plan = plan_standby(current, model.asleep(pool), desired, sj.standby.get(pool, 0))
+        if plan.wake:
             woken_before = self._asleep_rids(sj, pool)
-            model.wake(pool, desired - current, self._wake_order(sj, pool, desired - current))
+            model.wake(pool, plan.wake, self._wake_order(sj, pool, plan.wake))
             for rid in woken_before - self._asleep_rids(sj, pool):
                 self._reclaim(self.replica_gpu[(sj.name, pool, rid)])
-            self.wanted[key] = max(0, desired - model.replicas(pool))
-            return
-        self.wanted[key] = 0
-        if desired < current:
-            room = max(0, sj.standby.get(pool, 0) - model.asleep(pool))
-            slept = model.sleep(pool, min(room, current - desired))
-            if current - desired - slept > 0:
-                model.set_replicas(pool, desired)
+        # New replicas are the core's to place (`_decide`); awake ones are not new.
+        self.wanted[key] = max(0, desired - model.replicas(pool)) if plan.create else 0
+        slept = model.sleep(pool, plan.sleep) if plan.sleep else 0
+        if plan.remove or slept < plan.sleep:
+            model.set_replicas(pool, desired)
 
     def _wake_order(self, sj: ServingSpec, pool: str, count: int) -> list[int]:
         """The standbys to wake, cheapest first: one nobody borrows, or whose borrower is
