@@ -65,14 +65,12 @@ _LAST_SCALE: Final = ("lastScaleTime", "lastScaleReason")
 
 @dataclass(frozen=True, slots=True)
 class Posted:
-    """What the operator last posted Events for (phase, MetricsAvailable status), and each
-    pool's last scale time and reason it wrote: two passes (the update handler and the timer)
-    may read the same stale body before kopf writes the status, so the handler remembers; a
-    pass on a stale body must not write an older scale reason back over a newer one."""
+    """What the operator last posted Events for (phase, MetricsAvailable status), so a
+    transition is posted once even when the status does not show it (a pass without an
+    autoscaler tick writes no MetricsAvailable condition)."""
 
     phase: str | None = None
     metrics: str | None = None
-    scales: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -166,7 +164,7 @@ def plan(
         conditions.append(_condition(before, kind, state, reason, message, now, generation))
 
     # 1. Pools.
-    ready = _pools(out.status, current, deployments, desired, changes, now, seen.scales)
+    ready = _pools(out.status, current, deployments, desired, changes, now)
     # 2. Phase and readiness.
     summary = ", ".join(f"{p} {ready[p]}/{desired[p]} ready" for p in desired)
     phase = Phase.FAILED if create_error else _phase(ready, desired, seen.phase)
@@ -189,11 +187,10 @@ def _pools(
     desired: Mapping[str, int],
     changes: Sequence[ScaleChange],
     now: datetime,
-    remembered: Mapping[str, Mapping[str, str]],
 ) -> dict[str, int]:
     """Each pool's status entry (into `status`); returns the ready replicas per pool. A pool
-    that did not change keeps the last scale this process wrote (`remembered`), else the
-    body's."""
+    that did not change keeps its last scale from `current` (the status the pass read afresh
+    under the job's lock, so never older than what the previous pass wrote)."""
     changed = {c.pool: c for c in changes}
     ready: dict[str, int] = {}
     for pool, want in desired.items():
@@ -209,10 +206,9 @@ def _pools(
             entry["lastScaleTime"] = format_time(now)
             entry["lastScaleReason"] = change.message[:_MAX_REASON_TEXT]
         else:
-            kept = remembered.get(pool) or old
             for key in _LAST_SCALE:
-                if kept.get(key):
-                    entry[key] = kept[key]
+                if old.get(key):
+                    entry[key] = old[key]
         status[pool] = entry
     return ready
 
@@ -299,11 +295,4 @@ def _events(
         elif seen.metrics == "False":
             out.events.append(("Normal", METRICS_AVAILABLE, "metrics are fresh again"))
     ticked = metrics is None or metrics.available is not None
-    scales = {
-        pool: {k: entry[k] for k in _LAST_SCALE if k in entry}
-        for pool, entry in out.status.items()
-        if isinstance(entry, dict) and _LAST_SCALE[0] in entry
-    }
-    out.posted = Posted(
-        phase=str(phase), metrics=metrics_state if ticked else seen.metrics, scales=scales
-    )
+    out.posted = Posted(phase=str(phase), metrics=metrics_state if ticked else seen.metrics)

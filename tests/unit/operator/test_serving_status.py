@@ -75,19 +75,6 @@ def test_last_scale_is_kept_when_nothing_changed_and_truncated_when_long() -> No
     assert len(out.status["decode"]["lastScaleReason"]) == 1024
 
 
-def test_a_pass_on_a_stale_body_keeps_the_newer_scale_it_wrote() -> None:
-    # The update handler scales 2->3; the timer's pass then reads the body from before that
-    # status write: it must not put the older reason back.
-    stale = job({"decode": {"lastScaleTime": EARLIER, "lastScaleReason": "decode: created"}})
-    change = ScaleChange("decode", 2, 3, "decode: scale 2->3 (minReplicas)")
-    first = plan(stale, {"decode": dep(3, 2)}, {"decode": 3}, NOW, changes=[change])
-    again = plan(stale, {"decode": dep(3, 3)}, {"decode": 3}, NOW, posted=first.posted)
-    assert again.status["decode"]["lastScaleReason"] == "decode: scale 2->3 (minReplicas)"
-    assert again.status["decode"]["lastScaleTime"] == "2026-12-02T15:00:00Z"
-    fresh = plan(stale, {"decode": dep(3, 3)}, {"decode": 3}, NOW)  # a new process: the body
-    assert fresh.status["decode"]["lastScaleReason"] == "decode: created"
-
-
 @pytest.mark.parametrize(
     ("ready", "previous", "phase"),
     [
