@@ -7,7 +7,9 @@ the run policy is unit-tested here without an API server:
   or node loss (a DisruptionTarget condition) do not count;
 - `activeDeadlineSeconds` counts from the first start, `ttlSecondsAfterFinished` from the end;
 - `suspend` deletes the pods and keeps the job;
-- while the gang waits, the Admitted condition carries the scheduler's (the core's) reason.
+- while the gang waits, the Admitted condition carries the scheduler's (the core's) reason;
+- Events: one per phase transition and one Warning per new reason to wait (both against the
+  status the pass read, so a pass that changes nothing posts nothing).
 """
 
 from __future__ import annotations
@@ -204,7 +206,18 @@ def plan(
     else:
         _progress(step, retry, disruption)
     _write_status(step, status.get("phase"))
+    waiting = _admission_wait(step.out.status["conditions"])
+    if waiting is not None and waiting != _admission_wait(status.get("conditions") or []):
+        step.out.events.append(("Warning", *waiting))
     return step.out
+
+
+def _admission_wait(conditions: Sequence[Obj]) -> tuple[str, str] | None:
+    """(reason, message) of a False Admitted condition; None when admitted or not yet said."""
+    admitted = next((c for c in conditions if c.get("type") == Cond.ADMITTED), None)
+    if admitted is None or admitted.get("status") == "True" or not admitted.get("message"):
+        return None
+    return str(admitted.get("reason")), str(admitted["message"])
 
 
 def _finished(step: _Pass) -> None:

@@ -14,12 +14,9 @@ One pass over a job (`reconcile_pass`), under a per-job lock:
 4. write the status in one patch, still under the lock, and hand back the Events the pure
    `serving_status.plan` asks for (the kopf handler posts them).
 
-Why the pass reads the job again instead of using the body kopf hands its handler: kopf applies
-a handler's patch only after the handler has returned, outside the lock, and a timer's body may
-predate the spec change another handler is acting on. A pass that planned from such a body
-scaled a pool back to an old minReplicas, or wrote back the scale reason the pass before it had
-replaced. Reading under the lock and writing before releasing it makes each pass start from
-what the previous one left.
+Why the pass reads the job again instead of using the body kopf hands its handler: see
+`fresh_read` (a pass that planned from a timer's stale body scaled a pool back to an old
+minReplicas, or wrote back the scale reason the pass before it had replaced).
 
 It runs on create, on spec changes, on resume after an operator restart, and every tick
 (`register_timer`, the setting `operator.tick_s`, also the resolution of the autoscaling
@@ -48,12 +45,13 @@ from gpufleet.kubeerrors import api_error_text
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import PendingNote, read_pending
 from gpufleet.model.contract.serving import MetricsHealth, ScaleChange
-from gpufleet.operator import leading, metrics, podtemplate, serving_status
+from gpufleet.operator import fresh_read, leading, metrics, podtemplate, serving_status
 from gpufleet.operator import serving_children as children
 from gpufleet.operator.objects import ServingJobObject, parse_or_fail
 from gpufleet.operator.ports import ServingAutoscaler
 
 RESOURCE = (children.GROUP, children.VERSION, children.PLURAL)
+_KIND = fresh_read.Resource(*RESOURCE)
 _STATUS_KEYS = ("phase", "conditions", "observedGeneration", "prefill", "decode", "server")
 
 log = logging.getLogger("gpufleet.operator")
@@ -79,19 +77,15 @@ class State:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.autoscalers = autoscalers
-        self.locks: dict[str, threading.Lock] = {}
+        self.locks = fresh_read.JobLocks()
         self.posted: dict[str, serving_status.Posted] = {}
         self.services: set[tuple[str, str]] = set()  # (job uid, pool) whose Service exists
         self.guard = threading.Lock()
 
-    def lock(self, uid: str) -> threading.Lock:
-        with self.guard:
-            return self.locks.setdefault(uid, threading.Lock())
-
     def forget(self, uid: str) -> None:
         self.autoscalers.forget(uid)
+        self.locks.forget(uid)
         with self.guard:
-            self.locks.pop(uid, None)
             self.posted.pop(uid, None)
             self.services = {key for key in self.services if key[0] != uid}
 
@@ -129,21 +123,6 @@ class _DeploymentScaler:
             )
         except ApiException as exc:
             raise _retry(f"scaling {name} to {replicas}", exc) from exc
-
-
-def _read_job(state: State, namespace: str, name: str) -> Obj | None:
-    """The ServingJob as the API server has it now; None once it is gone."""
-    try:
-        raw: Any = state.custom.get_namespaced_custom_object(
-            children.GROUP, children.VERSION, namespace, children.PLURAL, name,
-            _preload_content=False,
-        )  # fmt: skip
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise _retry("reading the ServingJob", exc) from exc
-    job: Obj = json.loads(raw.data)
-    return job
 
 
 def _deployments(state: State, namespace: str, job: str) -> dict[str, Obj]:
@@ -287,26 +266,6 @@ def _ready(deployment: Obj | None) -> int:
     return int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
 
 
-def _write_status(state: State, job: ServingJobObject, raw: Obj, status: dict[str, Any]) -> None:
-    """Merge-patch the status fields that differ from `raw`'s (the job as read this pass)."""
-    current = raw.get("status") or {}
-    changes = {k: v for k, v in status.items() if current.get(k) != v}
-    for key in _STATUS_KEYS:
-        if key in current and key not in status:
-            changes[key] = None
-    if not changes:
-        return
-    try:
-        state.custom.patch_namespaced_custom_object_status(
-            children.GROUP, children.VERSION, job.id.namespace, children.PLURAL, job.id.name,
-            {"status": changes}, _content_type="application/merge-patch+json",
-            _preload_content=False,
-        )  # fmt: skip
-    except ApiException as exc:
-        if exc.status != 404:  # 404: deleted since it was read; nothing left to report on
-            raise _retry("writing the status", exc) from exc
-
-
 Event = tuple[str, str, str]  # (type, reason, message)
 
 
@@ -314,14 +273,8 @@ def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> 
     """One pass over the ServingJob `body` names (see the module docstring); the Events to
     post. `body` only identifies the job: the pass reads it again under the job's lock."""
     leading.ensure_leading(state.may_act)
-    meta = body["metadata"]
-    if meta.get("deletionTimestamp"):
-        return []
-    with state.lock(meta["uid"]):
-        raw = _read_job(state, meta["namespace"], meta["name"])
-        if raw is None or raw["metadata"]["uid"] != meta["uid"]:
-            return []  # deleted (and perhaps created again: that one has passes of its own)
-        if raw["metadata"].get("deletionTimestamp"):
+    with fresh_read.job_under_lock(state.locks, state.custom, _KIND, body) as raw:
+        if raw is None:
             return []
         job = parse_or_fail(ServingJobObject.of, raw, patch.status.update)
         if job is None:
@@ -347,7 +300,8 @@ def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> 
             create_error=rejected,
             posted=state.posted.get(job.id.uid),
         )
-        _write_status(state, job, raw, plan.status)
+        patched = fresh_read.status_changes(raw.get("status") or {}, plan.status, _STATUS_KEYS)
+        fresh_read.write_status(state.custom, _KIND, job.id.namespace, job.id.name, patched)
         state.posted[job.id.uid] = plan.posted
         return plan.events
 

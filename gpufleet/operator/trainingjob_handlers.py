@@ -1,8 +1,11 @@
 """kopf handlers for TrainingJob: thin glue between watch events and `reconcile.plan`.
 
-Each pass gathers the job and its pods (from the scheduler's cache, no API reads), asks the pure
-`plan()` what to do, and carries it out: create missing worker pods and the headless Service,
-delete pods, write the status in one patch, post an Event per phase transition. It runs on
+Each pass (`reconcile_pass`), under the job's lock, reads the job afresh (`fresh_read`: never
+the body kopf hands the handler, which may predate the previous pass's writes) and its pods
+(from the scheduler's cache), asks the pure `plan()` what to do, and carries it out: create
+missing worker pods and the headless Service, delete pods, write the status in one patch before
+releasing the lock, and hand back the Events (one per phase transition and new waiting reason)
+for the kopf handler to post. It runs on
 create, on spec changes, on resume after an operator restart (state is rebuilt from the
 cluster), and every tick (`register_timer`, the setting `operator.tick_s`) to follow the pods.
 Placement is never decided here: the scheduler (and through it the core) binds the pods and
@@ -11,7 +14,6 @@ reports why a gang waits on them.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import threading
@@ -29,12 +31,13 @@ from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import disruption_reason
 from gpufleet.model.contract.timestamps import format_time
 from gpufleet.model.gpus import load_catalog
-from gpufleet.operator import children, leading, metrics, podtemplate, reconcile
+from gpufleet.operator import children, fresh_read, leading, metrics, podtemplate, reconcile
 from gpufleet.operator.accounting import Usage, accrue
 from gpufleet.operator.objects import TrainingJobObject, parse_or_fail
 from gpufleet.operator.ports import PodSource
 
 RESOURCE = (children.GROUP, children.VERSION, children.PLURAL)
+_KIND = fresh_read.Resource(*RESOURCE)
 DEFAULT_TICK_S = 1.0  # seconds between passes over a job; pods' progress shows up within this
 USAGE_FLUSH = timedelta(seconds=30)  # GPU time and energy reach the status at least this often
 _STATUS_KEYS = (
@@ -67,22 +70,15 @@ class State:
         cache.on_pod_deleted(lambda pod: record_disruption(self, pod))
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
-        self.locks: dict[str, threading.Lock] = {}
+        self.locks = fresh_read.JobLocks()
         self.disruptions: dict[str, str] = {}  # job uid -> reason a pod was disrupted
         self.services: set[str] = set()  # job uids whose Service exists
-        # Last phase and pending message posted as Events per job uid: two passes may read the
-        # same stale body before kopf applies the status patch, so dedupe here.
-        self.posted: dict[str, tuple[str, str]] = {}
         # GPU time and energy per job uid, accrued every pass: (totals, last written to status).
         self.usage: dict[str, tuple[Usage, datetime]] = {}
         self.catalog = load_catalog()
         self.guard = threading.Lock()
         # Pod creation of a 64-worker job is 64 round trips: run them side by side.
         self.pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="create-pods")
-
-    def lock(self, uid: str) -> threading.Lock:
-        with self.guard:
-            return self.locks.setdefault(uid, threading.Lock())
 
 
 def record_disruption(state: State, pod: dict[str, Any]) -> None:
@@ -153,21 +149,23 @@ def _delete_pods(state: State, namespace: str, pod_names: Iterable[str]) -> None
                 raise kopf.TemporaryError(f"deleting {name}: {exc.reason}", delay=2) from exc
 
 
-@metrics.timed("TrainingJob")
-def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
-    state: State = memo.state
+Event = tuple[str, str, str]  # (type, reason, message)
+
+
+def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> list[Event]:
+    """One pass over the TrainingJob `body` names (see the module docstring); the Events to
+    post. `body` only identifies the job: the pass reads it again under the job's lock."""
     leading.ensure_leading(state.may_act)
-    raw = copy.deepcopy(dict(body))
-    meta = raw["metadata"]
-    if meta.get("deletionTimestamp"):
-        return
-    job = parse_or_fail(TrainingJobObject.of, raw, patch.status.update)
-    if job is None:
-        return
-    with state.lock(meta["uid"]):
-        pods = state.cache.owned_pods(meta["namespace"], meta["name"])
+    with fresh_read.job_under_lock(state.locks, state.custom, _KIND, body) as raw:
+        if raw is None:
+            return []
+        job = parse_or_fail(TrainingJobObject.of, raw, patch.status.update)
+        if job is None:
+            return []
+        uid, namespace = job.id.uid, job.id.namespace
+        pods = state.cache.owned_pods(namespace, job.id.name)
         with state.guard:
-            disruption = state.disruptions.pop(meta["uid"], None)
+            disruption = state.disruptions.pop(uid, None)
         now = _now()
         plan = reconcile.plan(job, pods, now, disruption)
         if plan.create:
@@ -175,21 +173,23 @@ def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
             error = _create_pods(state, job, plan.create)
             if error is not None:
                 plan = reconcile.plan(job, pods, now, disruption, create_error=error)
-        _delete_pods(state, meta["namespace"], plan.delete)
+        _delete_pods(state, namespace, plan.delete)
         current = raw.get("status") or {}
-        changes = {k: v for k, v in plan.status.items() if current.get(k) != v}
-        for key in _STATUS_KEYS:
-            if key in current and key not in plan.status:
-                changes[key] = None
-        changes |= _usage_changes(state, meta["uid"], current, pods, now, bool(changes))
-        if changes:
-            patch.status.update(changes)
-        _post_events(state, body, plan)
+        changes = fresh_read.status_changes(current, plan.status, _STATUS_KEYS)
+        changes |= _usage_changes(state, uid, current, pods, now, bool(changes))
+        fresh_read.write_status(state.custom, _KIND, namespace, job.id.name, changes)
         if plan.delete_job:
-            # Delete after this handler has returned and kopf has written its status patch: a
-            # deletion that lands while the timer that asked for it is still running can leave
-            # kopf waiting on that timer, and the finalizer is then never released.
-            state.pool.submit(_delete_job, state, meta["namespace"], meta["name"])
+            # Delete a tick later, from another thread: a deletion that lands while the timer
+            # that asked for it is still running can leave kopf waiting on that timer, and the
+            # finalizer is then never released.
+            state.pool.submit(_delete_job, state, namespace, job.id.name)
+        return plan.events
+
+
+@metrics.timed("TrainingJob")
+def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
+    for kind, reason, message in reconcile_pass(memo.state, body, patch):
+        kopf.event(body, type=kind, reason=reason, message=message)
 
 
 def _usage_changes(
@@ -227,21 +227,6 @@ def _delete_job(state: State, namespace: str, name: str) -> None:
             log.warning("deleting finished job %s/%s: %s", namespace, name, exc.reason)
 
 
-def _post_events(state: State, body: kopf.Body, plan: reconcile.Plan) -> None:
-    uid = body["metadata"]["uid"]
-    phase = str(plan.status.get("phase"))
-    admitted = next((c for c in plan.status.get("conditions", []) if c["type"] == "Admitted"), None)
-    waiting = "" if admitted is None or admitted["status"] == "True" else admitted["message"]
-    last_phase, last_waiting = state.posted.get(uid, ("", ""))
-    for kind, reason, message in plan.events:
-        if reason == phase and phase == last_phase:
-            continue  # this transition was posted by a pass that read the same stale body
-        kopf.event(body, type=kind, reason=reason, message=message)
-    if waiting and waiting != last_waiting and admitted is not None:
-        kopf.event(body, type="Warning", reason=admitted["reason"], message=waiting)
-    state.posted[uid] = (phase, waiting)
-
-
 @kopf.on.create(*RESOURCE)
 @kopf.on.resume(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
@@ -273,6 +258,5 @@ def delete_children(namespace: str | None, name: str, uid: str, memo: Any, **_: 
         if exc.status != 404:
             raise kopf.TemporaryError(f"deleting children: {exc.reason}", delay=2) from exc
     state.services.discard(uid)
-    state.locks.pop(uid, None)
-    state.posted.pop(uid, None)
+    state.locks.forget(uid)
     state.usage.pop(uid, None)

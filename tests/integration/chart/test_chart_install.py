@@ -76,7 +76,7 @@ CLUSTER_WIDE = {
     ("servingjobs.gpufleet.io", "", "get list patch watch"),
     ("servingjobs.gpufleet.io/status", "", "patch"),
     ("services", "", "create delete"),
-    ("trainingjobs.gpufleet.io", "", "delete list patch watch"),
+    ("trainingjobs.gpufleet.io", "", "delete get list patch watch"),
     ("trainingjobs.gpufleet.io/status", "", "patch"),
     # Every authenticated user may ask what it may do.
     ("selfsubjectaccessreviews.authorization.k8s.io", "", "create"),

@@ -89,6 +89,22 @@ def test_a_message_without_a_known_code_still_explains() -> None:
     )
 
 
+def test_a_new_reason_to_wait_is_one_warning_against_the_status_read() -> None:
+    first = "NoNodesOfAcceptableType: no schedulable node has V100-32GB GPUs"
+    waiting = [{"type": "PodScheduled", "status": "False", "message": first}]
+    pods = [pod(0, conditions=waiting), pod(1)]
+    out = plan(job(), pods, NOW)
+    assert ("Warning", "NoNodesOfAcceptableType", first) in out.events
+    again = plan(job(out.status), pods, NOW)  # the next pass reads what this one wrote
+    assert again.events == []
+    other = "InsufficientGPUs: 1 of 2 workers fit"
+    waiting[0]["message"] = other
+    later = plan(job(again.status), pods, NOW)
+    assert [e for e in later.events if e[0] == "Warning"] == [
+        ("Warning", "InsufficientGPUs", other)
+    ]
+
+
 def test_running_when_every_worker_runs() -> None:
     out = plan(job(), [pod(0, "Running", "n0"), pod(1, "Running", "n1")], NOW)
     assert out.status["phase"] == "Running"
