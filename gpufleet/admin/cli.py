@@ -1,5 +1,9 @@
 """The admin API's commands: `gpufleet admin` serves it (development); `gpufleet fleet`, `jobs`,
 `whatif` and `drain` call it with the kubeconfig user's credentials (argument parsing, output).
+
+`gpufleet admin` reads the settings root as `gpufleet operator` does (the YAML file, the
+environment; its flags win), so its view of the fleet counts the pods of the scheduler named by
+`scheduler.name`, and its policy starts from the `placement` group, like the operator's.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,10 +21,11 @@ import yaml
 
 from gpufleet.model.contract.assignment import MigState
 from gpufleet.model.input_error import InputError
-from gpufleet.settings import AdminSettings
+from gpufleet.settings import CONFIG_FILE_ENV, Settings, SettingsError, load
 
 SERVER_ENV = "GPUFLEET_ADMIN_SERVER"
 DEFAULT_SERVER = "https://127.0.0.1:8443"
+DEFAULT_PORT = 8443  # of `gpufleet admin`, which always serves (admin.port 0 means serve none)
 CLIENT_COMMANDS = ("fleet", "jobs", "whatif", "drain")
 
 if TYPE_CHECKING:
@@ -31,9 +36,28 @@ def add_admin_parsers(subparsers: Subparsers) -> None:
     serve = subparsers.add_parser(
         "admin", help="serve the admin API and dashboard on their own (development)"
     )
-    serve.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster)")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    serve.add_argument("--port", type=int, default=8443, help="port to listen on")
+    serve.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help=f"YAML file of settings as `gpufleet operator` reads it (default: ${CONFIG_FILE_ENV},"
+        " else none); scheduler.name, placement and admin come from it and the environment",
+    )
+    serve.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig file (setting kubeconfig; default: in-cluster)",
+    )
+    serve.add_argument(
+        "--host", default=None, help="address to listen on (setting admin.bind_address)"
+    )
+    serve.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help=f"port to listen on (setting admin.port; default {DEFAULT_PORT})",
+    )
     serve.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate for TLS")
     serve.add_argument("--tls-key", type=Path, default=None, help="PEM key for TLS")
     serve.add_argument(
@@ -100,10 +124,30 @@ def run_admin(args: argparse.Namespace) -> int:
     cert, key = args.tls_cert, args.tls_key
     if args.self_signed is not None:
         cert, key = ensure_self_signed(args.self_signed)
-    settings = AdminSettings(
-        bind_address=args.host, port=args.port, tls_cert_file=cert, tls_key_file=key
-    )
-    return run_standalone(api_client(args.kubeconfig), settings)
+    try:
+        settings = admin_settings(args, cert, key)
+    except SettingsError as exc:
+        print(f"gpufleet admin: error: {exc}", file=sys.stderr)
+        return 2
+    return run_standalone(api_client(settings.kubeconfig), settings)
+
+
+def admin_settings(
+    args: argparse.Namespace,
+    cert: Path | None = None,
+    key: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """The settings of `gpufleet admin`: its flags over the environment (default os.environ)
+    over the config file over the defaults; served on DEFAULT_PORT unless a port is set.
+    Raises `SettingsError`."""
+    admin = {"bind_address": args.host, "port": args.port, "tls_cert_file": cert}
+    flags = {"kubeconfig": args.kubeconfig, "admin": {**admin, "tls_key_file": key}}
+    settings = load(flags=flags, environ=environ, config_file=args.config)
+    if settings.admin.port == 0 and args.port is None:
+        served = settings.admin.model_copy(update={"port": DEFAULT_PORT})
+        settings = settings.model_copy(update={"admin": served})
+    return settings
 
 
 def run_client(args: argparse.Namespace, out: Callable[[str], None] = print) -> int:

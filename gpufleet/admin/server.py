@@ -19,7 +19,7 @@ from gpufleet.admin.main import create_app
 from gpufleet.admin.metrics import FleetCollector
 from gpufleet.admin.wiring import build_context
 from gpufleet.lifecycle import StartStop
-from gpufleet.settings import AdminSettings
+from gpufleet.settings import Settings
 
 log = logging.getLogger("gpufleet.admin")
 
@@ -93,9 +93,13 @@ class AdminServer(StartStop):
             self._thread.join(10)
 
 
-def run_standalone(api: client.ApiClient, settings: AdminSettings) -> int:
-    """Serve in the foreground until SIGINT/SIGTERM, with the fleet metrics on /metrics."""
-    context = build_context(api, settings)
+def run_standalone(api: client.ApiClient, settings: Settings) -> int:
+    """Serve in the foreground until SIGINT/SIGTERM, with the fleet metrics on /metrics: the
+    `admin` group's API over the fleet of the scheduler `scheduler.name`, whose policy starts
+    from the `placement` group."""
+    context = build_context(
+        api, settings.admin, placement=settings.placement, scheduler_name=settings.scheduler.name
+    )
     REGISTRY.register(FleetCollector(context.live, context.fleet_memo))
     server = uvicorn.Server(uvicorn_config(context))
     server.run()

@@ -21,6 +21,7 @@ from gpufleet.admin.fleet import FleetMemo
 from gpufleet.admin.live import LiveFleet
 from gpufleet.admin.nodes import NodeActions
 from gpufleet.admin.policy import PolicyStore, parser
+from gpufleet.model.contract import names
 from gpufleet.model.gpus import Catalog, load_catalog
 from gpufleet.scheduler.policy_watch import LivePolicy, PolicyWatch
 from gpufleet.scheduler.runtime import SchedulerRuntime
@@ -71,14 +72,16 @@ def build_context(
     catalog: Catalog | None = None,
     placement: PlacementSettings | None = None,
     policy: PolicyWatch | None = None,
+    scheduler_name: str = names.SCHEDULER_NAME,
 ) -> AdminContext:
     """The context of an API talking to the cluster of `api`. Without `live`, with informers
-    of its own (started by the app's lifespan), the policy ConfigMap's among them; inside the
-    operator, the scheduler's view and policy watch are passed in."""
+    of its own (started by the app's lifespan), the policy ConfigMap's among them, counting the
+    pods of the scheduler `scheduler_name` as the scheduler's; inside the operator, the
+    scheduler's view (which knows its name) and policy watch are passed in."""
     owns = live is None
     watch = policy or policy_watch(settings, placement or PlacementSettings())
     if live is None:
-        live = LiveFleet.standalone(api, catalog or load_catalog())
+        live = LiveFleet.standalone(api, catalog or load_catalog(), scheduler_name)
         live.informers.append(watch.informer(client.CoreV1Api(api), live.stop_event))
     return AdminContext(
         settings=settings,

@@ -3,7 +3,9 @@
 - a static token and a token file are sent as they are; a user with a client certificate only
   gets a message saying to pass --token;
 - `gpufleet fleet`, `jobs`, `whatif` and `drain` against a served API print their tables
-  (the same API the integration tests call with real ServiceAccount tokens).
+  (the same API the integration tests call with real ServiceAccount tokens);
+- `gpufleet admin` reads the settings root like `gpufleet operator` (scheduler name, placement,
+  admin group; its flags win) and refuses a bad setting in one line.
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ from admin_fakes import (
     served,
     training_job,
 )
+from kubernetes import client
 
 from gpufleet import cli
-from gpufleet.admin.cli import run_client
+from gpufleet.admin.cli import DEFAULT_PORT, admin_settings, run_client
 from gpufleet.admin.client import ClientError, kubeconfig_token
+from gpufleet.admin.wiring import build_context
+from gpufleet.scheduler.pods import pod_key
 
 
 def _kubeconfig(tmp_path: Path, user: dict[str, str]) -> Path:
@@ -111,3 +116,50 @@ def test_a_bad_manifest_is_bad_input(
     assert cli.main(["whatif", "-f", str(path), "--token", "t", "--server", UNREACHABLE]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gpufleet whatif: error: ") and message in err[0]
+
+
+def _admin_args(*argv: str) -> argparse.Namespace:
+    return cli.build_parser().parse_args(["admin", *argv])
+
+
+def test_gpufleet_admin_reads_the_settings_root_as_the_operator_does(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    settings_file = {"scheduler": {"name": "team-gpus"}, "admin": {"bind_address": "0.0.0.0"}}
+    config.write_text(yaml.safe_dump(settings_file))
+    environ = {"GPUFLEET_PLACEMENT__PRESET": "energy"}
+    args = _admin_args("--config", str(config), "--port", "9443")
+    settings = admin_settings(args, environ=environ)
+    assert settings.scheduler.name == "team-gpus"
+    assert (settings.admin.bind_address, settings.admin.port) == ("0.0.0.0", 9443)
+    # A flag wins over the file; with no port anywhere, the standalone API still serves.
+    plain = admin_settings(_admin_args("--config", str(config), "--host", "127.0.0.1"), environ={})
+    assert (plain.admin.bind_address, plain.admin.port) == ("127.0.0.1", DEFAULT_PORT)
+
+    api = client.ApiClient(client.Configuration(host=UNREACHABLE))
+    ctx = build_context(
+        api, settings.admin, placement=settings.placement, scheduler_name=settings.scheduler.name
+    )
+    assert ctx.policy.current().name == "energy"
+    # The view counts the pods naming that scheduler as the scheduler's (pending gangs here).
+    job = training_job("ours", replicas=2)
+    pods = job_pods(job)
+    for pod in pods:
+        pod["spec"]["schedulerName"] = "team-gpus"
+    ctx.live.cache.replace_nodes(sandbox_nodes())
+    ctx.live.cache.replace_pods(pods)
+    pending = ctx.live.observe().view.pending
+    assert [sorted(p.pods) for p in pending] == [sorted(pod_key(p) for p in pods)]
+    api.close()
+
+
+def test_gpufleet_admin_refuses_a_bad_setting_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"scheduler": {"name": ""}}))
+    assert cli.main(["admin", "--config", str(config)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(
+        "gpufleet admin: error: setting scheduler.name (GPUFLEET_SCHEDULER__NAME)"
+    )
+    assert "\n" not in err
