@@ -35,7 +35,7 @@ lint:  ## ruff, formatting, the import layers, strict typing, CRD and device-plu
 	$(PYTHON) -m gpufleet.model.crdgen --check
 	$(PYTHON) -m gpufleet.agent.deviceplugin.protogen --check
 
-crds:  ## regenerate crds/ and the chart's crds/ from the pydantic models, and deploy/gpufleet.yaml
+crds:  ## regenerate crds/ and the chart's crds/ from the pydantic models, and the deploy/ manifests
 	$(PYTHON) -m gpufleet.model.crdgen
 	$(PYTHON) -m gpufleet.sandbox.deploy_manifest
 

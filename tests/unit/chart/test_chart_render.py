@@ -2,7 +2,9 @@
 
 Aspects under test:
 - `helm lint --strict` is clean;
-- deploy/gpufleet.yaml is exactly the chart rendered with its defaults (drift);
+- deploy/gpufleet.yaml and deploy/gpufleet-default-queue.yaml are exactly the chart rendered
+  with its defaults (drift), the default GPUQueue apart, so one `kubectl apply` of the first
+  holds no object of its own CRDs;
 - values.schema.json: a wrong type, an unknown preset, a misspelt key or a toleration's
   unknown operator fails naming the key;
 - the Deployment: 2 replicas, the restricted security context, probes on the named metrics
@@ -68,18 +70,32 @@ def test_helm_lint_strict_is_clean() -> None:
     assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
 
 
-def test_deploy_manifest_is_the_rendered_chart() -> None:
-    committed = (REPO_ROOT / deploy_manifest.OUT).read_text()
-    assert committed == deploy_manifest.render(CHART, HELM), (
-        "regenerate with: python -m gpufleet.sandbox.deploy_manifest"
-    )
-    kinds = [d["kind"] for d in yaml.safe_load_all(committed) if d]
+def test_deploy_manifests_are_the_rendered_chart() -> None:
+    rendered = deploy_manifest.render(CHART, HELM)
+    for path, text in rendered.items():
+        assert (REPO_ROOT / path).read_text() == text, (
+            f"{path}: regenerate with: python -m gpufleet.sandbox.deploy_manifest"
+        )
+    install = [d for d in yaml.safe_load_all(rendered[deploy_manifest.OUT]) if d]
+    kinds = [d["kind"] for d in install]
     assert kinds[0] == "Namespace" and kinds.count("CustomResourceDefinition") == 3
     assert {"Deployment", "ServiceAccount", "ClusterRole", "ConfigMap", "Service"} <= set(kinds)
-    # Installed with the CRDs: the GPUQueue admission policy, its binding, the default queue.
-    assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "GPUQueue"} <= set(
-        kinds
-    )
+    # Installed with the CRDs: the GPUQueue admission policy and its binding.
+    assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= set(kinds)
+    # One `kubectl apply` of the install manifest succeeds on a new cluster: it holds no object
+    # of a kind its own CRDs define (the API server refuses one until its CRD is established).
+    defined = {
+        (d["spec"]["group"], d["spec"]["names"]["kind"])
+        for d in install
+        if d["kind"] == "CustomResourceDefinition"
+    }
+    own = [d for d in install if (d["apiVersion"].split("/")[0], d["kind"]) in defined]
+    assert own == []
+    # The default queue is the second file, created once the CRD is established.
+    [queue] = [d for d in yaml.safe_load_all(rendered[deploy_manifest.QUEUE_OUT]) if d]
+    assert (queue["kind"], queue["metadata"]["name"]) == ("GPUQueue", "default")
+    header = rendered[deploy_manifest.QUEUE_OUT].split("---", 1)[0]
+    assert "kubectl wait --for condition=established" in header
 
 
 @pytest.mark.parametrize(
