@@ -9,9 +9,11 @@ Model (built in `_Model`, solved in `place_cpsat`, turned into GPUs by `_extract
 - Item supply from the patterns must cover the replicas' demand, per type and item size.
 - MIG: z[type, layout] empty GPUs (left free by the patterns) get each candidate layout; slices
   from free instances on partly used GPUs plus those layouts must cover MIG replicas.
-- Objective: priority-weighted net work, minus consolidation (idle nodes put to use),
-  fragmentation (free GPUs stranded on touched nodes), disruption (repartitions) and scarcity
-  (GPUs that gangs with a choice of types take from a type's single-type reserve, scarcity.py).
+- Objective: priority-weighted net work, minus consolidation (idle nodes put to use), packing
+  (free GPUs left on touched nodes), fragmentation (FGD: the growth of expected fragmentation a
+  pattern causes on its node, against the workload estimate; nodes of a group share it because
+  the group key includes what FGD reads), disruption (repartitions) and scarcity (GPUs and node
+  slots taken from a type's single-type reserves, scarcity.py).
 Preemption victims are not chosen by the model: greedy's evictions come in as freed GPUs plus
 gangs that must be admitted, and later evictions run after the solve (see place.py).
 Gangs restricted to some nodes (`Gang.allowed_nodes`) keep greedy's placement: the model counts
@@ -21,6 +23,7 @@ before it is built, and the repair pass gives those greedy left out another gree
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +32,8 @@ from ortools.sat.python import cp_model
 
 from gpufleet.core.decision import GangPlacement, Preemption, SolveStats
 from gpufleet.core.demand import Gang, Topology
-from gpufleet.core.greedy import Memo, Plan, commit, place_greedy, state_reserves, usable_types
+from gpufleet.core.fragmentation import NodeFree, fragmentation
+from gpufleet.core.greedy import Memo, Plan, commit, place_greedy, usable_types
 from gpufleet.core.patterns import (
     Item,
     Pattern,
@@ -41,6 +45,7 @@ from gpufleet.core.patterns import (
 from gpufleet.core.policy import Policy
 from gpufleet.core.preempt import release_gang
 from gpufleet.core.quota_cpsat import QuotaOption, add_quota_constraints
+from gpufleet.core.pricing import Pricing, state_node_free
 from gpufleet.core.scarcity import gpu_use, is_flexible
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.core.state import ClusterState
@@ -65,6 +70,7 @@ class _Group:
     gpu_type: str
     signature: Signature
     idle: bool
+    partial: tuple[tuple[float, frozenset[str]], ...]  # partly used MIG GPUs (for FGD)
     nodes: list[int]
     patterns: list[Pattern]  # index 0 is the empty pattern
     counts: list[cp_model.IntVar] = field(default_factory=list)  # per pattern (0 unused)
@@ -92,6 +98,39 @@ def _signature(state: ClusterState, n: int) -> Signature:
     return tuple(sorted(per_domain.values(), reverse=True))
 
 
+_Partial = tuple[tuple[float, frozenset[str]], ...]
+
+
+def _group_order(
+    entry: tuple[tuple[str, Signature, bool, _Partial], list[int]],
+) -> tuple[str, Signature, bool, list[tuple[float, list[str]]]]:
+    (t, sig, idle, partial), _nodes = entry
+    return (t, sig, idle, [(f, sorted(p)) for f, p in partial])
+
+
+def _after_signature(signature: Signature, pattern: Pattern) -> Signature:
+    """Empty GPUs per domain after a node takes the pattern's items the way `_extract` places
+    them: NVLink items first, larger first, each in the tightest domain that holds it, else
+    (not NVLink) spread over the fullest domains."""
+    free = list(signature)
+    for size, nv in sorted(pattern, key=lambda it: (not it[1], -it[0])):
+        fitting = [i for i, c in enumerate(free) if c >= size]
+        if fitting:
+            i = min(fitting, key=lambda j: (free[j], j))
+            free[i] -= size
+            continue
+        if nv:
+            continue
+        need = size
+        for i in sorted(range(len(free)), key=lambda j: -free[j]):
+            used = min(need, free[i])
+            free[i] -= used
+            need -= used
+            if not need:
+                break
+    return tuple(sorted((c for c in free if c), reverse=True))
+
+
 class _Model:
     def __init__(
         self,
@@ -110,6 +149,7 @@ class _Model:
         self.groups: list[_Group] = []
         self.z: dict[tuple[str, MigLayout], cp_model.IntVar] = {}
         self.objective_terms: list[tuple[cp_model.LinearExprT, int]] = []
+        self.pricing = Pricing(state, policy, gangs)
         self._build_options(gangs, layouts)
         if state.gate is not None:
             add_quota_constraints(self.model, state.gate, self._quota_options())
@@ -172,17 +212,22 @@ class _Model:
             if o.item is not None:
                 items.setdefault(o.gpu_type, set()).add(o.item)
         mig_types = {o.gpu_type for o in self.options if o.item is None}
-        keyed: dict[tuple[str, Signature, bool], list[int]] = {}
+        keyed: dict[tuple[str, Signature, bool, _Partial], list[int]] = {}
+        fgd = bool(self.pricing.masses)
         for t in sorted(set(items) | mig_types):
+            mig_capable = self.state.catalog[t].mig_capable
             for bucket in self.state.type_nodes(t)[1:]:
                 for n in bucket:
                     idle = len(self.state.empty[n]) == self.state.nodes[n].gpu_count
-                    keyed.setdefault((t, _signature(self.state, n), idle), []).append(n)
+                    partial: _Partial = ()
+                    if fgd and mig_capable:  # FGD reads partly used MIG GPUs too
+                        partial = state_node_free(self.state, n).partial
+                    keyed.setdefault((t, _signature(self.state, n), idle, partial), []).append(n)
         pattern_cache: dict[tuple[str, Signature], list[Pattern]] = {}
-        for (t, sig, idle), nodes in sorted(keyed.items()):
+        for (t, sig, idle, partial), nodes in sorted(keyed.items(), key=_group_order):
             if (t, sig) not in pattern_cache:
                 pattern_cache[(t, sig)] = enumerate_patterns(sorted(items.get(t, ())), sig)
-            group = _Group(t, sig, idle, sorted(nodes), pattern_cache[(t, sig)])
+            group = _Group(t, sig, idle, partial, sorted(nodes), pattern_cache[(t, sig)])
             # n[group, pattern]: nodes of the group filled with that pattern.
             gid = len(self.groups)
             group.counts = [
@@ -265,7 +310,7 @@ class _Model:
                 gpu = self.state.catalog[t]
                 stranded = 1 - sum(gpu.mig_profile(i.profile).compute_fraction for i in lay)
                 if stranded > 1e-9:
-                    cost = _scaled(self.policy.weights.fragmentation * stranded)
+                    cost = _scaled(self.policy.weights.packing * stranded)
                     self.objective_terms.append((z, -cost))
             self.model.add(_total(zs.values()) <= _total(leftover))
             for profile, opts in sorted(per_profile.items()):
@@ -278,7 +323,8 @@ class _Model:
     # excess[t] <= those put to use by gangs with a choice. MIG use is the empty GPUs given a
     # layout (z), counted as flexible when any gang with a choice asks for slices of t.
     def _build_scarcity(self) -> None:
-        kept = state_reserves(self.state, self.policy, [o.gang for o in self.options])
+        kept = self.pricing.gpu_reserves
+        self._build_slot_reserves()
         if not kept:
             return
         every: dict[str, list[cp_model.LinearExprT]] = {}
@@ -316,14 +362,51 @@ class _Model:
             self.model.add(excess <= USE_UNITS * _total(terms))
             self.objective_terms.append((excess, -round(reserve.price * SCALE / USE_UNITS)))
 
+    # Node reserves: free slots of a kind (room for s GPUs on one node of its types) left by the
+    # patterns, plus the slots that items of s or more GPUs fill (what the reserve is for), should
+    # not fall below the reserve: excess[kind] >= reserve - that, in 1/USE_UNITS slot, priced per
+    # slot. MIG cuts are not followed here (the objective that compares engines counts them).
+    def _build_slot_reserves(self) -> None:
+        for kind, reserve in sorted(self.pricing.slot_reserves.items()):
+            groups = [g for g in self.groups if g.gpu_type in kind.types]
+            if not groups:
+                continue
+            left: list[cp_model.LinearExprT] = []
+            untouched = 0
+            for group in groups:
+                here = kind.count(group.signature)
+                untouched += here * len(group.nodes)
+                for p, pattern in enumerate(group.patterns[1:], start=1):
+                    lost = here - kind.count(_after_signature(group.signature, pattern))
+                    if lost:
+                        left.append(-lost * group.counts[p])
+            for o in self.options:
+                size, _nv = o.item or (0, False)
+                if o.gpu_type in kind.types and size >= kind.gpus:
+                    left.append(o.replicas if o.fixed_replicas is None else o.admit)
+            bound = USE_UNITS * max(1, math.ceil(reserve.reserved))
+            excess = self.model.new_int_var(0, bound, f"slots[{kind}]")
+            need = round(USE_UNITS * reserve.reserved)
+            self.model.add(excess >= need - USE_UNITS * (untouched + _total(left)))
+            self.objective_terms.append((excess, -round(reserve.price * SCALE / USE_UNITS)))
+
     def _build_objective(self) -> None:
         w = self.policy.weights
         for o in self.options:
             self.objective_terms.append((o.replicas, o.value * (o.fixed_replicas or 1)))
+        masses = self.pricing.masses
         for group in self.groups:
             free = sum(group.signature)
+            mass = masses.get(group.gpu_type)
+            before = 0.0
+            if mass is not None:
+                before = fragmentation(NodeFree(group.signature, group.partial), mass)
             for p, pattern in enumerate(group.patterns[1:], start=1):
-                cost = w.fragmentation * (free - pattern_size(pattern))
+                cost = w.packing * (free - pattern_size(pattern))
+                if mass is not None:
+                    sig = _after_signature(group.signature, pattern)
+                    after = fragmentation(NodeFree(sig, group.partial), mass)
+                    cost += w.fragmentation * (after - before)
                 if group.idle:
                     cost += w.consolidation
                 if cost:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from gpufleet.core.decision import GangPlacement
 from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.policy import Policy
-from gpufleet.core.scarcity import Reserve, is_flexible, reserves
+from gpufleet.core.pricing import Pricing
+from gpufleet.core.scarcity import is_flexible
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import base_throughput, replica_value
@@ -357,68 +358,58 @@ def greedy_order(gangs: Sequence[Gang], state: ClusterState | None = None) -> li
     return sorted(gangs, key=lambda g: (-g.priority, -g.gpus_needed(g.replicas_min), g.id))
 
 
-def empty_gpus(state: ClusterState, gpu_type: str) -> int:
-    """Empty GPUs of schedulable nodes of a type in the current state."""
-    return sum(k * len(bucket) for k, bucket in enumerate(state.type_nodes(gpu_type)))
-
-
-def state_reserves(
-    state: ClusterState, policy: Policy, pending: Sequence[Gang]
-) -> dict[str, Reserve]:
-    """Scarcity reserves (scarcity.py) for the free capacity of `state`."""
-    if not state.snapshot.constrained_demand or policy.weights.scarcity <= 0:
-        return {}
-    empty = {t: empty_gpus(state, t) for t in state.nodes_by_type}
-    return reserves(state.snapshot, policy, empty, pending)
-
-
-def _occupied(state: ClusterState, plan: Plan) -> int:
-    """Empty GPUs a plan occupies (a MIG slice occupies its GPU)."""
-    gpus = {(state.node_index[r.node], g) for r in plan.replicas for g in r.gpus}
-    return sum(1 for n, g in gpus if g in state.empty[n])
-
-
-def _plan_scarce(
+def _plan_priced(
     state: ClusterState,
     gang: Gang,
     types: list[str],
     policy: Policy,
-    kept: dict[str, Reserve],
+    pricing: Pricing,
     memo: Memo,
 ) -> Plan | None:
-    """The best plan over all usable types, by value net of the scarcity charge."""
+    """The best plan over all usable types, by value net of what the expected workload makes it
+    cost (fragmentation growth and reserve charges, pricing.py)."""
     best: tuple[float, int, Plan] | None = None
     for order, t in enumerate(types):
         plan = plan_gang(state, gang, t, policy, memo)
         if plan is None:
             continue
         value = replica_value(gang, state.catalog[t], policy).objective * len(plan.replicas)
-        reserve = kept.get(t)
-        if reserve is not None:
-            value -= reserve.charge(empty_gpus(state, t), _occupied(state, plan))
+        value -= pricing.cost(state, gang, t, plan.replicas, plan.repartitions)
         if best is None or (-value, order) < (-best[0], best[1]):
             best = (value, order, plan)
     return None if best is None else best[2]
 
 
 def place_greedy(
-    state: ClusterState, gangs: Sequence[Gang], policy: Policy, layouts: Memo | None = None
+    state: ClusterState,
+    gangs: Sequence[Gang],
+    policy: Policy,
+    layouts: Memo | None = None,
+    pricing: Pricing | None = None,
 ) -> dict[str, GangPlacement]:
-    """Place what fits, in greedy order; mutates `state`. Returns placements by gang id."""
+    """Place what fits, in greedy order; mutates `state`. Returns placements by gang id.
+
+    A gang with one usable type takes the best-fitting place there. A gang with a choice of
+    types, when the snapshot carries a workload estimate, takes the type whose plan is worth
+    most net of the fragmentation it adds and the reserves it takes (FGD's rule, with the work
+    the type is worth to the gang); without an estimate, its most valuable type that fits.
+    """
     layouts = layouts or Memo()
     layouts.note_pending(gangs)
+    pricing = pricing or Pricing(state, policy, gangs)
     placed: dict[str, GangPlacement] = {}
-    kept = state_reserves(state, policy, gangs)
     for gang in greedy_order(gangs, state):
         types = usable_types(state, gang, policy, layouts)
-        if is_flexible(types) and any(t in kept for t in types):
-            scarce = _plan_scarce(state, gang, types, policy, kept, layouts)
-            if scarce is not None:
-                placed[gang.id] = commit(state, scarce, policy)
-            continue
-        for gpu_type in types:
-            plan = plan_gang(state, gang, gpu_type, policy, layouts)
-            if plan is not None:
-                placed[gang.id] = commit(state, plan, policy)
-                break
+        plan: Plan | None = None
+        if pricing.active and is_flexible(types):
+            plan = _plan_priced(state, gang, types, policy, pricing, layouts)
+        else:
+            for gpu_type in types:
+                plan = plan_gang(state, gang, gpu_type, policy, layouts)
+                if plan is not None:
+                    break
+        if plan is not None:
+            before = pricing.committing(state, plan.replicas)
+            placed[gang.id] = commit(state, plan, policy)
+            pricing.committed(state, plan.replicas, before)
     return placed

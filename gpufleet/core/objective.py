@@ -3,9 +3,10 @@
 objective = sum over admitted replicas of their net value (priority-weighted work minus energy)
           - value of the running gangs it preempts
           - consolidation x idle nodes the decision starts using
-          - fragmentation x free GPUs left on nodes the decision touches
+          - packing x free GPUs left on nodes the decision touches
+          - fragmentation x growth of expected fragmentation (FGD, fragmentation.py)
           - disruption x (MIG repartitions + preempted gangs)
-          - scarcity charge for GPUs flexible gangs take from single-type reserves (scarcity.py)
+          - scarcity charge for what flexible gangs take from single-type reserves (scarcity.py)
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang
 from gpufleet.core.policy import Policy
-from gpufleet.core.scarcity import scarcity_cost
+from gpufleet.core.pricing import decision_costs
 from gpufleet.core.snapshot import RunningGang, Snapshot
 from gpufleet.core.valuation import replica_value
 
@@ -32,6 +33,7 @@ class DecisionMetrics:
     nodes_opened: int  # idle nodes this decision starts using
     repartitions: int
     preemptions: int
+    fragmentation_gpus: float  # growth of expected fragmentation (FGD), in GPUs
     objective: float
 
 
@@ -73,13 +75,14 @@ def evaluate(
     evicted_value = sum(
         running_value(snapshot, r, policy) for r in snapshot.running if r.id in evicted
     )
-    scarcity = scarcity_cost(snapshot, pending, decision.placements, policy)
+    costs = decision_costs(snapshot, pending, decision, policy)
     objective = (
         value
-        - scarcity
+        - costs.scarcity
+        - costs.fragmentation
         - evicted_value
         - weights.consolidation * opened
-        - weights.fragmentation * stranded
+        - weights.packing * stranded
         - weights.disruption * (len(decision.repartitions) + len(decision.preemptions))
     )
     return DecisionMetrics(
@@ -92,6 +95,7 @@ def evaluate(
         nodes_opened=opened,
         repartitions=len(decision.repartitions),
         preemptions=len(decision.preemptions),
+        fragmentation_gpus=costs.fragmentation_gpus,
         objective=objective,
     )
 

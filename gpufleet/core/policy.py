@@ -18,7 +18,10 @@ class Weights:
     work: priority-weighted admitted throughput (relative speed x GPUs).
     energy: watts drawn by admitted work, per 100 W; trades speed for energy.
     consolidation: per empty node that this decision starts using.
-    fragmentation: per free GPU left stranded on a node the decision touches.
+    packing: per free GPU left on a node the decision touches (best fit).
+    fragmentation: per GPU of expected fragmentation the decision adds, as the FGD paper
+        measures it against the workload estimate in the snapshot (fragmentation.py); no
+        estimate, no term.
     disruption: per MIG repartition and per preempted gang.
     scarcity: per GPU a gang with a choice of types takes from the free GPUs a type keeps for
         gangs that can run only there, times the type's relative throughput (the value such a
@@ -28,14 +31,15 @@ class Weights:
     work: float = 1.0
     energy: float = 0.0
     consolidation: float = 0.05
-    fragmentation: float = 0.02
+    packing: float = 0.02
+    fragmentation: float = 1.0
     disruption: float = 0.1
     scarcity: float = 2.0
 
     def __post_init__(self) -> None:
-        if min(self.work, self.energy, self.consolidation, self.fragmentation) < 0:
+        if min(self.work, self.energy, self.consolidation, self.packing) < 0:
             raise ValueError("weights must be >= 0")
-        if self.disruption < 0 or self.scarcity < 0:
+        if min(self.fragmentation, self.disruption, self.scarcity) < 0:
             raise ValueError("weights must be >= 0")
 
 

@@ -1,58 +1,125 @@
-"""Scarcity: keep free GPUs of a type for the demand that can run only on that type.
+"""Scarcity: keep free capacity of a type for the demand that can run only on that type.
 
 A gang that accepts several GPU types takes its most valuable one. When another gang can run only
 on that type, it may then wait while GPUs of other types sit free: the fragmentation the FGD paper
-(ATC'23) measures against the expected workload. The caller estimates, per type, the share of
-demand that accepts only that type (`Snapshot.constrained_demand`); the core turns it into a
-reserve and prices what flexible gangs take out of it.
+(ATC'23) measures against the expected workload. From the caller's workload estimate
+(`Snapshot.workload`) the core takes, per type, the share of requested GPU capacity that accepts
+only that type among the types present, and turns it into two reserves priced in the objective:
 
-Reserve of type t: `share_t x GPUs of the fleet`, the GPUs of t that single-type gangs occupy in a
-steady state shaped like the estimate. A gang with a choice of types that leaves fewer than the
-reserve empty pays, per GPU it takes inside the reserve, `scarcity weight x what a GPU of t is
-worth` (the larger of its catalogue value and the best per-GPU value of a pending gang on it: the
-displaced single-type gang is assumed to be worth as much as the work competing for the GPU). The
-reserve is fractional: a share of 0.26 % on a 256-GPU fleet keeps 0.66 GPU, so at weight 2 the
-last empty GPU of t costs 1.3 GPUs' worth, more than a flexible gang gains from t over any type
-that runs it at over a third of the speed. When no other type fits, the gang still takes it.
+* a **GPU reserve** of `share_t x GPUs of the fleet`: the GPUs of t that single-type tasks occupy
+  in a steady state shaped like the estimate. A gang with a choice of types that leaves fewer
+  than that empty pays, per GPU it takes inside the reserve, `scarcity weight x what a GPU of t
+  is worth` (the larger of its catalogue value and the best per-GPU value of a pending gang on
+  it: the displaced single-type gang is assumed to be worth as much as the work competing for
+  the GPU). The reserve is fractional: a share of 0.26 % on a 256-GPU fleet keeps 0.66 GPU, so at
+  weight 2 the last empty GPU of t costs 1.3 GPUs' worth.
+* a **node reserve** per single-type shape of s >= 2 GPUs on one node: `share x fleet GPUs / s`
+  *slots* (places for s GPUs on one node, in one NVLink domain when the shape needs it), since a
+  large request needs a whole node's worth of empty GPUs, which a count of GPUs scattered over
+  partly used nodes cannot protect. Slots a flexible gang breaks inside the reserve cost
+  `scarcity weight x s x worth` each.
 
-GPUs are counted whole: a MIG slice on an empty GPU takes that GPU from the reserve. Aggregate form
-(objective and CP-SAT), per type with a reserve R, empty GPUs F before the decision, and empty
-GPUs occupied A (all gangs) of which X by flexible gangs:
+When no other type fits, the gang still takes it. GPUs are counted whole: a MIG slice on an empty
+GPU takes that GPU from the reserve. Aggregate form (objective and CP-SAT), per reserve R with
+free units F before the decision and units A used (all gangs) of which X by flexible gangs:
     charge = price x min(X, max(0, A - (F - R)))
-Greedy charges each flexible gang the increase of `max(0, R - free)` its GPUs cause.
+Greedy charges each flexible gang the increase of `max(0, R - free)` its plan causes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpufleet.core.decision import GangPlacement
 from gpufleet.core.demand import Gang
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.valuation import replica_value
+from gpufleet.core.workload import TaskShape
 from gpufleet.model.gpus import GpuType
 
 
 @dataclass(frozen=True, slots=True)
 class Reserve:
-    """Free GPUs of one type kept for single-type demand in this decision."""
+    """Free units (GPUs, or node slots) of one type kept for single-type demand."""
 
     gpu_type: str
-    free: float  # empty GPUs of the type when the decision starts
-    reserved: float  # GPUs kept for single-type gangs (fractional)
-    price: float  # objective cost per flexible GPU taken inside the reserve
+    free: float  # free units of the type when the decision starts
+    reserved: float  # units kept for single-type gangs (fractional)
+    price: float  # objective cost per unit a flexible gang takes inside the reserve
 
     def charge(self, free_now: float, take: float) -> float:
-        """Cost of a flexible gang taking `take` GPUs when `free_now` are empty."""
+        """Cost of a flexible gang taking `take` units when `free_now` are free."""
         before = max(0.0, self.reserved - free_now)
         after = max(0.0, self.reserved - (free_now - take))
         return self.price * (after - before)
 
     def aggregate(self, taken: float, flexible: float) -> float:
-        """Cost of a decision taking `taken` GPUs of the type, `flexible` by flexible gangs."""
+        """Cost of a decision taking `taken` units of the type, `flexible` by flexible gangs."""
         return self.price * min(flexible, max(0.0, taken - (self.free - self.reserved)))
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SlotKind:
+    """Room for one task of `gpus` GPUs on one node of one of `types` (in one NVLink domain if
+    `nvlink`): what a large request needs, which GPUs scattered over nodes do not give."""
+
+    types: tuple[str, ...]
+    gpus: int
+    nvlink: bool
+
+    def count(self, empty_per_domain: Iterable[int]) -> int:
+        """Slots a node with these empty GPUs per NVLink domain offers."""
+        counts = list(empty_per_domain)
+        if self.nvlink:
+            return sum(c // self.gpus for c in counts)
+        return sum(counts) // self.gpus
+
+
+def usable_shape_types(snapshot: Snapshot, shape: TaskShape, present: set[str]) -> list[str]:
+    """A shape's acceptable types that are present and, for a MIG shape, offer its profile."""
+    return [
+        t
+        for t in shape.types
+        if t in present
+        and t in snapshot.catalog
+        and (shape.mig_profile is None or snapshot.catalog[t].has_mig_profile(shape.mig_profile))
+    ]
+
+
+def present_types(snapshot: Snapshot) -> set[str]:
+    return {n.gpu_type for n in snapshot.nodes if n.schedulable}
+
+
+def constrained_shares(snapshot: Snapshot) -> tuple[dict[str, float], dict[SlotKind, float]]:
+    """Shares of requested GPU capacity that need scarce room: per type, the one-GPU and MIG
+    shapes only that present type can serve; per slot kind, the shapes of 2 or more GPUs on one
+    node, over the present types with nodes large enough for them (their room is node-shaped,
+    so a count of GPUs would protect the wrong thing)."""
+    if snapshot.workload is None:
+        return {}, {}
+    present = present_types(snapshot)
+    largest: dict[str, int] = {}
+    widest: dict[str, int] = {}
+    for node in snapshot.nodes:
+        if node.schedulable:
+            largest[node.gpu_type] = max(largest.get(node.gpu_type, 0), node.gpu_count)
+            domain = max((len(g) for g in node.domains().values()), default=0)
+            widest[node.gpu_type] = max(widest.get(node.gpu_type, 0), domain)
+    per_type: dict[str, float] = {}
+    per_slot: dict[SlotKind, float] = {}
+    for shape, share in snapshot.workload.gpu_shares(snapshot.catalog).items():
+        usable = usable_shape_types(snapshot, shape, present)
+        if shape.mig_profile is not None or shape.gpus < 2:
+            if len(usable) == 1:
+                per_type[usable[0]] = per_type.get(usable[0], 0.0) + share
+            continue
+        room = widest if shape.nvlink else largest
+        fitting = tuple(t for t in usable if room[t] >= shape.gpus)
+        if fitting:
+            kind = SlotKind(fitting, shape.gpus, shape.nvlink)
+            per_slot[kind] = per_slot.get(kind, 0.0) + share
+    return per_type, per_slot
 
 
 def empty_per_type(snapshot: Snapshot) -> dict[str, int]:
@@ -67,33 +134,77 @@ def empty_per_type(snapshot: Snapshot) -> dict[str, int]:
     return out
 
 
+def slots_per_kind(snapshot: Snapshot, kinds: Iterable[SlotKind]) -> dict[SlotKind, int]:
+    """Free slots of each kind in the snapshot."""
+    used = _used_gpus(snapshot)
+    wanted = list(kinds)
+    out = dict.fromkeys(wanted, 0)
+    for node in snapshot.nodes:
+        if not node.schedulable:
+            continue
+        domains: dict[int, int] = {}
+        for gpu in node.gpus:
+            if (node.name, gpu.index) not in used:
+                domains[gpu.nvlink_domain] = domains.get(gpu.nvlink_domain, 0) + 1
+        for kind in wanted:
+            if node.gpu_type in kind.types:
+                out[kind] += kind.count(domains.values())
+    return out
+
+
+def gpu_worth(snapshot: Snapshot, policy: Policy, t: str, pending: Sequence[Gang]) -> float:
+    """What a GPU of type t is worth: its catalogue value, or more to a pending gang."""
+    gpu = snapshot.catalog[t]
+    worth = policy.weights.work * gpu.relative_throughput
+    for gang in pending:
+        if t in gang.type_names() and (
+            gang.mig_profile is None or gpu.has_mig_profile(gang.mig_profile)
+        ):
+            per = replica_value(gang, gpu, policy).objective / gpu_use(gang, gpu, 1)
+            worth = max(worth, per)
+    return worth
+
+
 def reserves(
     snapshot: Snapshot, policy: Policy, empty: dict[str, int], pending: Sequence[Gang] = ()
 ) -> dict[str, Reserve]:
-    """Reserves of the types with single-type demand, given empty GPUs per type.
-
-    The price per reserved GPU is what a GPU of the type is worth: the larger of its catalogue
-    value and the best per-GPU value of a pending gang on it (the displaced single-type gang is
-    assumed to be worth as much as the work now competing for the GPU), times the weight.
-    """
+    """GPU reserves of the types with single-type demand, given empty GPUs per type."""
     weights = policy.weights
-    if not snapshot.constrained_demand or weights.scarcity <= 0:
+    if weights.scarcity <= 0:
         return {}
-    total = float(sum(n.gpu_count for n in snapshot.nodes if n.schedulable))
+    shares, _ = constrained_shares(snapshot)
+    total = float(sum(empty.values()))
     out: dict[str, Reserve] = {}
-    for demand in snapshot.constrained_demand:
-        t = demand.gpu_type
-        if demand.share <= 0 or t not in snapshot.catalog or t not in empty:
+    for t, share in sorted(shares.items()):
+        if share <= 0 or t not in empty:
             continue
-        gpu = snapshot.catalog[t]
-        worth = weights.work * gpu.relative_throughput
-        for gang in pending:
-            if t in gang.type_names() and (
-                gang.mig_profile is None or gpu.has_mig_profile(gang.mig_profile)
-            ):
-                per = replica_value(gang, gpu, policy).objective / gpu_use(gang, gpu, 1)
-                worth = max(worth, per)
-        out[t] = Reserve(t, float(empty[t]), demand.share * total, weights.scarcity * worth)
+        price = weights.scarcity * gpu_worth(snapshot, policy, t, pending)
+        out[t] = Reserve(t, float(empty[t]), share * total, price)
+    return out
+
+
+def slot_reserves(
+    snapshot: Snapshot,
+    policy: Policy,
+    empty: dict[str, int],
+    slots: dict[SlotKind, int],
+    pending: Sequence[Gang] = (),
+) -> dict[SlotKind, Reserve]:
+    """Node reserves of the shapes of 2+ GPUs on one node, given empty GPUs per type and free
+    slots per kind."""
+    weights = policy.weights
+    if weights.scarcity <= 0:
+        return {}
+    _, shares = constrained_shares(snapshot)
+    total = float(sum(empty.values()))
+    out: dict[SlotKind, Reserve] = {}
+    for kind, share in sorted(shares.items()):
+        if share <= 0 or kind not in slots:
+            continue
+        worth = max(gpu_worth(snapshot, policy, t, pending) for t in kind.types)
+        reserved = share * total / kind.gpus
+        price = weights.scarcity * kind.gpus * worth
+        out[kind] = Reserve(",".join(kind.types), float(slots[kind]), reserved, price)
     return out
 
 
@@ -116,37 +227,6 @@ def flexible_in(snapshot: Snapshot, gang: Gang, present: set[str]) -> bool:
         and (gang.mig_profile is None or snapshot.catalog[t].has_mig_profile(gang.mig_profile))
     ]
     return is_flexible(usable)
-
-
-def scarcity_cost(
-    snapshot: Snapshot,
-    pending: Sequence[Gang],
-    placements: Sequence[GangPlacement],
-    policy: Policy,
-) -> float:
-    """Aggregate charge of a decision's placements (empty GPUs they occupy, per type)."""
-    if not snapshot.constrained_demand or policy.weights.scarcity <= 0:
-        return 0.0
-    empty = empty_per_type(snapshot)
-    kept = reserves(snapshot, policy, empty, pending)
-    if not kept:
-        return 0.0
-    used = _used_gpus(snapshot)
-    gangs = {g.id: g for g in pending}
-    present = {n.gpu_type for n in snapshot.nodes if n.schedulable}
-    taken: dict[str, float] = {}
-    flexible: dict[str, float] = {}
-    for placement in placements:
-        t = placement.gpu_type
-        if t not in kept:
-            continue
-        # GPUs that stop being empty: a MIG slice occupies its whole GPU for single-type gangs.
-        occupied = {(r.node, g) for r in placement.replicas for g in r.gpus} - used
-        used |= occupied
-        taken[t] = taken.get(t, 0.0) + len(occupied)
-        if flexible_in(snapshot, gangs[placement.gang_id], present):
-            flexible[t] = flexible.get(t, 0.0) + len(occupied)
-    return sum(kept[t].aggregate(taken[t], flexible.get(t, 0.0)) for t in taken)
 
 
 def _used_gpus(snapshot: Snapshot) -> set[tuple[str, int]]:

@@ -6,6 +6,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.core.queues import QueueTree
+from gpufleet.core.workload import WorkloadEstimate
 from gpufleet.model.gpus import Catalog
 from gpufleet.model.inventory import Node
 from gpufleet.model.mig import MigPlacement
@@ -64,24 +65,6 @@ class RunningGang:
     queue: str | None = None  # the GPUQueue it is charged to (None: outside any queue)
 
 
-@dataclass(frozen=True, slots=True)
-class ConstrainedDemand:
-    """Expected demand that can run on one GPU type only, as a share of all demand.
-
-    `share` is the fraction of the GPUs requested by recent gangs (by whatever history the
-    caller keeps: arrivals so far, a trailing window, a prior from a trace) that came from gangs
-    accepting no type but `gpu_type`. The core keeps that share of the free capacity of the
-    type for such gangs (see scarcity.py); the estimate itself is the caller's.
-    """
-
-    gpu_type: str
-    share: float
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.share <= 1:
-            raise ValueError(f"{self.gpu_type}: constrained demand share must be in [0, 1]")
-
-
 @dataclass(frozen=True)
 class Snapshot:
     """Immutable input of one placement decision."""
@@ -89,8 +72,9 @@ class Snapshot:
     catalog: Catalog
     nodes: tuple[Node, ...]
     running: tuple[RunningGang, ...] = ()
-    # Expected single-type demand per GPU type; empty = no estimate (no scarcity pricing).
-    constrained_demand: tuple[ConstrainedDemand, ...] = ()
+    # The workload the caller expects (shapes and shares of tasks, workload.py); None = no
+    # estimate: no fragmentation term and no reserves for constrained demand.
+    workload: WorkloadEstimate | None = None
     # The queues gangs are charged to (queues.py); None: no quotas, no fair share.
     queues: QueueTree | None = None
     _nodes_by_name: Mapping[str, Node] = field(init=False, repr=False, compare=False, hash=False)

@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from gpufleet.core.decision import Decision
-from gpufleet.core.snapshot import Snapshot
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import SchedulerReason, pending_text
 from gpufleet.scheduler import pods
@@ -81,12 +80,7 @@ class VictimEvictor:
         running = tuple(
             replace(g, preemptible=False) if g.id in self._protected else g for g in snap.running
         )
-        return replace(
-            view,
-            snapshot=Snapshot(
-                snap.catalog, snap.nodes, running, snap.constrained_demand, snap.queues
-            ),
-        )
+        return replace(view, snapshot=replace(snap, running=running))
 
     def evict(
         self, decision: Decision, view: ClusterView, state: CachedState, report: CycleReport

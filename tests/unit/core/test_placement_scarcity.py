@@ -1,10 +1,12 @@
-"""Fragmentation against the expected workload: single-type reserves and MIG cut layouts.
+"""Fragmentation against the expected workload: reserves for constrained demand, MIG cuts.
 
 Aspects: the reserve's incremental and aggregate charges on hand-computed cases; both engines keep
 the last empty GPU of a type that single-type demand needs away from a gang with a choice, take it
 when there is no alternative or no such demand, and never hold it back from a single-type gang;
-the objective prices the reserve the same way; an empty GPU cut for a MIG profile gets a layout
-that instances every compute slice, keeps the densest count of the profile and follows demand.
+the objective prices the reserve the same way; node reserves keep a whole node of a type free for
+the large single-type tasks the estimate expects (not just GPUs), spend it on such a task, and
+cost nothing without such tasks; an empty GPU cut for a MIG profile gets a layout that instances
+every compute slice, keeps the densest count of the profile and follows demand.
 """
 
 from __future__ import annotations
@@ -15,14 +17,15 @@ import pytest
 from placement_builders import CATALOG, cluster, gang
 
 from gpufleet.core.decision import Decision
-from gpufleet.core.demand import Gang
+from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.greedy import cut_layout
 from gpufleet.core.objective import evaluate
 from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, SolverSettings, Weights
 from gpufleet.core.scarcity import Reserve
-from gpufleet.core.snapshot import ConstrainedDemand, Snapshot
+from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.validate import decision_problems
+from gpufleet.core.workload import TaskShape, WorkloadEstimate
 from gpufleet.model.mig import densest_layout, enumerate_layouts, is_valid_layout, profile_counts
 
 ENGINES = [Engine.GREEDY, Engine.CPSAT]
@@ -67,6 +70,15 @@ def test_reserve_aggregate_by_hand(taken: float, flexible: float, expected: floa
     assert reserve.aggregate(taken, flexible) == pytest.approx(3.0 * expected)
 
 
+def estimate(h100_only: float) -> WorkloadEstimate | None:
+    """One-GPU tasks, a share of them accepting only H100."""
+    if not h100_only:
+        return None
+    return WorkloadEstimate.of(
+        {TaskShape((H100,), 1): h100_only, TaskShape((A100, H100), 1): 1 - h100_only}
+    )
+
+
 def last_h100(share: float, a100_busy: int = 0) -> Snapshot:
     """One H100 node with one empty GPU, one A100 node with `8 - a100_busy` empty GPUs."""
     builder = cluster().node("h", H100).node("a", A100)
@@ -74,10 +86,8 @@ def last_h100(share: float, a100_busy: int = 0) -> Snapshot:
         builder.run(f"h{g}", "h", (g,))
     for g in range(a100_busy):
         builder.run(f"a{g}", "a", (g,))
-    snapshot = builder.build()
-    # 0.05 of demand on a 16-GPU fleet keeps 0.8 H100 GPUs.
-    demand = (ConstrainedDemand(H100, share),) if share else ()
-    return replace(snapshot, constrained_demand=demand)
+    # A share of 0.1 of the demand keeps 0.1 x the 9 empty GPUs = 0.9 H100 GPU.
+    return replace(builder.build(), workload=estimate(share))
 
 
 FLEXIBLE = gang("flex", (H100, A100))
@@ -88,12 +98,12 @@ SINGLE = gang("only-h100", H100)
 @pytest.mark.parametrize(
     ("share", "a100_busy", "pending", "where"),
     [
-        pytest.param(0.05, 0, [FLEXIBLE], {"flex": A100}, id="flexible-keeps-off-the-reserve"),
+        pytest.param(0.1, 0, [FLEXIBLE], {"flex": A100}, id="flexible-keeps-off-the-reserve"),
         pytest.param(0.0, 0, [FLEXIBLE], {"flex": H100}, id="no-estimate-fastest-type"),
-        pytest.param(0.05, 8, [FLEXIBLE], {"flex": H100}, id="no-alternative-takes-it"),
-        pytest.param(0.05, 0, [SINGLE], {"only-h100": H100}, id="single-type-gang-gets-it"),
+        pytest.param(0.1, 8, [FLEXIBLE], {"flex": H100}, id="no-alternative-takes-it"),
+        pytest.param(0.1, 0, [SINGLE], {"only-h100": H100}, id="single-type-gang-gets-it"),
         pytest.param(
-            0.05,
+            0.1,
             0,
             [FLEXIBLE, SINGLE],
             {"flex": A100, "only-h100": H100},
@@ -110,21 +120,72 @@ def test_single_type_reserve(
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_reserve_weight_zero_turns_it_off(engine: Engine) -> None:
-    decision = decide(last_h100(0.05), [FLEXIBLE], engine, scarcity=0.0)
+    decision = decide(last_h100(0.1), [FLEXIBLE], engine, scarcity=0.0, fragmentation=0.0)
     assert [p.gpu_type for p in decision.placements] == [H100]
 
 
 def test_objective_charges_a_flexible_gang_for_the_reserve() -> None:
-    snapshot = last_h100(0.05)
-    pol = Policy(solver=SolverSettings(engine=Engine.GREEDY))
-    on_h100 = place(replace(snapshot, constrained_demand=()), [FLEXIBLE], pol)
+    snapshot = last_h100(0.1)
+    pol = Policy(weights=Weights(fragmentation=0.0), solver=SolverSettings(engine=Engine.GREEDY))
+    on_h100 = place(replace(snapshot, workload=None), [FLEXIBLE], pol)
     assert on_h100.placements[0].gpu_type == H100
-    plain = evaluate(replace(snapshot, constrained_demand=()), [FLEXIBLE], on_h100, pol)
+    plain = evaluate(replace(snapshot, workload=None), [FLEXIBLE], on_h100, pol)
     priced = evaluate(snapshot, [FLEXIBLE], on_h100, pol)
-    # Reserve 0.8 GPU, all of it taken; the price is 2 x 4.8 (the H100's value to this gang).
-    assert plain.objective - priced.objective == pytest.approx(0.8 * 2 * 4.8)
+    # Reserve 0.9 GPU, all of it taken; the price is 2 x 4.8 (the H100's value to this gang).
+    assert plain.objective - priced.objective == pytest.approx(0.9 * 2 * 4.8)
     single = evaluate(snapshot, [SINGLE], replace(on_h100, placements=()), pol)
     assert single.objective == pytest.approx(0.0)
+
+
+def whole_h100_node(eight_share: float, a100_free: int = 8) -> Snapshot:
+    """One partly used H100 node (7 GPUs free), one empty H100 node, one A100 node with
+    `a100_free` empty GPUs; an estimate where 8-GPU H100-only tasks take `eight_share` of the
+    tasks and one-GPU tasks that accept either type the rest."""
+    builder = cluster().node("h0", H100).node("h1", H100).node("a", A100)
+    builder.run("busy", "h0", (0,))
+    for g in range(8 - a100_free):
+        builder.run(f"a{g}", "a", (g,))
+    shapes = {TaskShape((A100, H100), 1): 1 - eight_share}
+    if eight_share:
+        shapes[TaskShape((H100,), 8)] = eight_share
+    return replace(builder.build(), workload=WorkloadEstimate.of(shapes))
+
+
+FOUR_FLEX = gang("four", (H100, A100), gpus=4)
+SEVEN_FLEX = gang("seven", (H100, A100), gpus=7, topology=Topology.SAME_NODE)
+EIGHT_H100 = gang("eight", H100, gpus=8)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize(
+    ("share", "a100_free", "pending", "where"),
+    [
+        # The 4-GPU gang fits on h0 (best fit) either way; a 7-GPU one too. Two of them:
+        # the second would break h1, the only node an 8-GPU H100 task fits on.
+        pytest.param(
+            0.05, 8, [FOUR_FLEX, replace(FOUR_FLEX, id="four-b"), replace(FOUR_FLEX, id="four-c")],
+            {"four": H100, "four-b": A100, "four-c": A100},
+            id="keeps-the-whole-node",
+        ),
+        pytest.param(
+            0.0, 8, [FOUR_FLEX, replace(FOUR_FLEX, id="four-b"), replace(FOUR_FLEX, id="four-c")],
+            {"four": H100, "four-b": H100, "four-c": H100},
+            id="no-large-tasks-no-reserve",
+        ),
+        pytest.param(
+            0.05, 8, [EIGHT_H100, SEVEN_FLEX],
+            {"eight": H100, "seven": H100},
+            id="the-large-task-takes-the-slot",
+        ),
+    ],
+)  # fmt: skip
+def test_node_reserve(
+    engine: Engine, share: float, a100_free: int, pending: list[Gang], where: dict[str, str]
+) -> None:
+    decision = decide(whole_h100_node(share, a100_free), pending, engine)
+    assert {p.gang_id: p.gpu_type for p in decision.placements} == where
+    if share and "eight" not in where:
+        assert "h1" not in {r.node for p in decision.placements for r in p.replicas}
 
 
 GPU = CATALOG[A100]

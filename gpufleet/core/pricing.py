@@ -1,0 +1,346 @@
+"""What the expected workload makes a placement cost: FGD fragmentation growth and reserves.
+
+Two views of the same prices (fragmentation.py for the measure, scarcity.py for the reserves):
+- `Pricing` prices one gang's tentative placement against the working `ClusterState` of a
+  decision (greedy, CP-SAT's repair pass, preemption) and follows the state as gangs commit;
+- `decision_costs` prices a finished decision against its snapshot, for the objective that
+  compares engines.
+Both are zero when the snapshot carries no workload estimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpufleet.core.decision import Decision
+from gpufleet.core.demand import Gang, Topology
+from gpufleet.core.fragmentation import NodeFree, TypeMass, fragmentation, node_free, type_masses
+from gpufleet.core.policy import Policy
+from gpufleet.core.scarcity import (
+    Reserve,
+    SlotKind,
+    constrained_shares,
+    empty_per_type,
+    flexible_in,
+    present_types,
+    reserves,
+    slot_reserves,
+    slots_per_kind,
+)
+from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
+from gpufleet.core.state import ClusterState
+from gpufleet.model.cluster import Node
+from gpufleet.model.mig import MigLayout, MigPlacement
+
+__all__ = ["DecisionCosts", "Pricing", "decision_costs", "masses_of"]
+
+
+def masses_of(snapshot: Snapshot) -> dict[str, TypeMass]:
+    """The workload estimate per present GPU type (empty without an estimate)."""
+    if snapshot.workload is None or not snapshot.workload.shapes:
+        return {}
+    types = {n.gpu_type for n in snapshot.nodes}
+    return type_masses(snapshot.workload, snapshot.catalog, types)
+
+
+def state_node_free(
+    state: ClusterState,
+    n: int,
+    whole: Iterable[int] = (),
+    instances: Mapping[int, Iterable[MigPlacement]] | None = None,
+    layouts: Mapping[int, MigLayout] | None = None,
+) -> NodeFree:
+    """Node n's free capacity in `state`, after also taking `whole` GPUs and `instances`
+    (per GPU) with the GPUs in `layouts` cut to those layouts."""
+    node = state.nodes[n]
+    held = [g for g in range(node.gpu_count) if state.busy[n][g]]
+    held.extend(whole)
+    extra = instances or {}
+    used = {g: state.used_inst[n][g] | set(extra.get(g, ())) for g in range(node.gpu_count)}
+    current: dict[int, MigLayout | None] = {g: state.layout[n][g] for g in range(node.gpu_count)}
+    current.update(layouts or {})
+    return node_free(node, state.catalog, held, used, current)
+
+
+@dataclass
+class _Overlay:
+    """A tentative placement's changes on one node."""
+
+    whole: list[int]
+    instances: dict[int, list[MigPlacement]]
+    layouts: dict[int, MigLayout]
+
+
+def _overlays(
+    state: ClusterState,
+    replicas: Sequence[ReplicaPlacement],
+    repartitions: Sequence[tuple[int, int, MigLayout]],
+) -> dict[int, _Overlay]:
+    out: dict[int, _Overlay] = {}
+    for n, g, layout in repartitions:
+        out.setdefault(n, _Overlay([], {}, {})).layouts[g] = layout
+    for rep in replicas:
+        n = state.node_index[rep.node]
+        overlay = out.setdefault(n, _Overlay([], {}, {}))
+        if rep.mig is None:
+            overlay.whole.extend(rep.gpus)
+        else:
+            overlay.instances.setdefault(rep.gpus[0], []).append(rep.mig)
+    return out
+
+
+class Pricing:
+    """Prices of tentative placements in one decision's working state (see module docstring)."""
+
+    def __init__(self, state: ClusterState, policy: Policy, pending: Sequence[Gang]) -> None:
+        snapshot = state.snapshot
+        self.policy = policy
+        self.weight = policy.weights.fragmentation
+        self.masses = masses_of(snapshot) if self.weight > 0 else {}
+        self.present = present_types(snapshot)
+        empty = {t: _empty_gpus(state, t) for t in state.nodes_by_type}
+        self.gpu_reserves: dict[str, Reserve] = reserves(snapshot, policy, empty, pending)
+        kinds = list(constrained_shares(snapshot)[1]) if policy.weights.scarcity > 0 else []
+        self.slots: dict[SlotKind, int] = {k: _state_slots(state, k) for k in kinds}
+        self.slot_reserves: dict[SlotKind, Reserve] = slot_reserves(
+            snapshot, policy, empty, self.slots, pending
+        )
+        self._f: dict[tuple[str, NodeFree], float] = {}
+
+    @property
+    def active(self) -> bool:
+        return bool(self.masses or self.gpu_reserves or self.slot_reserves)
+
+    def _frag(self, gpu_type: str, free: NodeFree) -> float:
+        key = (gpu_type, free)
+        if key not in self._f:
+            mass = self.masses.get(gpu_type)
+            self._f[key] = 0.0 if mass is None else fragmentation(free, mass)
+        return self._f[key]
+
+    def cost(
+        self,
+        state: ClusterState,
+        gang: Gang,
+        gpu_type: str,
+        replicas: Sequence[ReplicaPlacement],
+        repartitions: Sequence[tuple[int, int, MigLayout]] = (),
+    ) -> float:
+        """Objective cost of placing `replicas` (after `repartitions`) for `gang` now: the
+        weighted growth of expected fragmentation plus, for a gang with a choice of types, what
+        it takes from the type's reserves."""
+        overlays = _overlays(state, replicas, repartitions)
+        out = 0.0
+        if self.masses:
+            for n, o in overlays.items():
+                t = state.node_type[n]
+                before = self._frag(t, state_node_free(state, n))
+                after = self._frag(t, state_node_free(state, n, o.whole, o.instances, o.layouts))
+                out += self.weight * (after - before)
+        if not flexible_in(state.snapshot, gang, self.present):
+            return out
+        reserve = self.gpu_reserves.get(gpu_type)
+        if reserve is not None:
+            taken = sum(
+                1
+                for n, o in overlays.items()
+                for g in {*o.whole, *o.instances}
+                if g in state.empty[n]
+            )
+            out += reserve.charge(_empty_gpus(state, gpu_type), taken)
+        for kind, slot_reserve in self.slot_reserves.items():
+            if gpu_type not in kind.types or item_gpus(gang, len(replicas)) >= kind.gpus:
+                continue  # other types' slots, or a task of the size the slots are for
+            lost = sum(
+                _node_slots(state, n, kind) - _node_slots(state, n, kind, _taken(o))
+                for n, o in overlays.items()
+            )
+            out += slot_reserve.charge(self.slots[kind], max(0, lost))
+        return out
+
+    def committing(
+        self, state: ClusterState, replicas: Sequence[ReplicaPlacement]
+    ) -> dict[SlotKind, int]:
+        """Slots of each kind on the nodes `replicas` touch (call before committing them)."""
+        return {k: self._slots_on(state, replicas, k) for k in self.slots}
+
+    def committed(
+        self, state: ClusterState, replicas: Sequence[ReplicaPlacement], before: dict[SlotKind, int]
+    ) -> None:
+        """Follow the state after a commit (with what `committing` returned before it)."""
+        for kind, count in before.items():
+            self.slots[kind] += self._slots_on(state, replicas, kind) - count
+
+    @staticmethod
+    def _slots_on(state: ClusterState, replicas: Sequence[ReplicaPlacement], kind: SlotKind) -> int:
+        nodes = {state.node_index[r.node] for r in replicas}
+        return sum(_node_slots(state, n, kind) for n in nodes)
+
+
+def _taken(overlay: _Overlay) -> set[int]:
+    return {*overlay.whole, *overlay.instances, *overlay.layouts}
+
+
+def item_gpus(gang: Gang, replicas: int) -> int:
+    """GPUs one of the gang's tasks takes on one node (0 for a MIG slice)."""
+    if gang.mig_profile is not None:
+        return 0
+    if gang.topology is Topology.SAME_NODE:
+        return gang.gpus_per_replica * replicas
+    return gang.gpus_per_replica
+
+
+def _node_slots(state: ClusterState, n: int, kind: SlotKind, taken: set[int] | None = None) -> int:
+    if state.node_type[n] not in kind.types or not state.schedulable[n]:
+        return 0
+    domains: dict[int, int] = {}
+    for g in state.empty[n]:
+        if taken is None or g not in taken:
+            d = state.domain_of[n][g]
+            domains[d] = domains.get(d, 0) + 1
+    return kind.count(domains.values())
+
+
+def _state_slots(state: ClusterState, kind: SlotKind) -> int:
+    return sum(
+        _node_slots(state, n, kind) for t in kind.types for n in state.nodes_by_type.get(t, [])
+    )
+
+
+def _empty_gpus(state: ClusterState, gpu_type: str) -> int:
+    return sum(k * len(bucket) for k, bucket in enumerate(state.type_nodes(gpu_type)))
+
+
+# ----- a finished decision --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionCosts:
+    """What a decision costs against the expected workload (objective units)."""
+
+    fragmentation_gpus: float  # growth of expected fragmentation, in GPUs (may be negative)
+    fragmentation: float  # the same, weighted
+    scarcity: float  # reserve charges
+
+
+def decision_costs(
+    snapshot: Snapshot, pending: Sequence[Gang], decision: Decision, policy: Policy
+) -> DecisionCosts:
+    """Fragmentation growth and reserve charges of a decision against its snapshot."""
+    weights = policy.weights
+    masses = masses_of(snapshot)
+    per_type, per_slot = constrained_shares(snapshot)
+    if not masses and not (weights.scarcity > 0 and (per_type or per_slot)):
+        return DecisionCosts(0.0, 0.0, 0.0)
+    evicted = {p.gang_id for p in decision.preemptions}
+    before = _Holdings.of_snapshot(snapshot, ())
+    after = _Holdings.of_snapshot(snapshot, evicted)
+    layouts: dict[tuple[str, int], MigLayout | None] = {}
+    for change in decision.repartitions:
+        layouts[(change.node, change.gpu)] = change.new_layout
+    gangs = {g.id: g for g in pending}
+    present = present_types(snapshot)
+    task_size: dict[str, int] = {}  # largest task placed per node
+    occupied: dict[str, float] = {}
+    occupied_flexible: dict[str, float] = {}
+    for placement in decision.placements:
+        gang = gangs[placement.gang_id]
+        flexible = flexible_in(snapshot, gang, present)
+        size = item_gpus(gang, placement.replica_count)
+        for rep in placement.replicas:
+            after.add(rep)
+            task_size[rep.node] = max(task_size.get(rep.node, 0), size)
+        gpus = {(r.node, g) for r in placement.replicas for g in r.gpus} - before.gpus()
+        occupied[placement.gpu_type] = occupied.get(placement.gpu_type, 0.0) + len(gpus)
+        if flexible:
+            t = placement.gpu_type
+            occupied_flexible[t] = occupied_flexible.get(t, 0.0) + len(gpus)
+    touched = after.nodes_changed(before) | {node for node, _ in layouts}
+    frag = 0.0
+    if masses:
+        for name in sorted(touched):
+            node = snapshot.node(name)
+            mass = masses[node.gpu_type]
+            old = node_free(node, snapshot.catalog, before.whole(name), before.instances(name))
+            new_layouts = {g: lay for (n, g), lay in layouts.items() if n == name}
+            new = node_free(
+                node, snapshot.catalog, after.whole(name), after.instances(name), new_layouts
+            )
+            frag += fragmentation(new, mass) - fragmentation(old, mass)
+    charge = 0.0
+    if weights.scarcity > 0:
+        kept = reserves(snapshot, policy, empty_per_type(snapshot), pending)
+        for t, taken in occupied.items():
+            if t in kept:
+                charge += kept[t].aggregate(taken, occupied_flexible.get(t, 0.0))
+        slots = slots_per_kind(snapshot, per_slot)
+        empty = empty_per_type(snapshot)
+        for kind, reserve in slot_reserves(snapshot, policy, empty, slots, pending).items():
+            lost = smaller_lost = 0.0
+            for name in touched:
+                node = snapshot.node(name)
+                if node.gpu_type not in kind.types:
+                    continue
+                drop = max(0, before.slots(node, kind) - after.slots(node, kind))
+                lost += drop
+                if task_size.get(name, 0) < kind.gpus:  # not a task the slots are for
+                    smaller_lost += drop
+            charge += reserve.aggregate(lost, smaller_lost)
+    return DecisionCosts(frag, weights.fragmentation * frag, charge)
+
+
+class _Holdings:
+    """GPUs held whole and MIG instances held, per node (a small ledger for pricing)."""
+
+    def __init__(self) -> None:
+        self._whole: dict[str, set[int]] = {}
+        self._inst: dict[str, dict[int, set[MigPlacement]]] = {}
+
+    @classmethod
+    def of_snapshot(cls, snapshot: Snapshot, excluding: set[str] | tuple[()]) -> _Holdings:
+        out = cls()
+        for gang in snapshot.running:
+            if gang.id in excluding:
+                continue
+            for rep in gang.replicas:
+                out.add(rep)
+        return out
+
+    def add(self, rep: ReplicaPlacement) -> None:
+        if rep.mig is None:
+            self._whole.setdefault(rep.node, set()).update(rep.gpus)
+        else:
+            per_gpu = self._inst.setdefault(rep.node, {})
+            per_gpu.setdefault(rep.gpus[0], set()).add(rep.mig)
+
+    def whole(self, node: str) -> set[int]:
+        return self._whole.get(node, set())
+
+    def instances(self, node: str) -> dict[int, set[MigPlacement]]:
+        return self._inst.get(node, {})
+
+    def gpus(self) -> set[tuple[str, int]]:
+        out = {(n, g) for n, gs in self._whole.items() for g in gs}
+        out |= {(n, g) for n, per in self._inst.items() for g, held in per.items() if held}
+        return out
+
+    def used(self, node: str) -> set[int]:
+        return self.whole(node) | {g for g, held in self.instances(node).items() if held}
+
+    def nodes_changed(self, other: _Holdings) -> set[str]:
+        names = set(self._whole) | set(self._inst) | set(other._whole) | set(other._inst)
+        return {n for n in names if self.used(n) != other.used(n) or self._key(n) != other._key(n)}
+
+    def _key(self, node: str) -> tuple[tuple[int, ...], tuple[tuple[int, str], ...]]:
+        whole = tuple(sorted(self.whole(node)))
+        inst = tuple(sorted((g, str(i)) for g, held in self.instances(node).items() for i in held))
+        return whole, inst
+
+    def slots(self, node: Node, kind: SlotKind) -> int:
+        used = self.used(node.name)
+        domains: dict[int, int] = {}
+        for gpu in node.gpus:
+            if gpu.index not in used:
+                domains[gpu.nvlink_domain] = domains.get(gpu.nvlink_domain, 0) + 1
+        return kind.count(domains.values())
