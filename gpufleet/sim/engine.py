@@ -52,7 +52,8 @@ from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang, Topology, TypeOption
 from gpufleet.core.policy import Policy
 from gpufleet.core.power_down import NodePower, PowerState, plan_power
-from gpufleet.core.snapshot import ConstrainedDemand, ReplicaPlacement, RunningGang, Snapshot
+from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
+from gpufleet.core.workload import ArrivalCounts, WorkloadEstimate
 from gpufleet.model.gpus import GpuType
 from gpufleet.sim.energy import node_power_w
 from gpufleet.sim.occupancy import SimCluster, slice_share
@@ -92,10 +93,12 @@ class SimSettings:
     max_pending: int = 256  # gangs passed to one decision, oldest first
     max_cycles: int = 5_000_000
     horizon_s: float | None = None  # stop at this simulated time (unfinished jobs stay so)
-    # Prior of the single-type demand estimate passed to the policy (share per type), worth
-    # `demand_prior_gpus` GPUs of arrivals; the estimate is updated online from every arrival.
-    demand_prior: tuple[ConstrainedDemand, ...] = ()
-    demand_prior_gpus: float = 0.0
+    # The workload estimate passed to the policy (core/workload.py) is updated online from every
+    # arrival, over a decaying window of `workload_window` tasks, starting from an optional prior
+    # from history worth `workload_prior_tasks` tasks. Never from jobs yet to arrive.
+    workload_window: float = 2000.0
+    workload_prior: WorkloadEstimate | None = None
+    workload_prior_tasks: float = 0.0
 
 
 class _Kind(IntEnum):
@@ -236,12 +239,12 @@ class Simulation:
         self._place_calls = 0
         self._place_s = 0.0
         self._cycles = 0
-        # Single-type demand seen so far (GPUs per type), on top of the settings' prior.
-        prior = self.settings.demand_prior_gpus
-        self._demand_gpus = prior
-        self._single_gpus: dict[str, float] = {
-            d.gpu_type: d.share * prior for d in self.settings.demand_prior
-        }
+        # The workload seen so far, on top of the settings' prior.
+        self.workload = ArrivalCounts.seeded(
+            self.settings.workload_prior or WorkloadEstimate(()),
+            self.settings.workload_prior_tasks,
+            self.settings.workload_window,
+        )
         for tj in ordered:
             self._push(tj.arrival_s, _Kind.ARRIVAL, tj.job_id)
         for n in cluster.nodes:
@@ -358,10 +361,7 @@ class Simulation:
     # ----- event handlers ----------------------------------------------------------------------
 
     def _on_arrival(self, job: _Job) -> None:
-        self._demand_gpus += job.trace.gpu_share
-        if len(job.gang.acceptable) == 1:
-            t = job.gang.acceptable[0].gpu_type
-            self._single_gpus[t] = self._single_gpus.get(t, 0.0) + job.trace.gpu_share
+        self.workload = self.workload.observed_gangs([job.gang])
         self._to_waiting(job)
         self._schedule_cycle()
 
@@ -455,17 +455,6 @@ class Simulation:
             out.append(replace(gang, waited_s=waited) if waited > 0 else gang)
         return out
 
-    def constrained_demand(self) -> tuple[ConstrainedDemand, ...]:
-        """Share of the GPUs demanded so far (plus the prior) that accept a single type."""
-        total = self._demand_gpus
-        if total <= 0:
-            return ()
-        return tuple(
-            ConstrainedDemand(t, min(1.0, gpus / total))
-            for t, gpus in sorted(self._single_gpus.items())
-            if gpus > 0
-        )
-
     def _can_change(self, forced: bool) -> bool:
         if not self._waiting:
             return False
@@ -484,9 +473,9 @@ class Simulation:
         if self._can_change(forced):
             pending = self._pending_gangs()
             snapshot = self._snapshot()
-            demand = self.constrained_demand()
-            if demand:
-                snapshot = replace(snapshot, constrained_demand=demand)
+            estimate = self.workload.estimate()
+            if estimate.shapes:
+                snapshot = replace(snapshot, workload=estimate)
             t0 = time.perf_counter()
             decision = self.policy.place(snapshot, pending, self.policy.policy)
             self._place_s += time.perf_counter() - t0

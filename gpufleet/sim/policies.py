@@ -13,10 +13,11 @@ the greedy engine alone, which is faster on very long replays.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import fields, replace
 
 from gpufleet.core.place import place
-from gpufleet.core.policy import Engine, PowerDownRule, SolverSettings, TypeDelay
+from gpufleet.core.policy import Engine, PowerDownRule, SolverSettings, TypeDelay, Weights
 from gpufleet.core.presets import PRESET_NAMES, preset_policy
 from gpufleet.sim.baselines import FifoBinPackPolicy, GavelLikePolicy, TiresiasLikePolicy
 from gpufleet.sim.engine import SimPolicy
@@ -50,19 +51,25 @@ def make_policy(
     engine: Engine = Engine.CPSAT,
     seed: int = 0,
     type_delay: TypeDelay | None = None,
+    weights: Mapping[str, float] | None = None,
 ) -> SimPolicy:
     """A named policy ready for the engine; `clock` is the simulation's clock (baselines).
 
     `seed` seeds CP-SAT for gpufleet's policies and the kube-like baseline's choice among
     equally scored nodes. `type_delay` switches on the core's delay scheduling across GPU types
     for gpufleet's policies (off by default; see bench/README.md for what it does to each
-    target)."""
+    target). `weights` replaces objective weights of gpufleet's policies by name (sensitivity
+    runs)."""
     if name in GPUFLEET_POLICIES:
         power_down = ENERGY_POWER_DOWN if name == "energy" else None
         solver = SolverSettings(engine=engine, seed=seed)
-        return SimPolicy(
-            name=name, place=place, policy=preset_policy(name, solver, type_delay, power_down)
-        )
+        policy = preset_policy(name, solver, type_delay, power_down)
+        if weights:
+            unknown = sorted(set(weights) - {f.name for f in fields(Weights)})
+            if unknown:
+                raise ValueError(f"unknown objective weights: {', '.join(unknown)}")
+            policy = replace(policy, weights=replace(policy.weights, **weights))
+        return SimPolicy(name=name, place=place, policy=policy)
     if name == "kube":
         return SimPolicy(name=name, place=KubeLikePolicy(seed))
     if name in ("fifo-binpack", "best-fit"):

@@ -2,19 +2,21 @@
 
 Plots (matplotlib, non-interactive backend): the CDF of job completion times per policy (log time
 axis), energy per policy (values on the bars), and busy GPUs over time in one panel per policy
-(each on its own time axis, since makespans differ by up to 8x). Each policy keeps one colour in
-every figure (`policy_colour`). Jobs the simulator dropped because no node of the fleet could
-ever hold them are listed under `dropped` in `results.json` and in `results.md`.
+(each on its own time axis, since makespans differ by up to 8x); for robustness runs, box plots
+of each target's ratio over samples and of every policy against the run's baseline. Each policy
+keeps one colour in every figure (`policy_colour`). Jobs the simulator dropped because no node
+of the fleet could ever hold them are listed under `dropped` in `results.json` and in `results.md`.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gpufleet.sim.holdable import DroppedJob
 from gpufleet.sim.results import SimResult, summarise
@@ -28,6 +30,7 @@ __all__ = [
     "markdown_table",
     "policy_colour",
     "utilisation_figure",
+    "write_box_plots",
     "write_plots",
     "write_report",
 ]
@@ -48,6 +51,15 @@ POLICY_COLOURS: dict[str, str] = {
 def policy_colour(name: str) -> str:
     """The colour a policy has in every figure."""
     return POLICY_COLOURS.get(name, "tab:gray")
+
+
+class TargetLike(Protocol):
+    """What the box plots need to know about a target."""
+
+    name: str
+    trace: str
+    worst: float | None
+    median: float | None
 
 
 # (summary key, column title, format) in table order.
@@ -224,3 +236,107 @@ def write_report(
     if plots:
         doc["plots"] = [p.name for p in write_plots(results, out)]
     return doc
+
+
+def write_box_plots(
+    rows: Sequence[Mapping[str, Any]], targets: Sequence[TargetLike], out: Path
+) -> list[Path]:
+    """Box plots of a robustness run: each target's ratio per sample family (with its limits),
+    and every policy's ratio to the run's baseline per trace (one colour per policy)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths: list[Path] = []
+    shown = [t for t in targets if any(t.name in r["ratios"] for r in rows)]
+    if shown:
+        fig, axes = plt.subplots(1, len(shown), figsize=(6 * len(shown), 5), squeeze=False)
+        for ax, target in zip(axes[0], shown, strict=True):
+            families: dict[str, list[float]] = {}
+            for row in rows:
+                value = row["ratios"].get(target.name)
+                if value is not None and math.isfinite(value):
+                    families.setdefault(_family(row), []).append(value)
+            names = sorted(families)
+            _boxes(ax, [families[n] for n in names], names, ["tab:orange"] * len(names))
+            if target.worst is not None:
+                ax.axhline(
+                    target.worst, color="tab:red", linestyle="--", label="limit, every sample"
+                )
+            if target.median is not None:
+                ax.axhline(target.median, color="tab:red", linestyle=":", label="limit, median")
+            ax.set_title(target.name.replace("_", " "))
+            ax.set_ylabel("ratio (lower is better)")
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        paths.append(out / "targets.png")
+        fig.savefig(paths[-1], dpi=120)
+        plt.close(fig)
+    for trace, metric, baseline in (
+        ("alibaba", "unallocated_gpus_waiting", "fifo-binpack"),
+        ("philly", "avg_jct_h", None),
+    ):
+        per_policy: dict[str, list[float]] = {}
+        for row in rows:
+            if row["sample"]["trace"] != trace:
+                continue
+            runs = row["runs"]
+            if baseline is not None:
+                ref = runs.get(baseline, {}).get(metric)
+            else:  # the strongest of the gang-aware baselines in the same sample
+                refs = [runs[p][metric] for p in ("fifo-binpack", "gavel", "tiresias") if p in runs]
+                ref = min(refs) if refs else None
+            if not ref:
+                continue
+            for policy, summary in runs.items():
+                value = summary.get(metric)
+                if value is not None and math.isfinite(value):
+                    per_policy.setdefault(policy, []).append(value / ref)
+        if not per_policy:
+            continue
+        names = sorted(per_policy, key=_policy_order)
+        fig, ax = plt.subplots(figsize=(8, 5))
+        _boxes(ax, [per_policy[n] for n in names], names, [policy_colour(n) for n in names])
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        what = "best fit's" if baseline else "the strongest baseline's"
+        label = metric.replace("_", " ")
+        ax.set_ylabel(f"{label} / {what} (same sample)")
+        if max(max(v) for v in per_policy.values()) > 8:
+            ax.set_yscale("log")
+        ax.set_title(f"{trace}: every policy over {len(rows)} samples")
+        fig.tight_layout()
+        paths.append(out / f"policies_{trace}.png")
+        fig.savefig(paths[-1], dpi=120)
+        plt.close(fig)
+    return paths
+
+
+def _family(row: Mapping[str, Any]) -> str:
+    sample = row["sample"]
+    fleet = str(sample["fleet"]).removesuffix(".yaml")
+    return f"{sample['variant']}\n{fleet}"
+
+
+_ORDER = ("performance", "balanced", "energy", "kube", "fifo-binpack", "gavel", "tiresias")
+
+
+def _policy_order(name: str) -> tuple[int, str]:
+    return (_ORDER.index(name) if name in _ORDER else len(_ORDER), name)
+
+
+def _boxes(ax: Any, data: list[list[float]], labels: list[str], colours: list[str]) -> None:
+    """Box plots with the samples drawn over them and each median written on its box."""
+    parts = ax.boxplot(data, patch_artist=True, showfliers=False)
+    for patch, colour in zip(parts["boxes"], colours, strict=True):
+        patch.set_facecolor(colour)
+        patch.set_alpha(0.45)
+    for i, values in enumerate(data, start=1):
+        xs = [i + 0.12 * ((j % 5) - 2) / 2 for j in range(len(values))]
+        ax.scatter(xs, values, s=10, color="black", zorder=3)
+        median = statistics.median(values)
+        ax.annotate(
+            f"{median:.2f}", (i + 0.28, median), fontsize=8, va="center", ha="left", color="black"
+        )
+    ax.set_xticks(range(1, len(labels) + 1), labels, rotation=30, ha="right", fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)

@@ -6,12 +6,13 @@ hold; `sim_pool_check` is the simulator's check of a fleet file's pools (`load_f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.core.policy import Engine, TypeDelay
-from gpufleet.core.snapshot import ConstrainedDemand
+from gpufleet.core.workload import ArrivalCounts, WorkloadEstimate
 from gpufleet.model.fleet import FleetSpec, NodePoolSpec, PoolCheck
 from gpufleet.model.gpus import Catalog, load_catalog
 from gpufleet.model.input_error import InputError
@@ -29,10 +30,11 @@ from gpufleet.sim.traces.philly import load_philly
 __all__ = [
     "ALIBABA_TYPE_MAP",
     "Workload",
+    "history_estimate",
     "load_workload",
     "run_policy",
     "sim_pool_check",
-    "single_type_demand",
+    "speed_model",
 ]
 
 # Alibaba GPU models -> catalogue types. T4, A10 and V100 map to themselves (the catalogue has
@@ -144,24 +146,19 @@ def load_workload(
     return Workload(trace, loaded, profile, catalog, tuple(dropped))
 
 
-def single_type_demand(jobs: Sequence[TraceJob], fleet: FleetSpec) -> tuple[ConstrainedDemand, ...]:
-    """Share of the jobs' GPUs that accept exactly one of the fleet's types, per type.
+def history_estimate(
+    jobs: Sequence[TraceJob], fleet: FleetSpec, catalog: Catalog, speed: SpeedModel
+) -> WorkloadEstimate:
+    """The workload estimate a list of past jobs gives (every job counted, no decay), for a
+    prior from history: the shapes of their gangs on this fleet's types."""
+    types = [catalog[t] for t in sorted({p.gpu_type for p in fleet.node_pools})]
+    counts = ArrivalCounts(window=math.inf)
+    return counts.observed_gangs(gang_for_job(j, types, speed) for j in jobs).estimate()
 
-    Used as the prior of the simulator's single-type demand estimate: the FGD paper measures
-    fragmentation against the trace's own workload distribution, and so does this prior when it
-    is computed from a whole trace.
-    """
-    types = sorted({p.gpu_type for p in fleet.node_pools})
-    total = 0.0
-    single: dict[str, float] = {}
-    for job in jobs:
-        total += job.gpu_share
-        allowed = [t for t in types if job.gpu_types is None or t in job.gpu_types]
-        if len(allowed) == 1:
-            single[allowed[0]] = single.get(allowed[0], 0.0) + job.gpu_share
-    if total <= 0:
-        return ()
-    return tuple(ConstrainedDemand(t, g / total) for t, g in sorted(single.items()))
+
+def speed_model(fleet: FleetSpec, workload: Workload) -> SpeedModel:
+    """The speed model of a workload on a fleet (largest node per type decides spreading)."""
+    return _speed_model(fleet, workload.catalog, workload.profile)
 
 
 def run_policy(
@@ -175,16 +172,19 @@ def run_policy(
     on_progress: Callable[[int, int], None] | None = None,
     jobs: Sequence[TraceJob] | None = None,
     type_delay: TypeDelay | None = None,
+    weights: Mapping[str, float] | None = None,
 ) -> SimResult:
     """Simulate one named policy on a fresh cluster built from `fleet`."""
     cluster = SimCluster(fleet, workload.catalog)
-    speed = _speed_model(fleet, workload.catalog, workload.profile)
+    speed = speed_model(fleet, workload)
     holder: list[Simulation] = []
 
     def clock() -> float:
         return holder[0].now if holder else 0.0
 
-    policy = make_policy(name, clock, engine=engine, seed=seed, type_delay=type_delay)
+    policy = make_policy(
+        name, clock, engine=engine, seed=seed, type_delay=type_delay, weights=weights
+    )
     sim = Simulation(
         cluster,
         list(jobs if jobs is not None else workload.jobs),

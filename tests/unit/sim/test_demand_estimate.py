@@ -1,13 +1,15 @@
-"""Inputs the simulator passes to gpufleet's policies: single-type demand and waiting time.
+"""Inputs the simulator passes to gpufleet's policies: the workload estimate and waiting time.
 
-Aspects: the prior from a job list counts the GPUs of jobs that accept exactly one fleet type
+Aspects: a prior from past jobs counts the shapes of their gangs on the fleet's types
 (constraints naming types outside the fleet narrow to the fleet); the engine's online estimate
-blends the prior (worth `demand_prior_gpus`) with every arrival; jobs without a constraint add
-to the total only; each pending gang carries how long it has waited since it was queued.
+starts from the prior (worth `workload_prior_tasks` tasks) and adds every arrival, and the
+snapshot a policy sees carries only arrivals up to the decision (nothing from the future); each
+pending gang carries how long it has waited since it was queued.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import pytest
@@ -15,14 +17,15 @@ import pytest
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang
 from gpufleet.core.policy import Policy
-from gpufleet.core.snapshot import ConstrainedDemand, Snapshot
+from gpufleet.core.snapshot import Snapshot
+from gpufleet.core.workload import TaskShape, WorkloadEstimate
 from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import Catalog
 from gpufleet.sim.baselines import FifoBinPackPolicy
 from gpufleet.sim.engine import SimPolicy, SimSettings, Simulation
 from gpufleet.sim.gavel_profiles import GavelProfile
 from gpufleet.sim.occupancy import SimCluster
-from gpufleet.sim.runner import single_type_demand
+from gpufleet.sim.runner import history_estimate
 from gpufleet.sim.speed import SpeedModel
 from gpufleet.sim.traces.common import TraceJob
 
@@ -33,6 +36,7 @@ FLEET = FleetSpec(
         NodePoolSpec(name="t", count=1, gpu_type="T4", gpus_per_node=4),
     ]
 )
+BOTH = ("T4", "V100-32GB")
 
 
 def job(jid: str, gpus: int, types: frozenset[str] | None, arrival: float = 0.0) -> TraceJob:
@@ -41,56 +45,80 @@ def job(jid: str, gpus: int, types: frozenset[str] | None, arrival: float = 0.0)
     )
 
 
+def shares(estimate: WorkloadEstimate) -> dict[tuple[tuple[str, ...], int], float]:
+    return {(s.shape.types, s.shape.gpus): s.share for s in estimate.shapes}
+
+
 @pytest.mark.parametrize(
     ("jobs", "expected"),
     [
-        pytest.param([job("a", 2, None)], {}, id="unconstrained-only"),
+        pytest.param([job("a", 2, None)], {(BOTH, 1): 1.0}, id="unconstrained-only"),
         pytest.param(
             [job("a", 2, None), job("b", 1, frozenset({"T4"})), job("c", 1, None)],
-            {"T4": 0.25},
+            {(BOTH, 1): 0.75, (("T4",), 1): 0.25},
             id="one-single-type-job",
         ),
         pytest.param(
             [job("a", 1, frozenset({"T4", "A10"})), job("b", 3, frozenset({"T4", "V100-32GB"}))],
-            {"T4": 0.25},
+            {(("T4",), 1): 0.25, (BOTH, 1): 0.75},
             id="types-outside-the-fleet-narrow-to-it",
         ),
         pytest.param([], {}, id="no-jobs"),
     ],
 )
-def test_prior_from_a_job_list(jobs: list[TraceJob], expected: dict[str, float]) -> None:
-    got = {d.gpu_type: d.share for d in single_type_demand(jobs, FLEET)}
-    assert got == pytest.approx(expected)
+def test_prior_from_past_jobs(
+    catalog: Catalog,
+    profile: GavelProfile,
+    jobs: list[TraceJob],
+    expected: dict[tuple[tuple[str, ...], int], float],
+) -> None:
+    estimate = history_estimate(jobs, FLEET, catalog, SpeedModel(catalog, profile))
+    assert shares(estimate) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
-    ("prior", "prior_gpus", "expected"),
+    ("prior_tasks", "expected_first", "expected_last"),
     [
-        pytest.param((), 0.0, {"V100-32GB": 0.5}, id="online-only"),
+        pytest.param(0.0, {(("V100-32GB",), 1): 1.0}, None, id="online-only"),
         pytest.param(
-            (ConstrainedDemand("T4", 0.5),), 4.0, {"T4": 0.25, "V100-32GB": 0.25}, id="with-prior"
+            2.0,
+            {(("T4",), 1): 0.5, (("V100-32GB",), 1): 0.5},
+            {(("T4",), 1): 1 / 3, (("V100-32GB",), 1): 1 / 3, (BOTH, 1): 1 / 3},
+            id="with-prior",
         ),
     ],
 )
-def test_online_estimate_blends_prior_and_arrivals(
+def test_online_estimate_starts_from_the_prior_and_sees_no_future(
     catalog: Catalog,
     profile: GavelProfile,
-    prior: tuple[ConstrainedDemand, ...],
-    prior_gpus: float,
-    expected: dict[str, float],
+    prior_tasks: float,
+    expected_first: dict[tuple[tuple[str, ...], int], float],
+    expected_last: dict[tuple[tuple[str, ...], int], float] | None,
 ) -> None:
-    jobs = [job("a", 2, frozenset({"V100-32GB"})), job("b", 2, None, arrival=5.0)]
+    seen: list[dict[tuple[tuple[str, ...], int], float]] = []
+
+    def record(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decision:
+        assert snapshot.workload is not None
+        seen.append(shares(snapshot.workload))
+        return FifoBinPackPolicy()(snapshot, pending, policy)
+
+    # "a" fills the V100 node; "b" arrives later and asks for the T4s too.
+    jobs = [job("a", 2, frozenset({"V100-32GB"})), job("b", 2, None, arrival=500.0)]
+    prior = WorkloadEstimate.of({TaskShape(("T4",), 1): 1.0})
     sim = Simulation(
         SimCluster(FLEET, catalog),
         jobs,
-        SimPolicy("fifo", FifoBinPackPolicy()),
+        SimPolicy("rec", record),
         SpeedModel(catalog, profile),
-        SimSettings(demand_prior=prior, demand_prior_gpus=prior_gpus),
+        SimSettings(
+            workload_window=math.inf, workload_prior=prior, workload_prior_tasks=prior_tasks
+        ),
     )
-    result = sim.run()
-    assert result.unfinished == 0
-    got = {d.gpu_type: d.share for d in sim.constrained_demand()}
-    assert got == pytest.approx(expected)
+    assert sim.run().unfinished == 0
+    # The first decision sees the prior and job a's two tasks only.
+    assert seen[0] == pytest.approx(expected_first)
+    if expected_last is not None:
+        assert seen[-1] == pytest.approx(expected_last)
 
 
 def test_pending_gangs_carry_their_waiting_time(catalog: Catalog, profile: GavelProfile) -> None:
