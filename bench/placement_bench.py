@@ -7,6 +7,8 @@ For each instance it times place() with CP-SAT (default policy), with greedy, an
 energy-aware policy, runs the kube-scheduler-like baseline (gpufleet.sim.kube_like, the same one
 the simulator compares against), and scores all of them with the core's per-replica valuation
 (gpufleet.core.valuation, as gpufleet.core.objective.evaluate does; partial gangs do no work).
+The snapshot carries a workload estimate built from the pending gangs' shapes, so fragmentation
+(FGD) and the node reserves are priced as in the live scheduler.
 
     python bench/placement_bench.py            # full run (about four minutes on 2 cores)
     python bench/placement_bench.py --quick    # short run (about 15 seconds)
@@ -31,6 +33,7 @@ from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, PowerCapRule, SolverSettings, Weights
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.core.valuation import replica_value
+from gpufleet.core.workload import ArrivalCounts
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.inventory import make_node
 from gpufleet.model.mig import MigPlacement, make_layout
@@ -107,8 +110,11 @@ def make_instance(
             )
         )
         used += size
-    snapshot = Snapshot(CATALOG, tuple(node_list), tuple(running))
-    return snapshot, make_pending(pending, rng)
+    gangs = make_pending(pending, rng)
+    # The workload estimate the live scheduler would hold: the shapes of the gangs it has seen
+    # (here the pending ones), so fragmentation and node reserves are priced in every engine.
+    workload = ArrivalCounts().observed_gangs(gangs).estimate()
+    return Snapshot(CATALOG, tuple(node_list), tuple(running), workload), gangs
 
 
 def make_pending(count: int, rng: random.Random) -> list[Gang]:

@@ -39,6 +39,7 @@ import hashlib
 import json
 import math
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -49,9 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.core.policy import Engine
+from gpufleet.model.fleet import load_fleet
 from gpufleet.sim.cli import default_fleet_path
 from gpufleet.sim.engine import SimSettings
-from gpufleet.sim.fleet import load_fleet
 from gpufleet.sim.metrics import summarise
 from gpufleet.sim.policies import POLICY_NAMES
 from gpufleet.sim.report import write_box_plots
@@ -129,6 +130,7 @@ class Config:
     philly_jobs: int
     load: float
     weights: tuple[tuple[str, float], ...]
+    code: str  # the commit measured ("+" when the tree had changes), so reruns never mix code
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
@@ -221,6 +223,24 @@ def run_sample(sample: Sample, config: Config, data_dir: str | None) -> dict[str
         "ratios": ratios(sample, runs),
         "wall_s": time.perf_counter() - start,
     }
+
+
+def code_version() -> str:
+    """The checkout's commit, with "+" when files differ from it ("unknown" outside git)."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, check=True
+        ).stdout.decode().strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+" if dirty else "")
 
 
 def samples_for(args: argparse.Namespace) -> list[Sample]:
@@ -334,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [p for p in policies if p not in POLICY_NAMES]
     if unknown:
         parser.error(f"unknown policies: {', '.join(unknown)}")
-    config = Config(policies, args.engine, args.history, args.philly_jobs, args.load, weights)
+    config = Config(
+        policies, args.engine, args.history, args.philly_jobs, args.load, weights, code_version()
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / "samples.jsonl"
     done = load_done(results, config.digest())
