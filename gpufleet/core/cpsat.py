@@ -11,9 +11,10 @@ Model (built in `_Model`, solved in `place_cpsat`, turned into GPUs by `_extract
   from free instances on partly used GPUs plus those layouts must cover MIG replicas.
 - Objective: priority-weighted net work, minus consolidation (idle nodes put to use), packing
   (free GPUs left on touched nodes), fragmentation (FGD: the growth of expected fragmentation a
-  pattern causes on its node, against the workload estimate; nodes of a group share it because
-  the group key includes what FGD reads), disruption (repartitions) and scarcity (GPUs and node
-  slots taken from a type's single-type reserves, scarcity.py).
+  pattern causes on its node, against the workload estimate; whole-GPU items change it the same
+  way on every node of a group, whatever the node's partly used MIG GPUs: those fragments are
+  the same before and after), disruption (repartitions) and scarcity (GPUs and node slots taken
+  from the reserves for constrained demand, scarcity.py).
 Preemption victims are not chosen by the model: greedy's evictions come in as freed GPUs plus
 gangs that must be admitted, and later evictions run after the solve (see place.py).
 Gangs restricted to some nodes (`Gang.allowed_nodes`) keep greedy's placement: the model counts
@@ -23,6 +24,7 @@ before it is built, and the repair pass gives those greedy left out another gree
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -44,8 +46,8 @@ from gpufleet.core.patterns import (
 )
 from gpufleet.core.policy import Policy
 from gpufleet.core.preempt import release_gang
+from gpufleet.core.pricing import Pricing
 from gpufleet.core.quota_cpsat import QuotaOption, add_quota_constraints
-from gpufleet.core.pricing import Pricing, state_node_free
 from gpufleet.core.scarcity import gpu_use, is_flexible
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.core.state import ClusterState
@@ -70,7 +72,6 @@ class _Group:
     gpu_type: str
     signature: Signature
     idle: bool
-    partial: tuple[tuple[float, frozenset[str]], ...]  # partly used MIG GPUs (for FGD)
     nodes: list[int]
     patterns: list[Pattern]  # index 0 is the empty pattern
     counts: list[cp_model.IntVar] = field(default_factory=list)  # per pattern (0 unused)
@@ -98,16 +99,7 @@ def _signature(state: ClusterState, n: int) -> Signature:
     return tuple(sorted(per_domain.values(), reverse=True))
 
 
-_Partial = tuple[tuple[float, frozenset[str]], ...]
-
-
-def _group_order(
-    entry: tuple[tuple[str, Signature, bool, _Partial], list[int]],
-) -> tuple[str, Signature, bool, list[tuple[float, list[str]]]]:
-    (t, sig, idle, partial), _nodes = entry
-    return (t, sig, idle, [(f, sorted(p)) for f, p in partial])
-
-
+@functools.lru_cache(maxsize=65536)
 def _after_signature(signature: Signature, pattern: Pattern) -> Signature:
     """Empty GPUs per domain after a node takes the pattern's items the way `_extract` places
     them: NVLink items first, larger first, each in the tightest domain that holds it, else
@@ -212,22 +204,17 @@ class _Model:
             if o.item is not None:
                 items.setdefault(o.gpu_type, set()).add(o.item)
         mig_types = {o.gpu_type for o in self.options if o.item is None}
-        keyed: dict[tuple[str, Signature, bool, _Partial], list[int]] = {}
-        fgd = bool(self.pricing.masses)
+        keyed: dict[tuple[str, Signature, bool], list[int]] = {}
         for t in sorted(set(items) | mig_types):
-            mig_capable = self.state.catalog[t].mig_capable
             for bucket in self.state.type_nodes(t)[1:]:
                 for n in bucket:
                     idle = len(self.state.empty[n]) == self.state.nodes[n].gpu_count
-                    partial: _Partial = ()
-                    if fgd and mig_capable:  # FGD reads partly used MIG GPUs too
-                        partial = state_node_free(self.state, n).partial
-                    keyed.setdefault((t, _signature(self.state, n), idle, partial), []).append(n)
+                    keyed.setdefault((t, _signature(self.state, n), idle), []).append(n)
         pattern_cache: dict[tuple[str, Signature], list[Pattern]] = {}
-        for (t, sig, idle, partial), nodes in sorted(keyed.items(), key=_group_order):
+        for (t, sig, idle), nodes in sorted(keyed.items()):
             if (t, sig) not in pattern_cache:
                 pattern_cache[(t, sig)] = enumerate_patterns(sorted(items.get(t, ())), sig)
-            group = _Group(t, sig, idle, partial, sorted(nodes), pattern_cache[(t, sig)])
+            group = _Group(t, sig, idle, sorted(nodes), pattern_cache[(t, sig)])
             # n[group, pattern]: nodes of the group filled with that pattern.
             gid = len(self.groups)
             group.counts = [
@@ -400,12 +387,12 @@ class _Model:
             mass = masses.get(group.gpu_type)
             before = 0.0
             if mass is not None:
-                before = fragmentation(NodeFree(group.signature, group.partial), mass)
+                before = fragmentation(NodeFree(group.signature, ()), mass)
             for p, pattern in enumerate(group.patterns[1:], start=1):
                 cost = w.packing * (free - pattern_size(pattern))
                 if mass is not None:
                     sig = _after_signature(group.signature, pattern)
-                    after = fragmentation(NodeFree(sig, group.partial), mass)
+                    after = fragmentation(NodeFree(sig, ()), mass)
                     cost += w.fragmentation * (after - before)
                 if group.idle:
                     cost += w.consolidation

@@ -23,10 +23,12 @@ from gpufleet.core.scarcity import (
     constrained_shares,
     empty_per_type,
     flexible_in,
+    gpu_worths,
     present_types,
     reserves,
     slot_reserves,
     slots_per_kind,
+    spare_gpus,
 )
 from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
 from gpufleet.core.state import ClusterState
@@ -99,13 +101,23 @@ class Pricing:
         self.weight = policy.weights.fragmentation
         self.masses = masses_of(snapshot) if self.weight > 0 else {}
         self.present = present_types(snapshot)
-        empty = {t: _empty_gpus(state, t) for t in state.nodes_by_type}
-        self.gpu_reserves: dict[str, Reserve] = reserves(snapshot, policy, empty, pending)
-        kinds = list(constrained_shares(snapshot)[1]) if policy.weights.scarcity > 0 else []
-        self.slots: dict[SlotKind, int] = {k: _state_slots(state, k) for k in kinds}
-        self.slot_reserves: dict[SlotKind, Reserve] = slot_reserves(
-            snapshot, policy, empty, self.slots, pending
-        )
+        self.gpu_reserves: dict[str, Reserve] = {}
+        self.slot_reserves: dict[SlotKind, Reserve] = {}
+        self.slots: dict[SlotKind, int] = {}
+        per_type, per_slot = constrained_shares(snapshot)
+        if policy.weights.scarcity > 0 and (per_type or per_slot):
+            worths = gpu_worths(snapshot, policy, pending)
+            empty = {t: _empty_gpus(state, t) for t in state.nodes_by_type}
+            spare = spare_gpus(empty, pending)
+            self.gpu_reserves = reserves(snapshot, policy, spare, empty, worths, per_type)
+            counts = {k: _state_slots(state, k) for k in per_slot}
+            self.slot_reserves = slot_reserves(policy, spare, counts, worths, per_slot)
+            self.slots = {k: counts[k] for k in self.slot_reserves}
+        # Slot kinds by the GPU types they count (a placement only touches its type's).
+        self.kinds_of: dict[str, list[SlotKind]] = {}
+        for kind in self.slot_reserves:
+            for t in kind.types:
+                self.kinds_of.setdefault(t, []).append(kind)
         self._f: dict[tuple[str, NodeFree], float] = {}
 
     @property
@@ -138,6 +150,8 @@ class Pricing:
                 before = self._frag(t, state_node_free(state, n))
                 after = self._frag(t, state_node_free(state, n, o.whole, o.instances, o.layouts))
                 out += self.weight * (after - before)
+        if not self.gpu_reserves and not self.slot_reserves:
+            return out
         if not flexible_in(state.snapshot, gang, self.present):
             return out
         reserve = self.gpu_reserves.get(gpu_type)
@@ -149,9 +163,10 @@ class Pricing:
                 if g in state.empty[n]
             )
             out += reserve.charge(_empty_gpus(state, gpu_type), taken)
-        for kind, slot_reserve in self.slot_reserves.items():
-            if gpu_type not in kind.types or item_gpus(gang, len(replicas)) >= kind.gpus:
-                continue  # other types' slots, or a task of the size the slots are for
+        for kind in self.kinds_of.get(gpu_type, ()):
+            slot_reserve = self.slot_reserves[kind]
+            if item_gpus(gang, len(replicas)) >= kind.gpus:
+                continue  # a task of the size the slots are for
             lost = sum(
                 _node_slots(state, n, kind) - _node_slots(state, n, kind, _taken(o))
                 for n, o in overlays.items()
@@ -163,7 +178,10 @@ class Pricing:
         self, state: ClusterState, replicas: Sequence[ReplicaPlacement]
     ) -> dict[SlotKind, int]:
         """Slots of each kind on the nodes `replicas` touch (call before committing them)."""
-        return {k: self._slots_on(state, replicas, k) for k in self.slots}
+        if not self.slots or not replicas:
+            return {}
+        t = state.node_type[state.node_index[replicas[0].node]]
+        return {k: self._slots_on(state, replicas, k) for k in self.kinds_of.get(t, ())}
 
     def committed(
         self, state: ClusterState, replicas: Sequence[ReplicaPlacement], before: dict[SlotKind, int]
@@ -244,6 +262,7 @@ def decision_costs(
     task_size: dict[str, int] = {}  # largest task placed per node
     occupied: dict[str, float] = {}
     occupied_flexible: dict[str, float] = {}
+    held_before = before.gpus()
     for placement in decision.placements:
         gang = gangs[placement.gang_id]
         flexible = flexible_in(snapshot, gang, present)
@@ -251,12 +270,14 @@ def decision_costs(
         for rep in placement.replicas:
             after.add(rep)
             task_size[rep.node] = max(task_size.get(rep.node, 0), size)
-        gpus = {(r.node, g) for r in placement.replicas for g in r.gpus} - before.gpus()
+        gpus = {(r.node, g) for r in placement.replicas for g in r.gpus} - held_before
         occupied[placement.gpu_type] = occupied.get(placement.gpu_type, 0.0) + len(gpus)
         if flexible:
             t = placement.gpu_type
             occupied_flexible[t] = occupied_flexible.get(t, 0.0) + len(gpus)
-    touched = after.nodes_changed(before) | {node for node, _ in layouts}
+    touched = {r.node for p in decision.placements for r in p.replicas}
+    touched |= {r.node for g in snapshot.running if g.id in evicted for r in g.replicas}
+    touched |= {node for node, _ in layouts}
     frag = 0.0
     if masses:
         for name in sorted(touched):
@@ -269,14 +290,16 @@ def decision_costs(
             )
             frag += fragmentation(new, mass) - fragmentation(old, mass)
     charge = 0.0
-    if weights.scarcity > 0:
-        kept = reserves(snapshot, policy, empty_per_type(snapshot), pending)
+    if weights.scarcity > 0 and (per_type or per_slot):
+        worths = gpu_worths(snapshot, policy, pending)
+        empty = empty_per_type(snapshot)
+        spare = spare_gpus(empty, pending)
+        kept = reserves(snapshot, policy, spare, empty, worths, per_type)
         for t, taken in occupied.items():
             if t in kept:
                 charge += kept[t].aggregate(taken, occupied_flexible.get(t, 0.0))
         slots = slots_per_kind(snapshot, per_slot)
-        empty = empty_per_type(snapshot)
-        for kind, reserve in slot_reserves(snapshot, policy, empty, slots, pending).items():
+        for kind, reserve in slot_reserves(policy, spare, slots, worths, per_slot).items():
             lost = smaller_lost = 0.0
             for name in touched:
                 node = snapshot.node(name)
@@ -327,15 +350,6 @@ class _Holdings:
 
     def used(self, node: str) -> set[int]:
         return self.whole(node) | {g for g, held in self.instances(node).items() if held}
-
-    def nodes_changed(self, other: _Holdings) -> set[str]:
-        names = set(self._whole) | set(self._inst) | set(other._whole) | set(other._inst)
-        return {n for n in names if self.used(n) != other.used(n) or self._key(n) != other._key(n)}
-
-    def _key(self, node: str) -> tuple[tuple[int, ...], tuple[tuple[int, str], ...]]:
-        whole = tuple(sorted(self.whole(node)))
-        inst = tuple(sorted((g, str(i)) for g, held in self.instances(node).items() for i in held))
-        return whole, inst
 
     def slots(self, node: Node, kind: SlotKind) -> int:
         used = self.used(node.name)

@@ -6,18 +6,20 @@ on that type, it may then wait while GPUs of other types sit free: the fragmenta
 (`Snapshot.workload`) the core takes, per type, the share of requested GPU capacity that accepts
 only that type among the types present, and turns it into two reserves priced in the objective:
 
-* a **GPU reserve** of `share_t x GPUs of the fleet`: the GPUs of t that single-type tasks occupy
-  in a steady state shaped like the estimate. A gang with a choice of types that leaves fewer
+* a **GPU reserve** of `share_t x spare GPUs`, where the spare GPUs are the empty GPUs of the
+  fleet beyond what the pending gangs ask for: of the capacity left for tasks yet to arrive, the
+  part single-type tasks are expected to ask for. A gang with a choice of types that leaves fewer
   than that empty pays, per GPU it takes inside the reserve, `scarcity weight x what a GPU of t
   is worth` (the larger of its catalogue value and the best per-GPU value of a pending gang on
   it: the displaced single-type gang is assumed to be worth as much as the work competing for
-  the GPU). The reserve is fractional: a share of 0.26 % on a 256-GPU fleet keeps 0.66 GPU, so at
-  weight 2 the last empty GPU of t costs 1.3 GPUs' worth.
-* a **node reserve** per single-type shape of s >= 2 GPUs on one node: `share x fleet GPUs / s`
-  *slots* (places for s GPUs on one node, in one NVLink domain when the shape needs it), since a
-  large request needs a whole node's worth of empty GPUs, which a count of GPUs scattered over
-  partly used nodes cannot protect. Slots a flexible gang breaks inside the reserve cost
-  `scarcity weight x s x worth` each.
+  the GPU). The reserve is fractional: a share of 0.26 % with 256 GPUs spare keeps 0.66 GPU, so
+  at weight 2 the last empty GPU of t costs 1.3 GPUs' worth. It shrinks as the fleet fills and
+  vanishes while the queue asks for more than is free (the queue is the workload then).
+* a **node reserve** per large shape of s GPUs on one node: `share x spare GPUs / s` *slots*
+  (places for s GPUs on one node, in one NVLink domain when the shape needs it), since a large
+  request needs a whole node's worth of empty GPUs, which a count of GPUs scattered over partly
+  used nodes cannot protect. Slots a smaller task breaks inside the reserve cost
+  `scarcity weight x s x worth` each (in greedy, only a gang with a choice of types pays).
 
 When no other type fits, the gang still takes it. GPUs are counted whole: a MIG slice on an empty
 GPU takes that GPU from the reserve. Aggregate form (objective and CP-SAT), per reserve R with
@@ -28,7 +30,7 @@ Greedy charges each flexible gang the increase of `max(0, R - free)` its plan ca
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpufleet.core.demand import Gang
@@ -37,6 +39,9 @@ from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.valuation import replica_value
 from gpufleet.core.workload import TaskShape
 from gpufleet.model.gpus import GpuType
+
+# A node reserve smaller than this (in slots) is not kept: its price would be negligible.
+MIN_SLOTS = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +98,12 @@ def present_types(snapshot: Snapshot) -> set[str]:
 
 def constrained_shares(snapshot: Snapshot) -> tuple[dict[str, float], dict[SlotKind, float]]:
     """Shares of requested GPU capacity that need scarce room: per type, the one-GPU and MIG
-    shapes only that present type can serve; per slot kind, the shapes of 2 or more GPUs on one
-    node, over the present types with nodes large enough for them (their room is node-shaped,
-    so a count of GPUs would protect the wrong thing)."""
+    shapes only that present type can serve; per slot kind, the shapes of 2 or more GPUs and at
+    least half a node (their room is node-shaped, so a count of GPUs would protect the wrong
+    thing): a kind
+    per size for the shapes that only one type with large enough nodes can serve, and one per
+    size for the others over every type that can serve any of them (one reserve per size keeps
+    the number of reserves small whatever the mix of acceptable types)."""
     if snapshot.workload is None:
         return {}, {}
     present = present_types(snapshot)
@@ -108,6 +116,7 @@ def constrained_shares(snapshot: Snapshot) -> tuple[dict[str, float], dict[SlotK
             widest[node.gpu_type] = max(widest.get(node.gpu_type, 0), domain)
     per_type: dict[str, float] = {}
     per_slot: dict[SlotKind, float] = {}
+    flexible: dict[tuple[int, bool], tuple[set[str], float]] = {}
     for shape, share in snapshot.workload.gpu_shares(snapshot.catalog).items():
         usable = usable_shape_types(snapshot, shape, present)
         if shape.mig_profile is not None or shape.gpus < 2:
@@ -115,10 +124,17 @@ def constrained_shares(snapshot: Snapshot) -> tuple[dict[str, float], dict[SlotK
                 per_type[usable[0]] = per_type.get(usable[0], 0.0) + share
             continue
         room = widest if shape.nvlink else largest
-        fitting = tuple(t for t in usable if room[t] >= shape.gpus)
-        if fitting:
-            kind = SlotKind(fitting, shape.gpus, shape.nvlink)
+        # Large tasks only (half a node or more): smaller ones find room on partly used nodes,
+        # and FGD's term already prices what they fragment.
+        fitting = [t for t in usable if room[t] >= shape.gpus >= largest[t] / 2]
+        if len(fitting) == 1:
+            kind = SlotKind((fitting[0],), shape.gpus, shape.nvlink)
             per_slot[kind] = per_slot.get(kind, 0.0) + share
+        elif fitting:
+            types, total = flexible.get((shape.gpus, shape.nvlink), (set(), 0.0))
+            flexible[(shape.gpus, shape.nvlink)] = (types | set(fitting), total + share)
+    for (gpus, nvlink), (types, share) in flexible.items():
+        per_slot[SlotKind(tuple(sorted(types)), gpus, nvlink)] = share
     return per_type, per_slot
 
 
@@ -152,57 +168,74 @@ def slots_per_kind(snapshot: Snapshot, kinds: Iterable[SlotKind]) -> dict[SlotKi
     return out
 
 
-def gpu_worth(snapshot: Snapshot, policy: Policy, t: str, pending: Sequence[Gang]) -> float:
-    """What a GPU of type t is worth: its catalogue value, or more to a pending gang."""
-    gpu = snapshot.catalog[t]
-    worth = policy.weights.work * gpu.relative_throughput
+def gpu_worths(snapshot: Snapshot, policy: Policy, pending: Sequence[Gang]) -> dict[str, float]:
+    """What a GPU of each type is worth: its catalogue value, or more to a pending gang."""
+    present = present_types(snapshot)
+    worth = {
+        t.name: policy.weights.work * t.relative_throughput
+        for t in snapshot.catalog
+        if t.name in present
+    }
     for gang in pending:
-        if t in gang.type_names() and (
-            gang.mig_profile is None or gpu.has_mig_profile(gang.mig_profile)
-        ):
-            per = replica_value(gang, gpu, policy).objective / gpu_use(gang, gpu, 1)
-            worth = max(worth, per)
+        for t in set(gang.type_names()):
+            if t not in worth:
+                continue
+            gpu = snapshot.catalog[t]
+            if gang.mig_profile is None or gpu.has_mig_profile(gang.mig_profile):
+                per = replica_value(gang, gpu, policy).objective / gpu_use(gang, gpu, 1)
+                worth[t] = max(worth[t], per)
     return worth
 
 
+def spare_gpus(empty: Mapping[str, int], pending: Sequence[Gang]) -> float:
+    """Empty GPUs left for tasks yet to arrive once the pending gangs have theirs: what the
+    reserves share out. With a queue longer than the free capacity it is zero, and the pending
+    gangs compete on their value alone (they are the workload then)."""
+    asked = sum(g.gpus_needed(g.replicas_min) for g in pending)
+    return max(0.0, float(sum(empty.values())) - asked)
+
+
 def reserves(
-    snapshot: Snapshot, policy: Policy, empty: dict[str, int], pending: Sequence[Gang] = ()
+    snapshot: Snapshot,
+    policy: Policy,
+    spare: float,
+    empty: Mapping[str, int],
+    worths: Mapping[str, float],
+    shares: Mapping[str, float],
 ) -> dict[str, Reserve]:
-    """GPU reserves of the types with single-type demand, given empty GPUs per type."""
+    """GPU reserves of the types with single-type demand (`shares`, from `constrained_shares`):
+    their share of the `spare` GPUs, given empty GPUs per type."""
     weights = policy.weights
     if weights.scarcity <= 0:
         return {}
-    shares, _ = constrained_shares(snapshot)
-    total = float(sum(empty.values()))
+    total = spare
     out: dict[str, Reserve] = {}
     for t, share in sorted(shares.items()):
         if share <= 0 or t not in empty:
             continue
-        price = weights.scarcity * gpu_worth(snapshot, policy, t, pending)
-        out[t] = Reserve(t, float(empty[t]), share * total, price)
+        out[t] = Reserve(t, float(empty[t]), share * total, weights.scarcity * worths[t])
     return out
 
 
 def slot_reserves(
-    snapshot: Snapshot,
     policy: Policy,
-    empty: dict[str, int],
-    slots: dict[SlotKind, int],
-    pending: Sequence[Gang] = (),
+    spare: float,
+    slots: Mapping[SlotKind, int],
+    worths: Mapping[str, float],
+    shares: Mapping[SlotKind, float],
 ) -> dict[SlotKind, Reserve]:
-    """Node reserves of the shapes of 2+ GPUs on one node, given empty GPUs per type and free
-    slots per kind."""
+    """Node reserves of the large shapes (`shares` per slot kind, from `constrained_shares`):
+    their share of the `spare` GPUs in slots, given free slots per kind."""
     weights = policy.weights
     if weights.scarcity <= 0:
         return {}
-    _, shares = constrained_shares(snapshot)
-    total = float(sum(empty.values()))
+    total = spare
     out: dict[SlotKind, Reserve] = {}
     for kind, share in sorted(shares.items()):
-        if share <= 0 or kind not in slots:
-            continue
-        worth = max(gpu_worth(snapshot, policy, t, pending) for t in kind.types)
         reserved = share * total / kind.gpus
+        if reserved < MIN_SLOTS or kind not in slots:
+            continue  # too rare a task to keep a node for, at this much free capacity
+        worth = max(worths[t] for t in kind.types)
         price = weights.scarcity * kind.gpus * worth
         out[kind] = Reserve(",".join(kind.types), float(slots[kind]), reserved, price)
     return out

@@ -86,7 +86,8 @@ def last_h100(share: float, a100_busy: int = 0) -> Snapshot:
         builder.run(f"h{g}", "h", (g,))
     for g in range(a100_busy):
         builder.run(f"a{g}", "a", (g,))
-    # A share of 0.1 of the demand keeps 0.1 x the 9 empty GPUs = 0.9 H100 GPU.
+    # A share of 0.1 of the demand keeps 0.1 x the spare GPUs (9 empty, less what the one
+    # pending gang asks for: 8) = 0.8 H100 GPU.
     return replace(builder.build(), workload=estimate(share))
 
 
@@ -131,8 +132,8 @@ def test_objective_charges_a_flexible_gang_for_the_reserve() -> None:
     assert on_h100.placements[0].gpu_type == H100
     plain = evaluate(replace(snapshot, workload=None), [FLEXIBLE], on_h100, pol)
     priced = evaluate(snapshot, [FLEXIBLE], on_h100, pol)
-    # Reserve 0.9 GPU, all of it taken; the price is 2 x 4.8 (the H100's value to this gang).
-    assert plain.objective - priced.objective == pytest.approx(0.9 * 2 * 4.8)
+    # Reserve 0.8 GPU, all of it taken; the price is 2 x 4.8 (the H100's value to this gang).
+    assert plain.objective - priced.objective == pytest.approx(0.8 * 2 * 4.8)
     single = evaluate(snapshot, [SINGLE], replace(on_h100, placements=()), pol)
     assert single.objective == pytest.approx(0.0)
 
