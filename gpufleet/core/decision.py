@@ -1,4 +1,5 @@
-"""The output of one placement decision: placements, MIG changes, preemptions, pending reasons.
+"""The output of one placement decision: placements, MIG changes, preemptions, moves of running
+gangs, pending reasons.
 
 `PendingReason` is defined by the contract (`gpufleet.model.contract.reasons`): the scheduler
 passes it on to the operator as it is.
@@ -48,6 +49,16 @@ class Preemption:
 
 
 @dataclass(frozen=True, slots=True)
+class Move:
+    """Restart a running gang, whole, on a new placement (a faster type; see moves.py)."""
+
+    gang_id: str
+    from_type: str
+    placement: GangPlacement
+    gain_s: float  # expected seconds of completion time saved, net of the move's price
+
+
+@dataclass(frozen=True, slots=True)
 class Pending:
     gang_id: str
     reason: PendingReason
@@ -78,6 +89,7 @@ class Decision:
     repartitions: tuple[Repartition, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
     pending: tuple[Pending, ...] = ()
+    moves: tuple[Move, ...] = ()
     stats: SolveStats = field(default_factory=lambda: SolveStats("none", "EMPTY"))
 
     def placement(self, gang_id: str) -> GangPlacement | None:

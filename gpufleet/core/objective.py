@@ -5,21 +5,22 @@ objective = sum over admitted replicas of their net value (priority-weighted wor
           - consolidation x idle nodes the decision starts using
           - packing x free GPUs left on nodes the decision touches
           - fragmentation x growth of expected fragmentation (FGD, fragmentation.py)
-          - disruption x (MIG repartitions + preempted gangs)
+          + value moved gangs gain on their new type
+          - disruption x (MIG repartitions + preempted gangs + moves)
           - scarcity charge for what flexible gangs take from single-type reserves (scarcity.py)
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang
 from gpufleet.core.policy import Policy
 from gpufleet.core.pricing import decision_costs
 from gpufleet.core.snapshot import RunningGang, Snapshot
-from gpufleet.core.valuation import replica_value
+from gpufleet.core.valuation import base_throughput, replica_value
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +43,13 @@ def evaluate(
 ) -> DecisionMetrics:
     gangs = {g.id: g for g in pending}
     evicted = {p.gang_id for p in decision.preemptions}
+    moved = {m.gang_id for m in decision.moves}
     used_before: dict[str, set[int]] = {}
     used_after: dict[str, set[int]] = {}
     for running in snapshot.running:
         for replica in running.replicas:
             used_before.setdefault(replica.node, set()).update(replica.gpus)
-            if running.id not in evicted:
+            if running.id not in evicted and running.id not in moved:
                 used_after.setdefault(replica.node, set()).update(replica.gpus)
     work = weighted = power = value = gpus = 0.0
     touched: set[str] = set()
@@ -67,6 +69,15 @@ def evaluate(
         for replica in placement.replicas:
             touched.add(replica.node)
             used_after.setdefault(replica.node, set()).update(replica.gpus)
+    move_value = 0.0
+    running_by_id = {r.id: r for r in snapshot.running}
+    for move in decision.moves:
+        mover = running_by_id[move.gang_id]
+        move_value += moved_value(snapshot, mover, move.placement.gpu_type, policy)
+        move_value -= running_value(snapshot, mover, policy)
+        for replica in move.placement.replicas:
+            touched.add(replica.node)
+            used_after.setdefault(replica.node, set()).update(replica.gpus)
     opened = sum(1 for name in touched if not used_before.get(name))
     stranded = sum(
         snapshot.node(name).gpu_count - len(used_after.get(name, set())) for name in touched
@@ -78,12 +89,14 @@ def evaluate(
     costs = decision_costs(snapshot, pending, decision, policy)
     objective = (
         value
+        + move_value
         - costs.scarcity
         - costs.fragmentation
         - evicted_value
         - weights.consolidation * opened
         - weights.packing * stranded
-        - weights.disruption * (len(decision.repartitions) + len(decision.preemptions))
+        - weights.disruption
+        * (len(decision.repartitions) + len(decision.preemptions) + len(decision.moves))
     )
     return DecisionMetrics(
         admitted=len(decision.placements),
@@ -97,6 +110,17 @@ def evaluate(
         preemptions=len(decision.preemptions),
         fragmentation_gpus=costs.fragmentation_gpus,
         objective=objective,
+    )
+
+
+def moved_value(snapshot: Snapshot, gang: RunningGang, gpu_type: str, policy: Policy) -> float:
+    """Objective value a running gang would contribute on `gpu_type` (same replicas' shape)."""
+    assert gang.demand is not None
+    gpu = snapshot.catalog[gpu_type]
+    return running_value(
+        snapshot,
+        replace(gang, gpu_type=gpu_type, relative_throughput=base_throughput(gang.demand, gpu)),
+        policy,
     )
 
 

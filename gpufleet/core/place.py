@@ -6,7 +6,9 @@ free GPUs plus the preempted ones (the gangs that preempted must be admitted), w
 the greedy decision, preempt again for what is left, and keep the better-scoring decision
 (greedy's when the solver finds nothing in time); skipped with the opt-in
 `SolverSettings.skip_when_greedy_admits_all` when greedy admits everything; 4 explain every gang
-left pending; 5 return the decision in a canonical order so equal inputs give equal decisions.
+left pending; 5 move running gangs to faster types where the expected gain is worth the
+restart (moves.py), on the capacity the decision leaves free; 6 return the decision in a
+canonical order so equal inputs give equal decisions.
 
 With queues in the snapshot (queues.py), phase 1 also gives the working state a `QueueGate`
 (admission.py): gangs of missing or unusable queues, or with a priority their queue does not
@@ -33,6 +35,7 @@ from gpufleet.core.decision import (
 from gpufleet.core.demand import Gang
 from gpufleet.core.explain import explain
 from gpufleet.core.greedy import Memo, place_greedy, usable_types
+from gpufleet.core.moves import plan_moves
 from gpufleet.core.objective import evaluate
 from gpufleet.core.policy import Engine, Policy
 from gpufleet.core.preempt import preempt_for_pending
@@ -63,6 +66,7 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
     extra, preemptions = _preempt(greedy_state, pending, greedy, policy, memo, frozenset())
     greedy.update(extra)
     best = _assemble(greedy_state, greedy, preemptions, SolveStats("greedy", "HEURISTIC"))
+    best_state = greedy_state
     solve = policy.solver.engine is Engine.CPSAT and bool(pending)
     if solve and policy.solver.skip_when_greedy_admits_all and _admits_all(pending, best):
         # Opt-in shortcut (SolverSettings): nothing is left for the solver to admit.
@@ -85,7 +89,7 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
                 evaluate(snapshot, pending, solved, policy).objective + 1e-9
                 >= evaluate(snapshot, pending, best, policy).objective
             ):
-                best = solved
+                best, best_state = solved, state
             else:
                 stats = replace(
                     stats, engine="greedy-fallback", status=f"{stats.status}_BELOW_GREEDY"
@@ -97,6 +101,15 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
         reasons = [explain(initial, g, policy, memo) for g in waiting]
     else:
         reasons = queue_reasons(initial, best, pending, waiting, policy, memo) + refused
+    # Moves of running gangs to faster types, on what the decision leaves free.
+    evicted = frozenset(p.gang_id for p in best.preemptions)
+    moves = plan_moves(best_state, evicted, policy, memo)
+    if moves:
+        best = replace(
+            best,
+            moves=tuple(sorted(moves, key=lambda m: m.gang_id)),
+            repartitions=_assemble(best_state, {}, (), best.stats).repartitions,
+        )
     return replace(best, pending=tuple(sorted(reasons, key=lambda p: p.gang_id)))
 
 

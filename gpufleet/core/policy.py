@@ -96,6 +96,23 @@ class PowerDownRule:
 
 
 @dataclass(frozen=True, slots=True)
+class MoveRule:
+    """When a running gang may be restarted on a faster type (moves.py): its expected gain, net
+    of the restart and the progress it loses, must exceed `min_gain_s`, the new type must be at
+    least `1 + min_speedup` times as fast, and it may move at most `max_per_hour` times an hour.
+    Only gangs whose caller passes their demand and progress are ever moved."""
+
+    enabled: bool = True
+    max_per_hour: int = 1
+    min_gain_s: float = 0.0
+    min_speedup: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.max_per_hour < 0 or self.min_gain_s < 0 or self.min_speedup < 0:
+            raise ValueError("move limits must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
 class SolverSettings:
     """CP-SAT budget. `deterministic_time` bounds the search in solver work units so the same
     input and seed give the same answer; `time_limit_s` is a wall-clock safety net.
@@ -136,6 +153,7 @@ class Policy:
     # With queues: a gang pending this long goes ahead of the fair-share order of its tier
     # (starvation protection, fairshare.py).
     queue_aging_s: float = 3600.0
+    moves: MoveRule = field(default_factory=MoveRule)
 
     def priority_weight(self, priority: int) -> float:
         """Multiplier of a gang's work in the objective: each priority level doubles it, so

@@ -252,8 +252,9 @@ def decision_costs(
     if not masses and not (weights.scarcity > 0 and (per_type or per_slot)):
         return DecisionCosts(0.0, 0.0, 0.0)
     evicted = {p.gang_id for p in decision.preemptions}
+    moves = {m.gang_id: m for m in decision.moves}
     before = _Holdings.of_snapshot(snapshot, ())
-    after = _Holdings.of_snapshot(snapshot, evicted)
+    after = _Holdings.of_snapshot(snapshot, evicted | set(moves))
     layouts: dict[tuple[str, int], MigLayout | None] = {}
     for change in decision.repartitions:
         layouts[(change.node, change.gpu)] = change.new_layout
@@ -263,8 +264,11 @@ def decision_costs(
     occupied: dict[str, float] = {}
     occupied_flexible: dict[str, float] = {}
     held_before = before.gpus()
-    for placement in decision.placements:
-        gang = gangs[placement.gang_id]
+    placed = [(gangs[p.gang_id], p) for p in decision.placements]
+    for running in snapshot.running:
+        if running.id in moves and running.demand is not None:
+            placed.append((running.demand, moves[running.id].placement))
+    for gang, placement in placed:
         flexible = flexible_in(snapshot, gang, present)
         size = item_gpus(gang, placement.replica_count)
         for rep in placement.replicas:
@@ -275,8 +279,9 @@ def decision_costs(
         if flexible:
             t = placement.gpu_type
             occupied_flexible[t] = occupied_flexible.get(t, 0.0) + len(gpus)
-    touched = {r.node for p in decision.placements for r in p.replicas}
-    touched |= {r.node for g in snapshot.running if g.id in evicted for r in g.replicas}
+    touched = {r.node for _, p in placed for r in p.replicas}
+    gone = evicted | set(moves)
+    touched |= {r.node for g in snapshot.running if g.id in gone for r in g.replicas}
     touched |= {node for node, _ in layouts}
     frag = 0.0
     if masses:

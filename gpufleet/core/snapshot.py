@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+from gpufleet.core.demand import Gang
 from gpufleet.core.queues import QueueTree
 from gpufleet.core.workload import WorkloadEstimate
 from gpufleet.model.gpus import Catalog
@@ -53,7 +54,8 @@ class RunProgress:
 @dataclass(frozen=True, slots=True)
 class RunningGang:
     """A gang already holding GPUs; the unit of preemption. With its `progress` the core picks
-    the victims that lose the least work (borrowing.py)."""
+    the victims that lose the least work (borrowing.py); with its `demand` (the gang as it was
+    asked for) and `progress`, it may also move it to a faster type (moves.py)."""
 
     id: str
     gpu_type: str
@@ -61,6 +63,7 @@ class RunningGang:
     priority: int = 0
     preemptible: bool = True
     relative_throughput: float | None = None  # None = catalogue default for gpu_type
+    demand: Gang | None = None
     progress: RunProgress | None = None
     queue: str | None = None  # the GPUQueue it is charged to (None: outside any queue)
 

@@ -7,6 +7,7 @@ without the engine's data structures, and returns every violation it finds as a 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.demand import Gang, Topology
@@ -44,10 +45,24 @@ def decision_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Dec
             problems.append(f"{victim.id} preempted for {winner.id}, which was not placed")
         evicted.add(victim.id)
 
+    # Moves: whole running gangs, not also evicted, to another type; their GPUs are freed.
+    moved: set[str] = set()
+    for move in decision.moves:
+        mover = running.get(move.gang_id)
+        if mover is None:
+            problems.append(f"move of {move.gang_id}, which is not running")
+            continue
+        if mover.id in evicted or mover.id in moved:
+            problems.append(f"{mover.id} is moved and evicted, or moved twice")
+        if mover.demand is None or mover.progress is None:
+            problems.append(f"{mover.id} moved without its demand and progress")
+        if move.placement.gpu_type == mover.gpu_type or move.from_type != mover.gpu_type:
+            problems.append(f"{mover.id} moved from {move.from_type} to the same or a wrong type")
+        moved.add(mover.id)
     layouts: dict[tuple[str, int], MigLayout | None] = {
         (n.name, g.index): g.mig_layout for n in snapshot.nodes for g in n.gpus
     }
-    whole, slices = snapshot.occupied(evicted)
+    whole, slices = snapshot.occupied(evicted | moved)
     used_gpus = whole | {(n, g) for n, g, _ in slices}
     # MIG layouts change only on empty GPUs and only to valid layouts.
     for rep in decision.repartitions:
@@ -66,11 +81,20 @@ def decision_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Dec
                 problems.append(f"invalid layout for GPU {key}: {why}")
         layouts[key] = rep.new_layout
 
+    targets: list[tuple[Gang, GangPlacement]] = []
     for placement in decision.placements:
         gang = gangs.get(placement.gang_id)
         if gang is None:
             problems.append(f"placement for unknown gang {placement.gang_id}")
             continue
+        targets.append((gang, placement))
+    for move in decision.moves:
+        demand = running[move.gang_id].demand if move.gang_id in running else None
+        if demand is not None:
+            count = len(running[move.gang_id].replicas)
+            fixed = replace(demand, replicas_min=count, replicas_max=count)
+            targets.append((fixed, move.placement))
+    for gang, placement in targets:
         problems.extend(_placement_problems(snapshot, gang, placement.gpu_type, placement))
         for r in placement.replicas:
             for g in r.gpus:
