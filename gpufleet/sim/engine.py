@@ -11,15 +11,26 @@ freed GPUs are visible), then readiness, timeouts, power-offs, arrivals and fina
 cycle. A cycle runs at the next multiple of `cycle_s` after anything that can change a decision
 (an arrival, freed capacity, a periodic round of a preemptive policy); all arrivals up to then are
 decided together. A cycle is skipped when the fleet has no free capacity and no pending gang
-outranks a running one, since no policy could then admit anything without preempting.
+outranks a running one, since no policy could then admit anything without preempting, and when
+nothing waits, unless the policy may move running gangs and some capacity is free.
 
-Applying a decision: preemptions first (the gang keeps its progress and pays `restart_cost_s`
-when it next starts), then MIG repartitions (the GPU is usable after `mig_repartition_s`), then
-placements. A placement with fewer replicas than the gang's minimum (only the kube-like baseline
-makes those) holds its GPUs without running; the rest of the gang stays pending, and after
-`gang_timeout_s` the partial gang gives up its GPUs and is re-queued at the back (a stand-in for a
-rendezvous timeout, so that partial gangs cannot deadlock the fleet forever). A gang starts when
-its restart cost, MIG repartitions and node boots are over.
+Restarts and checkpoints: a gang stopped while running (preempted, or moved by the policy)
+resumes from its last checkpoint. With `checkpoint_interval_s` set it checkpoints every that many
+seconds of running and loses the progress since; without it (the default) it checkpoints when it
+is signalled, within `checkpoint_grace_s`, and loses nothing. Either way it pays
+`restart_cost_s` (plus the grace period) before it runs again. The same model prices every
+restart for every policy, and gpufleet's policies get it as each running gang's progress (the
+core's `RunProgress`): the run time not yet checkpointed, the restart time, the moves in the last
+hour and an expected remaining time estimated from the lengths of jobs already completed (plus
+those of a history given in the settings), never from the job's own length.
+
+Applying a decision: preemptions first, then MIG repartitions (the GPU is usable after
+`mig_repartition_s`), then placements, then moves (the gang restarts on its new placement). A
+placement with fewer replicas than the gang's minimum (only the kube-like baseline makes those)
+holds its GPUs without running; the rest of the gang stays pending, and after `gang_timeout_s`
+the partial gang gives up its GPUs and is re-queued at the back (a stand-in for a rendezvous
+timeout, so that partial gangs cannot deadlock the fleet forever). A gang starts when its
+restart cost, MIG repartitions and node boots are over.
 
 Power-down: with a policy whose `power_down` rule is on, the core's `plan_power` (the live
 scheduler's own) runs after every decision and whenever its plan can change by time alone (a
@@ -40,6 +51,7 @@ running gang, so a running elastic job keeps its size until it ends or is preemp
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import time
@@ -48,11 +60,12 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Protocol
 
-from gpufleet.core.decision import Decision
+from gpufleet.core.decision import Decision, Move
 from gpufleet.core.demand import Gang, Topology, TypeOption
+from gpufleet.core.moves import expected_remaining
 from gpufleet.core.policy import Policy
 from gpufleet.core.power_down import NodePower, PowerState, plan_power
-from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
+from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress, Snapshot
 from gpufleet.core.workload import ArrivalCounts, WorkloadEstimate
 from gpufleet.model.gpus import GpuType
 from gpufleet.sim.energy import node_power_w
@@ -88,6 +101,8 @@ class SimSettings:
 
     cycle_s: float = 10.0
     restart_cost_s: float = 60.0
+    checkpoint_interval_s: float | None = None  # None: checkpoint on a signal, lose nothing
+    checkpoint_grace_s: float = 0.0  # time a signalled job takes to checkpoint and stop
     mig_repartition_s: float = 30.0
     gang_timeout_s: float = 600.0
     max_pending: int = 256  # gangs passed to one decision, oldest first
@@ -99,6 +114,8 @@ class SimSettings:
     workload_window: float = 2000.0
     workload_prior: WorkloadEstimate | None = None
     workload_prior_tasks: float = 0.0
+    # Lengths (work units) of jobs completed before the replay, for the remaining-time estimate.
+    completed_prior: tuple[float, ...] = ()
 
 
 class _Kind(IntEnum):
@@ -137,6 +154,8 @@ class _Job:
     last_t: float = 0.0
     version: int = 0
     has_run: bool = False
+    run_start: float = 0.0  # when the current run began (for interval checkpoints)
+    moves: list[float] = field(default_factory=list)  # times the policy moved the gang
 
 
 def _mig_profile_for(gpu: GpuType, g: int) -> str | None:
@@ -239,6 +258,9 @@ class Simulation:
         self._place_calls = 0
         self._place_s = 0.0
         self._cycles = 0
+        # Lengths of completed jobs so far (sorted), for the remaining-time estimate.
+        self._completed: list[float] = sorted(self.settings.completed_prior)
+        self._progress = policy.policy.moves.enabled
         # The workload seen so far, on top of the settings' prior.
         self.workload = ArrivalCounts.seeded(
             self.settings.workload_prior or WorkloadEstimate(()),
@@ -343,6 +365,7 @@ class Simulation:
         job.state = _State.RUNNING
         job.has_run = True
         job.last_t = self.now
+        job.run_start = self.now
         if job.record.first_start_s is None:
             job.record.first_start_s = self.now
         job.speed = self.speed.placement_speed(
@@ -369,6 +392,7 @@ class Simulation:
         if version != job.version or job.state is not _State.RUNNING:
             return
         self._advance(job)
+        bisect.insort(self._completed, job.trace.work_s)
         self._release(job)
         job.state = _State.DONE
         job.remaining = 0.0
@@ -455,9 +479,40 @@ class Simulation:
             out.append(replace(gang, waited_s=waited) if waited > 0 else gang)
         return out
 
+    def _unsaved_s(self, job: _Job) -> float:
+        """Run time since the job's last checkpoint (lost on a restart)."""
+        interval = self.settings.checkpoint_interval_s
+        if interval is None or job.state is not _State.RUNNING:
+            return 0.0
+        return (self.now - job.run_start) % interval
+
+    def _restart_s(self) -> float:
+        grace = (
+            self.settings.checkpoint_grace_s if self.settings.checkpoint_interval_s is None else 0
+        )
+        return self.settings.restart_cost_s + grace
+
+    def _with_progress(self, running: Sequence[RunningGang]) -> tuple[RunningGang, ...]:
+        """Running gangs with their demand and progress, as the core's move rule reads them."""
+        out: list[RunningGang] = []
+        for gang in running:
+            job = self.jobs[gang.id]
+            if job.state not in (_State.RUNNING, _State.STARTING) or job.speed <= 0:
+                out.append(gang)
+                continue
+            self._advance(job)
+            done = max(0.0, job.trace.work_s - job.remaining)
+            left = expected_remaining(self._completed, done) / job.speed
+            recent = sum(1 for t in job.moves if t > self.now - 3600.0)
+            progress = RunProgress(left, self._unsaved_s(job), self._restart_s(), recent)
+            demand = replace(job.gang, waited_s=0.0)
+            out.append(replace(gang, demand=demand, progress=progress))
+        return tuple(out)
+
     def _can_change(self, forced: bool) -> bool:
         if not self._waiting:
-            return False
+            # Nothing waits: only a move to capacity that just freed up could change anything.
+            return self._progress and self._active > 0 and self.cluster.free_share() > 1e-9
         if forced or self.cluster.free_share() > 1e-9:
             return True
         lowest_running = min(
@@ -476,6 +531,8 @@ class Simulation:
             estimate = self.workload.estimate()
             if estimate.shapes:
                 snapshot = replace(snapshot, workload=estimate)
+            if self._progress:
+                snapshot = replace(snapshot, running=self._with_progress(snapshot.running))
             t0 = time.perf_counter()
             decision = self.policy.place(snapshot, pending, self.policy.policy)
             self._place_s += time.perf_counter() - t0
@@ -497,6 +554,7 @@ class Simulation:
         for pre in decision.preemptions:
             job = self.jobs[pre.gang_id]
             if job.state in (_State.RUNNING, _State.STARTING, _State.HELD):
+                self._lose_unsaved(job)
                 self._release(job)
                 job.record.preemptions += 1
                 self._to_waiting(job)
@@ -542,7 +600,7 @@ class Simulation:
                     )
             else:
                 if job.has_run:
-                    ready = max(ready, self.now + s.restart_cost_s)
+                    ready = max(ready, self.now + self._restart_s())
                 job.last_t = self.now
                 if ready > self.now:
                     job.state = _State.STARTING
@@ -551,6 +609,52 @@ class Simulation:
                     self._start_running(job)
             for node in touched:
                 self._refresh_node_power(node)
+        for move in decision.moves:
+            self._move(move)
+
+    def _lose_unsaved(self, job: _Job) -> None:
+        """A running job stopped now redoes the work since its last checkpoint."""
+        if job.state is _State.RUNNING:
+            self._advance(job)
+            lost = job.speed * self._unsaved_s(job)
+            job.remaining = min(job.trace.work_s, job.remaining + lost)
+
+    def _move(self, move: Move) -> None:
+        """Restart a running gang on its new placement (see module docstring)."""
+        job = self.jobs[move.gang_id]
+        if job.state not in (_State.RUNNING, _State.STARTING):
+            raise RuntimeError(f"policy moved {move.gang_id} in state {job.state.name}")
+        self._lose_unsaved(job)
+        self._release(job)
+        job.moves.append(self.now)
+        job.record.moves += 1
+        placement = move.placement
+        job.replicas = placement.replicas
+        job.gpu_type = placement.gpu_type
+        job.cap_w = placement.power_cap_w
+        touched = self.cluster.hold(
+            RunningGang(
+                id=job.trace.job_id,
+                gpu_type=placement.gpu_type,
+                replicas=placement.replicas,
+                priority=job.gang.priority,
+                preemptible=job.gang.preemptible,
+                relative_throughput=self.speed.type_speed(job.trace, placement.gpu_type),
+            )
+        )
+        self._active += 1
+        ready = self.now + self._restart_s()
+        for node in touched:
+            if self._power[node].state is not PowerState.ON:
+                raise RuntimeError(f"policy moved {move.gang_id} to {node}, not on")
+            self._power[node] = replace(self._power[node], empty_since=None)
+            self._refresh_node_power(node)
+        for r in placement.replicas:
+            for ix in r.gpus:
+                ready = max(ready, self._gpu_ready.get((r.node, ix), 0.0))
+        job.state = _State.STARTING
+        job.last_t = self.now
+        self._push(ready, _Kind.READY, job.trace.job_id, job.version)
 
     # ----- main loop ---------------------------------------------------------------------------
 

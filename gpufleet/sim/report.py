@@ -76,6 +76,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("energy_kwh", "energy (kWh)", "{:,.0f}"),
     ("avg_power_kw", "avg power (kW)", "{:.1f}"),
     ("preemptions", "preemptions", "{}"),
+    ("moves", "moves", "{}"),
     ("wall_s", "sim time (s)", "{:.1f}"),
 )
 
