@@ -25,6 +25,7 @@ before it is built, and the repair pass gives those greedy left out another gree
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -51,7 +52,7 @@ from gpufleet.core.quota_cpsat import QuotaOption, add_quota_constraints
 from gpufleet.core.scarcity import gpu_use, is_flexible
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.core.state import ClusterState
-from gpufleet.core.valuation import replica_value
+from gpufleet.core.valuation import gang_value, replica_value
 from gpufleet.model.mig import (
     MigLayout,
     MigPlacement,
@@ -97,6 +98,20 @@ def _total(exprs: Iterable[cp_model.LinearExprT]) -> cp_model.LinearExpr:
 def _signature(state: ClusterState, n: int) -> Signature:
     per_domain = Counter(state.domain_of[n][g] for g in state.empty[n])
     return tuple(sorted(per_domain.values(), reverse=True))
+
+
+def _upper_hull(points: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The upper concave hull of points sorted by x (Andrew's monotone chain, upper half)."""
+    hull: list[tuple[int, int]] = []
+    for x, y in points:
+        while len(hull) >= 2:
+            (x1, y1), (x2, y2) = hull[-2], hull[-1]
+            if (y2 - y1) * (x - x1) <= (y - y1) * (x2 - x1):  # the middle point is under the line
+                hull.pop()
+            else:
+                break
+        hull.append((x, y))
+    return hull
 
 
 @functools.lru_cache(maxsize=65536)
@@ -157,7 +172,8 @@ class _Model:
         for gang in gangs:
             opts: list[_Option] = []
             for t in usable_types(self.state, gang, self.policy, memo):
-                value = _scaled(replica_value(gang, self.state.catalog[t], self.policy).objective)
+                gpu = self.state.catalog[t]
+                value = _scaled(replica_value(gang, gpu, self.policy).objective)
                 key = f"{gang.id},{t}"
                 if gang.topology is Topology.SAME_NODE:
                     largest = len(self.state.type_nodes(t)) - 1
@@ -166,7 +182,9 @@ class _Model:
                         if size > largest:
                             break
                         admit = m.new_bool_var(f"admit[{key},{count}]")
-                        opts.append(_Option(gang, t, (size, False), count, value, admit, admit))
+                        # The option's value is per replica; with a scaling curve, its average.
+                        at = _scaled(gang_value(gang, gpu, self.policy, count) / count)
+                        opts.append(_Option(gang, t, (size, False), count, at, admit, admit))
                     continue
                 admit = m.new_bool_var(f"admit[{key}]")
                 replicas: cp_model.LinearExprT
@@ -380,7 +398,10 @@ class _Model:
     def _build_objective(self) -> None:
         w = self.policy.weights
         for o in self.options:
-            self.objective_terms.append((o.replicas, o.value * (o.fixed_replicas or 1)))
+            if o.fixed_replicas is None and o.gang.elastic and o.gang.scaling:
+                self._build_goodput(o)
+            else:
+                self.objective_terms.append((o.replicas, o.value * (o.fixed_replicas or 1)))
         masses = self.pricing.masses
         for group in self.groups:
             free = sum(group.signature)
@@ -403,6 +424,21 @@ class _Model:
                 [e for e, _ in self.objective_terms], [c for _, c in self.objective_terms]
             )
         )
+
+    # An elastic gang with a scaling curve is worth goodput[o] <= the concave envelope of its
+    # value at 0..max replicas (one cut per envelope segment; maximising makes it equal there).
+    def _build_goodput(self, o: _Option) -> None:
+        gpu = self.state.catalog[o.gpu_type]
+        points = [(0, 0)] + [
+            (r, _scaled(gang_value(o.gang, gpu, self.policy, r)))
+            for r in range(1, o.gang.replicas_max + 1)
+        ]
+        hull = _upper_hull(points)
+        goodput = self.model.new_int_var(0, max(v for _, v in hull), f"goodput[{o.gang.id}]")
+        for (r0, v0), (r1, v1) in itertools.pairwise(hull):
+            # goodput <= v0 + (v1 - v0) / (r1 - r0) x (reps - r0), scaled by (r1 - r0).
+            self.model.add((r1 - r0) * goodput <= (r1 - r0) * v0 + (v1 - v0) * (o.replicas - r0))
+        self.objective_terms.append((goodput, 1))
 
     # --- warm start ----------------------------------------------------------------------------
 

@@ -39,6 +39,10 @@ class Gang:
     # The largest slowdown (a fraction) the owner accepts from a GPU power cap: the gang is
     # capped within it whatever the policy's rule (None: the policy's rule decides).
     max_slowdown: float | None = None
+    # Elastic gangs: throughput at 1, 2, ... replicas (at least up to replicas_max) relative to
+    # one replica (the caller's scaling curve, refined from what the job reports); empty =
+    # linear.
+    scaling: tuple[float, ...] = ()
     queue: str | None = None  # the GPUQueue it waits in (None: outside any queue)
 
     def __post_init__(self) -> None:
@@ -58,6 +62,15 @@ class Gang:
             raise ValueError(f"gang {self.id}: max_slowdown must be in (0, 1)")
         if self.max_slowdown is not None and self.energy is EnergyPreference.PERFORMANCE:
             raise ValueError(f"gang {self.id}: a performance gang is never power-capped")
+        if self.scaling and (
+            len(self.scaling) < self.replicas_max
+            or abs(self.scaling[0] - 1.0) > 1e-9
+            or min(self.scaling) <= 0
+        ):
+            raise ValueError(
+                f"gang {self.id}: scaling needs a positive throughput for each replica count up to "
+                "replicas_max, relative to one replica (the first is 1)"
+            )
 
     @property
     def uses_mig(self) -> bool:
@@ -66,6 +79,14 @@ class Gang:
     @property
     def elastic(self) -> bool:
         return self.replicas_max > self.replicas_min
+
+    def speedup(self, replicas: int) -> float:
+        """Throughput at `replicas` replicas relative to one replica (the scaling curve)."""
+        if replicas <= 0:
+            return 0.0
+        if not self.scaling:
+            return float(replicas)
+        return self.scaling[min(replicas, len(self.scaling)) - 1]
 
     def type_names(self) -> tuple[str, ...]:
         return tuple(o.gpu_type for o in self.acceptable)

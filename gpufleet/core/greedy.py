@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpufleet.core.decision import GangPlacement
 from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.policy import Policy
 from gpufleet.core.pricing import Pricing
-from gpufleet.core.scarcity import is_flexible
+from gpufleet.core.scarcity import gpu_use, is_flexible
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.core.state import ClusterState
-from gpufleet.core.valuation import base_throughput, replica_value
+from gpufleet.core.valuation import base_throughput, gang_value, replica_value
 from gpufleet.model.gpus import GpuType
 from gpufleet.model.mig import MigLayout, MigPlacement, densest_layout, enumerate_layouts
 
@@ -373,7 +373,7 @@ def _plan_priced(
         plan = plan_gang(state, gang, t, policy, memo)
         if plan is None:
             continue
-        value = replica_value(gang, state.catalog[t], policy).objective * len(plan.replicas)
+        value = gang_value(gang, state.catalog[t], policy, len(plan.replicas))
         value -= pricing.cost(state, gang, t, plan.replicas, plan.repartitions)
         if best is None or (-value, order) < (-best[0], best[1]):
             best = (value, order, plan)
@@ -393,12 +393,15 @@ def place_greedy(
     types, when the snapshot carries a workload estimate, takes the type whose plan is worth
     most net of the fragmentation it adds and the reserves it takes (FGD's rule, with the work
     the type is worth to the gang); without an estimate, its most valuable type that fits.
+    Elastic gangs are placed at their minimum first; then free GPUs go, one replica at a time,
+    to the elastic gang whose next replica adds the most value per GPU (`grow_elastic`).
     """
     layouts = layouts or Memo()
     layouts.note_pending(gangs)
     pricing = pricing or Pricing(state, policy, gangs)
     placed: dict[str, GangPlacement] = {}
-    for gang in greedy_order(gangs, state):
+    for asked in greedy_order(gangs, state):
+        gang = replace(asked, replicas_max=asked.replicas_min) if asked.elastic else asked
         types = usable_types(state, gang, policy, layouts)
         plan: Plan | None = None
         if pricing.active and is_flexible(types):
@@ -412,4 +415,66 @@ def place_greedy(
             before = pricing.committing(state, plan.replicas)
             placed[gang.id] = commit(state, plan, policy)
             pricing.committed(state, plan.replicas, before)
+    grow_elastic(state, {g.id: g for g in gangs}, placed, policy, pricing, layouts)
     return placed
+
+
+def grow_elastic(
+    state: ClusterState,
+    gangs: Mapping[str, Gang],
+    placed: dict[str, GangPlacement],
+    policy: Policy,
+    pricing: Pricing,
+    memo: Memo,
+) -> None:
+    """Give placed elastic gangs more replicas, one at a time, to the gang whose next replica
+    adds the most value per GPU (its scaling curve's marginal gain, net of what the replica
+    costs against the expected workload): Pollux's and Sia's goodput rule, greedily. Mutates
+    `state` and `placed`."""
+    full: set[str] = set()
+    while True:
+        best: tuple[float, str] | None = None
+        for gid, placement in placed.items():
+            gang = gangs[gid]
+            count = placement.replica_count
+            if not gang.elastic or count >= gang.replicas_max or gid in full:
+                continue
+            gpu = state.catalog[placement.gpu_type]
+            gain = gang_value(gang, gpu, policy, count + 1) - gang_value(gang, gpu, policy, count)
+            if gain <= 1e-9:
+                full.add(gid)
+                continue
+            per_gpu = gain / gpu_use(gang, gpu, 1)
+            if best is None or (-per_gpu, gid) < (-best[0], best[1]):
+                best = (per_gpu, gid)
+        if best is None:
+            return
+        gid = best[1]
+        gang, placement = gangs[gid], placed[gid]
+        plan = _one_more(state, gang, placement, policy, memo)
+        gpu = state.catalog[placement.gpu_type]
+        count = placement.replica_count
+        gain = gang_value(gang, gpu, policy, count + 1) - gang_value(gang, gpu, policy, count)
+        if plan is None or gain <= pricing.cost(
+            state, gang, placement.gpu_type, plan.replicas, plan.repartitions
+        ):
+            full.add(gid)
+            continue
+        before = pricing.committing(state, plan.replicas)
+        extra = commit(state, plan, policy)
+        pricing.committed(state, plan.replicas, before)
+        placed[gid] = replace(placement, replicas=placement.replicas + extra.replicas)
+
+
+def _one_more(
+    state: ClusterState, gang: Gang, placement: GangPlacement, policy: Policy, memo: Memo
+) -> Plan | None:
+    """A plan for one more replica of a placed gang (on its node when it must share one)."""
+    if gang.topology is Topology.SAME_NODE and gang.mig_profile is None:
+        n = state.node_index[placement.replicas[0].node]
+        gpus = state.pick_gpus(n, gang.gpus_per_replica, nvlink=False)
+        if gpus is None:
+            return None
+        return Plan(gang, placement.gpu_type, [ReplicaPlacement(state.nodes[n].name, gpus)])
+    single = replace(gang, replicas_min=1, replicas_max=1, scaling=())
+    return plan_gang(state, single, placement.gpu_type, policy, memo)

@@ -1,9 +1,12 @@
-"""Move decisions: re-place a running gang on a faster GPU type when one is free.
+"""Move decisions: re-place a running gang on a faster GPU type, or with more replicas, when
+the capacity is free.
 
 A gang that started on a slow type keeps it until it ends unless something moves it; a few long
 jobs on slow GPUs then set a fleet's average completion time (Gavel re-decides every round for
-this reason). Here a move is a whole-gang restart on a new placement, taken only when the
-expected gain exceeds its price, both in seconds of the job's completion:
+this reason). An elastic gang admitted small stays small in the same way (Pollux and Sia resize
+jobs by checkpoint-restart). Here a move is a whole-gang restart on a new placement, of a faster
+type or, for an elastic gang, more replicas (its speed then follows its scaling curve), taken
+only when the expected gain exceeds its price, both in seconds of the job's completion:
 
     stay  = R                                   (R: expected remaining time at the current speed)
     move  = restart + (R + unsaved) x v0 / v1   (v0, v1: speeds on the current and the new type)
@@ -14,8 +17,9 @@ where `unsaved` is the run time since the job's last checkpoint (redone after th
 period). The caller estimates R from what it has seen (`expected_remaining`: completed jobs'
 lengths, never the job's own future) and counts recent moves; the rule allows at most
 `max_per_hour` per gang. Moves use only capacity this decision leaves free, after every
-pending gang was placed: a move never takes GPUs from waiting work. The gangs with the largest
-gain go first.
+pending gang was placed: a move never takes GPUs from waiting work. Each gang's best move is
+the one that saves it the most time; across gangs, the move that adds the most priority-weighted
+throughput per GPU it takes goes first (the goodput rule of Pollux and Sia).
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from gpufleet.core.decision import Move
 from gpufleet.core.demand import Gang
 from gpufleet.core.greedy import Memo, commit, plan_gang, usable_types
 from gpufleet.core.policy import Policy
-from gpufleet.core.snapshot import RunningGang
+from gpufleet.core.preempt import retake
+from gpufleet.core.snapshot import RunningGang, RunProgress
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import base_throughput
 
@@ -54,10 +59,64 @@ def expected_remaining(completed: Sequence[float], attained: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class _Candidate:
+    rank: float  # priority-weighted throughput gained per GPU of the new placement
     gain_s: float
     gang: RunningGang
-    demand: Gang  # the gang's demand at its current replica count
+    demand: Gang  # the gang's demand at the new replica count
     gpu_type: str
+
+
+def _best_move(
+    state: ClusterState, running: RunningGang, policy: Policy, memo: Memo
+) -> _Candidate | None:
+    """The move that saves this gang the most time, if any is worth its price."""
+    rule = policy.moves
+    progress, demand = running.progress, running.demand
+    if progress is None or demand is None or progress.recent_moves >= rule.max_per_hour:
+        return None
+    # Its own GPUs are free for its new placement (a resize may keep some of them).
+    for replica in running.replicas:
+        state.release(replica)
+    try:
+        return _best_on_free(state, running, progress, demand, policy, memo)
+    finally:
+        retake(state, running)
+
+
+def _best_on_free(
+    state: ClusterState,
+    running: RunningGang,
+    progress: RunProgress,
+    demand: Gang,
+    policy: Policy,
+    memo: Memo,
+) -> _Candidate | None:
+    rule = policy.moves
+    catalog = state.catalog
+    now = len(running.replicas)
+    rate = base_throughput(demand, catalog[running.gpu_type]) * demand.speedup(now)
+    best: _Candidate | None = None
+    sizes = range(now, demand.replicas_max + 1) if demand.elastic else range(now, now + 1)
+    for size in sizes:
+        fixed = replace(demand, replicas_min=size, replicas_max=size)
+        for t in usable_types(state, fixed, policy, memo):
+            if t == running.gpu_type and size == now:
+                continue
+            new_rate = base_throughput(demand, catalog[t]) * demand.speedup(size)
+            speedup = new_rate / rate
+            if speedup <= 1.0 + rule.min_speedup:
+                continue
+            gain = move_gain_s(
+                progress.expected_remaining_s, progress.unsaved_s, progress.restart_s, speedup
+            )
+            if gain <= rule.min_gain_s or (best is not None and gain <= best.gain_s):
+                continue
+            if plan_gang(state, fixed, t, policy, memo) is None:
+                continue
+            gpus = fixed.gpus_needed(size)
+            rank = policy.priority_weight(demand.priority) * (new_rate - rate) / gpus
+            best = _Candidate(rank, gain, running, fixed, t)
+    return best
 
 
 def plan_moves(
@@ -65,41 +124,24 @@ def plan_moves(
 ) -> list[Move]:
     """Moves worth their price on the capacity `state` has free; mutates `state` (each move
     takes its new GPUs and frees its old ones)."""
-    rule = policy.moves
-    if not rule.enabled:
+    if not policy.moves.enabled:
         return []
-    catalog = state.catalog
     out: list[Move] = []
     moved: set[str] = set()
     while True:
         best: _Candidate | None = None
         for running in state.snapshot.running:
-            progress, demand = running.progress, running.demand
-            if running.id in evicted or running.id in moved or progress is None or demand is None:
+            if running.id in evicted or running.id in moved:
                 continue
-            if progress.recent_moves >= rule.max_per_hour:
-                continue
-            here = base_throughput(demand, catalog[running.gpu_type])
-            fixed = replace(
-                demand, replicas_min=len(running.replicas), replicas_max=len(running.replicas)
-            )
-            for t in usable_types(state, fixed, policy, memo):
-                speedup = base_throughput(demand, catalog[t]) / here
-                if speedup <= 1.0 + rule.min_speedup:
-                    continue
-                gain = move_gain_s(
-                    progress.expected_remaining_s, progress.unsaved_s, progress.restart_s, speedup
-                )
-                if gain <= rule.min_gain_s or (best is not None and gain <= best.gain_s):
-                    continue
-                if plan_gang(state, fixed, t, policy, memo) is not None:
-                    best = _Candidate(gain, running, fixed, t)
+            candidate = _best_move(state, running, policy, memo)
+            if candidate is not None and (best is None or candidate.rank > best.rank):
+                best = candidate
         if best is None:
             return out
+        for replica in best.gang.replicas:
+            state.release(replica)
         plan = plan_gang(state, best.demand, best.gpu_type, policy, memo)
         assert plan is not None  # found free a moment ago, nothing changed since
         placement = commit(state, plan, policy)
-        for replica in best.gang.replicas:
-            state.release(replica)
         moved.add(best.gang.id)
         out.append(Move(best.gang.id, best.gang.gpu_type, placement, best.gain_s))

@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from gpufleet.core.decision import Decision
+from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.demand import Gang
 from gpufleet.core.policy import Policy
 from gpufleet.core.pricing import decision_costs
 from gpufleet.core.snapshot import RunningGang, Snapshot
-from gpufleet.core.valuation import base_throughput, replica_value
+from gpufleet.core.valuation import base_throughput, gang_value, replica_value
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,10 +58,10 @@ def evaluate(
         gpu = snapshot.catalog[placement.gpu_type]
         figures = replica_value(gang, gpu, policy)
         count = placement.replica_count
-        work += figures.work * count
-        weighted += figures.work * count * policy.priority_weight(gang.priority)
+        work += figures.work * gang.speedup(count)
+        weighted += figures.work * gang.speedup(count) * policy.priority_weight(gang.priority)
         power += figures.power_w * count
-        value += figures.objective * count
+        value += gang_value(gang, gpu, policy, count)
         if gang.mig_profile is not None:
             gpus += gpu.mig_profile(gang.mig_profile).compute_fraction * count
         else:
@@ -73,7 +73,7 @@ def evaluate(
     running_by_id = {r.id: r for r in snapshot.running}
     for move in decision.moves:
         mover = running_by_id[move.gang_id]
-        move_value += moved_value(snapshot, mover, move.placement.gpu_type, policy)
+        move_value += moved_value(snapshot, mover, move.placement, policy)
         move_value -= running_value(snapshot, mover, policy)
         for replica in move.placement.replicas:
             touched.add(replica.node)
@@ -113,13 +113,20 @@ def evaluate(
     )
 
 
-def moved_value(snapshot: Snapshot, gang: RunningGang, gpu_type: str, policy: Policy) -> float:
-    """Objective value a running gang would contribute on `gpu_type` (same replicas' shape)."""
+def moved_value(
+    snapshot: Snapshot, gang: RunningGang, placement: GangPlacement, policy: Policy
+) -> float:
+    """Objective value a running gang would contribute on its move's new placement."""
     assert gang.demand is not None
-    gpu = snapshot.catalog[gpu_type]
+    gpu = snapshot.catalog[placement.gpu_type]
     return running_value(
         snapshot,
-        replace(gang, gpu_type=gpu_type, relative_throughput=base_throughput(gang.demand, gpu)),
+        replace(
+            gang,
+            gpu_type=placement.gpu_type,
+            replicas=placement.replicas,
+            relative_throughput=base_throughput(gang.demand, gpu),
+        ),
         policy,
     )
 
@@ -134,4 +141,8 @@ def running_value(snapshot: Snapshot, gang: RunningGang, policy: Policy) -> floa
             work += speed * len(replica.gpus)
         else:
             work += speed * gpu.mig_profile(replica.mig.profile).compute_fraction
+    if gang.demand is not None and gang.demand.scaling and gang.replicas:
+        # An elastic gang does what its scaling curve says, not one replica's work n times.
+        count = len(gang.replicas)
+        work *= gang.demand.speedup(count) / count
     return policy.weights.work * policy.priority_weight(gang.priority) * work

@@ -29,12 +29,13 @@ from gpufleet.core.objective import running_value
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import RunningGang
 from gpufleet.core.state import ClusterState
-from gpufleet.core.valuation import replica_value
+from gpufleet.core.valuation import gang_value
 
 MAX_VICTIMS_PER_GANG = 8  # bounds the what-if work per stuck gang
 
 
-def _retake(state: ClusterState, gang: RunningGang) -> None:
+def retake(state: ClusterState, gang: RunningGang) -> None:
+    """Give a released running gang its GPUs back (undo a what-if)."""
     for replica in gang.replicas:
         n = state.node_index[replica.node]
         if replica.mig is None:
@@ -119,11 +120,11 @@ def preempt_for_pending(
                 break
         if plan is None:
             for victim in released:
-                _retake(state, victim)
+                retake(state, victim)
             continue
         # Put back victims the gang turns out not to need (latest-added is needed by design).
         for victim in list(reversed(released[:-1])):
-            _retake(state, victim)
+            retake(state, victim)
             again = _try_plan(state, gang, policy, layouts)
             if again is None:
                 release_gang(state, victim)
@@ -137,7 +138,7 @@ def preempt_for_pending(
         # A reclaim returns guaranteed quota: it happens whatever the borrowed work is worth.
         if gain <= loss and not reclaim:
             for victim in released:
-                _retake(state, victim)
+                retake(state, victim)
             continue
         placed[gang.id] = commit(state, plan, policy)
         for victim in sorted(released, key=lambda r: r.id):
@@ -149,5 +150,4 @@ def preempt_for_pending(
 
 
 def _plan_value(state: ClusterState, plan: Plan, policy: Policy) -> float:
-    value = replica_value(plan.gang, state.catalog[plan.gpu_type], policy)
-    return value.objective * len(plan.replicas)
+    return gang_value(plan.gang, state.catalog[plan.gpu_type], policy, len(plan.replicas))

@@ -56,8 +56,11 @@ def decision_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Dec
             problems.append(f"{mover.id} is moved and evicted, or moved twice")
         if mover.demand is None or mover.progress is None:
             problems.append(f"{mover.id} moved without its demand and progress")
-        if move.placement.gpu_type == mover.gpu_type or move.from_type != mover.gpu_type:
-            problems.append(f"{mover.id} moved from {move.from_type} to the same or a wrong type")
+        same = move.placement.gpu_type == mover.gpu_type
+        if move.from_type != mover.gpu_type or (
+            same and move.placement.replica_count <= len(mover.replicas)
+        ):
+            problems.append(f"{mover.id} moved to neither another type nor more replicas")
         moved.add(mover.id)
     layouts: dict[tuple[str, int], MigLayout | None] = {
         (n.name, g.index): g.mig_layout for n in snapshot.nodes for g in n.gpus
@@ -92,7 +95,7 @@ def decision_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Dec
         demand = running[move.gang_id].demand if move.gang_id in running else None
         if demand is not None:
             count = len(running[move.gang_id].replicas)
-            fixed = replace(demand, replicas_min=count, replicas_max=count)
+            fixed = replace(demand, replicas_min=count)  # up to replicas_max when elastic
             targets.append((fixed, move.placement))
     for gang, placement in targets:
         problems.extend(_placement_problems(snapshot, gang, placement.gpu_type, placement))

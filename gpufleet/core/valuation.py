@@ -66,3 +66,16 @@ def replica_value(gang: Gang, gpu: GpuType, policy: Policy) -> ReplicaValue:
     gain = weights.work * policy.priority_weight(gang.priority) * work
     net = gain - weights.energy * power / WATTS_PER_ENERGY_UNIT
     return ReplicaValue(work, power, max(net, MIN_NET_VALUE_SHARE * gain), cap)
+
+
+def gang_value(gang: Gang, gpu: GpuType, policy: Policy, replicas: int) -> float:
+    """Objective value of `replicas` replicas of the gang on `gpu`: the work its scaling curve
+    says they do (diminishing returns for an elastic gang), net of the energy all of them draw."""
+    if not gang.scaling:
+        return replica_value(gang, gpu, policy).objective * replicas
+    figures = replica_value(gang, gpu, policy)
+    weights = policy.weights
+    gain = weights.work * policy.priority_weight(gang.priority) * figures.work
+    gain *= gang.speedup(replicas)
+    net = gain - weights.energy * figures.power_w * replicas / WATTS_PER_ENERGY_UNIT
+    return max(net, MIN_NET_VALUE_SHARE * gain)
