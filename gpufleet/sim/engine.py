@@ -43,10 +43,12 @@ Demand: a trace job becomes a core `Gang` whose acceptable types are the fleet's
 the job, each with the job's relative throughput from the speed model. A fractional job asks for
 the MIG profile of its compute size on the fleet's MIG-capable types of one memory class; when no
 acceptable type supports MIG it takes a whole GPU instead. A job with `same_node` asks for the
-core's same-node topology. An elastic job (`min_replicas` set)
-becomes a gang of `min_replicas..replicas` replicas; the core picks the count at admission and the
-job runs at the speed of the replicas it got. The core's decision has no operation to resize a
-running gang, so a running elastic job keeps its size until it ends or is preempted.
+core's same-node topology. An elastic job (`min_replicas` set) becomes a gang of
+`min_replicas..replicas` replicas with a linear scaling curve (what an owner states without
+measuring); while it runs it reports its throughput at its size, and the curve the policy sees is
+refined from those reports (`gpufleet.core.scaling.refine`), while its true speed follows the
+speed model's measured curve. The core picks the count at admission and may grow a running
+elastic gang by a move.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from gpufleet.core.demand import Gang, Topology, TypeOption
 from gpufleet.core.moves import expected_remaining
 from gpufleet.core.policy import Policy
 from gpufleet.core.power_down import NodePower, PowerState, plan_power
+from gpufleet.core.scaling import linear, refine
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress, Snapshot
 from gpufleet.core.workload import ArrivalCounts, WorkloadEstimate
 from gpufleet.model.gpus import GpuType
@@ -155,6 +158,7 @@ class _Job:
     version: int = 0
     has_run: bool = False
     run_start: float = 0.0  # when the current run began (for interval checkpoints)
+    observed: dict[int, float] = field(default_factory=dict)  # replicas -> reported throughput
     moves: list[float] = field(default_factory=list)  # times the policy moved the gang
 
 
@@ -371,6 +375,10 @@ class Simulation:
         job.speed = self.speed.placement_speed(
             job.trace, job.replicas, self._type_of_node, job.cap_w
         )
+        if job.gang.elastic and job.gpu_type:
+            # What the job reports, in its own unit: throughput over its full gang's on the type.
+            full = self.speed.type_speed(job.trace, job.gpu_type)
+            job.observed[len(job.replicas)] = job.speed / full
         job.share = sum(self._replica_share(r) for r in job.replicas)
         self._busy_share += job.share
         if job.speed <= 0:
@@ -476,8 +484,18 @@ class Simulation:
                     energy=gang.energy,
                 )
             waited = max(0.0, self.now - job.queue_key)
+            if not job.replicas:
+                gang = self._refined(job)
             out.append(replace(gang, waited_s=waited) if waited > 0 else gang)
         return out
+
+    def _refined(self, job: _Job) -> Gang:
+        """The job's gang with its scaling curve refined from the throughput it reported."""
+        gang = job.gang
+        if not gang.elastic or not job.observed:
+            return gang
+        prior = gang.scaling or linear(gang.replicas_max)
+        return replace(gang, scaling=refine(prior, job.observed))
 
     def _unsaved_s(self, job: _Job) -> float:
         """Run time since the job's last checkpoint (lost on a restart)."""
@@ -505,7 +523,7 @@ class Simulation:
             left = expected_remaining(self._completed, done) / job.speed
             recent = sum(1 for t in job.moves if t > self.now - 3600.0)
             progress = RunProgress(left, self._unsaved_s(job), self._restart_s(), recent)
-            demand = replace(job.gang, waited_s=0.0)
+            demand = replace(self._refined(job), waited_s=0.0)
             out.append(replace(gang, demand=demand, progress=progress))
         return tuple(out)
 

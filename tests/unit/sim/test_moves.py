@@ -3,13 +3,16 @@
 Aspects: a long job that had to start on T4s is moved to H100s once they free up, restarts after
 the restart cost and finishes when the hand computation says; with interval checkpoints a moved
 or preempted job redoes the work since its last checkpoint; the progress a policy sees is
-estimated from jobs already completed (and a history), never from the job's own length.
+estimated from jobs already completed (and a history), never from the job's own length; an
+elastic job admitted at its minimum grows when GPUs free up, and the policy sees its scaling
+curve refined from the throughput it reported at each size.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -133,3 +136,42 @@ def test_progress_never_reads_the_jobs_own_length(
     assert common
     for key in common:
         assert short[key] == pytest.approx(long[key])
+
+
+def test_an_elastic_job_grows_when_gpus_free_and_its_curve_is_refined(
+    catalog: Catalog, profile: GavelProfile
+) -> None:
+    fleet = FleetSpec(
+        node_pools=[NodePoolSpec(name="v", count=1, gpu_type="V100-32GB", gpus_per_node=8)]
+    )
+    grower = replace(job("e", 5.0, 2_000_000.0, gpus=8), min_replicas=4)
+    # "late" (higher priority) arrives after the growth: its decision shows the grown gang.
+    late = replace(job("late", 50_000.0, 10.0, gpus=1), priority=1)
+    jobs = [job("block", 0.0, 20_000.0, gpus=4), grower, late]
+    seen: list[Snapshot] = []
+    policy = Policy(solver=SolverSettings(engine=Engine.GREEDY))
+
+    def decide(snapshot: Snapshot, pending: Sequence[Gang], pol: Policy) -> Decision:
+        seen.append(snapshot)
+        return place(snapshot, pending, pol)
+
+    speed = SpeedModel(catalog, profile, {"V100-32GB": 8})
+    sim = Simulation(
+        SimCluster(fleet, catalog),
+        jobs,
+        SimPolicy("gpufleet", decide, policy),
+        speed,
+        SimSettings(completed_prior=(5_000_000.0,)),
+    )
+    recs = {r.job_id: r for r in sim.run().jobs}
+    assert recs["e"].moves == 1  # it started on 4 GPUs and grew to 8 when "block" ended
+    true = speed.scaling(grower)
+    grown = [
+        g.demand
+        for s in seen
+        for g in s.running
+        if g.id == "e" and len(g.replicas) == 8 and g.demand is not None
+    ]
+    assert grown, "the policy saw the grown gang"
+    # Reports at 4 and 8 replicas: the refined curve has the measured ratio between them.
+    assert grown[-1].scaling[7] / grown[-1].scaling[3] == pytest.approx(true[7] / true[3])
