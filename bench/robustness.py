@@ -229,9 +229,13 @@ def code_version() -> str:
     """The checkout's commit, with "+" when files differ from it ("unknown" outside git)."""
     here = Path(__file__).resolve().parent
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, check=True
-        ).stdout.decode().strip()
+        head = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, check=True
+            )
+            .stdout.decode()
+            .strip()
+        )
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
             cwd=here,

@@ -21,12 +21,12 @@ from gpufleet.core.demand import Gang
 from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, SolverSettings
 from gpufleet.core.snapshot import Snapshot
+from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import Catalog
 from gpufleet.sim.baselines import TiresiasLikePolicy
-from gpufleet.sim.cluster import SimCluster
 from gpufleet.sim.engine import SimPolicy, SimSettings, Simulation
-from gpufleet.sim.fleet import FleetSpec, NodePoolSpec
 from gpufleet.sim.metrics import SimResult
+from gpufleet.sim.occupancy import SimCluster
 from gpufleet.sim.profiles import GavelProfile
 from gpufleet.sim.speed import SpeedModel
 from gpufleet.sim.traces.common import TraceJob
