@@ -217,6 +217,7 @@ def run_sample(sample: Sample, config: Config, data_dir: str | None) -> dict[str
         "sample": asdict(sample),
         "key": sample.key,
         "config": config.digest(),
+        "code": config.code,
         "jobs": len(jobs),
         "history": len(past),
         "runs": runs,
@@ -248,27 +249,32 @@ def code_version() -> str:
 
 
 def samples_for(args: argparse.Namespace) -> list[Sample]:
-    out: list[Sample] = []
+    """Every sample, the order/seed index outermost and the two traces interleaved, so that a run
+    cut short (or still going) has covered every list, window and fleet about equally."""
+    alibaba: list[Sample] = []
+    philly: list[Sample] = []
     if args.only in (None, "alibaba"):
-        for fleet in ALIBABA_FLEETS:
-            for variant in ALIBABA_LISTS:
-                out.extend(Sample("alibaba", variant, fleet, k) for k in range(1, args.orders + 1))
+        for k in range(1, args.orders + 1):
+            for fleet in ALIBABA_FLEETS:
+                alibaba.extend(Sample("alibaba", variant, fleet, k) for variant in ALIBABA_LISTS)
     if args.only in (None, "philly"):
-        for fleet in PHILLY_FLEETS:
-            for window in args.windows.split(","):
-                out.extend(Sample("philly", window, fleet, s) for s in range(args.seeds))
+        for seed in range(args.seeds):
+            for fleet in PHILLY_FLEETS:
+                philly.extend(Sample("philly", w, fleet, seed) for w in args.windows.split(","))
+    out: list[Sample] = []
+    for i in range(max(len(alibaba), len(philly))):
+        out.extend(batch[i] for batch in (philly, alibaba) if i < len(batch))
     return out
 
 
-def load_done(path: Path, digest: str) -> dict[str, dict[str, Any]]:
-    done: dict[str, dict[str, Any]] = {}
+def load_done(path: Path, digest: str | None) -> dict[str, dict[str, Any]]:
+    """The rows of `path` measured with configuration `digest` (None: the last row's)."""
+    rows: list[dict[str, Any]] = []
     if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                if row.get("config") == digest:
-                    done[row["key"]] = row
-    return done
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    if digest is None and rows:
+        digest = rows[-1]["config"]
+    return {row["key"]: row for row in rows if row.get("config") == digest}
 
 
 def aggregate(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -345,7 +351,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="2 orders, 1 window, 1 seed")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="run nothing: summarise and plot the samples of the last configuration in "
+        "<out>/samples.jsonl (a run cut short, or plots redrawn)",
+    )
     args = parser.parse_args(argv)
+    if args.report:
+        rows = list(load_done(args.out / "samples.jsonl", None).values())
+        if not rows:
+            parser.error(f"no samples in {args.out / 'samples.jsonl'}")
+        codes = sorted({str(r.get("code", "unknown")) for r in rows})
+        return finish(rows, {"digest": rows[0]["config"], "code": ",".join(codes)}, args)
     if args.quick:
         args.orders, args.seeds, args.windows = 2, 1, PHILLY_WINDOWS[1]
     if args.workers < 1 or args.orders < 1 or args.seeds < 1 or args.history < 0:
@@ -377,6 +395,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['key']}: {shown} ({row['wall_s']:.0f} s)", flush=True)
     wanted = {s.key for s in samples_for(args)}
     rows = [r for k, r in done.items() if k in wanted]
+    return finish(rows, {"digest": config.digest(), **asdict(config)}, args)
+
+
+def finish(rows: Sequence[Mapping[str, Any]], config: Mapping[str, Any], args: Any) -> int:
+    """Print the per-sample and target tables, draw the box plots, write summary.json."""
     summary = aggregate(rows)
     print_report(rows, summary)
     plots: list[str] = []
@@ -384,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         plots = [p.name for p in write_box_plots(rows, TARGETS, args.out)]
     doc = {
         "bench": "robustness",
-        "config": asdict(config),
+        "config": dict(config),
         "samples": len(rows),
         "summary": summary,
         "plots": plots,
