@@ -514,8 +514,10 @@ class Simulation:
         """Running gangs with their demand and progress, as the core's move rule reads them."""
         out: list[RunningGang] = []
         for gang in running:
-            job = self.jobs[gang.id]
-            if job.state not in (_State.RUNNING, _State.STARTING) or job.speed <= 0:
+            # A gang on several types is shown as parts `<id>#<type>` (only a pod-by-pod policy
+            # places one so); the move rule restarts whole gangs, so the parts get no progress.
+            job = self.jobs.get(gang.id)
+            if job is None or job.state not in (_State.RUNNING, _State.STARTING) or job.speed <= 0:
                 out.append(gang)
                 continue
             self._advance(job)

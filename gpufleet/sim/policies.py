@@ -17,7 +17,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import fields, replace
 
 from gpufleet.core.place import place
-from gpufleet.core.policy import Engine, PowerDownRule, SolverSettings, TypeDelay, Weights
+from gpufleet.core.policy import (
+    Engine,
+    MoveRule,
+    Policy,
+    PowerDownRule,
+    SolverSettings,
+    TypeDelay,
+    Weights,
+)
 from gpufleet.core.presets import PRESET_NAMES, preset_policy
 from gpufleet.sim.baselines import FifoBinPackPolicy, GavelLikePolicy, TiresiasLikePolicy
 from gpufleet.sim.engine import SimPolicy
@@ -34,6 +42,9 @@ __all__ = [
 
 # Round length of the preemptive baselines (Gavel's default round, scheduling.md §4).
 ROUND_S = 360.0
+# The baselines decide without the core's policy; moves off, so the engine does not compute the
+# running gangs' progress (which only gpufleet's move rule reads) for them.
+BASELINE = Policy(moves=MoveRule(enabled=False))
 
 # The power-down rule of the `energy` policy: the core's defaults, switched on (30 min idle,
 # two warm nodes per GPU type, 300 s boot).
@@ -71,11 +82,13 @@ def make_policy(
             policy = replace(policy, weights=replace(policy.weights, **weights))
         return SimPolicy(name=name, place=place, policy=policy)
     if name == "kube":
-        return SimPolicy(name=name, place=KubeLikePolicy(seed))
+        return SimPolicy(name=name, place=KubeLikePolicy(seed), policy=BASELINE)
     if name in ("fifo-binpack", "best-fit"):
-        return SimPolicy(name=name, place=FifoBinPackPolicy())
+        return SimPolicy(name=name, place=FifoBinPackPolicy(), policy=BASELINE)
     if name == "gavel":
-        return SimPolicy(name=name, place=GavelLikePolicy(clock), round_s=ROUND_S)
+        return SimPolicy(name=name, place=GavelLikePolicy(clock), policy=BASELINE, round_s=ROUND_S)
     if name == "tiresias":
-        return SimPolicy(name=name, place=TiresiasLikePolicy(clock), round_s=ROUND_S)
+        return SimPolicy(
+            name=name, place=TiresiasLikePolicy(clock), policy=BASELINE, round_s=ROUND_S
+        )
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICY_NAMES)}")
