@@ -98,8 +98,14 @@ class WeightOverrides(_Group):
     consolidation: float | None = Field(
         None, ge=0, description="Penalty per empty node a decision starts using."
     )
+    packing: float | None = Field(
+        None, ge=0, description="Penalty per free GPU left on a node the decision touches."
+    )
     fragmentation: float | None = Field(
-        None, ge=0, description="Penalty per free GPU left stranded on a touched node."
+        None,
+        ge=0,
+        description="Weight of FGD fragmentation: per GPU of free capacity that the request "
+        "shapes seen so far could not use (the scheduler's online estimate).",
     )
     disruption: float | None = Field(
         None, ge=0, description="Penalty per MIG repartition and per preempted gang."

@@ -4,7 +4,8 @@
 phase is a small collaborator with its own state (the module named after each):
   0 settle    (inflight) binding batches answered since the last cycle: gangs reported bound,
               or rolled back whole (assumptions forgotten, bound pods deleted)
-  1 snapshot  (snapshot) build the core's input from the cache (assumed bindings included)
+  1 snapshot  (snapshot) build the core's input from the cache (assumed bindings included),
+              with the workload estimate from the pending gangs seen so far (arrivals)
   2 heal      (heal, partial) restart, as whole gangs, gangs with a pod on a failed or
               vanished node; find gangs left partly bound (a crash between two bindings or
               evictions)
@@ -39,6 +40,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang
@@ -47,6 +49,7 @@ from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.model.gpus import Catalog
 from gpufleet.scheduler import prometheus_metrics
+from gpufleet.scheduler.arrivals import ArrivalTracker
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
 from gpufleet.scheduler.cluster_view import ClusterView, PendingGang, ViewBuilder
@@ -121,6 +124,8 @@ class Scheduler:
         self.partial = PartialGangs(binder, deletions, settings.partial_grace_s, clock)
         self.victims = VictimEvictor(cache, binder, clock, settings.budget_retry_s)
         self.bindings = InflightBindings(cache, binder, deletions)
+        # The request shapes seen so far, for the core's fragmentation term (arrivals.py).
+        self.arrivals = ArrivalTracker()
         self.waiting = WaitingReasons(
             binder, clock, settings.explain_delay_s, settings.busy_explain_delay_s
         )
@@ -139,6 +144,9 @@ class Scheduler:
             return report
         state, view = read
         timer.done("snapshot")
+        # Every pending gang counts, offered or not (arrivals.py): the estimate sees them all.
+        self.arrivals.observe(pg.gang for pg in view.pending)
+        view = replace(view, snapshot=self.arrivals.with_estimate(view.snapshot))
         settling, partial = self._heal(state, view, report)  # 2
         timer.done("heal")
         policy = self.policy  # one policy per cycle (a watch may replace it between cycles)

@@ -2,21 +2,27 @@
 no GPU handed out twice across cycles, rollback of a partly failed gang, pending reasons written
 once, preemption of whole gangs with the preemptor waiting, MIG requests holding their gang,
 gangs restarted off a failed node, partly bound gangs completed (or restarted when their rest
-cannot be placed), and binding batches answered after the cycle that sent them (pipelining).
+cannot be placed), binding batches answered after the cycle that sent them (pipelining), and
+the workload estimate from the gangs seen so far, each counted once.
 Decisions come from the real core (greedy engine)."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
+import pytest
 import yaml
 from scheduler_builders import NodeBuilder, PodBuilder
 from scheduler_fakes import Clock, FakeBinder, FakeMig, load, scheduler
 
-from gpufleet.core.decision import GangPlacement
-from gpufleet.core.snapshot import ReplicaPlacement
+from gpufleet.core.decision import Decision, GangPlacement
+from gpufleet.core.demand import Gang
+from gpufleet.core.place import place
+from gpufleet.core.policy import Policy
+from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
 from gpufleet.model.contract import names
 from gpufleet.model.contract.assignment import layout_annotation
 from gpufleet.model.mig import MigPlacement
@@ -397,3 +403,24 @@ def test_no_cycle_while_the_lease_is_not_held() -> None:
     finally:
         stop.set()
         runner.join(10)
+
+
+def test_the_core_sees_the_shapes_of_the_gangs_seen_so_far() -> None:
+    seen: list[Snapshot] = []
+
+    def decide(snapshot: Snapshot, gangs: Sequence[Gang], policy: Policy) -> Decision:
+        seen.append(snapshot)
+        return place(snapshot, gangs, policy)
+
+    sched, cache, _, _ = make([NodeBuilder("h0").obj()], gang("a", 2, 4), decide=decide)
+    sched.run_cycle()
+    assert seen[-1].workload is not None
+    assert [(s.shape.gpus, s.share) for s in seen[-1].workload.shapes] == [(4, 1.0)]
+    # "a" waits on: it is one arrival, however many cycles it is offered.
+    cache.pod_event("ADDED", PodBuilder("b").gpus(1).obj())
+    sched.run_cycle()
+    sched.run_cycle()
+    shares = {s.shape.gpus: s.share for s in seen[-1].workload.shapes}
+    assert set(shares) == {1, 4}
+    # Two tasks of 4 GPUs, then one of 1 GPU (decayed counts over the window).
+    assert shares[4] == pytest.approx(2 / 3, rel=1e-3)
