@@ -51,13 +51,13 @@ from typing import Any
 
 from gpufleet.core.policy import Engine
 from gpufleet.model.fleet import load_fleet
-from gpufleet.sim.cli import default_fleet_path
 from gpufleet.sim.engine import SimSettings
-from gpufleet.sim.metrics import summarise
 from gpufleet.sim.policies import POLICY_NAMES
 from gpufleet.sim.report import write_box_plots
+from gpufleet.sim.results import summarise
 from gpufleet.sim.runner import history_estimate, load_workload, run_policy, speed_model
 from gpufleet.sim.samples import packing_order
+from gpufleet.sim.simulate_command import default_fleet_path
 
 ALIBABA_LISTS = ("default", "gpuspec10", "multigpu20")
 ALIBABA_FLEETS = ("alibaba-mig-256.yaml", "alibaba-shapes-273.yaml")

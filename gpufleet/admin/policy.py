@@ -63,9 +63,12 @@ class WeightsPublic(PublicModel):
     work: float = Field(description="Weight of priority-weighted admitted work.")
     energy: float = Field(description="Weight of watts drawn by admitted work, per 100 W.")
     consolidation: float = Field(description="Penalty per empty node a decision starts using.")
-    fragmentation: float = Field(description="Penalty per free GPU stranded on a touched node.")
+    packing: float = Field(description="Penalty per free GPU left on a node the decision touches.")
+    fragmentation: float = Field(
+        description="Weight of FGD fragmentation against the scheduler's online workload estimate."
+    )
     disruption: float = Field(description="Penalty per MIG repartition and per preempted gang.")
-    scarcity: float = Field(description="Weight of the reserve kept for single-type gangs.")
+    scarcity: float = Field(description="Weight of the reserves kept for single-type gangs.")
 
 
 class PolicyPublic(PublicModel):

@@ -100,6 +100,12 @@ class QueueGate:
     def take(self, gang: Gang, gpu_type: str, replicas: int) -> None:
         self.book.hold(gang.id, self.charge(gang, gpu_type, replicas))
 
+    def resize(self, gang: Gang, gpu_type: str, replicas: int) -> None:
+        """Count the gang at `replicas` replicas on `gpu_type` instead of what it held (an
+        elastic gang given one more replica, a running gang moved to another type)."""
+        self.book.free(gang.id)
+        self.take(gang, gpu_type, replicas)
+
     def free(self, running: RunningGang) -> None:
         self.book.free(running.id)
 

@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpufleet.core.workload import WorkloadEstimate
-from gpufleet.model.cluster import Node
 from gpufleet.model.gpus import Catalog
+from gpufleet.model.inventory import Node
 from gpufleet.model.mig import MigLayout, MigPlacement
 
 __all__ = ["NodeFree", "TypeMass", "fragmentation", "node_free", "type_masses"]

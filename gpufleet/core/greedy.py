@@ -329,8 +329,12 @@ def plan_gang(
     return plan
 
 
-def commit(state: ClusterState, plan: Plan, policy: Policy) -> GangPlacement:
-    """Apply a plan to the state and return the resulting placement."""
+def commit(
+    state: ClusterState, plan: Plan, policy: Policy, charged: int | None = None
+) -> GangPlacement:
+    """Apply a plan to the state and return the resulting placement. With queues, the gang's
+    queue is charged for the plan's replicas, or for `charged` replicas in all when the plan
+    adds to (or replaces) what the gang already holds."""
     for n, g, layout in plan.repartitions:
         state.repartition(n, g, layout)
     for replica in plan.replicas:
@@ -340,7 +344,10 @@ def commit(state: ClusterState, plan: Plan, policy: Policy) -> GangPlacement:
         else:
             state.take_instance(n, replica.gpus[0], replica.mig)
     if state.gate is not None:
-        state.gate.take(plan.gang, plan.gpu_type, len(plan.replicas))
+        if charged is None:
+            state.gate.take(plan.gang, plan.gpu_type, len(plan.replicas))
+        else:
+            state.gate.resize(plan.gang, plan.gpu_type, charged)
     value = replica_value(plan.gang, state.catalog[plan.gpu_type], policy)
     return GangPlacement(
         gang_id=plan.gang.id,
@@ -461,7 +468,7 @@ def grow_elastic(
             full.add(gid)
             continue
         before = pricing.committing(state, plan.replicas)
-        extra = commit(state, plan, policy)
+        extra = commit(state, plan, policy, charged=count + 1)
         pricing.committed(state, plan.replicas, before)
         placed[gid] = replace(placement, replicas=placement.replicas + extra.replicas)
 
@@ -469,7 +476,10 @@ def grow_elastic(
 def _one_more(
     state: ClusterState, gang: Gang, placement: GangPlacement, policy: Policy, memo: Memo
 ) -> Plan | None:
-    """A plan for one more replica of a placed gang (on its node when it must share one)."""
+    """A plan for one more replica of a placed gang (on its node when it must share one),
+    within its queue's quota."""
+    if state.gate is not None and not state.gate.allows(gang, placement.gpu_type, 1):
+        return None  # its placed replicas are counted already: one more must fit on top
     if gang.topology is Topology.SAME_NODE and gang.mig_profile is None:
         n = state.node_index[placement.replicas[0].node]
         gpus = state.pick_gpus(n, gang.gpus_per_replica, nvlink=False)

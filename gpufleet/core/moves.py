@@ -19,7 +19,8 @@ lengths, never the job's own future) and counts recent moves; the rule allows at
 `max_per_hour` per gang. Moves use only capacity this decision leaves free, after every
 pending gang was placed: a move never takes GPUs from waiting work. Each gang's best move is
 the one that saves it the most time; across gangs, the move that adds the most priority-weighted
-throughput per GPU it takes goes first (the goodput rule of Pollux and Sia).
+throughput per GPU it takes goes first (the goodput rule of Pollux and Sia). With queues, a
+moved gang is charged to its queue on the new type in place of the old, within its quota.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from gpufleet.core.decision import Move
 from gpufleet.core.demand import Gang
 from gpufleet.core.greedy import Memo, commit, plan_gang, usable_types
 from gpufleet.core.policy import Policy
-from gpufleet.core.preempt import retake
+from gpufleet.core.preempt import release_gang, retake
 from gpufleet.core.snapshot import RunningGang, RunProgress
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import base_throughput
@@ -74,10 +75,11 @@ def _best_move(
     progress, demand = running.progress, running.demand
     if progress is None or demand is None or progress.recent_moves >= rule.max_per_hour:
         return None
-    # Its own GPUs are free for its new placement (a resize may keep some of them).
-    for replica in running.replicas:
-        state.release(replica)
+    # Its own GPUs (and its queue's charge) are free for its new placement (a resize may keep
+    # some of them); the move is charged to the queue the gang runs in.
+    release_gang(state, running)
     try:
+        demand = replace(demand, queue=running.queue)
         return _best_on_free(state, running, progress, demand, policy, memo)
     finally:
         retake(state, running)
@@ -138,8 +140,7 @@ def plan_moves(
                 best = candidate
         if best is None:
             return out
-        for replica in best.gang.replicas:
-            state.release(replica)
+        release_gang(state, best.gang)
         plan = plan_gang(state, best.demand, best.gpu_type, policy, memo)
         assert plan is not None  # found free a moment ago, nothing changed since
         placement = commit(state, plan, policy)

@@ -32,7 +32,7 @@ from gpufleet.core.scarcity import (
 )
 from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
 from gpufleet.core.state import ClusterState
-from gpufleet.model.cluster import Node
+from gpufleet.model.inventory import Node
 from gpufleet.model.mig import MigLayout, MigPlacement
 
 __all__ = ["DecisionCosts", "Pricing", "decision_costs", "masses_of"]

@@ -63,9 +63,9 @@ class RunningGang:
     priority: int = 0
     preemptible: bool = True
     relative_throughput: float | None = None  # None = catalogue default for gpu_type
-    demand: Gang | None = None
     progress: RunProgress | None = None
     queue: str | None = None  # the GPUQueue it is charged to (None: outside any queue)
+    demand: Gang | None = None  # the gang as it was asked for (moves.py)
 
 
 @dataclass(frozen=True)

@@ -629,8 +629,12 @@ class Simulation:
                     self._start_running(job)
             for node in touched:
                 self._refresh_node_power(node)
+        # Moves are simultaneous: one may take GPUs another gives up (the core plans them in
+        # turn), so every moved gang stops before any restarts.
         for move in decision.moves:
-            self._move(move)
+            self._stop_moved(move)
+        for move in decision.moves:
+            self._restart_moved(move)
 
     def _lose_unsaved(self, job: _Job) -> None:
         """A running job stopped now redoes the work since its last checkpoint."""
@@ -639,8 +643,8 @@ class Simulation:
             lost = job.speed * self._unsaved_s(job)
             job.remaining = min(job.trace.work_s, job.remaining + lost)
 
-    def _move(self, move: Move) -> None:
-        """Restart a running gang on its new placement (see module docstring)."""
+    def _stop_moved(self, move: Move) -> None:
+        """Stop a gang the policy moves; it loses its unsaved progress (module docstring)."""
         job = self.jobs[move.gang_id]
         if job.state not in (_State.RUNNING, _State.STARTING):
             raise RuntimeError(f"policy moved {move.gang_id} in state {job.state.name}")
@@ -648,6 +652,10 @@ class Simulation:
         self._release(job)
         job.moves.append(self.now)
         job.record.moves += 1
+
+    def _restart_moved(self, move: Move) -> None:
+        """Restart a stopped moved gang on its new placement."""
+        job = self.jobs[move.gang_id]
         placement = move.placement
         job.replicas = placement.replicas
         job.gpu_type = placement.gpu_type

@@ -21,9 +21,9 @@ class TraceJob:
     `work_s` is the job's run time on a reference GPU (relative speed 1.0 = V100, the
     normalisation of the project's GPU reference, gpus.md §7.4) with its full gang; the engine
     divides it by the speed of the GPUs it actually gets (an elastic job running with fewer than
-    `replicas` replicas goes slower, by the speed model's scaling curve). A job is a gang of `replicas` identical
-    pods, each needing `gpus_per_replica` whole GPUs, or one MIG slice of `mig_g` compute slices
-    when `mig_g` is set (fractional requests quantised to MIG sizes).
+    `replicas` replicas goes slower, by the speed model's scaling curve). A job is a gang of
+    `replicas` identical pods, each needing `gpus_per_replica` whole GPUs, or one MIG slice of
+    `mig_g` compute slices when `mig_g` is set (fractional requests quantised to MIG sizes).
     """
 
     job_id: str

@@ -24,7 +24,7 @@ from gpufleet.core.policy import Policy
 from gpufleet.core.pricing import Pricing, decision_costs
 from gpufleet.core.state import ClusterState
 from gpufleet.core.workload import TaskShape, WorkloadEstimate
-from gpufleet.model.cluster import make_node
+from gpufleet.model.inventory import make_node
 from gpufleet.model.mig import MigPlacement
 
 H100, A100, T4 = "H100-80GB", "A100-80GB", "T4"

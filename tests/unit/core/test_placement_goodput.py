@@ -22,6 +22,7 @@ from gpufleet.core.demand import Gang
 from gpufleet.core.objective import evaluate
 from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, SolverSettings, Weights
+from gpufleet.core.queues import QueueSpec, QueueTree, Quota
 from gpufleet.core.snapshot import RunProgress, Snapshot
 from gpufleet.core.validate import decision_problems
 from gpufleet.core.valuation import gang_value
@@ -103,6 +104,33 @@ def test_a_running_elastic_gang_grows_by_a_move(engine: Engine) -> None:
     speedup = 3.7 / 1.95
     assert move.gain_s == pytest.approx(36_000.0 - (60.0 + 36_000.0 / speedup))
     assert evaluate(snapshot, [], decision, Policy()).objective > 0
+
+
+def a100_queue(nominal: int) -> QueueTree:
+    return QueueTree.build([QueueSpec("a", None, 1.0, {A100: Quota(nominal, borrowing_limit=0)})])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("nominal", [1, 3, 4])
+def test_growth_stays_within_the_queue_quota(engine: Engine, nominal: int) -> None:
+    snapshot = replace(cluster().node("a", A100, count=4).build(), queues=a100_queue(nominal))
+    decision = decide(snapshot, [replace(elastic("e", LINEARISH), queue="a")], engine)
+    assert [p.replica_count for p in decision.placements] == [nominal]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize(("nominal", "grows_to"), [(2, None), (3, 3), (4, 4)])
+def test_a_resize_move_is_charged_in_place_of_what_the_gang_held(
+    engine: Engine, nominal: int, grows_to: int | None
+) -> None:
+    built = cluster().node("a", A100, count=4).run("e", "a", (0,), queue="a")
+    built = built.run("e", "a", (1,), queue="a").queues(a100_queue(nominal)).build()
+    (running,) = built.running
+    demand = replace(elastic("e", LINEARISH), queue="a")
+    progress = RunProgress(expected_remaining_s=36_000.0, restart_s=60.0)
+    snapshot = replace(built, running=(replace(running, demand=demand, progress=progress),))
+    moves = decide(snapshot, [], engine).moves
+    assert [m.placement.replica_count for m in moves] == ([] if grows_to is None else [grows_to])
 
 
 @st.composite

@@ -23,6 +23,7 @@ from gpufleet.core.moves import expected_remaining, move_gain_s
 from gpufleet.core.objective import evaluate
 from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, MoveRule, Policy, SolverSettings
+from gpufleet.core.queues import QueueSpec, QueueTree, Quota
 from gpufleet.core.snapshot import RunningGang, RunProgress, Snapshot
 from gpufleet.core.validate import decision_problems
 
@@ -124,6 +125,27 @@ def test_pending_work_comes_first(engine: Engine) -> None:
     decision = decide(on_t4(), [waiting], engine)
     assert decision.admitted_ids == {"waiting"}
     assert decision.moves == ()
+
+
+def in_queue(h100_quota: int) -> Snapshot:
+    """`on_t4`, the job charged to queue `a` with room for it on T4 and `h100_quota` H100s."""
+    snapshot = on_t4()
+    (job,) = snapshot.running
+    quotas = {T4: Quota(4, borrowing_limit=0), H100: Quota(h100_quota, borrowing_limit=0)}
+    tree = QueueTree.build([QueueSpec("a", None, 1.0, quotas)])
+    job = replace(job, queue="a", demand=replace(job.demand, queue="a") if job.demand else None)
+    return replace(snapshot, running=(job,), queues=tree)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_move_is_charged_to_its_queue_on_the_new_type(engine: Engine) -> None:
+    (move,) = decide(in_queue(h100_quota=4), [], engine).moves
+    assert move.placement.gpu_type == H100
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_no_move_beyond_the_queue_quota_of_the_new_type(engine: Engine) -> None:
+    assert decide(in_queue(h100_quota=2), [], engine).moves == ()
 
 
 TYPES = ("H100-80GB", "A100-80GB", "T4", "L4")

@@ -16,22 +16,23 @@ from dataclasses import replace
 
 import pytest
 
-from gpufleet.core.decision import Decision
+from gpufleet.core.decision import Decision, GangPlacement, Move
 from gpufleet.core.demand import Gang
 from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, SolverSettings
-from gpufleet.core.snapshot import Snapshot
+from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
 from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import Catalog
 from gpufleet.sim.baselines import TiresiasLikePolicy
 from gpufleet.sim.engine import SimPolicy, SimSettings, Simulation
-from gpufleet.sim.metrics import SimResult
+from gpufleet.sim.gavel_profiles import GavelProfile
 from gpufleet.sim.occupancy import SimCluster
-from gpufleet.sim.profiles import GavelProfile
+from gpufleet.sim.results import SimResult
 from gpufleet.sim.speed import SpeedModel
 from gpufleet.sim.traces.common import TraceJob
 
 MODEL = "ResNet-50 (batch size 64)"
+H100, T4 = "H100-80GB", "T4"
 FLEET = FleetSpec(
     node_pools=[
         NodePoolSpec(name="h", count=1, gpu_type="H100-80GB", gpus_per_node=4),
@@ -89,6 +90,40 @@ def test_a_long_job_moves_to_the_freed_fast_gpus(
     lost = 0.0 if interval is None else ((moved_at - 10.0) % interval) * slow
     expected = moved_at + 60.0 + (500_000.0 - done + lost) / fast
     assert recs["long"].completion_s == pytest.approx(expected)
+
+
+def test_moves_of_one_decision_are_simultaneous(catalog: Catalog, profile: GavelProfile) -> None:
+    """Job a takes the H100s job b gives up in the same decision (applied in id order, a first)."""
+
+    def placed(gid: str, gpu_type: str, node: str, gpus: tuple[int, ...]) -> GangPlacement:
+        return GangPlacement(gid, gpu_type, tuple(ReplicaPlacement(node, (g,)) for g in gpus))
+
+    def decide(snapshot: Snapshot, pending: Sequence[Gang], pol: Policy) -> Decision:
+        if {g.id for g in pending} == {"a", "b"}:
+            return Decision(
+                placements=(placed("a", T4, "t-0", (0, 1)), placed("b", H100, "h-0", (0, 1)))
+            )
+        if [g.id for g in pending] == ["c"]:
+            return Decision(
+                placements=(placed("c", T4, "t-0", (3,)),),
+                moves=(
+                    Move("a", T4, placed("a", H100, "h-0", (0, 1)), 1.0),
+                    Move("b", H100, placed("b", H100, "h-0", (2, 3)), 1.0),
+                ),
+            )
+        return Decision()
+
+    jobs = [job("a", 0.0, 1000.0, 2), job("b", 0.0, 1000.0, 2), job("c", 50.0, 1000.0, 1)]
+    sim = Simulation(
+        SimCluster(FLEET, catalog),
+        jobs,
+        SimPolicy("scripted", decide, Policy()),
+        SpeedModel(catalog, profile, {H100: 4, T4: 4}),
+        SimSettings(restart_cost_s=60.0),
+    )
+    recs = {r.job_id: r for r in sim.run().jobs}
+    assert (recs["a"].moves, recs["b"].moves, recs["c"].moves) == (1, 1, 0)
+    assert all(r.completion_s is not None for r in recs.values())
 
 
 def test_interval_checkpoints_lose_progress_on_preemption(
