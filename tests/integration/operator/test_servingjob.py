@@ -266,7 +266,7 @@ def test_pinned_pools_follow_min_replicas(serving: Serving) -> None:
     serving.patch("pinned", {"spec": {"decode": {"minReplicas": 1}}})
     wait_for(lambda: serving.running("pinned", "decode", 1), "decode pinned at 1", 60)
     entry = wait_for(lambda: serving.pool_is("pinned", "decode", desiredReplicas=1), "status at 1")
-    assert "pinned at minReplicas" in entry["lastScaleReason"]
+    assert entry["lastScaleReason"] == "decode: 3->1 (autoscaling disabled: pinned at minReplicas)"
 
 
 def test_deleting_removes_deployments_and_pods(serving: Serving, kube: Kube) -> None:
@@ -339,6 +339,18 @@ def test_restart_rebuilds_from_the_cluster(serving: Serving, operator: OperatorP
     (before,) = serving.deployments("steady").values()
     operator.kill()
     operator.start()
+    # start() returns once the new process holds the Lease and its scheduler is ready; its kopf
+    # starts after that (seconds later on a loaded machine). Everything below but a spec change
+    # was already true before the kill, so only an observed spec change shows that the new
+    # process handles the job (and the teardown's deletion, which needs its kopf to release the
+    # finalizer, then does not wait for that start-up as well).
+    serving.patch("steady", {"spec": {"server": {"maxReplicas": 5}}})
+    generation = serving.get("steady")["metadata"]["generation"]
+    wait_for(
+        lambda: serving.status("steady").get("observedGeneration") == generation,
+        "the restarted operator handling the job",
+        60,
+    )
     assert stays(lambda: serving.running("steady", "server", 3), 5.0)
     (after,) = serving.deployments("steady").values()
     assert after["metadata"]["uid"] == before["metadata"]["uid"]  # adopted, not recreated
