@@ -64,7 +64,7 @@ from gpufleet.scheduler.offer import cap_identical, heads
 from gpufleet.scheduler.partial import PartialGangs, partial_gangs
 from gpufleet.scheduler.power_marks import PowerMarks, booting_messages
 from gpufleet.scheduler.queue_objects import QueueStatusWriter
-from gpufleet.scheduler.repartition import request_layouts
+from gpufleet.scheduler.repartition import hide_reconfiguring, request_layouts
 from gpufleet.scheduler.victims import VictimEvictor, victims_still_shown
 from gpufleet.scheduler.waiting import WaitingReasons, pending_messages
 
@@ -204,6 +204,7 @@ class Scheduler:
             log.warning("cycle=%d pod %s holds GPUs its node does not have", self.cycle, key)
         if self.power is not None:  # nodes marked off or waking, even before the watch shows it
             view = self.power.hide_marked(view, self.power.marks(state.nodes))
+        view = hide_reconfiguring(view, state)  # likewise nodes asked for a MIG layout
         return state, self.victims.without_protected(view)
 
     def _heal(

@@ -1,10 +1,12 @@
 """Phase 6 of the cycle: the core's new MIG layouts asked of their nodes (`mig.MigRequester`);
-the gangs placed on the repartitioned GPUs wait until the MIG manager reports success."""
+the gangs placed on the repartitioned GPUs wait until the MIG manager reports success, and the
+node takes no other pod meanwhile (`hide_reconfiguring`)."""
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from dataclasses import replace
 
 from gpufleet.core.decision import Decision
 from gpufleet.model.contract import names
@@ -16,6 +18,20 @@ from gpufleet.scheduler.cycle_report import CycleReport
 from gpufleet.scheduler.mig_request import CONFIG_PREFIX, MigRequester
 
 log = logging.getLogger("gpufleet.scheduler")
+
+
+def hide_reconfiguring(view: ClusterView, state: CachedState) -> ClusterView:
+    """The view with every node this process asked for a MIG layout unschedulable until the
+    request is applied. The node's `pending` state label does that once the watch delivers it;
+    until then the node looks as before the request, and a cycle in between would give its
+    GPUs being repartitioned to whole-GPU pods (the chaos run's over-commit)."""
+    asked = state.mig_requests.keys()
+    if not any(n.name in asked and n.schedulable for n in view.snapshot.nodes):
+        return view
+    nodes = tuple(
+        replace(n, schedulable=False) if n.name in asked else n for n in view.snapshot.nodes
+    )
+    return replace(view, snapshot=replace(view.snapshot, nodes=nodes))
 
 
 def request_layouts(

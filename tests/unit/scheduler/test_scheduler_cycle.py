@@ -214,6 +214,22 @@ def test_mig_repartition_holds_the_gang_until_applied() -> None:
     assert binder.bound["default/m"].annotations[names.ASSIGNED_MIG].startswith("3g.40gb@")
 
 
+def test_node_asked_for_mig_takes_no_new_pods_before_the_watch_shows_the_request() -> None:
+    # Chaos run: "h100-mig-0: 8 x nvidia.com/gpu in use, 4 allocatable". The cycle after a MIG
+    # request ran on the node as the watch still showed it (whole GPUs, schedulable) and bound
+    # whole-GPU pods to the GPUs being repartitioned.
+    node = NodeBuilder("a0", "A100-80GB", 2).mig("all-disabled")
+    sched, cache, binder, mig = make([node.obj()], [PodBuilder("m").mig("3g.40gb").obj()])
+    report = sched.run_cycle()
+    assert list(report.mig_requests) == ["a0"] and binder.bound == {}
+    assert any(layout is not None for layout in mig.requests[0][1])  # a GPU gets slices
+    # A whole-GPU pod arrives; the node's labels are not yet back from the watch.
+    cache.pod_event("ADDED", PodBuilder("w").gpus(2).obj())
+    report = sched.run_cycle()
+    assert binder.bound == {}
+    assert "default/pod:w" in report.pending
+
+
 def test_gang_on_a_vanished_node_is_restarted_whole() -> None:
     pods = [
         PodBuilder("g-0").gpus(1).gang("g", 2, 0).bound("gone", gpus="0").obj(),
