@@ -245,6 +245,12 @@ class RssSampler:
         self._stop.set()
 
 
+def process_cpu_s(pid: int) -> float:
+    """User plus system CPU seconds a process has used since it started (/proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cycle_lines(log: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
     """Cycle log lines after byte `offset`; and the new offset."""
     with log.open("rb") as f:
@@ -263,6 +269,7 @@ def cycle_lines(log: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
                 "pending": int(m.group(3)),
                 "seconds": float(m.group(4)),
                 "snapshot_s": float(phases.get("snapshot", "0ms").removesuffix("ms")) / 1000,
+                "cpu_s": float(phases.get("cpu", "0ms").removesuffix("ms")) / 1000,
             }
         )
     return cycles, offset + len(data)
@@ -325,6 +332,7 @@ def measure_backlog(
     every = cycle_histogram(operator.metrics_port)
     bound = sum(1 for p in kube.pods(ns) if p["spec"].get("nodeName"))
     seconds = [c["seconds"] for c in cycles]
+    cpu = [c["cpu_s"] for c in cycles]
     snapshots = [c["snapshot_s"] for c in cycles]
     return {
         "gangs": gangs,
@@ -337,6 +345,10 @@ def measure_backlog(
         "cycle_p50_s": round(pct(seconds, 0.5), 3) if cycles else None,
         "cycle_p99_s": round(pct(seconds, 0.99), 3) if cycles else None,
         "cycle_max_s": round(max(seconds), 3) if cycles else None,
+        "cycle_cpu_p50_s": round(pct(cpu, 0.5), 3) if cycles else None,
+        "cycle_cpu_p99_s": round(pct(cpu, 0.99), 3) if cycles else None,
+        "operator_cpu_s": round(process_cpu_s(operator.pid), 1),
+        "load_average": os.getloadavg(),
         "snapshot_p50_s": round(pct(snapshots, 0.5), 3) if cycles else None,
         "snapshot_max_s": round(max(snapshots), 3) if cycles else None,
         "pending_first": cycles[0]["pending"] if cycles else None,
@@ -466,13 +478,15 @@ def print_live(out: dict[str, Any]) -> None:
         f"{b['pods_bound']} pods bound {b['drain_s']}s after it led"
     )
     print(
-        f"  cycle p50 {b['cycle_p50_s']}s p99 {b['cycle_p99_s']}s max {b['cycle_max_s']}s; "
+        f"  cycle p50 {b['cycle_p50_s']}s p99 {b['cycle_p99_s']}s max {b['cycle_max_s']}s "
+        f"(scheduler-thread CPU p50 {b['cycle_cpu_p50_s']}s p99 {b['cycle_cpu_p99_s']}s); "
         f"snapshot p50 {b['snapshot_p50_s']}s max {b['snapshot_max_s']}s (binding cycles)"
     )
     print(
         f"  all {b['all_cycles']} cycles (histogram buckets): p50 <= {b['all_cycles_p50_le_s']}s, "
         f"p99 <= {b['all_cycles_p99_le_s']}s; operator restarted with the backlog, leading and "
-        f"synced in {b['operator_ready_s']}s"
+        f"synced in {b['operator_ready_s']}s; operator CPU {b['operator_cpu_s']}s from its "
+        f"start to the backlog drained; load average then {b['load_average']}"
     )
     print(f"  64-worker job apply -> all Running on the busy fleet: {out['gang_latency_s']}s")
     print(f"  invariant violations {len(out['violations'])}; sandbox restarts "

@@ -23,6 +23,9 @@ class CycleReport:
     bind_failures: dict[str, str] = field(default_factory=dict)  # gang id -> error
     power: PowerReport = field(default_factory=PowerReport)  # idle-node power-down marks
     timings: dict[str, float] = field(default_factory=dict)
+    # CPU seconds of the scheduler's thread in the cycle: the wall times above stretch with
+    # the machine's load, this does not (benchmarks on a shared machine report both).
+    cpu_s: float = 0.0
     error: str | None = None
 
     @property

@@ -83,10 +83,12 @@ class _PhaseTimer:
         self.clock = clock
         self.report = report
         self.started = self.last = clock()
+        self.cpu_started = time.thread_time()
 
     def done(self, phase: str) -> None:
         now = self.clock()
         self.report.timings[phase] = now - self.last
+        self.report.cpu_s = time.thread_time() - self.cpu_started
         self.last = now
 
 
@@ -244,11 +246,12 @@ class Scheduler:
             return
         log.info(
             "cycle=%d sent=%d bound=%s preempted=%s mig=%s restarted=%s completed=%s "
-            "pending=%d in %.3fs (%s)",
+            "pending=%d in %.3fs (%s cpu=%.0fms)",
             self.cycle, report.sent, report.bound, report.preempted,
             sorted(report.mig_requests), report.restarted, report.completed,
             len(report.pending), total,
             " ".join(f"{k}={v * 1000:.0f}ms" for k, v in report.timings.items()),
+            report.cpu_s * 1000,
         )  # fmt: skip
 
     # --- running -------------------------------------------------------------------------------

@@ -61,6 +61,8 @@ def test_binds_a_whole_gang_with_its_gpus() -> None:
     assert sorted(gpus) == ["0,1,2,3", "4,5,6,7"]
     assert all(r.node == "h0" for r in binder.bound.values())
     assert binder.bound["default/g-0"].annotations[names.ASSIGNED_TYPE] == "H100-80GB"
+    # CPU time of the cycle is reported next to the phases' wall times (benchmarks read both).
+    assert 0 < report.cpu_s <= sum(report.timings.values()) + 0.05
 
 
 def test_assumed_gpus_are_not_given_out_again() -> None:
