@@ -332,6 +332,14 @@ def _run(
         )
     if failed:
         return _restart_or_fail(failed, live, restarts, backoff, conds, out)
+    placed = [p for p in live if (p.get("spec") or {}).get("nodeName") and _phase(p) != "Succeeded"]
+    if succeeded and not placed:
+        # Some workers finished and the rest were preempted or lost: the scheduler places
+        # only whole gangs, so the others alone would wait for ever. They all run again.
+        out.delete = [p["metadata"]["name"] for p in live if _phase(p) == "Succeeded"]
+        why = "workers that finished run again with the rest of their gang"
+        conds.set(Cond.PODS_READY, False, GANG_RESTART, why)
+        return _waiting(conds), restarts
     return _admit_or_wait(job, live, bool(terminating), restarts, conds, out)
 
 

@@ -164,6 +164,23 @@ def test_all_workers_succeeded() -> None:
     assert out.status["completionTime"] == "2026-01-01T12:00:00Z"
 
 
+def test_workers_that_finished_run_again_with_their_preempted_gang() -> None:
+    # Soak run: rank 0 finished, then ranks 1-3 were preempted and recreated; the scheduler
+    # places only whole gangs, so the three alone waited for ever.
+    spec = {"replicas": 4}
+    rerun = [pod(0, "Succeeded", "n0"), pod(1), pod(2), pod(3)]
+    out = plan(job(status={"phase": "Preempted"}, **spec), rerun, NOW)
+    assert out.delete == ["j-worker-0"] and out.create == []
+    assert out.status["phase"] == "Queued" and out.status["restarts"] == 0
+    assert cond(out.status, "PodsReady")["reason"] == "GangRestart"
+    # The finished worker's pod gone, it is created again with the others pending.
+    assert plan(job(status=out.status, **spec), rerun[1:], NOW).create == [0]
+    # Finishing one after another is not that: a worker still placed keeps the others.
+    finishing = [pod(0, "Succeeded", "n0"), pod(1, "Running", "n0"), pod(2, "Pending", "n1")]
+    out = plan(job(replicas=3), finishing, NOW)
+    assert out.delete == [] and out.status["phase"] == "Admitted"
+
+
 def test_deadline_fails_a_running_job() -> None:
     start = NOW - timedelta(seconds=61)
     status = {"phase": "Running", "startTime": start.strftime("%Y-%m-%dT%H:%M:%SZ")}
