@@ -5,7 +5,8 @@ One private sandbox (the default 16-node, 96-GPU fleet with MIG nodes, or --flee
 `gpufleet operator` replicas electing a leader (--lease-duration), and:
 - a stream of TrainingJobs of mixed sizes, types, MIG slices and priorities (one every
   --interval seconds, each "running" for 10-60 s, after which the harness marks its pods
-  Succeeded as a finished container would);
+  Succeeded as a finished container would: only once every pod is bound and Running, and a
+  preempted job runs its time again from its next start);
 - the example disaggregated ServingJob with the sandbox's simulated vLLM servers and real
   Prometheus, so the autoscaler acts under its load pattern (--no-serving leaves it out);
 - faults at random moments of --duration seconds, one after another: SIGKILL of the leading
@@ -18,7 +19,9 @@ One private sandbox (the default 16-node, 96-GPU fleet with MIG nodes, or --flee
 - lost jobs: a TrainingJob that disappears before it was seen Succeeded (jobs are removed 60 s
   after they finish), or a job the stream created that never got a phase;
 - after the last fault the stream stops and every job must be Running or Succeeded within
-  --bound seconds.
+  --bound seconds;
+- pods seen Succeeded and later Running again (kwok, the sandbox's kubelet, does that to a pod
+  marked finished before kwok started it): reported apart, as a harness fault.
 
     python bench/chaos.py                         # 10 minutes of faults, 20 kills
     python bench/chaos.py --duration 300 --kills 20 --interval 4 --no-serving
@@ -52,6 +55,7 @@ from gpufleet.model.input_error import InputError
 from gpufleet.model.migparted import load_default_configs
 from gpufleet.sandbox.control_plane import Sandbox, default_fleet_path
 from gpufleet.sandbox.node_manifests import KWOK_ANNOTATION, sandbox_pool_check
+from gpufleet.scheduler.informer import Informer
 from gpufleet.scheduler.nodes import node_ready
 from gpufleet.scheduler.runtime import api_client
 from gpufleet.testing.operator import Kube, OperatorProcess, SettledInvariants, training_job
@@ -78,7 +82,9 @@ class Job:
     name: str
     created: float
     runs_for: float
-    running_at: float | None = None
+    replicas: int
+    first_running_at: float | None = None
+    running_at: float | None = None  # since when the current run is Running
     succeeded: bool = False
     finished_sent: bool = False
     gone: bool = False
@@ -172,18 +178,24 @@ class Load(threading.Thread):
         next_at = time.monotonic()
         count = 0
         while not self.stop.is_set():
+            polled = time.monotonic()
             while self.creating.is_set() and time.monotonic() >= next_at:
                 if self.limit is not None and count >= self.limit:
                     self.creating.clear()
                     break
                 name = f"j{count:05d}"
+                doc = self.manifest(name)
                 try:
-                    self.kube.create_job(JOBS_NS, self.manifest(name))
-                    self.jobs[name] = Job(name, time.monotonic(), self.rng.uniform(*self.runs_for))
+                    self.kube.create_job(JOBS_NS, doc)
+                    runs_for = self.rng.uniform(*self.runs_for)
+                    replicas = doc["spec"]["replicas"]
+                    self.jobs[name] = Job(name, time.monotonic(), runs_for, replicas)
                     count += 1
                 except Exception:
                     self.record.refused_creates += 1  # an outage: try the next one later
                 next_at += self.interval
+                if time.monotonic() - polled >= 1.0:
+                    break  # behind the rate: still follow (and finish) jobs every second
             try:
                 self.follow()
             except Exception:
@@ -191,9 +203,10 @@ class Load(threading.Thread):
             self.stop.wait(min(1.0, self.interval))
 
     def follow(self) -> None:
-        """Phases from one list; finished workloads' pods marked Succeeded."""
+        """Phases from one list; the pods of jobs that ran for their time marked Succeeded."""
         seen = {j["metadata"]["name"]: j for j in self.kube.jobs(JOBS_NS)}
         now = time.monotonic()
+        due: list[Job] = []
         for job in self.jobs.values():
             if job.gone:
                 continue
@@ -211,14 +224,35 @@ class Load(threading.Thread):
             elif phase == "Running":
                 if job.running_at is None:
                     job.running_at = now
+                    job.first_running_at = job.first_running_at or now
                 if not job.finished_sent and now - job.running_at >= job.runs_for:
-                    self.finish(job)
+                    due.append(job)
+            elif not job.succeeded:
+                # Preempted or restarted: its new pods run for the job's time from their start.
+                job.running_at, job.finished_sent = None, False
+        if due:
+            pods: dict[str, list[dict[str, Any]]] = {}
+            for pod in self.kube.pods(JOBS_NS):
+                owner = (pod["metadata"].get("labels") or {}).get(names.TRAININGJOB_LABEL, "")
+                pods.setdefault(owner, []).append(pod)
+            for job in due:
+                self.finish(job, pods.get(job.name, []))
 
-    def finish(self, job: Job) -> None:
-        selector = f"{names.TRAININGJOB_LABEL}={job.name}"
-        for pod in self.kube.pods(JOBS_NS, selector):
-            if pod["metadata"].get("deletionTimestamp"):
-                continue
+    def finish(self, job: Job, pods: list[dict[str, Any]]) -> None:
+        """Mark the job's pods Succeeded, as their containers exiting would; only pods that
+        run (bound and Running) can finish, so a job whose phase is stale (preempted, its new
+        pods not placed yet) waits for the next poll. Marking pods that never ran once left
+        unbound Succeeded pods, and bound ones that kwok then set Running again."""
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        running = [
+            p
+            for p in live
+            if (p.get("spec") or {}).get("nodeName")
+            and (p.get("status") or {}).get("phase") == "Running"
+        ]
+        if len(running) < job.replicas or len(running) < len(live):
+            return
+        for pod in running:
             self.kube.core.patch_namespaced_pod_status(
                 pod["metadata"]["name"], JOBS_NS, {"status": {"phase": "Succeeded"}}
             )
@@ -233,6 +267,42 @@ class Load(threading.Thread):
             for name, job in self.jobs.items()
             if not job.gone and phases.get(name) not in ("Running", "Succeeded")
         )
+
+
+class PhaseReverts:
+    """Pods of `namespace` the watch showed finished (Succeeded or Failed) and later not:
+    pod key -> what it went back to and which client last wrote its status (managedFields).
+    A kubelet never does that; a stand-in kubelet writing late can."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.finished: set[str] = set()
+        self.reverted: dict[str, str] = {}
+        self.stop = threading.Event()
+        self.informer = Informer(
+            f"pods-{namespace}", kube.core.list_namespaced_pod, self.on_list, self.on_event,
+            self.stop, namespace=namespace,
+        )  # fmt: skip
+
+    def on_list(self, items: list[dict[str, Any]]) -> None:
+        for pod in items:
+            self.on_event("MODIFIED", pod)
+
+    def on_event(self, kind: str, pod: dict[str, Any]) -> None:
+        key = f"{pod['metadata']['name']}/{pod['metadata'].get('uid', '')}"
+        if kind == "DELETED":
+            self.finished.discard(key)
+            return
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            self.finished.add(key)
+        elif key in self.finished and key not in self.reverted:
+            writers = sorted(
+                f"{m.get('manager')}@{m.get('time')}"
+                for m in pod["metadata"].get("managedFields") or []
+                if m.get("subresource") == "status"
+            )
+            self.reverted[key] = f"back to {phase}; status written by {', '.join(writers)}"
+            log(f"REVERTED {key}: {self.reverted[key]}")
 
 
 class Checker(threading.Thread):
@@ -380,6 +450,8 @@ def run(args: Any) -> dict[str, Any]:
             if args.serving:
                 start_serving(sandbox, kube)
             load = Load(kube, record, args.interval, args.seed)
+            reverts = PhaseReverts(kube, JOBS_NS)
+            reverts.informer.start()
             started = load.started
             checker = Checker(kube, record, started)
             faults = Faults(sandbox, kube, replicas, record, args)
@@ -416,6 +488,7 @@ def run(args: Any) -> dict[str, Any]:
                 time.sleep(4.0)  # a last invariant check on the settled cluster
             finally:
                 load.stop.set()
+                reverts.stop.set()
                 checker.stop.set()
                 checker.join(10)
                 load.join(10)
@@ -425,7 +498,7 @@ def run(args: Any) -> dict[str, Any]:
             if replicas is not None:  # also on an interrupt: nothing of the run outlives it
                 replicas.stop()
             sandbox.down(progress=lambda _: None)
-    waits = [j.running_at - j.created for j in load.jobs.values() if j.running_at is not None]
+    waits = [j.first_running_at - j.created for j in load.jobs.values() if j.first_running_at]
     return {
         "bench": "chaos",
         "duration_s": args.duration,
@@ -442,6 +515,7 @@ def run(args: Any) -> dict[str, Any]:
         "violations": record.violations,
         "violations_total": len(record.violations),
         "invariant_checks": checker.checks,
+        "pods_reverted": reverts.reverted,
         "unsettled_after_bound": unsettled,
         "settled_in_s": round(settled_s, 1),
         "bound_s": args.bound,
@@ -466,6 +540,8 @@ def report(out: dict[str, Any]) -> None:
         print(f"  at {at}s: {v}")
     for job in out["unsettled_after_bound"]:
         print(f"  unsettled {job}")
+    for pod, what in out["pods_reverted"].items():
+        print(f"  finished pod {pod} {what}")
     print(f"serving: {out['serving']}; sandbox component restarts {out['sandbox_restarts']}")
 
 

@@ -4,12 +4,15 @@ whether every job finished.
 One private sandbox with a kwok fleet of --nodes 8-GPU nodes (scale_bench.py's mix: H100, A100,
 L4; or --fleet), one `gpufleet operator`, and --jobs TrainingJobs of whole GPUs (1-4 workers of
 1-8 GPUs, priorities 0-2) created at --rate a second; each runs 5-15 s, then the harness marks its
-pods Succeeded as a finished container would, and the operator removes the job 60 s after it
-finished (ttlSecondsAfterFinished). The operator's resident memory is sampled every second.
+pods Succeeded as a finished container would (chaos.py's `Load`: only pods bound and Running),
+and the operator removes the job 60 s after it finished (ttlSecondsAfterFinished). The
+operator's resident memory is sampled every second.
 
-A job is finished when it was seen Succeeded; lost when it disappeared before that. Memory
-growth is the slope of a least-squares line through the samples of the second half of the run
-(MiB per hour), next to the first, the largest and the last sample.
+A job is finished when it was seen Succeeded; lost when it disappeared before that; unfinished
+jobs are listed with their phase and their pods' phases, and pods seen Succeeded then Running
+again (kwok writing late, a harness fault) apart. Memory growth is the slope of a least-squares
+line through the samples of the second half of the run (MiB per hour), next to the first, the
+largest and the last sample.
 
     python bench/soak.py                                  # 10,000 jobs on 1,000 nodes
     python bench/soak.py --jobs 1000 --nodes 200 --rate 2
@@ -29,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from chaos import JOBS_NS, Load, Record, Shape
+from chaos import JOBS_NS, Load, PhaseReverts, Record, Shape
 from scale_bench import RssSampler, default_fleet
 
 from gpufleet.cliargs import (
@@ -39,6 +42,7 @@ from gpufleet.cliargs import (
     positive_float,
     positive_int,
 )
+from gpufleet.model.contract import names
 from gpufleet.model.fleet import load_fleet
 from gpufleet.model.input_error import InputError
 from gpufleet.model.migparted import load_default_configs
@@ -63,6 +67,26 @@ def slope(points: list[tuple[float, float]]) -> float:
     return sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
 
 
+def unfinished_jobs(kube: Kube, load: Load) -> list[str]:
+    """Jobs not seen Succeeded and still there: each with its phase, whether the harness
+    marked its pods finished, and its pods' phases."""
+    phases = {j["metadata"]["name"]: (j.get("status") or {}).get("phase")
+              for j in kube.jobs(JOBS_NS)}  # fmt: skip
+    pods: dict[str, list[str]] = {}
+    for pod in kube.pods(JOBS_NS):
+        job = (pod["metadata"].get("labels") or {}).get(names.TRAININGJOB_LABEL, "")
+        gone = " deleting" if pod["metadata"].get("deletionTimestamp") else ""
+        pods.setdefault(job, []).append(
+            f"{pod['metadata']['name']}={(pod.get('status') or {}).get('phase')}{gone}"
+        )
+    return [
+        f"{name}: {phases.get(name)}, finish sent {job.finished_sent}, pods "
+        f"{' '.join(sorted(pods.get(name, [])))}"
+        for name, job in sorted(load.jobs.items())
+        if not job.succeeded and not job.gone
+    ]
+
+
 def run(args: Any) -> dict[str, Any]:
     record = Record()
     with tempfile.TemporaryDirectory(prefix="gpufleet-soak-") as tmp:
@@ -80,6 +104,8 @@ def run(args: Any) -> dict[str, Any]:
                 sandbox.kubeconfig, args.operator_log or root / "operator.log",
                 kube.coordination, "--lease-duration=60", "--node-failure-grace=600",
             )  # fmt: skip
+            reverts = PhaseReverts(kube, JOBS_NS)
+            reverts.informer.start()
             try:
                 operator.start(timeout=600)
                 with RssSampler(operator) as rss:
@@ -102,8 +128,10 @@ def run(args: Any) -> dict[str, Any]:
                     load.stop.set()
                     load.join(10)
                     violations = invariants.check(kube.core)
+                    unfinished = unfinished_jobs(kube, load)
                     samples = list(rss.samples)
             finally:
+                reverts.stop.set()
                 operator.stop()
         finally:
             sandbox.down(progress=lambda _: None)
@@ -127,6 +155,8 @@ def run(args: Any) -> dict[str, Any]:
         "rss_slope_second_half_mib_per_hour": round(per_second * 3600, 1),
         "rss_samples": [(round(t), round(v)) for t, v in samples[::30]],
         "violations": violations,
+        "unfinished": unfinished,
+        "pods_reverted": reverts.reverted,
         "refused_creates": record.refused_creates,
         "load_average": os.getloadavg(),
     }
@@ -156,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{out['rss_last_mib']} MiB; second-half slope "
           f"{out['rss_slope_second_half_mib_per_hour']} MiB/hour; invariant violations "
           f"{len(out['violations'])}")  # fmt: skip
+    for line in out["unfinished"]:
+        print(f"  unfinished {line}")
+    for pod, what in out["pods_reverted"].items():
+        print(f"  finished pod {pod} {what}")
     print(json.dumps(out))
     return 0
 

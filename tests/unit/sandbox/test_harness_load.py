@@ -1,0 +1,98 @@
+"""The chaos and soak harnesses' job stream (bench/chaos.py `Load`): it finishes, as a container
+exiting would, only pods that run, and a preempted job's next run gets its whole time again.
+
+The soak once marked Succeeded pods of a job whose phase still said Running after a preemption:
+its new pods, unbound or bound but not yet started by kwok. kwok then set the bound ones Running
+again after the scheduler had given their GPUs to another job (the soak's double booking)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+from gpufleet.model.contract import names
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _chaos() -> ModuleType:
+    if str(REPO / "bench") not in sys.path:
+        sys.path.append(str(REPO / "bench"))
+    if "bench_chaos" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("bench_chaos", REPO / "bench" / "chaos.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["bench_chaos"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["bench_chaos"]
+
+
+class FakeCore:
+    def __init__(self, cluster: FakeKube) -> None:
+        self.cluster = cluster
+
+    def patch_namespaced_pod_status(self, name: str, namespace: str, body: Any) -> None:
+        self.cluster.patched.append(name)
+        for pod in self.cluster.pod_list:
+            if pod["metadata"]["name"] == name:
+                pod["status"]["phase"] = body["status"]["phase"]
+
+
+class FakeKube:
+    """The two lists the harness reads and the status patch it writes."""
+
+    def __init__(self) -> None:
+        self.job_list: list[dict[str, Any]] = []
+        self.pod_list: list[dict[str, Any]] = []
+        self.patched: list[str] = []
+        self.core = FakeCore(self)
+
+    def jobs(self, namespace: str) -> list[dict[str, Any]]:
+        return self.job_list
+
+    def pods(self, namespace: str, selector: str = "") -> list[dict[str, Any]]:
+        return self.pod_list
+
+    def set(self, phase: str, pods: list[tuple[str, str | None, str]]) -> None:
+        """The job's phase and its pods as (name, node, phase)."""
+        self.job_list = [{"metadata": {"name": "j"}, "status": {"phase": phase}}]
+        self.pod_list = [
+            {
+                "metadata": {"name": name, "labels": {names.TRAININGJOB_LABEL: "j"}},
+                "spec": {"nodeName": node} if node else {},
+                "status": {"phase": pod_phase},
+            }
+            for name, node, pod_phase in pods
+        ]
+
+
+def test_only_pods_that_run_are_finished_and_a_preempted_job_runs_its_time_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    chaos, kube, clock = _chaos(), FakeKube(), [100.0]
+    monkeypatch.setattr(chaos, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    load = chaos.Load(kube, chaos.Record(), interval=1.0, seed=1)
+    load.jobs["j"] = chaos.Job("j", created=0.0, runs_for=10.0, replicas=2)
+
+    def at(t: float, phase: str, pods: list[tuple[str, str | None, str]]) -> None:
+        clock[0] = t
+        kube.set(phase, pods)
+        load.follow()
+
+    at(100, "Running", [("j-0", "n0", "Running"), ("j-1", "n0", "Running")])  # its 10 s start
+    at(106, "Preempted", [("j-0", None, "Pending"), ("j-1", None, "Pending")])
+    # 12 s after it first ran; the job's status says Running (written before the preemption)
+    # while its new pods are one bound and not started, one unbound: nothing may finish them.
+    at(112, "Running", [("j-0", "n1", "Pending"), ("j-1", None, "Pending")])
+    assert kube.patched == []
+    at(123, "Running", [("j-0", "n1", "Running"), ("j-1", None, "Pending")])
+    at(124, "Running", [("j-0", "n1", "Running"), ("j-1", "n1", "Pending")])
+    assert kube.patched == []
+    at(125, "Running", [("j-0", "n1", "Running"), ("j-1", "n1", "Running")])
+    assert sorted(kube.patched) == ["j-0", "j-1"]
+    assert all(p["status"]["phase"] == "Succeeded" for p in kube.pod_list)
