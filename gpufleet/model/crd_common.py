@@ -38,6 +38,7 @@ __all__ = [
     "ObjectMeta",
     "PodSpec",
     "PodTemplate",
+    "UsageStatus",
     "cel",
     "check_gpus_xor_mig",
     "check_unique_gpu_types",
@@ -297,3 +298,23 @@ def check_unique_gpu_types(types: list[GPUType] | None) -> None:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f"gpuTypes lists {', '.join(duplicates)} more than once")
+
+
+class UsageStatus(CRDModel):
+    """The GPU time and energy a job has used, in its status (TrainingJob and ServingJob alike;
+    the operator's `accounting` module accrues them from the job's running pods)."""
+
+    gpu_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="GPU time used so far, in GPU-seconds (a MIG slice counts its GPU fraction).",
+    )
+    estimated_energy_joules: float | None = Field(
+        default=None,
+        ge=0,
+        description="Energy used so far by the job's GPUs, in joules, from the power model.",
+    )
+    usage_accounted_time: datetime | None = Field(
+        default=None,
+        description="When gpuSeconds and estimatedEnergyJoules were last brought up to date.",
+    )

@@ -4,15 +4,15 @@ Spec shape (DESIGN.md, "Custom resources"): either `prefill` and `decode` pools 
 `server` pool, each with replica bounds in KServe's minReplicas/maxReplicas style, whole GPUs or
 a MIG slice per replica, acceptable GPU types and a pod template; latency SLOs; and autoscaling
 settings (Prometheus source, per-replica capacity profile, stabilization windows and step limits
-in the manner of the HorizontalPodAutoscaler's `behavior`). The status reports each pool's
-replicas and its last scaling decision.
+in the manner of the HorizontalPodAutoscaler's `behavior`, standby replicas per pool). The status
+reports each pool's replicas and its last scaling decision.
 """
 
 from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import Final, Literal, Self
+from typing import Any, Final, Literal, Self
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -28,6 +28,7 @@ from gpufleet.model.crd_common import (
     MigProfile,
     ObjectMeta,
     PodTemplate,
+    UsageStatus,
     cel,
     check_gpus_xor_mig,
     check_unique_gpu_types,
@@ -56,6 +57,8 @@ __all__ = [
     "ServingJobSpec",
     "ServingJobStatus",
     "ServingSLO",
+    "StandbyPolicy",
+    "StandbyPool",
 ]
 
 KIND: Final = "ServingJob"
@@ -266,6 +269,75 @@ class ScaleDownPolicy(CRDModel):
     )
 
 
+class StandbyPool(CRDModel):
+    """Standby replicas of one pool: kept loaded but asleep, woken before new ones start."""
+
+    replicas: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_REPLICAS,
+        description=(
+            "Replicas a scale-down puts to sleep instead of removing (vLLM sleep mode level 1: "
+            "weights offloaded to CPU memory, the GPU's memory freed), at most this many at a "
+            "time; a scale-up wakes them before it creates new replicas. At most maxReplicas "
+            "minus minReplicas (the pool never runs fewer than minReplicas awake). The server "
+            "must honour the gpufleet.io/standby pod annotation (README)."
+        ),
+    )
+    wake_seconds: int = Field(
+        default=30,
+        ge=1,
+        le=3600,
+        description=(
+            "How long a woken replica takes to serve again (weights back from CPU memory), "
+            "distinct from a cold start: the autoscaler counts a woken replica as starting, "
+            "not ready, for this long."
+        ),
+    )
+
+
+class StandbyPolicy(CRDModel):
+    """Standby replicas per pool; a pool not named keeps none."""
+
+    prefill: StandbyPool | None = Field(default=None, description="Standbys of the prefill pool.")
+    decode: StandbyPool | None = Field(default=None, description="Standbys of the decode pool.")
+    server: StandbyPool | None = Field(default=None, description="Standbys of the single pool.")
+
+    def of(self, pool: str) -> StandbyPool | None:
+        """The named pool's standby settings, if any."""
+        found: StandbyPool | None = getattr(self, pool)
+        return found
+
+
+def _standby_rules() -> tuple[dict[str, Any], ...]:
+    """CEL rules on the spec: a pool's standbys need the pool and room below maxReplicas."""
+    rules = []
+    for pool in POOL_NAMES:
+        entry = f"self.autoscaling.standby.{pool}"
+        guard = f"!has(self.autoscaling) || !has(self.autoscaling.standby) || !has({entry})"
+        rules.append(
+            cel(
+                f"{guard} || has(self.{pool})",
+                f"autoscaling.standby.{pool} names a pool the ServingJob does not have",
+                f".autoscaling.standby.{pool}",
+                "FieldValueForbidden",
+            )
+        )
+        top = f"(has(self.{pool}.maxReplicas) ? self.{pool}.maxReplicas : self.{pool}.minReplicas)"
+        rules.append(
+            cel(
+                f"{guard} || !has(self.{pool}) || !has({entry}.replicas) || "
+                f"{entry}.replicas <= {top} - self.{pool}.minReplicas",
+                f"autoscaling.standby.{pool}.replicas must not exceed {pool}.maxReplicas minus "
+                f"{pool}.minReplicas: standbys are replicas a scale-down puts to sleep, and the "
+                "pool never runs fewer than minReplicas awake",
+                f".autoscaling.standby.{pool}.replicas",
+                "FieldValueInvalid",
+            )
+        )
+    return tuple(rules)
+
+
 class AutoscalingPolicy(CRDModel):
     """Settings of the prefill/decode autoscaler for this ServingJob."""
 
@@ -308,6 +380,13 @@ class AutoscalingPolicy(CRDModel):
         default_factory=ScaleDownPolicy,
         description="Stabilization window and step limit for shrinking a pool.",
         json_schema_extra={"default": {}},
+    )
+    standby: StandbyPolicy | None = Field(
+        default=None,
+        description=(
+            "Standby replicas per pool: asleep replicas whose GPUs are freed, woken first on a "
+            "scale-up. Omitted: none; a scale-down removes replicas."
+        ),
     )
 
     @model_validator(mode="after")
@@ -369,6 +448,7 @@ class ServingJobSpec(CRDModel):
                 ".autoscaling.capacity.gpuType",
                 "FieldValueInvalid",
             ),
+            *_standby_rules(),
         )
     )
 
@@ -438,7 +518,38 @@ class ServingJobSpec(CRDModel):
                     raise ValueError(
                         "autoscaling.capacity.gpuType must be one of the gpuTypes of every pool"
                     )
+        self._check_standby()
         return self
+
+    def _check_standby(self) -> None:
+        standby = self.autoscaling.standby if self.autoscaling is not None else None
+        if standby is None:
+            return
+        pools = self.pools()
+        for name in POOL_NAMES:
+            entry = standby.of(name)
+            if entry is None:
+                continue
+            pool = pools.get(name)
+            if pool is None:
+                raise ValueError(
+                    f"autoscaling.standby.{name} names a pool the ServingJob does not have"
+                )
+            low = pool.min_replicas
+            room = (pool.max_replicas if pool.max_replicas is not None else low) - low
+            if entry.replicas > room:
+                raise ValueError(
+                    f"autoscaling.standby.{name}.replicas must not exceed {name}.maxReplicas "
+                    f"minus {name}.minReplicas ({room}): standbys are replicas a scale-down "
+                    "puts to sleep, and the pool never runs fewer than minReplicas awake"
+                )
+
+    def standby_of(self, pool: str) -> StandbyPool | None:
+        """The pool's standby settings while autoscaling is on (None: the pool keeps none)."""
+        policy = self.autoscaling
+        if policy is None or not policy.enabled or policy.standby is None:
+            return None
+        return policy.standby.of(pool)
 
     def pools(self) -> dict[str, PoolSpec]:
         """The pools that are set, by name, in POOL_NAMES order."""
@@ -450,9 +561,16 @@ class PoolStatus(CRDModel):
     """Observed state of one pool."""
 
     replicas: int | None = Field(default=None, ge=0, description="Replicas that exist.")
-    ready_replicas: int | None = Field(default=None, ge=0, description="Replicas that are ready.")
+    asleep_replicas: int | None = Field(
+        default=None,
+        ge=0,
+        description="Standby replicas asleep now (in replicas, not in readyReplicas).",
+    )
+    ready_replicas: int | None = Field(
+        default=None, ge=0, description="Replicas that are ready (awake and serving)."
+    )
     desired_replicas: int | None = Field(
-        default=None, ge=0, description="Replicas the autoscaler last asked for."
+        default=None, ge=0, description="Awake replicas the autoscaler last asked for."
     )
     last_scale_time: datetime | None = Field(
         default=None, description="When desiredReplicas last changed (RFC 3339)."
@@ -464,7 +582,7 @@ class PoolStatus(CRDModel):
     )
 
 
-class ServingJobStatus(CRDModel):
+class ServingJobStatus(UsageStatus):
     """Observed state of a ServingJob, written by gpufleet."""
 
     phase: ServingJobPhase | None = Field(

@@ -28,6 +28,7 @@ from gpufleet.model.crd_common import (
     MigProfile,
     ObjectMeta,
     PodTemplate,
+    UsageStatus,
     cel,
     check_gpus_xor_mig,
     check_unique_gpu_types,
@@ -377,7 +378,7 @@ class ReplicaPlacement(CRDModel):
     )
 
 
-class TrainingJobStatus(CRDModel):
+class TrainingJobStatus(UsageStatus):
     """Observed state of a TrainingJob, written by gpufleet."""
 
     phase: TrainingJobPhase | None = Field(
@@ -415,20 +416,6 @@ class TrainingJobStatus(CRDModel):
     )
     completion_time: datetime | None = Field(
         default=None, description="When the job succeeded or failed (RFC 3339)."
-    )
-    gpu_seconds: float | None = Field(
-        default=None,
-        ge=0,
-        description="GPU time used so far, in GPU-seconds (a MIG slice counts its GPU fraction).",
-    )
-    estimated_energy_joules: float | None = Field(
-        default=None,
-        ge=0,
-        description="Energy used so far by the job's GPUs, in joules, from the power model.",
-    )
-    usage_accounted_time: datetime | None = Field(
-        default=None,
-        description="When gpuSeconds and estimatedEnergyJoules were last brought up to date.",
     )
     observed_generation: int | None = Field(
         default=None,

@@ -1,8 +1,9 @@
 """A ServingJob's status as a pure function: (job, its Deployments, this pass's scaling) ->
 status + Events.
 
-Per pool: `replicas` and `readyReplicas` from the Deployment's status, `desiredReplicas` the
-count gpufleet asked for (the Deployment's spec after this pass), and `lastScaleTime` /
+Per pool: `replicas` and `readyReplicas` from the Deployment's status (standbys asleep are not
+ready: they serve nothing), `asleepReplicas` for a pool that keeps standbys, `desiredReplicas`
+the awake count gpufleet asked for, and `lastScaleTime` /
 `lastScaleReason` of the last change (kept from the previous status when nothing changed).
 
 Phase:
@@ -144,11 +145,13 @@ def plan(
     waiting: PendingNote | None = None,
     create_error: str | None = None,
     posted: Posted | None = None,
+    asleep: Mapping[str, int] | None = None,
 ) -> StatusPlan:
     """The status of `job` and the Events to post.
 
     `desired` has one entry per pool of the spec (in reconcile order); `metrics` is None when
-    autoscaling is off; `waiting` is the scheduler's note on a replica it cannot place yet.
+    autoscaling is off; `waiting` is the scheduler's note on a replica it cannot place yet;
+    `asleep` the standbys asleep per pool (None: the job keeps none).
     """
     generation = job["metadata"].get("generation")
     current = job.get("status") or {}
@@ -164,7 +167,7 @@ def plan(
         conditions.append(_condition(before, kind, state, reason, message, now, generation))
 
     # 1. Pools.
-    ready = _pools(out.status, current, deployments, desired, changes, now)
+    ready = _pools(out.status, current, deployments, desired, changes, now, asleep)
     # 2. Phase and readiness.
     summary = ", ".join(f"{p} {ready[p]}/{desired[p]} ready" for p in desired)
     phase = Phase.FAILED if create_error else _phase(ready, desired, seen.phase)
@@ -187,6 +190,7 @@ def _pools(
     desired: Mapping[str, int],
     changes: Sequence[ScaleChange],
     now: datetime,
+    asleep: Mapping[str, int] | None,
 ) -> dict[str, int]:
     """Each pool's status entry (into `status`); returns the ready replicas per pool. A pool
     that did not change keeps its last scale from `current` (the status the pass read afresh
@@ -196,11 +200,11 @@ def _pools(
     for pool, want in desired.items():
         replicas, ready[pool] = _counts(deployments.get(pool))
         old = current.get(pool) or {}
-        entry: dict[str, Any] = {
-            "replicas": replicas,
-            "readyReplicas": ready[pool],
-            "desiredReplicas": want,
-        }
+        entry: dict[str, Any] = {"replicas": replicas}
+        if asleep is not None:
+            entry["asleepReplicas"] = asleep.get(pool, 0)
+            ready[pool] = max(0, ready[pool] - entry["asleepReplicas"])
+        entry |= {"readyReplicas": ready[pool], "desiredReplicas": want}
         change = changed.get(pool)
         if change is not None:
             entry["lastScaleTime"] = format_time(now)

@@ -10,9 +10,12 @@ One pass over a job (`reconcile_pass`), under a per-job lock:
    `minReplicas`, pin at `minReplicas` while autoscaling is off);
 3. when autoscaling is on and its interval has passed, run one autoscaler tick through the
    `ServingAutoscaler` the process was built with (`ports`; in `gpufleet operator`, the
-   Prometheus-driven `gpufleet.autoscaler`): sample, decide, write the Deployments' scale;
-4. write the status in one patch, still under the lock, and hand back the Events the pure
-   `serving_status.plan` asks for (the kopf handler posts them).
+   Prometheus-driven `gpufleet.autoscaler`): sample, decide, write the Deployments' scale; a
+   pool with standby replicas is seen and scaled through `serving_standby` (asleep pods are
+   not counted; a scale-up wakes them first, a scale-down puts pods to sleep);
+4. write the status in one patch, still under the lock, with the GPU time and energy of the
+   job's awake pods (`accounting`), and hand back the Events the pure `serving_status.plan`
+   asks for (the kopf handler posts them).
 
 Why the pass reads the job again instead of using the body kopf hands its handler: see
 `fresh_read` (a pass that planned from a timer's stale body scaled a pool back to an old
@@ -45,8 +48,18 @@ from gpufleet.kubeerrors import api_error_text
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import PendingNote, read_pending
 from gpufleet.model.contract.serving import MetricsHealth, ScaleChange
-from gpufleet.operator import fresh_read, leading, metrics, podtemplate, serving_status
+from gpufleet.model.contract.standby import is_asleep
+from gpufleet.model.gpus import load_catalog
+from gpufleet.operator import (
+    fresh_read,
+    leading,
+    metrics,
+    podtemplate,
+    serving_standby,
+    serving_status,
+)
 from gpufleet.operator import serving_children as children
+from gpufleet.operator.accounting import UsageLedger
 from gpufleet.operator.objects import ServingJobObject, parse_or_fail
 from gpufleet.operator.ports import ServingAutoscaler
 
@@ -80,6 +93,7 @@ class State:
         self.locks = fresh_read.JobLocks()
         self.posted: dict[str, serving_status.Posted] = {}
         self.services: set[tuple[str, str]] = set()  # (job uid, pool) whose Service exists
+        self.usage = UsageLedger(load_catalog())  # GPU time and energy per job uid
         self.guard = threading.Lock()
 
     def forget(self, uid: str) -> None:
@@ -87,6 +101,7 @@ class State:
         self.locks.forget(uid)
         with self.guard:
             self.posted.pop(uid, None)
+            self.usage.forget(uid)
             self.services = {key for key in self.services if key[0] != uid}
 
     def close(self) -> None:
@@ -123,6 +138,19 @@ class _DeploymentScaler:
             )
         except ApiException as exc:
             raise _retry(f"scaling {name} to {replicas}", exc) from exc
+
+
+def _pod_patcher(state: State, namespace: str) -> serving_standby.PodPatcher:
+    """Merge-patches one of the job's pods (standby marks)."""
+
+    def patch(name: str, body: dict[str, Any]) -> None:
+        try:
+            state.core.patch_namespaced_pod(name, namespace, body, _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 404:  # 404: the pod went meanwhile; the next tick sees it
+                raise _retry(f"marking pod {name}", exc) from exc
+
+    return patch
 
 
 def _deployments(state: State, namespace: str, job: str) -> dict[str, Obj]:
@@ -283,7 +311,7 @@ def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> 
         desired, changes, rejected = _ensure_pools(state, job, deployments)
         # One pod listing per pass at most, for whichever step needs it first.
         pods = functools.cache(functools.partial(_pods, state, job.id.namespace, job.id.name))
-        health = _autoscale(state, job, pods, deployments, desired, changes)
+        health, asleep = _autoscale(state, job, pods, deployments, desired, changes)
         for pool in job.pools():
             desired.setdefault(pool, 0)  # a rejected Deployment: nothing asked for yet
         waiting = None
@@ -299,8 +327,14 @@ def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> 
             waiting=waiting,
             create_error=rejected,
             posted=state.posted.get(job.id.uid),
+            asleep=asleep,
         )
-        patched = fresh_read.status_changes(raw.get("status") or {}, plan.status, _STATUS_KEYS)
+        current = raw.get("status") or {}
+        patched = fresh_read.status_changes(current, plan.status, _STATUS_KEYS)
+        listed = pods()
+        if listed is not None:  # asleep replicas' GPUs are not the job's to pay for
+            awake = [p for p in listed if not is_asleep(p)]
+            patched |= state.usage.changes(job.id.uid, current, awake, _now(), bool(patched))
         fresh_read.write_status(state.custom, _KIND, job.id.namespace, job.id.name, patched)
         state.posted[job.id.uid] = plan.posted
         return plan.events
@@ -319,21 +353,42 @@ def _autoscale(
     deployments: dict[str, Obj],
     desired: dict[str, int],
     changes: list[ScaleChange],
-) -> MetricsHealth | None:
+) -> tuple[MetricsHealth | None, dict[str, int] | None]:
     """Step 3: one autoscaler tick when due. Updates `desired` and `changes` in place; the
-    metrics health for the status (None when autoscaling is off)."""
-    pools = {p: (n, _ready(deployments[p])) for p, n in desired.items() if p in deployments}
+    metrics health for the status (None when autoscaling is off) and the standbys asleep per
+    pool (None when the job keeps none)."""
+    scales = {p: n for p, n in desired.items() if p in deployments}
+    pools = {p: (n, _ready(deployments[p])) for p, n in scales.items()}
+    scaler = _DeploymentScaler(state, job.id.namespace, job.id.name)
+    writer: serving_standby.Writer = scaler
+    asleep: dict[str, int] | None = None
+    keeps = any(job.spec.standby_of(p) is not None for p in scales)
+    listed = pods()
+    if listed is None and keeps:
+        raise kopf.TemporaryError("listing the pods to find the standbys failed", delay=2)
+    counts = serving_standby.asleep_counts(listed or [], list(scales))
+    if keeps or any(counts.values()):
+        patch = _pod_patcher(state, job.id.namespace)
+        standbys = serving_standby.Standbys(
+            job.spec, scales, listed or [], patch, scaler.scale, _now()
+        )
+        standbys.settle()
+        pools = standbys.observe()
+        writer = standbys
+        asleep = counts
+        # The status's desired count is the awake one: asleep replicas serve nothing.
+        desired.update({p: awake for p, (awake, _) in pools.items()})
     scaled, health = state.autoscalers.tick(
         job.id,
         job.spec,
         pools,
-        lambda: children.running_gpu_types(pods() or []),
-        _DeploymentScaler(state, job.id.namespace, job.id.name),
+        lambda: children.running_gpu_types([p for p in listed or [] if not is_asleep(p)]),
+        writer,
     )
     for change in scaled:
         desired[change.pool] = change.to_replicas
         changes.append(change)
-    return health
+    return health, asleep
 
 
 @kopf.on.create(*RESOURCE)

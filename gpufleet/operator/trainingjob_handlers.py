@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -29,17 +29,15 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import disruption_reason
-from gpufleet.model.contract.timestamps import format_time
 from gpufleet.model.gpus import load_catalog
 from gpufleet.operator import children, fresh_read, leading, metrics, podtemplate, reconcile
-from gpufleet.operator.accounting import Usage, accrue
+from gpufleet.operator.accounting import UsageLedger
 from gpufleet.operator.objects import TrainingJobObject, parse_or_fail
 from gpufleet.operator.ports import PodSource
 
 RESOURCE = (children.GROUP, children.VERSION, children.PLURAL)
 _KIND = fresh_read.Resource(*RESOURCE)
 DEFAULT_TICK_S = 1.0  # seconds between passes over a job; pods' progress shows up within this
-USAGE_FLUSH = timedelta(seconds=30)  # GPU time and energy reach the status at least this often
 _STATUS_KEYS = (
     "phase", "conditions", "replicas", "placement", "restarts", "observedGeneration",
     "gpuType", "startTime", "completionTime",
@@ -73,9 +71,8 @@ class State:
         self.locks = fresh_read.JobLocks()
         self.disruptions: dict[str, str] = {}  # job uid -> reason a pod was disrupted
         self.services: set[str] = set()  # job uids whose Service exists
-        # GPU time and energy per job uid, accrued every pass: (totals, last written to status).
-        self.usage: dict[str, tuple[Usage, datetime]] = {}
-        self.catalog = load_catalog()
+        # GPU time and energy per job uid, accrued every pass.
+        self.usage = UsageLedger(load_catalog())
         self.guard = threading.Lock()
         # Pod creation of a 64-worker job is 64 round trips: run them side by side.
         self.pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="create-pods")
@@ -176,7 +173,7 @@ def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> 
         _delete_pods(state, namespace, plan.delete)
         current = raw.get("status") or {}
         changes = fresh_read.status_changes(current, plan.status, _STATUS_KEYS)
-        changes |= _usage_changes(state, uid, current, pods, now, bool(changes))
+        changes |= state.usage.changes(uid, current, pods, now, bool(changes))
         fresh_read.write_status(state.custom, _KIND, namespace, job.id.name, changes)
         if plan.delete_job:
             # Delete a tick later, from another thread: a deletion that lands while the timer
@@ -190,30 +187,6 @@ def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> 
 def _reconcile(body: kopf.Body, memo: Any, patch: kopf.Patch) -> None:
     for kind, reason, message in reconcile_pass(memo.state, body, patch):
         kopf.event(body, type=kind, reason=reason, message=message)
-
-
-def _usage_changes(
-    state: State,
-    uid: str,
-    current: dict[str, Any],
-    pods: list[dict[str, Any]],
-    now: datetime,
-    writing: bool,
-) -> dict[str, Any]:
-    """Accrue the job's GPU time and energy; return the status fields to write, if due: with
-    any other status change, or every USAGE_FLUSH while the totals grow."""
-    previous, written = state.usage.get(uid) or (Usage.from_status(current, now), now)
-    usage = accrue(previous, pods, now, state.catalog)
-    grown = (usage.gpu_seconds, usage.joules) != (previous.gpu_seconds, previous.joules)
-    due = writing or (grown and now - written >= USAGE_FLUSH) or uid not in state.usage
-    state.usage[uid] = (usage, now if due else written)
-    if not due:
-        return {}
-    return {
-        "gpuSeconds": round(usage.gpu_seconds, 1),
-        "estimatedEnergyJoules": round(usage.joules),
-        "usageAccountedTime": format_time(usage.at),
-    }
 
 
 def _delete_job(state: State, namespace: str, name: str) -> None:
@@ -259,4 +232,4 @@ def delete_children(namespace: str | None, name: str, uid: str, memo: Any, **_: 
             raise kopf.TemporaryError(f"deleting children: {exc.reason}", delay=2) from exc
     state.services.discard(uid)
     state.locks.forget(uid)
-    state.usage.pop(uid, None)
+    state.usage.forget(uid)

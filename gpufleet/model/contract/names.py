@@ -70,3 +70,8 @@ DISRUPTED_BY: Final = "gpufleet.io/disrupted-by"
 TRAININGJOB_LABEL: Final = "gpufleet.io/trainingjob"
 SERVINGJOB_LABEL: Final = "gpufleet.io/servingjob"
 POOL_LABEL: Final = "gpufleet.io/pool"
+# Standby serving replicas (`standby` module), written by the operator on a pool's pods.
+STANDBY: Final = "gpufleet.io/standby"  # "asleep": the server is to sleep (vLLM sleep level 1)
+WOKEN_AT: Final = "gpufleet.io/woken-at"  # RFC 3339 time the operator last woke the replica
+# Kubernetes' hint to a ReplicaSet's scale-down: pods of lower cost are removed first.
+POD_DELETION_COST: Final = "controller.kubernetes.io/pod-deletion-cost"

@@ -201,7 +201,8 @@ class RealtimeDriver:
     Each `tick_s` it reads the desired replicas and advances the model, both under the
     exporter's lock. The replicas come either as counts per pool from `replicas` (a demo: a fixed
     mapping; every replica runs at its pool's profile) or as one profile per replica from
-    `replica_profiles` (the live sim: the profile of the GPU type each pod landed on), not both.
+    `replica_profiles` (the live sim: the profile of the GPU type each pod landed on), not both;
+    `asleep` (the live sim: pods marked asleep per pool) keeps that many standbys asleep.
     `clock` is injectable for tests.
     """
 
@@ -214,6 +215,7 @@ class RealtimeDriver:
         tick_s: float = 0.5,
         replicas: Callable[[], Mapping[str, int]] | None = None,
         replica_profiles: Callable[[], Mapping[str, Sequence[ReplicaProfile]]] | None = None,
+        asleep: Callable[[], Mapping[str, int]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if speed <= 0 or tick_s <= 0:
@@ -226,6 +228,7 @@ class RealtimeDriver:
         self.tick_s = tick_s
         self.replicas = replicas
         self.replica_profiles = replica_profiles
+        self.asleep = asleep
         self.clock = clock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -240,9 +243,20 @@ class RealtimeDriver:
                 for pool, n in self.replicas().items():
                     if n != self.model.replicas(pool):
                         self.model.set_replicas(pool, n)
+            asleep = self.asleep() if self.asleep is not None else {}
+            # Standbys whose mark went away wake (ready after the model's wake time) before
+            # the awake replicas are matched, so they count among them.
+            for pool, n in asleep.items():
+                if self.model.asleep(pool) > n:
+                    self.model.wake(pool, self.model.asleep(pool) - n)
             if self.replica_profiles is not None:
                 for pool, profiles in self.replica_profiles().items():
                     self.model.set_replica_profiles(pool, profiles)  # a no-op when they match
+            # A replica marked asleep has left the awake ones above (drained); it is kept as
+            # a standby, asleep, serving nothing.
+            for pool, n in asleep.items():
+                if n > self.model.asleep(pool):
+                    self.model.add_asleep(pool, n - self.model.asleep(pool))
             self.model.advance_to(max(target, self.model.now))
             return self.model.now
 
@@ -252,14 +266,16 @@ class RealtimeDriver:
         self._sim0 = self.model.now
 
     def start(self) -> None:
-        """Anchor and advance the model from a daemon thread until `stop` or the trace ends."""
+        """Anchor and advance the model from a daemon thread until `stop`."""
         self.anchor()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="serving-model", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.is_set() and not self.model.done():
+        # Past the trace's end the replicas still follow the cluster (an idle pool's replicas,
+        # standbys asleep or woken, show in the gauges), so the loop runs until `stop`.
+        while not self._stop.is_set():
             self.step()
             self._stop.wait(self.tick_s)
 

@@ -36,6 +36,12 @@ the time the pod takes to get there is the cold start. A pod that is deleted (or
 Ready) makes the model drain one replica of its type: it takes no new work and finishes what it
 holds.
 
+Standby replicas (vLLM sleep mode level 1) follow the operator's marks: a Running pod marked
+asleep (`gpufleet.model.contract.standby`) leaves the serving replicas (its in-flight work
+drains) and is kept as an asleep replica that serves nothing; when the mark goes away that
+replica wakes and serves again after the model's `wake_s` (the stand-in for weights coming back
+from CPU memory), where a new pod counts at once.
+
 Pool names must be the ServingJob's pool names (the `gpufleet.io/pool` label values); the model
 is disaggregated, so the job has one prefill and one decode pool.
 """
@@ -50,7 +56,7 @@ from typing import Any
 
 from gpufleet.core.autoscaling_types import PoolRole
 from gpufleet.lifecycle import StartStop
-from gpufleet.model.contract import names
+from gpufleet.model.contract import names, standby
 from gpufleet.model.contract.assignment import assigned_type
 from gpufleet.model.contract.names import POOL_LABEL, SERVINGJOB_LABEL
 from gpufleet.sim.serving.exporter import RealtimeDriver, ServingExporter
@@ -58,7 +64,13 @@ from gpufleet.sim.serving.model import ServingConfig, ServingModel
 from gpufleet.sim.serving.profiles import GpuTypeProfiles, ReplicaProfile
 from gpufleet.sim.serving.trace import Request
 
-__all__ = ["LiveServingSim", "PodLister", "ready_gpu_types_by_pool", "ready_pods_by_pool"]
+__all__ = [
+    "LiveServingSim",
+    "PodLister",
+    "asleep_pods_by_pool",
+    "ready_gpu_types_by_pool",
+    "ready_pods_by_pool",
+]
 
 # The pods (API JSON) matching a label selector; raises when it cannot tell.
 PodLister = Callable[[str], Sequence[Mapping[str, Any]]]
@@ -69,7 +81,7 @@ logger = logging.getLogger(__name__)
 def ready_gpu_types_by_pool(
     pods: Iterable[Mapping[str, Any]], pools: Iterable[str]
 ) -> dict[str, list[str | None]]:
-    """The GPU type of each pod per pool that is Running, Ready and not being deleted.
+    """The GPU type of each pod per pool that is Running, Ready, awake and not being deleted.
 
     Pods are API JSON. The type is the scheduler's `gpufleet.io/gpu-type` annotation; it is None
     when the pod has none, or holds a MIG slice (a fraction of that GPU, not its speed).
@@ -87,10 +99,23 @@ def ready_gpu_types_by_pool(
         )
         if status.get("phase") != "Running" or not ready:
             continue
+        if standby.is_asleep(pod):
+            continue
         annotations = meta.get("annotations") or {}
         holds_slice = bool(annotations.get(names.ASSIGNED_MIG))
         types[pool].append(None if holds_slice else assigned_type(annotations))
     return types
+
+
+def asleep_pods_by_pool(pods: Iterable[Mapping[str, Any]], pools: Iterable[str]) -> dict[str, int]:
+    """Pods per pool that are marked asleep and not being deleted (pods as API JSON)."""
+    counts = dict.fromkeys(pools, 0)
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        pool = (meta.get("labels") or {}).get(POOL_LABEL)
+        if pool in counts and not meta.get("deletionTimestamp") and standby.is_asleep(pod):
+            counts[pool] += 1
+    return counts
 
 
 def ready_pods_by_pool(pods: Iterable[Mapping[str, Any]], pools: Iterable[str]) -> dict[str, int]:
@@ -148,11 +173,13 @@ class LiveServingSim(StartStop):
         }
         self.exporter = ServingExporter(self.model, model_name=model_name)
         self._observed: dict[str, list[str | None]] = {pool: [] for pool in self.pools}
+        self._asleep: dict[str, int] = dict.fromkeys(self.pools, 0)
         self._driver = RealtimeDriver(
             self.model,
             self.exporter.lock,
             tick_s=poll_s,
             replica_profiles=self.observed_profiles,
+            asleep=self.observed_asleep,
         )
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
@@ -177,6 +204,10 @@ class LiveServingSim(StartStop):
         """Running and Ready pods per pool at the last poll."""
         return {pool: len(types) for pool, types in self._observed.items()}
 
+    def observed_asleep(self) -> dict[str, int]:
+        """Pods marked asleep per pool at the last poll."""
+        return dict(self._asleep)
+
     def observed_gpu_types(self) -> dict[str, list[str | None]]:
         """The GPU type of each Running and Ready pod per pool at the last poll (None: unknown)."""
         return {pool: list(types) for pool, types in self._observed.items()}
@@ -193,9 +224,16 @@ class LiveServingSim(StartStop):
         with self.exporter.lock:
             return {pool: self.model.replicas(pool) for pool in self.pools}
 
+    def model_ready(self) -> dict[str, int]:
+        """The model's ready (serving) replicas per pool: woken standbys count once awake."""
+        with self.exporter.lock:
+            return {pool: self.model.ready_replicas(pool) for pool in self.pools}
+
     def sync(self) -> dict[str, int]:
         """Read the pods once; the driver applies them on its next tick. Returns the counts."""
-        self._observed = ready_gpu_types_by_pool(self.list_pods(self.selector), self.pools)
+        pods = self.list_pods(self.selector)
+        self._observed = ready_gpu_types_by_pool(pods, self.pools)
+        self._asleep = asleep_pods_by_pool(pods, self.pools)
         return self.observed_replicas()
 
     def start(self) -> None:

@@ -336,9 +336,7 @@ class ServingModel:
         for pool in (self._prefill, self._decode):
             for _ in range(pool.config.initial_replicas):
                 self._add_replica(pool, ready=True)
-            for _ in range(pool.config.standby):
-                self._add_replica(pool, ready=True)
-                self._fall_asleep(pool.replicas[-1])
+            self.add_asleep(pool.config.name, pool.config.standby)
 
     # --- public API ----------------------------------------------------------------------
 
@@ -442,6 +440,14 @@ class ServingModel:
         for _ in range(count):
             self._add_replica(pool, ready=False)
         return tuple(r.rid for r in pool.replicas[len(pool.replicas) - count :])
+
+    def add_asleep(self, pool_name: str, count: int) -> None:
+        """Add `count` replicas of the pool's profile that are already asleep (standbys that
+        were loaded before the model saw them)."""
+        pool = self._pools[pool_name]
+        for _ in range(count):
+            self._add_replica(pool, ready=True)
+            self._fall_asleep(pool.replicas[-1])
 
     def wake(self, pool_name: str, count: int, order: Sequence[int] = ()) -> int:
         """Wake up to `count` asleep replicas, those named in `order` (replica ids) first in

@@ -9,7 +9,10 @@ after it; every decision is visible in the status (`lastScaleReason`) and as a `
 and the Events form an unbroken chain of replica changes (nothing decided silently). Serving
 borrows from training: on a GPU type that training fills, the burst's scale-up preempts a
 preemptible TrainingJob gang whole (never a non-preemptible one), and the gang runs again once
-the pools shrink after the burst.
+the pools shrink after the burst. Standby replicas wake before new ones are created: after a
+first burst the pools shrink by putting replicas to sleep (marked asleep, kept Running, serving
+nothing in the simulator), and a second burst wakes them before any new pod appears; a woken
+standby serves again after its wake time.
 
 Time is compressed so the run stays under two minutes: the trace slice plays twice as fast,
 the ServingJob decides every 2 s with a 10 s rate/staleness window and a 10 s scale-down
@@ -35,7 +38,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gpufleet.model.contract.names import SERVINGJOB_LABEL, TRAININGJOB_LABEL
+from gpufleet.model.contract import standby as marks
+from gpufleet.model.contract.names import POOL_LABEL, SERVINGJOB_LABEL, TRAININGJOB_LABEL, WOKEN_AT
+from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.sandbox.prometheus_server import PrometheusServer
 from gpufleet.sandbox.serving_stand_in import kube_pods
@@ -288,6 +293,113 @@ def test_a_burst_borrows_gpus_from_preemptible_training_only(
         assert readmitted is not None and readmitted["reason"] == "Readmitted", readmitted
         assert kube.phase(ns, "keep") == "Running" and uids("keep") == keep_uids
         assert invariants.check(kube.core) == []
+    finally:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB)
+        wait_for(lambda: not kube.pods(ns, f"{SERVINGJOB_LABEL}={JOB}"), "pods gone", 60)
+
+
+def test_standby_replicas_wake_before_new_ones_are_created(
+    kube: Kube, ns: str, prometheus: PrometheusServer
+) -> None:
+    # One standby per pool, woken in 2 s. Burst 1 grows both pools; their scale-down puts one
+    # replica per pool to sleep (still Running, marked asleep). Burst 2 (the same slice again)
+    # wakes the standby; a replica created in burst 2 must come after that wake.
+    started = time.monotonic()
+    custom = kube.custom
+    body = servingjob(prometheus.url)
+    body["spec"]["autoscaling"]["standby"] = {
+        pool: {"replicas": 1, "wakeSeconds": 2} for pool in POOLS
+    }
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+
+    def pool_pods() -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = {pool: [] for pool in POOLS}
+        for pod in kube.pods(ns, f"{SERVINGJOB_LABEL}={JOB}"):
+            if not pod["metadata"].get("deletionTimestamp"):
+                out[pod["metadata"]["labels"][POOL_LABEL]].append(pod)
+        return out
+
+    def status() -> dict[str, Any]:
+        obj: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB)
+        return dict(obj.get("status") or {})
+
+    try:
+        wait_for(lambda: running_pods(kube, ns) == Counter(prefill=1, decode=1), "pools at min", 60)
+        # Burst 1: up, then down into one standby per pool.
+        peak = Counter[str]()
+
+        def asleep_after_burst() -> bool:
+            for pool, n in running_pods(kube, ns).items():
+                peak[pool] = max(peak[pool], n)
+            st = status()
+            pods = pool_pods()
+            return all(
+                peak[p] >= 2
+                and (st.get(p) or {}).get("desiredReplicas") == 1
+                and (st.get(p) or {}).get("asleepReplicas") == 1
+                and sum(marks.is_asleep(x) for x in pods[p]) == 1
+                and len(pods[p]) == 2
+                for p in POOLS
+            )
+
+        with live_sim(kube, ns) as sim:
+            prometheus.reload(sim.scrape_targets())
+            prometheus.wait_scraped(timeout_s=20)
+            try:
+                wait_for(asleep_after_burst, "burst 1 up, then down into a standby per pool", 120)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; peak {dict(peak)}; {status()}") from None
+            # The simulated servers (which follow the pods within a poll or two) keep the
+            # standby asleep: loaded, serving nothing; one replica per pool serves.
+            wait_for(
+                lambda: (
+                    all(sim.model.asleep(p) == 1 for p in POOLS)
+                    and sim.model_ready() == {p: 1 for p in POOLS}
+                ),
+                "the servers sleep",
+                10,
+            )
+        standbys = {
+            p: {x["metadata"]["uid"] for x in pods if marks.is_asleep(x)}
+            for p, pods in pool_pods().items()
+        }
+        known = {x["metadata"]["uid"] for pods in pool_pods().values() for x in pods}
+        # Burst 2: the standbys wake first; new pods only after.
+        first_woken: dict[str, Any] = {}
+        created: dict[str, tuple[str, Any]] = {}  # new pod uid -> (pool, creation time)
+
+        def woke_first() -> bool:
+            for pool, pods in pool_pods().items():
+                for pod in pods:
+                    uid, meta = pod["metadata"]["uid"], pod["metadata"]
+                    woken = (meta.get("annotations") or {}).get(WOKEN_AT)
+                    if uid in standbys[pool] and woken and not marks.is_asleep(pod):
+                        first_woken.setdefault(uid, parse_time(woken))
+                    if uid not in known:
+                        created.setdefault(uid, (pool, parse_time(meta["creationTimestamp"])))
+            return all(standbys[p] <= set(first_woken) for p in POOLS)
+
+        with live_sim(kube, ns) as sim:
+            prometheus.reload(sim.scrape_targets())
+            prometheus.wait_scraped(timeout_s=20)
+            wait_for(woke_first, "burst 2 wakes the standbys", 90)
+            # A woken standby serves again once its wake time is over.
+            wait_for(
+                lambda: all(sim.model_ready()[p] >= 2 for p in POOLS), "woken standbys serve", 20
+            )
+        for uid, (pool, when) in created.items():
+            for standby in standbys[pool]:
+                assert first_woken[standby] <= when, (
+                    f"{pool}: pod {uid} created at {when} before standby {standby} woke "
+                    f"at {first_woken[standby]}"
+                )
+        assert invariants.check(kube.core) == []
+        # GPU time and energy of the awake replicas: positive, and at most every pool at its
+        # maximum (4 one-GPU replicas each) for the whole run, at the H100's busy power.
+        wait_for(lambda: status().get("gpuSeconds"), "usage in the status", 40)
+        st, elapsed = status(), time.monotonic() - started
+        assert 0 < st["gpuSeconds"] <= 8 * elapsed, (st["gpuSeconds"], elapsed)
+        assert 0 < st["estimatedEnergyJoules"] <= st["gpuSeconds"] * 700, st
     finally:
         custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB)
         wait_for(lambda: not kube.pods(ns, f"{SERVINGJOB_LABEL}={JOB}"), "pods gone", 60)

@@ -440,6 +440,15 @@ INVALID: list[Any] = [
                      spec__prefill__gpuTypes=[{"name": "A100-80GB"}],
                      spec__decode__gpuTypes=[{"name": "H100-80GB"}]),
                  "spec.autoscaling.capacity.gpuType", id="capacity-type-not-in-a-pool"),
+    # standby replicas
+    pytest.param(_sj(spec__autoscaling__standby={"prefill": {"replicas": -1}}),
+                 "spec.autoscaling.standby.prefill.replicas", id="standby-negative"),
+    pytest.param(_sj(spec__autoscaling__standby={"prefill": {"replicas": 4}}),
+                 "spec.autoscaling.standby.prefill.replicas", id="standby-above-max-minus-min"),
+    pytest.param(_sj(spec__autoscaling__standby={"server": {"replicas": 1}}),
+                 "spec.autoscaling.standby.server", id="standby-of-a-missing-pool"),
+    pytest.param(_sj(spec__autoscaling__standby={"decode": {"wakeSeconds": 0}}),
+                 "spec.autoscaling.standby.decode.wakeSeconds", id="standby-wake-zero"),
 ]  # fmt: skip
 
 
@@ -464,6 +473,14 @@ def test_the_invalid_table_is_large_and_its_bases_are_valid(
     )
     ServingJobSpec.model_validate(measured["spec"])
     sandbox.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(measured))
+    # Standbys up to maxReplicas - minReplicas, with their wake time.
+    rested = _sj(
+        metadata__name="rested",
+        spec__autoscaling__standby={"prefill": {"replicas": 3, "wakeSeconds": 20}},
+    )
+    ServingJobSpec.model_validate(rested["spec"])
+    result = sandbox.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(rested))
+    assert result.returncode == 0, result.stderr
 
 
 @pytest.mark.parametrize(("manifest", "field"), INVALID)

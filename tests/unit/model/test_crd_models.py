@@ -248,6 +248,15 @@ INVALID: list[Any] = [
     pytest.param(ServingJobSpec, SJ, {"slo.ttftP90Seconds": 0}, "greater than 0", id="slo-zero"),
     pytest.param(ServingJobSpec, SJ, {"autoscaling.capacity.gpuType": "L4"},
                  "gpuTypes of every pool", id="capacity-type-not-listed"),
+    pytest.param(ServingJobSpec, SJ, {"autoscaling.standby": {"prefill": {"replicas": -1}}},
+                 "greater than or equal to 0", id="standby-negative"),
+    pytest.param(ServingJobSpec, SJ, {"autoscaling.standby": {"prefill": {"replicas": 6}}},
+                 r"must not exceed prefill.maxReplicas minus prefill.minReplicas \(5\)",
+                 id="standby-above-max-minus-min"),
+    pytest.param(ServingJobSpec, SJ, {"autoscaling.standby": {"server": {"replicas": 1}}},
+                 "names a pool the ServingJob does not have", id="standby-of-a-missing-pool"),
+    pytest.param(ServingJobSpec, SJ, {"autoscaling.standby": {"decode": {"wakeSeconds": 0}}},
+                 "greater than or equal to 1", id="standby-wake-zero"),
 ]  # fmt: skip
 
 

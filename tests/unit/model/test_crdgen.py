@@ -371,14 +371,10 @@ def test_min_replicas_not_above_max(kind: str, at: str) -> None:
 def test_serving_pool_shape_rules() -> None:
     rules = _rules("ServingJob", ".spec")
     paths = sorted(r["fieldPath"] for r in rules.values())
-    assert paths == [
-        ".autoscaling.capacity.gpuType",
-        ".decode",
-        ".prefill",
-        ".server",
-        ".server",
-        ".slo",
-    ]
+    standby = [f".autoscaling.standby.{p}{f}" for p in ("decode", "prefill", "server")
+               for f in ("", ".replicas")]  # fmt: skip
+    shape = [".autoscaling.capacity.gpuType", ".decode", ".prefill", ".server", ".server", ".slo"]
+    assert paths == sorted([*shape, *standby])
 
 
 @pytest.mark.parametrize("kind", sorted(DOCS))

@@ -54,6 +54,21 @@ def test_pool_status_counts_and_schema() -> None:
     ServingJobStatus.model_validate(out.status)  # the CRD's own schema accepts it
 
 
+def test_standbys_asleep_are_counted_apart_and_are_not_ready() -> None:
+    # 3 pods ready, one of them an asleep standby: 2 serve, and 2 is what the pool wants.
+    out = plan(job(), {"prefill": dep(3, 3)}, {"prefill": 2}, NOW, asleep={"prefill": 1})
+    assert out.status["prefill"] == {
+        "replicas": 3,
+        "asleepReplicas": 1,
+        "readyReplicas": 2,
+        "desiredReplicas": 2,
+    }
+    assert out.status["phase"] == "Ready"
+    short = plan(job(), {"prefill": dep(3, 3)}, {"prefill": 3}, NOW, asleep={"prefill": 1})
+    assert short.status["phase"] == "Progressing"  # the standby does not count as serving
+    ServingJobStatus.model_validate(out.status)
+
+
 def test_a_change_sets_time_reason_and_a_scaled_event() -> None:
     change = ScaleChange("decode", 1, 3, "decode: scale 1->3 (scale_up_capacity); demand 90 seqs")
     out = plan(job(), {"decode": dep(3, 1)}, {"decode": 3}, NOW, changes=[change])

@@ -2,7 +2,8 @@
 autoscaler the process gives `State`: `gpufleet.autoscaler.service.JobAutoscalers`) without a
 cluster: the metrics source is opened with the job's rate window (`rateWindowSeconds`, by default
 `staleAfterSeconds`) while samples are judged stale by `staleAfterSeconds`, and the operator-wide
-autoscaler settings reach the job's autoscaler."""
+autoscaler settings reach the job's autoscaler; a job with standbys is decided on its awake
+replicas, and its status is told the standbys asleep."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from gpufleet.autoscaler.service import JobAutoscalers
 from gpufleet.autoscaler.serving_autoscaler import MetricsSource
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
 from gpufleet.core.autoscaling_types import LatencyQuantiles, MetricsSample, PoolRole
+from gpufleet.model.contract import standby
+from gpufleet.model.contract.names import POOL_LABEL
 from gpufleet.operator import servingjob_handlers
 from gpufleet.operator.objects import ServingJobObject
 
@@ -77,7 +80,7 @@ def test_rate_window_and_staleness_reach_the_source(
     autoscalers = JobAutoscalers(base, source_factory=factory)
     state = servingjob_handlers.State(client.ApiClient(), autoscalers)
     ready = {"status": {"readyReplicas": 1}}
-    health = servingjob_handlers._autoscale(
+    health, asleep = servingjob_handlers._autoscale(
         state, ServingJobObject.of(job(prometheus)), lambda: [],
         {"prefill": ready, "decode": ready}, {"prefill": 1, "decode": 1}, [],
     )  # fmt: skip
@@ -86,6 +89,7 @@ def test_rate_window_and_staleness_reach_the_source(
     scaler = autoscalers.registry.peek("uid-1")
     assert scaler is not None and scaler.base_settings.window_s == 42
     assert health is not None and health.available is True
+    assert asleep is None  # the job keeps no standbys
 
 
 def test_the_operator_wide_settings_reach_the_registry() -> None:
@@ -93,4 +97,33 @@ def test_the_operator_wide_settings_reach_the_registry() -> None:
     state = servingjob_handlers.State(client.ApiClient(), autoscalers)
     scaler = autoscalers.registry.get("uid-1", "http://prom:9090", 60)
     assert scaler.base_settings.window_s == 33
+    state.close()
+
+
+def test_a_pool_with_standbys_is_decided_and_reported_on_its_awake_replicas() -> None:
+    body = job({"staleAfterSeconds": 10})
+    body["spec"]["autoscaling"]["standby"] = {"prefill": {"replicas": 1}}
+    autoscalers = JobAutoscalers(source_factory=lambda url, window: Source())
+    state = servingjob_handlers.State(client.ApiClient(), autoscalers)
+
+    def pod(name: str, pool: str, asleep: bool = False) -> dict[str, Any]:
+        annotations = standby.sleep_patch()["metadata"]["annotations"] if asleep else {}
+        ready = [{"type": "Ready", "status": "True"}]
+        return {
+            "metadata": {"name": name, "labels": {POOL_LABEL: pool}, "annotations": annotations},
+            "status": {"phase": "Running", "conditions": ready},
+        }
+
+    pods = [pod("a", "prefill"), pod("b", "prefill", asleep=True), pod("c", "decode")]
+    deployments = {
+        "prefill": {"status": {"readyReplicas": 2}},
+        "decode": {"status": {"readyReplicas": 1}},
+    }
+    desired = {"prefill": 2, "decode": 1}  # the Deployments' scales: prefill holds a standby
+    health, asleep = servingjob_handlers._autoscale(
+        state, ServingJobObject.of(body), lambda: pods, deployments, desired, []
+    )
+    assert asleep == {"prefill": 1, "decode": 0}
+    assert desired == {"prefill": 1, "decode": 1}  # awake replicas, as the status shows them
+    assert health is not None
     state.close()
