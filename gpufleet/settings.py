@@ -255,6 +255,14 @@ class OperatorSettings(_Group):
         "NVIDIA GPU Operator's nvidia.com/gpu taint; an empty list adds none).",
     )
 
+    vllm_sleep_api: bool = Field(
+        False,
+        description="Call vLLM's sleep endpoints on a ServingJob's standby replicas (POST "
+        "/sleep?level=1 and /wake_up on the pod's IP and spec.port; the server needs "
+        "--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1) before marking them asleep or awake; "
+        "off, the gpufleet.io/standby pod annotation alone tells the server.",
+    )
+
     def tolerations(self) -> tuple[dict[str, Any], ...]:
         """`pod_tolerations` as pod specs list them."""
         return tuple(t.as_kubernetes() for t in self.pod_tolerations)

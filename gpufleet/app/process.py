@@ -36,6 +36,7 @@ from gpufleet.app import kopf_setup, logs
 from gpufleet.app.http_endpoint import Health, Phase, serve
 from gpufleet.autoscaler.service import JobAutoscalers
 from gpufleet.operator import servingjob_handlers, trainingjob_handlers
+from gpufleet.operator.vllm_sleep import VllmSleepApi
 from gpufleet.scheduler.lease import LeaderLease
 from gpufleet.scheduler.runtime import SchedulerRuntime, api_client
 from gpufleet.settings import Settings
@@ -134,6 +135,7 @@ def run(settings: Settings) -> int:
             scheduler_name,
             may_act=lease.held,
             tolerations=tolerations,
+            sleep_api=VllmSleepApi() if settings.operator.vllm_sleep_api else None,
         ),
     )
     namespace = settings.namespace

@@ -16,10 +16,16 @@ job's pools as one pass read them, in three steps:
   `plan_standby` (wake asleep pods first, create only the rest; put pods to sleep up to the
   standby count, remove the rest), marking pods before it changes the Deployment's scale, so
   the ReplicaSet's scale-down removes awake pods and keeps the standbys.
+
+With a `ServerSleep` (the opt-in `operator.vllm_sleep_api`: `vllm_sleep.VllmSleepApi`) the
+server is put to sleep or woken before its pod is marked: a replica whose sleep fails is
+removed instead, and a failed wake raises `SleepApiError` (the pod stays marked asleep; the
+next tick tries again).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -28,13 +34,23 @@ from gpufleet.core.standby import plan_standby
 from gpufleet.model.contract import standby as marks
 from gpufleet.model.contract.names import POOL_LABEL
 from gpufleet.model.servingjob import ServingJobSpec
+from gpufleet.operator.vllm_sleep import SleepApiError
 
-__all__ = ["PodPatcher", "Standbys", "Writer", "asleep_counts"]
+__all__ = ["PodPatcher", "ServerSleep", "Standbys", "Writer", "asleep_counts"]
 
 Obj = Mapping[str, Any]
+log = logging.getLogger("gpufleet.operator")
 # Merge-patches one pod (by name) of the job's namespace.
 PodPatcher = Callable[[str, dict[str, Any]], None]
 Scaler = Callable[[str, int], None]
+
+
+class ServerSleep(Protocol):
+    """Puts a pod's server to sleep and wakes it (raises `SleepApiError` when it cannot)."""
+
+    def sleep(self, pod: Mapping[str, Any], port: int) -> None: ...
+
+    def wake(self, pod: Mapping[str, Any], port: int) -> None: ...
 
 
 class Writer(Protocol):
@@ -85,6 +101,8 @@ class Standbys:
         patch_pod: PodPatcher,
         scale: Scaler,
         now: datetime,
+        server: ServerSleep | None = None,
+        port: int = 0,
     ) -> None:
         self.spec = spec
         self.scales = dict(scales)
@@ -93,13 +111,29 @@ class Standbys:
         self._scale = scale
         self.now = now
         self.woken: set[str] = set()  # pods woken this pass (the listing still shows them asleep)
+        self.server = server  # the servers' own sleep endpoints, if gpufleet calls them
+        self.port = port
 
     def _asleep(self, pod: Obj) -> bool:
         return marks.is_asleep(pod) and pod["metadata"]["name"] not in self.woken
 
     def _wake(self, pod: Obj) -> None:
+        if self.server is not None:
+            self.server.wake(pod, self.port)  # SleepApiError: stays marked, retried next tick
         self.patch_pod(pod["metadata"]["name"], marks.wake_patch(self.now))
         self.woken.add(pod["metadata"]["name"])
+
+    def _sleep(self, pod: Obj) -> bool:
+        """Put the pod's server to sleep and mark it; False (left awake) when the server
+        refuses."""
+        if self.server is not None:
+            try:
+                self.server.sleep(pod, self.port)
+            except SleepApiError as exc:
+                log.warning("standby not put to sleep, removed instead: %s", exc)
+                return False
+        self.patch_pod(pod["metadata"]["name"], marks.sleep_patch())
+        return True
 
     def scale(self, pool: str, replicas: int) -> None:
         entry = self.spec.standby_of(pool)
@@ -118,8 +152,8 @@ class Standbys:
             running = [p for p in live if not self._asleep(p) and _ready(p)]
             running.sort(key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
             for pod in reversed(running[max(0, len(running) - plan.sleep) :]):
-                self.patch_pod(pod["metadata"]["name"], marks.sleep_patch())
-                slept += 1
+                if self._sleep(pod):
+                    slept += 1
         # Asleep pods stay in the Deployment: its scale is awake plus asleep replicas.
         new_total = replicas + len(asleep) - plan.wake + slept
         if new_total != total:

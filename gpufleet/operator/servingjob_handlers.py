@@ -62,6 +62,7 @@ from gpufleet.operator import serving_children as children
 from gpufleet.operator.accounting import UsageLedger
 from gpufleet.operator.objects import ServingJobObject, parse_or_fail
 from gpufleet.operator.ports import ServingAutoscaler
+from gpufleet.operator.vllm_sleep import SleepApiError, VllmSleepApi
 
 RESOURCE = (children.GROUP, children.VERSION, children.PLURAL)
 _KIND = fresh_read.Resource(*RESOURCE)
@@ -82,8 +83,10 @@ class State:
         scheduler_name: str = names.SCHEDULER_NAME,
         may_act: Callable[[], bool] = leading.always,
         tolerations: tuple[Mapping[str, Any], ...] = podtemplate.GPU_TOLERATIONS,
+        sleep_api: serving_standby.ServerSleep | None = None,
     ) -> None:
         self.scheduler_name = scheduler_name  # of the pods its Deployments create
+        self.sleep_api = sleep_api  # vLLM's sleep endpoints (operator.vllm_sleep_api), if called
         self.may_act = may_act  # the Lease fence (leading.py)
         self.tolerations = tolerations  # added to those pods
         self.apps = client.AppsV1Api(api)
@@ -106,6 +109,8 @@ class State:
 
     def close(self) -> None:
         self.autoscalers.close()
+        if isinstance(self.sleep_api, VllmSleepApi):
+            self.sleep_api.close()
 
 
 def _now() -> datetime:
@@ -370,21 +375,28 @@ def _autoscale(
     if keeps or any(counts.values()):
         patch = _pod_patcher(state, job.id.namespace)
         standbys = serving_standby.Standbys(
-            job.spec, scales, listed or [], patch, scaler.scale, _now()
-        )
-        standbys.settle()
+            job.spec, scales, listed or [], patch, scaler.scale, _now(),
+            server=state.sleep_api, port=job.spec.port,
+        )  # fmt: skip
+        try:
+            standbys.settle()
+        except SleepApiError as exc:
+            raise kopf.TemporaryError(f"waking a standby: {exc}", delay=2) from exc
         pools = standbys.observe()
         writer = standbys
         asleep = counts
         # The status's desired count is the awake one: asleep replicas serve nothing.
         desired.update({p: awake for p, (awake, _) in pools.items()})
-    scaled, health = state.autoscalers.tick(
-        job.id,
-        job.spec,
-        pools,
-        lambda: children.running_gpu_types([p for p in listed or [] if not is_asleep(p)]),
-        writer,
-    )
+    try:
+        scaled, health = state.autoscalers.tick(
+            job.id,
+            job.spec,
+            pools,
+            lambda: children.running_gpu_types([p for p in listed or [] if not is_asleep(p)]),
+            writer,
+        )
+    except SleepApiError as exc:  # the pods woken so far keep their marks; the next tick goes on
+        raise kopf.TemporaryError(f"waking a standby: {exc}", delay=2) from exc
     for change in scaled:
         desired[change.pool] = change.to_replicas
         changes.append(change)
