@@ -4,16 +4,18 @@ Informers write nodes, pods and the MIG config map in; every cycle reads a consi
 binding is *assumed* before it is written to the API server, so the next cycle already counts
 those GPUs as used even if the watch has not yet delivered the bound pod; a failed write
 *forgets* the assumption. An assumption ends when the watch shows the pod bound (the pod then
-carries the same annotations), when the pod disappears, or when it expires.
+carries the same annotations), when the pod disappears, or when it expires: a TTL after its
+binding was answered, never while the binding is still being written.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -208,9 +210,26 @@ class SchedulerCache:
 
     # --- assume / forget -------------------------------------------------------------------
 
-    def assume(self, key: str, node: str, annotations: Mapping[str, str]) -> None:
+    def assume(
+        self, key: str, node: str, annotations: Mapping[str, str], in_flight: bool = False
+    ) -> None:
+        """Count `key` bound to `node` with `annotations` from now on. An assumption made
+        `in_flight` does not expire before `answered` says its binding was answered: a batch
+        of thousands of bindings on a loaded API server takes longer than the TTL, and an
+        assumption that expired first gave its GPUs out a second time (1,000-node run)."""
+        expires = math.inf if in_flight else self._clock() + self._ttl
         with self._lock:
-            self._assumed[key] = Assumption(node, dict(annotations), self._clock() + self._ttl)
+            self._assumed[key] = Assumption(node, dict(annotations), expires)
+
+    def answered(self, keys: Iterable[str]) -> None:
+        """The bindings of `keys` were answered: their assumptions expire a TTL from now
+        (the watch confirms them before that; failed ones are forgotten)."""
+        with self._lock:
+            expires = self._clock() + self._ttl
+            for key in keys:
+                assumption = self._assumed.get(key)
+                if assumption is not None and assumption.expires == math.inf:
+                    self._assumed[key] = replace(assumption, expires=expires)
 
     def forget(self, key: str) -> None:
         with self._lock:

@@ -1,11 +1,11 @@
 """Phases 8 and 0 of the cycle: bindings assumed, sent in one batch, settled later.
 
 Every pod of a placed gang is first assumed in the cache (the next cycle counts its GPUs even
-before the watch shows the pod, and before the binding is answered), then all bindings of the
-cycle go out as one batch answered in the background (pipelining: the next cycle may place more
-gangs meanwhile). A later cycle settles each answered batch: a gang whose bindings all went
-through is reported bound; a gang with any failed binding is rolled back whole (its
-assumptions forgotten, its bound pods deleted), never left partly bound.
+before the watch shows the pod, and before the binding is answered, however long that takes),
+then all bindings of the cycle go out as one batch answered in the background (pipelining: the
+next cycle may place more gangs meanwhile). A later cycle settles each answered batch: a gang
+whose bindings all went through is reported bound; a gang with any failed binding is rolled back
+whole (its assumptions forgotten, its bound pods deleted), never left partly bound.
 """
 
 from __future__ import annotations
@@ -70,10 +70,16 @@ class InflightBindings:
         requests = [r for rs in per_gang.values() for r in rs]
         if requests:
             for r in requests:
-                self.cache.assume(r.pod_key, r.node, r.annotations)
+                self.cache.assume(r.pod_key, r.node, r.annotations, in_flight=True)
+            keys = [r.pod_key for r in requests]
+
+            def answered(_: Future[dict[str, str | None]]) -> None:
+                self.cache.answered(keys)
+                self.cache.changed.set()
+
             future = self.binder.bind_async(requests)
             report.sent = len(requests)
-            future.add_done_callback(lambda _: self.cache.changed.set())
+            future.add_done_callback(answered)
             self._batches.append((per_gang, future))
         self.settle(report)
 
