@@ -113,8 +113,13 @@ def run(args: Any) -> dict[str, Any]:
                     started = time.monotonic()
                     load.start()
                     polls = 0
+                    # --bound counts from the last creation (later than planned when the
+                    # API server is slower than --rate), at most 4x the planned creation time.
                     deadline = started + args.jobs / args.rate + args.bound
+                    latest = started + 4 * args.jobs / args.rate + args.bound
                     while time.monotonic() < deadline:
+                        if load.creating.is_set():
+                            deadline = min(latest, max(deadline, time.monotonic() + args.bound))
                         time.sleep(5.0)
                         polls += 1
                         done = [j for j in load.jobs.values() if j.succeeded or j.gone]
