@@ -155,6 +155,13 @@ class PowerDownGroup(_Group):
         ge=0,
         description="Seconds a node woken for a pending gang takes to boot before it is used.",
     )
+    expected_run_s: float = Field(
+        3600.0,
+        ge=0,
+        description="Prior run time of a new gang on its fastest type: a gang waits for a "
+        "faster switched-off node when its boot costs less than the slower powered GPUs "
+        "would over that run (0: never waits).",
+    )
 
     def rule(self) -> PowerDownRule:
         return PowerDownRule(**self.model_dump())

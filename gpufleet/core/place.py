@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gpufleet.core.admission import QueueGate
+from gpufleet.core.boot_wait import BootHold, boot_holds
 from gpufleet.core.decision import (
     Decision,
     GangPlacement,
@@ -60,6 +61,11 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
         if refused:
             out = {p.gang_id for p in refused}
             pending = [g for g in pending if g.id not in out]
+    # Gangs better off waiting for a switched-off node to boot (boot_wait.py) wait.
+    holds = boot_holds(snapshot, pending, policy)
+    if holds:
+        refused += [_held(gid, hold) for gid, hold in holds.items()]
+        pending = [g for g in pending if g.id not in holds]
     # Greedy on free capacity, then preemption for what is still stuck.
     greedy_state = initial.copy()
     greedy = place_greedy(greedy_state, pending, policy, memo)
@@ -98,7 +104,7 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
     admitted = best.admitted_ids
     waiting = [g for g in pending if g.id not in admitted]
     if initial.gate is None:
-        reasons = [explain(initial, g, policy, memo) for g in waiting]
+        reasons = [explain(initial, g, policy, memo) for g in waiting] + refused
     else:
         reasons = queue_reasons(initial, best, pending, waiting, policy, memo) + refused
     # Moves of running gangs to faster types, on what the decision leaves free.
@@ -166,6 +172,16 @@ def queue_reasons(
                 reason = Pending(gang.id, PendingReason.WAITING_FOR_RECLAIM, note)
         out.append(reason)
     return out
+
+
+def _held(gang_id: str, hold: BootHold) -> Pending:
+    return Pending(
+        gang_id,
+        PendingReason.WAITING_FOR_FASTER_TYPE,
+        f"waits {hold.wait_s:.0f} s for switched-off {hold.placement.gpu_type} node(s) "
+        f"{', '.join(hold.nodes)} to boot: faster over an expected run than starting now on "
+        f"{hold.instead_of}",
+    )
 
 
 def _admits_all(pending: Sequence[Gang], decision: Decision) -> bool:

@@ -83,15 +83,20 @@ class PowerDownRule:
     pending demand is switched off, except `warm_nodes_per_type` empty powered nodes of each GPU
     type kept as headroom (as cluster autoscalers keep spare nodes); a node switched back on is
     usable `boot_s` after it was woken. Off by default: it cordons nodes, which other schedulers
-    see too."""
+    see too.
+
+    `expected_run_s`: the prior run time of a new gang on its fastest type, against which a
+    boot is weighed (boot_wait.py): a gang waits for a faster switched-off node when the boot
+    costs less than the slower powered type would over that run; 0 never waits."""
 
     enabled: bool = False
     idle_s: float = 1800.0
     warm_nodes_per_type: int = 2
     boot_s: float = 300.0
+    expected_run_s: float = 3600.0
 
     def __post_init__(self) -> None:
-        if self.idle_s < 0 or self.boot_s < 0 or self.warm_nodes_per_type < 0:
+        if min(self.idle_s, self.boot_s, self.expected_run_s, self.warm_nodes_per_type) < 0:
             raise ValueError("power-down times and warm nodes must be >= 0")
 
 

@@ -5,10 +5,11 @@ node's power state and the caller's clock (`plan_power`), shared by the live sch
 simulator so both switch the same nodes for the same reasons:
 
 1. **Booted.** A node woken `boot_s` ago is usable again.
-2. **Wake.** The pending gangs are placed, as a what-if with the greedy engine, first on the
-   powered nodes and those already booting, then on the switched-off ones: the switched-off
-   nodes the what-if needs are woken (never more than the demand needs), and each gang that
-   waits for booting nodes is named with them.
+2. **Wake.** The gangs the decision holds for a boot (boot_wait.py, on the same inputs) get
+   the nodes they wait for; the other pending gangs are placed, as a what-if with the greedy
+   engine, first on the powered nodes and those already booting, then on the switched-off
+   ones: the switched-off nodes the what-if needs are woken (never more than the demand
+   needs), and each gang that waits for booting nodes is named with them.
 3. **Switch off** (the consolidation view): a powered node that holds nothing, has been empty
    for `idle_s` and is not needed by the what-if is switched off, longest idle first, except
    `warm_nodes_per_type` empty powered nodes of each GPU type kept as headroom for arrivals.
@@ -26,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from gpufleet.core.boot_wait import boot_holds
 from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.demand import Gang
 from gpufleet.core.greedy import place_greedy
@@ -36,7 +38,7 @@ from gpufleet.model.contract.power import PowerState as PowerState
 from gpufleet.model.inventory import Node
 from gpufleet.model.mig import MigLayout
 
-__all__ = ["NodePower", "PowerPlan", "PowerState", "plan_power"]
+__all__ = ["NodePower", "PowerPlan", "PowerState", "boot_waits", "plan_power"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +111,12 @@ def plan_power(
     second: dict[str, GangPlacement] = {}
     if off or waking or booted or any(since + rule.idle_s <= now for since, _ in idle):
         what_if = _what_if_policy(policy)
-        first = _place(after, waking | set(booted), pending, what_if)
-        rest = [g for g in pending if g.id not in first]
+        waits = boot_waits(power, now, rule)
+        held = boot_holds(replace(after, boot_wait_s=waits), pending, policy)
+        first = {gid: h.placement for gid, h in held.items()}
+        rest = [g for g in pending if g.id not in held]
+        first |= _place(_with_held(after, first), waking | set(booted), rest, what_if)
+        rest = [g for g in rest if g.id not in first]
         second = _place(_with_held(after, first), off | waking | set(booted), rest, what_if)
     used = _nodes_of(first.values()) | _nodes_of(second.values())
     wake = tuple(sorted(used & off))
@@ -141,6 +147,21 @@ def plan_power(
     ends = [power[n].since + rule.boot_s for n in waking] + [now + rule.boot_s for n in wake]
     next_change = min([*ends, *([soonest] if soonest is not None else [])], default=None)
     return PowerPlan(tuple(sorted(power_off)), wake, booted, waiting_for, next_change)
+
+
+def boot_waits(
+    power: Mapping[str, NodePower], now: float, rule: PowerDownRule
+) -> dict[str, float]:
+    """Seconds until each switched-off or booting node would be usable if woken `now`
+    (`Snapshot.boot_wait_s`): a full boot for one that is off, what is left of it for one
+    booting."""
+    out: dict[str, float] = {}
+    for name, p in power.items():
+        if p.state is PowerState.OFF:
+            out[name] = rule.boot_s
+        elif p.state is PowerState.WAKING:
+            out[name] = max(0.0, p.since + rule.boot_s - now)
+    return out
 
 
 def _idle_nodes(

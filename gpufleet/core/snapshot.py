@@ -80,6 +80,9 @@ class Snapshot:
     workload: WorkloadEstimate | None = None
     # The queues gangs are charged to (queues.py); None: no quotas, no fair share.
     queues: QueueTree | None = None
+    # Switched-off or booting nodes (unschedulable in `nodes`) and the seconds until each
+    # would be usable if woken now (power_down.boot_waits); boot_wait.py weighs them.
+    boot_wait_s: Mapping[str, float] = field(default_factory=dict)
     _nodes_by_name: Mapping[str, Node] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:

@@ -141,7 +141,8 @@ class Scheduler:
         report = CycleReport(self.cycle)
         timer = _PhaseTimer(self.clock, report)
         self.bindings.settle(report)  # 0: rolled-back gangs' GPUs are free in this snapshot
-        read = self._snapshot(report)  # 1
+        policy = self.policy  # one policy per cycle (a watch may replace it between cycles)
+        read = self._snapshot(report, policy)  # 1
         if read is None:
             return report
         state, view = read
@@ -151,7 +152,6 @@ class Scheduler:
         view = replace(view, snapshot=self.arrivals.with_estimate(view.snapshot))
         settling, partial = self._heal(state, view, report)  # 2
         timer.done("heal")
-        policy = self.policy  # one policy per cycle (a watch may replace it between cycles)
         offered, waiting = heads(view, state, settling)  # 3
         offered, capped = cap_identical(
             offered, view.snapshot, policy.allow_preemption, self.settings.cap_identical_above
@@ -192,7 +192,9 @@ class Scheduler:
 
     # --- phases kept here: each a few lines around a collaborator -----------------------------
 
-    def _snapshot(self, report: CycleReport) -> tuple[CachedState, ClusterView] | None:
+    def _snapshot(
+        self, report: CycleReport, policy: Policy
+    ) -> tuple[CachedState, ClusterView] | None:
         """The cache's state and the core's view of it; None (and the error reported) when
         an object cannot be read: a bad object must not stop scheduling."""
         try:
@@ -205,7 +207,7 @@ class Scheduler:
         for key in view.problems:
             log.warning("cycle=%d pod %s holds GPUs its node does not have", self.cycle, key)
         if self.power is not None:  # nodes marked off or waking, even before the watch shows it
-            view = self.power.hide_marked(view, self.power.marks(state.nodes))
+            view = self.power.hide_marked(view, self.power.marks(state.nodes), policy)
         view = hide_reconfiguring(view, state)  # likewise nodes asked for a MIG layout
         return state, self.victims.without_protected(view)
 

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang
 from gpufleet.core.policy import Policy
-from gpufleet.core.power_down import NodePower, PowerPlan, PowerState, plan_power
+from gpufleet.core.power_down import NodePower, PowerPlan, PowerState, boot_waits, plan_power
 from gpufleet.model.contract.power import PowerMark, mark_patch
 from gpufleet.model.contract.reasons import SchedulerReason, pending_text
 from gpufleet.scheduler.cluster_view import ClusterView
@@ -87,15 +87,25 @@ class PowerMarks:
             out[name] = shown if written is None or written.state is shown.state else written
         return out
 
-    def hide_marked(self, view: ClusterView, marks: Mapping[str, PowerMark]) -> ClusterView:
-        """The view with every node marked off or waking unschedulable."""
+    def hide_marked(
+        self, view: ClusterView, marks: Mapping[str, PowerMark], policy: Policy
+    ) -> ClusterView:
+        """The view with every node marked off or waking unschedulable, and listed with the
+        time it would take to boot (the core weighs waiting for it, boot_wait.py)."""
         down = {n for n, m in marks.items() if m.state is not PowerState.ON}
-        if not any(n.name in down and n.schedulable for n in view.snapshot.nodes):
+        known = {n.name for n in view.snapshot.nodes}
+        if not down & known:
             return view
+        now = self.clock()
+        power = {
+            n: NodePower(marks[n].state, now if marks[n].since is None else marks[n].since)
+            for n in down & known
+        }
         nodes = tuple(
             replace(n, schedulable=False) if n.name in down else n for n in view.snapshot.nodes
         )
-        return replace(view, snapshot=replace(view.snapshot, nodes=nodes))
+        waits = boot_waits(power, now, policy.power_down)
+        return replace(view, snapshot=replace(view.snapshot, nodes=nodes, boot_wait_s=waits))
 
     def act(
         self,

@@ -36,8 +36,10 @@ Power-down: with a policy whose `power_down` rule is on, the core's `plan_power`
 scheduler's own) runs after every decision and whenever its plan can change by time alone (a
 node reaching its idle time, a boot ending): it switches empty nodes off (0 W), keeping the
 rule's warm nodes per GPU type, and wakes switched-off nodes the pending gangs need. A node off
-or booting is unschedulable in the snapshot, as the live scheduler cordons it; a woken node
-draws its GPUs' idle power while it boots and is usable `boot_s` after it was woken.
+or booting is unschedulable in the snapshot, as the live scheduler cordons it, and listed with
+the time it would take to boot (`Snapshot.boot_wait_s`, so the decision can hold a gang for a
+faster switched-off node); a woken node draws its GPUs' idle power while it boots and is usable
+`boot_s` after it was woken.
 
 Demand: a trace job becomes a core `Gang` whose acceptable types are the fleet's types allowed by
 the job, each with the job's relative throughput from the speed model. A fractional job asks for
@@ -66,7 +68,7 @@ from gpufleet.core.decision import Decision, Move
 from gpufleet.core.demand import Gang, Topology, TypeOption
 from gpufleet.core.moves import expected_remaining
 from gpufleet.core.policy import Policy
-from gpufleet.core.power_down import NodePower, PowerState, plan_power
+from gpufleet.core.power_down import NodePower, PowerState, boot_waits, plan_power
 from gpufleet.core.scaling import linear, refine
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress, Snapshot
 from gpufleet.core.workload import ArrivalCounts, WorkloadEstimate
@@ -303,7 +305,8 @@ class Simulation:
             self._push(at, _Kind.POWER, "")
 
     def _snapshot(self) -> Snapshot:
-        """The cluster's snapshot with switched-off and booting nodes unschedulable."""
+        """The cluster's snapshot with switched-off and booting nodes unschedulable, and the
+        time each would take to be usable (the decision weighs waiting for them)."""
         snapshot = self.cluster.snapshot()
         if not self._unschedulable:
             return snapshot
@@ -311,7 +314,8 @@ class Simulation:
             replace(n, schedulable=False) if n.name in self._unschedulable else n
             for n in snapshot.nodes
         )
-        return replace(snapshot, nodes=nodes)
+        waits = boot_waits(self._power, self.now, self.policy.policy.power_down)
+        return replace(snapshot, nodes=nodes, boot_wait_s=waits)
 
     def _refresh_node_power(self, node: str) -> None:
         powered = self._power[node].state is not PowerState.OFF

@@ -204,3 +204,22 @@ def test_rule_off_never_patches_a_node() -> None:
         c.wall.t += 10_000
         c.sched.run_cycle()
     assert c.nodes.patches == []
+
+
+def test_gang_waits_for_a_switched_off_fast_node_rather_than_start_on_a_slow_one() -> None:
+    # The core's boot wait (boot_wait.py) live: the H100 node is marked off, a T4 node is
+    # powered and free; a 4-GPU gang 5x faster on the H100 wakes it and waits for its boot.
+    off = NodeBuilder("h100", "H100-80GB").cordoned().obj()
+    off["metadata"]["labels"][names.POWER_STATE_LABEL] = "off"
+    c = Cluster([off, NodeBuilder("t4", "T4", 4).obj()], [], replace(RULE, warm_nodes_per_type=1))
+    types = "H100-80GB=1.0,T4=0.2"
+    c.add([PodBuilder("fast-0").gpus(4).gang("fast", 1, 0).annotate(names.GPU_TYPES, types).obj()])
+    report = c.sched.run_cycle()
+    assert report.power.wake == ["h100"]
+    assert "default/fast-0" not in c.binder.bound
+    note = PendingNote.parse(report.pending["default/fast"])
+    assert note.reason is SchedulerReason.BOOTING and "h100" in note.detail
+    c.wall.t += RULE.boot_s
+    c.sched.run_cycle()  # booted: uncordoned
+    c.sched.run_cycle()
+    assert c.binder.bound["default/fast-0"].node == "h100"
