@@ -8,8 +8,8 @@ the rest), `hpa` (baseline b: HPA serving, training on what is free, no preempti
 training in least-lost-work order, own-history forecast in the policy). Prints one row per
 variant with the median and worst case over seeds, the target checks, and a final JSON line.
 
-    python bench/mixed_bench.py [--seeds 3] [--nodes 4] [--serving-jobs 2] [--hours 4]
-                                [--training-jobs 80] [--load 0.9]
+    python bench/mixed_bench.py [--seeds 3] [--first-seed 0] [--nodes 4] [--serving-jobs 2]
+                                [--hours 4] [--training-jobs 80] [--load 0.9]
                                 [--checkpoint-interval 1800] [--variants a,b,...]
 
 `--load` is the training work offered while the jobs arrive, as a fraction of the GPUs the
@@ -29,7 +29,13 @@ import sys
 import time
 from dataclasses import replace
 
-from gpufleet.cliargs import OneLineParser, input_error_exit, positive_float, positive_int
+from gpufleet.cliargs import (
+    OneLineParser,
+    input_error_exit,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from gpufleet.core.autoscaling import Slo
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.input_error import InputError
@@ -50,6 +56,12 @@ PEAK_PREFILL, PEAK_DECODE = 5, 1
 def _parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=positive_int, default=3)
+    p.add_argument(
+        "--first-seed",
+        type=non_negative_int,
+        default=0,
+        help="seeds first..first+seeds-1 (0-4 score; tune on others, e.g. 10-12)",
+    )
     p.add_argument("--nodes", type=positive_int, default=4, help="8-GPU H100 nodes")
     p.add_argument("--serving-jobs", type=positive_int, default=2)
     p.add_argument("--hours", type=positive_int, default=4, help="replay length")
@@ -91,7 +103,7 @@ def _run(args: argparse.Namespace, variants: list[str]) -> int:
     )
     runs: dict[str, list[MixedResult]] = {v: [] for v in variants}
     wall0 = time.perf_counter()
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         picked = philly_jobs(
             data / "traces" / "philly.csv",
             seed=seed,
@@ -135,7 +147,7 @@ def _run(args: argparse.Namespace, variants: list[str]) -> int:
     print(
         json.dumps(
             {
-                "seeds": args.seeds,
+                "seeds": list(range(args.first_seed, args.first_seed + args.seeds)),
                 "nodes": args.nodes,
                 "serving_jobs": args.serving_jobs,
                 "hours": args.hours,

@@ -1,6 +1,8 @@
 """The placement entry point: `place(snapshot, pending, policy) -> Decision`.
 
-Phases: 1 build the working state; 2 greedy placement on free capacity, then gang-aware
+Phases: 1 build the working state, and hold the gangs that are better off waiting for a
+switched-off node to boot than starting on slower powered GPUs (boot_wait.py, only with the
+power-down rule on and nodes off); 2 greedy placement on free capacity, then gang-aware
 preemption for what is still stuck; 3 with the CP-SAT engine, re-solve with the model over the
 free GPUs plus the preempted ones (the gangs that preempted must be admitted), warm-started by
 the greedy decision, preempt again for what is left, and keep the better-scoring decision

@@ -149,9 +149,7 @@ def plan_power(
     return PowerPlan(tuple(sorted(power_off)), wake, booted, waiting_for, next_change)
 
 
-def boot_waits(
-    power: Mapping[str, NodePower], now: float, rule: PowerDownRule
-) -> dict[str, float]:
+def boot_waits(power: Mapping[str, NodePower], now: float, rule: PowerDownRule) -> dict[str, float]:
     """Seconds until each switched-off or booting node would be usable if woken `now`
     (`Snapshot.boot_wait_s`): a full boot for one that is off, what is left of it for one
     booting."""

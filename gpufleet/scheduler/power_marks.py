@@ -97,10 +97,10 @@ class PowerMarks:
         if not down & known:
             return view
         now = self.clock()
-        power = {
-            n: NodePower(marks[n].state, now if marks[n].since is None else marks[n].since)
-            for n in down & known
-        }
+        power: dict[str, NodePower] = {}
+        for name in down & known:
+            since = marks[name].since
+            power[name] = NodePower(marks[name].state, now if since is None else since)
         nodes = tuple(
             replace(n, schedulable=False) if n.name in down else n for n in view.snapshot.nodes
         )
