@@ -2,19 +2,22 @@
 
 Aspects: every job completes exactly once; busy GPU-seconds add up per job and in total; energy
 is non-negative and equals the power model on hand-computed cases (with and without power-down);
-node boot delay; MIG repartition delay; preemption keeps progress and pays the restart cost;
+node boot delay; a gang waiting for a switched-off faster node as the core decides (boot_wait.py);
+MIG repartition delay; preemption keeps progress and pays the restart cost;
 partial gangs (kube-like) hold GPUs, time out and still finish; bad decisions raise.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import pytest
 
 from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.demand import Gang
-from gpufleet.core.policy import Policy, PowerDownRule
+from gpufleet.core.place import place as core_place
+from gpufleet.core.policy import Engine, Policy, PowerDownRule, SolverSettings
 from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
 from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import Catalog
@@ -159,6 +162,34 @@ def test_switched_off_node_is_not_used_while_another_fits(
     starts = {r.job_id: r.first_start_s for r in result.jobs}
     assert starts["b"] == pytest.approx(5000.0)
     assert starts["c"] == pytest.approx(5100.0 + 300.0)
+
+
+def test_a_gang_waits_for_a_switched_off_faster_node_as_the_core_decides(
+    catalog: Catalog, profile: GavelProfile
+) -> None:
+    # The core's boot wait in the replay: t keeps the T4 node on (it may run only there), the
+    # H100 node goes off after a's run; b fits on the free T4 GPU but runs far faster on an
+    # H100, so it waits for the H100 node's boot and starts there 300 s after arriving.
+    fleet = FleetSpec(
+        node_pools=[
+            NodePoolSpec(name="h", count=1, gpu_type="H100-80GB", gpus_per_node=1),
+            NodePoolSpec(name="t", count=1, gpu_type="T4", gpus_per_node=2),
+        ]
+    )
+    rule = PowerDownRule(enabled=True, idle_s=600.0, warm_nodes_per_type=0, boot_s=300.0)
+    greedy = SolverSettings(engine=Engine.GREEDY)
+    policy = SimPolicy("boot-wait", core_place, Policy(power_down=rule, solver=greedy))
+    t4_only = replace(job("t", 0.0, 20_000.0), gpu_types=frozenset({"T4"}))
+    jobs = [t4_only, job("a", 0.0, 100.0), job("b", 5000.0, 1000.0)]
+    sim, result = simulate(fleet, jobs, policy, catalog, profile)
+    b = next(r for r in result.jobs if r.job_id == "b")
+    assert b.first_start_s == pytest.approx(5300.0)
+    assert sim.jobs["b"].gpu_type == "H100-80GB"
+    # Without the prior, it starts at once on the T4.
+    never = replace(rule, expected_run_s=0.0)
+    policy = SimPolicy("no-wait", core_place, Policy(power_down=never, solver=greedy))
+    _, result = simulate(fleet, jobs, policy, catalog, profile)
+    assert next(r for r in result.jobs if r.job_id == "b").first_start_s == pytest.approx(5000.0)
 
 
 def test_mig_repartition_delay(
