@@ -98,6 +98,7 @@ def run(settings: Settings) -> int:
         settings.scheduler,
         may_act=lease.held,
         policy_watch=policy,
+        estimate_namespace=lease_settings.namespace,
     )
     scheduler.start()
     health.scheduler_alive = scheduler.alive

@@ -58,6 +58,18 @@ class SchedulerSettings(BaseModel):
     bind_connections: int = Field(
         32, ge=1, description="Connections the binder keeps to the API server."
     )
+    estimate_configmap: str = Field(
+        "gpufleet-workload-estimate",
+        pattern=r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)?$",
+        description="ConfigMap, in the Lease's namespace, where the scheduler keeps the request "
+        "shapes it has seen (its workload estimate for FGD fragmentation); the next process "
+        "to lead starts from them. Empty: not kept (each start begins with no estimate).",
+    )
+    estimate_save_s: float = Field(
+        60.0,
+        gt=0,
+        description="Longest time between two writes of that ConfigMap while the estimate changes.",
+    )
     mig_config_map_namespace: str = Field(
         names.MIG_CONFIGMAP_NAMESPACE,
         min_length=1,

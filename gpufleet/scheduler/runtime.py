@@ -17,8 +17,10 @@ from gpufleet.model.crd_common import API_GROUP, API_VERSION
 from gpufleet.model.gpus import Catalog, load_catalog
 from gpufleet.scheduler import prometheus_metrics
 from gpufleet.scheduler.apiwriter import ApiWriter
+from gpufleet.scheduler.arrivals import ArrivalTracker
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import SchedulerCache
+from gpufleet.scheduler.estimate_store import EstimateStore
 from gpufleet.scheduler.informer import Informer
 from gpufleet.scheduler.loop import Decide, Scheduler
 from gpufleet.scheduler.loop_settings import SchedulerSettings
@@ -98,6 +100,7 @@ class SchedulerRuntime:
         decide: Decide = place,
         may_act: Callable[[], bool] = lambda: True,
         policy_watch: PolicyWatch | None = None,
+        estimate_namespace: str | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -119,6 +122,12 @@ class SchedulerRuntime:
             power=PowerMarks(self.core),
             queue_status=QueueStatusWriter(self._patch_queue_status),
         )
+        if estimate_namespace is not None and settings.estimate_configmap:
+            # The estimate starts from what the last leader kept (arrivals.py); read at start.
+            store = EstimateStore(self.core, estimate_namespace, settings.estimate_configmap)
+            self.scheduler.arrivals = ArrivalTracker(
+                store=store, save_every_s=settings.estimate_save_s
+            )
         self.informers = cache_informers(
             self.core, self.cache, self.stop_event, settings.mig_config_map_namespace
         )

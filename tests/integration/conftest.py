@@ -16,7 +16,9 @@ import pytest
 
 from gpufleet.sandbox.binaries import BuildError
 from gpufleet.sandbox.control_plane import Sandbox
+from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.runtime import api_client
+from gpufleet.settings import LeaseSettings
 from gpufleet.testing.fleet_layouts import restore_mig_layouts
 from gpufleet.testing.operator import Kube, OperatorProcess
 
@@ -42,14 +44,21 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     sbx.down(progress=lambda _: None)
 
 
+def forget_workload_estimate(sandbox: Sandbox) -> None:
+    """Delete the workload estimate the operator keeps (scheduler/estimate_store.py)."""
+    name, namespace = SchedulerSettings().estimate_configmap, LeaseSettings().namespace
+    sandbox.kubectl("delete", "configmap", name, "-n", namespace, "--ignore-not-found")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def fleet_layouts_given_back() -> Iterator[None]:
     """After each module, the MIG layouts its jobs made gpufleet change go back to the fleet
-    file's: the sandbox is shared by the session, and no module's outcome may depend on the
-    modules that ran before it."""
+    file's, and the workload estimate its operator kept is deleted: the sandbox is shared by the
+    session, and no module's outcome may depend on the modules that ran before it."""
     yield
     for sbx in _STARTED:
         restore_mig_layouts(sbx)
+        forget_workload_estimate(sbx)
 
 
 @pytest.fixture(scope="session")

@@ -86,6 +86,9 @@ CLUSTER_WIDE = {
 IN_RELEASE_NAMESPACE = CLUSTER_WIDE | {
     ("configmaps", "default-mig-parted-config", "get list update watch"),
     ("configmaps", "gpufleet-policy", "get list watch"),
+    # The scheduler's workload estimate: read and replaced by name, created the first time.
+    ("configmaps", "gpufleet-workload-estimate", "get update"),
+    ("configmaps", "", "create"),
     ("leases.coordination.k8s.io", "gpufleet-operator", "get update"),
 }
 

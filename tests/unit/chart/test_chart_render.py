@@ -255,8 +255,39 @@ def test_rbac_has_no_wildcards_and_named_resources_where_it_can() -> None:
             "verbs": ["get", "list", "watch"],
         }
     ]
+    estimate = by_name["gpufleet-workload-estimate"]
+    assert estimate["metadata"]["namespace"] == "gpufleet-system"
+    assert estimate["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["gpufleet-workload-estimate"],
+            "verbs": ["get", "update"],
+        },
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+    ]
     bindings = objects["ClusterRoleBinding"] + objects["RoleBinding"]
     for binding in bindings:
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "gpufleet", "namespace": "gpufleet-system"}
         ]
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        pytest.param("team-estimate", ["team-estimate"], id="renamed"),
+        pytest.param("", None, id="not-kept"),
+    ],
+)
+def test_the_workload_estimate_role_follows_its_setting(
+    name: str, expected: list[str] | None
+) -> None:
+    objects = render("--set", f"config.scheduler.estimate_configmap={name}")
+    roles = {r["metadata"]["name"]: r for r in objects["Role"]}
+    bindings = {b["metadata"]["name"] for b in objects["RoleBinding"]}
+    if expected is None:
+        assert "gpufleet-workload-estimate" not in set(roles) | bindings
+    else:
+        assert roles["gpufleet-workload-estimate"]["rules"][0]["resourceNames"] == expected
+        assert "gpufleet-workload-estimate" in bindings
