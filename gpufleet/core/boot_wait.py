@@ -3,7 +3,8 @@
 With idle-node power-down (power_down.py) the fastest GPUs are sometimes on nodes that are off
 or still booting, while slower powered GPUs are free. Starting there is costly: a running gang
 reaches a faster type later only by a restart (moves.py), paid in restart time and unsaved
-progress, and a long job may keep the slow type for its whole run. `boot_holds` decides, for each pending gang, whether to hold it for a node that would boot, counting the boot:
+progress, and a long job may keep the slow type for its whole run. `boot_holds` decides, for
+each pending gang, whether to hold it for a node that would boot, counting the boot:
 
     start now on the fastest powered type that fits:  E * s_max / s_now
     wait for a boot of `w` s, then run on type t:     w + E * s_max / s_t
