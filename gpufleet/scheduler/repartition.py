@@ -55,6 +55,7 @@ def request_layouts(
         if (label := (n["metadata"].get("labels") or {}).get(names.MIG_CONFIG_LABEL))
         and label.startswith(CONFIG_PREFIX)
     }
+    whole, slices = view.snapshot.occupied()
     for node_name, gpus in sorted(changes.items()):
         node = view.snapshot.node(node_name)
         layouts = [gpus.get(g.index, g.mig_layout) for g in node.gpus]
@@ -63,11 +64,29 @@ def request_layouts(
             for p in decision.placements
             if any(r.node == node_name and r.gpus[0] in gpus for r in p.replicas)
         )
-        try:
-            config = requester.request(node_name, layouts, in_use)
-        except Exception as exc:
-            log.warning("cycle=%d MIG request for %s failed: %s", report.cycle, node_name, exc)
-            config = ""
+        # A GPU still held by a pod (a victim of this decision being evicted, say) keeps its
+        # layout: the MIG manager would reshape it under the pod. Its gangs wait; the core
+        # asks again once the holders are gone.
+        held_now = [
+            g
+            for g, layout in gpus.items()
+            if (node_name, g) in whole
+            or any(
+                n == node_name and i == g and (layout is None or mig not in layout)
+                for n, i, mig in slices
+            )
+        ]
+        config = ""
+        if held_now:
+            log.info(
+                "cycle=%d MIG layout of %s GPU(s) %s deferred: still in use",
+                report.cycle, node_name, held_now,
+            )  # fmt: skip
+        else:
+            try:
+                config = requester.request(node_name, layouts, in_use)
+            except Exception as exc:
+                log.warning("cycle=%d MIG request for %s failed: %s", report.cycle, node_name, exc)
         for gid in users:
             held[gid] = pending_text(
                 SchedulerReason.MIG, f"waiting for MIG reconfiguration of node {node_name}"

@@ -232,6 +232,24 @@ def test_node_asked_for_mig_takes_no_new_pods_before_the_watch_shows_the_request
     assert "default/pod:w" in report.pending
 
 
+def test_gpu_of_a_victim_is_not_repartitioned_before_the_victim_is_gone() -> None:
+    # Chaos run: one cycle preempted two whole-GPU gangs on h100-1 and asked at once for MIG on
+    # their GPUs; the MIG manager applied it under the evicted pods still running
+    # ("h100-1: 6 x nvidia.com/gpu in use, 4 allocatable").
+    node = NodeBuilder("a0", "A100-80GB", 1).mig("all-disabled")
+    low = PodBuilder("low").gpus(1).bound("a0", gpus="0").annotate(names.PRIORITY, "0").obj()
+    high = PodBuilder("m").mig("3g.40gb").annotate(names.PRIORITY, "10").obj()
+    sched, cache, binder, mig = make([node.obj()], [low, high])
+    report = sched.run_cycle()
+    assert report.preempted == ["default/pod:low"]
+    assert [e[0] for e in binder.evicted] == ["default/low"]
+    assert mig.requests == [] and binder.bound == {}
+    assert report.pending["default/pod:m"].startswith("WaitingFor")
+    cache.pod_event("DELETED", low)
+    report = sched.run_cycle()  # the victim is gone: now the GPU is repartitioned
+    assert [r[0] for r in mig.requests] == ["a0"] and list(report.mig_requests) == ["a0"]
+
+
 def test_gang_on_a_vanished_node_is_restarted_whole() -> None:
     pods = [
         PodBuilder("g-0").gpus(1).gang("g", 2, 0).bound("gone", gpus="0").obj(),
