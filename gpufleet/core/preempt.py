@@ -4,14 +4,15 @@ For each gang still pending (highest priority first, a bounded number per decisi
 are running gangs that are preemptible, of strictly lower priority, on an acceptable GPU type and
 on a node the gang may use, tried in borrowing.py's order (lowest priority, then least work
 lost: checkpoint age and restart cost, then longest remaining time). Victims are released one at
-a time until the gang fits; then victims that turn out unnecessary are put back, and the eviction
-happens only if the gang's objective value beats what the victims lose plus the disruption cost.
-Every what-if is undone when not taken.
+a time until the gang fits, first from the best candidates whatever their node, then (when that
+fails) from the candidates of one node at a time (`_victim_groups`); then victims that turn out
+unnecessary are put back, and the eviction happens only if the gang's objective value beats
+what the victims lose plus the disruption cost. Every what-if is undone when not taken.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from gpufleet.core.borrowing import victim_key
 from gpufleet.core.decision import GangPlacement, Preemption
@@ -31,7 +32,8 @@ from gpufleet.core.snapshot import RunningGang
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import gang_value
 
-MAX_VICTIMS_PER_GANG = 8  # bounds the what-if work per stuck gang
+MAX_VICTIMS_PER_GANG = 8  # bounds the what-if work per stuck gang (per victim set; see below)
+MAX_NODES_PER_GANG = 4  # one-node victim sets tried after the first set fails
 
 
 def retake(state: ClusterState, gang: RunningGang) -> None:
@@ -60,6 +62,28 @@ def _try_plan(state: ClusterState, gang: Gang, policy: Policy, layouts: Memo) ->
         if plan is not None:
             return plan
     return None
+
+
+def _victim_groups(candidates: Sequence[RunningGang], gpus: int) -> Iterator[list[RunningGang]]:
+    """The victim sets tried in turn, each in candidate order: the first candidates whatever
+    their node; then the candidates of one node at a time, nodes with the most candidate GPUs
+    first, so that for a gang needing its GPUs on one node, victims scattered over many nodes
+    do not use up the bound before any node is cleared. A set holds at most
+    MAX_VICTIMS_PER_GANG victims, or as many as the gang's `gpus` (so that a gang wider than the
+    bound can still be made room for by one-GPU victims)."""
+    bound = max(MAX_VICTIMS_PER_GANG, gpus)
+    yield list(candidates[:bound])
+    by_node: dict[str, list[RunningGang]] = {}
+    for victim in candidates:
+        nodes = {r.node for r in victim.replicas}
+        if len(nodes) == 1:
+            by_node.setdefault(nodes.pop(), []).append(victim)
+    ranked = sorted(
+        by_node.items(),
+        key=lambda item: (-sum(len(r.gpus) for v in item[1] for r in v.replicas), item[0]),
+    )
+    for _, group in ranked[:MAX_NODES_PER_GANG]:
+        yield group[:bound]
 
 
 def preempt_for_pending(
@@ -94,9 +118,9 @@ def preempt_for_pending(
             for r in state.snapshot.running
             if r.id not in evicted
             and r.preemptible
-            and (r.priority < gang.priority if gate is None else gate.may_evict(r, gang))
             and r.gpu_type in types
             and (allowed is None or any(state.node_index[p.node] in allowed for p in r.replicas))
+            and (r.priority < gang.priority if gate is None else gate.may_evict(r, gang))
         ]
         if not candidates:
             continue
@@ -109,18 +133,22 @@ def preempt_for_pending(
             candidates.sort(key=lambda r: (gate.victim_key(r, gang), order(r)))
         released: list[RunningGang] = []
         plan: Plan | None = None
-        for victim in candidates[:MAX_VICTIMS_PER_GANG]:
-            # A queue stops being reclaimed from once it is back within its nominal quota.
-            if gate is not None and not gate.may_evict(victim, gang):
-                continue
-            release_gang(state, victim)
-            released.append(victim)
-            plan = _try_plan(state, gang, policy, layouts)
+        for group in _victim_groups(candidates, gang.gpus_needed(gang.replicas_min)):
+            for victim in group:
+                # A queue stops being reclaimed from once it is back within its nominal quota.
+                if gate is not None and not gate.may_evict(victim, gang):
+                    continue
+                release_gang(state, victim)
+                released.append(victim)
+                plan = _try_plan(state, gang, policy, layouts)
+                if plan is not None:
+                    break
             if plan is not None:
                 break
-        if plan is None:
             for victim in released:
                 retake(state, victim)
+            released = []
+        if plan is None:
             continue
         # Put back victims the gang turns out not to need (latest-added is needed by design).
         for victim in list(reversed(released[:-1])):

@@ -34,6 +34,8 @@ from gpufleet.core.snapshot import RunningGang, Snapshot
 __all__ = ["Charge", "QuotaBook", "Shortfall", "running_charge"]
 
 ROOT: Final = "<cluster>"
+# Read-only stand-in for a queue with no usage yet (lookups in the hot path build no Counter).
+_NONE: Final[Counter[str]] = Counter()
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,11 +111,11 @@ class QuotaBook:
 
     def used(self, queue: str, resource: str) -> int:
         """Usage of the queue's subtree."""
-        return self.sub.get(queue, Counter())[resource]
+        return self.sub.get(queue, _NONE)[resource]
 
     def outside(self, resource: str) -> int:
         """Usage of gangs outside any usable queue."""
-        return self.own.get(ROOT, Counter())[resource]
+        return self.own.get(ROOT, _NONE)[resource]
 
     def borrowing(self, queue: str, resource: str) -> bool:
         """The queue's subtree uses more than its nominal quota of `resource`."""
@@ -150,7 +152,7 @@ class QuotaBook:
         key = (queue, resource)
         if key not in self._effective:
             spec = self.tree.queues[queue]
-            inner = self.own.get(queue, Counter())[resource] + sum(
+            inner = self.own.get(queue, _NONE)[resource] + sum(
                 self.effective(k, resource) for k in self.tree.kids(queue)
             )
             self._effective[key] = max(inner, spec.quota(resource).kept)
@@ -163,7 +165,7 @@ class QuotaBook:
         below_effective = 0
         for name in path:
             spec = self.tree.queues[name]
-            own = self.own.get(name, Counter())[resource] + (amount if name == queue else 0)
+            own = self.own.get(name, _NONE)[resource] + (amount if name == queue else 0)
             load = own + below_effective
             load += sum(self.effective(k, resource) for k in self.tree.kids(name) if k != below)
             yield name, load, spec.quota(resource).ceiling
