@@ -18,6 +18,12 @@ needed and none is free, an empty MIG GPU is switched back to a whole GPU.
   fleet's capacity, and the admitted jobs that gain most from fast GPUs (ratio of their fastest
   to slowest option) pick first, each its fastest type with room; running jobs outside the
   admitted set are preempted when an admitted job needs their GPUs.
+* `GavelTenantPolicy` — the same, with tenants (the queues of the snapshot): Gavel's
+  hierarchical max-min fairness, weighted across tenants, then max-min across a tenant's jobs.
+  Every round, admission is progressive filling: the tenant holding the least effective
+  throughput (relative throughput x GPUs of the jobs admitted so far this round) per unit of
+  weight (its queue's weight) admits its next job by the ranking above, until the fleet's GPUs
+  are spoken for. Gavel has no quotas: the queues' quotas play no part.
 * `TiresiasLikePolicy` — Tiresias (NSDI'19) discretised two-dimensional least-attained-service:
   attained service = GPUs x time run; queues split at `thresholds` GPU-seconds; lower queue first,
   FIFO inside a queue; heterogeneity-agnostic best-fit placement; preemptive on every round.
@@ -30,7 +36,8 @@ time from a clock that the engine injects at construction; they never see the en
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import heapq
+from collections.abc import Callable, Mapping, Sequence
 
 from gpufleet.core.decision import (
     Decision,
@@ -49,7 +56,13 @@ from gpufleet.sim.occupancy import initial_layout
 __all__ = [
     "FifoBinPackPolicy",
     "GavelLikePolicy",
+    "GavelTenantPolicy",
     "TiresiasLikePolicy",
+    "best_fit",
+    "gang_gpus",
+    "place_gang",
+    "release_replicas",
+    "to_decision",
 ]
 
 Clock = Callable[[], float]
@@ -114,7 +127,7 @@ def _available(state: ClusterState, n: int) -> int:
 _NodeRule = Callable[[ClusterState, list[int], int], int | None]
 
 
-def _best_fit(state: ClusterState, nodes: list[int], need: int) -> int | None:
+def best_fit(state: ClusterState, nodes: list[int], need: int) -> int | None:
     """Fewest free GPUs that still fit (then the first node by name)."""
     best: tuple[int, str, int] | None = None
     for n in nodes:
@@ -172,7 +185,7 @@ def _undo(
         state.repartition(n, g, layout)
 
 
-def _try_gang(
+def place_gang(
     state: ClusterState, gang: Gang, gpu_type: str, rule: _NodeRule
 ) -> list[ReplicaPlacement]:
     """All replicas of `gang` on one type, or nothing (the ledger is left unchanged then)."""
@@ -181,7 +194,7 @@ def _try_gang(
     nodes = state.nodes_by_type.get(gpu_type, [])
     if gang.topology is Topology.SAME_NODE and gang.mig_profile is None:
         # The whole gang on the one node the rule picks for its total GPU count.
-        n = rule(state, nodes, _gpus(gang))
+        n = rule(state, nodes, gang_gpus(gang))
         if n is None:
             return []
         for _ in range(gang.replicas_min):
@@ -210,7 +223,13 @@ def _types(gang: Gang, state: ClusterState) -> list[str]:
     return [t for t in gang.type_names() if t in state.nodes_by_type]
 
 
-def _decision(
+def release_replicas(state: ClusterState, gang: RunningGang) -> None:
+    """Free a running gang's GPUs on the ledger (a what-if eviction)."""
+    for replica in gang.replicas:
+        state.release(replica)
+
+
+def to_decision(
     state: ClusterState,
     placements: dict[str, GangPlacement],
     preemptions: Sequence[Preemption] = (),
@@ -226,7 +245,7 @@ def _decision(
     )
 
 
-def _gpus(gang: Gang) -> int:
+def gang_gpus(gang: Gang) -> int:
     return gang.gpus_needed(gang.replicas_min)
 
 
@@ -243,11 +262,11 @@ class FifoBinPackPolicy:
         placements: dict[str, GangPlacement] = {}
         for gang in pending:
             for t in _types(gang, state):
-                reps = _try_gang(state, gang, t, _best_fit)
+                reps = place_gang(state, gang, t, best_fit)
                 if reps:
                     placements[gang.id] = GangPlacement(gang.id, t, tuple(reps))
                     break
-        return _decision(state, placements, engine="fifo-binpack")
+        return to_decision(state, placements, engine="fifo-binpack")
 
 
 class _RoundBased:
@@ -272,6 +291,23 @@ class _RoundBased:
     def _placement_order(self, gangs: list[Gang], snapshot: Snapshot) -> list[Gang]:
         return gangs
 
+    def _admit(
+        self,
+        candidates: Sequence[str],
+        need: Mapping[str, int],
+        total: int,
+        snapshot: Snapshot,
+        pending: Mapping[str, Gang],
+    ) -> set[str]:
+        """The jobs admitted this round: best-ranked first while the fleet's GPUs last."""
+        budget = total
+        admitted: set[str] = set()
+        for gid in candidates:
+            if need[gid] <= budget:
+                admitted.add(gid)
+                budget -= need[gid]
+        return admitted
+
     def _update_ledger(self, snapshot: Snapshot, pending: Sequence[Gang]) -> None:
         now = self._clock()
         dt = 0.0 if self._last is None else max(0.0, now - self._last)
@@ -291,17 +327,15 @@ class _RoundBased:
         # 1. Admit the best-ranked jobs, running or pending, up to the fleet's GPU count.
         candidates = sorted([*running, *(g.id for g in pending)], key=lambda i: (*self._rank(i), i))
         pending_by_id = {g.id: g for g in pending}
-        budget = total
-        admitted: set[str] = set()
-        for gid in candidates:
-            need = (
-                _gpus(pending_by_id[gid])
+        need = {
+            gid: (
+                gang_gpus(pending_by_id[gid])
                 if gid in pending_by_id
                 else sum(len(r.gpus) for r in running[gid].replicas)
             )
-            if need <= budget:
-                admitted.add(gid)
-                budget -= need
+            for gid in candidates
+        }
+        admitted = self._admit(candidates, need, total, snapshot, pending_by_id)
         # 2. Place admitted pending jobs on free capacity, best-ranked first.
         free = ClusterState(snapshot)
         placements: dict[str, GangPlacement] = {}
@@ -342,7 +376,7 @@ class _RoundBased:
             else:
                 victims_pool = trial + victims_pool  # nothing evicted for a gang that won't fit
                 break
-        return _decision(free, placements, preemptions, engine=type(self).__name__)
+        return to_decision(free, placements, preemptions, engine=type(self).__name__)
 
     def _place(
         self,
@@ -352,7 +386,7 @@ class _RoundBased:
         placements: dict[str, GangPlacement],
     ) -> bool:
         for t in self._choose_types(gang, state, snapshot):
-            reps = _try_gang(state, gang, t, _best_fit)
+            reps = place_gang(state, gang, t, best_fit)
             if reps:
                 placements[gang.id] = GangPlacement(gang.id, t, tuple(reps))
                 return True
@@ -391,7 +425,7 @@ class GavelLikePolicy(_RoundBased):
 
     def _rank(self, gang_id: str) -> tuple[float, ...]:
         gang = self._gangs.get(gang_id)
-        gpus = _gpus(gang) if gang is not None else 1
+        gpus = gang_gpus(gang) if gang is not None else 1
         return (self._service.get(gang_id, 0.0) / max(gpus, 1), self._first_seen.get(gang_id, 0.0))
 
     def _choose_types(self, gang: Gang, state: ClusterState, snapshot: Snapshot) -> list[str]:
@@ -407,3 +441,53 @@ class GavelLikePolicy(_RoundBased):
             return max(speeds) / min(speeds)
 
         return sorted(gangs, key=lambda g: -advantage(g))
+
+
+class GavelTenantPolicy(GavelLikePolicy):
+    """Weighted max-min across tenants, then across each tenant's jobs (module docstring)."""
+
+    name = "gavel-tenants"
+
+    def _admit(
+        self,
+        candidates: Sequence[str],
+        need: Mapping[str, int],
+        total: int,
+        snapshot: Snapshot,
+        pending: Mapping[str, Gang],
+    ) -> set[str]:
+        tree = snapshot.queues
+        if tree is None:
+            return super()._admit(candidates, need, total, snapshot, pending)
+        running = {g.id: g for g in snapshot.running}
+        lines: dict[str, list[str]] = {}
+        rate: dict[str, float] = {}
+        for gid in candidates:
+            if gid in pending:
+                gang = pending[gid]
+                tenant = gang.queue or ""
+                rate[gid] = need[gid] * max(_speed(gang, t, snapshot) for t in gang.type_names())
+            else:
+                tenant = running[gid].queue or ""
+                rate[gid] = self._rate(running[gid], snapshot)
+            lines.setdefault(tenant, []).append(gid)
+
+        def weight(tenant: str) -> float:
+            return tree.queues[tenant].weight if tree.usable(tenant) else min_weight
+
+        min_weight = min((q.weight for q in tree.queues.values()), default=1.0)
+        heap = [(0.0, tenant) for tenant in sorted(lines)]
+        budget = total
+        admitted: set[str] = set()
+        while heap:
+            level, tenant = heapq.heappop(heap)
+            line = lines[tenant]
+            pick = next((i for i, gid in enumerate(line) if need[gid] <= budget), None)
+            if pick is None:
+                continue  # nothing of this tenant fits what is left
+            gid = line.pop(pick)
+            admitted.add(gid)
+            budget -= need[gid]
+            if line:
+                heapq.heappush(heap, (level + rate[gid] / weight(tenant), tenant))
+        return admitted

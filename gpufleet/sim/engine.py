@@ -51,6 +51,15 @@ measuring); while it runs it reports its throughput at its size, and the curve t
 refined from those reports (`gpufleet.core.scaling.refine`), while its true speed follows the
 speed model's measured curve. The core picks the count at admission and may grow a running
 elastic gang by a move.
+
+Queues: with `SimSettings.queues` (a core `QueueTree`, e.g. the Philly tenants of
+`gpufleet.sim.tenants`), every gang waits in its trace job's queue and every snapshot carries
+the tree, so a policy sees the queues exactly as the live scheduler's `place` does. Since a
+queue below its nominal quota may reclaim borrowed GPUs, a cycle then runs on every event even
+when the fleet is full; the gangs passed to one decision are the oldest of each queue taken in
+turn (each queue's head is always seen, as Kueue's heads are), not the oldest overall. An
+`on_cycle` observer sees the snapshot and the waiting gangs after each decision (quota
+monitors; it cannot change anything).
 """
 
 from __future__ import annotations
@@ -69,6 +78,7 @@ from gpufleet.core.demand import Gang, Topology, TypeOption
 from gpufleet.core.moves import expected_remaining
 from gpufleet.core.policy import Policy
 from gpufleet.core.power_down import NodePower, PowerState, boot_waits, plan_power
+from gpufleet.core.queues import QueueTree
 from gpufleet.core.scaling import linear, refine
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress, Snapshot
 from gpufleet.core.workload import ArrivalCounts, WorkloadEstimate
@@ -79,7 +89,7 @@ from gpufleet.sim.results import Integrator, JobRecord, SimResult
 from gpufleet.sim.speed import SpeedModel
 from gpufleet.sim.traces.common import TraceJob
 
-__all__ = ["PlaceFn", "SimPolicy", "SimSettings", "Simulation", "gang_for_job"]
+__all__ = ["CycleObserver", "PlaceFn", "SimPolicy", "SimSettings", "Simulation", "gang_for_job"]
 
 
 class PlaceFn(Protocol):
@@ -87,6 +97,14 @@ class PlaceFn(Protocol):
 
     def __call__(self, snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decision:
         """Decide placements for `pending` on `snapshot`."""
+        ...
+
+
+class CycleObserver(Protocol):
+    """Called after each decision with the time, the snapshot and the gangs still waiting."""
+
+    def __call__(self, now: float, snapshot: Snapshot, waiting: Sequence[Gang]) -> None:
+        """Observe the state after one decision."""
         ...
 
 
@@ -121,6 +139,8 @@ class SimSettings:
     workload_prior_tasks: float = 0.0
     # Lengths (work units) of jobs completed before the replay, for the remaining-time estimate.
     completed_prior: tuple[float, ...] = ()
+    # The queues (tenants) gangs wait in, named by each trace job's `queue`; None: no queues.
+    queues: QueueTree | None = None
 
 
 class _Kind(IntEnum):
@@ -210,12 +230,15 @@ class Simulation:
         speed: SpeedModel,
         settings: SimSettings | None = None,
         on_progress: Callable[[int, int], None] | None = None,
+        on_cycle: CycleObserver | None = None,
     ) -> None:
         self.cluster = cluster
         self.policy = policy
         self.speed = speed
         self.settings = settings or SimSettings()
         self.on_progress = on_progress
+        self.on_cycle = on_cycle
+        self._queues = self.settings.queues
         fleet_types = [
             cluster.catalog[n] for n in sorted({p.gpu_type for p in cluster.pool_of.values()})
         ]
@@ -225,15 +248,18 @@ class Simulation:
         for i, tj in enumerate(ordered):
             if tj.job_id in self.jobs:
                 raise ValueError(f"duplicate job id {tj.job_id}")
+            gang = gang_for_job(tj, fleet_types, speed)
             self.jobs[tj.job_id] = _Job(
                 trace=tj,
-                gang=gang_for_job(tj, fleet_types, speed),
+                gang=gang if self._queues is None else replace(gang, queue=tj.queue),
                 record=JobRecord(tj.job_id, tj.arrival_s, tj.gpu_share, tj.queue),
                 seq=i,
                 remaining=tj.work_s,
                 queue_key=tj.arrival_s,
             )
         self.now = ordered[0].arrival_s if ordered else 0.0
+        self._last_arrival = ordered[-1].arrival_s if ordered else 0.0
+        self._arrival_busy = 0.0
         self._heap: list[tuple[float, int, int, str, int]] = []
         self._seq = 0
         self._cycle_at: float | None = None
@@ -306,8 +332,11 @@ class Simulation:
 
     def _snapshot(self) -> Snapshot:
         """The cluster's snapshot with switched-off and booting nodes unschedulable, and the
-        time each would take to be usable (the decision weighs waiting for them)."""
+        time each would take to be usable (the decision weighs waiting for them); with queues,
+        the queue tree."""
         snapshot = self.cluster.snapshot()
+        if self._queues is not None:
+            snapshot = replace(snapshot, queues=self._queues)
         if not self._unschedulable:
             return snapshot
         nodes = tuple(
@@ -466,27 +495,37 @@ class Simulation:
 
     # ----- the scheduling cycle ----------------------------------------------------------------
 
+    def _oldest_waiting(self) -> list[_Job]:
+        """The waiting jobs one decision sees: the oldest `max_pending`, or with queues the
+        oldest of each queue in turn (see the module docstring), oldest first."""
+        limit = self.settings.max_pending
+
+        def age(j: _Job) -> tuple[float, int]:
+            return (j.queue_key, j.seq)
+
+        if self._queues is None or len(self._waiting) <= limit:
+            return heapq.nsmallest(limit, self._waiting.values(), key=age)
+        lines: dict[str, list[_Job]] = {}
+        for job in self._waiting.values():
+            lines.setdefault(job.trace.queue, []).append(job)
+        heads = [heapq.nsmallest(limit, line, key=age) for _, line in sorted(lines.items())]
+        chosen: list[_Job] = []
+        depth = 0
+        while len(chosen) < limit:
+            layer = [line[depth] for line in heads if depth < len(line)]
+            if not layer:
+                break
+            chosen.extend(layer[: limit - len(chosen)])
+            depth += 1
+        return sorted(chosen, key=age)
+
     def _pending_gangs(self) -> list[Gang]:
-        ordered = heapq.nsmallest(
-            self.settings.max_pending, self._waiting.values(), key=lambda j: (j.queue_key, j.seq)
-        )
         out: list[Gang] = []
-        for job in ordered:
+        for job in self._oldest_waiting():
             gang = job.gang
             if job.replicas:  # a partial gang asks for the rest of its replicas
                 rest = gang.replicas_min - len(job.replicas)
-                gang = Gang(
-                    id=gang.id,
-                    acceptable=gang.acceptable,
-                    replicas_min=rest,
-                    replicas_max=rest,
-                    gpus_per_replica=gang.gpus_per_replica,
-                    mig_profile=gang.mig_profile,
-                    priority=gang.priority,
-                    preemptible=gang.preemptible,
-                    topology=gang.topology,
-                    energy=gang.energy,
-                )
+                gang = replace(gang, replicas_min=rest, replicas_max=rest)
             waited = max(0.0, self.now - job.queue_key)
             if not job.replicas:
                 gang = self._refined(job)
@@ -537,8 +576,8 @@ class Simulation:
         if not self._waiting:
             # Nothing waits: only a move to capacity that just freed up could change anything.
             return self._progress and self._active > 0 and self.cluster.free_share() > 1e-9
-        if forced or self.cluster.free_share() > 1e-9:
-            return True
+        if forced or self.cluster.free_share() > 1e-9 or self._queues is not None:
+            return True  # with queues, a full fleet may still be reclaimed from
         lowest_running = min(
             (j.gang.priority for j in self.jobs.values() if j.replicas), default=math.inf
         )
@@ -562,6 +601,9 @@ class Simulation:
             self._place_s += time.perf_counter() - t0
             self._place_calls += 1
             self._apply(decision)
+            if self.on_cycle is not None:
+                waiting = [j.gang for j in self._waiting.values()]
+                self.on_cycle(self.now, self._snapshot(), waiting)
         self._plan_power()
         self._blocked = bool(self._waiting)
         if self._waiting:
@@ -602,6 +644,7 @@ class Simulation:
                 priority=job.gang.priority,
                 preemptible=job.gang.preemptible,
                 relative_throughput=self.speed.type_speed(job.trace, placement.gpu_type),
+                queue=job.gang.queue,
             )
             touched = self.cluster.hold(running)
             if not was_holding:
@@ -672,6 +715,7 @@ class Simulation:
                 priority=job.gang.priority,
                 preemptible=job.gang.preemptible,
                 relative_throughput=self.speed.type_speed(job.trace, placement.gpu_type),
+                queue=job.gang.queue,
             )
         )
         self._active += 1
@@ -720,6 +764,8 @@ class Simulation:
             elif k is _Kind.TICK:
                 self._on_tick()
             self._account()
+            if k is _Kind.ARRIVAL and t >= self._last_arrival:
+                self._arrival_busy = self._busy.total  # the load-bearing span ends here
             if self._done == len(self.jobs):
                 break  # later events (power checks) fall after the last completion
         end = max(
@@ -752,4 +798,6 @@ class Simulation:
             place_seconds=self._place_s,
             wall_seconds=time.perf_counter() - wall0,
             unfinished=sum(1 for j in self.jobs.values() if j.state is not _State.DONE),
+            last_arrival_s=self._last_arrival,
+            arrival_busy_gpu_s=self._arrival_busy,
         )

@@ -176,6 +176,7 @@ class SimCluster:
                 relative_throughput=(
                     gang.relative_throughput if gpu_type == gang.gpu_type else None
                 ),
+                queue=gang.queue,
             )
             for gpu_type, reps in by_type.items()
         )

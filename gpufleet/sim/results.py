@@ -7,6 +7,9 @@ Definitions (all times in simulated seconds):
 * **Makespan** = last completion - first arrival.
 * **Utilisation** = busy GPU-seconds / (fleet GPUs x makespan); a MIG slice counts its share of
   SM slices (g/7) of a GPU; GPUs held by a gang that is not running yet are *allocated*, not busy.
+* **Utilisation while jobs arrive** = busy GPU-seconds from the first to the last arrival /
+  (fleet GPUs x that span): the load-bearing part of a replay, without the drain at its end
+  (where one long job left running decides the makespan).
 * **Unallocated GPUs while a job waits** (the FGD paper's fragmentation measure) = time-average of
   the fleet's free GPU capacity over the periods when at least one job is pending, plus the mean
   of the same quantity sampled at each scheduling cycle that left a job pending.
@@ -20,7 +23,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Integrator", "JobRecord", "SimResult", "percentile", "summarise"]
+__all__ = [
+    "Integrator",
+    "JobRecord",
+    "SimResult",
+    "arrival_utilisation",
+    "percentile",
+    "summarise",
+]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -113,6 +123,14 @@ class SimResult:
     place_seconds: float = 0.0
     wall_seconds: float = 0.0
     unfinished: int = 0
+    last_arrival_s: float = 0.0
+    arrival_busy_gpu_s: float = 0.0  # busy GPU-seconds from the first to the last arrival
+
+
+def arrival_utilisation(result: SimResult) -> float:
+    """Utilisation from the first to the last arrival (module docstring); NaN for one instant."""
+    span = result.last_arrival_s - result.start_s
+    return result.arrival_busy_gpu_s / (result.fleet_gpus * span) if span > 0 else math.nan
 
 
 def summarise(result: SimResult) -> dict[str, float | int | str]:
@@ -135,6 +153,7 @@ def summarise(result: SimResult) -> dict[str, float | int | str]:
         "makespan_h": makespan / hours,
         "utilisation": result.busy_gpu_s / capacity if capacity > 0 else math.nan,
         "allocation": result.allocated_gpu_s / capacity if capacity > 0 else math.nan,
+        "arrival_utilisation": arrival_utilisation(result),
         "unallocated_gpus_waiting": (
             result.unallocated_waiting_gpu_s / result.waiting_s if result.waiting_s > 0 else 0.0
         ),

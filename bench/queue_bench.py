@@ -1,0 +1,239 @@
+"""Queues on the Philly trace (issue 13): gpufleet vs a Kueue-like and a Gavel-style baseline.
+
+The 15 Philly virtual clusters are the tenants (`gpufleet/sim/tenants.py`): one queue each, with
+nominal quotas on every GPU type of the 256-GPU heterogeneous fleet proportional to its share of
+the GPU-hours in the `--history-days` before the window starts, so no policy is set up from the
+jobs it is scored on. Each sample is one (window, seed): `--jobs` jobs from the window's start,
+arrivals sped up `--load` times; the seed draws each job's Gavel model class (its speed on each
+type). Every policy replays the same sample through the same engine and snapshot (with queues):
+
+* `gpufleet` - the core `place` (balanced preset; `--engine`, greedy by default for time);
+* `kueue` - Kueue-like: nominal quotas + borrowing + reclaim, FIFO per queue, flavors in one
+  fixed order (`gpufleet/sim/kueue_like.py`);
+* `gavel-tenants` - Gavel-style weighted max-min across tenants in effective throughput, every
+  360 s round, no quotas (`gpufleet/sim/baselines.py`).
+
+Metrics per tenant and per replay are defined in `gpufleet/sim/tenant_metrics.py`. Targets
+(gpufleet against `kueue`, per sample; median and worst case over the samples reported):
+utilisation >= kueue's (ratio >= 1); worst-tenant finish-time fairness rho <= 0.8x kueue's;
+average JCT <= 0.9x kueue's; 0 quota violations.
+
+Windows: the tuning windows (`--set tuning`) are for trying policy changes; the scoring windows
+(`--set scoring`, the default) are the ones reported, and nothing was tuned on them.
+
+Usage: `python bench/queue_bench.py [--set scoring|tuning] [--windows D1,D2] [--seeds 0,1]
+[--jobs N] [--load K] [--history-days D] [--engine greedy|cpsat] [--type-delay SHARE]
+[--aging-s S]`; the last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from datetime import date
+from typing import Any
+
+from gpufleet.cliargs import (
+    OneLineParser,
+    fraction,
+    input_error_exit,
+    non_negative_int_list,
+    positive_float,
+    positive_int,
+)
+from gpufleet.core.policy import Engine, TypeDelay
+from gpufleet.model.fleet import load_fleet
+from gpufleet.model.input_error import InputError
+from gpufleet.sim.runner import load_workload
+from gpufleet.sim.simulate_command import default_fleet_path
+from gpufleet.sim.tenant_run import TENANT_POLICIES, run_tenants
+from gpufleet.sim.tenants import history_before, philly_gpu_hours, tenant_setup
+from gpufleet.sim.traces.common import default_data_dir
+
+PROG = "queue_bench.py"
+FLEET = "hetero-256.yaml"
+# Window starts (trace dates). Tuning windows come before the scoring ones, and every window
+# has at least two weeks of trace before it for the quotas' history.
+WINDOW_SETS: dict[str, tuple[str, ...]] = {
+    "tuning": ("2017-10-16", "2017-10-23"),
+    "scoring": ("2017-11-01", "2017-11-15", "2017-12-01"),
+}
+# Target per ratio: (limit, direction); "min" = the ratio must be at least the limit.
+TARGETS: dict[str, tuple[float, str]] = {
+    "utilisation_vs_kueue": (1.0, "min"),
+    "worst_rho_vs_kueue": (0.8, "max"),
+    "avg_jct_vs_kueue": (0.9, "max"),
+    "quota_violations": (0.0, "max"),
+}
+
+
+def _window_date(text: str) -> str:
+    try:
+        return date.fromisoformat(text.strip()).isoformat()
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO date (YYYY-MM-DD)") from None
+
+
+def _window_list(text: str) -> list[str]:
+    items = [t for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected at least one date")
+    return [_window_date(t) for t in items]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--set", choices=sorted(WINDOW_SETS), default="scoring", dest="window_set")
+    parser.add_argument("--windows", type=_window_list, default=None, help="window start dates")
+    parser.add_argument("--seeds", type=non_negative_int_list, default=[0, 1])
+    parser.add_argument("--jobs", type=positive_int, default=1000)
+    parser.add_argument("--load", type=positive_float, default=8.0)
+    parser.add_argument("--history-days", type=positive_float, default=14.0)
+    parser.add_argument("--engine", choices=[e.value for e in Engine], default="greedy")
+    parser.add_argument(
+        "--type-delay",
+        type=fraction,
+        default=0.0,
+        metavar="SHARE",
+        help="gpufleet: start a new gang only on types >= SHARE of its fastest type's speed "
+        "(core TypeDelay, patience 1800 s); off by default",
+    )
+    parser.add_argument(
+        "--aging-s",
+        type=positive_float,
+        default=None,
+        help="gpufleet: queue aging (core Policy.queue_aging_s; default the core's, 3600 s)",
+    )
+    return parser
+
+
+def sample(window: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Every policy on one (window, seed); the reports and gpufleet's ratios to kueue."""
+    fleet = load_fleet(default_fleet_path(FLEET))
+    work = load_workload(
+        "philly", fleet, jobs=args.jobs, seed=seed, window=window, arrival_speedup=args.load
+    )
+    if not work.jobs:
+        raise InputError(f"no Philly jobs from {window}")
+    history = history_before(window, args.history_days)
+    trace = default_data_dir() / "traces" / "philly.csv"
+    setup = tenant_setup(philly_gpu_hours(trace, history), fleet, history)
+    reports: dict[str, dict[str, Any]] = {}
+    for name in TENANT_POLICIES:
+        t0 = time.perf_counter()
+        run = run_tenants(
+            name,
+            fleet,
+            work,
+            setup,
+            engine=Engine(args.engine),
+            seed=seed,
+            type_delay=TypeDelay(args.type_delay) if args.type_delay > 0 else None,
+            aging_s=args.aging_s,
+        )
+        reports[name] = run.report.as_dict() | {"wall_s": time.perf_counter() - t0}
+    gf, kq = reports["gpufleet"], reports["kueue"]
+    ratios = {
+        "utilisation_vs_kueue": gf["utilisation"] / kq["utilisation"],
+        "worst_rho_vs_kueue": gf["worst_rho"] / kq["worst_rho"],
+        "avg_jct_vs_kueue": gf["avg_jct_h"] / kq["avg_jct_h"],
+        "quota_violations": float(gf["violations"]),
+    }
+    tenants = sorted({j.queue for j in work.jobs})
+    return {
+        "window": window,
+        "seed": seed,
+        "jobs": len(work.jobs),
+        "tenants": len(tenants),
+        "history": history,
+        "reports": reports,
+        "ratios": ratios,
+    }
+
+
+def _met(key: str, value: float) -> bool:
+    limit, direction = TARGETS[key]
+    return value >= limit if direction == "min" else value <= limit
+
+
+def _worst(key: str, values: list[float]) -> float:
+    return min(values) if TARGETS[key][1] == "min" else max(values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except InputError as exc:
+        return input_error_exit(PROG, exc)
+
+
+def _run(args: argparse.Namespace) -> int:
+    windows = args.windows or list(WINDOW_SETS[args.window_set])
+    samples = [sample(w, s, args) for w in windows for s in args.seeds]
+    print(
+        f"## Queues on Philly: {args.jobs} jobs per window, load x{args.load:g}, "
+        f"{FLEET}, quotas from the {args.history_days:g} days before each window, "
+        f"engine {args.engine}, type delay {args.type_delay:g}, aging {args.aging_s or 3600:g} s\n"
+    )
+    print(
+        "| window | seed | tenants | policy | avg JCT (h) | util. (arrivals) | util. (makespan) "
+        "| worst rho (tenant) | Jain | violations (limit / owed gangs) | preemptions | wall (s) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for s in samples:
+        for name, r in s["reports"].items():
+            print(
+                f"| {s['window']} | {s['seed']} | {s['tenants']} | {name} | {r['avg_jct_h']:.2f} "
+                f"| {r['utilisation']:.3f} | {r['makespan_utilisation']:.3f} "
+                f"| {r['worst_rho']:.2f} ({r['worst_tenant']}) | {r['jain']:.3f} "
+                f"| {r['violations']} ({r['limit_decisions']} / {r['owed_gangs']}) "
+                f"| {r['preemptions']} | {r['wall_s']:.0f} |"
+            )
+    summary: dict[str, dict[str, Any]] = {}
+    print("\n## Targets (gpufleet vs kueue)\n")
+    print("| target | limit | median | worst | met in samples |")
+    print("|---|---|---|---|---|")
+    for key, (limit, direction) in TARGETS.items():
+        values = [s["ratios"][key] for s in samples]
+        met = sum(1 for v in values if _met(key, v))
+        worst = _worst(key, values)
+        summary[key] = {
+            "limit": limit,
+            "direction": direction,
+            "median": statistics.median(values),
+            "worst": worst,
+            "met_samples": met,
+            "samples": len(values),
+            "met_worst_case": _met(key, worst),
+        }
+        sign = ">=" if direction == "min" else "<="
+        print(
+            f"| {key} | {sign} {limit:g} | {statistics.median(values):.3f} | {worst:.3f} "
+            f"| {met} of {len(values)} |"
+        )
+    doc = {
+        "bench": "queue_bench",
+        "config": {
+            "windows": windows,
+            "seeds": args.seeds,
+            "jobs": args.jobs,
+            "load": args.load,
+            "history_days": args.history_days,
+            "engine": args.engine,
+            "type_delay": args.type_delay,
+            "aging_s": args.aging_s,
+            "fleet": FLEET,
+        },
+        "targets": summary,
+        "samples": samples,
+    }
+    print(json.dumps(doc, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

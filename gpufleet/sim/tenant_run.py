@@ -1,0 +1,106 @@
+"""Replays with tenants: the policies compared on queues, and one call that runs and scores one.
+
+Policies, all with the engine's call shape `place(snapshot, pending, policy) -> Decision` and
+the same snapshot (with the tenants' `QueueTree`):
+
+* `gpufleet` - the core `place` with the `balanced` preset: the same quotas, borrowing,
+  reclaim and heterogeneity-aware fair share (with aging) the live scheduler runs;
+* `kueue` - `gpufleet.sim.kueue_like.KueueLikePolicy` (nominal quotas + borrowing, FIFO per
+  queue, heterogeneity-blind flavors, reclaim);
+* `gavel-tenants` - `gpufleet.sim.baselines.GavelTenantPolicy` (Gavel-style weighted max-min
+  across tenants in effective throughput, re-decided every 360 s round, no quotas).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gpufleet.core.place import place
+from gpufleet.core.policy import Engine, SolverSettings, TypeDelay
+from gpufleet.core.presets import preset_policy
+from gpufleet.model.fleet import FleetSpec
+from gpufleet.sim.baselines import GavelTenantPolicy
+from gpufleet.sim.engine import SimPolicy, SimSettings, Simulation
+from gpufleet.sim.kueue_like import KueueLikePolicy
+from gpufleet.sim.occupancy import SimCluster
+from gpufleet.sim.policies import ROUND_S
+from gpufleet.sim.results import SimResult
+from gpufleet.sim.runner import Workload, speed_model
+from gpufleet.sim.tenant_metrics import QuotaMonitor, TenantReport, tenant_report
+from gpufleet.sim.tenants import TenantSetup, fleet_gpus_by_type
+
+__all__ = ["TENANT_POLICIES", "TenantRun", "make_tenant_policy", "run_tenants"]
+
+TENANT_POLICIES: tuple[str, ...] = ("gpufleet", "kueue", "gavel-tenants")
+
+
+def make_tenant_policy(
+    name: str,
+    clock: SimClock,
+    *,
+    engine: Engine = Engine.GREEDY,
+    seed: int = 0,
+    type_delay: TypeDelay | None = None,
+    aging_s: float | None = None,
+) -> SimPolicy:
+    """A policy of `TENANT_POLICIES`. For gpufleet only: `engine` and `seed` are the core's
+    solver settings, `type_delay` its delay scheduling across GPU types (off by default) and
+    `aging_s` its queue aging (`Policy.queue_aging_s`, 1 h by default)."""
+    if name == "gpufleet":
+        solver = SolverSettings(engine=engine, seed=seed)
+        policy = preset_policy("balanced", solver, type_delay)
+        if aging_s is not None:
+            policy = replace(policy, queue_aging_s=aging_s)
+        return SimPolicy(name=name, place=place, policy=policy)
+    if name == "kueue":
+        return SimPolicy(name=name, place=KueueLikePolicy())
+    if name == "gavel-tenants":
+        return SimPolicy(name=name, place=GavelTenantPolicy(clock), round_s=ROUND_S)
+    raise ValueError(f"unknown tenant policy {name!r}; choose from {', '.join(TENANT_POLICIES)}")
+
+
+class SimClock:
+    """The simulation's clock, for the round-based baselines (set once the engine exists)."""
+
+    def __init__(self) -> None:
+        self.sim: Simulation | None = None
+
+    def __call__(self) -> float:
+        return self.sim.now if self.sim is not None else 0.0
+
+
+@dataclass(frozen=True)
+class TenantRun:
+    """One policy's replay with tenants: the raw result and its per-tenant report."""
+
+    result: SimResult
+    report: TenantReport
+
+
+def run_tenants(
+    name: str,
+    fleet: FleetSpec,
+    workload: Workload,
+    setup: TenantSetup,
+    *,
+    engine: Engine = Engine.GREEDY,
+    seed: int = 0,
+    settings: SimSettings | None = None,
+    type_delay: TypeDelay | None = None,
+    aging_s: float | None = None,
+) -> TenantRun:
+    """Replay `workload` with `setup`'s queues under the named policy and score it."""
+    cluster = SimCluster(fleet, workload.catalog)
+    speed = speed_model(fleet, workload)
+    clock = SimClock()
+    policy = make_tenant_policy(
+        name, clock, engine=engine, seed=seed, type_delay=type_delay, aging_s=aging_s
+    )
+    monitor = QuotaMonitor(setup.tree)
+    sim_settings = replace(settings or SimSettings(), queues=setup.tree)
+    sim = Simulation(cluster, workload.jobs, policy, speed, sim_settings, on_cycle=monitor)
+    clock.sim = sim
+    result = sim.run()
+    fleet_gpus = fleet_gpus_by_type(fleet)
+    report = tenant_report(result, workload.jobs, speed, fleet_gpus, monitor, setup.shares)
+    return TenantRun(result, report)
