@@ -10,6 +10,7 @@ layout of the profile. A gang is committed only when all its (minimum) replicas 
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -437,26 +438,16 @@ def grow_elastic(
     """Give placed elastic gangs more replicas, one at a time, to the gang whose next replica
     adds the most value per GPU (its scaling curve's marginal gain, net of what the replica
     costs against the expected workload): Pollux's and Sia's goodput rule, greedily. Mutates
-    `state` and `placed`."""
-    full: set[str] = set()
-    while True:
-        best: tuple[float, str] | None = None
-        for gid, placement in placed.items():
-            gang = gangs[gid]
-            count = placement.replica_count
-            if not gang.elastic or count >= gang.replicas_max or gid in full:
-                continue
-            gpu = state.catalog[placement.gpu_type]
-            gain = gang_value(gang, gpu, policy, count + 1) - gang_value(gang, gpu, policy, count)
-            if gain <= 1e-9:
-                full.add(gid)
-                continue
-            per_gpu = gain / gpu_use(gang, gpu, 1)
-            if best is None or (-per_gpu, gid) < (-best[0], best[1]):
-                best = (per_gpu, gid)
-        if best is None:
-            return
-        gid = best[1]
+    `state` and `placed`.
+
+    A gang's next gain depends only on the gang and its replica count, so the candidates wait
+    in a heap ordered by gain per GPU (then id) and only the grown gang's entry is renewed:
+    linear in the growth steps rather than in steps times placed gangs."""
+    heap: list[tuple[float, str]] = []
+    for gid in placed:
+        _push_next(heap, gangs[gid], placed[gid], state, policy)
+    while heap:
+        _, gid = heapq.heappop(heap)
         gang, placement = gangs[gid], placed[gid]
         plan = _one_more(state, gang, placement, policy, memo)
         gpu = state.catalog[placement.gpu_type]
@@ -465,12 +456,30 @@ def grow_elastic(
         if plan is None or gain <= pricing.cost(
             state, gang, placement.gpu_type, plan.replicas, plan.repartitions
         ):
-            full.add(gid)
-            continue
+            continue  # full: it asks again in the next decision
         before = pricing.committing(state, plan.replicas)
         extra = commit(state, plan, policy, charged=count + 1)
         pricing.committed(state, plan.replicas, before)
         placed[gid] = replace(placement, replicas=placement.replicas + extra.replicas)
+        _push_next(heap, gang, placed[gid], state, policy)
+
+
+def _push_next(
+    heap: list[tuple[float, str]],
+    gang: Gang,
+    placement: GangPlacement,
+    state: ClusterState,
+    policy: Policy,
+) -> None:
+    """Queue a placed gang for one more replica if it is elastic, below its maximum and the
+    replica would add value."""
+    count = placement.replica_count
+    if not gang.elastic or count >= gang.replicas_max:
+        return
+    gpu = state.catalog[placement.gpu_type]
+    gain = gang_value(gang, gpu, policy, count + 1) - gang_value(gang, gpu, policy, count)
+    if gain > 1e-9:
+        heapq.heappush(heap, (-gain / gpu_use(gang, gpu, 1), gang.id))
 
 
 def _one_more(
