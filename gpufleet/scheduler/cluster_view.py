@@ -11,7 +11,7 @@ once all of its pods exist.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -56,6 +56,26 @@ class ClusterView:
     # node's free CPU, memory and ephemeral storage (eligibility.py).
     eligibility: Mapping[str, Outcome] = field(default_factory=dict)
     free: Mapping[str, Resources] = field(default_factory=dict)
+
+
+def closed_to_new_pods(view: ClusterView, node_names: Collection[str]) -> ClusterView:
+    """The view with the named nodes unschedulable (the pods on them stay accounted)."""
+    if not any(n.name in node_names and n.schedulable for n in view.snapshot.nodes):
+        return view
+    nodes = tuple(
+        replace(n, schedulable=False) if n.name in node_names else n for n in view.snapshot.nodes
+    )
+    return replace(view, snapshot=replace(view.snapshot, nodes=nodes))
+
+
+def hide_overcommitted(view: ClusterView) -> ClusterView:
+    """The view with every node that holds a pod the ledger could not account for made
+    unschedulable: such a pod's GPUs are not in the snapshot, so they would look free, and a
+    new gang bound there would share them (a chaos run's double booking after a leader change
+    found a pod on GPUs its node had since partitioned). The node takes pods again once the
+    over-commit clears."""
+    crowded = {f.node for key in view.problems if (f := view.facts.get(key)) and f.node}
+    return closed_to_new_pods(view, crowded)
 
 
 def _assign(ledger: ClusterState, pod: Pod, exact: bool) -> ReplicaPlacement | None:

@@ -52,7 +52,12 @@ from gpufleet.scheduler import prometheus_metrics
 from gpufleet.scheduler.arrivals import ArrivalTracker
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
-from gpufleet.scheduler.cluster_view import ClusterView, PendingGang, ViewBuilder
+from gpufleet.scheduler.cluster_view import (
+    ClusterView,
+    PendingGang,
+    ViewBuilder,
+    hide_overcommitted,
+)
 from gpufleet.scheduler.cycle_report import CycleReport
 from gpufleet.scheduler.deletions import Deletions
 from gpufleet.scheduler.eligibility import overcommitted
@@ -206,6 +211,7 @@ class Scheduler:
             return None
         for key in view.problems:
             log.warning("cycle=%d pod %s holds GPUs its node does not have", self.cycle, key)
+        view = hide_overcommitted(view)  # their GPUs are not in the ledger: take no more there
         if self.power is not None:  # nodes marked off or waking, even before the watch shows it
             view = self.power.hide_marked(view, self.power.marks(state.nodes), policy)
         view = hide_reconfiguring(view, state)  # likewise nodes asked for a MIG layout

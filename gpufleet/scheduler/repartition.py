@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import replace
 
 from gpufleet.core.decision import Decision
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import SchedulerReason, pending_text
 from gpufleet.model.mig import MigLayout
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
-from gpufleet.scheduler.cluster_view import ClusterView
+from gpufleet.scheduler.cluster_view import ClusterView, closed_to_new_pods
 from gpufleet.scheduler.cycle_report import CycleReport
 from gpufleet.scheduler.mig_request import CONFIG_PREFIX, MigRequester
 
@@ -25,13 +24,7 @@ def hide_reconfiguring(view: ClusterView, state: CachedState) -> ClusterView:
     request is applied. The node's `pending` state label does that once the watch delivers it;
     until then the node looks as before the request, and a cycle in between would give its
     GPUs being repartitioned to whole-GPU pods (the chaos run's over-commit)."""
-    asked = state.mig_requests.keys()
-    if not any(n.name in asked and n.schedulable for n in view.snapshot.nodes):
-        return view
-    nodes = tuple(
-        replace(n, schedulable=False) if n.name in asked else n for n in view.snapshot.nodes
-    )
-    return replace(view, snapshot=replace(view.snapshot, nodes=nodes))
+    return closed_to_new_pods(view, state.mig_requests.keys())
 
 
 def request_layouts(

@@ -250,6 +250,26 @@ def test_gpu_of_a_victim_is_not_repartitioned_before_the_victim_is_gone() -> Non
     assert [r[0] for r in mig.requests] == ["a0"] and list(report.mig_requests) == ["a0"]
 
 
+def test_a_node_holding_a_pod_it_cannot_account_for_takes_no_new_pods() -> None:
+    # Chaos run: after a leader change a bound pod sat on GPUs its node no longer offered
+    # whole; the view dropped it, its GPUs looked free and another gang was bound to them.
+    foreign = PodBuilder("f").gpus(3).scheduler("default-scheduler").bound("l0").obj()
+    ours = PodBuilder("a").gpus(2).gang("a", 1, 0).bound("l0", gpus="0,1").obj()
+    waiting = PodBuilder("w").gpus(2).obj()
+    nodes = [NodeBuilder("l0", "L4", 4).obj(), NodeBuilder("l1", "L4", 4).obj()]
+    sched, cache, binder, _ = make(nodes, [foreign, ours, waiting])
+    report = sched.run_cycle()
+    assert report.bound == ["default/pod:w"]
+    assert binder.bound["default/w"].node == "l1"  # not GPUs 2-3 of l0, which f may hold
+    # Once the over-commit is gone the node is open again.
+    cache.pod_event("DELETED", foreign)
+    cache.pod_event("ADDED", PodBuilder("v").gpus(2).obj())
+    filler = PodBuilder("x").gpus(4).bound("l1", gpus="0,1,2,3").obj()
+    cache.pod_event("ADDED", filler)
+    report = sched.run_cycle()
+    assert binder.bound["default/v"].node == "l0"
+
+
 def test_gang_on_a_vanished_node_is_restarted_whole() -> None:
     pods = [
         PodBuilder("g-0").gpus(1).gang("g", 2, 0).bound("gone", gpus="0").obj(),
