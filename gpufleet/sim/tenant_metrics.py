@@ -252,7 +252,8 @@ def tenant_report(
             )
         )
     scored = [r for r in rows if not math.isnan(r.rho)]
-    worst = max(scored, key=lambda r: (r.rho, r.tenant))
+    # No tenant finished a job (e.g. every job is beyond its queue's limit): no rho to rank.
+    worst = max(scored, key=lambda r: (r.rho, r.tenant)) if scored else None
     summary = summarise(result)
     return TenantReport(
         policy=result.policy,
@@ -261,9 +262,9 @@ def tenant_report(
         utilisation=float(summary["arrival_utilisation"]),
         makespan_utilisation=float(summary["utilisation"]),
         preemptions=int(summary["preemptions"]),
-        worst_rho=worst.rho,
-        worst_tenant=worst.tenant,
-        jain=jain_index([1.0 / r.rho for r in scored]),
+        worst_rho=worst.rho if worst else math.nan,
+        worst_tenant=worst.tenant if worst else "",
+        jain=jain_index([1.0 / r.rho for r in scored]) if scored else math.nan,
         violations=monitor.violations,
         limit_decisions=monitor.limit_decisions,
         owed_gangs=len(monitor.owed_gangs),

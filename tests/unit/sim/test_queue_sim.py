@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpufleet.core.queues import QueueSpec, QueueTree, Quota
@@ -107,6 +107,7 @@ def _data() -> tuple[Catalog, GavelProfile]:
 
 @pytest.mark.parametrize("policy", ["gpufleet", "kueue"])
 @settings(max_examples=10, deadline=None)
+@example(spec=[("c", 0, 100, 8)])  # nothing can run: the report must still be made
 @given(
     spec=st.lists(
         st.tuples(

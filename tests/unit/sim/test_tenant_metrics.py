@@ -86,6 +86,22 @@ def test_report_rho_worst_tenant_and_jain(catalog: Catalog, profile: GavelProfil
     assert report.violations == 0
 
 
+def test_report_without_a_finished_job_has_no_worst_tenant(
+    catalog: Catalog, profile: GavelProfile
+) -> None:
+    # Every job beyond its queue's limit never runs: nothing to rank, and no crash.
+    jobs = [_job("c1", 100.0, 8, "c")]
+    records = [JobRecord("c1", 0.0, 8.0, "c")]
+    result = SimResult("p", 16, records, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, unfinished=1)
+    tree = QueueTree.build([QueueSpec("c")])
+    report = tenant_report(
+        result, jobs, SpeedModel(catalog, profile), {V100: 16}, QuotaMonitor(tree), {}
+    )
+    assert report.worst_tenant == "" and math.isnan(report.worst_rho)
+    assert math.isnan(report.jain)
+    assert [(r.tenant, r.jobs, r.completed) for r in report.rows] == [("c", 1, 0)]
+
+
 def _snapshot(catalog: Catalog, tree: QueueTree, b_gangs: int) -> Snapshot:
     fleet = FleetSpec(node_pools=[NodePoolSpec(name="v", count=2, gpu_type=V100, gpus_per_node=8)])
     nodes = SimCluster(fleet, catalog).snapshot().nodes
