@@ -32,7 +32,7 @@ from gpufleet.core.policy import Policy
 from gpufleet.core.power_down import NodePower, PowerPlan, PowerState, boot_waits, plan_power
 from gpufleet.model.contract.power import PowerMark, mark_patch
 from gpufleet.model.contract.reasons import SchedulerReason, pending_text
-from gpufleet.scheduler.cluster_view import ClusterView
+from gpufleet.scheduler.cluster_view import ClusterView, closed_to_new_pods
 from gpufleet.scheduler.pods import is_terminal, node_name
 
 log = logging.getLogger("gpufleet.scheduler")
@@ -101,11 +101,9 @@ class PowerMarks:
         for name in down & known:
             since = marks[name].since
             power[name] = NodePower(marks[name].state, now if since is None else since)
-        nodes = tuple(
-            replace(n, schedulable=False) if n.name in down else n for n in view.snapshot.nodes
-        )
+        closed = closed_to_new_pods(view, down)
         waits = boot_waits(power, now, policy.power_down)
-        return replace(view, snapshot=replace(view.snapshot, nodes=nodes, boot_wait_s=waits))
+        return replace(closed, snapshot=replace(closed.snapshot, boot_wait_s=waits))
 
     def act(
         self,
