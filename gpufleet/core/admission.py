@@ -3,7 +3,8 @@
 When the snapshot carries queues, `place()` gives its working state a `QueueGate`; greedy,
 preemption and CP-SAT then ask it (and only it) about queues:
 - which gangs may not be placed at all (`refusal`: missing or unusable queue -> QueueNotFound,
-  priority outside the queue's range -> QueueNotAllowed);
+  priority outside the queue's range or a namespace its namespaceSelector does not take ->
+  QueueNotAllowed); a refused gang takes no quota and counts in no queue's fair share;
 - in which order pending gangs are tried (`order`, fairshare.py);
 - whether a gang fits its queue's quota on a GPU type, and with how many replicas
   (`allows`, `replicas_allowed`), and the usage it then adds (`take`);
@@ -27,7 +28,16 @@ from gpufleet.core.queues import resource_key, split_resource
 from gpufleet.core.quota import ROOT, Charge, QuotaBook, running_charge
 from gpufleet.core.snapshot import RunningGang, Snapshot
 
-__all__ = ["QueueGate"]
+__all__ = ["QueueGate", "namespace_refusal"]
+
+
+def namespace_refusal(snapshot: Snapshot, gang: Gang) -> str | None:
+    """Why the gang's (existing) queue does not take gangs from its namespace, or None."""
+    if snapshot.queues is None or gang.queue is None or gang.queue not in snapshot.queues.queues:
+        return None
+    namespace = gang.namespace
+    labels = None if namespace is None else snapshot.namespace_labels.get(namespace)
+    return snapshot.queues.queues[gang.queue].namespace_refusal(namespace, labels)
 
 
 class QueueGate:
@@ -64,6 +74,9 @@ class QueueGate:
                 f"priority {gang.priority} is outside queue {gang.queue}'s priority range "
                 f"{spec.priority_range()}",
             )
+        outside = namespace_refusal(self.snapshot, gang)
+        if outside is not None:
+            return Pending(gang.id, PendingReason.QUEUE_NOT_ALLOWED, outside)
         return None
 
     def order(self, gangs: Sequence[Gang]) -> list[Gang]:

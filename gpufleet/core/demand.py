@@ -44,6 +44,8 @@ class Gang:
     # linear.
     scaling: tuple[float, ...] = ()
     queue: str | None = None  # the GPUQueue it waits in (None: outside any queue)
+    # Its namespace, for the queue's namespaceSelector (None: not checked, as in the simulator).
+    namespace: str | None = None
 
     def __post_init__(self) -> None:
         if not self.acceptable:

@@ -9,7 +9,8 @@ Per queue and resource (queues.py):
   the lending limit), lenders taken in name order; so the queues' `lent` add up to what the
   siblings borrow beyond the unpromised capacity;
 - `pending`: what its waiting gangs ask for at their minimum size, on their first acceptable
-  type (a gang accepting several types is counted once).
+  type (a gang accepting several types is counted once); a gang from a namespace the queue's
+  selector does not take is no demand of the queue, and not counted at all.
 And per queue: its fair and attained share (fairshare.py), its running and pending gang counts,
 whether it takes jobs (and why not), and the resources whose children's nominal quotas add up
 to more than its own.
@@ -21,6 +22,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gpufleet.core.admission import namespace_refusal
 from gpufleet.core.demand import Gang
 from gpufleet.core.fairshare import queue_shares
 from gpufleet.core.queues import QueueTree, resource_key
@@ -82,6 +84,8 @@ def queue_report(snapshot: Snapshot, pending: Sequence[Gang]) -> dict[str, Queue
     if tree is None:
         return {}
     book = QuotaBook(tree, snapshot)
+    # A gang from a namespace its queue does not take is no demand of the queue.
+    pending = [g for g in pending if namespace_refusal(snapshot, g) is None]
     shares = queue_shares(snapshot, pending)
     asked: dict[str, Counter[str]] = {name: Counter() for name in tree.queues}
     waiting: Counter[str] = Counter()

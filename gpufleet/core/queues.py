@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
+from gpufleet.core.label_selector import LabelSelector
+
 __all__ = [
     "CYCLE",
     "MIG_SEPARATOR",
@@ -79,8 +81,7 @@ NO_QUOTA: Final = Quota()
 
 @dataclass(frozen=True, slots=True)
 class QueueSpec:
-    """One queue as the core sees it (the GPUQueue object's spec, minus what the adapter
-    checks itself: which namespaces may use it)."""
+    """One queue as the core sees it (the GPUQueue object's spec)."""
 
     name: str
     parent: str | None = None
@@ -88,6 +89,8 @@ class QueueSpec:
     quotas: Mapping[str, Quota] = field(default_factory=dict)
     priority_min: int = 0
     priority_max: int | None = None  # None = no upper bound
+    # The namespaces whose gangs it takes, by their labels; None: every namespace.
+    namespace_selector: LabelSelector | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -104,6 +107,30 @@ class QueueSpec:
     def admits_priority(self, priority: int) -> bool:
         high = self.priority_max
         return priority >= self.priority_min and (high is None or priority <= high)
+
+    def namespace_refusal(
+        self, namespace: str | None, labels: Mapping[str, str] | None
+    ) -> str | None:
+        """Why the queue does not take gangs from `namespace` (whose labels are `labels`, None
+        when unknown), or None when it does. A gang without a namespace (the simulator's) is
+        not checked; one from a namespace whose labels are unknown is refused until they are
+        known, so a restrictive selector never lets a gang through by accident."""
+        selector = self.namespace_selector
+        if selector is None or namespace is None or not selector.requirements:
+            return None
+        if labels is None:
+            return (
+                f"queue {self.name} takes jobs from some namespaces only, and the labels of "
+                f"namespace {namespace} are not known yet"
+            )
+        failed = selector.failed(labels)
+        if not failed:
+            return None
+        return (
+            f"queue {self.name} does not take jobs from namespace {namespace}: its labels fail "
+            + ",".join(r.describe() for r in failed)
+            + f" (namespaceSelector {selector.describe()})"
+        )
 
     def priority_range(self) -> str:
         high = "" if self.priority_max is None else str(self.priority_max)

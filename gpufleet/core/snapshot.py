@@ -80,6 +80,8 @@ class Snapshot:
     workload: WorkloadEstimate | None = None
     # The queues gangs are charged to (queues.py); None: no quotas, no fair share.
     queues: QueueTree | None = None
+    # Namespace -> its labels, for the queues' namespace selectors (QueueSpec.namespace_refusal).
+    namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     # Switched-off or booting nodes (unschedulable in `nodes`) and the seconds until each
     # would be usable if woken now (power_down.boot_waits); boot_wait.py weighs them.
     boot_wait_s: Mapping[str, float] = field(default_factory=dict)

@@ -2,17 +2,19 @@
 
 A queue holds nominal quotas per GPU type (and per MIG profile of a type), how far above them its
 jobs may borrow what other queues leave unused, how much of its own unused quota it lends, a
-weight for fair share, the priorities it takes, and optionally a parent (department -> team).
+weight for fair share, the priorities it takes, the namespaces whose jobs it takes (a label
+selector), and optionally a parent (department -> team).
 Jobs name it in `spec.queue`. The scheduler enforces it through the pure core
 (`gpufleet.core.queues`); it writes the status: usage, borrowing, lending, pending demand and
 fair share per resource.
 
 What the API server checks on one object: bounds and enums (a negative quota, an unknown GPU type
 or MIG profile), a MIG profile the GPU type offers, a lending limit within the nominal quota, each
-GPU type and MIG profile listed once, the priority range in order, and a queue that is not its
-own parent. What needs other queues (a parent's quota against its children's, longer parent
-cycles) is checked by the ValidatingAdmissionPolicy rendered in `gpuqueue_policy.py` where one
-object is enough to see it, and otherwise reported on the queue's status by the scheduler.
+GPU type and MIG profile listed once, the priority range in order, a queue that is not its own
+parent, and a namespace selector in metav1's shape (`label_selector.py`). What needs other
+queues (a parent's quota against its children's, longer parent cycles) is checked by the
+ValidatingAdmissionPolicy rendered in `gpuqueue_policy.py` where one object is enough to see
+it, and otherwise reported on the queue's status by the scheduler.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from gpufleet.model.crd_common import (
     validations,
 )
 from gpufleet.model.gpus import load_catalog
+from gpufleet.model.label_selector import LabelSelectorSpec
 from gpufleet.model.trainingjob import MAX_PRIORITY
 
 __all__ = [
@@ -204,8 +207,14 @@ class GPUQueueSpec(CRDModel):
         pattern=NAME_PATTERN,
         description=(
             "The parent queue (for example the department of a team). The queue's usage also "
-            "counts against the parent's quota; a queue whose parent does not exist, or that "
-            "sits on a parent cycle, takes no jobs (they wait with QueueNotFound)."
+            "counts against the parent's quota and limits. Refused by the API server: a nominal "
+            "quota above the parent's for the same gpuType and migProfile (and, on the parent, "
+            "lowering its quota below a child's), a queue as its own parent, two queues as each "
+            "other's parent. Accepted but reported on the parent's status (condition "
+            "Oversubscribed): children whose nominal quotas add up to more than the parent's "
+            "(then they are not all guaranteed at once). A parent that does not exist yet is "
+            "accepted; a queue whose parent does not exist, or that sits on a longer parent "
+            "cycle, takes no jobs (they wait with QueueNotFound)."
         ),
     )
     quotas: list[QueueQuota] | None = Field(
@@ -230,6 +239,18 @@ class GPUQueueSpec(CRDModel):
         description=(
             "The job priorities the queue takes; a job outside it waits with QueueNotAllowed. "
             "Omitted: any priority."
+        ),
+    )
+    namespace_selector: LabelSelectorSpec | None = Field(
+        default=None,
+        description=(
+            "The namespaces whose jobs the queue takes, by the namespaces' labels (a standard "
+            "label selector; every namespace carries kubernetes.io/metadata.name=<its name>). "
+            "A job from another namespace is accepted but waits with QueueNotAllowed, takes no "
+            "quota and is not counted in the queue's status; it runs once its namespace's "
+            "labels or the selector change to admit it. Running jobs are never stopped by a "
+            "selector change. Omitted or {}: every namespace (unlike Kueue's ClusterQueue, "
+            "where an omitted selector admits none)."
         ),
     )
 

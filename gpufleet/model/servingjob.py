@@ -492,7 +492,8 @@ class ServingJobSpec(CRDModel):
         pattern=NAME_PATTERN,
         description=(
             "The GPUQueue the job's replicas are charged to: its quota, borrowing and fair "
-            "share. A queue that does not exist (yet) makes them wait with QueueNotFound."
+            "share. A queue that does not exist (yet) makes them wait with QueueNotFound; one "
+            "whose priorityRange or namespaceSelector does not take them, with QueueNotAllowed."
         ),
     )
     preemptible: bool = Field(

@@ -306,7 +306,8 @@ class TrainingJobSpec(CRDModel):
         pattern=NAME_PATTERN,
         description=(
             "The GPUQueue the job is charged to: its quota, borrowing and fair share. A queue "
-            "that does not exist (yet) makes the job wait with QueueNotFound."
+            "that does not exist (yet) makes the job wait with QueueNotFound; one whose "
+            "priorityRange or namespaceSelector does not take it, with QueueNotAllowed."
         ),
     )
     preemptible: bool = Field(

@@ -50,7 +50,7 @@ class PendingReason(StrEnum):
     LOST_TO_OTHERS = "CapacityGivenToOtherGangs"  # fits alone; capacity went to better work
     WAITING_FOR_FASTER_TYPE = "WaitingForFasterGpuType"  # fits only on types it still delays
     QUEUE_NOT_FOUND = "QueueNotFound"  # its queue does not exist or is unusable
-    QUEUE_NOT_ALLOWED = "QueueNotAllowed"  # its queue does not take its priority
+    QUEUE_NOT_ALLOWED = "QueueNotAllowed"  # its queue does not take its priority or namespace
     QUOTA_EXCEEDED = "QuotaExceeded"  # no acceptable type fits its queue's quota
     WAITING_FOR_RECLAIM = "WaitingForReclaim"  # within nominal quota; borrowers hold the GPUs
 

@@ -7,9 +7,13 @@ Aspects under test:
   and `kubectl get gq` shows the printer columns;
 - a table of invalid queues, each refused with an error naming the field: by the schema
   (negative quota, unknown GPU type or MIG profile, lending above nominal, duplicates, bad
-  weight and priority range, unknown fields, a queue as its own parent) and by the
+  weight and priority range, unknown fields, a queue as its own parent, a namespace selector
+  breaking metav1's rules: bad operator, values with Exists or DoesNotExist, none with In or
+  NotIn, bad label keys and values) and by the
   ValidatingAdmissionPolicy that compares a queue with the others (a child's quota above its
-  parent's, a parent lowered below a child's, a two-queue parent cycle); nothing is stored.
+  parent's, a parent lowered below a child's, a two-queue parent cycle); nothing is stored;
+- valid namespace selectors (empty, prefixed keys, empty values, every operator) are accepted
+  and stored as written.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ pytestmark = pytest.mark.integration
 
 SUFFIX = uuid.uuid4().hex[:6]
 DEPT = f"dept-{SUFFIX}"
+# The field path of a namespace selector's first expression in the API server's errors.
+EXPR0 = "spec.namespaceSelector.matchExpressions[0]"
 TEAM = f"team-{SUFFIX}"
 
 
@@ -44,6 +50,14 @@ def queue(name: str, **spec: Any) -> dict[str, Any]:
 
 def h100(nominal: int, **limits: int) -> dict[str, Any]:
     return {"gpuType": "H100-80GB", "nominal": nominal, **limits}
+
+
+def expr(key: str, operator: str, values: list[str] | None) -> dict[str, Any]:
+    """A namespaceSelector of one matchExpressions entry (`values` None: left out)."""
+    entry: dict[str, Any] = {"key": key, "operator": operator}
+    if values is not None:
+        entry["values"] = values
+    return {"matchExpressions": [entry]}
 
 
 def _apply(sandbox: Sandbox, doc: dict[str, Any]) -> Any:
@@ -135,6 +149,31 @@ INVALID: list[Any] = [
     pytest.param(queue("extra", color="blue"), "spec.color", id="unknown-field"),
     pytest.param(queue("selfish", parent="selfish"), "spec.parent", id="own-parent"),
     pytest.param(queue("Upper"), "metadata.name", id="name-not-a-label"),
+    # The namespace selector: metav1.LabelSelector's rules.
+    pytest.param(queue("op", namespaceSelector=expr("team", "Equals", ["a"])),
+                 f"{EXPR0}.operator", id="selector-bad-operator"),
+    pytest.param(queue("exists", namespaceSelector=expr("team", "Exists", ["a"])),
+                 f"{EXPR0}.values: Forbidden: values must be "
+                 "empty when operator is Exists or DoesNotExist", id="selector-values-with-exists"),
+    pytest.param(queue("dne", namespaceSelector=expr("team", "DoesNotExist", ["a"])),
+                 f"{EXPR0}.values", id="selector-values-with-dne"),
+    pytest.param(queue("inempty", namespaceSelector=expr("team", "In", [])),
+                 f"{EXPR0}.values: Required value: values must "
+                 "be non-empty when operator is In or NotIn", id="selector-in-without-values"),
+    pytest.param(queue("notin", namespaceSelector=expr("team", "NotIn", None)),
+                 f"{EXPR0}.values", id="selector-notin-no-values"),
+    pytest.param(queue("badkey", namespaceSelector=expr("-team", "Exists", None)),
+                 f"{EXPR0}.key", id="selector-bad-key"),
+    pytest.param(queue("nokey", namespaceSelector={"matchExpressions": [{"operator": "Exists"}]}),
+                 f"{EXPR0}.key", id="selector-missing-key"),
+    pytest.param(queue("badval", namespaceSelector=expr("team", "In", ["a b"])),
+                 f"{EXPR0}.values[0]", id="selector-bad-value"),
+    pytest.param(queue("mlkey", namespaceSelector={"matchLabels": {"bad key": "a"}}),
+                 "spec.namespaceSelector.matchLabels", id="selector-bad-label-key"),
+    pytest.param(queue("mlval", namespaceSelector={"matchLabels": {"team": "-a"}}),
+                 "spec.namespaceSelector.matchLabels.team", id="selector-bad-label-value"),
+    pytest.param(queue("mlextra", namespaceSelector={"matchNames": ["a"]}),
+                 "spec.namespaceSelector.matchNames", id="selector-unknown-field"),
     # The admission policy: one queue against another.
     pytest.param(queue(f"greedy-{SUFFIX}", parent=DEPT, quotas=[h100(32)]),
                  f"spec.quotas: the nominal quota exceeds parent {DEPT}'s for H100-80GB",
@@ -173,6 +212,36 @@ def test_schema_refusals_are_refused_by_the_models_too() -> None:
             continue  # rules on the object's name, checked by the API server only
         with pytest.raises(ValueError):
             GPUQueue.model_validate(manifest)
+
+
+VALID_SELECTORS: list[Any] = [
+    pytest.param({}, id="empty-selects-all"),
+    pytest.param({"matchLabels": {"kubernetes.io/metadata.name": "team-a", "tier": ""}},
+                 id="match-labels-prefixed-key-empty-value"),
+    pytest.param({"matchLabels": {"team": "a"},
+                  "matchExpressions": [{"key": "example.com/env", "operator": "In",
+                                        "values": ["prod", "staging"]},
+                                       {"key": "legacy", "operator": "DoesNotExist"},
+                                       {"key": "gpu", "operator": "Exists", "values": []},
+                                       {"key": "owner", "operator": "NotIn", "values": ["x"]}]},
+                 id="every-operator"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("selector", VALID_SELECTORS)
+def test_a_valid_namespace_selector_is_accepted_and_kept(
+    sandbox: Sandbox, selector: dict[str, Any]
+) -> None:
+    name = f"sel-{SUFFIX}"
+    try:
+        result = _apply(sandbox, queue(name, namespaceSelector=selector))
+        assert result.returncode == 0, result.stderr
+        stored = _get(sandbox, name)
+        assert stored["spec"]["namespaceSelector"] == selector
+        parsed = GPUQueue.model_validate(stored)
+        assert parsed.spec.namespace_selector is not None
+    finally:
+        sandbox.kubectl("delete", "gq", name, "--ignore-not-found", check=False)
 
 
 def test_a_missing_parent_is_accepted_queues_come_in_any_order(sandbox: Sandbox) -> None:
