@@ -1,11 +1,11 @@
 """The scheduler's in-memory view of the cluster, with assumed bindings overlaid.
 
-Informers write nodes, pods and the MIG config map in; every cycle reads a consistent copy. A
-binding is *assumed* before it is written to the API server, so the next cycle already counts
-those GPUs as used even if the watch has not yet delivered the bound pod; a failed write
-*forgets* the assumption. An assumption ends when the watch shows the pod bound (the pod then
-carries the same annotations), when the pod disappears, or when it expires: a TTL after its
-binding was answered, never while the binding is still being written.
+Informers write nodes, pods, the MIG config map, GPUQueues and namespaces' labels in; every
+cycle reads a consistent copy. A binding is *assumed* before it is written to the API server, so
+the next cycle already counts those GPUs as used even if the watch has not yet delivered the
+bound pod; a failed write *forgets* the assumption. An assumption ends when the watch shows the
+pod bound (the pod then carries the same annotations), when the pod disappears, or when it
+expires: a TTL after its binding was answered, never while the binding is still being written.
 """
 
 from __future__ import annotations
@@ -67,6 +67,9 @@ class CachedState:
     # The GPUQueue objects; None when queues are not watched (no quotas, no fair share).
     queues: list[Obj] | None = None
     mig_requests: dict[str, MigRequest] = field(default_factory=dict)
+    # Namespace -> its labels, for the queues' namespace selectors. Never mutated: the cache
+    # replaces the whole mapping when a namespace's labels change.
+    namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 class SchedulerCache:
@@ -86,6 +89,7 @@ class SchedulerCache:
         self._pods: dict[str, Obj] = {}
         self._mig_configs: dict[str, Any] = {}
         self._queues: dict[str, Obj] | None = None  # None until the queue informer lists
+        self._namespace_labels: Mapping[str, Mapping[str, str]] = {}
         self._assumed: dict[str, Assumption] = {}
         # pod key -> (pod, assumption, the pod as shown bound): `state()` hands out the same
         # copy while neither changes, so the snapshot builder can reuse what it read of it.
@@ -180,6 +184,29 @@ class SchedulerCache:
                 if old is not None and old.get("spec") == obj.get("spec"):
                     return
                 self._queues[obj["metadata"]["name"]] = obj
+        self.changed.set()
+
+    def replace_namespaces(self, items: list[Obj]) -> None:
+        labels = {n["metadata"]["name"]: dict(n["metadata"].get("labels") or {}) for n in items}
+        with self._lock:
+            self._namespace_labels = labels
+        self.changed.set()
+
+    def namespace_event(self, kind: str, obj: Obj) -> None:
+        """Only a namespace's labels matter to the scheduler (queue namespace selectors): any
+        other change (status, annotations) neither copies the mapping nor wakes the loop."""
+        name = obj["metadata"]["name"]
+        labels = dict(obj["metadata"].get("labels") or {})
+        with self._lock:
+            current = self._namespace_labels
+            if kind == "DELETED":
+                if name not in current:
+                    return
+                self._namespace_labels = {k: v for k, v in current.items() if k != name}
+            else:
+                if current.get(name) == labels:
+                    return
+                self._namespace_labels = {**current, name: labels}
         self.changed.set()
 
     def replace_configmaps(self, items: list[Obj]) -> None:
@@ -317,6 +344,7 @@ class SchedulerCache:
                 nominations=dict(self._nominations),
                 mig_requests=dict(self._mig_requests),
                 queues=None if self._queues is None else list(self._queues.values()),
+                namespace_labels=self._namespace_labels,
             )
 
 

@@ -301,10 +301,12 @@ class ViewBuilder:
         mig_configs: Mapping[str, Any],
         facts: Mapping[str, PodFacts] | None = None,
         queues: Iterable[Mapping[str, Any]] | None = None,
+        namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
     ) -> ClusterView:
         """The core's input for one cycle. `all_pods` already includes assumed bindings;
         `facts` are `self.facts(all_pods)` when the caller has them already; `queues` are the
-        GPUQueue objects (None: no queues, no quotas)."""
+        GPUQueue objects (None: no queues, no quotas); `namespace_labels` the namespaces'
+        labels, for the queues' namespace selectors."""
         catalog = self.catalog
         core_nodes = self._core_nodes(nodes, mig_configs)
         if facts is None:
@@ -318,6 +320,7 @@ class ViewBuilder:
             tuple(core_nodes[n] for n in sorted(core_nodes)),
             tuple(running),
             queues=None if queues is None else self._trees.tree(queues),
+            namespace_labels=namespace_labels or {},
         )
 
         bound_members: dict[str, int] = defaultdict(int)
@@ -439,6 +442,7 @@ def _pending_gang(
             energy=pods.energy(first.pod),
             max_slowdown=pods.max_slowdown(first.pod),
             queue=pods.queue(first.pod),
+            namespace=first.pod["metadata"].get("namespace", "default"),
         )
     except ValueError as exc:
         return f"invalid gang: {exc}"
@@ -451,10 +455,13 @@ def build_view(
     all_pods: Iterable[Pod],
     mig_configs: Mapping[str, Any],
     queues: Iterable[Mapping[str, Any]] | None = None,
+    namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> ClusterView:
     """The core's input for one cycle, from scratch. `all_pods` already includes assumed
     bindings. The live loop keeps a `ViewBuilder` instead, which reuses unchanged parts."""
-    return ViewBuilder(catalog).build(nodes, all_pods, mig_configs, queues=queues)
+    return ViewBuilder(catalog).build(
+        nodes, all_pods, mig_configs, queues=queues, namespace_labels=namespace_labels
+    )
 
 
 def _hold_reason(members: list[PodFacts], needed: int) -> str | None:

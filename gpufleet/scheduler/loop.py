@@ -204,7 +204,13 @@ class Scheduler:
         an object cannot be read: a bad object must not stop scheduling."""
         try:
             state = self.cache.state()
-            view = self.views.build(state.nodes, state.pods, state.mig_configs, queues=state.queues)
+            view = self.views.build(
+                state.nodes,
+                state.pods,
+                state.mig_configs,
+                queues=state.queues,
+                namespace_labels=state.namespace_labels,
+            )
         except Exception as exc:
             log.exception("cycle=%d snapshot failed; retrying next cycle", self.cycle)
             report.error = f"snapshot: {exc}"

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpufleet.core.demand import Gang
+from gpufleet.core.label_selector import LabelSelector, Requirement
 from gpufleet.core.queue_report import QueueFigures, queue_report
 from gpufleet.core.queues import (
     CYCLE,
@@ -41,7 +42,7 @@ Obj = dict[str, Any]
 # Writes one queue's status: (name, status body) -> None; raises on failure.
 StatusPatch = Callable[[str, Obj], None]
 
-__all__ = ["QueueStatusWriter", "QueueTrees", "queue_spec", "status_body"]
+__all__ = ["QueueStatusWriter", "QueueTrees", "namespace_selector", "queue_spec", "status_body"]
 
 
 def queue_spec(obj: Mapping[str, Any]) -> QueueSpec:
@@ -60,7 +61,19 @@ def queue_spec(obj: Mapping[str, Any]) -> QueueSpec:
     low, high = (0, None)
     if spec.priority_range is not None:
         low, high = spec.priority_range.min, spec.priority_range.max
-    return QueueSpec(name, spec.parent, spec.weight, quotas, low, high)
+    return QueueSpec(name, spec.parent, spec.weight, quotas, low, high, namespace_selector(spec))
+
+
+def namespace_selector(spec: GPUQueueSpec) -> LabelSelector | None:
+    """The core's matcher for the queue's namespaceSelector (None: every namespace)."""
+    selector = spec.namespace_selector
+    if selector is None:
+        return None
+    expressions = [
+        Requirement(e.key, e.operator, frozenset(e.values or ()))
+        for e in selector.match_expressions or []
+    ]
+    return LabelSelector.build(selector.match_labels, expressions)
 
 
 class QueueTrees:

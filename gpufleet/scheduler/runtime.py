@@ -142,6 +142,16 @@ class SchedulerRuntime:
                 self.stop_event,
             )
         )
+        # Namespaces' labels, for the queues' namespace selectors.
+        self.informers.append(
+            Informer(
+                "namespaces",
+                self.core.list_namespace,
+                self.cache.replace_namespaces,
+                self.cache.namespace_event,
+                self.stop_event,
+            )
+        )
         self.policy_watch = policy_watch
         if policy_watch is not None:
             # A policy stored in its ConfigMap replaces the settings' from the next cycle on.

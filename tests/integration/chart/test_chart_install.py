@@ -67,6 +67,7 @@ CLUSTER_WIDE = {
     ("events", "", "create"),
     ("gpuqueues.gpufleet.io", "", "list watch"),
     ("gpuqueues.gpufleet.io/status", "", "patch"),
+    ("namespaces", "", "list watch"),
     ("nodes", "", "list patch watch"),
     ("poddisruptionbudgets.policy", "", "list"),
     ("pods", "", "create delete deletecollection list patch watch"),
