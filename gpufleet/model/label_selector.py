@@ -7,7 +7,7 @@ keys are qualified names (an optional DNS-subdomain prefix and `/`, then at most
 values are at most 63 characters of the label alphabet, In and NotIn need values, Exists and
 DoesNotExist take none. The schema's rules make the API server refuse a bad selector naming
 the field; the pydantic validators are their twins for code that builds objects itself.
-The core matches with them (`gpufleet.core.label_selector`).
+The core matches selectors with `gpufleet.core.label_selector`.
 """
 
 from __future__ import annotations
