@@ -409,8 +409,9 @@ def test_rules_only_read_fields_that_exist(kind: str) -> None:
         for chain in re.findall(r"self((?:\.[A-Za-z_][A-Za-z0-9_]*)+)", text):
             target = node
             for name in chain.strip(".").split("."):
-                if target.get("type") == "array" and name in CEL_LIST_MACROS:
-                    break  # `self.list.exists(...)`: a macro on the list, not a field
+                collection = target.get("type") == "array" or "additionalProperties" in target
+                if collection and name in CEL_LIST_MACROS:
+                    break  # `self.list.exists(...)`, `self.map.all(k, ...)`: a macro, not a field
                 assert name in target.get("properties", {}), f"{kind}{path}: {text}"
                 target = target["properties"][name]
         # String literals compared with a field must be among that field's enum values.
