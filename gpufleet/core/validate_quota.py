@@ -10,7 +10,8 @@ the decision, and reports:
 - a preemption across queues that is not a reclaim: the victim's queue did not borrow the
   victim's resource, or the winner's queue would go above its own nominal quota;
 - inside one queue, a preemption of a gang of equal or higher priority;
-- a gang of an unusable queue, or with a priority outside its queue's range, that is placed.
+- a gang of an unusable queue, with a priority outside its queue's range, or from a namespace
+  its queue's namespace selector does not take (or whose labels are unknown), that is placed.
 """
 
 from __future__ import annotations
@@ -46,6 +47,17 @@ def _capacity(snapshot: Snapshot, resource: str) -> int:
     if not gpu.has_mig_profile(profile):
         return 0
     return gpus * gpu.mig_profile(profile).max_instances
+
+
+def _namespace_taken(
+    snapshot: Snapshot, tree: QueueTree, queue: str, namespace: str | None
+) -> bool:
+    """`queue` takes gangs from `namespace` (its selector matched here directly)."""
+    selector = tree.queues[queue].namespace_selector
+    if selector is None or not selector.requirements or namespace is None:
+        return True
+    labels = snapshot.namespace_labels.get(namespace)
+    return labels is not None and selector.matches(labels)
 
 
 class _Account:
@@ -102,6 +114,10 @@ def quota_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Decisi
             continue
         if gang.queue is not None and not tree.queues[gang.queue].admits_priority(gang.priority):
             problems.append(f"{gang.id} placed with a priority its queue does not take")
+        if gang.queue is not None and not _namespace_taken(
+            snapshot, tree, gang.queue, gang.namespace
+        ):
+            problems.append(f"{gang.id} placed from a namespace its queue does not take")
         resource = resource_key(placement.gpu_type, gang.mig_profile)
         amount = gang.gpus_needed(placement.replica_count)
         after.setdefault(_home(tree, gang.queue), Counter())[resource] += amount

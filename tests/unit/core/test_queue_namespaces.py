@@ -6,7 +6,9 @@ requirement it fails, takes no quota (it reclaims nothing, even within the queue
 quota, and leaves the GPUs to others) and is no demand in the queue's status; a namespace whose
 labels are unknown is refused until they are known; no selector, an empty one, or a gang
 without a namespace (the simulator's) is not restricted; relabelling the namespace admits the
-waiting gang at the next decision.
+waiting gang at the next decision; the decision validator reports a gang placed from a
+namespace its queue does not take; on random queue cases (hypothesis, both engines) no gang from
+a namespace its queue does not take is placed or preempts, and every decision keeps the rules.
 """
 
 from __future__ import annotations
@@ -14,17 +16,22 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from gpufleet.core.decision import Decision, PendingReason
+from gpufleet.core.admission import namespace_refusal
+from gpufleet.core.decision import Decision, GangPlacement, PendingReason
 from gpufleet.core.demand import Gang
 from gpufleet.core.label_selector import LabelSelector, Requirement, SelectorOperator
 from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, SolverSettings
 from gpufleet.core.queue_report import queue_report
 from gpufleet.core.queues import QueueSpec, QueueTree, Quota
-from gpufleet.core.snapshot import Snapshot
+from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
 from gpufleet.core.validate import decision_problems
 from tests.unit.core.placement_builders import cluster, gang
+from tests.unit.core.test_placement_properties import FAST
+from tests.unit.core.test_queue_properties import contended, queued
 
 H100 = "H100-80GB"
 ENGINES = pytest.mark.parametrize("engine", [Engine.GREEDY, Engine.CPSAT], ids=str)
@@ -154,3 +161,60 @@ def test_an_expression_selector_names_every_failed_requirement() -> None:
         "queue qa does not take jobs from namespace ns-x: its labels fail "
         "env in (prod,staging),!frozen (namespaceSelector team=a,env in (prod,staging),!frozen)"
     )
+
+
+def test_the_validator_reports_a_gang_placed_from_a_namespace_not_taken() -> None:
+    snapshot = with_labels(cluster().nodes_of("h", H100, 1).queues(queues()).build(), LABELS)
+    placed = Decision(placements=(GangPlacement("b0", H100, (ReplicaPlacement("h0", (0,)),)),))
+    outsider = in_ns(gang("b0", queue="qa"), "ns-b")
+    problems = decision_problems(snapshot, [outsider], placed)
+    assert "b0 placed from a namespace its queue does not take" in problems
+    unknown = in_ns(gang("b0", queue="qa"), "ns-unlabelled")
+    assert "b0 placed from a namespace its queue does not take" in decision_problems(
+        snapshot, [unknown], placed
+    )
+    insider = in_ns(gang("b0", queue="qa"), "ns-a")
+    assert decision_problems(snapshot, [insider], placed) == []
+
+
+TEAMS = st.sampled_from(("a", "b"))
+
+
+def _team_selector(team: str) -> LabelSelector:
+    return LabelSelector.build({"team": team})
+
+
+@st.composite
+def with_namespaces(draw: st.DrawFn) -> tuple[Snapshot, list[Gang]]:
+    """A random queue case whose queues may take one team's namespaces only, and whose gangs
+    come from namespaces of either team, or of one whose labels are unknown."""
+    snapshot, pending = draw(contended() | queued())
+    assert snapshot.queues is not None
+    specs = [
+        replace(spec, namespace_selector=draw(st.none() | TEAMS.map(_team_selector)))
+        for spec in snapshot.queues.queues.values()
+    ]
+    labels = {"ns-a": {"team": "a"}, "ns-b": {"team": "b"}}
+    namespaces = st.sampled_from(("ns-a", "ns-b", "ns-unknown"))
+    gangs = [replace(g, namespace=draw(namespaces)) for g in pending]
+    tree = QueueTree.build(specs)
+    return replace(snapshot, queues=tree, namespace_labels=labels), gangs
+
+
+@FAST
+@given(case=with_namespaces(), engine=st.sampled_from(list(Engine)))
+def test_no_gang_from_a_namespace_not_taken_is_placed_or_preempts(
+    case: tuple[Snapshot, list[Gang]], engine: Engine
+) -> None:
+    snapshot, pending = case
+    decision = decide(snapshot, pending, engine)  # the validator checks namespaces too
+    assert snapshot.queues is not None
+    refused = {g.id for g in pending if namespace_refusal(snapshot, g) is not None}
+    assert not refused & decision.admitted_ids
+    assert not refused & {p.for_gang for p in decision.preemptions}
+    for gang_id in refused:
+        reason = decision.pending_for(gang_id)
+        assert reason is not None and reason.reason in (
+            PendingReason.QUEUE_NOT_ALLOWED,
+            PendingReason.QUEUE_NOT_FOUND,  # an unusable queue is refused first
+        )
