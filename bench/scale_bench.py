@@ -29,6 +29,7 @@ Prints tables; the last line is one JSON object.
 
 from __future__ import annotations
 
+import _thread
 import json
 import math
 import os
@@ -40,7 +41,6 @@ import tempfile
 import threading
 import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -51,9 +51,11 @@ from placement_bench import make_instance, pct
 
 from gpufleet.cliargs import (
     OneLineParser,
+    fraction,
     input_error_exit,
     non_negative_int,
     output_file,
+    positive_float,
     positive_int,
 )
 from gpufleet.core.place import place
@@ -61,11 +63,12 @@ from gpufleet.core.policy import Engine, Policy, SolverSettings
 from gpufleet.model.contract import names
 from gpufleet.model.contract.resources import gpu_resources
 from gpufleet.model.contract.wishes import TypeOption, wish_annotations
-from gpufleet.model.fleet import load_fleet
+from gpufleet.model.fleet import FleetSpec, load_fleet
 from gpufleet.model.input_error import InputError
 from gpufleet.model.migparted import load_default_configs
 from gpufleet.operator.podtemplate import GPU_TOLERATIONS
 from gpufleet.sandbox.control_plane import Sandbox
+from gpufleet.sandbox.fleetnodes import create_all
 from gpufleet.sandbox.node_manifests import sandbox_pool_check
 from gpufleet.scheduler.runtime import api_client
 from gpufleet.testing import invariants
@@ -73,7 +76,11 @@ from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_
 
 PROG = "scale_bench.py"
 GPU_MIX = (("h100", "H100-80GB", 0.4, 8), ("a100", "A100-80GB", 0.2, 8), ("l4", "L4", 0.4, 1))
-BACKLOG_PRIORITY = (0, 0, 1, 2)  # the measured 64-worker job has priority 5
+BACKLOG_PRIORITY = (0, 0, 1, 2)
+LATENCY_PRIORITY = 5  # the measured job's
+FILL_PRIORITY = 9  # above the backlog's: the fill is never its victim
+LATENCY_QUEUE = "bench-latency"
+BACKLOG_NS = "bench-backlog"
 HISTOGRAM_LINE = re.compile(r'gpufleet_scheduler_cycle_seconds_bucket\{le="([^"]+)"\} ([0-9.e+]+)')
 CYCLE_LINE = re.compile(
     r"cycle=(\d+) sent=(\d+) .* pending=(\d+) in ([0-9.]+)s \((.*)\)\s*$"
@@ -177,41 +184,112 @@ def default_fleet(nodes: int) -> dict[str, Any]:
     return {"nodePools": pools}
 
 
+def gang_pod(gang: str, rank: int, annotations: dict[str, str], gpus: int) -> dict[str, Any]:
+    """One pod of a gang, labelled and annotated as the operator writes them."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{gang}-{rank}",
+            "labels": {names.GANG_LABEL: gang, names.RANK_LABEL: str(rank)},
+            "annotations": annotations,
+        },
+        "spec": {
+            "schedulerName": names.SCHEDULER_NAME,
+            "tolerations": list(GPU_TOLERATIONS),
+            "containers": [
+                {
+                    "name": "w",
+                    "image": "registry.example/x:1",
+                    "resources": {"limits": gpu_resources(gpus, None)},
+                }
+            ],
+        },
+    }
+
+
 def gang_pods(index: int, rng: random.Random, types: list[str]) -> list[dict[str, Any]]:
-    """The pods of one backlog gang, labelled and annotated as the operator writes them."""
+    """The pods of one backlog gang: 1-4 pods of 1-8 GPUs of one or two types."""
     replicas = rng.choices((1, 2, 4), weights=(60, 30, 10))[0]
     gpus = rng.choices((1, 2, 4, 8), weights=(40, 30, 20, 10))[0]
     wanted = rng.sample(types, rng.choice((1, 1, 2)))
-    gang = f"g{index:05d}"
     annotations = wish_annotations(
         priority=rng.choice(BACKLOG_PRIORITY),
         preemptible=True,
         gang_size=replicas,
         gpu_types=[TypeOption(t) for t in wanted],
     )
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": f"{gang}-{r}",
-                "labels": {names.GANG_LABEL: gang, names.RANK_LABEL: str(r)},
-                "annotations": annotations,
-            },
-            "spec": {
-                "schedulerName": names.SCHEDULER_NAME,
-                "tolerations": list(GPU_TOLERATIONS),
-                "containers": [
-                    {
-                        "name": "w",
-                        "image": "registry.example/x:1",
-                        "resources": {"limits": gpu_resources(gpus, None)},
-                    }
-                ],
-            },
-        }
-        for r in range(replicas)
-    ]
+    return [gang_pod(f"g{index:05d}", r, annotations, gpus) for r in range(replicas)]
+
+
+def fill_pods(spec: FleetSpec, share: float) -> list[dict[str, Any]]:
+    """Whole-node pods of a higher priority than the backlog, not preemptible, for `share` of
+    each pool's nodes: work the backlog cannot take, so that it stays pending on a busy fleet."""
+    pods = []
+    for pool in spec.node_pools:
+        annotations = wish_annotations(
+            priority=FILL_PRIORITY, preemptible=False, gang_size=1,
+            gpu_types=[TypeOption(pool.gpu_type)],
+        )  # fmt: skip
+        for i in range(round(pool.count * share)):
+            pods.append(gang_pod(f"fill-{pool.name}-{i:05d}", 0, annotations, pool.gpus_per_node))
+    return pods
+
+
+def latency_queue(workers: int) -> dict[str, Any]:
+    """The measured job's own GPUQueue: a nominal quota of its L4 GPUs, so that it is first in
+    the fair-share order and may reclaim them from the backlog (outside every queue)."""
+    return {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "GPUQueue",
+        "metadata": {"name": LATENCY_QUEUE},
+        "spec": {"quotas": [{"gpuType": "L4", "nominal": workers}]},
+    }
+
+
+def latency_job(workers: int) -> dict[str, Any]:
+    """The measured TrainingJob: `workers` workers of one L4 each, in its own queue."""
+    manifest = training_job("bench", workers, 1, "L4", priority=LATENCY_PRIORITY)
+    manifest["spec"]["queue"] = LATENCY_QUEUE
+    return manifest
+
+
+def used_memory_gib(meminfo: str) -> float:
+    """Memory in use on the machine (MemTotal - MemAvailable) from /proc/meminfo's text."""
+    fields = {}
+    for line in meminfo.splitlines():
+        key, _, rest = line.partition(":")
+        fields[key] = int(rest.split()[0]) if rest.split() else 0
+    return (fields["MemTotal"] - fields["MemAvailable"]) / 2**20
+
+
+class MemoryGuard:
+    """Interrupts the run (KeyboardInterrupt in the main thread, so every sandbox process is
+    stopped on the way out) once the machine uses more than `limit_gib`."""
+
+    def __init__(self, limit_gib: float) -> None:
+        self.limit_gib = limit_gib
+        self.peak_gib = 0.0
+        self.tripped = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(2.0):
+            used = used_memory_gib(Path("/proc/meminfo").read_text())
+            self.peak_gib = max(self.peak_gib, used)
+            if used > self.limit_gib and not self.tripped:
+                self.tripped = True
+                print(f"memory guard: {used:.1f} GiB in use > {self.limit_gib} GiB, stopping",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                _thread.interrupt_main()
+
+    def __enter__(self) -> MemoryGuard:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
 
 
 class RssSampler:
@@ -275,14 +353,15 @@ def cycle_lines(log: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
     return cycles, offset + len(data)
 
 
-def create_backlog(kube: Kube, ns: str, gangs: int, types: list[str], seed: int) -> int:
-    rng = random.Random(seed)
-    pods = [pod for i in range(gangs) for pod in gang_pods(i, rng, types)]
-    with ThreadPoolExecutor(16) as pool:
-        list(
-            pool.map(lambda p: kube.core.create_namespaced_pod(ns, p, _preload_content=False), pods)
-        )
-    return len(pods)
+def create_pods(kubeconfig: Path, ns: str, pods: list[dict[str, Any]]) -> None:
+    """Create `pods` in `ns` with parallel POSTs (201 means each exists)."""
+    created = create_all(kubeconfig, f"/api/v1/namespaces/{ns}/pods", pods, "pod")
+    if created != len(pods):
+        raise RuntimeError(f"{len(pods) - created} of {len(pods)} pods existed already in {ns}")
+
+
+def bound_pods(kube: Kube, ns: str) -> int:
+    return sum(1 for p in kube.pods(ns) if p["spec"].get("nodeName"))
 
 
 def cycle_histogram(port: int) -> dict[float, float]:
@@ -304,18 +383,40 @@ def bucket_quantile(buckets: dict[float, float], q: float) -> float | None:
     return next(bound for bound, count in sorted(buckets.items()) if count >= q * total)
 
 
+def fill_fleet(
+    kube: Kube, kubeconfig: Path, spec: FleetSpec, share: float, timeout: float
+) -> dict[str, Any]:
+    """Bind the fill (fill_pods) through the running operator; seconds until all are bound."""
+    pods = fill_pods(spec, share)
+    started = time.monotonic()
+    create_pods(kubeconfig, BACKLOG_NS, pods)
+    created = time.monotonic() - started
+    bound = 0
+    while bound < len(pods) and time.monotonic() - started < timeout:
+        time.sleep(5.0)
+        bound = bound_pods(kube, BACKLOG_NS)
+    gpus = sum(p.gpus_per_node * round(p.count * share) for p in spec.node_pools)
+    done = round(time.monotonic() - started, 1) if bound >= len(pods) else None
+    return {"pods": len(pods), "gpus": gpus, "create_s": round(created, 1), "bound": bound,
+            "all_bound_s": done}  # fmt: skip
+
+
 def measure_backlog(
-    kube: Kube, operator: OperatorProcess, gangs: int, types: list[str], settle: float
+    kube: Kube,
+    kubeconfig: Path,
+    operator: OperatorProcess,
+    gangs: int,
+    types: list[str],
+    settle: float,
 ) -> dict[str, Any]:
     """Stop the operator, create the backlog, start the operator again (its first list sees
     every gang) and read its cycles until `settle` seconds pass without one that binds."""
-    ns = "bench-backlog"
-    kube.create_namespace(ns)
     operator.stop()
     started = time.monotonic()
-    pods = create_backlog(kube, ns, gangs, types, seed=gangs)
+    rng = random.Random(gangs)
+    pods = [pod for i in range(gangs) for pod in gang_pods(i, rng, types)]
+    create_pods(kubeconfig, BACKLOG_NS, pods)
     created = time.monotonic() - started
-    wait_for(lambda: len(kube.pods(ns)) >= pods, "every backlog pod visible", 120)
     offset = operator.log.stat().st_size
     released = time.monotonic()
     operator.start(timeout=900)
@@ -329,17 +430,20 @@ def measure_backlog(
         if new:
             cycles.extend(new)
             last_change = time.monotonic()
+            for c in new:
+                print(f"  cycle {c['cycle']}: sent {c['sent']} pending {c['pending']} in "
+                      f"{c['seconds']}s (cpu {c['cpu_s']}s, snapshot {c['snapshot_s']}s)",
+                      flush=True)  # fmt: skip
     every = cycle_histogram(operator.metrics_port)
-    bound = sum(1 for p in kube.pods(ns) if p["spec"].get("nodeName"))
     seconds = [c["seconds"] for c in cycles]
     cpu = [c["cpu_s"] for c in cycles]
     snapshots = [c["snapshot_s"] for c in cycles]
     return {
         "gangs": gangs,
-        "pods": pods,
+        "pods": len(pods),
         "create_s": round(created, 1),
         "operator_ready_s": round(ready, 1),
-        "pods_bound": bound,
+        "pods_bound": bound_pods(kube, BACKLOG_NS),
         "drain_s": round(last_change - ready_at, 1) if cycles else None,
         "cycles": len(cycles),
         "cycle_p50_s": round(pct(seconds, 0.5), 3) if cycles else None,
@@ -360,15 +464,24 @@ def measure_backlog(
     }
 
 
-def measure_gang_latency(sandbox: Sandbox, kube: Kube, workers: int) -> float:
+def measure_gang_latency(sandbox: Sandbox, kube: Kube, workers: int) -> dict[str, Any]:
+    """Seconds from `kubectl apply` of the measured job (its own queue) to all its workers
+    Running; on a timeout, the job's phase and conditions instead."""
     ns = "bench-latency"
     kube.create_namespace(ns)
-    manifest = yaml.safe_dump(training_job("bench", workers, 1, "L4", priority=5))
+    kube.custom.create_cluster_custom_object(
+        "gpufleet.io", "v1alpha1", "gpuqueues", latency_queue(workers)
+    )
     with PodClock(kube, ns) as clock:
         started = time.monotonic()
-        sandbox.kubectl("apply", "-n", ns, "-f", "-", input=manifest)
-        wait_for(lambda: len(clock.running) >= workers, f"{workers} pods Running", 600)
-        return max(clock.running.values()) - started
+        sandbox.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(latency_job(workers)))
+        try:
+            wait_for(lambda: len(clock.running) >= workers, f"{workers} pods Running", 900)
+        except AssertionError as exc:
+            status = (kube.job(ns, "bench") or {}).get("status") or {}
+            return {"error": str(exc), "running": len(clock.running), "status": status}
+        return {"seconds": round(max(clock.running.values()) - started, 2),
+                "bound_s": round(max(clock.bound.values()) - started, 2)}  # fmt: skip
 
 
 class Stages:
@@ -389,53 +502,76 @@ class Stages:
 
 
 def run_live(args: Any) -> dict[str, Any]:
+    """The live measurements in order; each result is printed as it is reached, and an
+    interrupt (SIGINT, e.g. `timeout -s INT`, or the memory guard) stops the sandbox and
+    returns what was reached."""
     out: dict[str, Any] = {"bench": "scale-live"}
-    with tempfile.TemporaryDirectory(prefix="gpufleet-scale-") as tmp:
-        root = Path(tmp)
-        fleet = args.fleet or root / "fleet.yaml"
-        if args.fleet is None:
-            fleet.write_text(yaml.safe_dump(default_fleet(args.nodes)))
-        spec = load_fleet(fleet)
-        types = sorted({p.gpu_type for p in spec.node_pools})
-        out |= {"nodes": spec.total_nodes, "gpus": spec.total_gpus}
-        sandbox = Sandbox(root / "sandbox")
-        stages = Stages()
-        try:
-            sandbox.up(fleet, progress=stages)
-            out["create_nodes_s"] = stages.seconds("creating", "created")
-            out["nodes_ready_s"] = stages.seconds("creating", "sandbox ready")
-            kube = Kube(api_client(str(sandbox.kubeconfig)))
-            log = args.operator_log or root / "operator.log"
-            # A Lease far longer than a paused drain's creation; nodes flapping on a busy
-            # machine must not count as failures to move gangs off.
-            operator = OperatorProcess(
-                sandbox.kubeconfig, log, kube.coordination,
-                "--lease-duration=900", "--node-failure-grace=600",
-            )  # fmt: skip
-            started = time.monotonic()
-            try:
-                operator.start(timeout=600)
-                out["operator_ready_s"] = round(time.monotonic() - started, 1)
-                with RssSampler(operator) as rss:
-                    out["rss_idle_mib"] = round(rss.now(), 1)
-                    if args.drain_pods:
-                        out["drain"] = drain(kube, sandbox, operator, args.drain_pods)
-                    out["backlog"] = measure_backlog(kube, operator, args.gangs, types, args.settle)
-                    out["rss_backlog_mib"] = round(rss.now(), 1)
-                    out["gang_latency_s"] = round(
-                        measure_gang_latency(sandbox, kube, args.workers), 2
-                    )
-                    out["violations"] = invariants.check(kube.core)
-                    out["rss_end_mib"] = round(rss.now(), 1)
-                    out["rss_peak_mib"] = round(max(v for _, v in rss.samples), 1)
-                    out["rss_samples"] = [(round(t), round(v)) for t, v in rss.samples[::10]]
-            finally:
-                operator.stop()
-            out["sandbox_restarts"] = sandbox.status()["restarts"]
-        finally:
-            sandbox.down(progress=lambda _: None)
+
+    def reached(key: str, value: Any) -> None:
+        out[key] = value
+        print(json.dumps({key: value}), flush=True)
+
+    guard = MemoryGuard(args.max_memory_gib)
+    try:
+        with guard, tempfile.TemporaryDirectory(prefix="gpufleet-scale-") as tmp:
+            _live(args, Path(tmp), reached)
+    except KeyboardInterrupt:
+        out["stopped"] = "memory guard" if guard.tripped else "interrupted"
+    out["machine_memory_peak_gib"] = round(guard.peak_gib, 1)
     out["load_average"] = os.getloadavg()
     return out
+
+
+def _live(args: Any, root: Path, reached: Any) -> None:
+    fleet = args.fleet or root / "fleet.yaml"
+    if args.fleet is None:
+        fleet.write_text(yaml.safe_dump(default_fleet(args.nodes)))
+    spec = load_fleet(fleet)
+    types = sorted({p.gpu_type for p in spec.node_pools})
+    reached("nodes", spec.total_nodes)
+    reached("gpus", spec.total_gpus)
+    sandbox = Sandbox(root / "sandbox")
+    stages = Stages()
+    try:
+        sandbox.up(fleet, progress=stages)
+        reached("create_nodes_s", stages.seconds("creating", "created"))
+        reached("nodes_ready_s", stages.seconds("creating", "sandbox ready"))
+        kube = Kube(api_client(str(sandbox.kubeconfig)))
+        log = args.operator_log or root / "operator.log"
+        # A Lease far longer than a paused drain's creation; nodes flapping on a busy
+        # machine must not count as failures to move gangs off.
+        operator = OperatorProcess(
+            sandbox.kubeconfig, log, kube.coordination,
+            "--lease-duration=900", "--node-failure-grace=600",
+        )  # fmt: skip
+        started = time.monotonic()
+        try:
+            operator.start(timeout=900)
+            reached("operator_ready_s", round(time.monotonic() - started, 1))
+            with RssSampler(operator) as rss:
+                reached("rss_idle_mib", round(rss.now(), 1))
+                kube.create_namespace(BACKLOG_NS)
+                if args.drain_pods:
+                    reached("drain", drain(kube, sandbox, operator, args.drain_pods))
+                if args.fill:
+                    fill = fill_fleet(kube, sandbox.kubeconfig, spec, args.fill, 1800)
+                    reached("fill", fill)
+                    reached("rss_filled_mib", round(rss.now(), 1))
+                backlog = measure_backlog(
+                    kube, sandbox.kubeconfig, operator, args.gangs, types, args.settle
+                )
+                reached("backlog", backlog)
+                reached("rss_backlog_mib", round(rss.now(), 1))
+                reached("gang_latency", measure_gang_latency(sandbox, kube, args.workers))
+                reached("violations", invariants.check(kube.core))
+                reached("rss_end_mib", round(rss.now(), 1))
+                reached("rss_peak_mib", round(max(v for _, v in rss.samples), 1))
+                reached("rss_samples", [(round(t), round(v)) for t, v in rss.samples[::10]])
+        finally:
+            operator.stop()
+        reached("sandbox_restarts", sandbox.status()["restarts"])
+    finally:
+        sandbox.down(progress=lambda _: None)
 
 
 def drain(kube: Kube, sandbox: Sandbox, operator: OperatorProcess, pods: int) -> dict[str, Any]:
@@ -455,16 +591,17 @@ def drain(kube: Kube, sandbox: Sandbox, operator: OperatorProcess, pods: int) ->
 
 
 def print_live(out: dict[str, Any]) -> None:
-    b = out["backlog"]
-    print(f"live: {out['nodes']} nodes, {out['gpus']} GPUs")
+    """A summary of what the run reached (a stopped run lacks the later stages)."""
     print(
-        f"  nodes created in {out['create_nodes_s']}s, all Ready {out['nodes_ready_s']}s "
-        f"after creation began; operator leading and synced in {out['operator_ready_s']}s"
+        f"live: {out.get('nodes')} nodes, {out.get('gpus')} GPUs; stopped: "
+        f"{out.get('stopped', 'no')}; machine memory peak {out['machine_memory_peak_gib']} GiB"
     )
-    print(
-        f"  operator RSS: idle {out['rss_idle_mib']} MiB, after the backlog "
-        f"{out['rss_backlog_mib']} MiB, peak {out['rss_peak_mib']} MiB"
-    )
+    if "nodes_ready_s" in out:
+        print(
+            f"  nodes created in {out['create_nodes_s']}s, all Ready {out['nodes_ready_s']}s "
+            f"after creation began; operator leading and synced in "
+            f"{out.get('operator_ready_s')}s; RSS idle {out.get('rss_idle_mib')} MiB"
+        )
     if "drain" in out:
         d = out["drain"]
         print(
@@ -472,25 +609,38 @@ def print_live(out: dict[str, Any]) -> None:
             f"{d['kube_scheduler']['pods_per_s']} pods/s, gpufleet {d['gpufleet']['pods_per_s']}"
             f" pods/s, ratio {d['ratio']}"
         )
-    print(
-        f"  backlog {b['gangs']} gangs ({b['pods']} pods, created in {b['create_s']}s): "
-        f"{b['cycles']} binding cycles, pending {b['pending_first']} -> {b['pending_last']}, "
-        f"{b['pods_bound']} pods bound {b['drain_s']}s after it led"
-    )
-    print(
-        f"  cycle p50 {b['cycle_p50_s']}s p99 {b['cycle_p99_s']}s max {b['cycle_max_s']}s "
-        f"(scheduler-thread CPU p50 {b['cycle_cpu_p50_s']}s p99 {b['cycle_cpu_p99_s']}s); "
-        f"snapshot p50 {b['snapshot_p50_s']}s max {b['snapshot_max_s']}s (binding cycles)"
-    )
-    print(
-        f"  all {b['all_cycles']} cycles (histogram buckets): p50 <= {b['all_cycles_p50_le_s']}s, "
-        f"p99 <= {b['all_cycles_p99_le_s']}s; operator restarted with the backlog, leading and "
-        f"synced in {b['operator_ready_s']}s; operator CPU {b['operator_cpu_s']}s from its "
-        f"start to the backlog drained; load average then {b['load_average']}"
-    )
-    print(f"  64-worker job apply -> all Running on the busy fleet: {out['gang_latency_s']}s")
-    print(f"  invariant violations {len(out['violations'])}; sandbox restarts "
-          f"{out['sandbox_restarts']}; load average {out['load_average']}")  # fmt: skip
+    if "fill" in out:
+        f = out["fill"]
+        print(f"  fill: {f['pods']} whole-node pods ({f['gpus']} GPUs), {f['bound']} bound, all "
+              f"in {f['all_bound_s']}s; RSS {out.get('rss_filled_mib')} MiB")  # fmt: skip
+    if "backlog" in out:
+        b = out["backlog"]
+        print(
+            f"  backlog {b['gangs']} gangs ({b['pods']} pods, created in {b['create_s']}s): "
+            f"{b['cycles']} binding cycles, pending {b['pending_first']} -> {b['pending_last']}, "
+            f"{b['pods_bound']} pods bound {b['drain_s']}s after it led"
+        )
+        print(
+            f"  cycle p50 {b['cycle_p50_s']}s p99 {b['cycle_p99_s']}s max {b['cycle_max_s']}s "
+            f"(scheduler-thread CPU p50 {b['cycle_cpu_p50_s']}s p99 {b['cycle_cpu_p99_s']}s); "
+            f"snapshot p50 {b['snapshot_p50_s']}s max {b['snapshot_max_s']}s (binding cycles)"
+        )
+        print(
+            f"  all {b['all_cycles']} cycles (histogram buckets): p50 <= "
+            f"{b['all_cycles_p50_le_s']}s, p99 <= {b['all_cycles_p99_le_s']}s; operator "
+            f"restarted with the backlog, leading and synced in {b['operator_ready_s']}s; "
+            f"operator CPU {b['operator_cpu_s']}s; load average then {b['load_average']}; "
+            f"RSS {out.get('rss_backlog_mib')} MiB"
+        )
+    if "gang_latency" in out:
+        print(f"  {LATENCY_QUEUE} job apply -> all Running on the busy fleet: "
+              f"{out['gang_latency']}")  # fmt: skip
+    if "violations" in out:
+        print(
+            f"  invariant violations {len(out['violations'])}; RSS peak "
+            f"{out.get('rss_peak_mib')} MiB; sandbox restarts {out.get('sandbox_restarts')}"
+        )
+    print(f"  load average at the end {out['load_average']}")
 
 
 # --- command line --------------------------------------------------------------------------------
@@ -519,6 +669,10 @@ def main(argv: list[str] | None = None) -> int:
     live.add_argument("--workers", type=positive_int, default=64)
     live.add_argument("--settle", type=positive_int, default=30,
                       help="seconds without a binding cycle that end the backlog")  # fmt: skip
+    live.add_argument("--fill", type=fraction, default=0.0,
+                      help="share of each pool's nodes taken by whole-node work first")  # fmt: skip
+    live.add_argument("--max-memory-gib", type=positive_float, default=16.0,
+                      help="stop when the machine uses more memory than this")  # fmt: skip
     live.add_argument("--operator-log", type=output_file, default=None)
     args = parser.parse_args(argv)
     if args.mode == "core":

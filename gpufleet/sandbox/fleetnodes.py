@@ -43,9 +43,16 @@ def heartbeat_factor(nodes: int) -> int:
 def create_nodes(kubeconfig: Path, docs: Sequence[dict[str, Any]]) -> int:
     """Create every node of `docs` that does not exist yet; returns how many were created.
     Raises RuntimeError naming the first node the API server refused."""
+    return create_all(kubeconfig, "/api/v1/nodes", docs, "node")
+
+
+def create_all(kubeconfig: Path, path: str, docs: Sequence[dict[str, Any]], kind: str) -> int:
+    """POST every object of `docs` to `path` in parallel; returns how many were created (one
+    that exists already counts as not created). Raises RuntimeError naming the first `kind`
+    object the API server refused."""
     writer = ApiWriter(api_client(str(kubeconfig)).configuration, connections=CREATE_CONNECTIONS)
     try:
-        answers = writer.run(_post_all(writer, docs))
+        answers = writer.run(_post_all(writer, path, docs))
     finally:
         writer.close()
     refused = [(doc, status, error) for doc, (status, error) in zip(docs, answers, strict=True)
@@ -53,13 +60,15 @@ def create_nodes(kubeconfig: Path, docs: Sequence[dict[str, Any]]) -> int:
     if refused:
         doc, _, error = refused[0]
         raise RuntimeError(
-            f"creating node {doc['metadata']['name']} failed ({len(refused)} refused): {error}"
+            f"creating {kind} {doc['metadata']['name']} failed ({len(refused)} refused): {error}"
         )
     return sum(1 for status, _ in answers if status == 201)
 
 
-async def _post_all(writer: ApiWriter, docs: Sequence[dict[str, Any]]) -> list[tuple[int, str]]:
-    return await asyncio.gather(*(writer.post("/api/v1/nodes", doc) for doc in docs))
+async def _post_all(
+    writer: ApiWriter, path: str, docs: Sequence[dict[str, Any]]
+) -> list[tuple[int, str]]:
+    return await asyncio.gather(*(writer.post(path, doc) for doc in docs))
 
 
 def ready_count(core: Any, selector: str) -> tuple[int, int]:

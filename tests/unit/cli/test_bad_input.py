@@ -11,7 +11,6 @@ file, the line and the field, and no traceback; a few run as real subprocesses t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -25,6 +24,7 @@ import pytest
 
 from gpufleet import cli
 from gpufleet.sim.traces.common import default_data_dir
+from tests.benchscripts import bench_module
 
 REPO = Path(__file__).resolve().parents[3]
 PHILLY_HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
@@ -40,17 +40,7 @@ FLEET_POOL = "  - name: a\n    count: 1\n    gpuType: A100-80GB\n    gpusPerNode
 
 
 def _bench(name: str) -> ModuleType:
-    """A `bench/` script imported as a module (they are scripts, not a package)."""
-    module_name = f"bench_{name}"
-    if str(REPO / "bench") not in sys.path:
-        sys.path.append(str(REPO / "bench"))  # the scripts import each other, as when run
-    if module_name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(module_name, REPO / "bench" / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[module_name]
+    return bench_module(name)
 
 
 ENTRY_POINTS: dict[str, tuple[str, Callable[[], Callable[[list[str]], int]]]] = {

@@ -101,6 +101,33 @@ def test_priority_never_preempts_across_queues() -> None:
     assert "the rest is other queues' nominal quota, in use" in pending.message
 
 
+@ENGINES
+def test_a_queue_within_its_nominal_reclaims_from_gangs_outside_every_queue(
+    engine: Engine,
+) -> None:
+    """The scale bench's measured job on a fleet full of gangs outside every queue: in its own
+    queue with a nominal quota of its GPUs it takes them, whatever their priority; in a queue
+    with no nominal quota (as the default queue) no priority gets it anything."""
+    snapshot = (
+        cluster()
+        .nodes_of("h", H100, 2)
+        .run("x0", "h0", tuple(range(8)), priority=2)
+        .run("x1", "h1", tuple(range(8)), priority=2)
+        .queues(teams(team("own", 8), team("none", 0)))
+        .build()
+    )
+    decision = decide(snapshot, [gang("m", gpus=1, replicas=8, queue="own")], engine)
+    assert decision.admitted_ids == {"m"}
+    assert [(p.gang_id, p.reclaim) for p in decision.preemptions] in (
+        [("x0", True)],
+        [("x1", True)],
+    )
+    waiting = decide(snapshot, [gang("d", gpus=1, replicas=8, priority=9, queue="none")], engine)
+    assert waiting.admitted_ids == set() and waiting.preemptions == ()
+    reason = waiting.pending_for("d")
+    assert reason is not None and reason.reason is PendingReason.QUOTA_EXCEEDED
+
+
 def test_inside_a_queue_higher_priority_preempts_lower() -> None:
     snapshot = (
         cluster()

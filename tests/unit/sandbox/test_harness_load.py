@@ -7,29 +7,17 @@ again after the scheduler had given their GPUs to another job (the soak's double
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
 
 from gpufleet.model.contract import names
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.benchscripts import bench_module
 
 
 def _chaos() -> ModuleType:
-    if str(REPO / "bench") not in sys.path:
-        sys.path.append(str(REPO / "bench"))
-    if "bench_chaos" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("bench_chaos", REPO / "bench" / "chaos.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["bench_chaos"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["bench_chaos"]
+    return bench_module("chaos")
 
 
 class FakeCore:
