@@ -33,6 +33,7 @@ NODES_PER_HEARTBEAT_STEP = 250  # one more multiple of the default lease per thi
 NODE_LEASE_S = 40  # kwok's node lease at factor 1 (the kubelet's default)
 NODE_GRACE_S = 40  # the node-lifecycle controller's grace at factor 1
 CREATE_CONNECTIONS = 32
+NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 
 
 def heartbeat_factor(nodes: int) -> int:
@@ -71,11 +72,18 @@ async def _post_all(
     return await asyncio.gather(*(writer.post(path, doc) for doc in docs))
 
 
+def usable(node: dict[str, Any]) -> bool:
+    """Ready and without the not-ready or unreachable taint (pods that do not tolerate those
+    taints, i.e. most, cannot land on the node until the taint is gone)."""
+    taints = (node.get("spec") or {}).get("taints") or []
+    return node_ready(node) and not any(t.get("key") in NOT_READY_TAINTS for t in taints)
+
+
 def ready_count(core: Any, selector: str) -> tuple[int, int]:
-    """(nodes matching `selector`, those that are Ready)."""
+    """(nodes matching `selector`, those that are Ready and untainted as such)."""
     raw = core.list_node(label_selector=selector, _preload_content=False)
     nodes = json.loads(raw.data)["items"]
-    return len(nodes), sum(node_ready(n) for n in nodes)
+    return len(nodes), sum(usable(n) for n in nodes)
 
 
 def wait_ready(

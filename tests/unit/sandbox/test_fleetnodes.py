@@ -24,3 +24,19 @@ def test_lease_renewals_per_second_stay_bounded_at_any_size() -> None:
     ]
     assert max(rates) <= 25.0
     assert min(rates) >= 24.0  # and no slower than a 250-node fleet's
+
+
+def _node(ready: str, *taints: str) -> dict[str, object]:
+    return {
+        "spec": {"taints": [{"key": t, "effect": "NoSchedule"} for t in taints]},
+        "status": {"conditions": [{"type": "Ready", "status": ready}]},
+    }
+
+
+def test_a_node_counts_as_ready_only_once_its_not_ready_taint_is_gone() -> None:
+    # On 5,000 nodes the taint stayed on most nodes for minutes after they were Ready, and a
+    # benchmark's pods waited for it.
+    assert fleetnodes.usable(_node("True", "nvidia.com/gpu"))
+    assert not fleetnodes.usable(_node("True", "node.kubernetes.io/not-ready"))
+    assert not fleetnodes.usable(_node("True", "node.kubernetes.io/unreachable"))
+    assert not fleetnodes.usable(_node("False"))
