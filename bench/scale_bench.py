@@ -365,9 +365,13 @@ def bound_pods(kube: Kube, ns: str) -> int:
 
 
 def cycle_histogram(port: int) -> dict[float, float]:
-    """The scheduler's cycle-time histogram (upper bound -> cumulative count) from /metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
+    """The scheduler's cycle-time histogram (upper bound -> cumulative count) from /metrics;
+    empty when the operator does not answer within a minute (busy deciding on a big fleet)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
     buckets = {}
     for m in HISTOGRAM_LINE.finditer(text):
         buckets[float(m.group(1))] = float(m.group(2))
