@@ -15,6 +15,11 @@ The replay advances in ticks of `tick_s`. Each tick:
    as lenders. With the policy's preemption on, serving preempts training (victims in
    borrowing.py's order); off, serving takes only free GPUs.
 
+A preempted gang's GPUs are free only `exit_s` after the preemption (its pods' termination
+grace period: the processes get SIGTERM and take up to that long to stop): whatever is placed
+on them - a woken standby's wake, a new serving replica's cold start, a training gang's restart
+- begins then.
+
 Training: a job runs at full speed once placed and its restart (after a preemption) is over. It
 checkpoints every `checkpoint_interval_s` of run time; a preemption loses the run time since the
 last checkpoint (redone later) and the restart (`restart_s`, GPUs held but idle) is paid when it
@@ -66,6 +71,9 @@ class MixedSettings:
     horizon_s: float = 6 * 3600.0
     restart_s: float = 60.0
     checkpoint_interval_s: float = 1800.0
+    # A preempted gang frees its GPUs this long after the preemption: Kubernetes' default
+    # terminationGracePeriodSeconds (a training process that checkpoints on SIGTERM uses it).
+    exit_s: float = 30.0
     max_pending: int = 64
     check: bool = False  # verify after every tick that no GPU runs two things (tests)
 
@@ -139,6 +147,7 @@ class MixedSimulation:
         self.holder: dict[GpuKey, str] = {}  # GPU -> "train:<id>" / "serve:<sj>:<pool>:<rid>"
         self.replica_gpu: dict[tuple[str, str, int], GpuKey] = {}
         self.borrower: dict[GpuKey, str] = {}  # lent GPU -> training job borrowing it
+        self.free_at: dict[GpuKey, float] = {}  # GPU of a preempted gang -> when it is free
         self.wanted: dict[tuple[str, str], int] = {}  # new serving replicas to place
         self.windows: dict[tuple[str, str], deque[MetricsSample]] = {}
         self.now = 0.0
@@ -185,10 +194,11 @@ class MixedSimulation:
         key = (sj.name, pool)
         plan = plan_standby(current, model.asleep(pool), desired, sj.standby.get(pool, 0))
         if plan.wake:
-            woken_before = self._asleep_rids(sj, pool)
-            model.wake(pool, plan.wake, self._wake_order(sj, pool, plan.wake))
-            for rid in woken_before - self._asleep_rids(sj, pool):
+            order = self._wake_order(sj, pool, plan.wake)  # exactly the standbys to wake
+            for rid in order:
                 self._reclaim(self.replica_gpu[(sj.name, pool, rid)])
+            after = {rid: self._wait_s((self.replica_gpu[(sj.name, pool, rid)],)) for rid in order}
+            model.wake(pool, plan.wake, order, after)
         # New replicas are the core's to place (`_decide`); awake ones are not new.
         self.wanted[key] = max(0, desired - model.replicas(pool)) if plan.create else 0
         slept = model.sleep(pool, plan.sleep) if plan.sleep else 0
@@ -221,6 +231,10 @@ class MixedSimulation:
     def _asleep_rids(self, sj: ServingSpec, pool: str) -> set[int]:
         return {r for r, ph in sj.model.replica_phases(pool) if ph is ReplicaPhase.ASLEEP}
 
+    def _wait_s(self, gpus: Sequence[GpuKey]) -> float:
+        """Seconds until every GPU of `gpus` is free (a preempted gang is still stopping)."""
+        return max([0.0, *(self.free_at.get(g, 0.0) - self.now for g in gpus)])
+
     def _reclaim(self, gpu: GpuKey) -> None:
         """A waking standby takes its GPU back: its borrower is preempted whole."""
         job_id = self.borrower.pop(gpu, None)
@@ -247,6 +261,8 @@ class MixedSimulation:
             job.remaining_s = min(job.spec.duration_s, job.remaining_s - spell + unsaved)
             job.lost_gpu_s += unsaved * gpus
         job.preemptions += 1
+        for gpu in job.gpus:  # its processes stop within their grace period
+            self.free_at[gpu] = self.now + self.s.exit_s
         self._release(job)
         job.state = "waiting"
 
@@ -356,7 +372,7 @@ class MixedSimulation:
             gpus = tuple((r.node, g) for r in placement.replicas for g in r.gpus)
             if placement.gang_id.startswith("new:"):
                 _, sj_name, pool, _k = placement.gang_id.split(":")
-                (rid,) = sj_by_name[sj_name].model.add_replicas(pool, 1)
+                (rid,) = sj_by_name[sj_name].model.add_replicas(pool, 1, self._wait_s(gpus))
                 self.replica_gpu[(sj_name, pool, rid)] = gpus[0]
                 self.holder[gpus[0]] = f"serve:{sj_name}:{pool}:{rid}"
                 self.wanted[(sj_name, pool)] -= 1
@@ -370,7 +386,7 @@ class MixedSimulation:
             job.state = "starting"
             restart = self.s.restart_s if job.has_run else 0.0
             job.lost_gpu_s += restart * len(gpus)
-            job.ready_at = self.now + restart
+            job.ready_at = self.now + self._wait_s(gpus) + restart
             job.has_run = True
 
     # --- accounting ------------------------------------------------------------------------

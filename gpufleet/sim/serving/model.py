@@ -42,7 +42,7 @@ import enum
 import heapq
 import math
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpufleet.core.autoscaling_types import LatencyQuantiles, MetricsSample, PoolRole
@@ -105,8 +105,8 @@ class ServingConfig:
     decode: PoolConfig
     cold_start_s: float = 60.0  # lower end of 60-300 s in reference/serving.md §9 rule 5
     # Asleep -> ready: the weights come back from CPU memory (vLLM reports wake-ups 18-200x
-    # faster than a reload; reference/install-operate.md), plus the time the GPU's borrower
-    # takes to stop. 5 s is an allowance for both, not a measurement.
+    # faster than a reload; reference/install-operate.md). 5 s is an allowance, not a
+    # measurement. A borrower that must leave the GPU first is the caller's `after_s`.
     wake_s: float = 5.0
 
     @classmethod
@@ -434,11 +434,12 @@ class ServingModel:
         """(replica id, phase) of every replica ever in the pool, in id order."""
         return tuple((r.rid, r.phase) for r in self._pools[pool_name].replicas)
 
-    def add_replicas(self, pool_name: str, count: int) -> tuple[int, ...]:
-        """Cold-start `count` new replicas (never a wake); their replica ids."""
+    def add_replicas(self, pool_name: str, count: int, after_s: float = 0.0) -> tuple[int, ...]:
+        """Cold-start `count` new replicas (never a wake), whose start begins `after_s` from
+        now (their GPU is still being freed); their replica ids. Billed from now."""
         pool = self._pools[pool_name]
         for _ in range(count):
-            self._add_replica(pool, ready=False)
+            self._add_replica(pool, ready=False, after_s=after_s)
         return tuple(r.rid for r in pool.replicas[len(pool.replicas) - count :])
 
     def add_asleep(self, pool_name: str, count: int) -> None:
@@ -449,16 +450,23 @@ class ServingModel:
             self._add_replica(pool, ready=True)
             self._fall_asleep(pool.replicas[-1])
 
-    def wake(self, pool_name: str, count: int, order: Sequence[int] = ()) -> int:
+    def wake(
+        self,
+        pool_name: str,
+        count: int,
+        order: Sequence[int] = (),
+        after_s: Mapping[int, float] | None = None,
+    ) -> int:
         """Wake up to `count` asleep replicas, those named in `order` (replica ids) first in
-        that order, then the others lowest id first; they are ready after `wake_s`. Returns
-        how many were woken."""
+        that order, then the others lowest id first; they are ready after `wake_s`, plus
+        `after_s[rid]` for a replica whose GPU must first be freed (its borrower stopping).
+        Returns how many were woken."""
         pool = self._pools[pool_name]
         rank = {rid: i for i, rid in enumerate(order)}
         asleep = [r for r in pool.replicas if r.phase is ReplicaPhase.ASLEEP]
         asleep.sort(key=lambda r: (rank.get(r.rid, len(rank)), r.rid))
         for r in asleep[:count]:
-            self._wake_replica(r)
+            self._wake_replica(r, (after_s or {}).get(r.rid, 0.0))
         return min(count, len(asleep))
 
     def sleep(self, pool_name: str, count: int) -> int:
@@ -618,7 +626,12 @@ class ServingModel:
                     self._retire(r)
 
     def _add_replica(
-        self, pool: _Pool, *, ready: bool, profile: ReplicaProfile | None = None
+        self,
+        pool: _Pool,
+        *,
+        ready: bool,
+        profile: ReplicaProfile | None = None,
+        after_s: float = 0.0,
     ) -> None:
         self._rid += 1
         phase = ReplicaPhase.READY if ready else ReplicaPhase.STARTING
@@ -626,7 +639,7 @@ class ServingModel:
         pool.replicas.append(r)
         self._by_rid[r.rid] = (pool, r)
         if not ready:
-            r.ready_at = self._now + self.config.cold_start_s
+            r.ready_at = self._now + after_s + self.config.cold_start_s
             self._push(r.ready_at, _READY, r.rid)
 
     def _retire(self, r: _Replica) -> None:
@@ -645,11 +658,11 @@ class ServingModel:
         r.kv_used = 0
         r.ctx_tokens = 0
 
-    def _wake_replica(self, r: _Replica) -> None:
+    def _wake_replica(self, r: _Replica, after_s: float = 0.0) -> None:
         r.phase = ReplicaPhase.STARTING
         r.sleep_s = math.nan
         r.created_s = self._now  # a new awake spell starts (billed from the wake request)
-        r.ready_at = self._now + self.config.wake_s
+        r.ready_at = self._now + after_s + self.config.wake_s
         self._push(r.ready_at, _READY, r.rid)
 
     def _awake_time(self, r: _Replica) -> float:

@@ -3,16 +3,19 @@
 Aspects under test: a serving burst wakes standbys before cold-starting replicas, a woken standby
 takes its GPU back from the training gang borrowing it, which resumes (and finishes) after the burst
 with its lost work counted; a burst that needs fewer standbys than are asleep wakes the ones nobody
-borrows; without borrowing a serving scale-up waits for free GPUs and never preempts; no GPU ever
-runs two things (checked every tick); the workload loaders are seeded and causal in shape (hour
-rotations, arrival window, offered load); every variant of the bench runs on the same workload, and
-the static partition bills exactly its peak.
+borrows; a preempted gang frees its GPUs only its exit time (grace period) later, so a woken
+standby or a new replica on its GPUs is ready that much later (hand-computed times); without
+borrowing a serving scale-up waits for free GPUs and never preempts; no GPU ever runs two things
+(checked every tick); the workload loaders are seeded and causal in shape (hour rotations, arrival
+window, offered load); every variant of the bench runs on the same workload, and the static
+partition bills exactly its peak.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pytest
 
@@ -39,12 +42,15 @@ PROFILE = replica_profile("H100-SXM-80GB")
 
 
 class Script:
-    """Desired prefill replicas by time: `burst` replicas in [start, end), else 1."""
+    """Desired prefill replicas by time: `burst` replicas in [start, end), else 1. Records
+    the ready prefill replicas it saw at each call."""
 
     def __init__(self, start: float, end: float, burst: int) -> None:
         self.start, self.end, self.burst = start, end, burst
+        self.ready: dict[float, int] = {}
 
     def __call__(self, now: float, pools: Mapping[str, PoolView]) -> Mapping[str, int]:
+        self.ready[now] = pools["prefill"].ready_replicas
         return {"prefill": self.burst if self.start <= now < self.end else 1, "decode": 1}
 
 
@@ -171,3 +177,63 @@ def test_workload_is_seeded_and_rotated_per_hour() -> None:
     assert [j.id for j in loaded] == [j.id for j in jobs] and loaded[0].arrival_s == 0.0
     with pytest.raises(ValueError, match="must be > 0"):
         at_load(jobs, 0, 0.5)
+
+
+def _first_ready(script: Script, replicas: int) -> float:
+    return min(t for t, n in script.ready.items() if n >= replicas)
+
+
+@pytest.mark.parametrize("exit_s", [0.0, 30.0, 45.0])
+def test_a_woken_standby_waits_for_its_borrower_to_exit(exit_s: float) -> None:
+    # The 2-GPU job borrows both asleep standbys' GPUs; the burst at t=600 wakes both, which
+    # preempts it. The standbys are ready exit_s (the job's grace period) + wake_s (5 s) later;
+    # the controller looks every 5 s, so it sees them at 600 + exit_s + 5 exactly.
+    sim, model = simulation(borrow=True, standby=2)
+    sim.s = replace(sim.s, period_s=5.0, exit_s=exit_s)
+    script = Script(600.0, 900.0, 3)
+    sim.serving[0].controller = script
+    sim.run()
+    assert _first_ready(script, 3) == 600.0 + exit_s + 5.0
+    assert sim.jobs["job"].preemptions == 1
+    assert len(model.replica_phases("prefill")) == 3  # woken, never cold-started
+
+
+def test_a_standby_nobody_borrows_wakes_without_waiting() -> None:
+    sim, _ = simulation(borrow=True, standby=2, train_gpus=1)
+    sim.s = replace(sim.s, period_s=5.0, exit_s=30.0)
+    script = Script(600.0, 900.0, 2)
+    sim.serving[0].controller = script
+    sim.run()
+    assert _first_ready(script, 2) == 605.0  # the unborrowed standby: wake_s only
+    assert sim.jobs["job"].preemptions == 0
+
+
+@pytest.mark.parametrize("exit_s", [0.0, 30.0])
+def test_a_new_replica_on_a_preempted_gpu_starts_after_the_exit(exit_s: float) -> None:
+    # 3 GPUs: prefill 1 + decode 1, the 1-GPU job on the third. At t=600 the burst's second
+    # prefill replica preempts it (no standbys): ready exit_s + cold start (60 s) later. The
+    # job then waits; the burst ends at t=900 (the idle replica goes at once), the engine sees
+    # its GPU free at the next tick (905), and the job restarts (60 s) there, nobody leaving it.
+    sim, model = simulation(borrow=True, standby=0, gpus=3, train_gpus=1)
+    sim.s = replace(sim.s, period_s=5.0, exit_s=exit_s)
+    script = Script(600.0, 900.0, 2)
+    sim.serving[0].controller = script
+    sim.run()
+    assert _first_ready(script, 2) == 600.0 + exit_s + 60.0
+    job = sim.jobs["job"]
+    assert job.preemptions == 1 and len(model.replica_phases("prefill")) == 2
+    # 600 s run, 300 s checkpoints: nothing unsaved; the restart is lost. Placed at 905, 60 s
+    # restart, 1200 s of work left.
+    assert job.lost_gpu_s == pytest.approx(60.0)
+    assert job.completion_s == pytest.approx(905.0 + 60.0 + 1200.0)
+
+
+def test_training_placed_on_a_gpu_being_freed_starts_after_the_exit() -> None:
+    sim, _ = simulation(borrow=True, standby=0, gpus=3, train_gpus=1)
+    sim.s = replace(sim.s, exit_s=30.0)
+    gpu = ("n0", 2)
+    sim.now = 100.0
+    sim.free_at[gpu] = 120.0
+    assert sim._wait_s((gpu, ("n0", 1))) == 20.0
+    sim.now = 130.0
+    assert sim._wait_s((gpu,)) == 0.0 and sim._wait_s(()) == 0.0
