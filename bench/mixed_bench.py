@@ -10,11 +10,13 @@ variant with the median and worst case over seeds, the target checks, and a fina
 
     python bench/mixed_bench.py [--seeds 3] [--first-seed 0] [--nodes 4] [--serving-jobs 2]
                                 [--hours 4] [--training-jobs 80] [--load 0.9]
-                                [--checkpoint-interval 1800] [--variants a,b,...]
+                                [--checkpoint-interval 1800] [--exit-seconds 30]
+                                [--variants a,b,...]
 
 `--load` is the training work offered while the jobs arrive, as a fraction of the GPUs the
 static partition leaves to training (`workload.at_load`), so that every seed loads the fleet
-alike.
+alike. `--exit-seconds` is how long a preempted training gang takes to free its GPUs (its
+grace period); whatever is placed on them, a woken standby included, starts only then.
 
 Targets (issue 15): serving attainment >= 99 % with training average JCT <= 0.85x the static
 partition's; >= 99 % attainment where baseline (b) falls below it; lost work reported.
@@ -32,6 +34,7 @@ from dataclasses import replace
 from gpufleet.cliargs import (
     OneLineParser,
     input_error_exit,
+    non_negative_float,
     non_negative_int,
     positive_float,
     positive_int,
@@ -68,6 +71,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--training-jobs", type=positive_int, default=80)
     p.add_argument("--load", type=positive_float, default=0.9)
     p.add_argument("--checkpoint-interval", type=positive_float, default=1800.0)
+    p.add_argument(
+        "--exit-seconds",
+        type=non_negative_float,
+        default=30.0,
+        help="a preempted gang's grace period before its GPUs are free",
+    )
     p.add_argument("--variants", default=",".join(VARIANTS))
     return p
 
@@ -99,7 +108,9 @@ def _run(args: argparse.Namespace, variants: list[str]) -> int:
         print(f"{PROG}: error: the static peak ({serving_gpus} GPUs) leaves no GPU for training")
         return 2
     settings = MixedSettings(
-        horizon_s=args.hours * 3600.0, checkpoint_interval_s=args.checkpoint_interval
+        horizon_s=args.hours * 3600.0,
+        checkpoint_interval_s=args.checkpoint_interval,
+        exit_s=args.exit_seconds,
     )
     runs: dict[str, list[MixedResult]] = {v: [] for v in variants}
     wall0 = time.perf_counter()
@@ -154,6 +165,7 @@ def _run(args: argparse.Namespace, variants: list[str]) -> int:
                 "training_jobs": args.training_jobs,
                 "load": args.load,
                 "checkpoint_interval_s": args.checkpoint_interval,
+                "exit_s": args.exit_seconds,
                 "summary": summary,
                 "targets": targets,
                 "wall_s": round(time.perf_counter() - wall0, 1),

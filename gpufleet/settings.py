@@ -266,8 +266,10 @@ class OperatorSettings(_Group):
         False,
         description="Call vLLM's sleep endpoints on a ServingJob's standby replicas (POST "
         "/sleep?level=1 and /wake_up on the pod's IP and spec.port; the server needs "
-        "--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1) before marking them asleep or awake; "
-        "off, the gpufleet.io/standby pod annotation alone tells the server.",
+        "--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1) before marking them asleep or awake, "
+        "and read GET /is_sleeping to put a woken replica back in its Service as soon as it "
+        "serves; off, the gpufleet.io/standby pod annotation alone tells the server, and a "
+        "woken replica rejoins its Service after the pool's wakeSeconds.",
     )
 
     def tolerations(self) -> tuple[dict[str, Any], ...]:

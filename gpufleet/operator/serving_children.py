@@ -6,7 +6,8 @@ and `gpufleet.io/pool` (the Deployment's selector, and the labels the metrics of
 selected by), name gpufleet's scheduler, request whole GPUs or one MIG slice, and carry the
 job's wishes (acceptable GPU types, priority, preemptible) as the annotations the scheduler reads
 (gpufleet.model.contract). A pod without a gang label is a gang of one: every replica is placed
-on its own.
+on its own. The pods of a pool whose spec lists standbys also carry the readiness gate
+`gpufleet.io/awake` (`model.contract.standby`), which the operator sets.
 
 Replicas are not part of the template: they belong to the autoscaler, which writes the scale of
 the Deployment. `pool_replicas` only enforces what the spec itself says (create at
@@ -23,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from gpufleet.core.autoscaling_types import PoolRole
-from gpufleet.model.contract import names
+from gpufleet.model.contract import names, standby
 from gpufleet.model.contract.assignment import assigned_type
 from gpufleet.model.contract.names import POOL_LABEL, SERVINGJOB_LABEL
 from gpufleet.model.contract.wishes import wish_annotations
@@ -120,6 +121,14 @@ def _scheduling_annotations(spec: ServingJobSpec, pool: PoolSpec) -> dict[str, s
     )
 
 
+def _keeps_standbys(spec: ServingJobSpec, pool_name: str) -> bool:
+    """Whether the spec lists standbys for the pool, autoscaling on or off: its pods carry the
+    awake readiness gate (`model.contract.standby`), so switching autoscaling does not roll
+    them; only adding or removing the pool's standby entry does."""
+    standbys = spec.autoscaling.standby if spec.autoscaling is not None else None
+    return standbys is not None and standbys.of(pool_name) is not None
+
+
 def _pod_template(
     job: ServingJobObject,
     pool_name: str,
@@ -135,6 +144,9 @@ def _pod_template(
         **(tmeta.get("annotations") or {}),
         **_scheduling_annotations(job.spec, pool),
     }
+    if _keeps_standbys(job.spec, pool_name):
+        gates = [g for g in pod_spec.get("readinessGates") or () if g != standby.readiness_gate()]
+        pod_spec["readinessGates"] = [*gates, standby.readiness_gate()]
     pod_spec["schedulerName"] = scheduler_name
     pod_spec["restartPolicy"] = "Always"  # the only policy a Deployment accepts
     podtemplate.add_gpu_resources(pod_spec, pool.gpus_per_replica, pool.mig_profile)

@@ -8,25 +8,32 @@ job's pools as one pass read them, in three steps:
 
 - `settle`, every pass: a pool whose standbys are switched off (autoscaling disabled, or the
   pool's entry removed) wakes its asleep pods, and a pool holding more asleep pods than its
-  standby count retires the excess (lowest deletion cost, then one replica fewer);
+  standby count removes the excess;
 - `observe`: each pool's (awake, ready awake) replicas, what the autoscaler decides on: asleep
-  pods are not counted, and a woken pod counts as starting (not ready) for the pool's
-  `wakeSeconds`;
+  pods are not counted, and a woken pod counts as starting (not ready) until it is awake again;
 - `scale`, the autoscaler's `ReplicaWriter`: it carries a new awake count out by
   `plan_standby` (wake asleep pods first, create only the rest; put pods to sleep up to the
-  standby count, remove the rest), marking pods before it changes the Deployment's scale, so
-  the ReplicaSet's scale-down removes awake pods and keeps the standbys.
+  standby count, remove the rest), marking pods before it changes the Deployment's scale;
+- `sync_gates`, last: writes each gated pod's awake condition (`model.contract.standby`), so
+  the pool's Service routes to awake replicas only; `ready` counts them for the status.
+
+A pod is awake (condition True) unless it is marked asleep, or was woken less than the pool's
+`wakeSeconds` ago, or is being removed. Removing replicas: asleep pods are not Ready, and a
+ReplicaSet's scale-down removes pods that are not Ready before it looks at deletion costs, so a
+lower scale alone would take standbys first. The operator deletes the replicas it removes
+itself (pending ones first, then the newest), then lowers the scale by as many.
 
 With a `ServerSleep` (the opt-in `operator.vllm_sleep_api`: `vllm_sleep.VllmSleepApi`) the
-server is put to sleep or woken before its pod is marked: a replica whose sleep fails is
-removed instead, and a failed wake raises `SleepApiError` (the pod stays marked asleep; the
-next tick tries again).
+server is put to sleep or woken before its pod is marked (a pod going to sleep leaves the
+Service first): a replica whose sleep fails is removed instead, and a failed wake raises
+`SleepApiError` (the pod stays marked asleep; the next tick tries again). A woken pod is awake
+as soon as the server's `/is_sleeping` says so (not after `wakeSeconds`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -36,13 +43,10 @@ from gpufleet.model.contract.names import POOL_LABEL
 from gpufleet.model.servingjob import ServingJobSpec
 from gpufleet.operator.vllm_sleep import SleepApiError
 
-__all__ = ["PodPatcher", "ServerSleep", "Standbys", "Writer", "asleep_counts"]
+__all__ = ["PodWrites", "ServerSleep", "Standbys", "Writer", "asleep_counts"]
 
 Obj = Mapping[str, Any]
 log = logging.getLogger("gpufleet.operator")
-# Merge-patches one pod (by name) of the job's namespace.
-PodPatcher = Callable[[str, dict[str, Any]], None]
-Scaler = Callable[[str, int], None]
 
 
 class ServerSleep(Protocol):
@@ -51,6 +55,8 @@ class ServerSleep(Protocol):
     def sleep(self, pod: Mapping[str, Any], port: int) -> None: ...
 
     def wake(self, pod: Mapping[str, Any], port: int) -> None: ...
+
+    def is_sleeping(self, pod: Mapping[str, Any], port: int) -> bool: ...
 
 
 class Writer(Protocol):
@@ -70,12 +76,46 @@ def _live(pods: Sequence[Obj], pool: str) -> list[Obj]:
     return sorted(out, key=lambda p: str(p["metadata"]["name"]))
 
 
-def _ready(pod: Obj) -> bool:
-    status = pod.get("status") or {}
-    return status.get("phase") == "Running" and any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or ()
+def _condition(pod: Obj, kind: str) -> bool:
+    return any(
+        c.get("type") == kind and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or ()
     )
+
+
+def _running(pod: Obj) -> bool:
+    """Running with its containers ready: Ready but for the awake gate (the kubelet's
+    ContainersReady; Ready on a pod that does not report it)."""
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return False
+    kinds = {c.get("type") for c in status.get("conditions") or ()}
+    return _condition(pod, "ContainersReady" if "ContainersReady" in kinds else "Ready")
+
+
+def _removal_order(pods: Sequence[Obj]) -> list[Obj]:
+    """Awake replicas in the order a scale-down removes them: unbound, then not running, then
+    the newest (as a ReplicaSet ranks them, deletion costs aside)."""
+    out = sorted(pods, key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
+    out.reverse()
+    out.sort(key=lambda p: (bool((p.get("spec") or {}).get("nodeName")), _running(p)))
+    return out
+
+
+class PodWrites(Protocol):
+    """The writes `Standbys` makes in the job's namespace."""
+
+    def patch(self, pod: str, body: dict[str, Any]) -> None:
+        """Merge-patch the pod's metadata (marks)."""
+
+    def patch_status(self, pod: str, body: dict[str, Any]) -> None:
+        """Strategic-merge-patch the pod's status (the awake condition)."""
+
+    def delete(self, pod: str) -> None:
+        """Delete the pod (gone already is fine)."""
+
+    def scale(self, pool: str, replicas: int) -> None:
+        """Set the pool's Deployment's scale."""
 
 
 def asleep_counts(pods: Sequence[Obj], pools: Sequence[str]) -> dict[str, int]:
@@ -91,15 +131,14 @@ def _wake_time(spec: ServingJobSpec, pool: str) -> timedelta:
 class Standbys:
     """A job's pools with standbys, as read this pass: `settle` first, then `observe` for the
     autoscaler, which writes through `scale` (its `ReplicaWriter`: `scale(pool, n)` makes `n`
-    the pool's awake replicas by the standby rule; module docstring)."""
+    the pool's awake replicas by the standby rule), then `sync_gates` (module docstring)."""
 
     def __init__(
         self,
         spec: ServingJobSpec,
         scales: Mapping[str, int],
         pods: Sequence[Obj],
-        patch_pod: PodPatcher,
-        scale: Scaler,
+        cluster: PodWrites,
         now: datetime,
         server: ServerSleep | None = None,
         port: int = 0,
@@ -107,38 +146,83 @@ class Standbys:
         self.spec = spec
         self.scales = dict(scales)
         self.pods = pods
-        self.patch_pod = patch_pod
-        self._scale = scale
+        self.cluster = cluster
         self.now = now
-        self.woken: set[str] = set()  # pods woken this pass (the listing still shows them asleep)
+        # This pass's changes, which the listing does not show yet.
+        self.woken: set[str] = set()
+        self.slept: set[str] = set()
+        self.removed: set[str] = set()
         self.server = server  # the servers' own sleep endpoints, if gpufleet calls them
         self.port = port
+        self._server_awake: dict[str, bool] = {}
+
+    def _name(self, pod: Obj) -> str:
+        return str(pod["metadata"]["name"])
+
+    def _live(self, pool: str) -> list[Obj]:
+        return [p for p in _live(self.pods, pool) if self._name(p) not in self.removed]
 
     def _asleep(self, pod: Obj) -> bool:
-        return marks.is_asleep(pod) and pod["metadata"]["name"] not in self.woken
+        name = self._name(pod)
+        return (marks.is_asleep(pod) and name not in self.woken) or name in self.slept
+
+    def awake(self, pod: Obj) -> bool:
+        """The pod's awake condition as this pass decides it (module docstring)."""
+        name = self._name(pod)
+        if self._asleep(pod) or name in self.woken or name in self.removed:
+            return False
+        if self.server is None or not marks.is_woken(pod):
+            return not marks.waking(pod, self.now, _wake_time(self.spec, self._pool(pod)))
+        if marks.awake_status(pod):  # the server said so already
+            return True
+        if name not in self._server_awake:  # woken, not yet seen awake: ask the server once
+            try:
+                self._server_awake[name] = not self.server.is_sleeping(pod, self.port)
+            except SleepApiError as exc:
+                log.info("asking whether a woken standby is awake: %s", exc)
+                self._server_awake[name] = False
+        return self._server_awake[name]
+
+    def _pool(self, pod: Obj) -> str:
+        return str((pod["metadata"].get("labels") or {}).get(POOL_LABEL))
 
     def _wake(self, pod: Obj) -> None:
         if self.server is not None:
             self.server.wake(pod, self.port)  # SleepApiError: stays marked, retried next tick
-        self.patch_pod(pod["metadata"]["name"], marks.wake_patch(self.now))
-        self.woken.add(pod["metadata"]["name"])
+        self.cluster.patch(self._name(pod), marks.wake_patch(self.now))
+        self.woken.add(self._name(pod))
 
     def _sleep(self, pod: Obj) -> bool:
-        """Put the pod's server to sleep and mark it; False (left awake) when the server
-        refuses."""
+        """Take the pod out of its Service, put its server to sleep and mark it; False (left
+        awake, to be removed) when the server refuses."""
+        name = self._name(pod)
+        if marks.gated(pod):
+            self.cluster.patch_status(name, marks.awake_patch(False, "Asleep", self.now))
         if self.server is not None:
             try:
                 self.server.sleep(pod, self.port)
             except SleepApiError as exc:
                 log.warning("standby not put to sleep, removed instead: %s", exc)
                 return False
-        self.patch_pod(pod["metadata"]["name"], marks.sleep_patch())
+        self.cluster.patch(name, marks.sleep_patch())
+        self.slept.add(name)
         return True
+
+    def _set_scale(self, pool: str, replicas: int) -> None:
+        if replicas != self.scales.get(pool):
+            self.cluster.scale(pool, replicas)
+            self.scales[pool] = replicas
+
+    def _remove(self, pods: Sequence[Obj]) -> None:
+        """Delete `pods` (the caller lowers the scale by as many next: module docstring)."""
+        for pod in pods:
+            self.cluster.delete(self._name(pod))
+            self.removed.add(self._name(pod))
 
     def scale(self, pool: str, replicas: int) -> None:
         entry = self.spec.standby_of(pool)
         standby = entry.replicas if entry is not None else 0
-        live = _live(self.pods, pool)
+        live = self._live(pool)
         asleep = [p for p in live if self._asleep(p)]
         total = self.scales.get(pool, len(live))
         awake = max(0, total - len(asleep))
@@ -149,24 +233,26 @@ class Standbys:
         if plan.sleep:
             # Only a running replica can sleep (it holds its GPU and its loaded weights); the
             # newest go first. Pods still waiting for a GPU are removed instead.
-            running = [p for p in live if not self._asleep(p) and _ready(p)]
+            running = [p for p in live if not self._asleep(p) and _running(p)]
             running.sort(key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
             for pod in reversed(running[max(0, len(running) - plan.sleep) :]):
                 if self._sleep(pod):
                     slept += 1
         # Asleep pods stay in the Deployment: its scale is awake plus asleep replicas.
         new_total = replicas + len(asleep) - plan.wake + slept
-        if new_total != total:
-            self._scale(pool, new_total)
-            self.scales[pool] = new_total
+        if new_total < total:
+            # Replicas the Deployment has not created yet go first (a lower scale drops
+            # them), then awake pods, which the operator deletes itself.
+            missing = max(0, total - len(live))
+            doomed = max(0, total - new_total - missing)
+            self._remove(_removal_order([p for p in live if not self._asleep(p)])[:doomed])
+        self._set_scale(pool, new_total)
 
     def settle(self) -> dict[str, int]:
-        """Wake the asleep pods of pools without standbys and retire asleep pods beyond a pool's
-        standby count (module docstring); the Deployments' scales afterwards."""
-        out = self.scales
-        for pool, total in list(out.items()):
-            live = _live(self.pods, pool)
-            asleep = [p for p in live if self._asleep(p)]
+        """Wake the asleep pods of pools without standbys and remove asleep pods beyond a
+        pool's standby count (module docstring); the Deployments' scales afterwards."""
+        for pool, total in list(self.scales.items()):
+            asleep = [p for p in self._live(pool) if self._asleep(p)]
             if not asleep:
                 continue
             entry = self.spec.standby_of(pool)
@@ -175,30 +261,37 @@ class Standbys:
                     self._wake(pod)
                 continue
             excess = asleep[entry.replicas :]
-            # A ReplicaSet removes pending and unready pods before it looks at deletion costs,
-            # and the pods must show the last scale: retire only when every pod runs, so the
-            # retired standby is the one that goes (and only once).
-            settled = len(live) == total and all(_ready(p) for p in live)
-            if excess and settled:
-                for pod in excess:
-                    self.patch_pod(pod["metadata"]["name"], marks.retire_patch())
-                out[pool] = max(0, total - len(excess))
-                self._scale(pool, out[pool])
-        return dict(out)
+            if excess:
+                self._remove(excess)
+                self._set_scale(pool, max(0, total - len(excess)))
+        return dict(self.scales)
 
     def observe(self) -> dict[str, tuple[int, int]]:
         """(awake replicas, ready awake replicas) per pool: what the autoscaler decides on."""
-        out: dict[str, tuple[int, int]] = {}
-        for pool, scale in self.scales.items():
-            live = _live(self.pods, pool)
-            asleep = sum(self._asleep(p) for p in live)
-            wake = _wake_time(self.spec, pool)
-            ready = sum(
-                _ready(p)
-                and not self._asleep(p)
-                and p["metadata"]["name"] not in self.woken
-                and not marks.waking(p, self.now, wake)
-                for p in live
-            )
-            out[pool] = (max(0, scale - asleep), ready)
-        return out
+        ready, asleep = self.ready(), self.asleep()
+        return {pool: (max(0, n - asleep[pool]), ready[pool]) for pool, n in self.scales.items()}
+
+    def asleep(self) -> dict[str, int]:
+        """Asleep pods per pool after this pass's changes."""
+        return {pool: sum(self._asleep(p) for p in self._live(pool)) for pool in self.scales}
+
+    def ready(self) -> dict[str, int]:
+        """Per pool, the replicas that serve: running and awake (what the Service routes to
+        once the gates are written)."""
+        return {
+            pool: sum(_running(p) and self.awake(p) for p in self._live(pool))
+            for pool in self.scales
+        }
+
+    def sync_gates(self) -> None:
+        """Write the awake condition of every gated pod whose condition differs."""
+        for pool in self.scales:
+            for pod in self._live(pool):
+                if not marks.gated(pod) or self._name(pod) in self.slept:  # written by _sleep
+                    continue
+                awake = self.awake(pod)
+                if marks.awake_status(pod) is not awake:
+                    why = "Awake" if awake else ("Asleep" if self._asleep(pod) else "Waking")
+                    self.cluster.patch_status(
+                        self._name(pod), marks.awake_patch(awake, why, self.now)
+                    )

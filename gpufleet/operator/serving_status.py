@@ -1,10 +1,12 @@
 """A ServingJob's status as a pure function: (job, its Deployments, this pass's scaling) ->
 status + Events.
 
-Per pool: `replicas` and `readyReplicas` from the Deployment's status (standbys asleep are not
-ready: they serve nothing), `asleepReplicas` for a pool that keeps standbys, `desiredReplicas`
-the awake count gpufleet asked for, and `lastScaleTime` /
+Per pool: `replicas` and `readyReplicas` from the Deployment's status, `desiredReplicas` the
+awake count gpufleet asked for, and `lastScaleTime` /
 `lastScaleReason` of the last change (kept from the previous status when nothing changed).
+For a job with standbys, `readyReplicas` counts the replicas that serve (running, awake and
+past their wake: those the pools' Services route to, `serving_standby.Standbys.ready`) and
+`asleepReplicas` the standbys asleep.
 
 Phase:
 - `Ready`: every pool has its desired replicas ready;
@@ -146,12 +148,14 @@ def plan(
     create_error: str | None = None,
     posted: Posted | None = None,
     asleep: Mapping[str, int] | None = None,
+    ready: Mapping[str, int] | None = None,
 ) -> StatusPlan:
     """The status of `job` and the Events to post.
 
     `desired` has one entry per pool of the spec (in reconcile order); `metrics` is None when
     autoscaling is off; `waiting` is the scheduler's note on a replica it cannot place yet;
-    `asleep` the standbys asleep per pool (None: the job keeps none).
+    `asleep` the standbys asleep and `ready` the replicas serving per pool (None: the job
+    keeps no standbys; the Deployments' ready counts are used).
     """
     generation = job["metadata"].get("generation")
     current = job.get("status") or {}
@@ -167,11 +171,11 @@ def plan(
         conditions.append(_condition(before, kind, state, reason, message, now, generation))
 
     # 1. Pools.
-    ready = _pools(out.status, current, deployments, desired, changes, now, asleep)
+    counts = _pools(out.status, current, deployments, desired, changes, now, asleep, ready)
     # 2. Phase and readiness.
-    summary = ", ".join(f"{p} {ready[p]}/{desired[p]} ready" for p in desired)
-    phase = Phase.FAILED if create_error else _phase(ready, desired, seen.phase)
-    _readiness(add, phase, ready, desired, summary, waiting, create_error)
+    summary = ", ".join(f"{p} {counts[p]}/{desired[p]} ready" for p in desired)
+    phase = Phase.FAILED if create_error else _phase(counts, desired, seen.phase)
+    _readiness(add, phase, counts, desired, summary, waiting, create_error)
     # 3. Scaling and its data.
     metrics_state = _scaling(add, metrics)
     out.status["conditions"] = conditions
@@ -191,6 +195,7 @@ def _pools(
     changes: Sequence[ScaleChange],
     now: datetime,
     asleep: Mapping[str, int] | None,
+    serving: Mapping[str, int] | None,
 ) -> dict[str, int]:
     """Each pool's status entry (into `status`); returns the ready replicas per pool. A pool
     that did not change keeps its last scale from `current` (the status the pass read afresh
@@ -203,7 +208,8 @@ def _pools(
         entry: dict[str, Any] = {"replicas": replicas}
         if asleep is not None:
             entry["asleepReplicas"] = asleep.get(pool, 0)
-            ready[pool] = max(0, ready[pool] - entry["asleepReplicas"])
+        if serving is not None:
+            ready[pool] = serving.get(pool, 0)
         entry |= {"readyReplicas": ready[pool], "desiredReplicas": want}
         change = changed.get(pool)
         if change is not None:

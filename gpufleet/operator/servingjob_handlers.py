@@ -48,6 +48,7 @@ from gpufleet.kubeerrors import api_error_text
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import PendingNote, read_pending
 from gpufleet.model.contract.serving import MetricsHealth, ScaleChange
+from gpufleet.model.contract.standby import gated as is_gated
 from gpufleet.model.contract.standby import is_asleep
 from gpufleet.model.gpus import load_catalog
 from gpufleet.operator import (
@@ -145,17 +146,35 @@ class _DeploymentScaler:
             raise _retry(f"scaling {name} to {replicas}", exc) from exc
 
 
-def _pod_patcher(state: State, namespace: str) -> serving_standby.PodPatcher:
-    """Merge-patches one of the job's pods (standby marks)."""
+class _PodWrites:
+    """`serving_standby.PodWrites` on the API server: standby marks, the awake condition,
+    removed replicas and the pools' scales. A pod gone meanwhile (404) is left to the next
+    tick."""
 
-    def patch(name: str, body: dict[str, Any]) -> None:
+    def __init__(self, state: State, namespace: str, job: str) -> None:
+        self.state, self.namespace = state, namespace
+        self.scaler = _DeploymentScaler(state, namespace, job)
+
+    def _call(self, what: str, name: str, call: Callable[..., Any], *args: Any) -> None:
         try:
-            state.core.patch_namespaced_pod(name, namespace, body, _preload_content=False)
+            call(name, self.namespace, *args, _preload_content=False)
         except ApiException as exc:
-            if exc.status != 404:  # 404: the pod went meanwhile; the next tick sees it
-                raise _retry(f"marking pod {name}", exc) from exc
+            if exc.status != 404:
+                raise _retry(f"{what} pod {name}", exc) from exc
 
-    return patch
+    def patch(self, pod: str, body: dict[str, Any]) -> None:
+        self._call("marking", pod, self.state.core.patch_namespaced_pod, body)
+
+    def patch_status(self, pod: str, body: dict[str, Any]) -> None:
+        # A dict body goes as a strategic merge patch: conditions merge by type.
+        write = self.state.core.patch_namespaced_pod_status
+        self._call("writing the condition of", pod, write, body)
+
+    def delete(self, pod: str) -> None:
+        self._call("deleting", pod, self.state.core.delete_namespaced_pod)
+
+    def scale(self, pool: str, replicas: int) -> None:
+        self.scaler.scale(pool, replicas)
 
 
 def _deployments(state: State, namespace: str, job: str) -> dict[str, Obj]:
@@ -316,7 +335,7 @@ def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> 
         desired, changes, rejected = _ensure_pools(state, job, deployments)
         # One pod listing per pass at most, for whichever step needs it first.
         pods = functools.cache(functools.partial(_pods, state, job.id.namespace, job.id.name))
-        health, asleep = _autoscale(state, job, pods, deployments, desired, changes)
+        health, asleep, ready = _autoscale(state, job, pods, deployments, desired, changes)
         for pool in job.pools():
             desired.setdefault(pool, 0)  # a rejected Deployment: nothing asked for yet
         waiting = None
@@ -333,6 +352,7 @@ def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> 
             create_error=rejected,
             posted=state.posted.get(job.id.uid),
             asleep=asleep,
+            ready=ready,
         )
         current = raw.get("status") or {}
         patched = fresh_read.status_changes(current, plan.status, _STATUS_KEYS)
@@ -358,25 +378,25 @@ def _autoscale(
     deployments: dict[str, Obj],
     desired: dict[str, int],
     changes: list[ScaleChange],
-) -> tuple[MetricsHealth | None, dict[str, int] | None]:
-    """Step 3: one autoscaler tick when due. Updates `desired` and `changes` in place; the
-    metrics health for the status (None when autoscaling is off) and the standbys asleep per
-    pool (None when the job keeps none)."""
+) -> tuple[MetricsHealth | None, dict[str, int] | None, dict[str, int] | None]:
+    """Step 3: one autoscaler tick when due, then the awake conditions of the pods with the
+    readiness gate. Updates `desired` and `changes` in place; the metrics health for the status
+    (None when autoscaling is off), and the standbys asleep and the replicas serving per pool
+    (None when the job keeps none)."""
     scales = {p: n for p, n in desired.items() if p in deployments}
     pools = {p: (n, _ready(deployments[p])) for p, n in scales.items()}
     scaler = _DeploymentScaler(state, job.id.namespace, job.id.name)
     writer: serving_standby.Writer = scaler
-    asleep: dict[str, int] | None = None
+    standbys: serving_standby.Standbys | None = None
     keeps = any(job.spec.standby_of(p) is not None for p in scales)
     listed = pods()
     if listed is None and keeps:
         raise kopf.TemporaryError("listing the pods to find the standbys failed", delay=2)
     counts = serving_standby.asleep_counts(listed or [], list(scales))
-    if keeps or any(counts.values()):
-        patch = _pod_patcher(state, job.id.namespace)
+    if keeps or any(counts.values()) or any(is_gated(p) for p in listed or []):
         standbys = serving_standby.Standbys(
-            job.spec, scales, listed or [], patch, scaler.scale, _now(),
-            server=state.sleep_api, port=job.spec.port,
+            job.spec, scales, listed or [], _PodWrites(state, job.id.namespace, job.id.name),
+            _now(), server=state.sleep_api, port=job.spec.port,
         )  # fmt: skip
         try:
             standbys.settle()
@@ -384,7 +404,6 @@ def _autoscale(
             raise kopf.TemporaryError(f"waking a standby: {exc}", delay=2) from exc
         pools = standbys.observe()
         writer = standbys
-        asleep = counts
         # The status's desired count is the awake one: asleep replicas serve nothing.
         desired.update({p: awake for p, (awake, _) in pools.items()})
     try:
@@ -400,7 +419,10 @@ def _autoscale(
     for change in scaled:
         desired[change.pool] = change.to_replicas
         changes.append(change)
-    return health, asleep
+    if standbys is None:
+        return health, None, None
+    standbys.sync_gates()
+    return health, standbys.asleep(), standbys.ready()
 
 
 @kopf.on.create(*RESOURCE)

@@ -12,7 +12,11 @@ preemptible TrainingJob gang whole (never a non-preemptible one), and the gang r
 the pools shrink after the burst. Standby replicas wake before new ones are created: after a
 first burst the pools shrink by putting replicas to sleep (marked asleep, kept Running, serving
 nothing in the simulator), and a second burst wakes them before any new pod appears; a woken
-standby serves again after its wake time.
+standby serves again after its wake time. The pools' Services route to awake replicas only: an
+asleep pod's awake condition (its readiness gate) is False, the kubelet stand-in makes it not
+Ready, and the kube-controller-manager's EndpointSlice controller lists it as a not-ready
+endpoint; once woken, it is a ready endpoint again, no earlier than its wake time after the
+wake; the status's readyReplicas counts the awake replicas.
 
 Time is compressed so the run stays under two minutes: the trace slice plays twice as fast,
 the ServingJob decides every 2 s with a 10 s rate/staleness window and a 10 s scale-down
@@ -39,8 +43,15 @@ import pytest
 from kubernetes import client
 
 from gpufleet.model.contract import standby as marks
-from gpufleet.model.contract.names import POOL_LABEL, SERVINGJOB_LABEL, TRAININGJOB_LABEL, WOKEN_AT
+from gpufleet.model.contract.names import (
+    AWAKE_CONDITION,
+    POOL_LABEL,
+    SERVINGJOB_LABEL,
+    TRAININGJOB_LABEL,
+    WOKEN_AT,
+)
 from gpufleet.model.contract.timestamps import parse_time
+from gpufleet.operator.serving_children import deployment_name
 from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.sandbox.prometheus_server import PrometheusServer
 from gpufleet.sandbox.serving_stand_in import kube_pods
@@ -129,6 +140,27 @@ def servingjob(url: str, gpu_type: str = "H100-80GB", priority: int = 0) -> dict
             },
         },
     }
+
+
+def endpoints(kube: Kube, ns: str, pool: str) -> dict[str, bool]:
+    """Pod uid -> ready, as the EndpointSlices of the pool's Service list them."""
+    discovery = client.DiscoveryV1Api(kube.core.api_client)
+    service = deployment_name(JOB, pool)
+    raw: Any = discovery.list_namespaced_endpoint_slice(
+        ns, label_selector=f"kubernetes.io/service-name={service}", _preload_content=False
+    )
+    out: dict[str, bool] = {}
+    for item in json.loads(raw.data)["items"]:
+        for endpoint in item.get("endpoints") or ():
+            uid = (endpoint.get("targetRef") or {}).get("uid")
+            if uid:
+                out[uid] = bool((endpoint.get("conditions") or {}).get("ready"))
+    return out
+
+
+def condition(pod: dict[str, Any], kind: str) -> dict[str, Any]:
+    found = [c for c in (pod.get("status") or {}).get("conditions") or () if c["type"] == kind]
+    return found[0] if found else {}
 
 
 def running_pods(kube: Kube, ns: str) -> Counter[str]:
@@ -363,6 +395,26 @@ def test_standby_replicas_wake_before_new_ones_are_created(
             p: {x["metadata"]["uid"] for x in pods if marks.is_asleep(x)}
             for p, pods in pool_pods().items()
         }
+
+        def routed_to_awake_only() -> bool:
+            for pool, pods in pool_pods().items():
+                listed = endpoints(kube, ns, pool)
+                for pod in pods:
+                    uid, asleep = pod["metadata"]["uid"], marks.is_asleep(pod)
+                    if listed.get(uid) is not (not asleep):
+                        return False
+                    if (condition(pod, "Ready").get("status") == "True") is asleep:
+                        return False
+            return True
+
+        # The standby leaves its Service: not Ready through its gate, a not-ready endpoint;
+        # the awake replica is a ready one. The status counts the awake replica only.
+        wait_for(routed_to_awake_only, "the Services route to awake replicas only", 30)
+        for pool, pods in pool_pods().items():
+            for pod in pods:
+                awake = condition(pod, AWAKE_CONDITION)
+                assert awake.get("status") == ("False" if marks.is_asleep(pod) else "True"), pod
+            assert status()[pool]["readyReplicas"] == 1, status()
         known = {x["metadata"]["uid"] for pods in pool_pods().values() for x in pods}
         # Burst 2: the standbys wake first; new pods only after.
         first_woken: dict[str, Any] = {}
@@ -383,10 +435,26 @@ def test_standby_replicas_wake_before_new_ones_are_created(
             prometheus.reload(sim.scrape_targets())
             prometheus.wait_scraped(timeout_s=20)
             wait_for(woke_first, "burst 2 wakes the standbys", 90)
-            # A woken standby serves again once its wake time is over.
+            # A woken standby serves again once its wake time is over, and its Service routes
+            # to it again: a ready endpoint, its awake condition set no earlier than 2 s (the
+            # pool's wakeSeconds) after the wake.
             wait_for(
                 lambda: all(sim.model_ready()[p] >= 2 for p in POOLS), "woken standbys serve", 20
             )
+            wait_for(
+                lambda: all(
+                    all(endpoints(kube, ns, p).get(uid) for uid in standbys[p]) for p in POOLS
+                ),
+                "woken standbys are ready endpoints again",
+                30,
+            )
+            for pool, pods in pool_pods().items():
+                for pod in pods:
+                    if pod["metadata"]["uid"] in standbys[pool]:
+                        awake = condition(pod, AWAKE_CONDITION)
+                        since = parse_time(awake.get("lastTransitionTime"))
+                        woken_at = first_woken[pod["metadata"]["uid"]]
+                        assert since is not None and (since - woken_at).total_seconds() >= 2, awake
         for uid, (pool, when) in created.items():
             for standby in standbys[pool]:
                 assert first_woken[standby] <= when, (

@@ -1,7 +1,8 @@
 """Deployments built from a ServingJob: one per pool, names, selector labels, owner reference,
 scheduler name, GPU/MIG requests, the scheduler's annotations (read back with the scheduler's
-own readers), the role variable, the spec's replica bounds, and drift detection that ignores
-replicas."""
+own readers), the role variable, the awake readiness gate on the pools that list standbys (with
+autoscaling on or off, next to the user's own gates), the spec's replica bounds, and drift
+detection that ignores replicas."""
 
 from __future__ import annotations
 
@@ -132,6 +133,23 @@ def test_pod_template_is_for_the_gpufleet_scheduler() -> None:
     assert preemptible(pod) is False  # the CRD's default for serving
     assert [t.gpu_type for t in gpu_types(pod) or ()] == ["H100-80GB"]
     assert pod["metadata"]["annotations"]["a"] == "b"
+
+
+def test_pools_with_standbys_carry_the_awake_readiness_gate() -> None:
+    autoscaling = {
+        "prometheus": {"url": "http://prom:9090"},
+        "capacity": {"prefillTokensPerSecond": 10000, "decodeBatchSize": 32},
+        "standby": {"prefill": {"replicas": 1}},
+    }
+    gate = {"conditionType": names.AWAKE_CONDITION}
+    for enabled in (True, False):
+        slo = {"ttftP90Seconds": 1.0, "itlP90Seconds": 0.05}
+        manifest = job(autoscaling={**autoscaling, "enabled": enabled}, slo=slo)
+        own = {"conditionType": "example.com/warm"}
+        manifest["spec"]["prefill"]["template"]["spec"]["readinessGates"] = [own, gate]
+        assert pod_of(deployment(manifest, "prefill", 1))["spec"]["readinessGates"] == [own, gate]
+        assert "readinessGates" not in pod_of(deployment(manifest, "decode", 1))["spec"]
+    assert "readinessGates" not in pod_of(deployment(job(), "prefill", 1))["spec"]
 
 
 def test_replicas_tolerate_the_gpu_taint() -> None:

@@ -2,7 +2,8 @@
 replicas and the last scale time/reason (kept when nothing changed), phase rules, Ready and
 per-pool conditions (with the scheduler's reason while replicas wait for GPUs), ScalingActive
 and MetricsAvailable, and the Events: Scaled per change, one per phase transition, one per
-metrics transition, deduplicated by what was posted before."""
+metrics transition, deduplicated by what was posted before; with standbys, the ready count is
+the one the pass counted (awake replicas that serve), not the Deployment's."""
 
 from __future__ import annotations
 
@@ -54,18 +55,29 @@ def test_pool_status_counts_and_schema() -> None:
     ServingJobStatus.model_validate(out.status)  # the CRD's own schema accepts it
 
 
-def test_standbys_asleep_are_counted_apart_and_are_not_ready() -> None:
-    # 3 pods ready, one of them an asleep standby: 2 serve, and 2 is what the pool wants.
-    out = plan(job(), {"prefill": dep(3, 3)}, {"prefill": 2}, NOW, asleep={"prefill": 1})
+def test_with_standbys_ready_counts_the_replicas_that_serve() -> None:
+    # The Deployment reports 3 pods ready (its count lags the awake conditions): one is an
+    # asleep standby and one was woken and is still waking; 1 serves, what the pass counted.
+    serving = {"prefill": 1}
+    out = plan(
+        job(), {"prefill": dep(3, 3)}, {"prefill": 2}, NOW, asleep={"prefill": 1}, ready=serving
+    )
     assert out.status["prefill"] == {
         "replicas": 3,
         "asleepReplicas": 1,
-        "readyReplicas": 2,
+        "readyReplicas": 1,
         "desiredReplicas": 2,
     }
-    assert out.status["phase"] == "Ready"
-    short = plan(job(), {"prefill": dep(3, 3)}, {"prefill": 3}, NOW, asleep={"prefill": 1})
-    assert short.status["phase"] == "Progressing"  # the standby does not count as serving
+    assert out.status["phase"] == "Progressing"  # neither standby serves yet
+    full = plan(
+        job(),
+        {"prefill": dep(3, 2)},
+        {"prefill": 2},
+        NOW,
+        asleep={"prefill": 1},
+        ready={"prefill": 2},
+    )
+    assert full.status["phase"] == "Ready" and full.status["prefill"]["readyReplicas"] == 2
     ServingJobStatus.model_validate(out.status)
 
 

@@ -3,7 +3,7 @@ autoscaler the process gives `State`: `gpufleet.autoscaler.service.JobAutoscaler
 cluster: the metrics source is opened with the job's rate window (`rateWindowSeconds`, by default
 `staleAfterSeconds`) while samples are judged stale by `staleAfterSeconds`, and the operator-wide
 autoscaler settings reach the job's autoscaler; a job with standbys is decided on its awake
-replicas, and its status is told the standbys asleep."""
+replicas, and its status is told the standbys asleep and the replicas serving."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_rate_window_and_staleness_reach_the_source(
     autoscalers = JobAutoscalers(base, source_factory=factory)
     state = servingjob_handlers.State(client.ApiClient(), autoscalers)
     ready = {"status": {"readyReplicas": 1}}
-    health, asleep = servingjob_handlers._autoscale(
+    health, asleep, serving = servingjob_handlers._autoscale(
         state, ServingJobObject.of(job(prometheus)), lambda: [],
         {"prefill": ready, "decode": ready}, {"prefill": 1, "decode": 1}, [],
     )  # fmt: skip
@@ -89,7 +89,7 @@ def test_rate_window_and_staleness_reach_the_source(
     scaler = autoscalers.registry.peek("uid-1")
     assert scaler is not None and scaler.base_settings.window_s == 42
     assert health is not None and health.available is True
-    assert asleep is None  # the job keeps no standbys
+    assert asleep is None and serving is None  # the job keeps no standbys
 
 
 def test_the_operator_wide_settings_reach_the_registry() -> None:
@@ -120,10 +120,11 @@ def test_a_pool_with_standbys_is_decided_and_reported_on_its_awake_replicas() ->
         "decode": {"status": {"readyReplicas": 1}},
     }
     desired = {"prefill": 2, "decode": 1}  # the Deployments' scales: prefill holds a standby
-    health, asleep = servingjob_handlers._autoscale(
+    health, asleep, serving = servingjob_handlers._autoscale(
         state, ServingJobObject.of(body), lambda: pods, deployments, desired, []
     )
     assert asleep == {"prefill": 1, "decode": 0}
+    assert serving == {"prefill": 1, "decode": 1}  # the status's readyReplicas
     assert desired == {"prefill": 1, "decode": 1}  # awake replicas, as the status shows them
     assert health is not None
     state.close()

@@ -2,14 +2,16 @@
 HTTP server on loopback that answers as vLLM's `/sleep` and `/wake_up` do, and the standby
 steps that use them.
 
-Aspects under test: a level-1 sleep and a wake are POSTed to the pod's IP and port; an error
-status, a refused connection or a pod without an IP is a `SleepApiError` naming the pod; the
-server is put to sleep before the pod is marked, and a replica whose sleep fails is not marked
-(the Deployment loses it instead); a failed wake raises and leaves the pod marked asleep.
+Aspects under test: a level-1 sleep and a wake are POSTed to the pod's IP and port; `GET
+/is_sleeping` is read as vLLM answers it, and an answer that is not a boolean is an error; an
+error status, a refused connection or a pod without an IP is a `SleepApiError` naming the pod;
+the server is put to sleep before the pod is marked, and a replica whose sleep fails is not
+marked (the operator deletes it instead); a failed wake raises and leaves the pod marked asleep.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from collections.abc import Iterator
@@ -30,11 +32,13 @@ TEMPLATE = {"spec": {"containers": [{"name": "vllm", "image": "x"}]}}
 
 
 class FakeVllm:
-    """Records the POSTs; answers `status` (200 as vLLM does on success)."""
+    """Records the calls; answers `status` (200 as vLLM does on success), and `GET
+    /is_sleeping` with `sleeping` as JSON."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
         self.status = 200
+        self.sleeping: Any = False
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -43,6 +47,14 @@ class FakeVllm:
                 self.send_response(outer.status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+
+            def do_GET(self) -> None:
+                outer.calls.append(self.path)
+                body = json.dumps({"is_sleeping": outer.sleeping}).encode()
+                self.send_response(outer.status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
             def log_message(self, *_: Any) -> None:
                 pass
@@ -96,6 +108,19 @@ def test_sleep_and_wake_are_posted_to_the_pod(vllm: FakeVllm, api: VllmSleepApi)
     assert vllm.calls == ["/sleep?level=1", "/wake_up"]
 
 
+def test_is_sleeping_reads_the_servers_answer(vllm: FakeVllm, api: VllmSleepApi) -> None:
+    assert api.is_sleeping(pod("a"), vllm.port) is False
+    vllm.sleeping = True
+    assert api.is_sleeping(pod("a"), vllm.port) is True
+    assert vllm.calls == ["/is_sleeping", "/is_sleeping"]
+    vllm.sleeping = "maybe"
+    with pytest.raises(SleepApiError, match="pod a"):
+        api.is_sleeping(pod("a"), vllm.port)
+    vllm.status = 404  # a server started without the dev-mode endpoints
+    with pytest.raises(SleepApiError, match="HTTP 404"):
+        api.is_sleeping(pod("a"), vllm.port)
+
+
 def test_failures_name_the_pod(vllm: FakeVllm, api: VllmSleepApi) -> None:
     vllm.status = 500
     with pytest.raises(SleepApiError, match=r"pod a.*HTTP 500"):
@@ -125,40 +150,53 @@ def spec() -> ServingJobSpec:
     )
 
 
+class Writes:
+    """Records the standby writes (`PodWrites`)."""
+
+    def __init__(self) -> None:
+        self.patched: list[tuple[str, Any]] = []
+        self.deleted: list[str] = []
+        self.scaled: list[tuple[str, int]] = []
+
+    def patch(self, pod: str, body: dict[str, Any]) -> None:
+        self.patched.append((pod, body))
+
+    def patch_status(self, pod: str, body: dict[str, Any]) -> None:
+        self.patched.append((pod, body))
+
+    def delete(self, pod: str) -> None:
+        self.deleted.append(pod)
+
+    def scale(self, pool: str, replicas: int) -> None:
+        self.scaled.append((pool, replicas))
+
+
 def test_the_server_sleeps_before_its_pod_is_marked(vllm: FakeVllm, api: VllmSleepApi) -> None:
-    patched: list[tuple[str, Any]] = []
-    scaled: list[tuple[str, int]] = []
+    writes = Writes()
     pods = [pod("a", created=1), pod("b", created=2)]
-    standbys = Standbys(
-        spec(), {"prefill": 2}, pods, lambda n, b: patched.append((n, b)),
-        lambda p, n: scaled.append((p, n)), NOW, server=api, port=vllm.port,
-    )  # fmt: skip
+    standbys = Standbys(spec(), {"prefill": 2}, pods, writes, NOW, server=api, port=vllm.port)
     standbys.scale("prefill", 1)
-    assert vllm.calls == ["/sleep?level=1"] and patched == [("b", marks.sleep_patch())]
-    assert scaled == []  # 1 awake + 1 asleep: the Deployment keeps its 2
+    assert vllm.calls == ["/sleep?level=1"] and writes.patched == [("b", marks.sleep_patch())]
+    assert writes.scaled == []  # 1 awake + 1 asleep: the Deployment keeps its 2
 
 
 def test_a_refused_sleep_removes_the_replica_instead(vllm: FakeVllm, api: VllmSleepApi) -> None:
     vllm.status = 503
-    patched: list[tuple[str, Any]] = []
-    scaled: list[tuple[str, int]] = []
-    standbys = Standbys(
-        spec(), {"prefill": 2}, [pod("a"), pod("b")], lambda n, b: patched.append((n, b)),
-        lambda p, n: scaled.append((p, n)), NOW, server=api, port=vllm.port,
-    )  # fmt: skip
+    writes = Writes()
+    pods = [pod("a", created=1), pod("b", created=2)]
+    standbys = Standbys(spec(), {"prefill": 2}, pods, writes, NOW, server=api, port=vllm.port)
     standbys.scale("prefill", 1)
-    assert patched == [] and scaled == [("prefill", 1)]
+    assert writes.patched == [] and writes.deleted == ["b"]
+    assert writes.scaled == [("prefill", 1)]
 
 
 def test_a_failed_wake_raises_and_leaves_the_mark(vllm: FakeVllm, api: VllmSleepApi) -> None:
     vllm.status = 500
-    patched: list[tuple[str, Any]] = []
+    writes = Writes()
     asleep = pod("b")
     asleep["metadata"]["annotations"] = dict(marks.sleep_patch()["metadata"]["annotations"])
-    standbys = Standbys(
-        spec(), {"prefill": 2}, [pod("a"), asleep], lambda n, b: patched.append((n, b)),
-        lambda p, n: None, NOW, server=api, port=vllm.port,
-    )  # fmt: skip
+    pods = [pod("a"), asleep]
+    standbys = Standbys(spec(), {"prefill": 2}, pods, writes, NOW, server=api, port=vllm.port)
     with pytest.raises(SleepApiError):
         standbys.scale("prefill", 2)
-    assert patched == [] and vllm.calls == ["/wake_up"]
+    assert writes.patched == [] and vllm.calls == ["/wake_up"]
