@@ -11,18 +11,24 @@ exponents of a least-squares fit `time ~ nodes^a * gangs^b` over it.
 2. operator resident memory (sampled every second for the whole run);
 3. backlog drain against kube-scheduler (--drain-pods single-GPU pods, each scheduler paused
    with SIGSTOP while they are created, as bind_bench.py does), one round each;
-4. --gangs gangs of 1-4 pods of 1-8 GPUs created while the operator is stopped, then the
+4. with --fill SHARE, first whole-node pods of a priority above the backlog's, not preemptible,
+   on SHARE of each pool's nodes, bound by the operator (so that on a big fleet the backlog
+   stays pending instead of fitting at once);
+5. --gangs gangs of 1-4 pods of 1-8 GPUs created while the operator is stopped, then the
    operator started again, so that its first cycle sees every gang pending: per scheduling
    cycle that binds something, its wall time, snapshot build time and the gangs still pending
    (the operator's cycle log lines); for every cycle, the bucket bounds of p50 and p99 from the
    operator's cycle-time histogram (the cycles that bind nothing are not logged);
-5. with that backlog in place (a busy fleet), `kubectl apply` of a --workers-worker
-   TrainingJob of priority 5 until every worker is Running.
+6. with that backlog in place (a busy fleet), `kubectl apply` of a --workers-worker
+   TrainingJob of priority 5 in its own GPUQueue (a nominal quota of its GPUs: it may reclaim
+   them from the backlog, which is outside every queue) until every worker is Running.
+Each result is printed as it is reached; SIGINT (`timeout -s INT`) or the machine using more than
+--max-memory-gib stops the run, tears the sandbox down and reports what was reached.
 
     python bench/scale_bench.py core                        # ~10 min on 2 idle cores
     python bench/scale_bench.py core --samples 5 --nodes-list 500,1000,2000 --gangs-list 500,1000
     python bench/scale_bench.py live --nodes 1000           # drain 5,000 pods on 1,000 nodes
-    python bench/scale_bench.py live --nodes 5000 --drain-pods 0
+    timeout -s INT 2400 python bench/scale_bench.py live --nodes 5000 --drain-pods 0 --fill 0.9
 
 Prints tables; the last line is one JSON object.
 """
