@@ -42,6 +42,7 @@ from gpufleet.model.crd_common import (
 __all__ = [
     "KIND",
     "MAX_PRIORITY",
+    "CheckpointPolicy",
     "ElasticPolicy",
     "EnergyPolicy",
     "EnergyPreference",
@@ -59,6 +60,7 @@ __all__ = [
 
 KIND: Final = "TrainingJob"
 MAX_PRIORITY: Final = 1000
+MAX_MOVE_TIMES: Final = 10
 
 
 class Topology(enum.StrEnum):
@@ -168,6 +170,78 @@ class ElasticPolicy(CRDModel):
         return self
 
 
+MAX_CHECKPOINT_INTERVAL_S: Final = 7 * 24 * 3600
+MAX_CHECKPOINT_GRACE_S: Final = 3600
+
+
+class CheckpointPolicy(CRDModel):
+    """How the job saves its progress, which lets the scheduler move it to faster GPUs: every
+    `intervalSeconds` of running, or when it is signalled (SIGTERM), within
+    `gracePeriodSeconds`. A move restarts the whole gang from its last checkpoint, so the
+    scheduler weighs the progress since then, and the restart, against the time it would save."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.intervalSeconds) != (has(self.onSignal) && self.onSignal)",
+                "set exactly one of intervalSeconds or onSignal: true",
+                ".intervalSeconds",
+                "FieldValueRequired",
+            ),
+            cel(
+                "!(has(self.onSignal) && self.onSignal) || has(self.gracePeriodSeconds)",
+                "onSignal: true needs gracePeriodSeconds, the time the job takes to save on "
+                "SIGTERM",
+                ".gracePeriodSeconds",
+                "FieldValueRequired",
+            ),
+            cel(
+                "!has(self.gracePeriodSeconds) || (has(self.onSignal) && self.onSignal)",
+                "gracePeriodSeconds applies only with onSignal: true",
+                ".gracePeriodSeconds",
+                "FieldValueForbidden",
+            ),
+        )
+    )
+
+    interval_seconds: int | None = Field(
+        default=None,
+        ge=10,
+        le=MAX_CHECKPOINT_INTERVAL_S,
+        description=(
+            "The job saves a checkpoint every this many seconds of running (counted from each "
+            "start of its pods); a move loses the run time since the last one."
+        ),
+    )
+    on_signal: bool | None = Field(
+        default=None,
+        description=(
+            "True: the job saves a checkpoint when its pods get SIGTERM, within "
+            "gracePeriodSeconds, and a move loses no progress."
+        ),
+    )
+    grace_period_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_CHECKPOINT_GRACE_S,
+        description=(
+            "With onSignal: seconds between SIGTERM and SIGKILL (the pods' "
+            "terminationGracePeriodSeconds); the time a move waits for the checkpoint."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> Self:
+        signal = bool(self.on_signal)
+        if (self.interval_seconds is not None) == signal:
+            raise ValueError("set exactly one of intervalSeconds or onSignal: true")
+        if signal and self.grace_period_seconds is None:
+            raise ValueError("onSignal: true needs gracePeriodSeconds")
+        if not signal and self.grace_period_seconds is not None:
+            raise ValueError("gracePeriodSeconds applies only with onSignal: true")
+        return self
+
+
 class EnergyPolicy(CRDModel):
     """The job's energy preference."""
 
@@ -266,6 +340,13 @@ class TrainingJobSpec(CRDModel):
                 ".replicas",
             ),
             cel(
+                "!has(self.checkpoint) || !has(self.elastic)",
+                "checkpoint is for fixed-size jobs (moves restart the gang on faster GPUs); an "
+                "elastic job is resized instead",
+                ".checkpoint",
+                "FieldValueForbidden",
+            ),
+            cel(
                 "!has(self.migProfile) || !has(self.topology) || self.topology != 'nvlinkDomain'",
                 "topology nvlinkDomain needs whole GPUs (gpusPerReplica); a MIG slice has "
                 "no NVLink",
@@ -334,6 +415,15 @@ class TrainingJobSpec(CRDModel):
         description="Retries, deadline, clean-up and suspension.",
         json_schema_extra={"default": {}},
     )
+    checkpoint: CheckpointPolicy | None = Field(
+        default=None,
+        description=(
+            "How the job saves its progress. With it, a preemptible fixed-size job may be "
+            "moved: restarted whole on faster GPUs that free up, when the time saved exceeds "
+            "the restart and the progress lost (at most the placement policy's moves per "
+            "hour). Omitted: the job is never moved."
+        ),
+    )
 
     @model_validator(mode="after")
     def _cross_field(self) -> Self:
@@ -350,6 +440,8 @@ class TrainingJobSpec(CRDModel):
             raise ValueError("replicas must lie between elastic.minReplicas and maxReplicas")
         if self.mig_profile is not None and self.topology is Topology.NVLINK_DOMAIN:
             raise ValueError("topology nvlinkDomain needs whole GPUs")
+        if self.checkpoint is not None and self.elastic is not None:
+            raise ValueError("checkpoint is for fixed-size jobs; an elastic job is resized instead")
         return self
 
 
@@ -422,6 +514,20 @@ class TrainingJobStatus(UsageStatus):
         default=None,
         ge=0,
         description="The .metadata.generation this status was computed from.",
+    )
+    moves: int | None = Field(
+        default=None,
+        ge=0,
+        description="Times the scheduler moved the job (restarted it whole on faster GPUs).",
+    )
+    move_times: list[datetime] | None = Field(
+        default=None,
+        max_length=MAX_MOVE_TIMES,
+        description=(
+            "When the latest moves began (RFC 3339, oldest first, at most "
+            f"{MAX_MOVE_TIMES}); the scheduler counts those of the last hour against the "
+            "policy's moves per hour."
+        ),
     )
 
 

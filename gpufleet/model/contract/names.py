@@ -27,6 +27,11 @@ ENERGY: Final = "gpufleet.io/energy"  # wishes.EnergyPreference value
 MAX_SLOWDOWN: Final = "gpufleet.io/max-slowdown-percent"
 QUEUE: Final = "gpufleet.io/queue"  # the GPUQueue the gang is charged to (the job's spec.queue)
 RANK_LABEL: Final = "gpufleet.io/rank"  # replica index; placements are matched to pods by rank
+# How the gang saves progress (`moves` module): "interval=600" or "signal=30" (grace seconds).
+CHECKPOINT: Final = "gpufleet.io/checkpoint"
+# When the gang was last moved (RFC 3339 times, comma-separated, oldest first), written by the
+# operator from the job's status so the per-hour move limit outlives a scheduler restart.
+MOVE_TIMES: Final = "gpufleet.io/move-times"
 
 # What the scheduler decided, written through the Binding's annotations.
 ASSIGNED_GPUS: Final = "gpufleet.io/gpus"  # "0,1,2,3": whole-GPU indices on the node
@@ -64,6 +69,10 @@ PREEMPTED_REASON: Final = "PreemptionByGpufleet"
 # Why gpufleet evicted or deleted a pod, on the pod itself: the Eviction API rewrites the
 # DisruptionTarget condition's reason to its own, so the condition alone cannot tell.
 DISRUPTED_BY: Final = "gpufleet.io/disrupted-by"
+# Pods the scheduler deletes to restart their gang on a faster placement (`moves` module): the
+# disruption reason, and when the move began (which the operator counts once).
+MOVED_REASON: Final = "MoveByGpufleet"
+MOVED_AT: Final = "gpufleet.io/moved-at"
 
 # Which custom resource (and pool) a child belongs to; the metrics of a pool are selected by
 # the same labels.

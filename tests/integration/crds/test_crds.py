@@ -440,6 +440,23 @@ INVALID: list[Any] = [
                      spec__prefill__gpuTypes=[{"name": "A100-80GB"}],
                      spec__decode__gpuTypes=[{"name": "H100-80GB"}]),
                  "spec.autoscaling.capacity.gpuType", id="capacity-type-not-in-a-pool"),
+    # checkpoints: exactly one mode, a grace period only (and always) on signal, bounds
+    pytest.param(_tj(spec__checkpoint={}), "spec.checkpoint.intervalSeconds",
+                 id="checkpoint-no-mode"),
+    pytest.param(_tj(spec__checkpoint={"intervalSeconds": 600, "onSignal": True,
+                                       "gracePeriodSeconds": 30}),
+                 "spec.checkpoint.intervalSeconds", id="checkpoint-both-modes"),
+    pytest.param(_tj(spec__checkpoint={"onSignal": True}), "spec.checkpoint.gracePeriodSeconds",
+                 id="checkpoint-signal-no-grace"),
+    pytest.param(_tj(spec__checkpoint={"intervalSeconds": 600, "gracePeriodSeconds": 30}),
+                 "spec.checkpoint.gracePeriodSeconds", id="checkpoint-grace-without-signal"),
+    pytest.param(_tj(spec__checkpoint={"intervalSeconds": 5}),
+                 "spec.checkpoint.intervalSeconds", id="checkpoint-interval-too-short"),
+    pytest.param(_tj(spec__checkpoint={"onSignal": True, "gracePeriodSeconds": 7200}),
+                 "spec.checkpoint.gracePeriodSeconds", id="checkpoint-grace-too-long"),
+    pytest.param(_tj(spec__checkpoint={"intervalSeconds": 600},
+                     spec__elastic={"minReplicas": 1, "maxReplicas": 4}),
+                 "spec.checkpoint", id="checkpoint-elastic"),
     # standby replicas
     pytest.param(_sj(spec__autoscaling__standby={"prefill": {"replicas": -1}}),
                  "spec.autoscaling.standby.prefill.replicas", id="standby-negative"),
@@ -473,6 +490,16 @@ def test_the_invalid_table_is_large_and_its_bases_are_valid(
     )
     ServingJobSpec.model_validate(measured["spec"])
     sandbox.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(measured))
+    # Both checkpoint modes.
+    for mode, checkpoint in (
+        ("interval", {"intervalSeconds": 600}),
+        ("signal", {"onSignal": True, "gracePeriodSeconds": 30}),
+        ("signal-and-no-interval", {"onSignal": False, "intervalSeconds": 60}),
+    ):
+        saving = _tj(metadata__name=f"checkpoint-{mode}", spec__checkpoint=checkpoint)
+        TrainingJobSpec.model_validate(saving["spec"])
+        result = sandbox.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(saving))
+        assert result.returncode == 0, result.stderr
     # Standbys up to maxReplicas - minReplicas, with their wake time.
     rested = _sj(
         metadata__name="rested",

@@ -5,6 +5,7 @@ the wishes; unreadable values read as the documented defaults."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -19,6 +20,14 @@ from gpufleet.model.contract.assignment import (
     layout_annotation,
     parse_mig,
     recorded_layouts,
+)
+from gpufleet.model.contract.moves import (
+    Checkpoint,
+    checkpoint_annotations,
+    move_marker,
+    move_times_annotations,
+    moved_at,
+    read_move_times,
 )
 from gpufleet.model.contract.reasons import (
     PendingNote,
@@ -215,3 +224,44 @@ def test_disruption_without_a_mark_is_the_condition_reason() -> None:
     pod = {"metadata": {}, "status": {"conditions": [condition]}}
     assert disruption_reason(pod) == "EvictionByAPI"
     assert disruption_reason({"metadata": {}}) is None
+
+
+# -- moves -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("interval=600", Checkpoint(interval_s=600)),
+        ("signal=30", Checkpoint(grace_s=30)),
+        ("signal=0", None),
+        ("interval=-5", None),
+        ("interval=", None),
+        ("hourly=60", None),
+        ("", None),
+    ],
+)
+def test_checkpoint_annotation_reads_leniently(raw: str, expected: Checkpoint | None) -> None:
+    assert Checkpoint.read({names.CHECKPOINT: raw}) == expected
+
+
+def test_checkpoint_modes_round_trip_and_are_checked() -> None:
+    for mode in (Checkpoint(interval_s=60), Checkpoint(grace_s=5)):
+        assert Checkpoint.read(mode.annotations()) == mode
+    assert checkpoint_annotations(None, None) == {}
+    with pytest.raises(ValueError, match="grace period"):
+        Checkpoint()
+    with pytest.raises(ValueError, match="no grace period"):
+        Checkpoint(interval_s=60, grace_s=5)
+
+
+def test_move_times_and_marker_round_trip() -> None:
+    times = [datetime(2026, 1, 1, 10, tzinfo=UTC), datetime(2026, 1, 1, 11, tzinfo=UTC)]
+    annotations = move_times_annotations(times)
+    assert read_move_times(annotations) == tuple(times)
+    assert read_move_times({names.MOVE_TIMES: "garbage,2026-01-01T11:00:00Z"}) == (times[1],)
+    assert move_times_annotations([]) == {}
+    pod = {"metadata": {"annotations": move_marker(times[0])}}
+    assert moved_at(pod) == times[0]
+    preempted = {"metadata": {"annotations": {names.DISRUPTED_BY: names.PREEMPTED_REASON}}}
+    assert moved_at(preempted) is None
