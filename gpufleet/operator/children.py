@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from gpufleet.model.contract import names
+from gpufleet.model.contract.moves import checkpoint_annotations, move_times_annotations
+from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.model.contract.wishes import wish_annotations
 from gpufleet.model.crd_common import API_GROUP, API_VERSION
 from gpufleet.model.trainingjob import KIND, TrainingJobSpec
@@ -82,6 +84,17 @@ def scheduling_annotations(spec: TrainingJobSpec) -> dict[str, str]:
     )
 
 
+def move_annotations(job: TrainingJobObject) -> dict[str, str]:
+    """How the job saves progress and when it was moved, for the scheduler's move rule."""
+    checkpoint = job.spec.checkpoint
+    if checkpoint is None:
+        return {}
+    times = [t for raw in job.status.get("moveTimes") or [] if (t := parse_time(raw))]
+    return checkpoint_annotations(
+        checkpoint.interval_seconds, checkpoint.grace_period_seconds
+    ) | move_times_annotations(times)
+
+
 def worker_pod(
     job: TrainingJobObject,
     index: int,
@@ -101,12 +114,19 @@ def worker_pod(
         names.GANG_LABEL: name,
         names.RANK_LABEL: str(index),
     }
-    annotations = {**(tmeta.get("annotations") or {}), **scheduling_annotations(spec)}
+    annotations = {
+        **(tmeta.get("annotations") or {}),
+        **scheduling_annotations(spec),
+        **move_annotations(job),
+    }
     pod_spec["schedulerName"] = scheduler_name
     # The gang restarts as a whole on failure: the kubelet must not restart one member.
     pod_spec["restartPolicy"] = "Never"
     pod_spec["hostname"] = worker_name(name, index)
     pod_spec["subdomain"] = name
+    if spec.checkpoint is not None and spec.checkpoint.grace_period_seconds is not None:
+        # Between SIGTERM and SIGKILL the job saves its checkpoint, on a move as on any stop.
+        pod_spec["terminationGracePeriodSeconds"] = spec.checkpoint.grace_period_seconds
     podtemplate.add_gpu_resources(pod_spec, spec.gpus_per_replica, spec.mig_profile)
     podtemplate.add_tolerations(pod_spec, tolerations)
     master = f"{worker_name(name, 0)}.{name}.{namespace}.svc"

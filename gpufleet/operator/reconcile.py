@@ -7,6 +7,9 @@ the run policy is unit-tested here without an API server:
   or node loss (a DisruptionTarget condition) do not count;
 - `activeDeadlineSeconds` counts from the first start, `ttlSecondsAfterFinished` from the end;
 - `suspend` deletes the pods and keeps the job;
+- a move (the scheduler deleted the gang's pods to restart it on faster GPUs) is counted once
+  in `status.moves` and `status.moveTimes`, with an Event, and the gang is recreated like any
+  restarted gang (it does not count against `backoffLimit`);
 - while the gang waits, the Admitted condition carries the scheduler's (the core's) reason;
 - Events: one per phase transition and one Warning per new reason to wait (both against the
   status the pass read, so a pass that changes nothing posts nothing).
@@ -21,9 +24,13 @@ from typing import Any
 
 from gpufleet.model.contract import names
 from gpufleet.model.contract.assignment import assigned_gpus, assigned_mig, assigned_type
+from gpufleet.model.contract.moves import moved_at
 from gpufleet.model.contract.reasons import disruption_reason, read_pending
 from gpufleet.model.contract.timestamps import format_time, parse_time
 from gpufleet.model.contract.wishes import read_rank
+from gpufleet.model.trainingjob import (
+    MAX_MOVE_TIMES,
+)
 from gpufleet.model.trainingjob import (
     TrainingJobConditionType as Cond,
 )
@@ -45,6 +52,7 @@ GANG_RESTART = "GangRestart"
 RESUMED = "Resumed"
 READMITTED = "Readmitted"
 NODE_FAILURE = "NodeFailure"
+MOVED = "Moved"
 
 
 @dataclass
@@ -154,6 +162,8 @@ class _Pass:
     restarts: int
     start: datetime | None
     completion: datetime | None
+    move_times: list[datetime] = field(default_factory=list)
+    moves: int = 0
     out: Plan = field(default_factory=Plan)
 
     @property
@@ -178,9 +188,11 @@ def plan(
     now: datetime,
     disruption: str | None = None,
     create_error: str | None = None,
+    moved: datetime | None = None,
 ) -> Plan:
     """What to do for `job` given its pods. `disruption` is the DisruptionTarget reason of a
-    pod seen deleted since the last pass; `create_error` a rejected pod creation."""
+    pod seen deleted since the last pass and `moved` when its move began, if it was deleted
+    for one; `create_error` a rejected pod creation."""
     status = job.status
     step = _Pass(
         job,
@@ -191,7 +203,10 @@ def plan(
         int(status.get("restarts") or 0),
         parse_time(status.get("startTime")),
         parse_time(status.get("completionTime")),
+        [t for raw in status.get("moveTimes") or [] if (t := parse_time(raw))],
+        int(status.get("moves") or 0),
     )
+    _count_moves(step, moved)
     # A spec edit after a rejected template gives the job another try.
     retry = step.conds.reason(Cond.FAILED) == TEMPLATE_REJECTED and job.id.generation > int(
         status.get("observedGeneration") or 0
@@ -210,6 +225,20 @@ def plan(
     if waiting is not None and waiting != _admission_wait(status.get("conditions") or []):
         step.out.events.append(("Warning", *waiting))
     return step.out
+
+
+def _count_moves(step: _Pass, moved: datetime | None) -> None:
+    """Count each move the scheduler began since the last one counted: its time is on the
+    pods it deletes (or was recorded when such a pod vanished between two passes)."""
+    seen = {t for p in step.pods if _deleting(p) and (t := moved_at(p)) is not None}
+    if moved is not None:
+        seen.add(moved)
+    last = step.move_times[-1] if step.move_times else None
+    for t in sorted(x for x in seen if last is None or x > last):
+        step.moves += 1
+        step.move_times = [*step.move_times, t][-MAX_MOVE_TIMES:]
+        message = f"restarted whole to move to faster GPUs (move {step.moves})"
+        step.out.events.append(("Normal", MOVED, message))
 
 
 def _admission_wait(conditions: Sequence[Obj]) -> tuple[str, str] | None:
@@ -280,6 +309,9 @@ def _write_status(step: _Pass, old_phase: str | None) -> None:
         out.status["gpuType"] = types.pop()
     if step.start is not None:
         out.status["startTime"] = format_time(step.start)
+    if step.moves:
+        out.status["moves"] = step.moves
+        out.status["moveTimes"] = [format_time(t) for t in step.move_times]
     if step.completion is not None and phase in (Phase.SUCCEEDED, Phase.FAILED):
         out.status["completionTime"] = format_time(step.completion)
     if phase != old_phase:

@@ -14,6 +14,7 @@ reports why a gang waits on them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -28,6 +29,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.model.contract import names
+from gpufleet.model.contract.moves import moved_at
 from gpufleet.model.contract.reasons import disruption_reason
 from gpufleet.model.gpus import load_catalog
 from gpufleet.operator import children, fresh_read, leading, metrics, podtemplate, reconcile
@@ -40,7 +42,7 @@ _KIND = fresh_read.Resource(*RESOURCE)
 DEFAULT_TICK_S = 1.0  # seconds between passes over a job; pods' progress shows up within this
 _STATUS_KEYS = (
     "phase", "conditions", "replicas", "placement", "restarts", "observedGeneration",
-    "gpuType", "startTime", "completionTime",
+    "gpuType", "startTime", "completionTime", "moves", "moveTimes",
 )  # fmt: skip
 
 log = logging.getLogger("gpufleet.operator")
@@ -70,6 +72,7 @@ class State:
         self.custom = client.CustomObjectsApi(api)
         self.locks = fresh_read.JobLocks()
         self.disruptions: dict[str, str] = {}  # job uid -> reason a pod was disrupted
+        self.moves: dict[str, datetime] = {}  # job uid -> when a move deleted its pods
         self.services: set[str] = set()  # job uids whose Service exists
         # GPU time and energy per job uid, accrued every pass.
         self.usage = UsageLedger(load_catalog())
@@ -81,10 +84,13 @@ class State:
 def record_disruption(state: State, pod: dict[str, Any]) -> None:
     """Pods of a preempted or restarted gang may vanish between two passes; remember why."""
     reason = disruption_reason(pod)
+    moved = moved_at(pod)
     if reason is not None:
         for owner in pod["metadata"].get("ownerReferences") or []:
             with state.guard:
                 state.disruptions[owner["uid"]] = reason
+                if moved is not None:
+                    state.moves[owner["uid"]] = max(moved, state.moves.get(owner["uid"], moved))
 
 
 def _now() -> datetime:
@@ -163,13 +169,16 @@ def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> 
         pods = state.cache.owned_pods(namespace, job.id.name)
         with state.guard:
             disruption = state.disruptions.pop(uid, None)
+            moved = state.moves.pop(uid, None)
         now = _now()
-        plan = reconcile.plan(job, pods, now, disruption)
+        plan = reconcile.plan(job, pods, now, disruption, moved=moved)
         if plan.create:
             _ensure_service(state, job)
-            error = _create_pods(state, job, plan.create)
+            # The new pods carry the move just counted: the scheduler's per-hour limit.
+            counted = dataclasses.replace(job, status={**job.status, **plan.status})
+            error = _create_pods(state, counted, plan.create)
             if error is not None:
-                plan = reconcile.plan(job, pods, now, disruption, create_error=error)
+                plan = reconcile.plan(job, pods, now, disruption, create_error=error, moved=moved)
         _delete_pods(state, namespace, plan.delete)
         current = raw.get("status") or {}
         changes = fresh_read.status_changes(current, plan.status, _STATUS_KEYS)

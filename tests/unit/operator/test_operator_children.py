@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.model.contract import names
+from gpufleet.model.contract.moves import Checkpoint, read_move_times
 from gpufleet.model.trainingjob import TrainingJobSpec
 from gpufleet.operator import children
 from gpufleet.operator.children import JOB_LABEL, MASTER_PORT, min_replicas, replica_count
@@ -149,3 +150,21 @@ def test_workers_tolerate_the_gpu_taint_beside_the_templates_own() -> None:
     pod = worker_pod({"metadata": job()["metadata"], "spec": spec}, 0)
     assert pod["spec"]["tolerations"] == [own, GPU_TOLERATION]  # not added twice
     assert "tolerations" not in worker_pod(job(), 0, tolerations=())["spec"]
+
+
+def test_checkpoint_and_move_times_reach_the_scheduler() -> None:
+    signal = job(checkpoint={"onSignal": True, "gracePeriodSeconds": 45})
+    signal["status"] = {"moveTimes": ["2026-01-01T10:00:00Z", "2026-01-01T11:00:00Z"]}
+    pod = worker_pod(signal, 1)
+    annotations = pod["metadata"]["annotations"]
+    assert Checkpoint.read(annotations) == Checkpoint(grace_s=45)
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 45  # SIGTERM, then 45 s to save
+    assert [t.hour for t in read_move_times(annotations)] == [10, 11]
+
+    interval = worker_pod(job(checkpoint={"intervalSeconds": 900}), 0)
+    assert Checkpoint.read(interval["metadata"]["annotations"]) == Checkpoint(interval_s=900)
+    assert "terminationGracePeriodSeconds" not in interval["spec"]
+    assert names.MOVE_TIMES not in interval["metadata"]["annotations"]  # never moved
+
+    plain = worker_pod(job(), 0)["metadata"]["annotations"]
+    assert names.CHECKPOINT not in plain and Checkpoint.read(plain) is None

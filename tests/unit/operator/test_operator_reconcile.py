@@ -256,3 +256,56 @@ def test_elastic_job_succeeds_when_the_workers_that_ran_succeeded() -> None:
     out = plan(job(**spec), done, NOW)
     assert out.status["phase"] == "Succeeded"
     assert sorted(out.delete) == ["j-worker-2", "j-worker-3"]  # never placed: not needed now
+
+
+# -- moves -------------------------------------------------------------------------------------
+
+
+def moving(rank: int, at: datetime) -> dict[str, Any]:
+    """A worker the scheduler is deleting to move its gang at `at`."""
+    annotations = {
+        names.DISRUPTED_BY: names.MOVED_REASON,
+        names.MOVED_AT: at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    p = pod(rank, "Running", node="n", deletionTimestamp="2026-01-01T12:00:00Z")
+    p["metadata"]["annotations"].update(annotations)
+    return p
+
+
+def test_a_move_is_counted_once_with_an_event() -> None:
+    at = NOW - timedelta(seconds=5)
+    running = job(status={"phase": "Running", "startTime": "2026-01-01T11:00:00Z"})
+    out = plan(running, [moving(0, at), moving(1, at)], NOW)
+    assert out.status["moves"] == 1
+    assert out.status["moveTimes"] == ["2026-01-01T11:59:55Z"]
+    assert [e[1] for e in out.events].count("Moved") == 1
+    assert out.create == []  # recreated once the old workers are gone
+    assert out.status["restarts"] == 0  # a move is no failure
+    # The next pass reads the status written: the same move is not counted again.
+    again = plan(job(status={**running["status"], **out.status}), [moving(0, at)], NOW)
+    assert again.status["moves"] == 1
+    assert "Moved" not in [e[1] for e in again.events]
+    # Its pods gone, the gang is recreated; the move time the deleted pod carried (recorded
+    # by the handler) is not counted twice either.
+    gone = plan(job(status={**running["status"], **out.status}), [], NOW, moved=at)
+    assert gone.create == [0, 1] and gone.status["moves"] == 1
+
+
+def test_a_later_move_adds_to_the_count_and_times_are_capped() -> None:
+    times = [(NOW - timedelta(hours=12 - i)).strftime("%Y-%m-%dT%H:%M:%SZ") for i in range(10)]
+    status = {"phase": "Running", "moves": 10, "moveTimes": times}
+    out = plan(job(status=status), [], NOW, moved=NOW)
+    assert out.status["moves"] == 11
+    assert out.status["moveTimes"] == [*times[1:], "2026-01-01T12:00:00Z"]
+
+
+def test_a_move_seen_only_after_its_pods_vanished_is_counted() -> None:
+    out = plan(job(status={"phase": "Running"}), [], NOW, moved=NOW - timedelta(seconds=1))
+    assert out.status["moves"] == 1 and out.create == [0, 1]
+
+
+def test_a_job_never_moved_has_no_move_fields() -> None:
+    out = plan(
+        job(status={"phase": "Running"}), [pod(0, "Running", "n"), pod(1, "Running", "n")], NOW
+    )
+    assert "moves" not in out.status and "moveTimes" not in out.status
