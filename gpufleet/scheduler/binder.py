@@ -158,8 +158,12 @@ class Binder:
 
     def _mark_cause(self, key: str, reason: str | None) -> bool:
         """Set (None: remove) the pod's `gpufleet.io/disrupted-by`; False when it is gone."""
+        return self._annotate(key, disruption_marker(reason))
+
+    def _annotate(self, key: str, annotations: Mapping[str, str | None]) -> bool:
+        """Merge `annotations` into the pod's (None removes one); False when it is gone."""
         namespace, name = _split(key)
-        body = {"metadata": {"annotations": disruption_marker(reason)}}
+        body = {"metadata": {"annotations": dict(annotations)}}
         try:
             self.api.patch_namespaced_pod(name, namespace, body, _preload_content=False)
         except ApiException as exc:
@@ -220,6 +224,22 @@ class Binder:
         """Mark pods with a DisruptionTarget condition, then delete them; returns failures."""
         keys = list(keys)
         results = self._pool.map(lambda k: self._delete_one(k, reason, message, force), keys)
+        return [k for k, ok in zip(keys, results, strict=True) if not ok]
+
+    def delete_marked(
+        self, keys: Iterable[str], marker: Mapping[str, str], reason: str, message: str
+    ) -> list[str]:
+        """Annotate pods with `marker`, mark them with a DisruptionTarget condition, then
+        delete them with their own grace period (SIGTERM first: a job that checkpoints on a
+        signal saves its progress); returns failures."""
+
+        def one(key: str) -> bool:
+            if not self._annotate(key, marker):
+                return True  # already gone
+            return self._delete_one(key, reason, message, force=False)
+
+        keys = list(keys)
+        results = self._pool.map(one, keys)
         return [k for k, ok in zip(keys, results, strict=True) if not ok]
 
     def _mark_one(self, key: str, message: str) -> None:

@@ -19,6 +19,7 @@ from gpufleet.core.demand import Gang, TypeOption
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.core.state import ClusterState
 from gpufleet.model.contract import names
+from gpufleet.model.contract.moves import Checkpoint
 from gpufleet.model.gpus import Catalog
 from gpufleet.model.inventory import Node
 from gpufleet.scheduler import pods
@@ -354,10 +355,14 @@ class ViewBuilder:
                 held[gid] = outcome
                 held_pods[gid] = tuple(f.key for f in members)
         self._pending = new
-        # Node filters (taints, selectors, affinity, CPU and memory) restrict a gang's nodes.
+        # Node filters (taints, selectors, affinity, CPU and memory) restrict a gang's nodes,
+        # the nodes a movable running gang may move to included.
         gpu_nodes = [self._nodes[name][0] for name in core_nodes]
+        movable = _movable(running, running_pods, facts)
         firsts = {pg.gang.id: facts[pg.pods[0]].pod for pg in pending}
+        firsts |= {gid: f.pod for gid, f in movable.items()}
         outcomes, free = self._eligibility.evaluate(gpu_nodes, facts, firsts)
+        snapshot = _with_demands(catalog, snapshot, movable, outcomes, present)
         pending = [
             pg
             if outcomes[pg.gang.id].allowed is None
@@ -426,27 +431,101 @@ def _pending_gang(
             TypeOption(running_type),
         )
     try:
-        gang = Gang(
-            id=f"{gid}#rest" if rest else gid,
-            acceptable=acceptable,
-            # Pods beyond the gang size are an elastic gang's room to grow: placed if
-            # there is space, never required.
-            replicas_min=max(1, needed),
-            replicas_max=len(members),
-            gpus_per_replica=max(1, first.request.gpus),
-            mig_profile=first.request.mig_profile,
-            # Growth past the minimum is opportunistic: it never preempts anything.
-            priority=pods.priority(first.pod) if needed > 0 else 0,
-            preemptible=pods.preemptible(first.pod),
-            topology=pods.topology(first.pod),
-            energy=pods.energy(first.pod),
-            max_slowdown=pods.max_slowdown(first.pod),
-            queue=pods.queue(first.pod),
-            namespace=first.pod["metadata"].get("namespace", "default"),
+        # Pods beyond the gang size are an elastic gang's room to grow: placed if there is
+        # space, never required; growth past the minimum is opportunistic: it never preempts
+        # anything.
+        gang = _gang_of(
+            f"{gid}#rest" if rest else gid,
+            first,
+            acceptable,
+            (max(1, needed), len(members)),
+            pods.priority(first.pod) if needed > 0 else 0,
         )
     except ValueError as exc:
         return f"invalid gang: {exc}"
     return PendingGang(gang, keys)
+
+
+def _gang_of(
+    gid: str,
+    first: PodFacts,
+    acceptable: tuple[TypeOption, ...],
+    replicas: tuple[int, int],
+    priority: int,
+    allowed: frozenset[str] | None = None,
+) -> Gang:
+    """The core's gang of `replicas` (min, max) pods like `first`, as its annotations ask."""
+    return Gang(
+        id=gid,
+        acceptable=acceptable,
+        replicas_min=replicas[0],
+        replicas_max=replicas[1],
+        gpus_per_replica=max(1, first.request.gpus),
+        mig_profile=first.request.mig_profile,
+        priority=priority,
+        preemptible=pods.preemptible(first.pod),
+        topology=pods.topology(first.pod),
+        energy=pods.energy(first.pod),
+        max_slowdown=pods.max_slowdown(first.pod),
+        queue=pods.queue(first.pod),
+        namespace=first.pod["metadata"].get("namespace", "default"),
+        allowed_nodes=allowed,
+    )
+
+
+def _movable(
+    running: Iterable[RunningGang],
+    members: Mapping[str, tuple[str, ...]],
+    facts: Mapping[str, PodFacts],
+) -> dict[str, PodFacts]:
+    """Running gangs the core may move (gang id -> its first pod): gpufleet's own whole,
+    fixed-size, preemptible gangs on one type whose pods say how they checkpoint (the
+    operator writes it for a TrainingJob with `spec.checkpoint`), none of them being deleted."""
+    out: dict[str, PodFacts] = {}
+    for gang in running:
+        if not gang.preemptible or "#" in gang.id:  # foreign pods, split gangs, extras
+            continue
+        keys = members.get(gang.id, ())
+        gang_facts = [facts[k] for k in keys if k in facts]
+        if not gang_facts or len(gang_facts) != gang_facts[0].size:
+            continue
+        first = gang_facts[0]
+        if any(f.deleting for f in gang_facts):
+            continue
+        if Checkpoint.read(pods.pod_annotations(first.pod)) is None:
+            continue
+        out[gang.id] = first
+    return out
+
+
+def _with_demands(
+    catalog: Catalog,
+    snapshot: Snapshot,
+    movable: Mapping[str, PodFacts],
+    outcomes: Mapping[str, Outcome],
+    present: frozenset[str],
+) -> Snapshot:
+    """`snapshot` with the demand (the gang as asked for, on the nodes its pods may use) of
+    each movable running gang, which the core's move rule needs."""
+    if not movable:
+        return snapshot
+    running: list[RunningGang] = []
+    for gang in snapshot.running:
+        first = movable.get(gang.id)
+        if first is None:
+            running.append(gang)
+            continue
+        size = len(gang.replicas)
+        acceptable = _acceptable(first.pod, present, catalog)
+        try:
+            demand = _gang_of(
+                gang.id, first, acceptable, (size, size), gang.priority, outcomes[gang.id].allowed
+            )
+        except ValueError:  # pods no gang could be made of: left where they are
+            running.append(gang)
+            continue
+        running.append(replace(gang, demand=demand))
+    return replace(snapshot, running=tuple(running))
 
 
 def build_view(

@@ -19,6 +19,7 @@ class CycleReport:
     preempted: list[str] = field(default_factory=list)  # victim gang ids
     mig_requests: dict[str, str] = field(default_factory=dict)  # node -> config name
     restarted: list[str] = field(default_factory=list)  # gangs restarted whole
+    moved: list[str] = field(default_factory=list)  # gangs restarted on a faster placement
     completed: list[str] = field(default_factory=list)  # partly bound gangs being completed
     bind_failures: dict[str, str] = field(default_factory=dict)  # gang id -> error
     power: PowerReport = field(default_factory=PowerReport)  # idle-node power-down marks
@@ -37,6 +38,7 @@ class CycleReport:
             or self.preempted
             or self.mig_requests
             or self.restarted
+            or self.moved
             or self.power.power_off
             or self.power.wake
             or self.power.booted

@@ -5,7 +5,9 @@ phase is a small collaborator with its own state (the module named after each):
   0 settle    (inflight) binding batches answered since the last cycle: gangs reported bound,
               or rolled back whole (assumptions forgotten, bound pods deleted)
   1 snapshot  (snapshot) build the core's input from the cache (assumed bindings included),
-              with the workload estimate from the pending gangs seen so far (arrivals)
+              with the workload estimate from the pending gangs seen so far (arrivals), the
+              progress of gangs that may be moved (progress) and the GPUs reserved for moved
+              gangs (mover)
   2 heal      (heal, partial) restart, as whole gangs, gangs with a pod on a failed or
               vanished node; find gangs left partly bound (a crash between two bindings or
               evictions)
@@ -13,7 +15,8 @@ phase is a small collaborator with its own state (the module named after each):
               victims to exit or for a MIG reconfiguration they need; the unbound rest of a
               partly bound gang is offered as `<gang>#rest`; of many identical gangs only as
               many as could fit, plus one whose reason the others share
-  4 decide    `place()` from the core; every placement decision comes from there
+  4 decide    `place()` from the core; every placement decision comes from there (a moved
+              gang's recreated pods are bound to its reserved placement instead: mover)
   5 preempt   (victims) evict victim gangs whole through the Eviction API, or none of them
               when their PodDisruptionBudgets do not allow it; the preemptor waits until the
               pods are gone
@@ -24,7 +27,9 @@ phase is a small collaborator with its own state (the module named after each):
   8 bind      (inflight) assume every pod of a gang, then send all bindings of the cycle as one
               batch that is answered in the background (the next cycle does not wait for it;
               the assumptions keep its GPUs taken); if any binding of a gang fails, phase 0 of
-              a later cycle rolls the gang back (never a partial gang)
+              a later cycle rolls the gang back (never a partial gang); then (mover) each
+              move of the decision deletes its gang's pods with their grace period and
+              reserves its new placement
   9 power     (power_marks) opt-in idle-node power-down: the core's power plan after the
               decision, written as node marks (cordon and label); gangs that fit only on
               switched-off nodes wake them and wait for their boot
@@ -65,9 +70,11 @@ from gpufleet.scheduler.heal import NodeHealer
 from gpufleet.scheduler.inflight import InflightBindings
 from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.mig_request import MigRequester
+from gpufleet.scheduler.mover import GangMover
 from gpufleet.scheduler.offer import cap_identical, heads
 from gpufleet.scheduler.partial import PartialGangs, partial_gangs
 from gpufleet.scheduler.power_marks import PowerMarks, booting_messages
+from gpufleet.scheduler.progress import ProgressTracker
 from gpufleet.scheduler.queue_objects import QueueStatusWriter
 from gpufleet.scheduler.repartition import hide_reconfiguring, request_layouts
 from gpufleet.scheduler.victims import VictimEvictor, victims_still_shown
@@ -131,6 +138,8 @@ class Scheduler:
         self.partial = PartialGangs(binder, deletions, settings.partial_grace_s, clock)
         self.victims = VictimEvictor(cache, binder, clock, settings.budget_retry_s)
         self.bindings = InflightBindings(cache, binder, deletions)
+        self.progress = ProgressTracker(settings.move_restart_s)
+        self.mover = GangMover(cache, binder, deletions, clock, settings.move_reserve_s)
         # The request shapes seen so far, for the core's fragmentation term (arrivals.py).
         self.arrivals = ArrivalTracker()
         self.waiting = WaitingReasons(
@@ -151,6 +160,8 @@ class Scheduler:
         if read is None:
             return report
         state, view = read
+        self.progress.observe(view.facts.values())
+        view = self.progress.attach(self.mover.hold(view))
         timer.done("snapshot")
         # Every pending gang counts, offered or not (arrivals.py): the estimate sees them all.
         self.arrivals.observe(pg.gang for pg in view.pending)
@@ -161,6 +172,7 @@ class Scheduler:
         offered, capped = cap_identical(
             offered, view.snapshot, policy.allow_preemption, self.settings.cap_identical_above
         )
+        offered, reserved, reserved_by_id = self.mover.take(view, offered)
         timer.done("heads")
         decision = self._decide(view, offered, policy, report)  # 4
         if decision is None:
@@ -176,7 +188,8 @@ class Scheduler:
         held |= overcommitted(decision, view.eligibility, view.free, held)
         by_id = {pg.gang.id: pg for pg in offered}
         placed = [p for p in decision.placements if p.gang_id not in held]
-        self.bindings.send(placed, by_id, report)  # 8
+        self.bindings.send([*placed, *reserved], by_id | reserved_by_id, report)  # 8
+        self.mover.start(decision, view, report)
         timer.done("bind")
         report.pending = pending_messages(
             waiting, capped, decision, held, self.victims.blocked, view.eligibility
@@ -246,8 +259,8 @@ class Scheduler:
     ) -> Decision | None:
         """The core's decision on the offered gangs; None (and the error reported) when it
         fails: the next cycle tries again."""
-        if not offered:
-            return Decision()
+        if not offered and not any(g.progress is not None for g in view.snapshot.running):
+            return Decision()  # nothing to place and no gang that could move
         try:
             return self.decide(view.snapshot, [pg.gang for pg in offered], policy)
         except Exception as exc:
@@ -259,9 +272,9 @@ class Scheduler:
         if not report.acted:
             return
         log.info(
-            "cycle=%d sent=%d bound=%s preempted=%s mig=%s restarted=%s completed=%s "
+            "cycle=%d sent=%d bound=%s preempted=%s moved=%s mig=%s restarted=%s completed=%s "
             "pending=%d in %.3fs (%s cpu=%.0fms)",
-            self.cycle, report.sent, report.bound, report.preempted,
+            self.cycle, report.sent, report.bound, report.preempted, report.moved,
             sorted(report.mig_requests), report.restarted, report.completed,
             len(report.pending), total,
             " ".join(f"{k}={v * 1000:.0f}ms" for k, v in report.timings.items()),

@@ -44,6 +44,19 @@ class SchedulerSettings(BaseModel):
     busy_explain_delay_s: float = Field(
         5.0, ge=0, description="Extra seconds while bindings are in flight."
     )
+    move_restart_s: float = Field(
+        60.0,
+        ge=0,
+        description="Seconds a moved gang takes to stop, be placed again and resume, beside its "
+        "checkpoint grace period: the price of a move in the core's move rule.",
+    )
+    move_reserve_s: float = Field(
+        120.0,
+        gt=0,
+        description="Seconds the new placement of a moved gang stays reserved for it after its "
+        "old pods are gone (for the operator to recreate them); past it the gang is placed "
+        "like any other.",
+    )
     cap_identical_above: int = Field(
         64,
         ge=1,

@@ -38,6 +38,7 @@ class FakeBinder:
         self.bound: dict[str, BindRequest] = {}
         self.deleted: list[tuple[str, str, bool]] = []
         self.evicted: list[tuple[str, str]] = []
+        self.moved: list[tuple[str, dict[str, str]]] = []  # (pod key, marker) deleted to move
         self.marked: dict[str, str] = {}
         self.mark_calls = 0
         self.fail: set[str] = set()
@@ -75,6 +76,12 @@ class FakeBinder:
         self, keys: Iterable[str], reason: str, message: str, force: bool = False
     ) -> list[str]:
         self.deleted.extend((k, reason, force) for k in keys)
+        return []
+
+    def delete_marked(
+        self, keys: Iterable[str], marker: Mapping[str, str], reason: str, message: str
+    ) -> list[str]:
+        self.moved.extend((k, dict(marker)) for k in keys)
         return []
 
     def evict_pods(self, keys: Iterable[str], reason: str, message: str) -> dict[str, str | None]:

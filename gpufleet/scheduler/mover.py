@@ -1,0 +1,196 @@
+"""Moves carried out live: a running gang restarted whole on the new placement the core chose
+(`Decision.moves`), with that placement reserved until its new pods are bound there.
+
+A move goes in three steps, one per cycle that sees it:
+1. `start` (after the bind phase): the gang's pods are marked (`gpufleet.io/disrupted-by:
+   MoveByGpufleet`, the move's time) and deleted with their own grace period, SIGTERM first,
+   so a job that checkpoints on a signal saves its progress; the operator counts the move in
+   the job's status and, once every old pod is gone, recreates the gang (as after any gang
+   restart). The new placement is reserved for the gang.
+2. `hold` (every cycle, after the snapshot): the reserved GPUs are shown to the core as held by
+   `<gang>#moving`, a running gang no one may preempt, so nothing else is placed there;
+   GPUs the old pods still hold are not shown twice.
+3. `take` (before the decision): once the gang's recreated pods are all pending and no old pod
+   is left, they are bound to the reserved placement (through the same assume-then-bind batch
+   as the core's placements) instead of being offered to the core.
+A reservation ends when its gang is bound, when something else holds one of its GPUs (a pod of
+another scheduler, say) or a node of it is gone, or `move_reserve_s` after its old pods are
+gone: the gang is then placed like any other. It is kept in memory only: after a scheduler
+restart the recreated gang is placed by the core (the move is still counted by the operator,
+and the per-hour limit is read from the pods).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from gpufleet.core.decision import Decision, GangPlacement
+from gpufleet.core.snapshot import ReplicaPlacement, RunningGang
+from gpufleet.model.contract import names
+from gpufleet.model.contract.moves import move_marker
+from gpufleet.model.mig import MigPlacement
+from gpufleet.scheduler.binder import Binder
+from gpufleet.scheduler.cache import SchedulerCache
+from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
+from gpufleet.scheduler.cycle_report import CycleReport
+from gpufleet.scheduler.deletions import Deletions
+
+log = logging.getLogger("gpufleet.scheduler")
+
+RESERVED_SUFFIX = "#moving"
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    placement: GangPlacement  # gang_id: the moved gang
+    old: frozenset[tuple[str, str]]  # (pod key, uid) of the pods deleted for the move
+    running: RunningGang  # the gang as it ran (priority, queue)
+    expires: float | None = None  # set once the old pods are gone
+
+
+def _conflicts(
+    replica: ReplicaPlacement,
+    whole: set[tuple[str, int]],
+    slices: set[tuple[str, int, MigPlacement]],
+) -> bool:
+    """Whether `replica` needs a GPU or MIG instance among those held."""
+    for ix in replica.gpus:
+        if (replica.node, ix) in whole:
+            return True
+        if replica.mig is None and any(n == replica.node and g == ix for n, g, _ in slices):
+            return True
+        if replica.mig is not None and (replica.node, ix, replica.mig) in slices:
+            return True
+    return False
+
+
+class GangMover:
+    """Starts the core's moves and keeps their new placements until the gangs are bound."""
+
+    def __init__(
+        self,
+        cache: SchedulerCache,
+        binder: Binder,
+        deletions: Deletions,
+        clock: Callable[[], float],
+        reserve_s: float,
+        wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.cache = cache
+        self.binder = binder
+        self.deletions = deletions
+        self.clock = clock
+        self.reserve_s = reserve_s
+        self.wall = wall
+        self._reserved: dict[str, Reservation] = {}
+
+    @property
+    def reserved(self) -> dict[str, GangPlacement]:
+        return {gid: r.placement for gid, r in self._reserved.items()}
+
+    def start(self, decision: Decision, view: ClusterView, report: CycleReport) -> None:
+        """Delete each moved gang's pods (marked, with their grace period); reserve its new
+        placement."""
+        # A move onto GPUs the decision also repartitions waits: the new layout is applied
+        # by the node, later (the next decisions see the gang where it runs and may move it).
+        cut = {(r.node, r.gpu) for r in decision.repartitions}
+        for move in decision.moves:
+            gid = move.gang_id
+            keys = view.running_pods.get(gid, ())
+            if not keys or gid in self._reserved:
+                continue
+            if any((r.node, ix) in cut for r in move.placement.replicas for ix in r.gpus):
+                continue
+            running = next((g for g in view.snapshot.running if g.id == gid), None)
+            if running is None:
+                continue
+            uids = self.cache.uids(keys)
+            self._reserved[gid] = Reservation(
+                move.placement, frozenset((k, uids[k]) for k in keys if k in uids), running
+            )
+            message = (
+                f"moved to {move.placement.gpu_type} (from {move.from_type}): expected to "
+                f"finish {move.gain_s:.0f}s sooner"
+            )
+            failed = self.binder.delete_marked(
+                keys, move_marker(self.wall()), names.MOVED_REASON, message
+            )
+            self.deletions.remember(keys)
+            report.moved.append(gid)
+            log.info("cycle=%d gang %s: %s", report.cycle, gid, message)
+            if failed:
+                log.warning("cycle=%d gang %s: deleting %s failed", report.cycle, gid, failed)
+
+    def _old_left(self, reservation: Reservation, view: ClusterView) -> bool:
+        for key, uid in reservation.old:
+            f = view.facts.get(key)
+            if f is not None and f.pod["metadata"].get("uid") == uid:
+                return True
+        return False
+
+    def hold(self, view: ClusterView) -> ClusterView:
+        """`view` with every reservation's GPUs held by `<gang>#moving` (GPUs the gang's old
+        pods still hold aside); drops reservations that expired or were taken."""
+        if not self._reserved:
+            return view
+        snapshot, now = view.snapshot, self.clock()
+        extra: list[RunningGang] = []
+        for gid, reservation in list(self._reserved.items()):
+            placement = reservation.placement
+            old_left = self._old_left(reservation, view)
+            if not old_left and reservation.expires is None:
+                reservation = self._reserved[gid] = replace(
+                    reservation, expires=now + self.reserve_s
+                )
+            whole, slices = snapshot.occupied(excluding=(gid,))
+            own, own_slices = snapshot.occupied(
+                excluding=[g.id for g in snapshot.running if g.id != gid]
+            )
+            gone = any(not snapshot.has_node(r.node) for r in placement.replicas)
+            taken = any(_conflicts(r, whole, slices) for r in placement.replicas)
+            if gone or taken or (reservation.expires is not None and reservation.expires < now):
+                log.info("reservation of moved gang %s dropped (%s)", gid,
+                         "node gone" if gone else "GPUs taken" if taken else "expired")  # fmt: skip
+                del self._reserved[gid]
+                continue
+            shown = [r for r in placement.replicas if not _conflicts(r, own, own_slices)]
+            if shown:
+                extra.append(
+                    RunningGang(
+                        f"{gid}{RESERVED_SUFFIX}",
+                        placement.gpu_type,
+                        tuple(shown),
+                        priority=reservation.running.priority,
+                        preemptible=False,
+                        queue=reservation.running.queue,
+                    )
+                )
+        if not extra:
+            return view
+        return replace(view, snapshot=replace(snapshot, running=(*snapshot.running, *extra)))
+
+    def take(
+        self, view: ClusterView, offered: Sequence[PendingGang]
+    ) -> tuple[list[PendingGang], list[GangPlacement], dict[str, PendingGang]]:
+        """The offered gangs without a reservation; the reserved placements to bind now (the
+        gang's old pods gone, its new ones all pending, whether or not they were offered:
+        the reservation, not the settling of the deletion, says when), by gang id."""
+        if not self._reserved:
+            return list(offered), [], {}
+        placements: list[GangPlacement] = []
+        by_id: dict[str, PendingGang] = {}
+        for pg in view.pending:
+            reservation = self._reserved.get(pg.gang.id)
+            if reservation is None or self._old_left(reservation, view):
+                continue
+            if len(pg.pods) != len(reservation.placement.replicas):
+                del self._reserved[pg.gang.id]  # not the gang that was moved: place it anew
+                continue
+            placements.append(reservation.placement)
+            by_id[pg.gang.id] = pg
+            del self._reserved[pg.gang.id]
+        waiting = set(self._reserved) | set(by_id)
+        return [pg for pg in offered if pg.gang.id not in waiting], placements, by_id

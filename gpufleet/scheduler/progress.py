@@ -1,0 +1,130 @@
+"""Phase 1 of the cycle, for moves: what the scheduler knows of each movable running gang's
+progress (the core's `RunProgress`), from its pods and the clock.
+
+- Run time: since the gang's pods started (the latest `status.startTime` of its pods; a moved
+  or restarted gang starts counting again, as it resumes from its checkpoint).
+- Expected remaining time: `core.moves.expected_remaining` over the run lengths of gangs this
+  process saw finish (their pods Succeeded), never the gang's own future; with none longer, the
+  run time so far (the heavy tail of training jobs).
+- Unsaved run time: with `interval=N` checkpoints, the run time since the last multiple of N;
+  with checkpoints on a signal, none.
+- Restart time: `scheduler.move_restart_s`, plus the grace period of a checkpoint on a signal.
+- Recent moves: the move times the operator copies onto the pods (the job's
+  `status.moveTimes`), within the last hour: the per-hour limit survives a scheduler restart.
+
+Only gangs whose demand the snapshot carries (`cluster_view`: movable gangs) get progress.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from gpufleet.core.moves import expected_remaining
+from gpufleet.core.snapshot import RunningGang, RunProgress
+from gpufleet.model.contract.moves import Checkpoint, read_move_times
+from gpufleet.model.contract.timestamps import parse_time
+from gpufleet.scheduler import pods
+from gpufleet.scheduler.cluster_view import ClusterView
+from gpufleet.scheduler.pods import Pod, PodFacts
+
+__all__ = ["ProgressTracker", "run_length", "started_at"]
+
+_HOUR = timedelta(hours=1)
+_KEEP = 2048  # run lengths remembered (the most recent); enough for a stable mean
+
+
+def started_at(pod: Pod) -> datetime | None:
+    """When the pod's containers were started (`status.startTime`)."""
+    return parse_time((pod.get("status") or {}).get("startTime"))
+
+
+def run_length(pod: Pod) -> float | None:
+    """Seconds a finished pod ran: from its start to its last container's finish."""
+    start = started_at(pod)
+    ends = [
+        t
+        for c in (pod.get("status") or {}).get("containerStatuses") or []
+        if (t := parse_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt")))
+    ]
+    if start is None or not ends:
+        return None
+    return max(0.0, (max(ends) - start).total_seconds())
+
+
+class ProgressTracker:
+    """Remembers finished gangs' run lengths; gives movable running gangs their progress."""
+
+    def __init__(
+        self, restart_s: float, wall: Callable[[], datetime] = lambda: datetime.now(UTC)
+    ) -> None:
+        self.restart_s = restart_s
+        self.wall = wall
+        self._lengths: list[float] = []  # sorted
+        self._seen: OrderedDict[str, None] = OrderedDict()  # gang runs counted (by pod uid)
+
+    @property
+    def lengths(self) -> list[float]:
+        return list(self._lengths)
+
+    def observe(self, facts: Iterable[PodFacts]) -> None:
+        """Count the run of each gang whose rank-0 pod is seen Succeeded (once per pod uid)."""
+        for f in facts:
+            if not (f.terminal and f.ours and f.gang_label and f.rank[0] == 0):
+                continue
+            if (f.pod.get("status") or {}).get("phase") != "Succeeded":
+                continue
+            uid = str(f.pod["metadata"].get("uid", f.key))
+            if uid in self._seen:
+                continue
+            self._seen[uid] = None
+            length = run_length(f.pod)
+            if length is not None:
+                bisect.insort(self._lengths, length)
+            if len(self._seen) > _KEEP:
+                self._seen.popitem(last=False)
+            if len(self._lengths) > _KEEP:  # forget one from the middle: keeps the spread
+                del self._lengths[len(self._lengths) // 2]
+
+    def attach(self, view: ClusterView) -> ClusterView:
+        """`view` with the progress of every running gang that carries a demand."""
+        snapshot = view.snapshot
+        if not any(g.demand is not None for g in snapshot.running):
+            return view
+        now = self.wall()
+        running = tuple(
+            self._with_progress(g, view.running_pods, view.facts, now)
+            if g.demand is not None
+            else g
+            for g in snapshot.running
+        )
+        return replace(view, snapshot=replace(snapshot, running=running))
+
+    def _with_progress(
+        self,
+        gang: RunningGang,
+        members: Mapping[str, tuple[str, ...]],
+        facts: Mapping[str, PodFacts],
+        now: datetime,
+    ) -> RunningGang:
+        gang_pods = [facts[k].pod for k in members.get(gang.id, ()) if k in facts]
+        starts = [started_at(p) for p in gang_pods]
+        known = [t for t in starts if t is not None]
+        first = pods.pod_annotations(gang_pods[0]) if gang_pods else {}
+        checkpoint = Checkpoint.read(first)
+        if checkpoint is None or not known or len(known) < len(starts):
+            # Not every pod has started yet: nothing to weigh a move against.
+            return replace(gang, demand=None)
+        ran = max(0.0, (now - max(known)).total_seconds())
+        unsaved = 0.0 if checkpoint.interval_s is None else ran % checkpoint.interval_s
+        recent = sum(1 for t in read_move_times(first) if t > now - _HOUR)
+        progress = RunProgress(
+            expected_remaining_s=expected_remaining(self._lengths, ran),
+            unsaved_s=unsaved,
+            restart_s=self.restart_s + checkpoint.grace_s,
+            recent_moves=recent,
+        )
+        return replace(gang, progress=progress)

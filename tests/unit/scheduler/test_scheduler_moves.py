@@ -1,0 +1,181 @@
+"""Moves in the live loop, over an in-memory cache and the real greedy core: a running gang
+whose pods say how they checkpoint gets its demand and progress in the snapshot, the core's
+move deletes its pods (marked, with their own grace) and reserves the new placement, nothing
+else is placed on the reserved GPUs, and the recreated pods are bound to them; the per-hour
+limit is read from the pods' move times; gangs without a checkpoint, or not preemptible, are
+never moved."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from gpufleet.model.contract import names
+from gpufleet.model.contract.timestamps import format_time
+from gpufleet.scheduler.cache import SchedulerCache
+from gpufleet.scheduler.mover import RESERVED_SUFFIX
+from gpufleet.scheduler.progress import ProgressTracker, run_length
+from tests.unit.scheduler.scheduler_builders import NodeBuilder, PodBuilder
+from tests.unit.scheduler.scheduler_fakes import Clock, FakeBinder, load, scheduler
+
+TYPES = "A100-80GB=0.5,L4=0.1"
+
+
+def nodes() -> list[dict[str, Any]]:
+    return [NodeBuilder("l4-0", "L4", 4).obj(), NodeBuilder("a100-0", "A100-80GB", 8).obj()]
+
+
+def long_pod(
+    uid: str = "u1",
+    ran_s: float = 600.0,
+    checkpoint: str | None = "signal=2",
+    bound: bool = True,
+    **annotations: str,
+) -> dict[str, Any]:
+    b = PodBuilder("long-0", "ns").gang("long", 1, 0).gpus(4).annotate(names.GPU_TYPES, TYPES)
+    if checkpoint is not None:
+        b = b.annotate(names.CHECKPOINT, checkpoint)
+    for key, value in annotations.items():
+        b = b.annotate(key, value)
+    if bound:
+        b = b.bound("l4-0", "0,1,2,3").annotate(names.ASSIGNED_TYPE, "L4")
+    pod = b.obj()
+    pod["metadata"]["uid"] = uid
+    if bound:
+        started = datetime.now(UTC) - timedelta(seconds=ran_s)
+        pod["status"]["startTime"] = format_time(started)
+    return pod
+
+
+def test_a_checkpointing_gang_moves_to_a_faster_type_and_keeps_its_reservation() -> None:
+    cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
+    load(cache, nodes(), [long_pod()])
+    sched = scheduler(cache, binder, clock=clock)
+
+    report = sched.run_cycle()
+    assert report.moved == ["ns/long"]
+    assert [k for k, _ in binder.moved] == ["ns/long-0"]
+    marker = binder.moved[0][1]
+    assert marker[names.DISRUPTED_BY] == names.MOVED_REASON and names.MOVED_AT in marker
+    reserved = sched.mover.reserved["ns/long"]
+    assert reserved.gpu_type == "A100-80GB" and len(reserved.replicas) == 1
+
+    # The old pod is gone; another gang asks for the whole A100 node: the reservation keeps
+    # four of its GPUs, so it cannot be placed there.
+    other = PodBuilder("other-0", "ns").gang("other", 1, 0).gpus(8).obj()
+    other["metadata"]["annotations"][names.GPU_TYPES] = "A100-80GB"
+    load(cache, nodes(), [other])
+    clock.t += 1
+    report = sched.run_cycle()
+    assert "ns/other-0" not in binder.bound
+    assert "ns/other" in report.pending
+
+    # The operator recreates the worker: it is bound to the reserved GPUs, not re-decided.
+    load(cache, nodes(), [other, long_pod(uid="u2", bound=False)])
+    clock.t += 1
+    sched.run_cycle()
+    bound = binder.bound["ns/long-0"]
+    assert bound.node == reserved.replicas[0].node
+    assert bound.annotations[names.ASSIGNED_GPUS] == ",".join(map(str, reserved.replicas[0].gpus))
+    assert "ns/long" not in sched.mover.reserved
+
+
+def test_reserved_gpus_are_shown_held_and_not_twice() -> None:
+    cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
+    load(cache, nodes(), [long_pod()])
+    sched = scheduler(cache, binder, clock=clock)
+    sched.run_cycle()
+    # Still terminating: its L4 GPUs are its own, the A100 GPUs are the reservation's.
+    view = sched.mover.hold(sched.views.build(cache.state().nodes, cache.state().pods, {}))
+    held = {g.id: g for g in view.snapshot.running}
+    assert set(held) == {"ns/long", f"ns/long{RESERVED_SUFFIX}"}
+    assert not held[f"ns/long{RESERVED_SUFFIX}"].preemptible
+
+
+def test_a_reservation_ends_when_its_gpus_are_taken_or_it_expires() -> None:
+    cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
+    load(cache, nodes(), [long_pod()])
+    sched = scheduler(cache, binder, clock=clock, move_reserve_s=5.0)
+    sched.run_cycle()
+    gpus = ",".join(map(str, sched.mover.reserved["ns/long"].replicas[0].gpus))
+    # A pod of another scheduler is bound onto the reserved GPUs: the reservation gives way.
+    foreign = PodBuilder("x", "ns").scheduler("other").gpus(4).bound("a100-0", gpus).obj()
+    load(cache, nodes(), [foreign])
+    sched.mover.hold(sched.views.build(cache.state().nodes, cache.state().pods, {}))
+    assert sched.mover.reserved == {}
+
+    cache2, binder2, clock2 = SchedulerCache(), FakeBinder(), Clock()
+    load(cache2, nodes(), [long_pod()])
+    sched2 = scheduler(cache2, binder2, clock=clock2, move_reserve_s=5.0)
+    sched2.run_cycle()
+    load(cache2, nodes(), [])  # old pod gone, never recreated
+    sched2.run_cycle()
+    assert "ns/long" in sched2.mover.reserved
+    clock2.t += 6
+    sched2.run_cycle()
+    assert sched2.mover.reserved == {}
+
+
+def test_the_hourly_limit_is_read_from_the_pods() -> None:
+    recent = format_time(datetime.now(UTC) - timedelta(minutes=10))
+    old = format_time(datetime.now(UTC) - timedelta(minutes=70))
+    for times, moves in ((recent, []), (old, ["ns/long"])):
+        cache, binder = SchedulerCache(), FakeBinder()
+        load(cache, nodes(), [long_pod(**{names.MOVE_TIMES: times})])
+        assert scheduler(cache, binder, clock=Clock()).run_cycle().moved == moves
+
+
+def test_gangs_that_do_not_checkpoint_or_may_not_be_preempted_stay() -> None:
+    for pod in (
+        long_pod(checkpoint=None),
+        long_pod(**{names.PREEMPTIBLE: "false"}),
+        long_pod(checkpoint="never=3"),
+    ):
+        cache, binder = SchedulerCache(), FakeBinder()
+        load(cache, nodes(), [pod])
+        sched = scheduler(cache, binder, clock=Clock())
+        assert sched.run_cycle().moved == []
+        assert binder.moved == []
+
+
+def test_a_short_run_is_not_worth_the_restart() -> None:
+    # 30 s run so far: expected 30 s more; a restart of 62 s never pays back.
+    cache, binder = SchedulerCache(), FakeBinder()
+    load(cache, nodes(), [long_pod(ran_s=30.0)])
+    assert scheduler(cache, binder, clock=Clock()).run_cycle().moved == []
+
+
+def test_progress_from_pods() -> None:
+    cache = SchedulerCache()
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    pod = long_pod(checkpoint="interval=100", **{names.MOVE_TIMES: format_time(now)})
+    pod["status"]["startTime"] = format_time(now - timedelta(seconds=250))
+    load(cache, nodes(), [pod])
+    sched = scheduler(cache, FakeBinder(), clock=Clock(), move_restart_s=7.0)
+    view = sched.views.build(cache.state().nodes, cache.state().pods, {})
+    gang = next(g for g in view.snapshot.running if g.id == "ns/long")
+    assert gang.demand is not None
+    assert gang.demand.replicas_min == gang.demand.replicas_max == 1
+    assert [o.gpu_type for o in gang.demand.acceptable] == ["A100-80GB", "L4"]
+    tracker = ProgressTracker(7.0, wall=lambda: now)
+    progress = next(g.progress for g in tracker.attach(view).snapshot.running if g.id == "ns/long")
+    assert progress is not None
+    assert progress.expected_remaining_s == 250.0  # nothing seen finish: the run so far
+    assert progress.unsaved_s == 50.0  # 250 s run, checkpoints every 100 s
+    assert progress.restart_s == 7.0  # no grace period with interval checkpoints
+    assert progress.recent_moves == 1
+
+    # Runs seen finishing: the expected remaining time is the mean excess of longer ones.
+    done = []
+    for i, length in enumerate((100.0, 400.0, 800.0)):
+        p = PodBuilder(f"d{i}", "ns").gang(f"d{i}", 1, 0).gpus(1).phase("Succeeded").obj()
+        p["status"]["startTime"] = format_time(now)
+        finished = format_time(now + timedelta(seconds=length))
+        p["status"]["containerStatuses"] = [{"state": {"terminated": {"finishedAt": finished}}}]
+        assert run_length(p) == length
+        done.append(p)
+    tracker.observe(sched.views.facts(done).values())
+    tracker.observe(sched.views.facts(done).values())  # counted once
+    assert tracker.lengths == [100.0, 400.0, 800.0]
+    progress = next(g.progress for g in tracker.attach(view).snapshot.running if g.id == "ns/long")
+    assert progress is not None and progress.expected_remaining_s == 350.0  # (400+800)/2-250
