@@ -14,8 +14,9 @@ A move goes in three steps, one per cycle that sees it:
    is left, they are bound to the reserved placement (through the same assume-then-bind batch
    as the core's placements) instead of being offered to the core.
 A reservation ends when its gang is bound, when something else holds one of its GPUs (a pod of
-another scheduler, say) or a node of it is gone, or `move_reserve_s` after its old pods are
-gone: the gang is then placed like any other. It is kept in memory only: after a scheduler
+another scheduler, say) or a node of it is gone, `move_reserve_s` after its old pods are gone,
+or when they are still there `move_reserve_s` plus twice their grace period after the move
+began: the gang is then placed like any other. It is kept in memory only: after a scheduler
 restart the recreated gang is placed by the core (the move is still counted by the operator,
 and the per-hour limit is read from the pods).
 """
@@ -30,13 +31,14 @@ from datetime import UTC, datetime
 from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang
 from gpufleet.model.contract import names
-from gpufleet.model.contract.moves import move_marker
+from gpufleet.model.contract.moves import Checkpoint, move_marker
 from gpufleet.model.mig import MigPlacement
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
 from gpufleet.scheduler.cycle_report import CycleReport
 from gpufleet.scheduler.deletions import Deletions
+from gpufleet.scheduler.pods import pod_annotations
 
 log = logging.getLogger("gpufleet.scheduler")
 
@@ -48,6 +50,9 @@ class Reservation:
     placement: GangPlacement  # gang_id: the moved gang
     old: frozenset[tuple[str, str]]  # (pod key, uid) of the pods deleted for the move
     running: RunningGang  # the gang as it ran (priority, queue)
+    # Until when the old pods may take to go (their grace period, and as long again to be
+    # seen gone): a pod stuck terminating must not keep the GPUs reserved for ever.
+    exit_by: float
     expires: float | None = None  # set once the old pods are gone
 
 
@@ -108,8 +113,14 @@ class GangMover:
             if running is None:
                 continue
             uids = self.cache.uids(keys)
+            first = view.facts.get(keys[0])
+            checkpoint = None if first is None else Checkpoint.read(pod_annotations(first.pod))
+            grace = 0 if checkpoint is None else checkpoint.grace_s
             self._reserved[gid] = Reservation(
-                move.placement, frozenset((k, uids[k]) for k in keys if k in uids), running
+                move.placement,
+                frozenset((k, uids[k]) for k in keys if k in uids),
+                running,
+                exit_by=self.clock() + 2 * grace + self.reserve_s,
             )
             message = (
                 f"moved to {move.placement.gpu_type} (from {move.from_type}): expected to "
@@ -151,7 +162,11 @@ class GangMover:
             )
             gone = any(not snapshot.has_node(r.node) for r in placement.replicas)
             taken = any(_conflicts(r, whole, slices) for r in placement.replicas)
-            if gone or taken or (reservation.expires is not None and reservation.expires < now):
+            expired = (
+                reservation.expires < now if reservation.expires is not None
+                else reservation.exit_by < now
+            )  # fmt: skip
+            if gone or taken or expired:
                 log.info("reservation of moved gang %s dropped (%s)", gid,
                          "node gone" if gone else "GPUs taken" if taken else "expired")  # fmt: skip
                 del self._reserved[gid]

@@ -85,6 +85,19 @@ def status(kube: Kube, ns: str, name: str) -> dict[str, Any]:
     return dict((kube.job(ns, name) or {}).get("status") or {})
 
 
+def wait_running(kube: Kube, ns: str, name: str, gpu_type: str | None = None) -> None:
+    """Wait until the job runs (on `gpu_type`, when given); the status read last otherwise."""
+
+    def check() -> bool:
+        st = status(kube, ns, name)
+        return st.get("phase") == "Running" and gpu_type in (None, st.get("gpuType"))
+
+    try:
+        wait_for(check, f"{name} running on {gpu_type or 'any type'}", timeout=60)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; status: {status(kube, ns, name)}") from None
+
+
 def bound_pods(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
     return [
         p
@@ -129,10 +142,10 @@ def test_a_long_job_moves_once_to_faster_gpus(kube: Kube, ns: str) -> None:
 
     kube.create_job(ns, blocker("fill-h100", "H100-80GB"))
     kube.create_job(ns, blocker("fill-a100", "A100-80GB"))
-    wait_for(lambda: status(kube, ns, "fill-h100").get("phase") == "Running", "H100 filled")
-    wait_for(lambda: status(kube, ns, "fill-a100").get("phase") == "Running", "A100 filled")
+    wait_running(kube, ns, "fill-h100")
+    wait_running(kube, ns, "fill-a100")
     kube.create_job(ns, movable("long"))
-    wait_for(lambda: status(kube, ns, "long").get("gpuType") == "L4", "long job running on L4")
+    wait_running(kube, ns, "long", "L4")
     first = bound_pods(kube, ns, "long")
     assert len(first) == 1
     assert first[0]["spec"]["terminationGracePeriodSeconds"] == GRACE_S

@@ -179,3 +179,16 @@ def test_progress_from_pods() -> None:
     assert tracker.lengths == [100.0, 400.0, 800.0]
     progress = next(g.progress for g in tracker.attach(view).snapshot.running if g.id == "ns/long")
     assert progress is not None and progress.expected_remaining_s == 350.0  # (400+800)/2-250
+
+
+def test_a_reservation_ends_when_the_old_pods_never_go() -> None:
+    cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
+    load(cache, nodes(), [long_pod()])
+    sched = scheduler(cache, binder, clock=clock, move_reserve_s=5.0)
+    sched.run_cycle()
+    clock.t += 8  # within 5 s + twice the 2 s grace: still waiting for the old pod
+    sched.mover.hold(sched.views.build(cache.state().nodes, cache.state().pods, {}))
+    assert "ns/long" in sched.mover.reserved
+    clock.t += 2
+    sched.mover.hold(sched.views.build(cache.state().nodes, cache.state().pods, {}))
+    assert sched.mover.reserved == {}
