@@ -63,10 +63,10 @@ def operator(
 
 
 def blocker(name: str, gpu_type: str) -> dict[str, Any]:
-    """Three non-preemptible 8-GPU workers: every whole GPU of the type's plain nodes."""
-    job = training_job(name, replicas=3, gpus=8, gpu_type=gpu_type, priority=100)
-    job["spec"]["preemptible"] = False
-    return job
+    """Three 8-GPU workers: every whole GPU of the type's plain nodes, at a priority the
+    movable job cannot preempt (preemptible, so that GPUQueues other modules left behind let
+    them borrow capacity)."""
+    return training_job(name, replicas=3, gpus=8, gpu_type=gpu_type, priority=100)
 
 
 def movable(name: str) -> dict[str, Any]:
