@@ -124,7 +124,9 @@ def asleep_counts(pods: Sequence[Obj], pools: Sequence[str]) -> dict[str, int]:
 
 
 def _wake_time(spec: ServingJobSpec, pool: str) -> timedelta:
-    entry = spec.standby_of(pool)
+    """The pool's wakeSeconds, also while autoscaling is off (its standbys are being woken)."""
+    standbys = spec.autoscaling.standby if spec.autoscaling is not None else None
+    entry = standbys.of(pool) if standbys is not None else None
     return timedelta(seconds=entry.wake_seconds if entry is not None else 0)
 
 

@@ -176,6 +176,11 @@ def test_pools_without_standbys_wake_theirs() -> None:
         assert standbys.settle() == {"prefill": 2}
         assert cluster.asleep() == set()
         assert standbys.observe() == {"prefill": (2, 1)}  # the woken pod counts as awake
+    # Woken because autoscaling went off, it still waits out its wakeSeconds (10 s).
+    later = cluster.standbys(spec(STANDBY_2, enabled=False), NOW + timedelta(seconds=5))
+    assert later.ready() == {"prefill": 1}
+    later = cluster.standbys(spec(STANDBY_2, enabled=False), NOW + timedelta(seconds=10))
+    assert later.ready() == {"prefill": 2}
 
 
 def test_a_lowered_standby_count_removes_the_excess() -> None:
