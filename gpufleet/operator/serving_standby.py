@@ -18,10 +18,11 @@ job's pools as one pass read them, in three steps:
   the pool's Service routes to awake replicas only; `ready` counts them for the status.
 
 A pod is awake (condition True) unless it is marked asleep, or was woken less than the pool's
-`wakeSeconds` ago, or is being removed. Removing replicas: asleep pods are not Ready, and a
-ReplicaSet's scale-down removes pods that are not Ready before it looks at deletion costs, so a
-lower scale alone would take standbys first. The operator deletes the replicas it removes
-itself (pending ones first, then the newest), then lowers the scale by as many.
+`wakeSeconds` ago (a pod removed this pass is deleted, not marked). Removing replicas: asleep
+pods are not Ready, and a ReplicaSet's scale-down removes pods that are not Ready before it
+looks at deletion costs, so a lower scale alone would take standbys first. The operator deletes
+the replicas it removes itself (pending ones first, then the newest), then lowers the scale by
+as many.
 
 With a `ServerSleep` (the opt-in `operator.vllm_sleep_api`: `vllm_sleep.VllmSleepApi`) the
 server is put to sleep or woken before its pod is marked (a pod going to sleep leaves the

@@ -82,8 +82,8 @@ POOL_LABEL: Final = "gpufleet.io/pool"
 # Standby serving replicas (`standby` module), written by the operator on a pool's pods.
 STANDBY: Final = "gpufleet.io/standby"  # "asleep": the server is to sleep (vLLM sleep level 1)
 WOKEN_AT: Final = "gpufleet.io/woken-at"  # RFC 3339 time the operator last woke the replica
-# Pod condition and readiness gate of a pool with standbys: False while the replica is asleep,
-# waking or being removed, so the pool's Service (its EndpointSlices) does not route to it.
+# Pod condition and readiness gate of a pool with standbys: False while the replica is asleep
+# or waking, so the pool's Service (its EndpointSlices) does not route to it.
 AWAKE_CONDITION: Final = "gpufleet.io/awake"
 # Kubernetes' hint to a ReplicaSet's scale-down: pods of lower cost are removed first.
 POD_DELETION_COST: Final = "controller.kubernetes.io/pod-deletion-cost"

@@ -11,7 +11,7 @@ Routing: the pods of a pool with standbys carry the readiness gate `gpufleet.io/
 every gate's pod condition is True, and the EndpointSlice controller marks a pod that is not
 Ready as a not-ready endpoint of the pool's Service, which kube-proxy and routers skip. The
 operator writes the condition (`awake_patch`, on the pod's status): False while the replica is
-asleep, waking, or being removed; True otherwise.
+asleep or waking; True otherwise.
 """
 
 from __future__ import annotations
