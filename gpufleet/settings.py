@@ -40,7 +40,14 @@ from pydantic_settings import SettingsError as SourceError
 from pydantic_settings.sources.utils import parse_env_vars
 
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
-from gpufleet.core.policy import Engine, Policy, PowerDownRule, SolverSettings, Weights
+from gpufleet.core.policy import (
+    Engine,
+    MoveRule,
+    Policy,
+    PowerDownRule,
+    SolverSettings,
+    Weights,
+)
 from gpufleet.core.presets import Preset, preset_policy
 from gpufleet.operator.podtemplate import GPU_TOLERATIONS
 from gpufleet.scheduler.lease import DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE
@@ -167,6 +174,30 @@ class PowerDownGroup(_Group):
         return PowerDownRule(**self.model_dump())
 
 
+class MovesGroup(_Group):
+    """Moves of running gangs to faster GPUs (`gpufleet.core.policy.MoveRule`): only jobs
+    with `spec.checkpoint` are ever moved."""
+
+    enabled: bool = Field(True, description="Move checkpointing jobs to faster GPUs that free.")
+    max_per_hour: int = Field(
+        1, ge=0, description="Most moves of one job in any hour (counted from its status)."
+    )
+    min_gain_s: float = Field(
+        0.0,
+        ge=0,
+        description="Seconds of completion time a move must save, net of its restart and the "
+        "progress it loses.",
+    )
+    min_speedup: float = Field(
+        0.1,
+        ge=0,
+        description="The new placement must be at least 1 + this times as fast.",
+    )
+
+    def rule(self) -> MoveRule:
+        return MoveRule(**self.model_dump())
+
+
 class PlacementSettings(_Group):
     """The live placement policy: a preset of `gpufleet.core.presets`, with overrides."""
 
@@ -178,13 +209,15 @@ class PlacementSettings(_Group):
     weights: WeightOverrides = Field(default_factory=WeightOverrides)
     solver: SolverGroup = Field(default_factory=SolverGroup)
     power_down: PowerDownGroup = Field(default_factory=PowerDownGroup)
+    moves: MovesGroup = Field(default_factory=MovesGroup)
 
     def policy(self) -> Policy:
-        """The core's `Policy`: the preset with the solver settings, power-down rule and weight
-        overrides."""
+        """The core's `Policy`: the preset with the solver settings, power-down rule, move rule
+        and weight overrides."""
         policy = preset_policy(
             self.preset, self.solver.solver_settings(), power_down=self.power_down.rule()
         )
+        policy = dataclasses.replace(policy, moves=self.moves.rule())
         overrides = {k: v for k, v in self.weights.model_dump().items() if v is not None}
         if not overrides:
             return policy

@@ -20,6 +20,7 @@ import pytest
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
 from gpufleet.core.policy import (
     Engine,
+    MoveRule,
     Policy,
     PowerCapRule,
     PowerDownRule,
@@ -82,6 +83,24 @@ def test_power_down_is_off_by_default_and_opted_into_per_field() -> None:
     assert rule == PowerDownRule(enabled=True, idle_s=1800.0, warm_nodes_per_type=2, boot_s=120.0)
     with pytest.raises(SettingsError, match="GPUFLEET_PLACEMENT__POWER_DOWN__IDLE_S"):
         load(environ={"GPUFLEET_PLACEMENT__POWER_DOWN__IDLE_S": "-1"})
+
+
+def test_the_move_rule_is_the_cores_default_and_set_per_field() -> None:
+    assert load(environ={}).placement.policy().moves == MoveRule()
+    s = load(
+        environ={
+            "GPUFLEET_PLACEMENT__MOVES__MAX_PER_HOUR": "3",
+            "GPUFLEET_PLACEMENT__MOVES__MIN_GAIN_S": "600",
+        }
+    )
+    assert s.placement.policy().moves == MoveRule(max_per_hour=3, min_gain_s=600.0)
+    assert (
+        not load(environ={"GPUFLEET_PLACEMENT__MOVES__ENABLED": "false"})
+        .placement.policy()
+        .moves.enabled
+    )
+    with pytest.raises(SettingsError, match="GPUFLEET_PLACEMENT__MOVES__MAX_PER_HOUR"):
+        load(environ={"GPUFLEET_PLACEMENT__MOVES__MAX_PER_HOUR": "-1"})
 
 
 def test_weight_overrides_replace_only_the_weights_given() -> None:
