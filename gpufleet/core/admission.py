@@ -51,10 +51,13 @@ class QueueGate:
         self.aging_s = aging_s
         self.book = book if book is not None else QuotaBook(self.tree, snapshot)
         self.shares: dict[str, QueueShare] = {}
+        # Nodes reserved for aged wide gangs in this state (reservation.py): (node, GPUs).
+        self.reserved: list[tuple[int, tuple[int, ...]]] = []
 
     def copy(self) -> QueueGate:
         twin = QueueGate(self.snapshot, self.aging_s, self.book.copy())
         twin.shares = self.shares
+        twin.reserved = list(self.reserved)
         return twin
 
     # --- before placement ------------------------------------------------------------------

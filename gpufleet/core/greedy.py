@@ -19,6 +19,7 @@ from gpufleet.core.decision import GangPlacement
 from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.policy import Policy
 from gpufleet.core.pricing import Pricing
+from gpufleet.core.reservation import MAX_RESERVED, reservable, reserve_node
 from gpufleet.core.scarcity import gpu_use, is_flexible
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.core.state import ClusterState
@@ -408,6 +409,7 @@ def place_greedy(
     layouts.note_pending(gangs)
     pricing = pricing or Pricing(state, policy, gangs)
     placed: dict[str, GangPlacement] = {}
+    reserved = 0  # gangs given a node this decision (reservation.py)
     for asked in greedy_order(gangs, state):
         gang = replace(asked, replicas_max=asked.replicas_min) if asked.elastic else asked
         types = usable_types(state, gang, policy, layouts)
@@ -423,6 +425,13 @@ def place_greedy(
             before = pricing.committing(state, plan.replicas)
             placed[gang.id] = commit(state, plan, policy)
             pricing.committed(state, plan.replicas, before)
+        elif (
+            state.gate is not None
+            and reserved < MAX_RESERVED
+            and reservable(gang, policy.queue_aging_s)
+            and reserve_node(state, gang, types, eligible_nodes(state, gang, layouts)) is not None
+        ):
+            reserved += 1
     grow_elastic(state, {g.id: g for g in gangs}, placed, policy, pricing, layouts)
     return placed
 

@@ -42,6 +42,7 @@ from gpufleet.core.moves import plan_moves
 from gpufleet.core.objective import evaluate
 from gpufleet.core.policy import Engine, Policy
 from gpufleet.core.preempt import preempt_for_pending
+from gpufleet.core.reservation import with_reservations
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.state import ClusterState
 
@@ -83,8 +84,9 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
     if solve:
         from gpufleet.core.cpsat import place_cpsat  # ortools import is heavy; load on use
 
+        start = with_reservations(initial, greedy_state)
         state, placements, stats = place_cpsat(
-            initial, greedy_state, greedy, preemptions, pending, policy, memo
+            start, greedy_state, greedy, preemptions, pending, policy, memo
         )
         if stats.engine == "cpsat":
             evicted = frozenset(p.gang_id for p in preemptions)

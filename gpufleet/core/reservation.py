@@ -1,0 +1,93 @@
+"""Node reservations for long-waiting wide gangs: the queues' starvation protection on nodes.
+
+Aging (fairshare.py) offers a gang that has waited `Policy.queue_aging_s` to placement before
+the others, but a gang that needs many GPUs on one node (a same-node gang, or a single replica
+of several GPUs) can still wait for hours: every GPU a finishing job frees is taken by a small
+gang in the same decision, so no node ever empties while small jobs keep arriving. When such an
+aged gang fits nowhere, the decision reserves one node for it: the node closest to holding it,
+i.e. among the schedulable nodes of a type it accepts and its queue's quota allows there, with
+at least the GPUs it needs, the one with the most free GPUs, then the fewest running gangs, then
+the gang's best type. The reservation takes the node's free whole GPUs for the rest of the
+decision, so no later gang and no move lands there; the node drains as its jobs finish, and the
+gang, going first as an aged gang, takes it in the decision after it is empty.
+
+This is the reservation of backfilling batch schedulers without runtime estimates: the node is
+chosen from the current state only (never from job lengths). Choosing instead the node whose
+running gangs' progress estimates (`RunProgress`) end first was tried on the tuning windows and
+did no better: the largest of a node's estimates understates when its last gang ends.
+
+At most `MAX_RESERVED` gangs get a node per decision, the first aged ones in the queues' order
+(the longest waiting first), which bounds the capacity held idle. Gangs of one GPU (any free GPU
+fits them), MIG gangs and gangs whose replicas may spread over nodes get no reservation. The
+rule belongs to the queues (it needs their aging order), so it applies when the snapshot carries
+queues; the greedy pass makes the reservations and CP-SAT starts from a state with the same GPUs
+taken, so both engines keep the node free.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from gpufleet.core.demand import Gang, Topology
+from gpufleet.core.state import ClusterState
+
+__all__ = ["MAX_RESERVED", "reservable", "reserve_node", "with_reservations"]
+
+MAX_RESERVED = 1  # gangs given a node per decision
+
+
+def reservable(gang: Gang, aging_s: float) -> bool:
+    """Whether `gang` may be given a node when it fits nowhere (module docstring)."""
+    if gang.mig_profile is not None or gang.waited_s < aging_s:
+        return False
+    one_node = gang.topology is Topology.SAME_NODE or gang.replicas_min == 1
+    return one_node and gang.gpus_needed(gang.replicas_min) > 1
+
+
+def reserve_node(
+    state: ClusterState,
+    gang: Gang,
+    types: Sequence[str],
+    allowed: frozenset[int] | None = None,
+) -> int | None:
+    """Reserve for `gang` the node closest to holding it (module docstring): take its free
+    whole GPUs in `state` and return its index; None when no node of `types` could hold it.
+    `types` are the gang's usable types, best first; `allowed` the nodes it may use."""
+    need = gang.gpus_needed(gang.replicas_min)
+    gate = state.gate
+    gangs_on: Counter[int] = Counter()
+    for running in state.snapshot.running:
+        for name in {r.node for r in running.replicas}:
+            if name in state.node_index:
+                gangs_on[state.node_index[name]] += 1
+    best: tuple[int, int, int, int] | None = None
+    for order, gpu_type in enumerate(types):
+        if gate is not None and not gate.allows(gang, gpu_type, gang.replicas_min):
+            continue
+        for n in state.nodes_by_type.get(gpu_type, []):
+            if state.nodes[n].gpu_count < need or (allowed is not None and n not in allowed):
+                continue
+            key = (-len(state.whole_mode_gpus(n)), gangs_on[n], order, n)
+            if best is None or key < best:
+                best = key
+    if best is None:
+        return None
+    node = best[3]
+    gpus = tuple(state.whole_mode_gpus(node))
+    state.take_whole(node, gpus)
+    if gate is not None:
+        gate.reserved.append((node, gpus))
+    return node
+
+
+def with_reservations(initial: ClusterState, reserved_in: ClusterState) -> ClusterState:
+    """`initial` with the GPUs the greedy pass reserved in `reserved_in` taken, so that a solver
+    starting from `initial` (CP-SAT) keeps the same nodes free of new gangs."""
+    gate = reserved_in.gate
+    if gate is None or not gate.reserved:
+        return initial
+    state = initial.copy()
+    for node, gpus in gate.reserved:
+        state.take_whole(node, gpus)
+    return state

@@ -1,0 +1,111 @@
+"""Node reservations for aged wide gangs (reservation.py), through `place` with queues.
+
+Aspects: an aged gang that needs a whole node and fits nowhere keeps the node with the most free
+GPUs from later gangs (which would otherwise take it); ties go to the node with fewer running
+gangs; young gangs, one-GPU gangs, MIG gangs and spread multi-replica gangs get no node; one gang
+per decision; without queues nothing is reserved.
+"""
+
+from __future__ import annotations
+
+from gpufleet.core.decision import Decision
+from gpufleet.core.demand import Gang, Topology
+from gpufleet.core.place import place
+from gpufleet.core.policy import Policy
+from gpufleet.core.queues import QueueSpec, QueueTree, Quota
+from gpufleet.core.reservation import reservable
+from gpufleet.core.snapshot import Snapshot
+from gpufleet.core.validate import decision_problems
+from tests.unit.core.placement_builders import ClusterBuilder, cluster, gang
+
+H100 = "H100-80GB"
+AGED = 7200.0  # past Policy().queue_aging_s (3600 s)
+
+
+def tree() -> QueueTree:
+    """Both queues borrow everything from an idle one (no reclaim: only borrowing tiers)."""
+    nominal = {"wide": 0, "small": 0, "idle": 16}
+    return QueueTree.build(
+        [QueueSpec(q, None, 1.0, {H100: Quota(n)}, 0, None) for q, n in nominal.items()]
+    )
+
+
+def two_nodes(queues: bool = True) -> ClusterBuilder:
+    """h0: 3 GPUs used by two gangs (5 free); h1: 4 GPUs used by one gang (4 free)."""
+    builder = (
+        cluster()
+        .node("h0", H100)
+        .node("h1", H100)
+        .run("x0", "h0", (0, 1), queue="small")
+        .run("x1", "h0", (2,), queue="small")
+        .run("y0", "h1", (0, 1, 2, 3), queue="small")
+    )
+    return builder.queues(tree()) if queues else builder
+
+
+def decide(snapshot: Snapshot, pending: list[Gang]) -> Decision:
+    decision = place(snapshot, pending, Policy())
+    assert decision_problems(snapshot, pending, decision) == []
+    return decision
+
+
+def test_an_aged_wide_gang_keeps_the_emptiest_node_from_later_gangs() -> None:
+    five = gang("s5", gpus=5, queue="small")  # fits only h0 (5 free)
+    young = [gang("w", gpus=8, queue="wide", waited_s=10), five]
+    assert decide(two_nodes().build(), young).admitted_ids == {"s5"}
+    aged = [gang("w", gpus=8, queue="wide", waited_s=AGED), five]
+    assert decide(two_nodes().build(), aged).admitted_ids == set()
+
+
+def test_later_gangs_still_use_the_other_nodes() -> None:
+    pending = [gang("w", gpus=8, queue="wide", waited_s=AGED), gang("s4", gpus=4, queue="small")]
+    decision = decide(two_nodes().build(), pending)
+    assert decision.admitted_ids == {"s4"}
+    placement = decision.placement("s4")
+    assert placement is not None and {r.node for r in placement.replicas} == {"h1"}
+
+
+def test_equal_free_gpus_reserve_the_node_with_fewer_gangs() -> None:
+    snapshot = (
+        cluster()
+        .node("h0", H100)
+        .node("h1", H100)
+        .run("x0", "h0", (0, 1), queue="small")
+        .run("x1", "h0", (2, 3), queue="small")  # h0: 4 free, two gangs
+        .run("y0", "h1", (0, 1, 2, 3), queue="small")  # h1: 4 free, one gang
+        .queues(tree())
+        .build()
+    )
+    pending = [gang("w", gpus=8, queue="wide", waited_s=AGED), gang("s4", gpus=4, queue="small")]
+    placement = decide(snapshot, pending).placement("s4")
+    # h1 is the reserved one
+    assert placement is not None and {r.node for r in placement.replicas} == {"h0"}
+
+
+def test_one_gang_per_decision_gets_a_node() -> None:
+    pending = [
+        gang("w1", gpus=8, queue="wide", waited_s=AGED + 100),  # longest waiting: reserves h0
+        gang("w2", gpus=8, queue="wide", waited_s=AGED),  # gets no node: h1 stays usable
+        gang("s4", gpus=4, queue="small"),
+    ]
+    placement = decide(two_nodes().build(), pending).placement("s4")
+    assert placement is not None and {r.node for r in placement.replicas} == {"h1"}
+    pending.append(gang("s5", gpus=5, queue="small"))  # would need h0
+    assert "s5" not in decide(two_nodes().build(), pending).admitted_ids
+
+
+def test_without_queues_nothing_is_reserved() -> None:
+    pending = [gang("w", gpus=8, waited_s=AGED), gang("s5", gpus=5)]
+    assert decide(two_nodes(queues=False).build(), pending).admitted_ids == {"s5"}
+
+
+def test_which_gangs_may_be_given_a_node() -> None:
+    aging = 3600.0
+    assert reservable(gang("w", gpus=8, waited_s=aging), aging)
+    assert not reservable(gang("w", gpus=8, waited_s=aging - 1), aging)  # not aged yet
+    assert not reservable(gang("one", gpus=1, waited_s=aging), aging)  # any free GPU fits it
+    assert not reservable(gang("mig", mig="1g.10gb", waited_s=aging), aging)
+    spread = gang("spread", gpus=2, replicas=4, waited_s=aging)  # replicas may use any nodes
+    assert not reservable(spread, aging)
+    together = gang("together", gpus=2, replicas=4, topology=Topology.SAME_NODE, waited_s=aging)
+    assert reservable(together, aging)
