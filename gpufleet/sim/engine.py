@@ -176,6 +176,7 @@ class _Job:
     cap_w: float | None = None
     speed: float = 0.0
     share: float = 0.0
+    useful: float = 0.0  # share x speed / the job's speed on its fastest type (utilisation)
     last_t: float = 0.0
     version: int = 0
     has_run: bool = False
@@ -260,6 +261,7 @@ class Simulation:
         self.now = ordered[0].arrival_s if ordered else 0.0
         self._last_arrival = ordered[-1].arrival_s if ordered else 0.0
         self._arrival_busy = 0.0
+        self._arrival_useful = 0.0
         self._heap: list[tuple[float, int, int, str, int]] = []
         self._seq = 0
         self._cycle_at: float | None = None
@@ -279,9 +281,11 @@ class Simulation:
         self._node_power: dict[str, float] = {}
         self._power_total = 0.0
         self._busy_share = 0.0
+        self._useful_share = 0.0
         t0 = self.now
         self._energy = Integrator(t0)
         self._busy = Integrator(t0)
+        self._useful = Integrator(t0)
         self._alloc = Integrator(t0)
         self._wait = Integrator(t0)
         self._unalloc_wait = Integrator(t0)
@@ -357,6 +361,7 @@ class Simulation:
         t = self.now
         self._energy.set(t, self._power_total)
         self._busy.set(t, self._busy_share)
+        self._useful.set(t, self._useful_share)
         self._alloc.set(t, self.cluster.allocated_share)
         # "A job is waiting" = the last decision left a gang pending (not: it arrived since).
         waiting = 1.0 if self._blocked and self._waiting else 0.0
@@ -382,6 +387,7 @@ class Simulation:
         self._advance(job)
         if job.state is _State.RUNNING:
             self._busy_share -= job.share
+            self._useful_share -= job.useful
         touched = self.cluster.release(job.trace.job_id)
         job.replicas = ()
         job.version += 1
@@ -414,6 +420,9 @@ class Simulation:
             job.observed[len(job.replicas)] = job.speed / full
         job.share = sum(self._replica_share(r) for r in job.replicas)
         self._busy_share += job.share
+        fastest = max((o.relative_throughput or 0.0 for o in job.gang.acceptable), default=0.0)
+        job.useful = job.share * min(1.0, job.speed / fastest) if fastest > 0 else job.share
+        self._useful_share += job.useful
         if job.speed <= 0:
             raise RuntimeError(f"job {job.trace.job_id} placed with zero speed")
         self._push(
@@ -766,6 +775,7 @@ class Simulation:
             self._account()
             if k is _Kind.ARRIVAL and t >= self._last_arrival:
                 self._arrival_busy = self._busy.total  # the load-bearing span ends here
+                self._arrival_useful = self._useful.total
             if self._done == len(self.jobs):
                 break  # later events (power checks) fall after the last completion
         end = max(
@@ -779,7 +789,14 @@ class Simulation:
         if self.settings.horizon_s is not None:
             end = max(end, self.now)
         start = min((j.trace.arrival_s for j in self.jobs.values()), default=0.0)
-        for integ in (self._energy, self._busy, self._alloc, self._wait, self._unalloc_wait):
+        for integ in (
+            self._energy,
+            self._busy,
+            self._useful,
+            self._alloc,
+            self._wait,
+            self._unalloc_wait,
+        ):
             integ.advance(max(end, self.now))
         return SimResult(
             policy=self.policy.name,
@@ -800,4 +817,5 @@ class Simulation:
             unfinished=sum(1 for j in self.jobs.values() if j.state is not _State.DONE),
             last_arrival_s=self._last_arrival,
             arrival_busy_gpu_s=self._arrival_busy,
+            arrival_useful_gpu_s=self._arrival_useful,
         )

@@ -10,6 +10,12 @@ Definitions (all times in simulated seconds):
 * **Utilisation while jobs arrive** = busy GPU-seconds from the first to the last arrival /
   (fleet GPUs x that span): the load-bearing part of a replay, without the drain at its end
   (where one long job left running decides the makespan).
+* **Work utilisation while jobs arrive** = the same with each busy GPU-second weighted by the
+  job's speed there over its speed on its fastest type in the fleet: the work done in the span,
+  in GPU-seconds of each job's fastest type, over the capacity. On a heterogeneous fleet a job
+  run on a slow type is busy for longer, which raises the plain figure for the same work; this
+  one does not reward that (a job on its fastest type counts 1 per GPU-second, at a third of
+  that speed 1/3).
 * **Unallocated GPUs while a job waits** (the FGD paper's fragmentation measure) = time-average of
   the fleet's free GPU capacity over the periods when at least one job is pending, plus the mean
   of the same quantity sampled at each scheduling cycle that left a job pending.
@@ -28,6 +34,7 @@ __all__ = [
     "JobRecord",
     "SimResult",
     "arrival_utilisation",
+    "arrival_work_utilisation",
     "percentile",
     "summarise",
 ]
@@ -125,12 +132,22 @@ class SimResult:
     unfinished: int = 0
     last_arrival_s: float = 0.0
     arrival_busy_gpu_s: float = 0.0  # busy GPU-seconds from the first to the last arrival
+    # The same, each GPU-second weighted by the job's speed there over its speed on its fastest
+    # type in the fleet (work done, in GPU-seconds of the job's fastest type).
+    arrival_useful_gpu_s: float = 0.0
 
 
 def arrival_utilisation(result: SimResult) -> float:
     """Utilisation from the first to the last arrival (module docstring); NaN for one instant."""
     span = result.last_arrival_s - result.start_s
     return result.arrival_busy_gpu_s / (result.fleet_gpus * span) if span > 0 else math.nan
+
+
+def arrival_work_utilisation(result: SimResult) -> float:
+    """Work-weighted utilisation over the same span (`arrival_useful_gpu_s`); NaN for one
+    instant. Unlike `arrival_utilisation`, running a job slower does not raise it."""
+    span = result.last_arrival_s - result.start_s
+    return result.arrival_useful_gpu_s / (result.fleet_gpus * span) if span > 0 else math.nan
 
 
 def summarise(result: SimResult) -> dict[str, float | int | str]:
@@ -154,6 +171,7 @@ def summarise(result: SimResult) -> dict[str, float | int | str]:
         "utilisation": result.busy_gpu_s / capacity if capacity > 0 else math.nan,
         "allocation": result.allocated_gpu_s / capacity if capacity > 0 else math.nan,
         "arrival_utilisation": arrival_utilisation(result),
+        "arrival_work_utilisation": arrival_work_utilisation(result),
         "unallocated_gpus_waiting": (
             result.unallocated_waiting_gpu_s / result.waiting_s if result.waiting_s > 0 else 0.0
         ),

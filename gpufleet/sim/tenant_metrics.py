@@ -28,6 +28,11 @@ Definitions (N = tenants with at least one job in the replay, C = the fleet's GP
   arrival (`results.arrival_utilisation`), the load-bearing part of a replay; the simulator's
   makespan figure (`makespan_utilisation`) is reported too, but one long job left running at
   the end of a window decides it (it is the inverse of the makespan for a fixed workload).
+* **Work utilisation**: the same span, each busy GPU-second weighted by the job's speed there
+  over its speed on its fastest type (`results.arrival_work_utilisation`). On a heterogeneous
+  fleet the plain figure rises when jobs run on slow types (the same work keeps GPUs busy for
+  longer), so it favours a heterogeneity-blind policy for being slow; the work figure counts
+  the work done, which is what keeping the fleet busy is for.
 """
 
 from __future__ import annotations
@@ -189,6 +194,7 @@ class TenantReport:
     rows: tuple[TenantRow, ...]
     avg_jct_h: float
     utilisation: float
+    work_utilisation: float
     makespan_utilisation: float
     preemptions: int
     worst_rho: float
@@ -205,6 +211,7 @@ class TenantReport:
             "policy": self.policy,
             "avg_jct_h": self.avg_jct_h,
             "utilisation": self.utilisation,
+            "work_utilisation": self.work_utilisation,
             "makespan_utilisation": self.makespan_utilisation,
             "preemptions": self.preemptions,
             "worst_rho": self.worst_rho,
@@ -260,6 +267,7 @@ def tenant_report(
         rows=tuple(rows),
         avg_jct_h=float(summary["avg_jct_h"]),
         utilisation=float(summary["arrival_utilisation"]),
+        work_utilisation=float(summary["arrival_work_utilisation"]),
         makespan_utilisation=float(summary["utilisation"]),
         preemptions=int(summary["preemptions"]),
         worst_rho=worst.rho if worst else math.nan,

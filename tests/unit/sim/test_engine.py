@@ -327,3 +327,31 @@ def test_elastic_job_runs_with_fewer_replicas_at_its_scaling_curves_speed(
         run = 1000.0 * curve[3] / curve[1]
         assert rec.completion_s == pytest.approx(run)
         assert rec.busy_gpu_s == pytest.approx(2 * run)
+
+
+def test_work_utilisation_weighs_busy_time_by_the_speed_the_job_gets(
+    catalog: Catalog, profile: GavelProfile
+) -> None:
+    fleet = FleetSpec(
+        node_pools=[
+            NodePoolSpec(name="a", count=1, gpu_type="A100-80GB", gpus_per_node=1),
+            NodePoolSpec(name="v", count=1, gpu_type="V100-32GB", gpus_per_node=1),
+        ]
+    )
+    a100_only = frozenset({"A100-80GB"})
+    jobs = [
+        TraceJob("x", 0.0, 50_000.0, 1, 1, MODEL, gpu_types=a100_only),  # holds the A100
+        TraceJob("y", 1.0, 50_000.0, 1, 1, MODEL),  # left the V100, its slower type
+        TraceJob("z", 1001.0, 10.0, 1, 1, MODEL, gpu_types=a100_only),  # the last arrival
+    ]
+    speed = SpeedModel(catalog, profile)
+    _, result = simulate(fleet, jobs, SimPolicy("fifo", FifoBinPackPolicy()), catalog, profile)
+    start = {r.job_id: r.first_start_s for r in result.jobs}
+    x, y = 1001.0 - start["x"], 1001.0 - start["y"]  # busy seconds in the span 0..1001 s
+    assert x > 990 and y > 990  # both started at once: x on the A100, so y on the V100
+    ratio = speed.type_speed(jobs[1], "V100-32GB") / speed.type_speed(jobs[1], "A100-80GB")
+    assert 0 < ratio < 1
+    s = summarise(result)
+    # x runs on its only (so fastest) type: weight 1; y at its V100 speed over its A100 speed.
+    assert s["arrival_utilisation"] == pytest.approx((x + y) / (2 * 1001))
+    assert s["arrival_work_utilisation"] == pytest.approx((x + y * ratio) / (2 * 1001))
