@@ -8,7 +8,16 @@ nominal quota proportional to its share of the GPU-hours in a *history* period:
     share_q    = GPU-hours of q's jobs arriving in [history start, history end) / all of them
     nominal_qt = share_q x GPUs of type t in the fleet, rounded by largest remainder so that the
                  nominal quotas of each type add up to exactly the type's GPUs
-    weight_q   = share_q (at least `MIN_WEIGHT`, since a queue's weight must be positive)
+    weight_q   = 1 (`weights="equal"`, the default), or share_q (`weights="share"`, at least
+                 `MIN_WEIGHT`, since a queue's weight must be positive)
+
+The weights split what the queues borrow beyond their nominal quotas (the fair-share order,
+core fairshare.py). Equal weights are the default: the nominal quota already gives a tenant its
+history share as a guarantee, and weighting the spare capacity by the same share again would
+hand a small tenant a small slice of both; equal weights are Kueue's default (weight 1 per
+ClusterQueue), what the Kueue-like baseline's round-robin over queue heads amounts to, and the
+reference of the finish-time fairness metric (each tenant's 1/N of the cluster). Chosen on the
+tuning windows of `bench/queue_bench.py` (worst-tenant rho there: see bench/README.md).
 
 No borrowing or lending limit is set: a queue may borrow whatever others leave unused, and gives
 it back by reclaim (Kueue's cohort defaults with reclaimWithinCohort: Any). This is a *setup*
@@ -35,6 +44,7 @@ from gpufleet.sim.traces.philly import parse_window, read_philly_rows
 
 __all__ = [
     "MIN_WEIGHT",
+    "WEIGHTS",
     "TenantSetup",
     "apportion",
     "fleet_gpus_by_type",
@@ -44,6 +54,7 @@ __all__ = [
 ]
 
 MIN_WEIGHT = 1e-3  # weight of a queue with no GPU-hours in the history
+WEIGHTS = ("equal", "share")  # how tenant_setup weighs the queues
 
 # The loader's filters (philly.load_philly's defaults), so the history counts the same jobs.
 _MIN_DURATION_S = 60.0
@@ -113,11 +124,17 @@ class TenantSetup:
 
 
 def tenant_setup(
-    gpu_hours: Mapping[str, float], fleet: FleetSpec, history: str | None = None
+    gpu_hours: Mapping[str, float],
+    fleet: FleetSpec,
+    history: str | None = None,
+    weights: str = "equal",
 ) -> TenantSetup:
-    """The tenants' queues for `fleet` from their GPU-hours (see the module docstring)."""
+    """The tenants' queues for `fleet` from their GPU-hours; `weights` "equal" or "share"
+    (see the module docstring)."""
     if not gpu_hours:
         raise ValueError("no tenants")
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, not {weights!r}")
     total = sum(gpu_hours.values())
     shares = {q: (h / total if total > 0 else 1.0 / len(gpu_hours)) for q, h in gpu_hours.items()}
     per_type = fleet_gpus_by_type(fleet)
@@ -128,7 +145,7 @@ def tenant_setup(
     specs: Iterable[QueueSpec] = (
         QueueSpec(
             name=q,
-            weight=max(shares[q], MIN_WEIGHT),
+            weight=1.0 if weights == "equal" else max(shares[q], MIN_WEIGHT),
             quotas={t: Quota(nominal=n) for t, n in nominal[q].items()},
         )
         for q in sorted(shares)

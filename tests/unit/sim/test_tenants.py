@@ -46,8 +46,11 @@ def test_quotas_follow_gpu_hour_shares_and_fill_every_type() -> None:
     assert setup.nominal("b") == {"H100-80GB": 4, "T4": 2}
     assert setup.nominal("idle") == {"H100-80GB": 0, "T4": 0}
     tree = setup.tree
-    assert tree.queues["a"].weight == 0.75
-    assert tree.queues["idle"].weight == MIN_WEIGHT
+    assert {q.weight for q in tree.queues.values()} == {1.0}  # equal weights by default
+    shared = tenant_setup({"a": 30.0, "b": 10.0, "idle": 0.0}, _fleet(), weights="share").tree
+    assert shared.queues["a"].weight == 0.75
+    assert shared.queues["idle"].weight == MIN_WEIGHT
+    assert shared.queues["a"].quotas == tree.queues["a"].quotas  # weights change nothing else
     for gpu_type, gpus in (("H100-80GB", 16), ("T4", 8)):
         assert sum(q.quota(gpu_type).nominal for q in tree.queues.values()) == gpus
     # No limits: a tenant may borrow all that is unused and lend all it does not use.
@@ -77,3 +80,8 @@ def test_only_the_history_is_counted_with_the_loaders_filters(tmp_path: Path) ->
     hours = philly_gpu_hours(trace, history_before("2017-11-01", 14))
     assert hours == {"aa": 2.0, "bb": 2.0, "cc": 0.0}
     assert philly_gpu_hours(trace, None)["aa"] == 10.0  # the whole-trace aggregate
+
+
+def test_unknown_weights_are_refused() -> None:
+    with pytest.raises(ValueError, match="weights must be one of equal, share"):
+        tenant_setup({"a": 1.0}, _fleet(), weights="gpu-hours")
