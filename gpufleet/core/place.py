@@ -42,7 +42,7 @@ from gpufleet.core.moves import plan_moves
 from gpufleet.core.objective import evaluate
 from gpufleet.core.policy import Engine, Policy
 from gpufleet.core.preempt import preempt_for_pending
-from gpufleet.core.reservation import with_reservations
+from gpufleet.core.reservation import lift_reservations, renew_reservations, with_reservations
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.state import ClusterState
 
@@ -205,7 +205,10 @@ def _preempt(
     evicted: frozenset[str],
 ) -> tuple[dict[str, GangPlacement], list[Preemption]]:
     stuck = [g for g in pending if g.id not in placed]
-    return preempt_for_pending(state, stuck, policy, memo, policy.max_preempting_gangs, evicted)
+    lifted = lift_reservations(state)  # preemption comes before a drain (reservation.py)
+    out = preempt_for_pending(state, stuck, policy, memo, policy.max_preempting_gangs, evicted)
+    renew_reservations(state, lifted)
+    return out
 
 
 def _assemble(

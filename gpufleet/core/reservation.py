@@ -21,7 +21,10 @@ At most `MAX_RESERVED` gangs get a node per decision, the first aged ones in the
 fits them), MIG gangs and gangs whose replicas may spread over nodes get no reservation. The
 rule belongs to the queues (it needs their aging order), so it applies when the snapshot carries
 queues; the greedy pass makes the reservations and CP-SAT starts from a state with the same GPUs
-taken, so both engines keep the node free.
+taken, so both engines keep the node free. A reservation never stands in the way of preemption:
+the reserved GPUs are given back while stuck gangs look for victims (a queue's reclaim of its
+nominal quota, or a higher priority, comes before a drain) and taken again, where still free,
+after.
 """
 
 from __future__ import annotations
@@ -30,9 +33,17 @@ from collections import Counter
 from collections.abc import Sequence
 
 from gpufleet.core.demand import Gang, Topology
+from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.core.state import ClusterState
 
-__all__ = ["MAX_RESERVED", "reservable", "reserve_node", "with_reservations"]
+__all__ = [
+    "MAX_RESERVED",
+    "lift_reservations",
+    "renew_reservations",
+    "reservable",
+    "reserve_node",
+    "with_reservations",
+]
 
 MAX_RESERVED = 1  # gangs given a node per decision
 
@@ -91,3 +102,25 @@ def with_reservations(initial: ClusterState, reserved_in: ClusterState) -> Clust
     for node, gpus in gate.reserved:
         state.take_whole(node, gpus)
     return state
+
+
+def lift_reservations(state: ClusterState) -> list[tuple[int, tuple[int, ...]]]:
+    """Give the GPUs reserved in `state` back (before preemption); returns them for
+    `renew_reservations`."""
+    gate = state.gate
+    if gate is None or not gate.reserved:
+        return []
+    lifted, gate.reserved = gate.reserved, []
+    for node, gpus in lifted:
+        state.release(ReplicaPlacement(state.nodes[node].name, gpus))
+    return lifted
+
+
+def renew_reservations(state: ClusterState, lifted: Sequence[tuple[int, tuple[int, ...]]]) -> None:
+    """Reserve again the lifted GPUs that are still free (preemption placed nothing there)."""
+    gate = state.gate
+    for node, gpus in lifted:
+        free = tuple(g for g in gpus if g in state.empty[node] and state.layout[node][g] is None)
+        if free and gate is not None:
+            state.take_whole(node, free)
+            gate.reserved.append((node, free))

@@ -2,8 +2,8 @@
 
 Aspects: an aged gang that needs a whole node and fits nowhere keeps the node with the most free
 GPUs from later gangs (which would otherwise take it); ties go to the node with fewer running
-gangs; young gangs, one-GPU gangs, MIG gangs and spread multi-replica gangs get no node; one gang
-per decision; without queues nothing is reserved.
+gangs; a reservation never stops a reclaim; young gangs, one-GPU gangs, MIG gangs and spread
+multi-replica gangs get no node; one gang per decision; without queues nothing is reserved.
 """
 
 from __future__ import annotations
@@ -92,6 +92,30 @@ def test_one_gang_per_decision_gets_a_node() -> None:
     assert placement is not None and {r.node for r in placement.replicas} == {"h1"}
     pending.append(gang("s5", gpus=5, queue="small"))  # would need h0
     assert "s5" not in decide(two_nodes().build(), pending).admitted_ids
+
+
+def test_a_reservation_never_stops_a_reclaim() -> None:
+    nominal = {"wide": 0, "lender": 8, "keeper": 16, "borrower": 0}
+    queues = QueueTree.build(
+        [QueueSpec(q, None, 1.0, {H100: Quota(n)}, 0, None) for q, n in nominal.items()]
+    )
+    snapshot = (
+        cluster()
+        .node("h0", H100)
+        .node("h1", H100)
+        .node("h2", H100)
+        .run("b0", "h0", (0, 1, 2, 3), queue="borrower")  # borrows 4: h0 has 4 free
+        .run("k1", "h1", (0, 1, 2, 3, 4), queue="keeper")  # within nominal: not evictable
+        .run("k2", "h2", (0, 1, 2, 3, 4, 5), queue="keeper")
+        .queues(queues)
+        .build()
+    )
+    # l (6 GPUs, within lender's nominal) fits nowhere; the aged w (9 GPUs of unused nominal
+    # to borrow from) then reserves h0; l's reclaim of b0 needs h0's other 4 GPUs too.
+    pending = [gang("l", gpus=6, queue="lender"), gang("w", gpus=8, queue="wide", waited_s=AGED)]
+    decision = decide(snapshot, pending)
+    assert decision.admitted_ids == {"l"}
+    assert [(p.gang_id, p.reclaim) for p in decision.preemptions] == [("b0", True)]
 
 
 def test_without_queues_nothing_is_reserved() -> None:
