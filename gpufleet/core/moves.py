@@ -17,7 +17,14 @@ where `unsaved` is the run time since the job's last checkpoint (redone after th
 period). The caller estimates R from what it has seen (`expected_remaining`: completed jobs'
 lengths, never the job's own future) and counts recent moves; the rule allows at most
 `max_per_hour` per gang. Moves use only capacity this decision leaves free, after every
-pending gang was placed: a move never takes GPUs from waiting work. Each gang's best move is
+pending gang was placed: a move never takes GPUs from waiting work, nor from work expected to
+arrive. With a workload estimate (pricing.py), a move takes nothing inside a reserve (the GPUs
+of a type, or the node-shaped room, kept for requests that only that room can serve: the moved
+gang already runs, so it has less claim on them than a placement), and it is made only when
+the work it adds is worth more in the objective than the fragmentation it adds (its new
+placement's, net of what freeing the old one removes). Without this, a flexible pod moved onto
+the last free GPU of a type undid the reserve kept there for a pod that accepts only that type,
+which then waited while a third of the fleet sat free. Each gang's best move is
 the one that saves it the most time; across gangs, the move that adds the most priority-weighted
 throughput per GPU it takes goes first (the goodput rule of Pollux and Sia). With queues, a
 moved gang is charged to its queue on the new type in place of the old, within its quota.
@@ -34,9 +41,10 @@ from gpufleet.core.demand import Gang
 from gpufleet.core.greedy import Memo, commit, plan_gang, usable_types
 from gpufleet.core.policy import Policy
 from gpufleet.core.preempt import release_gang, retake
+from gpufleet.core.pricing import Pricing
 from gpufleet.core.snapshot import RunningGang, RunProgress
 from gpufleet.core.state import ClusterState
-from gpufleet.core.valuation import base_throughput
+from gpufleet.core.valuation import base_throughput, replica_value
 
 __all__ = ["expected_remaining", "move_gain_s", "plan_moves"]
 
@@ -68,7 +76,7 @@ class _Candidate:
 
 
 def _best_move(
-    state: ClusterState, running: RunningGang, policy: Policy, memo: Memo
+    state: ClusterState, running: RunningGang, policy: Policy, memo: Memo, pricing: Pricing
 ) -> _Candidate | None:
     """The move that saves this gang the most time, if any is worth its price."""
     rule = policy.moves
@@ -80,7 +88,7 @@ def _best_move(
     release_gang(state, running)
     try:
         demand = replace(demand, queue=running.queue)
-        return _best_on_free(state, running, progress, demand, policy, memo)
+        return _best_on_free(state, running, progress, demand, policy, memo, pricing)
     finally:
         retake(state, running)
 
@@ -92,6 +100,7 @@ def _best_on_free(
     demand: Gang,
     policy: Policy,
     memo: Memo,
+    pricing: Pricing,
 ) -> _Candidate | None:
     rule = policy.moves
     catalog = state.catalog
@@ -113,36 +122,74 @@ def _best_on_free(
             )
             if gain <= rule.min_gain_s or (best is not None and gain <= best.gain_s):
                 continue
-            if plan_gang(state, fixed, t, policy, memo) is None:
+            plan = plan_gang(state, fixed, t, policy, memo)
+            if plan is None:
                 continue
+            if pricing.active:
+                frag, reserved = pricing.move_cost(
+                    state, fixed, t, plan.replicas, plan.repartitions, running.replicas
+                )
+                added = work_value(fixed, t, size, policy, state) - work_value(
+                    demand, running.gpu_type, now, policy, state
+                )
+                if reserved > 0 or added <= frag:
+                    continue  # room the expected workload needs more than this gang
             gpus = fixed.gpus_needed(size)
             rank = policy.priority_weight(demand.priority) * (new_rate - rate) / gpus
             best = _Candidate(rank, gain, running, fixed, t)
     return best
 
 
+def work_value(
+    gang: Gang, gpu_type: str, replicas: int, policy: Policy, state: ClusterState
+) -> float:
+    """The objective's work term for `replicas` replicas of the gang on `gpu_type` (what a move
+    adds is the difference; energy is left out, as the move's time gain leaves it out)."""
+    figures = replica_value(gang, state.catalog[gpu_type], policy)
+    weight = policy.weights.work * policy.priority_weight(gang.priority)
+    return weight * figures.work * gang.speedup(replicas)
+
+
 def plan_moves(
-    state: ClusterState, evicted: frozenset[str], policy: Policy, memo: Memo
+    state: ClusterState,
+    evicted: frozenset[str],
+    policy: Policy,
+    memo: Memo,
+    waiting: Sequence[Gang] = (),
 ) -> list[Move]:
     """Moves worth their price on the capacity `state` has free; mutates `state` (each move
-    takes its new GPUs and frees its old ones)."""
+    takes its new GPUs and frees its old ones). `waiting`: the gangs the decision leaves
+    pending, which the reserves' prices count as `place_greedy` does."""
     if not policy.moves.enabled:
         return []
+    movable = [
+        r
+        for r in state.snapshot.running
+        if r.id not in evicted and r.progress is not None and r.demand is not None
+    ]
+    if not movable:
+        return []
+    pricing = Pricing(state, policy, waiting)
     out: list[Move] = []
     moved: set[str] = set()
     while True:
         best: _Candidate | None = None
-        for running in state.snapshot.running:
-            if running.id in evicted or running.id in moved:
+        for running in movable:
+            if running.id in moved:
                 continue
-            candidate = _best_move(state, running, policy, memo)
+            candidate = _best_move(state, running, policy, memo, pricing)
             if candidate is not None and (best is None or candidate.rank > best.rank):
                 best = candidate
         if best is None:
             return out
+        old = best.gang.replicas
+        before = pricing.committing(state, old)
         release_gang(state, best.gang)
+        pricing.committed(state, old, before)
         plan = plan_gang(state, best.demand, best.gpu_type, policy, memo)
         assert plan is not None  # found free a moment ago, nothing changed since
+        before = pricing.committing(state, plan.replicas)
         placement = commit(state, plan, policy)
+        pricing.committed(state, plan.replicas, before)
         moved.add(best.gang.id)
         out.append(Move(best.gang.id, best.gang.gpu_type, placement, best.gain_s))

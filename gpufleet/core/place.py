@@ -113,7 +113,7 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
         reasons = queue_reasons(initial, best, pending, waiting, policy, memo) + refused
     # Moves of running gangs to faster types, on what the decision leaves free.
     evicted = frozenset(p.gang_id for p in best.preemptions)
-    moves = plan_moves(best_state, evicted, policy, memo)
+    moves = plan_moves(best_state, evicted, policy, memo, waiting)
     if moves:
         best = replace(
             best,

@@ -143,6 +143,33 @@ class Pricing:
         weighted growth of expected fragmentation plus, for a gang with a choice of types, what
         it takes from the type's reserves."""
         overlays = _overlays(state, replicas, repartitions)
+        return self._frag_cost(state, overlays) + self._reserve_cost(
+            state, gang, gpu_type, len(replicas), overlays
+        )
+
+    def move_cost(
+        self,
+        state: ClusterState,
+        gang: Gang,
+        gpu_type: str,
+        replicas: Sequence[ReplicaPlacement],
+        repartitions: Sequence[tuple[int, int, MigLayout]],
+        released: Sequence[ReplicaPlacement],
+    ) -> tuple[float, float]:
+        """What moving a running gang to `replicas` costs, in a state where its old `released`
+        replicas are already free: the weighted fragmentation growth of the new placement less
+        what freeing the old one removes, and what the new placement takes from reserves (the
+        GPUs it frees elsewhere do not refill a reserve of another type)."""
+        overlays = _overlays(state, replicas, repartitions)
+        frag = self._frag_cost(state, overlays)
+        if self.masses:
+            for n, o in _overlays(state, released, ()).items():
+                t = state.node_type[n]
+                held = self._frag(t, state_node_free(state, n, o.whole, o.instances))
+                frag -= self.weight * (held - self._frag(t, state_node_free(state, n)))
+        return frag, self._reserve_cost(state, gang, gpu_type, len(replicas), overlays)
+
+    def _frag_cost(self, state: ClusterState, overlays: Mapping[int, _Overlay]) -> float:
         out = 0.0
         if self.masses:
             for n, o in overlays.items():
@@ -150,10 +177,21 @@ class Pricing:
                 before = self._frag(t, state_node_free(state, n))
                 after = self._frag(t, state_node_free(state, n, o.whole, o.instances, o.layouts))
                 out += self.weight * (after - before)
+        return out
+
+    def _reserve_cost(
+        self,
+        state: ClusterState,
+        gang: Gang,
+        gpu_type: str,
+        replicas: int,
+        overlays: Mapping[int, _Overlay],
+    ) -> float:
         if not self.gpu_reserves and not self.slot_reserves:
-            return out
+            return 0.0
         if not flexible_in(state.snapshot, gang, self.present):
-            return out
+            return 0.0
+        out = 0.0
         reserve = self.gpu_reserves.get(gpu_type)
         if reserve is not None:
             taken = sum(
@@ -165,7 +203,7 @@ class Pricing:
             out += reserve.charge(_empty_gpus(state, gpu_type), taken)
         for kind in self.kinds_of.get(gpu_type, ()):
             slot_reserve = self.slot_reserves[kind]
-            if item_gpus(gang, len(replicas)) >= kind.gpus:
+            if item_gpus(gang, replicas) >= kind.gpus:
                 continue  # a task of the size the slots are for
             lost = sum(
                 _node_slots(state, n, kind) - _node_slots(state, n, kind, _taken(o))
