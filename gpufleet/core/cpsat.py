@@ -49,7 +49,7 @@ from gpufleet.core.policy import Policy
 from gpufleet.core.preempt import release_gang
 from gpufleet.core.pricing import Pricing
 from gpufleet.core.quota_cpsat import QuotaOption, add_quota_constraints
-from gpufleet.core.scarcity import gpu_use, is_flexible
+from gpufleet.core.scarcity import gpu_use, is_flexible, pays_for
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import gang_value, replica_value
@@ -323,48 +323,49 @@ class _Model:
                 slices = [profile_counts(lay)[profile] * z for lay, z in zs.items()]
                 self.model.add(_total(o.replicas for o in opts) <= partial + _total(slices))
 
-    # Gangs with a choice of types pay for the empty GPUs they take from a type's single-type
-    # reserve: excess[t] >= empty GPUs of t put to use - (empty GPUs of t - reserve), and
-    # excess[t] <= those put to use by gangs with a choice. MIG use is the empty GPUs given a
-    # layout (z), counted as flexible when any gang with a choice asks for slices of t.
+    # Gangs with a usable type outside a reserve's set of types pay for the empty GPUs they take
+    # from it: excess[S] >= empty GPUs of S put to use - (empty GPUs of S - reserve), and
+    # excess[S] <= those put to use by such gangs. MIG use is the empty GPUs given a layout (z),
+    # counted as flexible when such a gang asks for slices of that type.
     def _build_scarcity(self) -> None:
         kept = self.pricing.gpu_reserves
         self._build_slot_reserves()
-        if not kept:
-            return
-        every: dict[str, list[cp_model.LinearExprT]] = {}
-        flexible: dict[str, list[cp_model.LinearExprT]] = {}
-        mig_flexible: set[str] = set()
-        bounds: dict[str, int] = {}
-        for opts in self.by_gang.values():
-            choice = is_flexible(sorted({o.gpu_type for o in opts}))
-            for o in opts:
-                if o.gpu_type not in kept:
-                    continue
-                if o.item is None:
-                    if choice:
-                        mig_flexible.add(o.gpu_type)
-                    continue
-                gpu = self.state.catalog[o.gpu_type]
-                per = round(gpu_use(o.gang, gpu, o.fixed_replicas or 1))
-                term = per * o.replicas
-                every.setdefault(o.gpu_type, []).append(term)
-                bounds[o.gpu_type] = bounds.get(o.gpu_type, 0) + per * o.gang.replicas_max
-                if choice:
-                    flexible.setdefault(o.gpu_type, []).append(term)
-        for (t, _lay), z in self.z.items():
-            if t in kept:
-                every.setdefault(t, []).append(z)
-                bounds[t] = bounds.get(t, 0) + int(kept[t].free)
-                if t in mig_flexible:
-                    flexible.setdefault(t, []).append(z)
-        for t, terms in sorted(flexible.items()):
-            reserve = kept[t]
+        for types, reserve in sorted(kept.items()):
+            every: list[cp_model.LinearExprT] = []
+            flexible: list[cp_model.LinearExprT] = []
+            mig_flexible: set[str] = set()
+            bound = 0
+            for opts in self.by_gang.values():
+                usable = {o.gpu_type for o in opts}
+                pays = is_flexible(sorted(usable)) and pays_for(usable, types)
+                for o in opts:
+                    if o.gpu_type not in types:
+                        continue
+                    if o.item is None:
+                        if pays:
+                            mig_flexible.add(o.gpu_type)
+                        continue
+                    gpu = self.state.catalog[o.gpu_type]
+                    per = round(gpu_use(o.gang, gpu, o.fixed_replicas or 1))
+                    term = per * o.replicas
+                    every.append(term)
+                    bound += per * o.gang.replicas_max
+                    if pays:
+                        flexible.append(term)
+            for (t, _lay), z in self.z.items():
+                if t in types:
+                    every.append(z)
+                    bound += int(reserve.free)
+                    if t in mig_flexible:
+                        flexible.append(z)
+            if not flexible:
+                continue
             # In 1/USE_UNITS GPU so that a fractional reserve keeps its precision.
-            excess = self.model.new_int_var(0, USE_UNITS * bounds[t], f"scarcity[{t}]")
+            name = reserve.gpu_type
+            excess = self.model.new_int_var(0, USE_UNITS * bound, f"scarcity[{name}]")
             headroom = round(USE_UNITS * (reserve.free - reserve.reserved))
-            self.model.add(excess >= USE_UNITS * _total(every[t]) - headroom)
-            self.model.add(excess <= USE_UNITS * _total(terms))
+            self.model.add(excess >= USE_UNITS * _total(every) - headroom)
+            self.model.add(excess <= USE_UNITS * _total(flexible))
             self.objective_terms.append((excess, -round(reserve.price * SCALE / USE_UNITS)))
 
     # Node reserves: free slots of a kind (room for s GPUs on one node of its types) left by the

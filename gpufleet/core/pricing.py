@@ -22,13 +22,15 @@ from gpufleet.core.scarcity import (
     SlotKind,
     constrained_shares,
     empty_per_type,
-    flexible_in,
     gpu_worths,
+    is_flexible,
+    pays_for,
     present_types,
     reserves,
     slot_reserves,
     slots_per_kind,
     spare_gpus,
+    usable_gang_types,
 )
 from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
 from gpufleet.core.state import ClusterState
@@ -101,19 +103,23 @@ class Pricing:
         self.weight = policy.weights.fragmentation
         self.masses = masses_of(snapshot) if self.weight > 0 else {}
         self.present = present_types(snapshot)
-        self.gpu_reserves: dict[str, Reserve] = {}
+        self.gpu_reserves: dict[tuple[str, ...], Reserve] = {}
         self.slot_reserves: dict[SlotKind, Reserve] = {}
         self.slots: dict[SlotKind, int] = {}
-        per_type, per_slot = constrained_shares(snapshot)
-        if policy.weights.scarcity > 0 and (per_type or per_slot):
+        per_set, per_slot = constrained_shares(snapshot)
+        if policy.weights.scarcity > 0 and (per_set or per_slot):
             worths = gpu_worths(snapshot, policy, pending)
             empty = {t: _empty_gpus(state, t) for t in state.nodes_by_type}
             spare = spare_gpus(empty, pending)
-            self.gpu_reserves = reserves(snapshot, policy, spare, empty, worths, per_type)
+            self.gpu_reserves = reserves(snapshot, policy, spare, empty, worths, per_set)
             counts = {k: _state_slots(state, k) for k in per_slot}
             self.slot_reserves = slot_reserves(policy, spare, counts, worths, per_slot)
             self.slots = {k: counts[k] for k in self.slot_reserves}
-        # Slot kinds by the GPU types they count (a placement only touches its type's).
+        # Reserves by the GPU types they count (a placement only touches its type's).
+        self.sets_of: dict[str, list[tuple[str, ...]]] = {}
+        for types in self.gpu_reserves:
+            for t in types:
+                self.sets_of.setdefault(t, []).append(types)
         self.kinds_of: dict[str, list[SlotKind]] = {}
         for kind in self.slot_reserves:
             for t in kind.types:
@@ -189,18 +195,21 @@ class Pricing:
     ) -> float:
         if not self.gpu_reserves and not self.slot_reserves:
             return 0.0
-        if not flexible_in(state.snapshot, gang, self.present):
+        usable = usable_gang_types(state.snapshot, gang, self.present)
+        if not is_flexible(sorted(usable)):
             return 0.0
         out = 0.0
-        reserve = self.gpu_reserves.get(gpu_type)
-        if reserve is not None:
+        sets = [s for s in self.sets_of.get(gpu_type, ()) if pays_for(usable, s)]
+        if sets:
             taken = sum(
                 1
                 for n, o in overlays.items()
                 for g in {*o.whole, *o.instances}
                 if g in state.empty[n]
             )
-            out += reserve.charge(_empty_gpus(state, gpu_type), taken)
+            for types in sets:
+                free = sum(_empty_gpus(state, t) for t in types if t in state.nodes_by_type)
+                out += self.gpu_reserves[types].charge(free, taken)
         for kind in self.kinds_of.get(gpu_type, ()):
             slot_reserve = self.slot_reserves[kind]
             if item_gpus(gang, replicas) >= kind.gpus:
@@ -286,8 +295,8 @@ def decision_costs(
     """Fragmentation growth and reserve charges of a decision against its snapshot."""
     weights = policy.weights
     masses = masses_of(snapshot)
-    per_type, per_slot = constrained_shares(snapshot)
-    if not masses and not (weights.scarcity > 0 and (per_type or per_slot)):
+    per_set, per_slot = constrained_shares(snapshot)
+    if not masses and not (weights.scarcity > 0 and (per_set or per_slot)):
         return DecisionCosts(0.0, 0.0, 0.0)
     evicted = {p.gang_id for p in decision.preemptions}
     moves = {m.gang_id: m for m in decision.moves}
@@ -299,24 +308,19 @@ def decision_costs(
     gangs = {g.id: g for g in pending}
     present = present_types(snapshot)
     task_size: dict[str, int] = {}  # largest task placed per node
-    occupied: dict[str, float] = {}
-    occupied_flexible: dict[str, float] = {}
+    occupied: list[tuple[str, int, set[str]]] = []  # type, GPUs newly taken, usable types
     held_before = before.gpus()
     placed = [(gangs[p.gang_id], p) for p in decision.placements]
     for running in snapshot.running:
         if running.id in moves and running.demand is not None:
             placed.append((running.demand, moves[running.id].placement))
     for gang, placement in placed:
-        flexible = flexible_in(snapshot, gang, present)
         size = item_gpus(gang, placement.replica_count)
         for rep in placement.replicas:
             after.add(rep)
             task_size[rep.node] = max(task_size.get(rep.node, 0), size)
         gpus = {(r.node, g) for r in placement.replicas for g in r.gpus} - held_before
-        occupied[placement.gpu_type] = occupied.get(placement.gpu_type, 0.0) + len(gpus)
-        if flexible:
-            t = placement.gpu_type
-            occupied_flexible[t] = occupied_flexible.get(t, 0.0) + len(gpus)
+        occupied.append((placement.gpu_type, len(gpus), usable_gang_types(snapshot, gang, present)))
     touched = {r.node for _, p in placed for r in p.replicas}
     gone = evicted | set(moves)
     touched |= {r.node for g in snapshot.running if g.id in gone for r in g.replicas}
@@ -333,14 +337,14 @@ def decision_costs(
             )
             frag += fragmentation(new, mass) - fragmentation(old, mass)
     charge = 0.0
-    if weights.scarcity > 0 and (per_type or per_slot):
+    if weights.scarcity > 0 and (per_set or per_slot):
         worths = gpu_worths(snapshot, policy, pending)
         empty = empty_per_type(snapshot)
         spare = spare_gpus(empty, pending)
-        kept = reserves(snapshot, policy, spare, empty, worths, per_type)
-        for t, taken in occupied.items():
-            if t in kept:
-                charge += kept[t].aggregate(taken, occupied_flexible.get(t, 0.0))
+        for types, reserve in reserves(snapshot, policy, spare, empty, worths, per_set).items():
+            inside = [(n, u) for t, n, u in occupied if t in types]
+            flexible = sum(n for n, u in inside if is_flexible(sorted(u)) and pays_for(u, types))
+            charge += reserve.aggregate(sum(n for n, _ in inside), flexible)
         slots = slots_per_kind(snapshot, per_slot)
         for kind, reserve in slot_reserves(policy, spare, slots, worths, per_slot).items():
             lost = smaller_lost = 0.0

@@ -1,20 +1,25 @@
-"""Scarcity: keep free capacity of a type for the demand that can run only on that type.
+"""Scarcity: keep free capacity of some types for the demand that can run only on those types.
 
 A gang that accepts several GPU types takes its most valuable one. When another gang can run only
 on that type, it may then wait while GPUs of other types sit free: the fragmentation the FGD paper
-(ATC'23) measures against the expected workload. From the caller's workload estimate
-(`Snapshot.workload`) the core takes, per type, the share of requested GPU capacity that accepts
-only that type among the types present, and turns it into two reserves priced in the objective:
+(ATC'23) measures against the expected workload. The same holds for a set of types: MIG slices
+run only on MIG-capable types, so flexible whole-GPU pods that fill the A100s and H100s leave
+slice requests waiting while V100s and T4s sit free. From the caller's workload estimate
+(`Snapshot.workload`) the core takes, per set S of types (smaller than the types present), the
+share of requested GPU capacity whose usable types are exactly S, and turns it into two reserves
+priced in the objective:
 
-* a **GPU reserve** of `share_t x spare GPUs`, where the spare GPUs are the empty GPUs of the
-  fleet beyond what the pending gangs ask for: of the capacity left for tasks yet to arrive, the
-  part single-type tasks are expected to ask for. A gang with a choice of types that leaves fewer
-  than that empty pays, per GPU it takes inside the reserve, `scarcity weight x what a GPU of t
-  is worth` (the larger of its catalogue value and the best per-GPU value of a pending gang on
-  it: the displaced single-type gang is assumed to be worth as much as the work competing for
-  the GPU). The reserve is fractional: a share of 0.26 % with 256 GPUs spare keeps 0.66 GPU, so
-  at weight 2 the last empty GPU of t costs 1.3 GPUs' worth. It shrinks as the fleet fills and
-  vanishes while the queue asks for more than is free (the queue is the workload then).
+* a **GPU reserve** of `share_S x spare GPUs` over the empty GPUs of the types in S, where the
+  spare GPUs are the empty GPUs of the fleet beyond what the pending gangs ask for: of the
+  capacity left for tasks yet to arrive, the part tasks confined to S are expected to ask for.
+  A gang with a usable type outside S (a *flexible* gang, for this reserve) that leaves fewer
+  than that empty in S pays, per GPU it takes inside the reserve, `scarcity weight x what a GPU
+  of S is worth` (of its types, the largest of the catalogue value and the best per-GPU value of
+  a pending gang: the displaced gang is assumed to be worth as much as the work competing for
+  the GPU). A single type is the set of one (a gang with any other usable type pays). The
+  reserve is fractional: a share of 0.26 % with 256 GPUs spare keeps 0.66 GPU, so at weight 2
+  the last empty GPU costs 1.3 GPUs' worth. It shrinks as the fleet fills and vanishes while
+  the queue asks for more than is free (the queue is the workload then).
 * a **node reserve** per large shape of s GPUs on one node: `share x spare GPUs / s` *slots*
   (places for s GPUs on one node, in one NVLink domain when the shape needs it), since a large
   request needs a whole node's worth of empty GPUs, which a count of GPUs scattered over partly
@@ -23,9 +28,12 @@ only that type among the types present, and turns it into two reserves priced in
 
 When no other type fits, the gang still takes it. GPUs are counted whole: a MIG slice on an empty
 GPU takes that GPU from the reserve. Aggregate form (objective and CP-SAT), per reserve R with
-free units F before the decision and units A used (all gangs) of which X by flexible gangs:
+free units F before the decision and units A used (all gangs) of which X by flexible gangs (for a
+GPU reserve: gangs with a usable type outside its set):
     charge = price x min(X, max(0, A - (F - R)))
 Greedy charges each flexible gang the increase of `max(0, R - free)` its plan causes.
+Without single-type or narrower demand (every small task accepts every type present, as in the
+Philly replays) there is no GPU reserve.
 """
 
 from __future__ import annotations
@@ -96,14 +104,16 @@ def present_types(snapshot: Snapshot) -> set[str]:
     return {n.gpu_type for n in snapshot.nodes if n.schedulable}
 
 
-def constrained_shares(snapshot: Snapshot) -> tuple[dict[str, float], dict[SlotKind, float]]:
-    """Shares of requested GPU capacity that need scarce room: per type, the one-GPU and MIG
-    shapes only that present type can serve; per slot kind, the shapes of 2 or more GPUs and at
-    least half a node (their room is node-shaped, so a count of GPUs would protect the wrong
-    thing): a kind
-    per size for the shapes that only one type with large enough nodes can serve, and one per
-    size for the others over every type that can serve any of them (one reserve per size keeps
-    the number of reserves small whatever the mix of acceptable types)."""
+def constrained_shares(
+    snapshot: Snapshot,
+) -> tuple[dict[tuple[str, ...], float], dict[SlotKind, float]]:
+    """Shares of requested GPU capacity that need scarce room: per set of present types
+    smaller than all of them, the one-GPU and MIG shapes only those types can serve (sorted type
+    names as the key); per slot kind, the shapes of 2 or more GPUs and at least half a node
+    (their room is node-shaped, so a count of GPUs would protect the wrong thing): a kind per
+    size for the shapes that only one type with large enough nodes can serve, and one per size
+    for the others over every type that can serve any of them (one reserve per size keeps the
+    number of reserves small whatever the mix of acceptable types)."""
     if snapshot.workload is None:
         return {}, {}
     present = present_types(snapshot)
@@ -114,14 +124,15 @@ def constrained_shares(snapshot: Snapshot) -> tuple[dict[str, float], dict[SlotK
             largest[node.gpu_type] = max(largest.get(node.gpu_type, 0), node.gpu_count)
             domain = max((len(g) for g in node.domains().values()), default=0)
             widest[node.gpu_type] = max(widest.get(node.gpu_type, 0), domain)
-    per_type: dict[str, float] = {}
+    per_set: dict[tuple[str, ...], float] = {}
     per_slot: dict[SlotKind, float] = {}
     flexible: dict[tuple[int, bool], tuple[set[str], float]] = {}
     for shape, share in snapshot.workload.gpu_shares(snapshot.catalog).items():
         usable = usable_shape_types(snapshot, shape, present)
         if shape.mig_profile is not None or shape.gpus < 2:
-            if len(usable) == 1:
-                per_type[usable[0]] = per_type.get(usable[0], 0.0) + share
+            if 0 < len(usable) < len(present):
+                key = tuple(sorted(usable))
+                per_set[key] = per_set.get(key, 0.0) + share
             continue
         room = widest if shape.nvlink else largest
         # Large tasks only (half a node or more): smaller ones find room on partly used nodes,
@@ -135,7 +146,7 @@ def constrained_shares(snapshot: Snapshot) -> tuple[dict[str, float], dict[SlotK
             flexible[(shape.gpus, shape.nvlink)] = (types | set(fitting), total + share)
     for (gpus, nvlink), (types, share) in flexible.items():
         per_slot[SlotKind(tuple(sorted(types)), gpus, nvlink)] = share
-    return per_type, per_slot
+    return per_set, per_slot
 
 
 def empty_per_type(snapshot: Snapshot) -> dict[str, int]:
@@ -201,19 +212,21 @@ def reserves(
     spare: float,
     empty: Mapping[str, int],
     worths: Mapping[str, float],
-    shares: Mapping[str, float],
-) -> dict[str, Reserve]:
-    """GPU reserves of the types with single-type demand (`shares`, from `constrained_shares`):
-    their share of the `spare` GPUs, given empty GPUs per type."""
+    shares: Mapping[tuple[str, ...], float],
+) -> dict[tuple[str, ...], Reserve]:
+    """GPU reserves of the type sets with confined demand (`shares`, from `constrained_shares`):
+    their share of the `spare` GPUs over the sets' empty GPUs, given empty GPUs per type."""
     weights = policy.weights
     if weights.scarcity <= 0:
         return {}
-    total = spare
-    out: dict[str, Reserve] = {}
-    for t, share in sorted(shares.items()):
-        if share <= 0 or t not in empty:
+    out: dict[tuple[str, ...], Reserve] = {}
+    for types, share in sorted(shares.items()):
+        kept = [t for t in types if t in empty]
+        if share <= 0 or not kept:
             continue
-        out[t] = Reserve(t, float(empty[t]), share * total, weights.scarcity * worths[t])
+        free = float(sum(empty[t] for t in kept))
+        worth = max(worths[t] for t in kept)
+        out[types] = Reserve(",".join(types), free, share * spare, weights.scarcity * worth)
     return out
 
 
@@ -250,16 +263,26 @@ def gpu_use(gang: Gang, gpu: GpuType, replicas: int) -> float:
     return float(gang.gpus_per_replica * replicas)
 
 
-def flexible_in(snapshot: Snapshot, gang: Gang, present: set[str]) -> bool:
-    """Whether the gang has more than one usable type among the `present` node types."""
-    usable = [
+def usable_gang_types(snapshot: Snapshot, gang: Gang, present: set[str]) -> set[str]:
+    """The gang's acceptable types that are present and, for MIG, offer its profile."""
+    return {
         t
         for t in gang.type_names()
         if t in present
         and t in snapshot.catalog
         and (gang.mig_profile is None or snapshot.catalog[t].has_mig_profile(gang.mig_profile))
-    ]
-    return is_flexible(usable)
+    }
+
+
+def flexible_in(snapshot: Snapshot, gang: Gang, present: set[str]) -> bool:
+    """Whether the gang has more than one usable type among the `present` node types."""
+    return is_flexible(sorted(usable_gang_types(snapshot, gang, present)))
+
+
+def pays_for(usable: set[str] | frozenset[str], types: Sequence[str]) -> bool:
+    """Whether a gang with these usable types pays for the reserve of `types`: it could run
+    elsewhere (with one type, any other usable type)."""
+    return not usable <= set(types)
 
 
 def _used_gpus(snapshot: Snapshot) -> set[tuple[str, int]]:

@@ -3,10 +3,13 @@
 Aspects: the reserve's incremental and aggregate charges on hand-computed cases; both engines keep
 the last empty GPU of a type that single-type demand needs away from a gang with a choice, take it
 when there is no alternative or no such demand, and never hold it back from a single-type gang;
-the objective prices the reserve the same way; node reserves keep a whole node of a type free for
-the large single-type tasks the estimate expects (not just GPUs), spend it on such a task, and
-cost nothing without such tasks; an empty GPU cut for a MIG profile gets a layout that instances
-every compute slice, keeps the densest count of the profile and follows demand.
+the objective prices the reserve the same way; a reserve over a set of types (MIG-capable GPUs
+for slice requests) by hand, who pays for it, both engines keeping a gang that could use a V100
+off the last MIG-capable GPUs when slices are expected, and the objective's charge for it; node
+reserves keep a whole node of a type free for the large single-type tasks the estimate expects
+(not just GPUs), spend it on such a task, and cost nothing without such tasks; an empty GPU cut
+for a MIG profile gets a layout that instances every compute slice, keeps the densest count of
+the profile and follows demand.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ from gpufleet.core.greedy import cut_layout
 from gpufleet.core.objective import evaluate
 from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, SolverSettings, Weights
-from gpufleet.core.scarcity import Reserve
+from gpufleet.core.pricing import Pricing
+from gpufleet.core.scarcity import Reserve, constrained_shares, pays_for
 from gpufleet.core.snapshot import Snapshot
+from gpufleet.core.state import ClusterState
 from gpufleet.core.validate import decision_problems
 from gpufleet.core.workload import TaskShape, WorkloadEstimate
 from gpufleet.model.mig import densest_layout, enumerate_layouts, is_valid_layout, profile_counts
@@ -117,6 +122,83 @@ def test_single_type_reserve(
 ) -> None:
     decision = decide(last_h100(share, a100_busy), pending, engine)
     assert {p.gang_id: p.gpu_type for p in decision.placements} == where
+
+
+V100 = "V100-32GB"
+SLICES = TaskShape((A100, H100), 1, "2g.20gb")  # MIG: only the MIG-capable types serve it
+ANY_GPU = TaskShape((A100, H100, V100), 1)
+
+
+def mig_types_nearly_full(slice_share: float | None) -> Snapshot:
+    """One empty GPU on an A100 and one on an H100 node, four on a V100 node; the estimate
+    expects `slice_share` of the tasks to be 2g.20gb slices (the rest whole GPUs of any type)."""
+    builder = cluster().node("a", A100).node("h", H100).node("v", V100, count=4)
+    for g in range(7):
+        builder.run(f"a{g}", "a", (g,)).run(f"h{g}", "h", (g,))
+    workload = None
+    if slice_share is not None:
+        workload = WorkloadEstimate.of({SLICES: slice_share, ANY_GPU: 1 - slice_share})
+    return replace(builder.build(), workload=workload)
+
+
+ANYWHERE = gang("anywhere", (A100, H100, V100))
+
+
+def test_type_set_shares_and_reserve_by_hand() -> None:
+    # Task shares 0.9 / 0.1; a 2g.20gb slice is 2/7 of a GPU, so the slices' share of GPU
+    # capacity is 0.9 x 2/7 / (0.9 x 2/7 + 0.1) = 0.72, for the set {A100, H100}; whole GPUs of
+    # any type confine nothing. Spare: 6 empty GPUs less the pending gang's 1 = 5, so 3.6 GPUs
+    # of the 2 empty A100/H100 GPUs are kept, at 2 x 4.8 (the H100's worth to the gang) each.
+    snapshot = mig_types_nearly_full(0.9)
+    per_set, per_slot = constrained_shares(snapshot)
+    assert per_set == {(A100, H100): pytest.approx(0.72)} and per_slot == {}
+    pricing = Pricing(ClusterState(snapshot), Policy(), [ANYWHERE])
+    (reserve,) = pricing.gpu_reserves.values()
+    assert (reserve.free, reserve.price) == (2.0, pytest.approx(9.6))
+    assert reserve.reserved == pytest.approx(0.72 * 5)
+
+
+@pytest.mark.parametrize(
+    ("usable", "types", "pays"),
+    [
+        pytest.param({A100, V100}, (A100, H100), True, id="could-use-a-v100"),
+        pytest.param({A100, H100}, (A100, H100), False, id="confined-to-the-set"),
+        pytest.param({A100}, (A100, H100), False, id="confined-to-part-of-it"),
+        pytest.param({A100, H100}, (H100,), True, id="single-type-reserve-as-before"),
+    ],
+)
+def test_who_pays_for_a_reserve(usable: set[str], types: tuple[str, ...], pays: bool) -> None:
+    assert pays_for(usable, types) is pays
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize(
+    ("slice_share", "where"),
+    [
+        # 1.6 GPUs of the reserve taken by the gang on top of the 1.6 already short: 2 x 4.8 x 1
+        # = 9.6 costs more than the H100's 4.8 - 1.0 over a V100.
+        pytest.param(0.9, V100, id="keeps-the-mig-types-for-slices"),
+        # 0.1 x 2/7 / (0.1 x 2/7 + 0.9) = 0.031 x 5 = 0.16 GPU kept: the last but one is free.
+        pytest.param(0.1, H100, id="few-slices-expected"),
+        pytest.param(None, H100, id="no-estimate"),
+    ],
+)
+def test_a_type_set_reserve_keeps_mig_capable_gpus_for_slices(
+    engine: Engine, slice_share: float | None, where: str
+) -> None:
+    decision = decide(mig_types_nearly_full(slice_share), [ANYWHERE], engine)
+    assert [p.gpu_type for p in decision.placements] == [where]
+
+
+def test_objective_charges_a_type_set_reserve() -> None:
+    snapshot = mig_types_nearly_full(0.9)
+    pol = Policy(weights=Weights(fragmentation=0.0), solver=SolverSettings(engine=Engine.GREEDY))
+    on_h100 = place(replace(snapshot, workload=None), [ANYWHERE], pol)
+    assert on_h100.placements[0].gpu_type == H100
+    plain = evaluate(replace(snapshot, workload=None), [ANYWHERE], on_h100, pol)
+    priced = evaluate(snapshot, [ANYWHERE], on_h100, pol)
+    # Reserve 3.6 of 2 free GPUs: the GPU taken is inside it, at 2 x 4.8.
+    assert plain.objective - priced.objective == pytest.approx(2 * 4.8)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
