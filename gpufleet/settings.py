@@ -118,7 +118,10 @@ class WeightOverrides(_Group):
         None, ge=0, description="Penalty per MIG repartition and per preempted gang."
     )
     scarcity: float | None = Field(
-        None, ge=0, description="Weight of the reserve kept for gangs that run on one type only."
+        None,
+        ge=0,
+        description="Weight of the reserves kept for gangs confined to some GPU types (one "
+        "type, or MIG slices on the MIG-capable types).",
     )
 
 

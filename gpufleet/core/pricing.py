@@ -116,10 +116,10 @@ class Pricing:
             self.slot_reserves = slot_reserves(policy, spare, counts, worths, per_slot)
             self.slots = {k: counts[k] for k in self.slot_reserves}
         # Reserves by the GPU types they count (a placement only touches its type's).
-        self.sets_of: dict[str, list[tuple[str, ...]]] = {}
+        self.sets_of: dict[str, list[tuple[tuple[str, ...], frozenset[str]]]] = {}
         for types in self.gpu_reserves:
             for t in types:
-                self.sets_of.setdefault(t, []).append(types)
+                self.sets_of.setdefault(t, []).append((types, frozenset(types)))
         self.kinds_of: dict[str, list[SlotKind]] = {}
         for kind in self.slot_reserves:
             for t in kind.types:
@@ -196,10 +196,10 @@ class Pricing:
         if not self.gpu_reserves and not self.slot_reserves:
             return 0.0
         usable = usable_gang_types(state.snapshot, gang, self.present)
-        if not is_flexible(sorted(usable)):
-            return 0.0
+        if len(usable) < 2:
+            return 0.0  # no choice of type: it pays for no reserve
         out = 0.0
-        sets = [s for s in self.sets_of.get(gpu_type, ()) if pays_for(usable, s)]
+        sets = [types for types, members in self.sets_of.get(gpu_type, ()) if not usable <= members]
         if sets:
             taken = sum(
                 1
@@ -207,8 +207,13 @@ class Pricing:
                 for g in {*o.whole, *o.instances}
                 if g in state.empty[n]
             )
+            empty: dict[str, int] = {}  # per type, counted once for all the sets
             for types in sets:
-                free = sum(_empty_gpus(state, t) for t in types if t in state.nodes_by_type)
+                free = 0
+                for t in types:
+                    if t not in empty:
+                        empty[t] = _empty_gpus(state, t) if t in state.nodes_by_type else 0
+                    free += empty[t]
                 out += self.gpu_reserves[types].charge(free, taken)
         for kind in self.kinds_of.get(gpu_type, ()):
             slot_reserve = self.slot_reserves[kind]

@@ -222,8 +222,8 @@ def reserves(
     out: dict[tuple[str, ...], Reserve] = {}
     for types, share in sorted(shares.items()):
         kept = [t for t in types if t in empty]
-        if share <= 0 or not kept:
-            continue
+        if share * spare <= 0 or not kept:
+            continue  # nothing to keep (no spare GPUs): it would never charge
         free = float(sum(empty[t] for t in kept))
         worth = max(worths[t] for t in kept)
         out[types] = Reserve(",".join(types), free, share * spare, weights.scarcity * worth)
