@@ -17,17 +17,13 @@ where `unsaved` is the run time since the job's last checkpoint (redone after th
 period). The caller estimates R from what it has seen (`expected_remaining`: completed jobs'
 lengths, never the job's own future) and counts recent moves; the rule allows at most
 `max_per_hour` per gang. Moves use only capacity this decision leaves free, after every
-pending gang was placed: a move never takes GPUs from waiting work, nor from work expected to
-arrive. With a workload estimate (pricing.py), a move takes nothing inside a reserve (the GPUs
-of a type, or the node-shaped room, kept for requests that only that room can serve: the moved
-gang already runs, so it has less claim on them than a placement), and it is made only when
-the work it adds is worth more in the objective than the fragmentation it adds (its new
-placement's, net of what freeing the old one removes). Without this, a flexible pod moved onto
-the last free GPU of a type undid the reserve kept there for a pod that accepts only that type,
-which then waited while a third of the fleet sat free. Each gang's best move is
-the one that saves it the most time; across gangs, the move that adds the most priority-weighted
-throughput per GPU it takes goes first (the goodput rule of Pollux and Sia). With queues, a
-moved gang is charged to its queue on the new type in place of the old, within its quota.
+pending gang was placed: a move never takes GPUs from waiting work, nor the GPUs a reserve keeps
+for demand confined to fewer types (pricing.py, scarcity.py: the moved gang already runs, so it
+has less claim on them than a placement, which may pay for them). Without this, a flexible pod
+moved onto the last free GPU of a type undid the reserve kept there for a pod that accepts only
+that type, which then waited while a third of the fleet sat free. Node-shaped reserves and the
+fragmentation term do not bind moves: with an estimate made of whole-node single-type jobs they
+refused every move onto a freed node of that type.
 """
 
 from __future__ import annotations
@@ -44,7 +40,7 @@ from gpufleet.core.preempt import release_gang, retake
 from gpufleet.core.pricing import Pricing
 from gpufleet.core.snapshot import RunningGang, RunProgress
 from gpufleet.core.state import ClusterState
-from gpufleet.core.valuation import base_throughput, replica_value
+from gpufleet.core.valuation import base_throughput
 
 __all__ = ["expected_remaining", "move_gain_s", "plan_moves"]
 
@@ -125,29 +121,12 @@ def _best_on_free(
             plan = plan_gang(state, fixed, t, policy, memo)
             if plan is None:
                 continue
-            if pricing.active:
-                frag, reserved = pricing.move_cost(
-                    state, fixed, t, plan.replicas, plan.repartitions, running.replicas
-                )
-                added = work_value(fixed, t, size, policy, state) - work_value(
-                    demand, running.gpu_type, now, policy, state
-                )
-                if reserved > 0 or added <= frag:
-                    continue  # room the expected workload needs more than this gang
+            if pricing.move_charge(state, fixed, t, plan.replicas, plan.repartitions) > 0:
+                continue  # room kept for demand that can run on fewer types than this gang
             gpus = fixed.gpus_needed(size)
             rank = policy.priority_weight(demand.priority) * (new_rate - rate) / gpus
             best = _Candidate(rank, gain, running, fixed, t)
     return best
-
-
-def work_value(
-    gang: Gang, gpu_type: str, replicas: int, policy: Policy, state: ClusterState
-) -> float:
-    """The objective's work term for `replicas` replicas of the gang on `gpu_type` (what a move
-    adds is the difference; energy is left out, as the move's time gain leaves it out)."""
-    figures = replica_value(gang, state.catalog[gpu_type], policy)
-    weight = policy.weights.work * policy.priority_weight(gang.priority)
-    return weight * figures.work * gang.speedup(replicas)
 
 
 def plan_moves(

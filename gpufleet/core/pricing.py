@@ -22,6 +22,7 @@ from gpufleet.core.scarcity import (
     SlotKind,
     constrained_shares,
     empty_per_type,
+    flexible_in,
     gpu_worths,
     is_flexible,
     pays_for,
@@ -153,27 +154,19 @@ class Pricing:
             state, gang, gpu_type, len(replicas), overlays
         )
 
-    def move_cost(
+    def move_charge(
         self,
         state: ClusterState,
         gang: Gang,
         gpu_type: str,
         replicas: Sequence[ReplicaPlacement],
-        repartitions: Sequence[tuple[int, int, MigLayout]],
-        released: Sequence[ReplicaPlacement],
-    ) -> tuple[float, float]:
-        """What moving a running gang to `replicas` costs, in a state where its old `released`
-        replicas are already free: the weighted fragmentation growth of the new placement less
-        what freeing the old one removes, and what the new placement takes from reserves (the
-        GPUs it frees elsewhere do not refill a reserve of another type)."""
-        overlays = _overlays(state, replicas, repartitions)
-        frag = self._frag_cost(state, overlays)
-        if self.masses:
-            for n, o in _overlays(state, released, ()).items():
-                t = state.node_type[n]
-                held = self._frag(t, state_node_free(state, n, o.whole, o.instances))
-                frag -= self.weight * (held - self._frag(t, state_node_free(state, n)))
-        return frag, self._reserve_cost(state, gang, gpu_type, len(replicas), overlays)
+        repartitions: Sequence[tuple[int, int, MigLayout]] = (),
+    ) -> float:
+        """What moving a running gang to `replicas` takes from the GPU reserves of confined
+        demand (priced as for a placement; the GPUs it frees do not refill a reserve)."""
+        return self._gpu_reserve_cost(
+            state, gang, gpu_type, _overlays(state, replicas, repartitions)
+        )
 
     def _frag_cost(self, state: ClusterState, overlays: Mapping[int, _Overlay]) -> float:
         out = 0.0
@@ -183,6 +176,32 @@ class Pricing:
                 before = self._frag(t, state_node_free(state, n))
                 after = self._frag(t, state_node_free(state, n, o.whole, o.instances, o.layouts))
                 out += self.weight * (after - before)
+        return out
+
+    def _gpu_reserve_cost(
+        self, state: ClusterState, gang: Gang, gpu_type: str, overlays: Mapping[int, _Overlay]
+    ) -> float:
+        sets = self.sets_of.get(gpu_type)
+        if not sets:
+            return 0.0
+        usable = usable_gang_types(state.snapshot, gang, self.present)
+        if len(usable) < 2:
+            return 0.0  # no choice of type: it pays for no reserve
+        paying = [types for types, members in sets if not usable <= members]
+        if not paying:
+            return 0.0
+        taken = sum(
+            1 for n, o in overlays.items() for g in {*o.whole, *o.instances} if g in state.empty[n]
+        )
+        out = 0.0
+        empty: dict[str, int] = {}  # per type, counted once for all the sets
+        for types in paying:
+            free = 0
+            for t in types:
+                if t not in empty:
+                    empty[t] = _empty_gpus(state, t) if t in state.nodes_by_type else 0
+                free += empty[t]
+            out += self.gpu_reserves[types].charge(free, taken)
         return out
 
     def _reserve_cost(
@@ -195,26 +214,9 @@ class Pricing:
     ) -> float:
         if not self.gpu_reserves and not self.slot_reserves:
             return 0.0
-        usable = usable_gang_types(state.snapshot, gang, self.present)
-        if len(usable) < 2:
-            return 0.0  # no choice of type: it pays for no reserve
-        out = 0.0
-        sets = [types for types, members in self.sets_of.get(gpu_type, ()) if not usable <= members]
-        if sets:
-            taken = sum(
-                1
-                for n, o in overlays.items()
-                for g in {*o.whole, *o.instances}
-                if g in state.empty[n]
-            )
-            empty: dict[str, int] = {}  # per type, counted once for all the sets
-            for types in sets:
-                free = 0
-                for t in types:
-                    if t not in empty:
-                        empty[t] = _empty_gpus(state, t) if t in state.nodes_by_type else 0
-                    free += empty[t]
-                out += self.gpu_reserves[types].charge(free, taken)
+        out = self._gpu_reserve_cost(state, gang, gpu_type, overlays)
+        if not self.kinds_of.get(gpu_type) or not flexible_in(state.snapshot, gang, self.present):
+            return out
         for kind in self.kinds_of.get(gpu_type, ()):
             slot_reserve = self.slot_reserves[kind]
             if item_gpus(gang, replicas) >= kind.gpus:

@@ -1,10 +1,10 @@
 """Moves priced against the expected workload (core/moves.py with pricing.py).
 
-Aspects: `Pricing.move_cost` by hand (a reserve charge for taking the last GPU of a type that
-single-type demand needs; fragmentation growth of the new placement net of what freeing the old
-one removes); both engines keep a running flexible gang off the last free GPU of a type that
-the estimate expects single-type tasks for, and move it when the estimate expects none or there
-is no estimate; a move is made only while its added work exceeds the fragmentation it adds.
+Aspects: `Pricing.move_charge` by hand (a reserve charge for taking the last GPU of a type that
+single-type demand needs; none where only fragmentation changes); both engines keep a running
+flexible gang off the last free GPU of a type that the estimate expects single-type tasks for,
+and move it when there is room beyond the reserve, the estimate expects none or there is none;
+fragmentation does not stop a move.
 """
 
 from __future__ import annotations
@@ -66,43 +66,28 @@ def decide(snapshot: Snapshot, engine: Engine, weights: Weights | None = None) -
     return decision
 
 
-def priced_move(snapshot: Snapshot, to: tuple[int, ...]) -> tuple[float, float]:
-    """`move_cost` of moving the job to H100 GPUs `to`, the way plan_moves asks for it."""
+def move_charge(snapshot: Snapshot, to: tuple[int, ...]) -> float:
+    """`move_charge` of moving the job to H100 GPUs `to`, the way plan_moves asks for it."""
     state = ClusterState(snapshot)
     pricing = Pricing(state, Policy(), [])
     (job,) = [r for r in snapshot.running if r.id == "job"]
     release_gang(state, job)
-    return pricing.move_cost(state, FLEXIBLE, H100, [ReplicaPlacement("h", to)], (), job.replicas)
+    return pricing.move_charge(state, FLEXIBLE, H100, [ReplicaPlacement("h", to)])
 
 
-def test_move_cost_of_the_last_reserved_gpu_by_hand() -> None:
+def test_move_charge_of_the_last_reserved_gpu_by_hand() -> None:
     # Empty GPUs: 7 A100 (GPU 6 is the job's) + 1 H100 = 8 spare; an H100-only share of 0.1
     # keeps 0.8 H100 GPU. Taking the last one costs scarcity 2 x worth 4.8 x 0.8 = 7.68.
-    # Fragmentation: the free A100 GPU the job leaves is useless to the H100-only tenth of the
-    # tasks (+0.1); the H100 node ends with nothing free (0 before and after).
     snapshot = job_on_a100((), tuple(range(7)), h100_only(0.1))
-    frag, reserved = priced_move(snapshot, (7,))
-    assert frag == pytest.approx(0.1)
-    assert reserved == pytest.approx(2 * 4.8 * 0.8)
+    assert move_charge(snapshot, (7,)) == pytest.approx(2 * 4.8 * 0.8)
+    # With two free, 0.9 is kept and one GPU taken leaves one: no charge.
+    assert move_charge(job_on_a100((), tuple(range(6)), h100_only(0.1)), (6,)) == 0.0
 
 
-@pytest.mark.parametrize(
-    ("h100_held", "to", "expected"),
-    [
-        # A100 GPUs 0-5 held: the job's release turns one free GPU (a fragment for 2-GPU tasks)
-        # into two (room for one): -1. Three free H100 GPUs become two: both fit, 0.
-        pytest.param((0, 1, 2, 3, 4), (5,), -1.0, id="frees-a-fragment-takes-none"),
-        # Two free H100 GPUs become one fragment: +1, net 0.
-        pytest.param((0, 1, 2, 3, 4, 5), (6,), 0.0, id="moves-the-fragment"),
-    ],
-)
-def test_move_cost_fragmentation_by_hand(
-    h100_held: tuple[int, ...], to: tuple[int, ...], expected: float
-) -> None:
-    snapshot = job_on_a100((0, 1, 2, 3, 4, 5), h100_held, TWO_GPU)
-    frag, reserved = priced_move(snapshot, to)
-    assert frag == pytest.approx(expected)
-    assert reserved == 0.0
+def test_fragmentation_alone_charges_a_move_nothing() -> None:
+    # Two-GPU tasks only: the move leaves one H100 GPU free (a fragment), but no reserve.
+    snapshot = job_on_a100((0, 1, 2, 3, 4, 5), (0, 1, 2, 3, 4, 5), TWO_GPU)
+    assert move_charge(snapshot, (6,)) == 0.0
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -128,13 +113,10 @@ def test_a_move_stays_out_of_a_reserve(
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize(("weight", "moves"), [(1.0, True), (3.0, False)])
-def test_a_move_must_add_more_work_than_fragmentation(
-    engine: Engine, weight: float, moves: bool
-) -> None:
-    # Two H100 GPUs free: the move leaves one, a fragment for 2-GPU tasks (+1 GPU); freeing
-    # the job's A100 GPU changes nothing (7 free there before and 8 after: both fit). The work
-    # added is 4.8 - 2.8 = 2.0: worth it at fragmentation weight 1, not at 3.
+@pytest.mark.parametrize("weight", [1.0, 3.0])
+def test_fragmentation_does_not_stop_a_move(engine: Engine, weight: float) -> None:
+    # Two H100 GPUs free: the move leaves one, a fragment for 2-GPU tasks; it is made at any
+    # fragmentation weight (moves keep out of reserves only).
     snapshot = job_on_a100((), (0, 1, 2, 3, 4, 5), TWO_GPU)
     decision = decide(snapshot, engine, Weights(fragmentation=weight))
-    assert [m.gang_id for m in decision.moves] == (["job"] if moves else [])
+    assert [m.gang_id for m in decision.moves] == ["job"]
