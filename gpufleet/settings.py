@@ -141,6 +141,12 @@ class SolverGroup(_Group):
         description="Bind the greedy decision without solving when it admits every pending "
         "gang whole, with no preemption or MIG change.",
     )
+    max_gangs: int = Field(
+        4000,
+        ge=1,
+        description="Keep the greedy decision without solving when more gangs are pending "
+        "than this (CP-SAT found no solution in time at 5,000).",
+    )
 
     def solver_settings(self) -> SolverSettings:
         return SolverSettings(**self.model_dump())

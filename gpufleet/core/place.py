@@ -7,10 +7,11 @@ preemption for what is still stuck; 3 with the CP-SAT engine, re-solve with the 
 free GPUs plus the preempted ones (the gangs that preempted must be admitted), warm-started by
 the greedy decision, preempt again for what is left, and keep the better-scoring decision
 (greedy's when the solver finds nothing in time); skipped with the opt-in
-`SolverSettings.skip_when_greedy_admits_all` when greedy admits everything; 4 explain every gang
-left pending; 5 move running gangs to faster types where the expected gain is worth the
-restart (moves.py), on the capacity the decision leaves free; 6 return the decision in a
-canonical order so equal inputs give equal decisions.
+`SolverSettings.skip_when_greedy_admits_all` when greedy admits everything, and when more
+gangs are pending than `SolverSettings.max_gangs` (the solver finds nothing in time there); 4
+explain every gang left pending; 5 move running gangs to faster types where the expected gain
+is worth the restart (moves.py), on the capacity the decision leaves free; 6 return the
+decision in a canonical order so equal inputs give equal decisions.
 
 With queues in the snapshot (queues.py), phase 1 also gives the working state a `QueueGate`
 (admission.py): gangs of missing or unusable queues, or with a priority their queue does not
@@ -80,6 +81,9 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
     if solve and policy.solver.skip_when_greedy_admits_all and _admits_all(pending, best):
         # Opt-in shortcut (SolverSettings): nothing is left for the solver to admit.
         best = replace(best, stats=SolveStats("greedy", "ALL_ADMITTED"))
+        solve = False
+    if solve and len(pending) > policy.solver.max_gangs:
+        best = replace(best, stats=SolveStats("greedy", "OVER_MAX_GANGS"))
         solve = False
     if solve:
         from gpufleet.core.cpsat import place_cpsat  # ortools import is heavy; load on use

@@ -128,6 +128,12 @@ class SolverSettings:
     admissions for a better packing score, so the decision is equally valid; the live
     scheduler turns this on because such a cycle's bindings wait for the solve, while the
     simulator and the placement bench keep the default (their objectives compare engines).
+
+    `max_gangs`: with more pending gangs than this, keep the greedy decision without building
+    the CP-SAT model. At 5,000 pending gangs the model never finished a search within the
+    default budget (status UNKNOWN on every instance of bench/scale_bench.py, 500 to 5,000
+    nodes), so greedy decided anyway and the attempt cost about half of the decision's time;
+    at 2,000 gangs it still decided on most instances.
     """
 
     engine: Engine = Engine.CPSAT
@@ -137,10 +143,13 @@ class SolverSettings:
     seed: int = 0
     presolve: bool = False  # off: faster and a tighter bound on the count model (see cpsat.py)
     skip_when_greedy_admits_all: bool = False
+    max_gangs: int = 4000
 
     def __post_init__(self) -> None:
         if self.time_limit_s <= 0 or self.deterministic_time <= 0 or self.workers < 1:
             raise ValueError("time limits must be positive and workers >= 1")
+        if self.max_gangs < 1:
+            raise ValueError("max_gangs must be >= 1")
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,3 +99,21 @@ def test_random_clusters_shortcut_decisions_are_valid_and_admit_everything(seed:
         assert decision.admitted_ids == {g.id for g in pending}
         assert decision.preemptions == () and decision.repartitions == ()
         assert decision.placements == place(snapshot, pending, GREEDY).placements
+
+
+def test_more_gangs_than_max_gangs_keep_the_greedy_decision_without_solving() -> None:
+    # Capacity is short (two gangs of 2 on two GPUs), so the solver would otherwise run.
+    snapshot = cluster().node("a", "L4", 2).build()
+    pending = [gang("g0", "L4", gpus=2), gang("g1", "L4", gpus=2)]
+    capped = Policy(solver=SolverSettings(max_gangs=1))
+    decision = decide(snapshot, pending, capped)
+    assert (decision.stats.engine, decision.stats.status) == ("greedy", "OVER_MAX_GANGS")
+    assert decision.placements == place(snapshot, pending, GREEDY).placements
+    at_cap = decide(snapshot, pending, Policy(solver=SolverSettings(max_gangs=2)))
+    assert at_cap.stats.engine in ("cpsat", "greedy-fallback")
+    assert at_cap.stats.status != "OVER_MAX_GANGS"
+
+
+def test_max_gangs_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_gangs"):
+        SolverSettings(max_gangs=0)
