@@ -42,12 +42,18 @@ from gpufleet.core.snapshot import RunningGang, RunProgress
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import base_throughput
 
-__all__ = ["expected_remaining", "move_gain_s", "plan_moves"]
+__all__ = ["expected_remaining", "move_gain_s", "plan_moves", "unsaved_s"]
 
 
 def move_gain_s(remaining_s: float, unsaved_s: float, restart_s: float, speedup: float) -> float:
     """Seconds of completion time a move saves (negative: it costs), see module docstring."""
     return remaining_s - (restart_s + (remaining_s + unsaved_s) / speedup)
+
+
+def unsaved_s(run_s: float, interval_s: float | None) -> float:
+    """Run time since the last checkpoint of a gang that checkpoints every `interval_s` of
+    running (None: on a signal, or never), i.e. what a restart now loses."""
+    return 0.0 if interval_s is None else run_s % interval_s
 
 
 def expected_remaining(completed: Sequence[float], attained: float) -> float:

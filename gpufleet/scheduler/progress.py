@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from gpufleet.core.moves import expected_remaining
+from gpufleet.core.moves import expected_remaining, unsaved_s
 from gpufleet.core.snapshot import RunningGang, RunProgress
 from gpufleet.model.contract.moves import Checkpoint, read_move_times
 from gpufleet.model.contract.timestamps import parse_time
@@ -119,11 +119,10 @@ class ProgressTracker:
             # Not every pod has started yet: nothing to weigh a move against.
             return replace(gang, demand=None)
         ran = max(0.0, (now - max(known)).total_seconds())
-        unsaved = 0.0 if checkpoint.interval_s is None else ran % checkpoint.interval_s
         recent = sum(1 for t in read_move_times(first) if t > now - _HOUR)
         progress = RunProgress(
             expected_remaining_s=expected_remaining(self._lengths, ran),
-            unsaved_s=unsaved,
+            unsaved_s=unsaved_s(ran, checkpoint.interval_s),
             restart_s=self.restart_s + checkpoint.grace_s,
             recent_moves=recent,
         )

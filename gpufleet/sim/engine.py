@@ -75,7 +75,7 @@ from typing import Protocol
 
 from gpufleet.core.decision import Decision, Move
 from gpufleet.core.demand import Gang, Topology, TypeOption
-from gpufleet.core.moves import expected_remaining
+from gpufleet.core.moves import expected_remaining, unsaved_s
 from gpufleet.core.policy import Policy
 from gpufleet.core.power_down import NodePower, PowerState, boot_waits, plan_power
 from gpufleet.core.queues import QueueTree
@@ -551,10 +551,9 @@ class Simulation:
 
     def _unsaved_s(self, job: _Job) -> float:
         """Run time since the job's last checkpoint (lost on a restart)."""
-        interval = self.settings.checkpoint_interval_s
-        if interval is None or job.state is not _State.RUNNING:
+        if job.state is not _State.RUNNING:
             return 0.0
-        return (self.now - job.run_start) % interval
+        return unsaved_s(self.now - job.run_start, self.settings.checkpoint_interval_s)
 
     def _restart_s(self) -> float:
         grace = (

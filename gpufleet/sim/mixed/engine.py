@@ -44,6 +44,7 @@ from gpufleet.core.autoscaling_types import MetricsSample, PoolRole
 from gpufleet.core.borrowing import lost_work_gpu_s
 from gpufleet.core.demand import Gang, Topology, TypeOption
 from gpufleet.core.lending import place_with_lending
+from gpufleet.core.moves import unsaved_s
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress, Snapshot
 from gpufleet.core.standby import plan_standby
@@ -256,7 +257,7 @@ class MixedSimulation:
         gpus = len(job.gpus)
         if job.state == "running":
             spell = self.now - job.run_start
-            unsaved = spell % self.s.checkpoint_interval_s
+            unsaved = unsaved_s(spell, self.s.checkpoint_interval_s)
             job.ran_s += spell
             job.remaining_s = min(job.spec.duration_s, job.remaining_s - spell + unsaved)
             job.lost_gpu_s += unsaved * gpus
@@ -312,7 +313,7 @@ class MixedSimulation:
         """A placed training job as the core sees it, with its progress (module docstring)."""
         spell = self.now - job.run_start if job.state == "running" else 0.0
         progress = RunProgress(
-            job.ran_s + spell, spell % self.s.checkpoint_interval_s, self.s.restart_s
+            job.ran_s + spell, unsaved_s(spell, self.s.checkpoint_interval_s), self.s.restart_s
         )
         reps = tuple(ReplicaPlacement(n, (g,)) for n, g in job.gpus)
         borrows = any(gpu in self.borrower for gpu in job.gpus)
