@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes.client.exceptions import ApiException
 
 from gpufleet.cliargs import OneLineParser, input_error_exit, output_dir, positive_int
 from gpufleet.model.contract import names
@@ -141,7 +142,11 @@ Shape = tuple[str, int | str, int]  # (GPU type, GPUs per replica or MIG profile
 
 class Load(threading.Thread):
     """Creates TrainingJobs (one per `interval` seconds, `limit` in all), marks their pods
-    Succeeded once they ran for their time (uniform in `runs_for`), and follows their phases."""
+    Succeeded once they ran for their time (uniform in `runs_for`), and follows their phases.
+
+    `creators` threads create, each job at its planned time, so API latency under load does not
+    lower the rate (one thread creating and following fell to about one job a second at load
+    average 15-20); this thread follows."""
 
     def __init__(
         self,
@@ -152,6 +157,7 @@ class Load(threading.Thread):
         shapes: tuple[Shape, ...] = SHAPES,
         runs_for: tuple[float, float] = (10.0, 60.0),
         limit: int | None = None,
+        creators: int = 4,
     ) -> None:
         super().__init__(daemon=True)
         self.kube, self.record, self.interval = kube, record, interval
@@ -162,6 +168,12 @@ class Load(threading.Thread):
         self.creating.set()
         self.stop = threading.Event()
         self.started = time.monotonic()
+        self._lock = threading.Lock()
+        self._planned = 0  # jobs handed to a creator so far
+        self._running = creators
+        self._creators = [
+            threading.Thread(target=self._create, daemon=True) for _ in range(creators)
+        ]
 
     def manifest(self, name: str) -> dict[str, Any]:
         gpu_type, size, most = self.rng.choice(self.shapes)
@@ -174,40 +186,74 @@ class Load(threading.Thread):
         doc["spec"]["runPolicy"] = {"ttlSecondsAfterFinished": FINISHED_TTL_S}
         return doc
 
-    def run(self) -> None:
-        next_at = time.monotonic()
-        count = 0
-        while not self.stop.is_set():
-            polled = time.monotonic()
-            while self.creating.is_set() and time.monotonic() >= next_at:
-                if self.limit is not None and count >= self.limit:
-                    self.creating.clear()
-                    break
-                name = f"j{count:05d}"
-                doc = self.manifest(name)
+    def snapshot(self) -> list[Job]:
+        """The jobs created so far (the creators add to them meanwhile)."""
+        with self._lock:
+            return list(self.jobs.values())
+
+    def _next(self) -> tuple[int, dict[str, Any], float] | None:
+        """The next job to create: its index, manifest and run time; None when all are."""
+        with self._lock:
+            if self.limit is not None and self._planned >= self.limit:
+                return None
+            index = self._planned
+            self._planned += 1
+            doc = self.manifest(f"j{index:05d}")  # drawn in index order: seeded, repeatable
+            return index, doc, self.rng.uniform(*self.runs_for)
+
+    def _create(self) -> None:
+        try:
+            self._create_planned()
+        finally:
+            with self._lock:
+                self._running -= 1
+                if not self._running:
+                    self.creating.clear()  # every planned job is created
+
+    def _create_planned(self) -> None:
+        while not self.stop.is_set() and self.creating.is_set():
+            planned = self._next()
+            if planned is None:
+                return
+            index, doc, runs_for = planned
+            if self.stop.wait(max(0.0, self.started + index * self.interval - time.monotonic())):
+                return
+            while self.creating.is_set() and not self.stop.is_set():
                 try:
                     self.kube.create_job(JOBS_NS, doc)
-                    runs_for = self.rng.uniform(*self.runs_for)
-                    replicas = doc["spec"]["replicas"]
-                    self.jobs[name] = Job(name, time.monotonic(), runs_for, replicas)
-                    count += 1
-                except Exception:
-                    self.record.refused_creates += 1  # an outage: try the next one later
-                next_at += self.interval
-                if time.monotonic() - polled >= 1.0:
-                    break  # behind the rate: still follow (and finish) jobs every second
+                except Exception as exc:
+                    # 409: an earlier attempt was stored after all
+                    if not (isinstance(exc, ApiException) and exc.status == 409):
+                        with self._lock:
+                            self.record.refused_creates += 1
+                        self.stop.wait(self.interval)  # an outage: try the same job again
+                        continue
+                name = doc["metadata"]["name"]
+                with self._lock:
+                    self.jobs[name] = Job(name, time.monotonic(), runs_for, doc["spec"]["replicas"])
+                break
+
+    def run(self) -> None:
+        for creator in self._creators:
+            creator.start()
+        while not self.stop.is_set():
             try:
                 self.follow()
             except Exception:
                 self.record.refused_polls += 1
             self.stop.wait(min(1.0, self.interval))
 
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        for creator in self._creators:
+            creator.join(timeout)
+
     def follow(self) -> None:
         """Phases from one list; the pods of jobs that ran for their time marked Succeeded."""
         seen = {j["metadata"]["name"]: j for j in self.kube.jobs(JOBS_NS)}
         now = time.monotonic()
         due: list[Job] = []
-        for job in self.jobs.values():
+        for job in self.snapshot():
             if job.gone:
                 continue
             obj = seen.get(job.name)
@@ -263,9 +309,9 @@ class Load(threading.Thread):
         phases = {j["metadata"]["name"]: (j.get("status") or {}).get("phase")
                   for j in self.kube.jobs(JOBS_NS)}  # fmt: skip
         return sorted(
-            f"{name}: {phases.get(name)}"
-            for name, job in self.jobs.items()
-            if not job.gone and phases.get(name) not in ("Running", "Succeeded")
+            f"{job.name}: {phases.get(job.name)}"
+            for job in self.snapshot()
+            if not job.gone and phases.get(job.name) not in ("Running", "Succeeded")
         )
 
 

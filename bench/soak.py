@@ -109,7 +109,9 @@ def run(args: Any) -> dict[str, Any]:
             try:
                 operator.start(timeout=600)
                 with RssSampler(operator) as rss:
-                    load = Load(kube, record, 1 / args.rate, args.seed, SHAPES, (5, 15), args.jobs)
+                    rate = 1 / args.rate
+                    load = Load(kube, record, rate, args.seed, SHAPES, (5, 15), args.jobs,
+                                args.creators)  # fmt: skip
                     started = time.monotonic()
                     load.start()
                     polls = 0
@@ -122,7 +124,7 @@ def run(args: Any) -> dict[str, Any]:
                             deadline = min(latest, max(deadline, time.monotonic() + args.bound))
                         time.sleep(5.0)
                         polls += 1
-                        done = [j for j in load.jobs.values() if j.succeeded or j.gone]
+                        done = [j for j in load.snapshot() if j.succeeded or j.gone]
                         if len(load.jobs) >= args.jobs and len(done) >= args.jobs:
                             break
                         if polls % 12 == 0:
@@ -175,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=positive_float, default=5.0, help="jobs created a second")
     parser.add_argument("--bound", type=positive_int, default=600,
                         help="seconds after the last creation for every job to finish")  # fmt: skip
+    parser.add_argument("--creators", type=positive_int, default=4,
+                        help="threads creating jobs, each at its planned time")  # fmt: skip
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--operator-log", type=output_file, default=None)
     args = parser.parse_args(argv)

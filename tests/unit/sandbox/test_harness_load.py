@@ -7,10 +7,12 @@ again after the scheduler had given their GPUs to another job (the soak's double
 
 from __future__ import annotations
 
+import time
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from gpufleet.model.contract import names
 from tests.benchscripts import bench_module
@@ -84,3 +86,47 @@ def test_only_pods_that_run_are_finished_and_a_preempted_job_runs_its_time_again
     at(125, "Running", [("j-0", "n1", "Running"), ("j-1", "n1", "Running")])
     assert sorted(kube.patched) == ["j-0", "j-1"]
     assert all(p["status"]["phase"] == "Succeeded" for p in kube.pod_list)
+
+
+class CreatingKube(FakeKube):
+    """Records created manifests; `fail` maps a job name to the errors its next creations
+    raise, in order."""
+
+    def __init__(self, fail: dict[str, list[int]]) -> None:
+        super().__init__()
+        self.created: dict[str, dict[str, Any]] = {}
+        self.fail = fail
+
+    def create_job(self, namespace: str, manifest: dict[str, Any]) -> None:
+        name = manifest["metadata"]["name"]
+        errors = self.fail.get(name, [])
+        if errors:
+            status = errors.pop(0)
+            if status == 409:  # the earlier, failed-looking attempt was stored
+                self.created[name] = manifest
+            raise ApiException(status=status)
+        self.created[name] = manifest
+
+
+def _create_all(chaos: ModuleType, kube: CreatingKube, creators: int) -> Any:
+    load = chaos.Load(kube, chaos.Record(), interval=0.01, seed=3, limit=6, creators=creators)
+    load.start()
+    deadline = time.monotonic() + 30
+    while (load.creating.is_set() or len(load.snapshot()) < 6) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    load.stop.set()
+    load.join(5)
+    return load
+
+
+def test_creators_make_every_job_once_with_the_same_manifests_and_retry_refusals() -> None:
+    chaos = _chaos()
+    one = CreatingKube({})
+    _create_all(chaos, one, creators=1)
+    four = CreatingKube({"j00001": [500, 503], "j00004": [409]})
+    load = _create_all(chaos, four, creators=4)
+    names_made = [f"j{i:05d}" for i in range(6)]
+    assert sorted(load.jobs) == names_made
+    assert four.created == one.created  # the seeded stream does not depend on the threads
+    assert load.record.refused_creates == 2  # the two refusals; the 409 is a creation
+    assert not load.creating.is_set()
