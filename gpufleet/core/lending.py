@@ -20,7 +20,7 @@ is the one it needs back); when the borrower ends first, the GPU is lendable aga
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from gpufleet.core.decision import Decision
@@ -49,12 +49,20 @@ def _gpus(gangs: Sequence[RunningGang]) -> dict[tuple[str, int], str]:
     return {(r.node, g): gang.id for gang in gangs for r in gang.replicas for g in r.gpus}
 
 
+Decide = Callable[[Snapshot, Sequence[Gang], Policy], Decision]
+
+
 def place_with_lending(
-    snapshot: Snapshot, pending: Sequence[Gang], policy: Policy, lenders: Sequence[RunningGang]
+    snapshot: Snapshot,
+    pending: Sequence[Gang],
+    policy: Policy,
+    lenders: Sequence[RunningGang],
+    decide: Decide = place,
 ) -> LendingDecision:
-    """Decide with the lenders' GPUs lent to the pending gangs that may borrow them."""
+    """Decide with the lenders' GPUs lent to the pending gangs that may borrow them (both
+    steps by `decide`: `place`, or the live scheduler's own entry to it)."""
     held = replace(snapshot, running=(*snapshot.running, *lenders))
-    first = place(held, pending, policy)
+    first = decide(held, pending, policy)
     if not lenders:
         return LendingDecision(first)
     admitted = first.admitted_ids
@@ -89,7 +97,7 @@ def place_with_lending(
             for n in nodes
         )
     lent_snapshot = replace(snapshot, nodes=nodes, running=(*running, *placed))
-    second = place(lent_snapshot, borrowers, replace(policy, allow_preemption=False))
+    second = decide(lent_snapshot, borrowers, replace(policy, allow_preemption=False))
     lent = _gpus(lenders)
     borrowed = sorted(
         {

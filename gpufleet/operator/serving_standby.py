@@ -29,6 +29,12 @@ server is put to sleep or woken before its pod is marked (a pod going to sleep l
 Service first): a replica whose sleep fails is removed instead, and a failed wake raises
 `SleepApiError` (the pod stays marked asleep; the next tick tries again). A woken pod is awake
 as soon as the server's `/is_sleeping` says so (not after `wakeSeconds`).
+
+Lent standbys (`gpufleet.model.contract.lending`): a standby the scheduler marked `lent-to` is
+not woken but recalled (marked, left asleep and out of its Service) until the scheduler has
+preempted its borrower and removed the mark; standbys nobody borrows from are woken first. A
+wake is conditional on the resourceVersion read, so a standby lent meanwhile is not woken under
+its borrower (the pass is retried).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from gpufleet.core.standby import plan_standby
+from gpufleet.model.contract import lending
 from gpufleet.model.contract import standby as marks
 from gpufleet.model.contract.names import POOL_LABEL
 from gpufleet.model.servingjob import ServingJobSpec
@@ -190,9 +197,16 @@ class Standbys:
         return str((pod["metadata"].get("labels") or {}).get(POOL_LABEL))
 
     def _wake(self, pod: Obj) -> None:
+        if lending.lent_to(pod) is not None:
+            # The scheduler lent its GPUs: ask for them back and leave it asleep (out of its
+            # Service) until the borrower is gone and the mark with it; a later pass wakes it.
+            if not lending.recalled(pod):
+                self.cluster.patch(self._name(pod), lending.recall_patch(self.now))
+            return
         if self.server is not None:
             self.server.wake(pod, self.port)  # SleepApiError: stays marked, retried next tick
-        self.cluster.patch(self._name(pod), marks.wake_patch(self.now))
+        rv = pod["metadata"].get("resourceVersion")
+        self.cluster.patch(self._name(pod), marks.wake_patch(self.now, rv))
         self.woken.add(self._name(pod))
 
     def _sleep(self, pod: Obj) -> bool:
@@ -230,6 +244,8 @@ class Standbys:
         total = self.scales.get(pool, len(live))
         awake = max(0, total - len(asleep))
         plan = plan_standby(awake, len(asleep), replicas, standby)
+        # Standbys whose GPUs nobody borrows wake at once: they go first.
+        asleep.sort(key=lambda p: lending.lent_to(p) is not None)
         for pod in asleep[: plan.wake]:
             self._wake(pod)
         slept = 0

@@ -207,6 +207,31 @@ class Binder:
         results = self._pool.map(lambda k: self._evict_one(k, reason, message), keys)
         return dict(zip(keys, results, strict=True))
 
+    def preempt_pods(self, keys: Iterable[str], reason: str, message: str) -> list[str]:
+        """Record `reason` as the pods' disruption cause (as `evict_pods` does), then delete
+        them with their grace period, whatever their budgets say: a borrower of a standby's
+        GPUs gives them back when asked (scheduler/lending.py). Returns failures."""
+        keys = list(keys)
+
+        def one(key: str) -> bool:
+            gone = not self._mark_cause(key, reason)
+            return gone or self._delete_one(key, reason, message, False)
+
+        results = self._pool.map(one, keys)
+        return [k for k, ok in zip(keys, results, strict=True) if not ok]
+
+    def patch_pod(self, key: str, body: Mapping[str, Any]) -> str | None:
+        """Merge-patch the pod's metadata; None when it worked, else the API's refusal (a
+        resourceVersion in the body makes it conditional: 409 when the pod changed)."""
+        namespace, name = _split(key)
+        try:
+            self.api.patch_namespaced_pod(name, namespace, dict(body), _preload_content=False)
+            return None
+        except ApiException as exc:
+            return api_error_text(exc)
+        except Exception as exc:  # connection errors: not known to be written
+            return str(exc)
+
     def list_budgets(self, namespaces: Iterable[str]) -> list[dict[str, Any]]:
         """The PodDisruptionBudgets of `namespaces`, as JSON objects."""
         policy = client.PolicyV1Api(self.api.api_client)

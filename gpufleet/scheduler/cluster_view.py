@@ -19,6 +19,7 @@ from gpufleet.core.demand import Gang, TypeOption
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.core.state import ClusterState
 from gpufleet.model.contract import names
+from gpufleet.model.contract.lending import borrowed_from, loan_gpus
 from gpufleet.model.contract.moves import Checkpoint
 from gpufleet.model.gpus import Catalog
 from gpufleet.model.inventory import Node
@@ -51,6 +52,9 @@ class ClusterView:
     running_pods: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # pods holding GPUs that could not be accounted for (over-committed node).
     problems: tuple[str, ...] = ()
+    # borrowing pod key -> {GPU index: lender pod key} for each GPU it holds on loan from an
+    # asleep standby (model.contract.lending): the ledger counts those GPUs as the standby's.
+    loans: Mapping[str, Mapping[int, str]] = field(default_factory=dict)
     # pod key -> what the cycle reads of it, for every pod in the cache (assumed ones bound).
     facts: Mapping[str, PodFacts] = field(default_factory=dict)
     # offered gang id -> which GPU nodes its pods may use and why not the others, and each GPU
@@ -79,9 +83,12 @@ def hide_overcommitted(view: ClusterView) -> ClusterView:
     return closed_to_new_pods(view, crowded)
 
 
-def _assign(ledger: ClusterState, pod: Pod, exact: bool) -> ReplicaPlacement | None:
-    """The GPUs `pod` holds on the ledger's one node: its recorded ones (`exact`) or the
-    lowest free whole GPUs / the first free instance of its profile; None if they are not free."""
+def _assign(
+    ledger: ClusterState, pod: Pod, exact: bool, lent: Collection[int] = ()
+) -> ReplicaPlacement | None:
+    """The GPUs `pod` holds on the ledger's one node: its recorded ones (`exact`; those `lent`
+    to it by a standby are the standby's and left out) or the lowest free whole GPUs / the
+    first free instance of its profile; None if they are not free."""
     request = pods.gpu_request(pod)
     name = ledger.nodes[0].name
     placement: ReplicaPlacement | None = None
@@ -97,7 +104,7 @@ def _assign(ledger: ClusterState, pod: Pod, exact: bool) -> ReplicaPlacement | N
     elif exact:
         gpus = pods.assigned_gpus(pod)
         if gpus is not None and len(gpus) == request.gpus:
-            placement = ReplicaPlacement(name, gpus)
+            placement = ReplicaPlacement(name, tuple(g for g in gpus if g not in lent))
     else:
         free = ledger.whole_mode_gpus(0)
         if len(free) >= request.gpus:
@@ -157,6 +164,15 @@ def _running_gang(
     return gangs, members
 
 
+def _borrowers_kept(running: list[RunningGang], borrowers: set[str]) -> list[RunningGang]:
+    """`running` with the gangs that borrow GPUs not preemptible: a borrower leaves only as a
+    whole when its lenders recall their GPUs (scheduler/lending.py); a preemption of its own
+    GPUs alone would evict part of it and hand a standby's GPU to someone else."""
+    return [
+        replace(g, preemptible=False) if g.id.split("#", 1)[0] in borrowers else g for g in running
+    ]
+
+
 def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
     """Whether two tuples hold the very same objects (identity, not equality)."""
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
@@ -184,7 +200,13 @@ class ViewBuilder:
         # node name -> (core node, its pods, placements, problems)
         self._usage: dict[
             str,
-            tuple[Node, tuple[Pod, ...], list[tuple[PodFacts, ReplicaPlacement]], list[str]],
+            tuple[
+                Node,
+                tuple[Pod, ...],
+                list[tuple[PodFacts, ReplicaPlacement]],
+                list[str],
+                dict[str, dict[int, str]],
+            ],
         ] = {}
         # (gang, type) -> (its pods, their placements, split, gangs, members)
         self._running: dict[
@@ -240,9 +262,10 @@ class ViewBuilder:
 
     def _holders(
         self, core_nodes: Mapping[str, Node], facts: Mapping[str, PodFacts]
-    ) -> tuple[list[tuple[PodFacts, ReplicaPlacement]], list[str], bool]:
-        """Placements of GPU-holding pods, keys of pods that do not fit, and whether all of
-        it is what the last cycle found (no node or pod on a GPU node changed)."""
+    ) -> tuple[list[tuple[PodFacts, ReplicaPlacement]], list[str], dict[str, dict[int, str]], bool]:
+        """Placements of GPU-holding pods, keys of pods that do not fit, the GPUs of pods on
+        loan, and whether all of it is what the last cycle found (no node or pod on a GPU node
+        changed)."""
         on_node: dict[str, list[PodFacts]] = defaultdict(list)
         for f in facts.values():
             if f.node is not None and f.holds_gpus and f.node in core_nodes:
@@ -250,21 +273,23 @@ class ViewBuilder:
         old, new = self._usage, {}
         holders: list[tuple[PodFacts, ReplicaPlacement]] = []
         problems: list[str] = []
+        loans: dict[str, dict[int, str]] = {}
         unchanged = on_node.keys() == old.keys()
         for name in sorted(on_node):
             node, here = core_nodes[name], on_node[name]
             objs = tuple(f.pod for f in here)
             seen = old.get(name)
             if seen is not None and seen[0] is node and _same(seen[1], objs):
-                found, bad = seen[2], seen[3]
+                found, bad, lent = seen[2], seen[3], seen[4]
             else:
-                found, bad = _node_holders(self.catalog, node, here)
+                found, bad, lent = _node_holders(self.catalog, node, here)
                 unchanged = False
-            new[name] = (node, objs, found, bad)
+            new[name] = (node, objs, found, bad, lent)
             holders.extend(found)
             problems.extend(bad)
+            loans.update(lent)
         self._usage = new
-        return holders, problems, unchanged
+        return holders, problems, loans, unchanged
 
     def _running_gangs(
         self, holders: list[tuple[PodFacts, ReplicaPlacement]], core_nodes: Mapping[str, Node]
@@ -312,10 +337,12 @@ class ViewBuilder:
         core_nodes = self._core_nodes(nodes, mig_configs)
         if facts is None:
             facts = self.facts(all_pods)
-        holders, problems, unchanged = self._holders(core_nodes, facts)
+        holders, problems, loans, unchanged = self._holders(core_nodes, facts)
         if not unchanged or self._last_running is None:
             self._last_running = self._running_gangs(holders, core_nodes)
         running, running_pods = self._last_running
+        if loans:
+            running = _borrowers_kept(running, {facts[k].gang for k in loans})
         snapshot = Snapshot(
             catalog,
             tuple(core_nodes[n] for n in sorted(core_nodes)),
@@ -376,6 +403,7 @@ class ViewBuilder:
             held_pods,
             running_pods,
             tuple(problems),
+            loans,
             facts,
             outcomes,
             free,
@@ -384,14 +412,26 @@ class ViewBuilder:
 
 def _node_holders(
     catalog: Catalog, node: Node, here: list[PodFacts]
-) -> tuple[list[tuple[PodFacts, ReplicaPlacement]], list[str]]:
-    """Placements of the GPU-holding pods of one node; keys of pods that do not fit."""
+) -> tuple[list[tuple[PodFacts, ReplicaPlacement]], list[str], dict[str, dict[int, str]]]:
+    """Placements of the GPU-holding pods of one node; keys of pods that do not fit; the GPUs
+    each borrowing pod holds on loan from an asleep standby (not in its placement)."""
     ledger = ClusterState(Snapshot(catalog, (node,)))
+    by_key = {f.key: f.pod for f in here}
+    loans: dict[str, dict[int, str]] = {}
+    for f in here:
+        if f.ours and borrowed_from(f.pod):
+            lent = loan_gpus(f.pod, by_key)
+            if lent:
+                loans[f.key] = lent
     holders: list[tuple[PodFacts, ReplicaPlacement]] = []
     unplaced: list[PodFacts] = []
-    # Recorded placements first, so pods of other schedulers fill what is left.
-    for f in here:
-        placement = _assign(ledger, f.pod, exact=True)
+    # Recorded placements first, so pods of other schedulers fill what is left; pods that say
+    # they borrow come last, so a standby woken under its borrower keeps its GPU in the ledger.
+    for f in sorted(here, key=lambda f: bool(borrowed_from(f.pod))):
+        lent = loans.get(f.key, {})
+        if lent and set(pods.assigned_gpus(f.pod) or ()) <= lent.keys():
+            continue  # every GPU it holds is on loan: the standbys hold them
+        placement = _assign(ledger, f.pod, exact=True, lent=lent.keys())
         if placement is None:
             unplaced.append(f)
         else:
@@ -403,7 +443,7 @@ def _node_holders(
             problems.append(f.key)
         else:
             holders.append((f, placement))
-    return holders, problems
+    return holders, problems, loans
 
 
 def _pending_gang(

@@ -22,6 +22,8 @@ class CycleReport:
     moved: list[str] = field(default_factory=list)  # gangs restarted on a faster placement
     completed: list[str] = field(default_factory=list)  # partly bound gangs being completed
     bind_failures: dict[str, str] = field(default_factory=dict)  # gang id -> error
+    lent: list[str] = field(default_factory=list)  # "standby->borrowing gang" loans made
+    reclaimed: list[str] = field(default_factory=list)  # borrowers preempted for their lenders
     power: PowerReport = field(default_factory=PowerReport)  # idle-node power-down marks
     timings: dict[str, float] = field(default_factory=dict)
     # CPU seconds of the scheduler's thread in the cycle: the wall times above stretch with
@@ -39,6 +41,8 @@ class CycleReport:
             or self.mig_requests
             or self.restarted
             or self.moved
+            or self.lent
+            or self.reclaimed
             or self.power.power_off
             or self.power.wake
             or self.power.booted

@@ -53,9 +53,12 @@ class InflightBindings:
         placements: Sequence[GangPlacement],
         by_id: Mapping[str, PendingGang],
         report: CycleReport,
+        extra: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         """Assume every placed gang and start its bindings in one parallel batch; settle the
-        batches already answered."""
+        batches already answered. `extra`: pod key -> more annotations its binding writes
+        (the standbys a borrowing pod borrows from)."""
+        extra = extra or {}
         per_gang: dict[str, list[BindRequest]] = {}
         for placement in placements:
             pg = by_id[placement.gang_id]
@@ -64,7 +67,11 @@ class InflightBindings:
                 continue
             # Replica i goes to the pod of rank i; an elastic gang may get fewer than its pods.
             per_gang[pg.gang.id] = [
-                BindRequest(key, placement.replicas[i].node, bind_annotations(placement, i))
+                BindRequest(
+                    key,
+                    placement.replicas[i].node,
+                    {**bind_annotations(placement, i), **extra.get(key, {})},
+                )
                 for i, key in enumerate(pg.pods[: len(placement.replicas)])
             ]
         requests = [r for rs in per_gang.values() for r in rs]

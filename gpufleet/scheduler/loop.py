@@ -10,13 +10,16 @@ phase is a small collaborator with its own state (the module named after each):
               gangs (mover)
   2 heal      (heal, partial) restart, as whole gangs, gangs with a pod on a failed or
               vanished node; find gangs left partly bound (a crash between two bindings or
-              evictions)
+              evictions); (lending) preempt whole the gangs borrowing GPUs from a standby the
+              operator recalled
   3 heads     (offer) offer pending gangs to the core, except those waiting for preemption
               victims to exit or for a MIG reconfiguration they need; the unbound rest of a
               partly bound gang is offered as `<gang>#rest`; of many identical gangs only as
               many as could fit, plus one whose reason the others share
   4 decide    `place()` from the core; every placement decision comes from there (a moved
-              gang's recreated pods are bound to its reserved placement instead: mover)
+              gang's recreated pods are bound to its reserved placement instead: mover); with
+              asleep standbys, the core's `place_with_lending` (lending) lends their GPUs to
+              preemptible gangs of lower priority
   5 preempt   (victims) evict victim gangs whole through the Eviction API, or none of them
               when their PodDisruptionBudgets do not allow it; the preemptor waits until the
               pods are gone
@@ -24,8 +27,9 @@ phase is a small collaborator with its own state (the module named after each):
               wait
   7 complete  (partial) a partly bound gang whose rest the core placed is completed by phase
               8; one whose rest cannot be placed restarts whole
-  8 bind      (inflight) assume every pod of a gang, then send all bindings of the cycle as one
-              batch that is answered in the background (the next cycle does not wait for it;
+  8 bind      (lending) mark the standbys a borrowing gang uses lent; (inflight) assume
+              every pod of a gang, then send all bindings of the cycle as one batch that
+              is answered in the background (the next cycle does not wait for it;
               the assumptions keep its GPUs taken); if any binding of a gang fails, phase 0 of
               a later cycle rolls the gang back (never a partial gang); then (mover) each
               move of the decision deletes its gang's pods with their grace period and
@@ -49,6 +53,7 @@ from dataclasses import replace
 
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang
+from gpufleet.core.lending import LendingDecision
 from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import Snapshot
@@ -68,6 +73,8 @@ from gpufleet.scheduler.deletions import Deletions
 from gpufleet.scheduler.eligibility import overcommitted
 from gpufleet.scheduler.heal import NodeHealer
 from gpufleet.scheduler.inflight import InflightBindings
+from gpufleet.scheduler.lending import Lending
+from gpufleet.scheduler.lending import decide as decide_lending
 from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.mig_request import MigRequester
 from gpufleet.scheduler.mover import GangMover
@@ -145,6 +152,7 @@ class Scheduler:
         self.waiting = WaitingReasons(
             binder, clock, settings.explain_delay_s, settings.busy_explain_delay_s
         )
+        self.lending = Lending(binder, deletions)
         self.power = power
         self.queue_status = queue_status
 
@@ -174,9 +182,10 @@ class Scheduler:
         )
         offered, reserved, reserved_by_id = self.mover.take(view, offered)
         timer.done("heads")
-        decision = self._decide(view, offered, policy, report)  # 4
-        if decision is None:
+        outcome = self._decide(view, offered, policy, report)  # 4
+        if outcome is None:
             return report
+        decision = outcome.decision
         timer.done("decide")
         held = self.victims.evict(decision, view, state, report)  # 5
         timer.done("preempt")
@@ -187,8 +196,10 @@ class Scheduler:
         # A gang whose pods together would over-commit a node's CPU or memory waits a cycle.
         held |= overcommitted(decision, view.eligibility, view.free, held)
         by_id = {pg.gang.id: pg for pg in offered}
+        waits, borrows = self.lending.lend(outcome, view, by_id, held, report)  # 8
+        held |= dict.fromkeys(waits, "waiting for a standby to be lent")
         placed = [p for p in decision.placements if p.gang_id not in held]
-        self.bindings.send([*placed, *reserved], by_id | reserved_by_id, report)  # 8
+        self.bindings.send([*placed, *reserved], by_id | reserved_by_id, report, borrows)
         self.mover.start(decision, view, report)
         timer.done("bind")
         report.pending = pending_messages(
@@ -248,6 +259,7 @@ class Scheduler:
             | self.deletions.gangs_settling(facts)
             | victims_still_shown(state, facts)
         )
+        settling |= self.lending.reclaim(view, report)
         return settling, partial_gangs(facts, settling)
 
     def _decide(
@@ -256,13 +268,13 @@ class Scheduler:
         offered: Sequence[PendingGang],
         policy: Policy,
         report: CycleReport,
-    ) -> Decision | None:
-        """The core's decision on the offered gangs; None (and the error reported) when it
-        fails: the next cycle tries again."""
+    ) -> LendingDecision | None:
+        """The core's decision on the offered gangs (with the asleep standbys' GPUs lent);
+        None (and the error reported) when it fails: the next cycle tries again."""
         if not offered and not any(g.progress is not None for g in view.snapshot.running):
-            return Decision()  # nothing to place and no gang that could move
+            return LendingDecision(Decision())  # nothing to place and no gang that could move
         try:
-            return self.decide(view.snapshot, [pg.gang for pg in offered], policy)
+            return decide_lending(view, [pg.gang for pg in offered], policy, self.decide)
         except Exception as exc:
             log.exception("cycle=%d decision failed; retrying next cycle", self.cycle)
             report.error = f"decide: {exc}"

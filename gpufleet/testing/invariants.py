@@ -3,7 +3,9 @@
 Used by the integration tests and the benchmark after every disruptive step (operator killed,
 node lost, gangs competing), and usable against a live cluster:
 - no node has more GPUs or MIG slices in use than it advertises;
-- no whole GPU or MIG instance is recorded on two live pods of one node;
+- no whole GPU or MIG instance is recorded on two live pods of one node, but for one pairing:
+  an asleep standby and a preemptible pod of lower priority borrowing it
+  (`model.contract.lending.loan_gpus`), whose borrowed GPUs are counted once;
 - every gpufleet gang has none or at least its gang size of pods bound (pods already being
   deleted aside);
 - no TrainingJob has two live pods for one rank.
@@ -18,7 +20,7 @@ from typing import Any
 
 from kubernetes import client
 
-from gpufleet.model.contract import names
+from gpufleet.model.contract import lending, names
 from gpufleet.scheduler import pods
 
 Obj = Mapping[str, Any]
@@ -36,19 +38,34 @@ def _int(value: Any) -> int:
         return 0
 
 
+def _loans(all_pods: Iterable[Obj]) -> dict[str, dict[int, str]]:
+    """Borrowing pod key -> {GPU: lender key} of every valid loan (model.contract.lending)."""
+    listed = list(all_pods)
+    by_key = {pods.pod_key(p): p for p in listed}
+    out: dict[str, dict[int, str]] = {}
+    for pod in listed:
+        if lending.borrowed_from(pod) and (lent := lending.loan_gpus(pod, by_key)):
+            out[pods.pod_key(pod)] = lent
+    return out
+
+
 def capacity_violations(nodes: Iterable[Obj], all_pods: Iterable[Obj]) -> list[str]:
-    """Nodes whose GPU or MIG resources are over-committed by bound, unfinished pods."""
+    """Nodes whose GPU or MIG resources are over-committed by bound, unfinished pods (a GPU
+    lent by an asleep standby counts once)."""
     allocatable = {
         n["metadata"]["name"]: (n.get("status") or {}).get("allocatable") or {} for n in nodes
     }
+    pod_list = list(all_pods)
+    loans = _loans(pod_list)
     used: dict[str, Counter[str]] = defaultdict(Counter)
-    for pod in all_pods:
+    for pod in pod_list:
         node = pods.node_name(pod)
         if node is None or pods.is_terminal(pod):
             continue
         request = pods.gpu_request(pod)
         if request.gpus:
-            used[node][names.WHOLE_GPU_RESOURCE] += request.gpus
+            lent = len(loans.get(pods.pod_key(pod), {}))
+            used[node][names.WHOLE_GPU_RESOURCE] += request.gpus - lent
         if request.mig_profile:
             used[node][names.MIG_RESOURCE_PREFIX + request.mig_profile] += 1
     out = []
@@ -63,9 +80,12 @@ def capacity_violations(nodes: Iterable[Obj], all_pods: Iterable[Obj]) -> list[s
 
 
 def double_bookings(all_pods: Iterable[Obj]) -> list[str]:
-    """GPUs or MIG instances that two live pods on one node both hold."""
+    """GPUs or MIG instances that two live pods on one node both hold, but for a standby and
+    its borrower on the GPUs of a valid loan."""
+    pod_list = list(all_pods)
+    loans = _loans(pod_list)
     holders: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for pod in all_pods:
+    for pod in pod_list:
         node = pods.node_name(pod)
         if node is None or pods.is_terminal(pod):
             continue
@@ -73,8 +93,10 @@ def double_bookings(all_pods: Iterable[Obj]) -> list[str]:
         if mig is not None:
             holders[(node, f"gpu{mig[0]}/{mig[1]}")].append(pods.pod_key(pod))
             continue
+        lent = loans.get(pods.pod_key(pod), {})
         for g in pods.assigned_gpus(pod) or ():
-            holders[(node, f"gpu{g}")].append(pods.pod_key(pod))
+            if g not in lent:  # a GPU on loan is the standby's, recorded there
+                holders[(node, f"gpu{g}")].append(pods.pod_key(pod))
     return [
         f"{node} {what} held by {', '.join(sorted(keys))}"
         for (node, what), keys in sorted(holders.items())

@@ -87,3 +87,10 @@ WOKEN_AT: Final = "gpufleet.io/woken-at"  # RFC 3339 time the operator last woke
 AWAKE_CONDITION: Final = "gpufleet.io/awake"
 # Kubernetes' hint to a ReplicaSet's scale-down: pods of lower cost are removed first.
 POD_DELETION_COST: Final = "controller.kubernetes.io/pod-deletion-cost"
+# Lending an asleep standby's GPUs (`lending` module). On the borrowing pod, written through
+# its Binding: the standby pods (namespace/name, comma-separated) whose GPUs it runs on. On the
+# standby, by the scheduler before it binds a borrower: the borrowing gang; by the operator when
+# it wants the standby back: the RFC 3339 time it asked.
+BORROWS: Final = "gpufleet.io/borrows"
+LENT_TO: Final = "gpufleet.io/lent-to"
+RECALL: Final = "gpufleet.io/recall"

@@ -20,7 +20,13 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from gpufleet.model.contract.names import AWAKE_CONDITION, POD_DELETION_COST, STANDBY, WOKEN_AT
+from gpufleet.model.contract.names import (
+    AWAKE_CONDITION,
+    POD_DELETION_COST,
+    RECALL,
+    STANDBY,
+    WOKEN_AT,
+)
 from gpufleet.model.contract.timestamps import format_time, parse_time
 
 __all__ = [
@@ -67,10 +73,20 @@ def sleep_patch() -> dict[str, Any]:
     return {"metadata": {"annotations": {STANDBY: ASLEEP, POD_DELETION_COST: _KEEP_COST}}}
 
 
-def wake_patch(now: datetime) -> dict[str, Any]:
-    """Merge patch that wakes a standby at `now`."""
-    annotations = {STANDBY: None, POD_DELETION_COST: None, WOKEN_AT: format_time(now)}
-    return {"metadata": {"annotations": annotations}}
+def wake_patch(now: datetime, resource_version: str | None = None) -> dict[str, Any]:
+    """Merge patch that wakes a standby at `now` (and clears a recall of its lent GPUs); with
+    the resourceVersion the operator read, the API server refuses it (409) if the pod changed
+    since, e.g. the scheduler lent it meanwhile (model.contract.lending)."""
+    annotations = {
+        STANDBY: None,
+        POD_DELETION_COST: None,
+        RECALL: None,
+        WOKEN_AT: format_time(now),
+    }
+    meta: dict[str, Any] = {"annotations": annotations}
+    if resource_version:
+        meta["resourceVersion"] = resource_version
+    return {"metadata": meta}
 
 
 def readiness_gate() -> dict[str, str]:

@@ -9,7 +9,9 @@ ReplicaSet never picks a standby, which is not Ready; pools whose standbys are s
 theirs; a lowered standby count removes the excess. The awake condition of gated pods: False
 while asleep, waking (before wakeSeconds) or being put to sleep (written before the sleep mark),
 True otherwise (also on a pod nobody wrote it on yet), written only where it differs, never on
-ungated pods; the ready count is the awake running replicas.
+ungated pods; the ready count is the awake running replicas. A standby the scheduler lent is
+recalled instead of woken (left asleep) until the lent mark is gone, unlent standbys wake first,
+and a wake is conditional on the resourceVersion read.
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ from typing import Any
 import pytest
 
 from gpufleet.model.contract import standby as marks
-from gpufleet.model.contract.names import POD_DELETION_COST, POOL_LABEL
+from gpufleet.model.contract.names import (
+    LENT_TO,
+    POD_DELETION_COST,
+    POOL_LABEL,
+    RECALL,
+    WOKEN_AT,
+)
 from gpufleet.model.servingjob import ServingJobSpec
 from gpufleet.operator.serving_standby import Standbys
 from gpufleet.operator.vllm_sleep import SleepApiError
@@ -285,3 +293,42 @@ def test_with_the_vllm_api_a_woken_pod_is_awake_when_the_server_says_so(
     again = cluster.standbys(spec(STANDBY_2), NOW + timedelta(seconds=2), server)
     again.sync_gates()
     assert server.asked == (1 if awake else 2)
+
+
+def lent(p: Any, gang: str = "ns/train") -> Any:
+    p["metadata"]["annotations"][LENT_TO] = gang
+    return p
+
+
+def test_a_lent_standby_is_recalled_not_woken_and_unlent_ones_wake_first() -> None:
+    # Two standbys, b lent to training; one more replica wanted: c (not lent) wakes at once.
+    pods = [
+        pod("a"),
+        lent(mark(pod("b", created=1), marks.sleep_patch())),
+        mark(pod("c", created=2), marks.sleep_patch()),
+    ]
+    cluster = Cluster(pods, {"prefill": 3})
+    cluster.standbys(spec(STANDBY_2)).scale("prefill", 2)
+    assert cluster.asleep() == {"b"} and RECALL not in cluster.pods["b"]["metadata"]["annotations"]
+    # Both wanted: b is recalled (marked, left asleep and out of its Service), not woken.
+    cluster.standbys(spec(STANDBY_2)).scale("prefill", 3)
+    b = cluster.pods["b"]["metadata"]["annotations"]
+    assert cluster.asleep() == {"b"} and b[RECALL] and WOKEN_AT not in b
+    calls = len(cluster.writes)
+    cluster.standbys(spec(STANDBY_2)).scale("prefill", 3)  # still lent: nothing new written
+    assert len(cluster.writes) == calls
+    # The scheduler removed the mark once the borrower was gone: the next pass wakes it, and
+    # the wake clears the recall.
+    del cluster.pods["b"]["metadata"]["annotations"][LENT_TO]
+    cluster.standbys(spec(STANDBY_2)).scale("prefill", 3)
+    assert cluster.asleep() == set()
+    assert RECALL not in b and b[WOKEN_AT]
+
+
+def test_a_wake_is_conditional_on_the_version_read() -> None:
+    asleep = mark(pod("b"), marks.sleep_patch())
+    asleep["metadata"]["resourceVersion"] = "41"
+    cluster = Cluster([pod("a"), asleep], {"prefill": 2})
+    cluster.standbys(spec(STANDBY_2)).scale("prefill", 2)
+    wake = next(body for kind, name, body in cluster.writes if kind == "pod" and name == "b")
+    assert wake["metadata"]["resourceVersion"] == "41"

@@ -46,6 +46,9 @@ class FakeBinder:
         self.budgets: list[dict[str, Any]] = []
         self.hold = False
         self.held: list[tuple[list[BindRequest], Future[dict[str, str | None]]]] = []
+        self.patched: list[tuple[str, dict[str, Any]]] = []  # (pod key, merge patch)
+        self.refuse_patch: dict[str, str] = {}  # pod key -> the API's refusal
+        self.preempted: list[tuple[str, str]] = []  # (pod key, cause) deleted as a preemption
 
     def bind_async(self, requests: Iterable[BindRequest]) -> Future[dict[str, str | None]]:
         """Done at once, unless `hold` is set: then the test completes `held` itself."""
@@ -91,6 +94,16 @@ class FakeBinder:
             if out[k] is None:
                 self.evicted.append((k, reason))
         return out
+
+    def patch_pod(self, key: str, body: Mapping[str, Any]) -> str | None:
+        error = self.refuse_patch.get(key)
+        if error is None:
+            self.patched.append((key, dict(body)))
+        return error
+
+    def preempt_pods(self, keys: Iterable[str], reason: str, message: str) -> list[str]:
+        self.preempted.extend((k, reason) for k in keys)
+        return []
 
     def list_budgets(self, namespaces: Iterable[str]) -> list[dict[str, Any]]:
         wanted = set(namespaces)
