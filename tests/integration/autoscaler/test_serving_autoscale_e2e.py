@@ -16,7 +16,10 @@ standby serves again after its wake time. The pools' Services route to awake rep
 asleep pod's awake condition (its readiness gate) is False, the kubelet stand-in makes it not
 Ready, and the kube-controller-manager's EndpointSlice controller lists it as a not-ready
 endpoint; once woken, it is a ready endpoint again, no earlier than its wake time after the
-wake; the status's readyReplicas counts the awake replicas.
+wake; the status's readyReplicas counts the awake replicas. An asleep standby lends its GPU:
+a preemptible TrainingJob gang runs on the standbys' GPUs (never a non-preemptible one), the
+next burst recalls the standbys and the gang is preempted whole before they wake, and it runs
+on their GPUs again once they sleep; the invariant checker finds nothing at every step.
 
 Time is compressed so the run stays under two minutes: the trace slice plays twice as fast,
 the ServingJob decides every 2 s with a 10 s rate/staleness window and a 10 s scale-down
@@ -42,8 +45,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from gpufleet.model.contract import lending
 from gpufleet.model.contract import standby as marks
 from gpufleet.model.contract.names import (
+    ASSIGNED_GPUS,
     AWAKE_CONDITION,
     POOL_LABEL,
     SERVINGJOB_LABEL,
@@ -468,6 +473,158 @@ def test_standby_replicas_wake_before_new_ones_are_created(
         st, elapsed = status(), time.monotonic() - started
         assert 0 < st["gpuSeconds"] <= 8 * elapsed, (st["gpuSeconds"], elapsed)
         assert 0 < st["estimatedEnergyJoules"] <= st["gpuSeconds"] * 700, st
+    finally:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB)
+        wait_for(lambda: not kube.pods(ns, f"{SERVINGJOB_LABEL}={JOB}"), "pods gone", 60)
+
+
+def test_an_asleep_standby_lends_its_gpu_to_preemptible_training_only(
+    kube: Kube, ns: str, prometheus: PrometheusServer
+) -> None:
+    # T4 (16 GPUs), one standby per pool. Burst 1 leaves one awake and one asleep replica per
+    # pool; a non-preemptible job then takes the 12 free GPUs. A preemptible 2-worker job runs
+    # on the two standbys' GPUs; a non-preemptible 1-GPU job waits (never on a lent GPU).
+    # Burst 2 recalls the standbys: the borrower is preempted whole before they wake; after the
+    # burst they sleep again and the borrower runs again on their GPUs.
+    custom = kube.custom
+    body = servingjob(prometheus.url, gpu_type="T4", priority=5)
+    body["spec"]["autoscaling"]["standby"] = {
+        pool: {"replicas": 1, "wakeSeconds": 2} for pool in POOLS
+    }
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+
+    def serving_pods() -> list[dict[str, Any]]:
+        return [
+            p
+            for p in kube.pods(ns, f"{SERVINGJOB_LABEL}={JOB}")
+            if not p["metadata"].get("deletionTimestamp")
+        ]
+
+    def standby_gpus() -> dict[str, tuple[str, str]]:
+        """Asleep standby key -> (node, GPU)."""
+        return {
+            f"{ns}/{p['metadata']['name']}": (
+                p["spec"]["nodeName"],
+                p["metadata"]["annotations"][ASSIGNED_GPUS],
+            )
+            for p in serving_pods()
+            if marks.is_asleep(p)
+        }
+
+    def job_pods(job: str) -> list[dict[str, Any]]:
+        return kube.pods(ns, f"{TRAININGJOB_LABEL}={job}")
+
+    def where(job: str) -> set[tuple[str, str]]:
+        return {
+            (p["spec"]["nodeName"], p["metadata"]["annotations"].get(ASSIGNED_GPUS, ""))
+            for p in job_pods(job)
+            if (p.get("spec") or {}).get("nodeName")
+        }
+
+    def lent_state_is_sound() -> None:
+        """What must hold at every moment: `keep` never bound; every pod borrowing from a
+        serving replica borrows from one that is asleep; no violation."""
+        assert not where("keep"), "the non-preemptible job was placed"
+        asleep = {f"{ns}/{p['metadata']['name']}" for p in serving_pods() if marks.is_asleep(p)}
+        serving = {f"{ns}/{p['metadata']['name']}" for p in serving_pods()}
+        for p in job_pods("lend"):
+            for lender in lending.borrowed_from(p):
+                assert lender not in serving or lender in asleep, (
+                    f"{p['metadata']['name']} borrows from the awake {lender}"
+                )
+        assert invariants.check(kube.core) == []
+
+    try:
+        wait_for(lambda: running_pods(kube, ns) == Counter(prefill=1, decode=1), "pools at min", 60)
+        peak = Counter[str]()
+
+        def asleep_after_burst() -> bool:
+            for pool, n in running_pods(kube, ns).items():
+                peak[pool] = max(peak[pool], n)
+            pods = serving_pods()
+            return all(
+                peak[p] >= 2
+                and sum(
+                    marks.is_asleep(x) for x in pods if x["metadata"]["labels"][POOL_LABEL] == p
+                )
+                == 1
+                for p in POOLS
+            ) and running_pods(kube, ns) == Counter(prefill=2, decode=2)
+
+        with live_sim(kube, ns) as sim:
+            prometheus.reload(sim.scrape_targets())
+            prometheus.wait_scraped(timeout_s=20)
+            wait_for(asleep_after_burst, "burst 1 up, then down into a standby per pool", 120)
+        fill = training_job("fill", 12, 1, "T4")
+        fill["spec"]["preemptible"] = False
+        kube.create_job(ns, fill)
+        wait_for(lambda: kube.phase(ns, "fill") == "Running", "fill Running", 60)
+        keep = training_job("keep", 1, 1, "T4")
+        keep["spec"]["preemptible"] = False
+        kube.create_job(ns, keep)
+        kube.create_job(ns, training_job("lend", 2, 1, "T4"))
+        # The borrower runs on exactly the standbys' GPUs; each pod names its standby, and
+        # each standby is marked lent to the gang.
+        wait_for(lambda: kube.phase(ns, "lend") == "Running", "lend Running on lent GPUs", 60)
+        lent = standby_gpus()
+        assert where("lend") == set(lent.values()), (where("lend"), lent)
+        for p in job_pods("lend"):
+            (lender,) = lending.borrowed_from(p)
+            gpu = (p["spec"]["nodeName"], p["metadata"]["annotations"][ASSIGNED_GPUS])
+            assert lent[lender] == gpu
+        wait_for(
+            lambda: all(
+                lending.lent_to(p) == f"{ns}/lend" for p in serving_pods() if marks.is_asleep(p)
+            ),
+            "standbys marked lent",
+            20,
+        )
+        lend_uids = {p["metadata"]["uid"] for p in job_pods("lend")}
+        time.sleep(3)  # a few scheduler cycles: keep still waits, nothing over-booked
+        lent_state_is_sound()
+        assert kube.phase(ns, "keep") != "Running"
+
+        # Burst 2: the standbys are recalled, the borrower goes whole, then they wake.
+        woken: set[str] = set()
+        preempted = False
+
+        def woken_after_the_borrower_left() -> bool:
+            nonlocal preempted
+            lent_state_is_sound()
+            preempted = preempted or kube.phase(ns, "lend") == "Preempted"
+            live_lend = {p["metadata"]["uid"] for p in job_pods("lend")}
+            for key in lent:
+                pod = next(
+                    (p for p in serving_pods() if f"{ns}/{p['metadata']['name']}" == key), None
+                )
+                if pod is not None and not marks.is_asleep(pod):
+                    assert not live_lend & lend_uids, "a standby woke while its borrower lived"
+                    woken.add(key)
+            return woken == set(lent)
+
+        with live_sim(kube, ns) as sim:
+            prometheus.reload(sim.scrape_targets())
+            prometheus.wait_scraped(timeout_s=20)
+            wait_for(woken_after_the_borrower_left, "burst 2 recalls and wakes the standbys", 120)
+            assert preempted or any(e["reason"] == "Preempted" for e in kube.events(ns, "lend"))
+
+            # After the burst the pools sleep again and the borrower runs again on the
+            # standbys' GPUs (new pods).
+            def lent_again() -> bool:
+                lent_state_is_sound()
+                again = standby_gpus()
+                return (
+                    kube.phase(ns, "lend") == "Running"
+                    and len(again) == 2
+                    and where("lend") == set(again.values())
+                    and not {p["metadata"]["uid"] for p in job_pods("lend")} & lend_uids
+                )
+
+            wait_for(lent_again, "the borrower runs again on the standbys after burst 2", 150)
+        readmitted = kube.condition(ns, "lend", "Preempted")
+        assert readmitted is not None and readmitted["reason"] == "Readmitted", readmitted
+        assert kube.phase(ns, "fill") == "Running" and kube.phase(ns, "keep") != "Running"
+        lent_state_is_sound()
     finally:
         custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB)
         wait_for(lambda: not kube.pods(ns, f"{SERVINGJOB_LABEL}={JOB}"), "pods gone", 60)
