@@ -7,9 +7,13 @@ A node's GPUs come from one of two places:
   `nvidia.com/mig.strategy` and `nvidia.com/mig.config` (a name in the MIG layouts file).
 
 Device ids follow the NVIDIA device plugin's `index` id strategy: `"3"` is GPU 3 and `"3:1"` the
-second MIG device on GPU 3. Under the mixed strategy each MIG profile is its own resource
-(`nvidia.com/mig-<profile>`) and GPUs without MIG stay `nvidia.com/gpu`; under the single
-strategy every MIG device is an `nvidia.com/gpu`; under `none` MIG is ignored.
+second MIG device on GPU 3. With lend devices on, each whole GPU is also advertised a second
+time as `"3::lend"`, the device a pod borrowing that GPU from an asleep standby gets
+(`model.contract.lending`): the standby's container keeps `"3"`, and the kubelet admits the
+borrower on the second device of the same physical GPU. Under the mixed strategy each MIG
+profile is its own resource (`nvidia.com/mig-<profile>`) and GPUs without MIG stay
+`nvidia.com/gpu`; under the single strategy every MIG device is an `nvidia.com/gpu`; under `none`
+MIG is ignored.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ POOL_LABEL = "gpufleet.io/node-pool"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 
+LEND_SUFFIX = "::lend"
+
 MigStrategy = Literal["none", "single", "mixed"]
 _STRATEGIES: dict[str, MigStrategy] = {"none": "none", "single": "single", "mixed": "mixed"}
 
@@ -42,8 +48,14 @@ class FakeDevice:
     """One device the plugin advertises: a whole GPU or one MIG device on a GPU."""
 
     gpu: int  # physical GPU index on the node
-    id: str  # "3" or "3:1"
+    id: str  # "3" or "3:1", "3::lend"
     resource: str  # nvidia.com/gpu or nvidia.com/mig-<profile>
+    lend: bool = False  # the second device of a whole GPU, for a borrower
+
+    @property
+    def visible(self) -> str:
+        """What NVIDIA_VISIBLE_DEVICES names for it: a lend device is its physical GPU."""
+        return str(self.gpu) if self.lend else self.id
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,7 @@ class NodeGpus:
     layouts: tuple[GpuLayout, ...]  # one per physical GPU
     strategy: MigStrategy = "none"
     mig_config: str | None = None  # the mig-parted config the layouts come from
+    lend_devices: bool = False  # advertise each whole GPU twice (module docstring)
 
     def devices(self) -> list[FakeDevice]:
         """Every device, in GPU order (MIG devices by profile name within a GPU)."""
@@ -61,6 +74,8 @@ class NodeGpus:
         for gpu, layout in enumerate(self.layouts):
             if self.strategy == "none" or not layout.mig_enabled:
                 out.append(FakeDevice(gpu, str(gpu), WHOLE_GPU_RESOURCE))
+                if self.lend_devices:
+                    out.append(FakeDevice(gpu, f"{gpu}{LEND_SUFFIX}", WHOLE_GPU_RESOURCE, True))
                 continue
             index = 0
             for profile, count in layout.devices:

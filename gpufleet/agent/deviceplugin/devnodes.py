@@ -45,7 +45,7 @@ def container_allocation(
     devices: Sequence[FakeDevice], folder: Path
 ) -> tuple[dict[str, str], list[tuple[str, str]]]:
     """Environment and (container path, host path) device nodes for one container's devices."""
-    env = {"NVIDIA_VISIBLE_DEVICES": ",".join(d.id for d in devices)}
+    env = {"NVIDIA_VISIBLE_DEVICES": ",".join(dict.fromkeys(d.visible for d in devices))}
     gpus = sorted({d.gpu for d in devices})
     nodes = [*CONTROL_NODES, *(f"nvidia{g}" for g in gpus)]
     return env, [(f"/dev/{name}", str(folder / name)) for name in nodes]

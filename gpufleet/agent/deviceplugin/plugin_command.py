@@ -13,6 +13,7 @@ import argparse
 import logging
 import signal
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,12 @@ def add_device_plugin_parser(
         help="write the GFD labels of the fake GPUs onto the node",
     )
     parser.add_argument(
+        "--lend-devices",
+        action="store_true",
+        help="advertise each whole GPU twice, the second device for a pod borrowing it from "
+        "an asleep standby (gpufleet must then be the only scheduler of GPU pods on the node)",
+    )
+    parser.add_argument(
         "--poll-interval",
         type=float,
         default=PluginSettings.poll_interval_s,
@@ -166,7 +173,7 @@ def run_device_plugin(args: argparse.Namespace) -> int:
     if args.poll_interval <= 0:
         raise InputError("must be positive", field="--poll-interval")
     api = core_api(args.kubeconfig)
-    gpus = node_gpus(args, api)
+    gpus = replace(node_gpus(args, api), lend_devices=args.lend_devices)
     if args.label_node:
         if api is None:
             raise InputError("needs API access: give --kubeconfig", field="--label-node")

@@ -3,16 +3,20 @@
 Aspects: a node found by pool label or by name in a fleet file (and clear errors when not), MIG
 strategies (mixed, single, none), GFD labels equal to the sandbox's nodes, devices read back from
 GFD labels, health-file parsing with GPUs taking their slices down, and the order in which
-waiting pods' assignments are tried.
+waiting pods' assignments are tried; lend devices: a second device per whole GPU, given only
+to a pod that borrows and only where the GPU's own device is taken, visible as the physical GPU.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpufleet.agent.deviceplugin.devices import gpus_from_fleet, gpus_from_labels
+from gpufleet.agent.deviceplugin.devnodes import container_allocation
 from gpufleet.agent.deviceplugin.health import read_health_file, unhealthy_devices
 from gpufleet.agent.deviceplugin.preferred import preferred_allocation, waiting_assignments
 from gpufleet.model.contract import names
@@ -148,7 +152,7 @@ def test_waiting_pods_are_tried_oldest_binding_first() -> None:
         _pod("done", "6,7", "2026-01-01T00:00:00Z", phase="Succeeded"),
         {"metadata": {"name": "other-scheduler"}, "status": {"phase": "Pending"}},
     ]
-    assert waiting_assignments(pods, "nvidia.com/gpu") == [(0, 1), (2, 3)]
+    assert waiting_assignments(pods, "nvidia.com/gpu") == [((0, 1), False), ((2, 3), False)]
     assert waiting_assignments(pods, "nvidia.com/mig-1g.10gb") == []
     devices = gpus_from_fleet(FLEET, "h100-0", CONFIGS).devices()
     free = [d.id for d in devices if d.id not in ("0",)]
@@ -156,3 +160,25 @@ def test_waiting_pods_are_tried_oldest_binding_first() -> None:
     assert preferred_allocation(
         devices, free, [], 2, waiting_assignments(pods, "nvidia.com/gpu")
     ) == ["2", "3"]
+
+
+def test_lend_devices_go_to_borrowers_only_where_the_gpu_is_taken() -> None:
+    lendable = replace(gpus_from_fleet(FLEET, "h100-0", CONFIGS), lend_devices=True)
+    devices = lendable.devices()
+    assert [d.id for d in devices[:4]] == ["0", "0::lend", "1", "1::lend"]
+    assert len(devices) == 2 * len(lendable.layouts)
+    # The standby holds GPU 0 ("0"): a pod borrowing GPUs 0 and 1 gets GPU 0's lend device
+    # and GPU 1's own device; a pod that does not borrow is never given a lend device.
+    free = [d.id for d in devices if d.id != "0"]
+    borrower = _pod("train", "0,1", "2026-01-01T00:00:01Z")
+    borrower["metadata"]["annotations"][names.BORROWS] = "default/web-0"
+    wanted = waiting_assignments([borrower], "nvidia.com/gpu")
+    assert wanted == [((0, 1), True)]
+    assert preferred_allocation(devices, free, [], 2, wanted) == ["0::lend", "1"]
+    plain = waiting_assignments([_pod("other", "0,1", "2026-01-01T00:00:01Z")], "nvidia.com/gpu")
+    packed = preferred_allocation(devices, free, [], 2, plain)
+    assert packed == ["1", "2"]  # its GPU 0 is taken: packed, lend devices left out
+    # The container sees the physical GPU either way.
+    env, nodes = container_allocation([d for d in devices if d.id in ("0::lend", "1")], Path("/d"))
+    assert env == {"NVIDIA_VISIBLE_DEVICES": "0,1"}
+    assert ("/dev/nvidia0", "/d/nvidia0") in nodes

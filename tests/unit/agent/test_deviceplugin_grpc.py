@@ -3,8 +3,9 @@
 Aspects: registration (one plugin per resource, API version, endpoint, options), the
 ListAndWatch stream, capacity equal to what the sandbox advertises for the same node, Allocate
 (visible devices, fake device nodes, unknown ids refused), preferred allocation following the
-scheduler's assignment, health transitions through the health file, re-registration after a
-kubelet restart, registration retried until a kubelet appears, and streams ending on stop.
+scheduler's assignment (a borrower of an asleep standby's GPU gets that GPU's lend device),
+health transitions through the health file, re-registration after a kubelet restart,
+registration retried until a kubelet appears, and streams ending on stop.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import stat
 import threading
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +86,8 @@ class RunningPlugin:
 def start_plugin(socket_dir: Path) -> Iterator[Any]:
     running: list[RunningPlugin] = []
 
-    def start(node: str, folder: Path | None = None) -> RunningPlugin:
-        gpus = gpus_from_fleet(FLEET, node, CONFIGS)
+    def start(node: str, folder: Path | None = None, lend: bool = False) -> RunningPlugin:
+        gpus = replace(gpus_from_fleet(FLEET, node, CONFIGS), lend_devices=lend)
         plugin = RunningPlugin(
             gpus, folder or socket_dir / "device-plugins", socket_dir / "dev", socket_dir / "health"
         )
@@ -179,6 +181,26 @@ def test_preferred_allocation_follows_the_scheduler(
     assert kubelet.preferred("nvidia.com/gpu", ["0", "1", "2", "5", "6"], 2) == ["0", "1"]
     # Devices the kubelet must include win over a conflicting assignment.
     assert kubelet.preferred("nvidia.com/gpu", everything, 2, must_include=["7"]) == ["7", "0"]
+
+
+def test_a_borrower_gets_the_lend_device_of_the_standbys_gpu(
+    kubelet: FakeKubelet, start_plugin: Any
+) -> None:
+    plugin = start_plugin("h100-0", lend=True)
+    devices = wait_for(lambda: kubelet.devices("nvidia.com/gpu"), what="the device list")
+    assert set(devices) == {str(i) for i in range(8)} | {f"{i}::lend" for i in range(8)}
+    # The asleep standby's container holds "2"; the borrower was assigned GPU 2.
+    borrower = bound_pod("train", "2")
+    borrower["metadata"]["annotations"][names.BORROWS] = "default/web-0"
+    plugin.pods.items = [bound_pod("web-0", "2", phase="Running"), borrower]
+    free = sorted(d for d in devices if d != "2")
+    [picked] = kubelet.preferred("nvidia.com/gpu", free, 1)
+    assert picked == "2::lend"
+    response = kubelet.allocate("nvidia.com/gpu", [picked])
+    assert response.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == "2"
+    # A pod that does not borrow, assigned the same GPU, is not given the lend device.
+    plugin.pods.items = [bound_pod("web-0", "2", phase="Running"), bound_pod("rigid", "2")]
+    assert kubelet.preferred("nvidia.com/gpu", free, 1) == ["0"]
 
 
 def test_preferred_mig_device_on_the_assigned_gpu(kubelet: FakeKubelet, start_plugin: Any) -> None:
