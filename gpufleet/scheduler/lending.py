@@ -84,6 +84,10 @@ class Lending:
     def __init__(self, binder: Binder, deletions: Deletions) -> None:
         self.binder = binder
         self.deletions = deletions
+        # Writes sent that the watch may not show yet, so a cycle does not repeat them:
+        # pod key -> uid of a borrower deleted, resourceVersion of a standby unmarked.
+        self._deleted: dict[str, str] = {}
+        self._unlent: dict[str, str] = {}
 
     def lend(
         self,
@@ -150,26 +154,42 @@ class Lending:
                 borrowers[key].add(f.key)
                 if not f.deleting and (contract.recalled(lender.pod) or not is_asleep(lender.pod)):
                     reclaimed[f.gang].append(key)
+        unlent: dict[str, str] = {}
         for f in facts.values():
             if contract.lent_to(f.pod) is not None and not borrowers.get(f.key):
-                self.binder.patch_pod(f.key, contract.unlend_patch())
+                rv = str(f.pod["metadata"].get("resourceVersion"))
+                sent = self._unlent.get(f.key) == rv  # sent already, not yet shown
+                if sent or self.binder.patch_pod(f.key, contract.unlend_patch()) is None:
+                    unlent[f.key] = rv
+        self._unlent = unlent
         if not reclaimed:
+            self._deleted.clear()
             return set()
+        members = [f for f in facts.values() if f.gang in reclaimed]
+        uids = {f.key: str(f.pod["metadata"].get("uid")) for f in members}
+        self._deleted = {k: u for k, u in self._deleted.items() if uids.get(k) == u}
         keys = sorted(
             f.key
-            for f in facts.values()
-            if f.gang in reclaimed and f.node is not None and not f.terminal and not f.deleting
+            for f in members
+            if f.node is not None
+            and not f.terminal
+            and not f.deleting
+            and self._deleted.get(f.key) != uids[f.key]
         )
+        if not keys:
+            return set(reclaimed)
         self.deletions.remember(keys)
-        failed = self.binder.preempt_pods(keys, names.PREEMPTED_REASON, RECLAIM_MESSAGE)
-        for gang, lenders_of in sorted(reclaimed.items()):
+        failed = set(self.binder.preempt_pods(keys, names.PREEMPTED_REASON, RECLAIM_MESSAGE))
+        self._deleted.update((k, uids[k]) for k in keys if k not in failed)
+        gangs = sorted({facts[k].gang for k in keys})
+        for gang in gangs:
             log.info(
                 "cycle=%d gang %s preempted whole: standby %s recalled",
-                report.cycle, gang, ", ".join(sorted(set(lenders_of))),
+                report.cycle, gang, ", ".join(sorted(set(reclaimed[gang]))),
             )  # fmt: skip
         if failed:
             log.warning("cycle=%d reclaim: %d pod deletion(s) failed", report.cycle, len(failed))
-        report.reclaimed.extend(sorted(reclaimed))
+        report.reclaimed.extend(gangs)
         return set(reclaimed)
 
 

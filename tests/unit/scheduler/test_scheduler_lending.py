@@ -213,3 +213,20 @@ def test_a_partly_borrowing_gang_is_no_preemption_victim() -> None:
     binder = FakeBinder()
     report = scheduler(cache, binder).run_cycle()
     assert report.preempted == [] and binder.evicted == []
+
+
+def test_reclaim_writes_are_not_repeated_while_the_watch_lags() -> None:
+    sched, cache, binder = fleet(*training("train"))
+    borrowed(sched, cache, binder)
+    lender = next(iter(binder.bound.values())).annotations[names.BORROWS].split("/")[1]
+    gpu = int(lender.split("-")[1])
+    recalled = {names.LENT_TO: "default/train", names.RECALL: "t"}
+    cache.pod_event("MODIFIED", serving(lender, gpu, asleep=True, **recalled))
+    sched.run_cycle()
+    sched.run_cycle()  # the watch has not shown the deletion yet
+    assert binder.preempted == [("default/train-0", names.PREEMPTED_REASON)]
+    cache.pod_event("DELETED", cache.pod("default/train-0") or {})
+    sched.run_cycle()
+    sched.run_cycle()  # nor the removed mark
+    unlent = [k for k, b in binder.patched if names.LENT_TO in b["metadata"]["annotations"]]
+    assert unlent == [f"default/{lender}"]
