@@ -14,6 +14,10 @@ It measures and checks:
 3. health: GPU 3 written to the health file until the node's allocatable shows 7 GPUs;
 4. kubelet restart: the kubelet stopped and started again (it recreates its socket) until the
    plugin has registered with the new kubelet.
+With `--lend-devices` the plugin advertises each GPU twice (capacity 16) and step 2 adds a pod
+borrowing GPUs 5,6 from the first pod (an asleep standby's, `gpufleet.io/borrows`): the kubelet
+admits it on the lend devices `5::lend`, `6::lend`; a pod assigned the same GPUs that does not
+borrow gets no lend device.
 
 Not a CI test: the kubelet's device manager always uses /var/lib/kubelet/device-plugins (one
 per machine, so runs cannot overlap), it needs root and cgroup access, and building the kubelet
@@ -118,8 +122,9 @@ def node_resources(core: Any, field: str) -> dict[str, str]:
     return dict(getattr(node.status, field) or {})
 
 
-def bind(core: Any, name: str, gpus: str) -> None:
-    """A two-GPU pod bound as gpufleet's scheduler binds: the Binding carries the assignment."""
+def bind(core: Any, name: str, gpus: str, borrows: str | None = None) -> None:
+    """A two-GPU pod bound as gpufleet's scheduler binds: the Binding carries the assignment
+    (and, for a borrower, the standby it borrows from)."""
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -139,7 +144,11 @@ def bind(core: Any, name: str, gpus: str) -> None:
     binding = {
         "apiVersion": "v1",
         "kind": "Binding",
-        "metadata": {"name": name, "annotations": {"gpufleet.io/gpus": gpus}},
+        "metadata": {
+            "name": name,
+            "annotations": {"gpufleet.io/gpus": gpus}
+            | ({"gpufleet.io/borrows": borrows} if borrows else {}),
+        },
         "target": {"apiVersion": "v1", "kind": "Node", "name": NODE},
     }
     core.create_namespaced_binding("default", binding, _preload_content=False)
@@ -158,7 +167,12 @@ def allocated(uid: str) -> list[str] | None:
 
 
 def _measure(
-    binary: Path, sandbox: Sandbox, work: Path, procs: list[Any], results: dict[str, Any]
+    binary: Path,
+    sandbox: Sandbox,
+    work: Path,
+    procs: list[Any],
+    results: dict[str, Any],
+    lend: bool = False,
 ) -> None:
     """The steps timed on the running sandbox: the kubelet joins, the plugin registers, two pods
     get the GPUs the scheduler chose, a GPU turns unhealthy, the kubelet restarts. Every process
@@ -182,14 +196,16 @@ def _measure(
             "--node-name", NODE, "--fleet", str(default_fleet_path()),
             "--kubeconfig", str(sandbox.kubeconfig), "--device-dir", str(work / "dev"),
             "--health-file", str(health), "--label-node", "--poll-interval", "0.2",
+            *(["--lend-devices"] if lend else []),
         ],
         stdout=plugin_log.open("w"), stderr=subprocess.STDOUT,
     )  # fmt: skip
     procs.append(plugin)
     wait_for(lambda: "registered nvidia.com/gpu" in plugin_log.read_text(), "registration", 60)
     results["plugin_registered_s"] = round(time.monotonic() - t0, 2)
+    devices = "16" if lend else "8"
     wait_for(
-        lambda: node_resources(core, "capacity").get("nvidia.com/gpu") == "8",
+        lambda: node_resources(core, "capacity").get("nvidia.com/gpu") == devices,
         "nvidia.com/gpu in the node's capacity",
         60,
     )
@@ -200,13 +216,24 @@ def _measure(
         bind(core, name, gpus)
         uid = core.read_namespaced_pod(name, "default").metadata.uid
         picks[name] = (gpus.split(","), wait_for(lambda u=uid: allocated(u), name, 60))
+    if lend:
+        # GPUs 5,6 are held by "first" (the standby): the borrower gets their lend devices,
+        # a pod that does not borrow gets none (the kubelet packs it onto free GPUs).
+        bind(core, "borrower", "5,6", borrows="default/first")
+        uid = core.read_namespaced_pod("borrower", "default").metadata.uid
+        picks["borrower"] = (["5::lend", "6::lend"], wait_for(lambda: allocated(uid), "lend", 60))
+        bind(core, "plain", "5,6")
+        uid = core.read_namespaced_pod("plain", "default").metadata.uid
+        plain = wait_for(lambda: allocated(uid), "plain", 60)
+        results["plain_got_no_lend_device"] = not any(d.endswith("::lend") for d in plain)
     results["preferred_allocation_followed"] = all(w == got for w, got in picks.values())
     results["allocations"] = {n: got for n, (_, got) in picks.items()}
 
     t0 = time.monotonic()
     health.write_text("3\n")
+    healthy = "14" if lend else "7"  # GPU 3 takes its lend device with it
     wait_for(
-        lambda: node_resources(core, "allocatable").get("nvidia.com/gpu") == "7",
+        lambda: node_resources(core, "allocatable").get("nvidia.com/gpu") == healthy,
         "GPU 3 out of the allocatable GPUs",
         60,
     )
@@ -240,7 +267,12 @@ def _preflight() -> str | None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.parse_args()
+    parser.add_argument(
+        "--lend-devices",
+        action="store_true",
+        help="run the plugin with lend devices and check a borrower's allocation",
+    )
+    args = parser.parse_args()
     problem = _preflight()
     if problem is not None:
         print(problem, file=sys.stderr)
@@ -256,7 +288,7 @@ def main() -> int:
         try:
             sandbox.up(progress=lambda m: print(f"[sandbox] {m}"))
             cri = cri_stub.serve(work / "cri.sock", work / "cri")
-            _measure(binary, sandbox, work, procs, results)
+            _measure(binary, sandbox, work, procs, results, lend=args.lend_devices)
         finally:
             for proc in reversed(procs):
                 stop(proc)
@@ -274,7 +306,8 @@ def main() -> int:
     for key, value in results.items():
         print(f"{key:<34} {value}")
     print(json.dumps(results))
-    return 0 if results.get("preferred_allocation_followed") else 1
+    ok = results.get("preferred_allocation_followed") and results.get("plain_got_no_lend_device", 1)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
