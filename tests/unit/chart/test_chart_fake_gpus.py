@@ -128,6 +128,14 @@ def test_without_a_fleet_the_plugin_reads_gfd_labels() -> None:
     assert "fleet" not in {v["name"] for v in pod["volumes"]}
 
 
+def test_lend_devices_are_opt_in() -> None:
+    [plain] = fake_gpu_objects(*ENABLED)["DaemonSet"]["spec"]["template"]["spec"]["containers"]
+    assert "--lend-devices" not in plain["args"]
+    lending = fake_gpu_objects(*ENABLED, "--set", "fakeGPUs.lendDevices=true")
+    [container] = lending["DaemonSet"]["spec"]["template"]["spec"]["containers"]
+    assert container["args"][-1] == "--lend-devices"
+
+
 def test_misspelt_key_fails_naming_it() -> None:
     result = subprocess.run(
         [str(HELM), "template", "gpufleet", str(CHART), "--set", "fakeGPUs.enabeld=true"],
