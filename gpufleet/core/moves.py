@@ -17,13 +17,13 @@ where `unsaved` is the run time since the job's last checkpoint (redone after th
 period). The caller estimates R from what it has seen (`expected_remaining`: completed jobs'
 lengths, never the job's own future) and counts recent moves; the rule allows at most
 `max_per_hour` per gang. Moves use only capacity this decision leaves free, after every
-pending gang was placed: a move never takes GPUs from waiting work, nor the GPUs a reserve keeps
-for demand confined to fewer types (pricing.py, scarcity.py: the moved gang already runs, so it
-has less claim on them than a placement, which may pay for them). Without this, a flexible pod
-moved onto the last free GPU of a type undid the reserve kept there for a pod that accepts only
-that type, which then waited while a third of the fleet sat free. Node-shaped reserves and the
-fragmentation term do not bind moves: with an estimate made of whole-node single-type jobs they
-refused every move onto a freed node of that type.
+pending gang was placed: a move never takes GPUs from waiting work. With a workload estimate
+(pricing.py, scarcity.py) it is also priced as a placement there would be: it takes nothing a
+GPU reserve keeps for demand confined to fewer types, nor the last free slot of a node reserve
+for large tasks (net of the room its old placement frees: `pricing.MovePrice` says why one
+slot), and the work it adds must exceed the FGD fragmentation it adds where it lands. Without
+this, flexible pods moved onto the last free GPU of a type, or the last empty 8-GPU node, and
+the pod that needed that room waited while a third of the fleet sat free.
 """
 
 from __future__ import annotations
@@ -40,9 +40,10 @@ from gpufleet.core.preempt import release_gang, retake
 from gpufleet.core.pricing import Pricing
 from gpufleet.core.snapshot import RunningGang, RunProgress
 from gpufleet.core.state import ClusterState
-from gpufleet.core.valuation import base_throughput
+from gpufleet.core.valuation import base_throughput, replica_value
+from gpufleet.model.gpus import GpuType
 
-__all__ = ["expected_remaining", "move_gain_s", "plan_moves", "unsaved_s"]
+__all__ = ["expected_remaining", "move_gain_s", "plan_moves", "unsaved_s", "work_value"]
 
 
 def move_gain_s(remaining_s: float, unsaved_s: float, restart_s: float, speedup: float) -> float:
@@ -127,12 +128,26 @@ def _best_on_free(
             plan = plan_gang(state, fixed, t, policy, memo)
             if plan is None:
                 continue
-            if pricing.move_charge(state, fixed, t, plan.replicas, plan.repartitions) > 0:
-                continue  # room kept for demand that can run on fewer types than this gang
+            if pricing.active:
+                price = pricing.move_price(
+                    state, fixed, t, plan.replicas, plan.repartitions, running.replicas
+                )
+                added = work_value(fixed, catalog[t], size, policy) - work_value(
+                    demand, catalog[running.gpu_type], now, policy
+                )
+                if price.reserved > 0 or price.fragmentation >= added:
+                    continue  # room the expected workload needs more than this gang does
             gpus = fixed.gpus_needed(size)
             rank = policy.priority_weight(demand.priority) * (new_rate - rate) / gpus
             best = _Candidate(rank, gain, running, fixed, t)
     return best
+
+
+def work_value(gang: Gang, gpu: GpuType, replicas: int, policy: Policy) -> float:
+    """The objective's work term for `replicas` replicas of the gang on `gpu` (a move adds the
+    difference; energy is left out, as the move's time gain leaves it out)."""
+    weight = policy.weights.work * policy.priority_weight(gang.priority)
+    return weight * replica_value(gang, gpu, policy).work * gang.speedup(replicas)
 
 
 def plan_moves(

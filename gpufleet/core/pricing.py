@@ -11,7 +11,7 @@ Both are zero when the snapshot carries no workload estimate.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang, Topology
@@ -38,7 +38,7 @@ from gpufleet.core.state import ClusterState
 from gpufleet.model.inventory import Node
 from gpufleet.model.mig import MigLayout, MigPlacement
 
-__all__ = ["DecisionCosts", "Pricing", "decision_costs", "masses_of"]
+__all__ = ["DecisionCosts", "MovePrice", "Pricing", "decision_costs", "masses_of"]
 
 
 def masses_of(snapshot: Snapshot) -> dict[str, TypeMass]:
@@ -93,6 +93,29 @@ def _overlays(
         else:
             overlay.instances.setdefault(rep.gpus[0], []).append(rep.mig)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class MovePrice:
+    """What a move of a running gang takes from the expected workload (objective units).
+
+    `reserved`: what its new placement takes from the reserves, priced as for a placement, with
+    two differences. A move is charged for the node room it breaks net of the room its old
+    placement frees. And of a node reserve it is charged only for the last free slot: a
+    reserve of r slots is what large tasks are expected to need of the spare capacity while it
+    lasts, but a moved gang holds its room only until it ends or is preempted, and the next
+    decision prices the room again, so a move keeps the room the next large arrival needs (one
+    slot) rather than r. Without the cap an estimate of whole-node single-type jobs reserved
+    every free node of their type and refused each move onto one; without the charge a
+    flexible pod moved onto the last empty 8-GPU node, and the next 8-GPU pod waited.
+    `fragmentation`: the weighted FGD growth where the gang lands, as a placement pays it. What
+    freeing its old GPUs does to the measure is not credited nor charged: free GPUs of a slow
+    type count as fragmentation for the tasks that do not accept it, so the net change would
+    refuse exactly the moves off slow types that moves are for.
+    """
+
+    reserved: float
+    fragmentation: float
 
 
 class Pricing:
@@ -154,19 +177,37 @@ class Pricing:
             state, gang, gpu_type, len(replicas), overlays
         )
 
-    def move_charge(
+    def move_price(
         self,
         state: ClusterState,
         gang: Gang,
         gpu_type: str,
         replicas: Sequence[ReplicaPlacement],
-        repartitions: Sequence[tuple[int, int, MigLayout]] = (),
-    ) -> float:
-        """What moving a running gang to `replicas` takes from the GPU reserves of confined
-        demand (priced as for a placement; the GPUs it frees do not refill a reserve)."""
-        return self._gpu_reserve_cost(
-            state, gang, gpu_type, _overlays(state, replicas, repartitions)
-        )
+        repartitions: Sequence[tuple[int, int, MigLayout]],
+        released: Sequence[ReplicaPlacement],
+    ) -> MovePrice:
+        """What moving a running gang to `replicas` costs against the expected workload, in a
+        state where its old `released` replicas are already free (see `MovePrice`)."""
+        overlays = _overlays(state, replicas, repartitions)
+        reserved = self._gpu_reserve_cost(state, gang, gpu_type, overlays)
+        if self.kinds_of.get(gpu_type) and flexible_in(state.snapshot, gang, self.present):
+            freed = _overlays(state, released, ())
+            for kind in self.kinds_of[gpu_type]:
+                if item_gpus(gang, len(replicas)) >= kind.gpus:
+                    continue  # a task of the size the slots are for
+                lost = sum(
+                    _node_slots(state, n, kind) - _node_slots(state, n, kind, _taken(o))
+                    for n, o in overlays.items()
+                )
+                gained = sum(
+                    _node_slots(state, n, kind) - _node_slots(state, n, kind, _taken(o))
+                    for n, o in freed.items()
+                )
+                # At most the one slot the next large arrival needs (see MovePrice).
+                full = self.slot_reserves[kind]
+                room = replace(full, reserved=min(full.reserved, 1.0))
+                reserved += max(0.0, room.charge(self.slots[kind], lost - gained))
+        return MovePrice(reserved, self._frag_cost(state, overlays))
 
     def _frag_cost(self, state: ClusterState, overlays: Mapping[int, _Overlay]) -> float:
         out = 0.0
