@@ -14,27 +14,34 @@ One private sandbox (the default 16-node, 96-GPU fleet with MIG nodes, or --flee
   kube-apiserver restart and an etcd restart (each down --outage seconds), 10 % of the nodes
   NotReady for --notready seconds (kwok stops heart-beating them) and back, and a Lease
   handover (the leader stopped with SIGTERM, releasing its Lease, then started as a standby);
+  --faults picks some of the kinds (e.g. `--faults etcd,kube-apiserver`);
 - every 2 s, the invariant checker (gpufleet.testing): no GPU or MIG slice in use twice or
   beyond a node's capacity, no gang partly bound for longer than 3 s, no two pods for one rank;
 - lost jobs: a TrainingJob that disappears before it was seen Succeeded (jobs are removed 60 s
   after they finish), or a job the stream created that never got a phase;
 - after the last fault the stream stops and every job must be Running or Succeeded within
-  --bound seconds;
+  --bound seconds; the ServingJob (its phase and ready replicas followed every 2 s and each
+  change logged) must be Ready again within --bound seconds of the last fault clearing
+  (reported: after how long, and the count of ServingJobs that were not);
 - pods seen Succeeded and later Running again (kwok, the sandbox's kubelet, does that to a pod
   marked finished before kwok started it): reported apart, as a harness fault.
 
     python bench/chaos.py                         # 10 minutes of faults, 20 kills
     python bench/chaos.py --duration 300 --kills 20 --interval 4 --no-serving
 
-Prints the faults and the violations; the last line is one JSON object.
+Prints the faults and the violations; the last line is one JSON object. --log-dir keeps the
+operators' logs and, at the end, the serving namespace's ServingJob, Events, Deployments,
+ReplicaSets and pods and the nodes (serving-end.json) and the sandbox components' logs.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -47,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.cliargs import OneLineParser, input_error_exit, output_dir, positive_int
@@ -72,6 +80,7 @@ SHAPES = (
     ("H100-80GB", "3g.40gb", 2),
 )  # fmt: skip
 FINISHED_TTL_S = 60
+FAULTS = ("kill", "kube-apiserver", "etcd", "notready", "handover")
 
 
 def log(message: str) -> None:
@@ -443,7 +452,8 @@ class Faults:
 def schedule(args: Any) -> list[tuple[float, str]]:
     """(seconds into the run, fault) in time order, all within the first 90 % of the run."""
     rng = random.Random(args.seed)
-    kinds = ["kill"] * args.kills + ["kube-apiserver", "etcd", "notready", "handover"]
+    kinds = ["kill"] * args.kills + [k for k in FAULTS if k != "kill"]
+    kinds = [k for k in kinds if k in args.faults]
     start, end = 20.0, 0.9 * args.duration
     return sorted((rng.uniform(start, end), kind) for kind in kinds)
 
@@ -469,6 +479,72 @@ def serving_state(kube: Kube) -> dict[str, Any]:
             **{p: (status.get(p) or {}).get("readyReplicas") for p in ("prefill", "decode")},
         }
     return out
+
+
+class ServingWatch(threading.Thread):
+    """The ServingJob's phase and ready replicas every 2 s; each change logged and kept
+    (seconds into the run, state), so a run shows when it stopped and started serving."""
+
+    def __init__(self, kube: Kube, record: Record, started: float) -> None:
+        super().__init__(daemon=True)
+        self.kube, self.record, self.started = kube, record, started
+        self.stop = threading.Event()
+        self.timeline: list[tuple[float, dict[str, Any]]] = []
+
+    def run(self) -> None:
+        while not self.stop.wait(2.0):
+            try:
+                state = serving_state(self.kube)
+            except Exception:
+                self.record.refused_polls += 1
+                continue
+            if not self.timeline or self.timeline[-1][1] != state:
+                at = round(time.monotonic() - self.started, 1)
+                self.timeline.append((at, state))
+                log(f"serving {state}")
+
+    def ready_since(self) -> float | None:
+        """Seconds into the run since when every ServingJob is Ready (None: not now)."""
+        if not self.timeline:
+            return None
+        at, state = self.timeline[-1]
+        return at if state and all(s["phase"] == "Ready" for s in state.values()) else None
+
+    def recovery(self, since: float, bound: float) -> float | None:
+        """Wait until every ServingJob is Ready, at most until `bound` s after `since` (seconds
+        into the run: when the last fault cleared); how long after `since` it was Ready again
+        (0: it never stopped being Ready after then; more than `bound` when it was Ready only
+        later, which this wait did not see), or None when it is not Ready."""
+        while True:
+            ready = self.ready_since()
+            if ready is not None:
+                return round(max(0.0, ready - since), 1)
+            if time.monotonic() - self.started - since >= bound or not self.is_alive():
+                return None
+            time.sleep(1.0)
+
+
+def dump_serving(kube: Kube, sandbox: Sandbox, into: Path) -> None:
+    """What explains the ServingJob's end state, into `into`: the job, its namespace's Events,
+    Deployments, ReplicaSets and pods, the nodes, and the sandbox's component logs."""
+    apps = client.AppsV1Api(kube.core.api_client)
+
+    def items(raw: Any) -> list[dict[str, Any]]:
+        return list(json.loads(raw.data)["items"])
+
+    out: dict[str, Any] = {
+        "servingjobs": kube.custom.list_namespaced_custom_object(
+            "gpufleet.io", "v1alpha1", SERVING_NS, "servingjobs"
+        )["items"],
+        "events": items(kube.core.list_namespaced_event(SERVING_NS, _preload_content=False)),
+        "deployments": items(apps.list_namespaced_deployment(SERVING_NS, _preload_content=False)),
+        "replicasets": items(apps.list_namespaced_replica_set(SERVING_NS, _preload_content=False)),
+        "pods": items(kube.core.list_namespaced_pod(SERVING_NS, _preload_content=False)),
+        "nodes": items(kube.core.list_node(_preload_content=False)),
+    }
+    into.mkdir(parents=True, exist_ok=True)
+    (into / "serving-end.json").write_text(json.dumps(out, indent=1))
+    shutil.copytree(sandbox.logs, into / "sandbox-logs", dirs_exist_ok=True)
 
 
 def run(args: Any) -> dict[str, Any]:
@@ -500,7 +576,11 @@ def run(args: Any) -> dict[str, Any]:
             reverts.informer.start()
             started = load.started
             checker = Checker(kube, record, started)
+            watch = ServingWatch(kube, record, started)
+            if args.serving:
+                watch.start()
             faults = Faults(sandbox, kube, replicas, record, args)
+            last_cleared = 0.0  # seconds into the run when the last fault had cleared
             load.start()
             checker.start()
             try:
@@ -515,6 +595,7 @@ def run(args: Any) -> dict[str, Any]:
                         record.errors.append(f"{kind}: {exc}")
                         log(f"  the harness failed to carry out {kind}: {exc}")
                         traceback.print_exc()
+                    last_cleared = time.monotonic() - started
                 rest = args.duration - (time.monotonic() - started)
                 if rest > 0:
                     time.sleep(rest)
@@ -531,14 +612,21 @@ def run(args: Any) -> dict[str, Any]:
                         break
                     time.sleep(2.0)
                 settled_s = time.monotonic() - cleared
+                recovered_s = watch.recovery(last_cleared, args.bound) if args.serving else None
                 time.sleep(4.0)  # a last invariant check on the settled cluster
             finally:
                 load.stop.set()
                 reverts.stop.set()
                 checker.stop.set()
+                watch.stop.set()
                 checker.join(10)
                 load.join(10)
             serving = serving_state(kube) if args.serving else None
+            if args.serving:
+                try:
+                    dump_serving(kube, sandbox, args.log_dir)
+                except Exception as exc:  # what it could not save is not a result of the run
+                    log(f"could not save the serving namespace's objects: {exc}")
             restarts = sandbox.status()["restarts"]
         finally:
             if replicas is not None:  # also on an interrupt: nothing of the run outlives it
@@ -568,6 +656,11 @@ def run(args: Any) -> dict[str, Any]:
         "refused_polls": record.refused_polls,
         "refused_creates": record.refused_creates,
         "serving": serving,
+        "serving_recovered_in_s": recovered_s,
+        "serving_not_recovered": int(
+            args.serving and (recovered_s is None or recovered_s > args.bound)
+        ),
+        "serving_timeline": watch.timeline,
         "sandbox_restarts": restarts,
         "load_average": os.getloadavg(),
     }
@@ -588,7 +681,21 @@ def report(out: dict[str, Any]) -> None:
         print(f"  unsettled {job}")
     for pod, what in out["pods_reverted"].items():
         print(f"  finished pod {pod} {what}")
-    print(f"serving: {out['serving']}; sandbox component restarts {out['sandbox_restarts']}")
+    if out["serving"] is not None:
+        print(f"serving: {out['serving']}; Ready {out['serving_recovered_in_s']}s after the last "
+              f"fault cleared; not Ready {out['bound_s']}s after it: "
+              f"{out['serving_not_recovered']}")  # fmt: skip
+    print(f"sandbox component restarts {out['sandbox_restarts']}")
+
+
+def fault_kinds(text: str) -> tuple[str, ...]:
+    """A comma-separated subset of FAULTS."""
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = sorted(set(kinds) - set(FAULTS))
+    if not kinds or unknown:
+        known = ", ".join(FAULTS)
+        raise argparse.ArgumentTypeError(f"unknown fault kinds {unknown or [text]}; known: {known}")
+    return kinds
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -604,6 +711,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fleet", type=Path, default=None)
     parser.add_argument("--no-serving", dest="serving", action="store_false")
+    parser.add_argument(
+        "--faults", type=fault_kinds, default=FAULTS,
+        help=f"comma-separated fault kinds to inject (default all: {','.join(FAULTS)})",
+    )  # fmt: skip
     parser.add_argument("--log-dir", type=output_dir, default=None, help="keep the operators' logs")
     args = parser.parse_args(argv)
     try:  # a bad fleet file: one line naming the file, the line and the field

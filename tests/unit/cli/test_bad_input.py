@@ -536,6 +536,13 @@ CASES = [
         options("--log-dir", __file__),
         ("--log-dir:", "existing file"),
     ),
+    Case(
+        "chaos-unknown-fault",
+        "chaos",
+        options("--faults", "kill,reboot"),
+        ("--faults:", "unknown fault kinds ['reboot']"),
+    ),
+    Case("chaos-no-fault", "chaos", options("--faults", ","), ("--faults:", "unknown fault")),
     Case("soak-jobs-zero", "soak", options("--jobs", "0"), ("--jobs:", "at least 1")),
     Case("soak-rate-zero", "soak", options("--rate", "0"), ("--rate:", "positive")),
 ]

@@ -130,3 +130,28 @@ def test_creators_make_every_job_once_with_the_same_manifests_and_retry_refusals
     assert four.created == one.created  # the seeded stream does not depend on the threads
     assert load.record.refused_creates == 2  # the two refusals; the 409 is a creation
     assert not load.creating.is_set()
+
+
+def test_the_fault_plan_holds_the_kinds_asked_for_within_the_run() -> None:
+    chaos = _chaos()
+    args = SimpleNamespace(seed=3, kills=4, duration=200, faults=("kill", "etcd"))
+    plan = chaos.schedule(args)
+    assert sorted(kind for _, kind in plan) == ["etcd", "kill", "kill", "kill", "kill"]
+    assert all(20.0 <= at <= 180.0 for at, _ in plan)
+    assert [at for at, _ in plan] == sorted(at for at, _ in plan)
+    every = chaos.schedule(SimpleNamespace(seed=3, kills=1, duration=200, faults=chaos.FAULTS))
+    assert sorted(kind for _, kind in every) == sorted(chaos.FAULTS)
+
+
+def test_serving_recovery_counts_from_the_last_fault_to_its_last_return_to_ready() -> None:
+    chaos = _chaos()
+    watch = chaos.ServingWatch(FakeKube(), chaos.Record(), started=0.0)  # never started
+
+    def state(phase: str) -> dict[str, Any]:
+        return {"job": {"phase": phase, "prefill": 1, "decode": 1}}
+
+    watch.timeline = [(2.0, state("Ready")), (30.0, state("Degraded")), (52.5, state("Ready"))]
+    assert watch.recovery(since=40.0, bound=60) == 12.5  # Ready again 12.5 s after the fault
+    assert watch.recovery(since=60.0, bound=60) == 0.0  # Ready all along after the fault
+    watch.timeline.append((70.0, state("Degraded")))
+    assert watch.recovery(since=60.0, bound=60) is None  # not Ready, and nothing will tell
