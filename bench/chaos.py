@@ -504,11 +504,14 @@ class ServingWatch(threading.Thread):
                 log(f"serving {state}")
 
     def ready_since(self) -> float | None:
-        """Seconds into the run since when every ServingJob is Ready (None: not now)."""
-        if not self.timeline:
-            return None
-        at, state = self.timeline[-1]
-        return at if state and all(s["phase"] == "Ready" for s in state.values()) else None
+        """Seconds into the run since when every ServingJob is Ready without a break (None:
+        not now); changes of ready replicas while Ready do not break it."""
+        since = None
+        for at, state in reversed(self.timeline):
+            if not state or any(s["phase"] != "Ready" for s in state.values()):
+                break
+            since = at
+        return since
 
     def recovery(self, since: float, bound: float) -> float | None:
         """Wait until every ServingJob is Ready, at most until `bound` s after `since` (seconds

@@ -151,6 +151,7 @@ def test_serving_recovery_counts_from_the_last_fault_to_its_last_return_to_ready
         return {"job": {"phase": phase, "prefill": 1, "decode": 1}}
 
     watch.timeline = [(2.0, state("Ready")), (30.0, state("Degraded")), (52.5, state("Ready"))]
+    watch.timeline.append((58.0, {"job": {"phase": "Ready", "prefill": 2, "decode": 1}}))
     assert watch.recovery(since=40.0, bound=60) == 12.5  # Ready again 12.5 s after the fault
     assert watch.recovery(since=60.0, bound=60) == 0.0  # Ready all along after the fault
     watch.timeline.append((70.0, state("Degraded")))
