@@ -19,6 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from gpufleet import kubepool
 from gpufleet.admin.errors import ProblemError
 from gpufleet.admin.live import LiveFleet, Observed
 from gpufleet.admin.models.nodes import (
@@ -60,7 +61,7 @@ class NodeActions:
     def cordon(self, name: str, unschedulable: bool) -> CordonPublic:
         body: Any = {"spec": {"unschedulable": unschedulable or None}}
         try:
-            self.core.patch_node(name, body, _preload_content=False)
+            kubepool.release(self.core.patch_node(name, body, _preload_content=False))
         except (ApiException, HTTPError, OSError) as exc:
             raise _api_problem(exc, f"node {name}") from exc
         return CordonPublic(node=name, unschedulable=unschedulable)
@@ -164,7 +165,7 @@ class NodeActions:
         }
         body: Any = {"metadata": {"labels": labels}}
         try:
-            self.core.patch_node(name, body, _preload_content=False)
+            kubepool.release(self.core.patch_node(name, body, _preload_content=False))
         except (ApiException, HTTPError, OSError) as exc:
             raise _api_problem(exc, f"node {name}") from exc
         finally:

@@ -15,6 +15,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from gpufleet import kubepool
 from gpufleet.admin.auth import CachedReviewer, KubeReviewer, RateLimiter
 from gpufleet.admin.context import AdminContext
 from gpufleet.admin.fleet import FleetMemo
@@ -114,6 +115,10 @@ class ServingLabel:
             return
         body: Any = {"metadata": {"labels": {SERVING_LABEL: "serving" if serving else None}}}
         try:
-            self.core.patch_namespaced_pod(self.pod, self.namespace, body, _preload_content=False)
+            kubepool.release(
+                self.core.patch_namespaced_pod(
+                    self.pod, self.namespace, body, _preload_content=False
+                )
+            )
         except (ApiException, HTTPError, OSError) as exc:
             log.warning("cannot label pod %s/%s: %s", self.namespace, self.pod, exc)

@@ -22,6 +22,7 @@ import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet import kubepool
 from gpufleet.kubeerrors import api_error_text
 
 __all__ = ["JobLocks", "Resource", "job_under_lock", "status_changes", "write_status"]
@@ -117,10 +118,11 @@ def write_status(
     if not changes:
         return
     try:
-        custom.patch_namespaced_custom_object_status(
+        answer = custom.patch_namespaced_custom_object_status(
             kind.group, kind.version, namespace, kind.plural, name, {"status": dict(changes)},
             _content_type="application/merge-patch+json", _preload_content=False,
         )  # fmt: skip
+        kubepool.release(answer)
     except ApiException as exc:
         if exc.status != 404:  # 404: deleted since it was read; nothing left to report on
             raise _retry(f"writing the status of {kind.plural}/{name}", exc) from exc

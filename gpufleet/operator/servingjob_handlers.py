@@ -44,6 +44,7 @@ import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet import kubepool
 from gpufleet.kubeerrors import api_error_text
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import PendingNote, read_pending
@@ -139,8 +140,10 @@ class _DeploymentScaler:
     def scale(self, pool: str, replicas: int) -> None:
         name = children.deployment_name(self.job, pool)
         try:
-            self.state.apps.patch_namespaced_deployment_scale(
-                name, self.namespace, {"spec": {"replicas": replicas}}, _preload_content=False
+            kubepool.release(
+                self.state.apps.patch_namespaced_deployment_scale(
+                    name, self.namespace, {"spec": {"replicas": replicas}}, _preload_content=False
+                )
             )
         except ApiException as exc:
             raise _retry(f"scaling {name} to {replicas}", exc) from exc
@@ -157,7 +160,7 @@ class _PodWrites:
 
     def _call(self, what: str, name: str, call: Callable[..., Any], *args: Any) -> None:
         try:
-            call(name, self.namespace, *args, _preload_content=False)
+            kubepool.release(call(name, self.namespace, *args, _preload_content=False))
         except ApiException as exc:
             if exc.status != 404:
                 raise _retry(f"{what} pod {name}", exc) from exc
@@ -227,7 +230,9 @@ def _ensure_service(state: State, job: ServingJobObject, pool_name: str) -> None
         return
     wanted: Any = children.service(job, pool_name)
     try:
-        state.core.create_namespaced_service(job.id.namespace, wanted, _preload_content=False)
+        kubepool.release(
+            state.core.create_namespaced_service(job.id.namespace, wanted, _preload_content=False)
+        )
     except ApiException as exc:
         if exc.status != 409:  # 409: an earlier pass (or operator run) created it
             raise _retry(f"creating Service {wanted['metadata']['name']}", exc) from exc
@@ -259,8 +264,10 @@ def _ensure_pools(
     for pool_name, item in deployments.items():
         if pool_name not in desired and pool_name not in pools:
             try:
-                state.apps.delete_namespaced_deployment(
-                    item["metadata"]["name"], job.id.namespace, _preload_content=False
+                kubepool.release(
+                    state.apps.delete_namespaced_deployment(
+                        item["metadata"]["name"], job.id.namespace, _preload_content=False
+                    )
                 )
             except ApiException as exc:
                 if exc.status != 404:
@@ -286,7 +293,9 @@ def _write_pool(
     name = wanted["metadata"]["name"]
     try:
         if current is None:
-            state.apps.create_namespaced_deployment(namespace, wanted, _preload_content=False)
+            kubepool.release(
+                state.apps.create_namespaced_deployment(namespace, wanted, _preload_content=False)
+            )
             deployments[pool_name] = wanted
         elif children.needs_update(current, wanted):
             # A JSON patch replaces the template whole (a strategic merge would keep
@@ -299,7 +308,9 @@ def _write_pool(
             ]
             if replicas != have:
                 ops.append({"op": "replace", "path": "/spec/replicas", "value": replicas})
-            state.apps.patch_namespaced_deployment(name, namespace, ops, _preload_content=False)
+            kubepool.release(
+                state.apps.patch_namespaced_deployment(name, namespace, ops, _preload_content=False)
+            )
         elif replicas != have:
             _DeploymentScaler(state, namespace, job.id.name).scale(pool_name, replicas)
         _ensure_service(state, job, pool_name)

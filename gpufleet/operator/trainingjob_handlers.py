@@ -28,6 +28,7 @@ import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet import kubepool
 from gpufleet.model.contract import names
 from gpufleet.model.contract.moves import moved_at
 from gpufleet.model.contract.reasons import disruption_reason
@@ -105,7 +106,9 @@ def _create_pods(state: State, job: TrainingJobObject, ranks: Iterable[int]) -> 
     def create(rank: int) -> str | None:
         pod: Any = children.worker_pod(job, rank, state.tolerations, state.scheduler_name)
         try:
-            state.core.create_namespaced_pod(namespace, pod, _preload_content=False)
+            kubepool.release(
+                state.core.create_namespaced_pod(namespace, pod, _preload_content=False)
+            )
         except ApiException as exc:
             if exc.status == 409:
                 return None
@@ -136,7 +139,9 @@ def _ensure_service(state: State, job: TrainingJobObject) -> None:
         return
     service: Any = children.headless_service(job)
     try:
-        state.core.create_namespaced_service(job.id.namespace, service, _preload_content=False)
+        kubepool.release(
+            state.core.create_namespaced_service(job.id.namespace, service, _preload_content=False)
+        )
     except ApiException as exc:
         if exc.status != 409:
             raise kopf.TemporaryError(f"creating the Service: {exc.reason}", delay=2) from exc
@@ -146,7 +151,9 @@ def _ensure_service(state: State, job: TrainingJobObject) -> None:
 def _delete_pods(state: State, namespace: str, pod_names: Iterable[str]) -> None:
     for name in pod_names:
         try:
-            state.core.delete_namespaced_pod(name, namespace, _preload_content=False)
+            kubepool.release(
+                state.core.delete_namespaced_pod(name, namespace, _preload_content=False)
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise kopf.TemporaryError(f"deleting {name}: {exc.reason}", delay=2) from exc

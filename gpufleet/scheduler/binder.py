@@ -25,6 +25,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet import kubepool
 from gpufleet.kubeerrors import api_error_text
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import disruption_marker, pending_condition
@@ -86,7 +87,11 @@ class Binder:
         }
         try:
             # The Binding's annotations are copied onto the pod in the same write.
-            self.api.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+            kubepool.release(
+                self.api.create_namespaced_pod_binding(
+                    name, namespace, body, _preload_content=False
+                )
+            )
             return request.pod_key, None
         except ApiException as exc:
             return request.pod_key, f"{exc.status} {exc.reason}"
@@ -125,11 +130,13 @@ class Binder:
             return True  # already gone
         namespace, name = _split(key)
         try:
-            self.api.delete_namespaced_pod(
-                name,
-                namespace,
-                grace_period_seconds=0 if force else None,
-                _preload_content=False,
+            kubepool.release(
+                self.api.delete_namespaced_pod(
+                    name,
+                    namespace,
+                    grace_period_seconds=0 if force else None,
+                    _preload_content=False,
+                )
             )
             return True
         except ApiException as exc:
@@ -147,8 +154,10 @@ class Binder:
             "lastTransitionTime": _now(),
         }
         try:
-            self.api.patch_namespaced_pod_status(
-                name, namespace, {"status": {"conditions": [condition]}}, _preload_content=False
+            kubepool.release(
+                self.api.patch_namespaced_pod_status(
+                    name, namespace, {"status": {"conditions": [condition]}}, _preload_content=False
+                )
             )
         except ApiException as exc:
             if exc.status == 404:
@@ -165,7 +174,9 @@ class Binder:
         namespace, name = _split(key)
         body = {"metadata": {"annotations": dict(annotations)}}
         try:
-            self.api.patch_namespaced_pod(name, namespace, body, _preload_content=False)
+            kubepool.release(
+                self.api.patch_namespaced_pod(name, namespace, body, _preload_content=False)
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return False
@@ -182,7 +193,11 @@ class Binder:
             "metadata": {"name": name, "namespace": namespace},
         }
         try:
-            self.api.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
+            kubepool.release(
+                self.api.create_namespaced_pod_eviction(
+                    name, namespace, body, _preload_content=False
+                )
+            )
             return None
         except ApiException as exc:
             if exc.status == 404:
@@ -270,8 +285,10 @@ class Binder:
     def _mark_one(self, key: str, message: str) -> None:
         namespace, name = _split(key)
         try:
-            self.api.patch_namespaced_pod_status(
-                name, namespace, _pending_patch(message), _preload_content=False
+            kubepool.release(
+                self.api.patch_namespaced_pod_status(
+                    name, namespace, _pending_patch(message), _preload_content=False
+                )
             )
         except ApiException as exc:
             if exc.status != 404:

@@ -27,6 +27,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet import kubepool
 from gpufleet.model.contract import names
 
 log = logging.getLogger("gpufleet.lease")
@@ -115,8 +116,10 @@ class LeaderLease:
                 "spec": self._spec(self._now(), 0),
             }
             try:
-                self.api.create_namespaced_lease(
-                    self.namespace, body, _preload_content=False, _request_timeout=self._timeout
+                kubepool.release(
+                    self.api.create_namespaced_lease(
+                        self.namespace, body, _preload_content=False, _request_timeout=self._timeout
+                    )
                 )
                 return True
             except ApiException as create_exc:
@@ -137,12 +140,14 @@ class LeaderLease:
             acquired, transitions = self._now(), transitions + 1
         doc["spec"] = self._spec(acquired, transitions)
         try:
-            self.api.replace_namespaced_lease(
-                self.name,
-                self.namespace,
-                doc,
-                _preload_content=False,
-                _request_timeout=self._timeout,
+            kubepool.release(
+                self.api.replace_namespaced_lease(
+                    self.name,
+                    self.namespace,
+                    doc,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                )
             )
         except ApiException as exc:
             if exc.status == 409:
@@ -160,8 +165,10 @@ class LeaderLease:
             spec = doc.get("spec") or {}
             if spec.get("holderIdentity") == self.identity:
                 doc["spec"] = {**spec, "holderIdentity": None, "renewTime": None}
-                self.api.replace_namespaced_lease(
-                    self.name, self.namespace, doc, _preload_content=False
+                kubepool.release(
+                    self.api.replace_namespaced_lease(
+                        self.name, self.namespace, doc, _preload_content=False
+                    )
                 )
         except ApiException as exc:
             log.info("could not release lease: %s", exc.reason)

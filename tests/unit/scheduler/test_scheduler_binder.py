@@ -10,6 +10,18 @@ from gpufleet.scheduler.binder import Binder, BindRequest
 from gpufleet.testing.operator import wait_for
 
 
+class Answer:
+    """A raw answer the binder drops unread: it must hand the connection back."""
+
+    released = 0
+
+    def drain_conn(self) -> None:
+        """Nothing left to read."""
+
+    def release_conn(self) -> None:
+        type(self).released += 1
+
+
 class FakeCore:
     def __init__(self) -> None:
         self.bindings: list[dict[str, Any]] = []
@@ -17,19 +29,23 @@ class FakeCore:
         self.gate = threading.Event()
         self.gate.set()
 
-    def create_namespaced_pod_binding(self, name: str, ns: str, body: Any, **_: Any) -> None:
+    def create_namespaced_pod_binding(self, name: str, ns: str, body: Any, **_: Any) -> Answer:
         self.bindings.append(body)
+        return Answer()
 
-    def patch_namespaced_pod_status(self, name: str, ns: str, body: Any, **_: Any) -> None:
+    def patch_namespaced_pod_status(self, name: str, ns: str, body: Any, **_: Any) -> Answer:
         self.gate.wait(5)
         self.status_patches.append((name, body["status"]["conditions"][0]["message"]))
+        return Answer()
 
 
 def test_binding_writes_target_and_annotations() -> None:
     core = FakeCore()
     binder = Binder(core)  # type: ignore[arg-type]
+    released = Answer.released
     result = binder.bind([BindRequest("ns/p", "n1", {"gpufleet.io/gpus": "0,1"})])
     assert result == {"ns/p": None}
+    assert Answer.released == released + 1  # its connection went back to the pool
     (body,) = core.bindings
     assert body["target"]["name"] == "n1"
     assert body["metadata"] == {"name": "p", "annotations": {"gpufleet.io/gpus": "0,1"}}

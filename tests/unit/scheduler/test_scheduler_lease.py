@@ -20,6 +20,12 @@ class Raw:
     def __init__(self, doc: dict[str, Any]) -> None:
         self.data = json.dumps(doc).encode()
 
+    def drain_conn(self) -> None:
+        """Nothing left to read."""
+
+    def release_conn(self) -> None:
+        """No connection to give back."""
+
 
 class FakeCoordination:
     """One Lease in memory with resourceVersion checks, like the API server."""
@@ -34,13 +40,14 @@ class FakeCoordination:
             raise ApiException(status=404)
         return Raw(self.doc)
 
-    def create_namespaced_lease(self, ns: str, body: dict[str, Any], **_: Any) -> None:
+    def create_namespaced_lease(self, ns: str, body: dict[str, Any], **_: Any) -> Raw:
         if self.doc is not None:
             raise ApiException(status=409)
         self.version += 1
         self.doc = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
+        return Raw(self.doc)
 
-    def replace_namespaced_lease(self, name: str, ns: str, body: dict[str, Any], **_: Any) -> None:
+    def replace_namespaced_lease(self, name: str, ns: str, body: dict[str, Any], **_: Any) -> Raw:
         assert self.doc is not None
         sent = body["metadata"].get("resourceVersion")
         if self.conflict_next or sent != self.doc["metadata"]["resourceVersion"]:
@@ -48,6 +55,7 @@ class FakeCoordination:
             raise ApiException(status=409)
         self.version += 1
         self.doc = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.version)}}
+        return Raw(self.doc)
 
 
 class Clock:
