@@ -14,6 +14,7 @@ due in the status (with any other status change, or every `USAGE_FLUSH` while th
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -92,12 +93,37 @@ def accrue(
     return Usage(gpu_seconds, joules, max(now, previous.at))
 
 
+@dataclass(slots=True)
+class _Account:
+    usage: Usage  # totals up to the last pass or check
+    written: tuple[float, float]  # (GPU seconds, joules) as last written to the status
+    written_at: datetime
+
+    def due(self, now: datetime) -> bool:
+        grown = (self.usage.gpu_seconds, self.usage.joules) != self.written
+        return grown and now - self.written_at >= USAGE_FLUSH
+
+
 class UsageLedger:
-    """Each job's totals (by uid) between passes, and when they were last written."""
+    """Each job's totals (by uid) between passes, and when they were last written. Totals are
+    brought up to date by every pass and every check that makes no API call (`accrue`), so a
+    job whose pods run steadily is charged exactly while its status is written only every
+    USAGE_FLUSH."""
 
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
-        self._jobs: dict[str, tuple[Usage, datetime]] = {}
+        self._jobs: dict[str, _Account] = {}
+        self._guard = threading.Lock()  # a timer's check and a spec change's pass may overlap
+
+    def accrue(self, uid: str, pods: Iterable[Mapping[str, Any]], now: datetime) -> bool:
+        """Bring a known job's totals up to `now` from `pods`; whether they are due in the
+        status. A job not seen yet is due: its first pass resumes from its status."""
+        with self._guard:
+            account = self._jobs.get(uid)
+            if account is None:
+                return True
+            account.usage = accrue(account.usage, pods, now, self.catalog)
+            return account.due(now)
 
     def changes(
         self,
@@ -108,15 +134,20 @@ class UsageLedger:
         writing: bool,
     ) -> dict[str, Any]:
         """Accrue the job's GPU time and energy from `pods`; the status fields to write, if
-        due: with any other status change (`writing`), or every USAGE_FLUSH while the totals
-        grow. `status` is the job's status as read (where a restarted operator resumes)."""
-        previous, written = self._jobs.get(uid) or (Usage.from_status(status, now), now)
-        usage = accrue(previous, pods, now, self.catalog)
-        grown = (usage.gpu_seconds, usage.joules) != (previous.gpu_seconds, previous.joules)
-        due = writing or (grown and now - written >= USAGE_FLUSH) or uid not in self._jobs
-        self._jobs[uid] = (usage, now if due else written)
-        if not due:
-            return {}
+        due: with any other status change (`writing`), on the job's first pass, or every
+        USAGE_FLUSH while the totals grow. `status` is the job's status as read (where a
+        restarted operator resumes)."""
+        with self._guard:
+            account = self._jobs.get(uid)
+            first = account is None
+            if account is None:
+                start = Usage.from_status(status, now)
+                account = _Account(start, (start.gpu_seconds, start.joules), now)
+                self._jobs[uid] = account
+            account.usage = usage = accrue(account.usage, pods, now, self.catalog)
+            if not (writing or first or account.due(now)):
+                return {}
+            account.written, account.written_at = (usage.gpu_seconds, usage.joules), now
         return {
             "gpuSeconds": round(usage.gpu_seconds, 1),
             "estimatedEnergyJoules": round(usage.joules),
@@ -124,4 +155,5 @@ class UsageLedger:
         }
 
     def forget(self, uid: str) -> None:
-        self._jobs.pop(uid, None)
+        with self._guard:
+            self._jobs.pop(uid, None)

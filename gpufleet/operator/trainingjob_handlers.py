@@ -27,6 +27,7 @@ from typing import Any
 import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
 from gpufleet import kubepool
 from gpufleet.model.contract import names
@@ -162,10 +163,40 @@ def _delete_pods(state: State, namespace: str, pod_names: Iterable[str]) -> None
 Event = tuple[str, str, str]  # (type, reason, message)
 
 
+def would_act(state: State, body: Mapping[str, Any]) -> bool:
+    """Whether a pass over the job in `body` (the watched body: no API call) could change
+    anything: create or delete pods, write the status, post an Event, delete the job or bring
+    its GPU time up to date. A job whose pods and status agree costs the timer no API call;
+    the pass that acts plans again from the job read afresh under its lock. A body older than
+    the previous pass's own writes only makes this say yes until the watch catches up."""
+    meta = body["metadata"]
+    if meta.get("deletionTimestamp"):
+        return False  # the finalizer's handler, not a pass, deals with it
+    try:
+        job = TrainingJobObject.of(body)
+    except ValidationError:
+        return True  # the pass says why and marks the job Failed
+    uid = job.id.uid
+    with state.guard:
+        if uid in state.disruptions or uid in state.moves:
+            return True
+    now = _now()
+    pods = state.cache.owned_pods(job.id.namespace, job.id.name)
+    if state.usage.accrue(uid, pods, now):
+        return True
+    plan = reconcile.plan(job, pods, now)
+    if plan.create or plan.delete or plan.delete_job or plan.events:
+        return True
+    return bool(fresh_read.status_changes(job.status, plan.status, _STATUS_KEYS))
+
+
 def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> list[Event]:
     """One pass over the TrainingJob `body` names (see the module docstring); the Events to
-    post. `body` only identifies the job: the pass reads it again under the job's lock."""
+    post. It acts only if `would_act` says the watched body calls for it; then it reads the
+    job again under the job's lock and plans from that."""
     leading.ensure_leading(state.may_act)
+    if not would_act(state, body):
+        return []
     with fresh_read.job_under_lock(state.locks, state.custom, _KIND, body) as raw:
         if raw is None:
             return []

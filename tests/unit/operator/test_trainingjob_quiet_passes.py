@@ -1,0 +1,228 @@
+"""A TrainingJob pass whose watched body and pods call for nothing makes no API call; a pass
+that would act reads the job afresh and acts on what it read. The API clients are mocks (the
+adapter's own unit test); the sandbox tests run the same passes against a real API server.
+
+Aspects: a steady running job, a finished job before its TTL; a pod that changed, usage totals
+due after USAGE_FLUSH, a TTL that is due, a pod disruption seen between passes, a first pass
+after an operator start, a body older than the previous pass's write.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+from unittest import mock
+
+import kopf
+import pytest
+from kubernetes import client
+
+from gpufleet.model.contract import names
+from gpufleet.model.contract.timestamps import format_time
+from gpufleet.operator import trainingjob_handlers
+from gpufleet.operator.accounting import USAGE_FLUSH
+
+T0 = datetime(2026, 12, 3, 18, 0, tzinfo=UTC)
+
+
+class Pods:
+    """The handlers' `PodSource` over a list the test edits."""
+
+    def __init__(self) -> None:
+        self.pods: list[dict[str, Any]] = []
+
+    def owned_pods(self, namespace: str, owner: str) -> list[dict[str, Any]]:
+        return [p for p in self.pods if p["metadata"]["labels"][names.TRAININGJOB_LABEL] == owner]
+
+    def on_pod_deleted(self, hook: Callable[[dict[str, Any]], None]) -> None:
+        self.hook = hook
+
+
+def worker(rank: int, phase: str = "Running") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"j-worker-{rank}",
+            "labels": {names.RANK_LABEL: str(rank), names.TRAININGJOB_LABEL: "j"},
+            "annotations": {names.ASSIGNED_GPUS: "0", names.ASSIGNED_TYPE: "L4"},
+        },
+        "spec": {
+            "nodeName": f"node-{rank}",
+            "containers": [{"resources": {"limits": {names.WHOLE_GPU_RESOURCE: "1"}}}],
+        },
+        "status": {"phase": phase, "startTime": format_time(T0)},
+    }
+
+
+class Harness:
+    """A handler state whose API clients are mocks; the job as the API server has it."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.pods = Pods()
+        self.state = trainingjob_handlers.State(client.ApiClient(client.Configuration()), self.pods)
+        self.state.core = mock.MagicMock()
+        self.state.custom = mock.MagicMock()
+        self.state.custom.get_namespaced_custom_object.side_effect = self._get
+        self.state.custom.patch_namespaced_custom_object_status.side_effect = self._patch
+        self.now = T0
+        monkeypatch.setattr(trainingjob_handlers, "_now", lambda: self.now)
+        self.stored: dict[str, Any] = {
+            "metadata": {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1},
+            "spec": {
+                "replicas": 2,
+                "gpusPerReplica": 1,
+                "runPolicy": {"ttlSecondsAfterFinished": 60},
+                "template": {"spec": {"containers": [{"name": "t", "image": "x"}]}},
+            },
+        }
+
+    def _get(self, *_: Any, **__: Any) -> Any:
+        return SimpleNamespace(data=json.dumps(self.stored).encode())
+
+    def _patch(self, *args: Any, **_: Any) -> Any:
+        changes = args[5]["status"]
+        status = {**(self.stored.get("status") or {}), **changes}
+        self.stored["status"] = {k: v for k, v in status.items() if v is not None}
+        return mock.MagicMock()  # the raw answer, released unread
+
+    def watched(self) -> dict[str, Any]:
+        """The body the watch has delivered by now: what the API server holds."""
+        return json.loads(json.dumps(self.stored))
+
+    def run(self, body: dict[str, Any] | None = None) -> list[trainingjob_handlers.Event]:
+        self.state.core.reset_mock()
+        self.state.custom.reset_mock()
+        patch = kopf.Patch()
+        events = trainingjob_handlers.reconcile_pass(self.state, body or self.watched(), patch)
+        assert not patch
+        return events
+
+    def calls(self) -> list[str]:
+        """The API methods the last pass called, in order."""
+        made = [*self.state.custom.mock_calls, *self.state.core.mock_calls]
+        return [c[0] for c in made if c[0] and "." not in c[0]]
+
+    def running(self) -> None:
+        """Bring the job to Running: its two workers are created, bound and run."""
+        self.run()  # first pass: creates the workers
+        self.pods.pods = [worker(0), worker(1)]
+        self.now += timedelta(seconds=1)
+        self.run()
+        assert self.stored["status"]["phase"] == "Running"
+
+
+@pytest.fixture
+def harness(monkeypatch: pytest.MonkeyPatch) -> Harness:
+    out = Harness(monkeypatch)
+    yield out  # type: ignore[misc]
+    out.state.pool.shutdown(wait=True)
+
+
+def test_a_steady_running_job_costs_no_api_call(harness: Harness) -> None:
+    harness.running()
+    for _ in range(int(USAGE_FLUSH.total_seconds()) - 1):
+        harness.now += timedelta(seconds=1)
+        assert harness.run() == []
+        assert harness.calls() == []
+
+
+def test_a_changed_pod_reads_the_job_afresh_and_writes_the_status(harness: Harness) -> None:
+    harness.running()
+    harness.pods.pods[1]["status"]["phase"] = "Succeeded"
+    harness.now += timedelta(seconds=1)
+    harness.run()
+    assert harness.calls() == [
+        "get_namespaced_custom_object",
+        "patch_namespaced_custom_object_status",
+    ]
+    assert harness.stored["status"]["replicas"] == 1
+
+
+def test_gpu_time_is_charged_every_second_and_written_every_flush(harness: Harness) -> None:
+    harness.running()
+    written = harness.stored["status"]["gpuSeconds"]
+    for _ in range(int(USAGE_FLUSH.total_seconds())):
+        harness.now += timedelta(seconds=1)
+        harness.run()
+    assert harness.calls() == [
+        "get_namespaced_custom_object",
+        "patch_namespaced_custom_object_status",
+    ]
+    # Two one-GPU workers for USAGE_FLUSH seconds more, though the checks wrote nothing.
+    grown = harness.stored["status"]["gpuSeconds"] - written
+    assert grown == pytest.approx(2 * USAGE_FLUSH.total_seconds())
+    # A worker that stops between two writes is charged up to the second it was seen stopped.
+    harness.now += timedelta(seconds=10)
+    harness.run()
+    harness.pods.pods[0]["status"]["phase"] = "Succeeded"
+    harness.pods.pods[1]["status"]["phase"] = "Succeeded"
+    harness.now += timedelta(seconds=1)
+    harness.run()
+    assert harness.stored["status"]["phase"] == "Succeeded"
+    total = harness.stored["status"]["gpuSeconds"] - written
+    assert total == pytest.approx(2 * (USAGE_FLUSH.total_seconds() + 10))
+
+
+def test_a_finished_job_waits_for_its_ttl_without_api_calls(harness: Harness) -> None:
+    harness.running()
+    harness.pods.pods = [worker(0, "Succeeded"), worker(1, "Succeeded")]
+    harness.now += timedelta(seconds=1)
+    harness.run()
+    assert harness.stored["status"]["phase"] == "Succeeded"
+    for _ in range(59):
+        harness.now += timedelta(seconds=1)
+        harness.run()
+        assert harness.calls() == []
+    harness.now += timedelta(seconds=1)
+    harness.run()  # the TTL is due: read afresh, then the deletion a tick later
+    assert harness.calls() == ["get_namespaced_custom_object"]
+    harness.state.pool.shutdown(wait=True)
+    assert harness.state.custom.mock_calls[-1][0] == "delete_namespaced_custom_object"
+
+
+def test_a_disruption_seen_between_passes_makes_the_pass_act(harness: Harness) -> None:
+    harness.running()
+    gone = worker(1)
+    gone["metadata"]["ownerReferences"] = [{"uid": "u1"}]
+    gone["status"]["conditions"] = [
+        {"type": "DisruptionTarget", "status": "True", "reason": names.PREEMPTED_REASON}
+    ]
+    harness.pods.hook(gone)
+    harness.pods.pods = [worker(0)]
+    harness.now += timedelta(seconds=1)
+    harness.run()
+    assert harness.calls()[0] == "get_namespaced_custom_object"
+    assert harness.stored["status"]["phase"] == "Preempted"
+
+
+def test_the_first_pass_after_a_start_writes_the_usage_it_resumes(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.running()
+    restarted = Harness(monkeypatch)  # a new operator process: an empty ledger
+    restarted.stored, restarted.pods.pods = harness.stored, harness.pods.pods
+    restarted.now = harness.now + timedelta(seconds=5)
+    restarted.run()
+    assert restarted.calls() == [
+        "get_namespaced_custom_object",
+        "patch_namespaced_custom_object_status",
+    ]
+    restarted.now += timedelta(seconds=1)
+    restarted.run()
+    assert restarted.calls() == []
+    restarted.state.pool.shutdown(wait=True)
+
+
+def test_a_body_older_than_the_last_write_reads_afresh_and_writes_nothing(
+    harness: Harness,
+) -> None:
+    harness.run()
+    stale = harness.watched()  # Queued, no pods yet in the cache
+    harness.pods.pods = [worker(0), worker(1)]
+    harness.now += timedelta(seconds=1)
+    harness.run()
+    assert harness.stored["status"]["phase"] == "Running"
+    harness.run(stale)  # the watch has not delivered the Running status yet
+    assert harness.calls() == ["get_namespaced_custom_object"]
