@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -65,6 +66,39 @@ def slope(points: list[tuple[float, float]]) -> float:
     my = statistics.fmean(y for _, y in points)
     sxx = sum((x - mx) ** 2 for x, _ in points)
     return sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
+
+
+# apiserver_request_total{...} value: one counter per verb, resource and subresource.
+_REQUEST_LINE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$", re.M)
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def api_requests(api: Any) -> dict[str, float]:
+    """Requests the API server has answered so far, by "VERB resource[/subresource]" (from its
+    own /metrics), so the rates of the operator's calls can be told apart: the harness lists
+    jobs and pods but never GETs one job nor writes a job's status."""
+    request = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    text = api.call_api(*request).read().decode()
+    counts: dict[str, float] = {}
+    for match in _REQUEST_LINE.finditer(text):
+        labels = dict(_LABEL.findall(match["labels"]))
+        sub = labels.get("subresource")
+        key = f"{labels.get('verb')} {labels.get('resource')}{'/' + sub if sub else ''}"
+        counts[key] = counts.get(key, 0.0) + float(match["value"])
+    return counts
+
+
+def request_rates(before: dict[str, float], after: dict[str, float], seconds: float) -> str:
+    """The operator's main calls a second between two `api_requests` samples, and all calls."""
+
+    def rate(key: str | None) -> float:
+        if key is None:
+            return (sum(after.values()) - sum(before.values())) / seconds
+        return (after.get(key, 0.0) - before.get(key, 0.0)) / seconds
+
+    keys = ("GET trainingjobs", "PATCH trainingjobs/status", "PATCH trainingjobs",
+            "POST pods", "DELETE pods")  # fmt: skip
+    return ", ".join(f"{k} {rate(k):.1f}/s" for k in keys) + f"; all {rate(None):.0f}/s"
 
 
 def unfinished_jobs(kube: Kube, load: Load) -> list[str]:
@@ -113,6 +147,7 @@ def run(args: Any) -> dict[str, Any]:
                     load = Load(kube, record, rate, args.seed, SHAPES, (5, 15), args.jobs,
                                 args.creators)  # fmt: skip
                     started = time.monotonic()
+                    calls = [(started, api_requests(kube.core.api_client))]
                     load.start()
                     polls = 0
                     # --bound counts from the last creation (later than planned when the
@@ -129,9 +164,13 @@ def run(args: Any) -> dict[str, Any]:
                             break
                         if polls % 12 == 0:
                             now = time.monotonic() - started
+                            calls.append((time.monotonic(), api_requests(kube.core.api_client)))
+                            (t0, c0), (t1, c1) = calls[-2:]
                             print(f"{now:6.0f}s: {len(load.jobs)} created, {len(done)} done, "
-                                  f"RSS {rss.now():.0f} MiB", flush=True)  # fmt: skip
+                                  f"RSS {rss.now():.0f} MiB; API {request_rates(c0, c1, t1 - t0)}",
+                                  flush=True)  # fmt: skip
                     elapsed = time.monotonic() - started
+                    calls.append((time.monotonic(), api_requests(kube.core.api_client)))
                     load.stop.set()
                     load.join(10)
                     violations = invariants.check(kube.core)
@@ -165,6 +204,7 @@ def run(args: Any) -> dict[str, Any]:
         "unfinished": unfinished,
         "pods_reverted": reverts.reverted,
         "refused_creates": record.refused_creates,
+        "api_requests_per_s": request_rates(calls[0][1], calls[-1][1], calls[-1][0] - calls[0][0]),
         "load_average": os.getloadavg(),
     }
 
