@@ -3,10 +3,11 @@ whether every job finished.
 
 One private sandbox with a kwok fleet of --nodes 8-GPU nodes (scale_bench.py's mix: H100, A100,
 L4; or --fleet), one `gpufleet operator`, and --jobs TrainingJobs of whole GPUs (1-4 workers of
-1-8 GPUs, priorities 0-2) created at --rate a second; each runs 5-15 s, then the harness marks its
-pods Succeeded as a finished container would (chaos.py's `Load`: only pods bound and Running),
-and the operator removes the job 60 s after it finished (ttlSecondsAfterFinished). The
-operator's resident memory is sampled every second.
+1-8 GPUs, priorities 0-2) created at --rate a second; each runs 5-15 s (--runtime), then the
+harness marks its pods Succeeded as a finished container would (chaos.py's `Load`: only pods
+bound and Running), and the operator removes the job 60 s after it finished
+(ttlSecondsAfterFinished). The operator's resident memory and the API server's request rates
+are sampled.
 
 A job is finished when it was seen Succeeded; lost when it disappeared before that; unfinished
 jobs are listed with their phase and their pods' phases, and pods seen Succeeded then Running
@@ -16,6 +17,7 @@ largest and the last sample.
 
     python bench/soak.py                                  # 10,000 jobs on 1,000 nodes
     python bench/soak.py --jobs 1000 --nodes 200 --rate 2
+    python bench/soak.py --jobs 600 --nodes 200 --rate 3 --runtime 150 200   # many in flight
 
 Prints a summary; the last line is one JSON object.
 """
@@ -144,7 +146,8 @@ def run(args: Any) -> dict[str, Any]:
                 operator.start(timeout=600)
                 with RssSampler(operator) as rss:
                     rate = 1 / args.rate
-                    load = Load(kube, record, rate, args.seed, SHAPES, (5, 15), args.jobs,
+                    runs = (args.runtime[0], args.runtime[1])
+                    load = Load(kube, record, rate, args.seed, SHAPES, runs, args.jobs,
                                 args.creators)  # fmt: skip
                     started = time.monotonic()
                     calls = [(started, api_requests(kube.core.api_client))]
@@ -219,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds after the last creation for every job to finish")  # fmt: skip
     parser.add_argument("--creators", type=positive_int, default=4,
                         help="threads creating jobs, each at its planned time")  # fmt: skip
+    parser.add_argument("--runtime", type=positive_int, nargs=2, default=[5, 15],
+                        metavar=("SHORTEST", "LONGEST"),
+                        help="seconds each job runs, drawn between the two")  # fmt: skip
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--operator-log", type=output_file, default=None)
     args = parser.parse_args(argv)

@@ -1,8 +1,10 @@
 """kopf handlers for TrainingJob: thin glue between watch events and `reconcile.plan`.
 
-Each pass (`reconcile_pass`), under the job's lock, reads the job afresh (`fresh_read`: never
-the body kopf hands the handler, which may predate the previous pass's writes) and its pods
-(from the scheduler's cache), asks the pure `plan()` what to do, and carries it out: create
+Each pass (`reconcile_pass`) first asks `plan()` about the body kopf watched and the job's pods
+(from the scheduler's cache), with no API call; most passes of the timer stop there, since
+nothing changed. Only a pass that would act takes the job's lock, reads the job afresh
+(`fresh_read`: never act on the body kopf hands the handler, which may predate the previous
+pass's writes), asks the pure `plan()` again what to do, and carries it out: create
 missing worker pods and the headless Service, delete pods, write the status in one patch before
 releasing the lock, and hand back the Events (one per phase transition and new waiting reason)
 for the kopf handler to post. It runs on
@@ -174,8 +176,8 @@ def would_act(state: State, body: Mapping[str, Any]) -> bool:
         return False  # the finalizer's handler, not a pass, deals with it
     try:
         job = TrainingJobObject.of(body)
-    except ValidationError:
-        return True  # the pass says why and marks the job Failed
+    except ValidationError:  # the pass says why and marks the job Failed, once
+        return (body.get("status") or {}).get("phase") != "Failed"
     uid = job.id.uid
     with state.guard:
         if uid in state.disruptions or uid in state.moves:

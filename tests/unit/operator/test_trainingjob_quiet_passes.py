@@ -226,3 +226,14 @@ def test_a_body_older_than_the_last_write_reads_afresh_and_writes_nothing(
     assert harness.stored["status"]["phase"] == "Running"
     harness.run(stale)  # the watch has not delivered the Running status yet
     assert harness.calls() == ["get_namespaced_custom_object"]
+
+
+def test_an_invalid_spec_is_read_and_marked_failed_once(harness: Harness) -> None:
+    harness.stored["spec"]["replicas"] = -1
+    patch = kopf.Patch()
+    trainingjob_handlers.reconcile_pass(harness.state, harness.watched(), patch)
+    assert harness.state.custom.get_namespaced_custom_object.called
+    assert patch == {"status": {"phase": "Failed"}}  # kopf writes it after the handler
+    harness.stored["status"] = {"phase": "Failed"}
+    harness.run()
+    assert harness.calls() == []
