@@ -240,7 +240,10 @@ class Binder:
         resourceVersion in the body makes it conditional: 409 when the pod changed)."""
         namespace, name = _split(key)
         try:
-            self.api.patch_namespaced_pod(name, namespace, dict(body), _preload_content=False)
+            answer = self.api.patch_namespaced_pod(
+                name, namespace, dict(body), _preload_content=False
+            )
+            kubepool.release(answer)
             return None
         except ApiException as exc:
             return api_error_text(exc)
