@@ -71,6 +71,7 @@ from gpufleet.scheduler.cluster_view import (
 from gpufleet.scheduler.cycle_report import CycleReport
 from gpufleet.scheduler.deletions import Deletions
 from gpufleet.scheduler.eligibility import overcommitted
+from gpufleet.scheduler.full_collection import FullCollections
 from gpufleet.scheduler.heal import NodeHealer
 from gpufleet.scheduler.inflight import InflightBindings
 from gpufleet.scheduler.lending import Lending
@@ -155,6 +156,8 @@ class Scheduler:
         self.lending = Lending(binder, deletions)
         self.power = power
         self.queue_status = queue_status
+        # Garbage held in reference cycles, freed once a minute (full_collection.py).
+        self.collections = FullCollections(clock=clock)
 
     # --- the cycle -----------------------------------------------------------------------------
 
@@ -324,6 +327,7 @@ class Scheduler:
             except Exception:  # keep the scheduler alive; the next cycle starts from the cluster
                 log.exception("cycle=%d failed", self.cycle)
                 stop.wait(1.0)
+            self.collections.when_due()
         # Let the last batch be answered so a failed gang is rolled back before the process
         # goes (a crash instead leaves it to the partly-bound-gang handling of the next run).
         self.bindings.settle(CycleReport(self.cycle), wait=5.0)
