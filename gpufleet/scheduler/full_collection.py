@@ -6,10 +6,9 @@ not at all in the 11 after. Much of what a job leaves behind in the operator is 
 reference cycles (kopf's per-object memory and the body views that point back at it, coroutines
 and exceptions of its handlers); a job runs and waits for its TTL long enough for these to reach
 the oldest generation, so after the job is deleted they stayed allocated until the next full
-pass: 58,954 objects (10 MiB of Python heap) were waiting in one measurement, and resident
-memory grew with the number of jobs run since the last pass. A pass every `period_s` bounds
-that to the jobs deleted within one period. Between cycles, so a pass never stops a cycle half
-way.
+pass: 58,954 objects (10 MiB of Python heap) were waiting in one measurement, a heap that grew
+with the number of jobs deleted since the last pass. A pass every `period_s` bounds that to the
+jobs deleted within one period. Between cycles, so a pass never stops a cycle half way.
 """
 
 from __future__ import annotations
