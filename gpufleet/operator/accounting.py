@@ -98,10 +98,13 @@ class _Account:
     usage: Usage  # totals up to the last pass or check
     written: tuple[float, float]  # (GPU seconds, joules) as last written to the status
     written_at: datetime
+    drawing: bool = False  # whether the pods of the last accrual held GPUs
 
     def due(self, now: datetime) -> bool:
-        grown = (self.usage.gpu_seconds, self.usage.joules) != self.written
-        return grown and now - self.written_at >= USAGE_FLUSH
+        return self.grown() and now - self.written_at >= USAGE_FLUSH
+
+    def grown(self) -> bool:
+        return (self.usage.gpu_seconds, self.usage.joules) != self.written
 
 
 class UsageLedger:
@@ -122,8 +125,19 @@ class UsageLedger:
             account = self._jobs.get(uid)
             if account is None:
                 return True
+            pods = list(pods)
             account.usage = accrue(account.usage, pods, now, self.catalog)
+            account.drawing = any(pod_draw(p, self.catalog)[0] > 0 for p in pods)
             return account.due(now)
+
+    def flush_at(self, uid: str) -> datetime | None:
+        """When the job's totals will be due in the status if its pods stay as they were at
+        the last accrual; None when they will not grow (or the job is not known)."""
+        with self._guard:
+            account = self._jobs.get(uid)
+            if account is None or not (account.drawing or account.grown()):
+                return None
+            return account.written_at + USAGE_FLUSH
 
     def changes(
         self,

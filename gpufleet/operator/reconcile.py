@@ -249,6 +249,18 @@ def _admission_wait(conditions: Sequence[Obj]) -> tuple[str, str] | None:
     return str(admitted.get("reason")), str(admitted["message"])
 
 
+def next_due(job: TrainingJobObject) -> datetime | None:
+    """When `plan` may decide differently for the same job and pods only because time passed:
+    its TTL after it finished, or its activeDeadlineSeconds while it runs (None: never)."""
+    status, policy = job.status, job.spec.run_policy
+    if status.get("phase") in (Phase.SUCCEEDED, Phase.FAILED):
+        done = parse_time(status.get("completionTime"))
+        ttl = policy.ttl_seconds_after_finished
+        return None if done is None or ttl is None else done + timedelta(seconds=ttl)
+    start, deadline = parse_time(status.get("startTime")), policy.active_deadline_seconds
+    return None if start is None or deadline is None else start + timedelta(seconds=deadline)
+
+
 def _finished(step: _Pass) -> None:
     """A finished job keeps its phase, stops what still runs and goes after its TTL."""
     step.out.delete = [p["metadata"]["name"] for p in step.active]

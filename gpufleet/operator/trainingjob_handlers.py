@@ -78,6 +78,7 @@ class State:
         self.disruptions: dict[str, str] = {}  # job uid -> reason a pod was disrupted
         self.moves: dict[str, datetime] = {}  # job uid -> when a move deleted its pods
         self.services: set[str] = set()  # job uids whose Service exists
+        self.quiet: dict[str, Quiet] = {}  # job uid -> what its last check found unchanged
         # GPU time and energy per job uid, accrued every pass.
         self.usage = UsageLedger(load_catalog())
         self.guard = threading.Lock()
@@ -165,31 +166,67 @@ def _delete_pods(state: State, namespace: str, pod_names: Iterable[str]) -> None
 Event = tuple[str, str, str]  # (type, reason, message)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Quiet:
+    """What a check that found nothing to do saw: the job's and its pods' resourceVersions, the
+    pods (to charge their GPU time up to the next check that sees them change), and when time
+    alone may call for a pass (TTL, deadline, usage totals due)."""
+
+    seen: tuple[Any, ...]
+    pods: list[dict[str, Any]]
+    until: datetime | None
+
+
 def would_act(state: State, body: Mapping[str, Any]) -> bool:
     """Whether a pass over the job in `body` (the watched body: no API call) could change
-    anything: create or delete pods, write the status, post an Event, delete the job or bring
-    its GPU time up to date. A job whose pods and status agree costs the timer no API call;
-    the pass that acts plans again from the job read afresh under its lock. A body older than
-    the previous pass's own writes only makes this say yes until the watch catches up."""
+    anything: create or delete pods, write the status, post an Event, delete the job or write
+    its GPU time. A job whose pods and status agree costs the timer no API call; the pass that
+    acts plans again from the job read afresh under its lock. A body older than the previous
+    pass's own writes only makes this say yes until the watch catches up. While neither the
+    job nor its pods changed since a check that said no, and no time-based step is due, the
+    answer is no without planning again."""
     meta = body["metadata"]
     if meta.get("deletionTimestamp"):
         return False  # the finalizer's handler, not a pass, deals with it
-    try:
-        job = TrainingJobObject.of(body)
-    except ValidationError:  # the pass says why and marks the job Failed, once
-        return (body.get("status") or {}).get("phase") != "Failed"
-    uid = job.id.uid
+    uid = meta["uid"]
     with state.guard:
         if uid in state.disruptions or uid in state.moves:
             return True
+        quiet = state.quiet.pop(uid, None)
     now = _now()
-    pods = state.cache.owned_pods(job.id.namespace, job.id.name)
-    if state.usage.accrue(uid, pods, now):
+    pods = state.cache.owned_pods(meta.get("namespace") or "default", meta["name"])
+    seen = (meta.get("resourceVersion"), *(p["metadata"].get("resourceVersion") for p in pods))
+    if quiet is not None:
+        if quiet.seen == seen and (quiet.until is None or now < quiet.until):
+            with state.guard:
+                state.quiet.setdefault(uid, quiet)
+            return False
+        state.usage.accrue(uid, quiet.pods, now)  # what ran until now, before anything changed
+    acts, due = _check(state, body, pods, now)
+    if acts:
         return True
+    dues = [t for t in (due, state.usage.flush_at(uid)) if t is not None]
+    with state.guard:
+        state.quiet[uid] = Quiet(seen, pods, min(dues, default=None))
+    return False
+
+
+def _check(
+    state: State, body: Mapping[str, Any], pods: list[dict[str, Any]], now: datetime
+) -> tuple[bool, datetime | None]:
+    """`would_act` planned afresh from `body` and `pods`; with, when it would not act, the
+    time after which it may (`reconcile.next_due`)."""
+    try:
+        job = TrainingJobObject.of(body)
+    except ValidationError:  # the pass says why and marks the job Failed, once
+        return (body.get("status") or {}).get("phase") != "Failed", None
+    if state.usage.accrue(job.id.uid, pods, now):
+        return True, None
     plan = reconcile.plan(job, pods, now)
     if plan.create or plan.delete or plan.delete_job or plan.events:
-        return True
-    return bool(fresh_read.status_changes(job.status, plan.status, _STATUS_KEYS))
+        return True, None
+    changes = fresh_read.status_changes(job.status, plan.status, _STATUS_KEYS)
+    return bool(changes), reconcile.next_due(job)
 
 
 def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> list[Event]:
@@ -280,5 +317,7 @@ def delete_children(namespace: str | None, name: str, uid: str, memo: Any, **_: 
         if exc.status != 404:
             raise kopf.TemporaryError(f"deleting children: {exc.reason}", delay=2) from exc
     state.services.discard(uid)
+    with state.guard:
+        state.quiet.pop(uid, None)
     state.locks.forget(uid)
     state.usage.forget(uid)

@@ -9,6 +9,7 @@ after an operator start, a body older than the previous pass's write.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -26,6 +27,7 @@ from gpufleet.operator import trainingjob_handlers
 from gpufleet.operator.accounting import USAGE_FLUSH
 
 T0 = datetime(2026, 12, 3, 18, 0, tzinfo=UTC)
+VERSIONS = (str(n) for n in itertools.count(1))  # resourceVersions, as the API server counts
 
 
 class Pods:
@@ -45,6 +47,7 @@ def worker(rank: int, phase: str = "Running") -> dict[str, Any]:
     return {
         "metadata": {
             "name": f"j-worker-{rank}",
+            "resourceVersion": next(VERSIONS),
             "labels": {names.RANK_LABEL: str(rank), names.TRAININGJOB_LABEL: "j"},
             "annotations": {names.ASSIGNED_GPUS: "0", names.ASSIGNED_TYPE: "L4"},
         },
@@ -85,6 +88,7 @@ class Harness:
         changes = args[5]["status"]
         status = {**(self.stored.get("status") or {}), **changes}
         self.stored["status"] = {k: v for k, v in status.items() if v is not None}
+        self.stored["metadata"]["resourceVersion"] = next(VERSIONS)
         return mock.MagicMock()  # the raw answer, released unread
 
     def watched(self) -> dict[str, Any]:
@@ -130,7 +134,7 @@ def test_a_steady_running_job_costs_no_api_call(harness: Harness) -> None:
 
 def test_a_changed_pod_reads_the_job_afresh_and_writes_the_status(harness: Harness) -> None:
     harness.running()
-    harness.pods.pods[1]["status"]["phase"] = "Succeeded"
+    harness.pods.pods[1] = worker(1, "Succeeded")
     harness.now += timedelta(seconds=1)
     harness.run()
     assert harness.calls() == [
@@ -153,16 +157,18 @@ def test_gpu_time_is_charged_every_second_and_written_every_flush(harness: Harne
     # Two one-GPU workers for USAGE_FLUSH seconds more, though the checks wrote nothing.
     grown = harness.stored["status"]["gpuSeconds"] - written
     assert grown == pytest.approx(2 * USAGE_FLUSH.total_seconds())
-    # A worker that stops between two writes is charged up to the second it was seen stopped.
-    harness.now += timedelta(seconds=10)
-    harness.run()
-    harness.pods.pods[0]["status"]["phase"] = "Succeeded"
-    harness.pods.pods[1]["status"]["phase"] = "Succeeded"
+    # Workers that stop between two writes, after ten checks that saw nothing change, are
+    # charged up to the check that sees them stopped (at most one tick late, as before).
+    for _ in range(10):
+        harness.now += timedelta(seconds=1)
+        harness.run()
+        assert harness.calls() == []
+    harness.pods.pods = [worker(0, "Succeeded"), worker(1, "Succeeded")]
     harness.now += timedelta(seconds=1)
     harness.run()
     assert harness.stored["status"]["phase"] == "Succeeded"
     total = harness.stored["status"]["gpuSeconds"] - written
-    assert total == pytest.approx(2 * (USAGE_FLUSH.total_seconds() + 10))
+    assert total == pytest.approx(2 * (USAGE_FLUSH.total_seconds() + 11))
 
 
 def test_a_finished_job_waits_for_its_ttl_without_api_calls(harness: Harness) -> None:
@@ -237,3 +243,16 @@ def test_an_invalid_spec_is_read_and_marked_failed_once(harness: Harness) -> Non
     harness.stored["status"] = {"phase": "Failed"}
     harness.run()
     assert harness.calls() == []
+
+
+def test_a_deadline_makes_a_quiet_job_act_when_it_passes(harness: Harness) -> None:
+    harness.stored["spec"]["runPolicy"]["activeDeadlineSeconds"] = 20
+    harness.running()  # started at T0 + 1
+    for _ in range(19):
+        harness.now += timedelta(seconds=1)
+        harness.run()
+        assert harness.calls() == []
+    harness.now += timedelta(seconds=1)
+    harness.run()
+    assert harness.calls()[0] == "get_namespaced_custom_object"
+    assert harness.stored["status"]["phase"] == "Failed"
