@@ -12,6 +12,9 @@ the same core:
 2. `place` again, without preemption, for the gangs still pending that may borrow, on the result
    of step 1 with the lent GPUs free.
 
+A caller may narrow the borrowers further (`may_lend_to`), e.g. to gangs that checkpoint when
+their pods get SIGTERM and so lose no progress when a lender wakes.
+
 The decision is step 1's with step 2's placements added; `borrowed` names, for each lender whose
 GPUs a step-2 placement uses, the borrowing gang. When a lender wakes, its borrower is preempted
 whole (the contract it was placed under: borrowing.py's order does not apply, the lender's GPU
@@ -58,15 +61,23 @@ def place_with_lending(
     policy: Policy,
     lenders: Sequence[RunningGang],
     decide: Decide = place,
+    may_lend_to: Callable[[Gang], bool] | None = None,
 ) -> LendingDecision:
     """Decide with the lenders' GPUs lent to the pending gangs that may borrow them (both
-    steps by `decide`: `place`, or the live scheduler's own entry to it)."""
+    steps by `decide`: `place`, or the live scheduler's own entry to it), and only to those
+    `may_lend_to` accepts when given."""
     held = replace(snapshot, running=(*snapshot.running, *lenders))
     first = decide(held, pending, policy)
     if not lenders:
         return LendingDecision(first)
     admitted = first.admitted_ids
-    borrowers = [g for g in pending if g.id not in admitted and may_borrow(g, lenders)]
+    borrowers = [
+        g
+        for g in pending
+        if g.id not in admitted
+        and may_borrow(g, lenders)
+        and (may_lend_to is None or may_lend_to(g))
+    ]
     if not borrowers:
         return LendingDecision(first)
     # The result of step 1 as running gangs, with the lenders' GPUs free.

@@ -14,13 +14,21 @@ mixed simulator (`gpufleet.sim.mixed`) and on the live cluster (the ServingJob o
 The autoscaler's decision counts awake replicas only (the ones that serve); asleep ones never
 count toward its replicas or its bounds. Standbys form only from scale-downs, so a pool never
 holds more replicas, awake and asleep together, than it ran awake at its peak.
+
+`queue_wake` is a second, request-driven trigger (what a router or gateway that sees queued
+requests at once could do, like Knative's activator or KEDA's HTTP add-on scaling on in-flight
+requests): wake standbys as soon as the queued prefill work exceeds what the awake replicas
+clear within a horizon (the pool's wake time: a standby woken now helps only after it), without
+waiting for a metrics scrape and the autoscaler's period. Only the mixed simulator uses it; the
+live operator does not (it wakes standbys on the autoscaler's decisions only).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-__all__ = ["StandbyPlan", "plan_standby"]
+__all__ = ["StandbyPlan", "plan_standby", "queue_wake"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +64,17 @@ def plan_standby(awake: int, asleep: int, desired: int, standby: int) -> Standby
     fewer = awake - desired
     sleep = min(standby - asleep, fewer)
     return StandbyPlan(sleep=sleep, remove=fewer - sleep, retire=retire)
+
+
+def queue_wake(
+    backlog_tokens: float, awake: int, asleep: int, tokens_per_s: float, horizon_s: float
+) -> int:
+    """Standbys to wake now: enough that `awake` replicas plus the woken ones, each prefilling
+    `tokens_per_s`, clear `backlog_tokens` queued prompt tokens within `horizon_s`; at most
+    `asleep` (module docstring)."""
+    if min(awake, asleep) < 0 or min(backlog_tokens, tokens_per_s, horizon_s) < 0:
+        raise ValueError("counts, backlog, rate and horizon must be >= 0")
+    if tokens_per_s == 0 or horizon_s == 0:
+        raise ValueError("tokens_per_s and horizon_s must be > 0")
+    needed = math.ceil(backlog_tokens / (tokens_per_s * horizon_s) - 1e-9)
+    return max(0, min(asleep, needed - awake))

@@ -15,18 +15,27 @@ The replay advances in ticks of `tick_s`. Each tick:
    as lenders. With the policy's preemption on, serving preempts training (victims in
    borrowing.py's order); off, serving takes only free GPUs.
 
+Request-driven wake (`queue_wake_s`, off by default; a simulator-only what-if, the live operator
+does not do it): every `queue_wake_s` seconds, between ticks too, each prefill pool with
+standbys wakes as many as `core.standby.queue_wake` asks for from its instantaneous queue (what
+a router in front of the servers sees at once, like Knative's activator), the same way as a
+scale-up wakes them; a replica woken so is held awake for `queue_wake_hold_s` (the autoscaler's
+scale-down stabilization window: its recommendations never counted it) before the controller
+may put it back to sleep.
+
 A preempted gang's GPUs are free only `exit_s` after the preemption (its pods' termination
 grace period: the processes get SIGTERM and take up to that long to stop): whatever is placed
 on them - a woken standby's wake, a new serving replica's cold start, a training gang's restart
 - begins then.
 
 Training: a job runs at full speed once placed and its restart (after a preemption) is over. It
-checkpoints every `checkpoint_interval_s` of run time; a preemption loses the run time since the
-last checkpoint (redone later) and the restart (`restart_s`, GPUs held but idle) is paid when it
-starts again: both are **lost work**, in GPU-hours. The core is told each running gang's
-progress: unsaved time, restart time, and an expected remaining time equal to the time it has
-run so far (the median remaining life of a heavy-tailed run time, a causal estimate: the job's
-own length is never read).
+checkpoints every `checkpoint_interval_s` of run time, or on the preemption's SIGTERM when its
+spec says `on_signal` (within `exit_s`, so it loses no run time); a preemption loses the run
+time since the last checkpoint (redone later) and the restart (`restart_s`, GPUs held but
+idle) is paid when it starts again: both are **lost work**, in GPU-hours. The core is told
+each running gang's progress: unsaved time, restart time, and an expected remaining time equal
+to the time it has run so far (the median remaining life of a heavy-tailed run time, a causal
+estimate: the job's own length is never read).
 
 Serving GPU-hours count replicas from their request to their removal, except while asleep.
 Energy: a GPU running training or an awake serving replica draws its active power
@@ -47,7 +56,7 @@ from gpufleet.core.lending import place_with_lending
 from gpufleet.core.moves import unsaved_s
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress, Snapshot
-from gpufleet.core.standby import plan_standby
+from gpufleet.core.standby import plan_standby, queue_wake
 from gpufleet.model.gpus import Catalog
 from gpufleet.model.inventory import Node
 from gpufleet.model.power import active_power_w
@@ -75,6 +84,11 @@ class MixedSettings:
     # A preempted gang frees its GPUs this long after the preemption: Kubernetes' default
     # terminationGracePeriodSeconds (a training process that checkpoints on SIGTERM uses it).
     exit_s: float = 30.0
+    # Request-driven wake: how often (s) the router checks its queue (None: off; module docstring)
+    queue_wake_s: float | None = None
+    queue_wake_hold_s: float = 300.0
+    # Lend asleep standbys' GPUs only to jobs that checkpoint on SIGTERM (lose no run time).
+    lend_on_signal_only: bool = False
     max_pending: int = 64
     check: bool = False  # verify after every tick that no GPU runs two things (tests)
 
@@ -117,6 +131,7 @@ class MixedResult:
     preemptions: int
     energy_kwh: float
     lent_gpu_hours: float  # asleep standbys' GPU time that training borrowed
+    queue_wakes: int  # standbys woken by the request-driven trigger
     end_s: float  # when the replay stopped (horizon, or all work done)
 
     @property
@@ -151,6 +166,8 @@ class MixedSimulation:
         self.free_at: dict[GpuKey, float] = {}  # GPU of a preempted gang -> when it is free
         self.wanted: dict[tuple[str, str], int] = {}  # new serving replicas to place
         self.windows: dict[tuple[str, str], deque[MetricsSample]] = {}
+        self.held: dict[tuple[str, str], tuple[float, int]] = {}  # pool -> (until, awake)
+        self.queue_wakes = 0
         self.now = 0.0
         self.energy_j = 0.0
         self.lent_gpu_s = 0.0
@@ -193,18 +210,45 @@ class MixedSimulation:
         model = sj.model
         current = model.replicas(pool)
         key = (sj.name, pool)
+        until, held = self.held.get(key, (0.0, 0))
+        if self.now < until:
+            desired = max(desired, held)
         plan = plan_standby(current, model.asleep(pool), desired, sj.standby.get(pool, 0))
         if plan.wake:
-            order = self._wake_order(sj, pool, plan.wake)  # exactly the standbys to wake
-            for rid in order:
-                self._reclaim(self.replica_gpu[(sj.name, pool, rid)])
-            after = {rid: self._wait_s((self.replica_gpu[(sj.name, pool, rid)],)) for rid in order}
-            model.wake(pool, plan.wake, order, after)
+            self._wake(sj, pool, plan.wake)
         # New replicas are the core's to place (`_decide`); awake ones are not new.
         self.wanted[key] = max(0, desired - model.replicas(pool)) if plan.create else 0
         slept = model.sleep(pool, plan.sleep) if plan.sleep else 0
         if plan.remove or slept < plan.sleep:
             model.set_replicas(pool, desired)
+
+    def _wake(self, sj: ServingSpec, pool: str, count: int) -> None:
+        """Wake `count` standbys, cheapest first; a lent one's borrower is preempted whole."""
+        order = self._wake_order(sj, pool, count)  # exactly the standbys to wake
+        for rid in order:
+            self._reclaim(self.replica_gpu[(sj.name, pool, rid)])
+        after = {rid: self._wait_s((self.replica_gpu[(sj.name, pool, rid)],)) for rid in order}
+        sj.model.wake(pool, count, order, after)
+
+    def _queue_wake(self, sj: ServingSpec) -> None:
+        """The request-driven trigger (module docstring) on the prefill pool."""
+        cfg = sj.model.config
+        pool = cfg.prefill.name
+        asleep = sj.model.asleep(pool)
+        if not asleep:
+            return
+        awake = sj.model.replicas(pool)
+        n = queue_wake(
+            sj.model.backlog_tokens(pool),
+            awake,
+            asleep,
+            cfg.prefill.profile.prefill_tokens_per_s,
+            cfg.wake_s,
+        )
+        if n:
+            self._wake(sj, pool, n)
+            self.queue_wakes += n
+            self.held[(sj.name, pool)] = (self.now + self.s.queue_wake_hold_s, awake + n)
 
     def _wake_order(self, sj: ServingSpec, pool: str, count: int) -> list[int]:
         """The standbys to wake, cheapest first: one nobody borrows, or whose borrower is
@@ -257,7 +301,7 @@ class MixedSimulation:
         gpus = len(job.gpus)
         if job.state == "running":
             spell = self.now - job.run_start
-            unsaved = unsaved_s(spell, self.s.checkpoint_interval_s)
+            unsaved = self._unsaved_s(job, spell)
             job.ran_s += spell
             job.remaining_s = min(job.spec.duration_s, job.remaining_s - spell + unsaved)
             job.lost_gpu_s += unsaved * gpus
@@ -312,13 +356,15 @@ class MixedSimulation:
     def _running_gang(self, job: _Train) -> RunningGang:
         """A placed training job as the core sees it, with its progress (module docstring)."""
         spell = self.now - job.run_start if job.state == "running" else 0.0
-        progress = RunProgress(
-            job.ran_s + spell, unsaved_s(spell, self.s.checkpoint_interval_s), self.s.restart_s
-        )
+        progress = RunProgress(job.ran_s + spell, self._unsaved_s(job, spell), self.s.restart_s)
         reps = tuple(ReplicaPlacement(n, (g,)) for n, g in job.gpus)
         borrows = any(gpu in self.borrower for gpu in job.gpus)
         gpu_type = self.gpu_type[job.gpus[0][0]]
         return RunningGang(f"train:{job.spec.id}", gpu_type, reps, 0, not borrows, None, progress)
+
+    def _unsaved_s(self, job: _Train, spell: float) -> float:
+        """Run time a preemption now would lose (none for a job that checkpoints on SIGTERM)."""
+        return 0.0 if job.spec.on_signal else unsaved_s(spell, self.s.checkpoint_interval_s)
 
     def _asleep_keys(self) -> set[str]:
         out: set[str] = set()
@@ -361,7 +407,13 @@ class MixedSimulation:
         if not pending:
             return
         snapshot, lenders = self._snapshot()
-        result = place_with_lending(snapshot, pending, self.policy, lenders)
+        lend_to = None
+        if self.s.lend_on_signal_only:
+
+            def lend_to(gang: Gang) -> bool:
+                return gang.id.startswith("train:") and self.jobs[gang.id[6:]].spec.on_signal
+
+        result = place_with_lending(snapshot, pending, self.policy, lenders, may_lend_to=lend_to)
         decision = result.decision
         for p in decision.preemptions:
             self._preempt(self.jobs[p.gang_id[6:]])
@@ -418,6 +470,8 @@ class MixedSimulation:
         for sj in self.serving:  # replicas that exist at the start hold GPUs from the start
             self._initial_serving(sj)
         for step in range(steps + 1):
+            if s.queue_wake_s is not None and step > 0:
+                self._queue_wake_between(step * s.tick_s)
             self.now = step * s.tick_s
             for sj in self.serving:
                 sj.model.advance_to(self.now)
@@ -436,6 +490,19 @@ class MixedSimulation:
             ):
                 break
         return self._result()
+
+    def _queue_wake_between(self, tick: float) -> None:
+        """The router's checks from the previous tick up to `tick` (inclusive)."""
+        assert self.s.queue_wake_s is not None
+        t = self.now
+        while True:
+            t = min(tick, t + self.s.queue_wake_s)
+            self.now = t
+            for sj in self.serving:
+                sj.model.advance_to(t)
+                self._queue_wake(sj)
+            if t >= tick:
+                return
 
     def _check(self) -> None:
         """Every GPU runs at most one awake thing; a borrowed GPU belongs to an asleep standby."""
@@ -499,5 +566,6 @@ class MixedSimulation:
             preemptions=sum(j.preemptions for j in self.jobs.values()),
             energy_kwh=self.energy_j / 3.6e6,
             lent_gpu_hours=self.lent_gpu_s / 3600.0,
+            queue_wakes=self.queue_wakes,
             end_s=self.now,
         )

@@ -7,7 +7,11 @@
   standbys, no preemption of training;
 - `gpufleet-no-standby` (an ablation): as baseline c, but serving preempts training;
 - `gpufleet`: gpufleet's policy at `Fleet.period_s`, standbys up to the static peak (asleep,
-  their GPUs lent to training, woken in `wake_s`), serving preempts training.
+  their GPUs lent to training, woken in `wake_s`), serving preempts training;
+- `gpufleet-queue-wake` (a simulator-only what-if): `gpufleet` plus the request-driven wake
+  (`MixedSettings.queue_wake_s`: the router checks its queue every `Fleet.queue_wake_s`);
+- `gpufleet-wake-signal` (a what-if): `gpufleet-queue-wake` lending standbys' GPUs only to jobs
+  that checkpoint on SIGTERM (`TrainingSpec.on_signal`).
 
 Every variant starts its ServingJobs at the static peak (as if taking over a peak-provisioned
 deployment) and places training with the same core (`place_with_lending`).
@@ -50,6 +54,8 @@ class Variant:
     standby: bool = False
     borrow: bool = False
     period_s: float | None = 15.0
+    queue_wake: bool = False
+    lend_on_signal_only: bool = False
 
 
 VARIANTS: dict[str, Variant] = {
@@ -58,6 +64,17 @@ VARIANTS: dict[str, Variant] = {
     "gpufleet-no-borrow": Variant("gpufleet"),
     "gpufleet-no-standby": Variant("gpufleet", borrow=True),
     "gpufleet": Variant("gpufleet", standby=True, borrow=True, period_s=None),
+    "gpufleet-queue-wake": Variant(
+        "gpufleet", standby=True, borrow=True, period_s=None, queue_wake=True
+    ),
+    "gpufleet-wake-signal": Variant(
+        "gpufleet",
+        standby=True,
+        borrow=True,
+        period_s=None,
+        queue_wake=True,
+        lend_on_signal_only=True,
+    ),
 }
 
 
@@ -74,6 +91,7 @@ class Fleet:
     cold_start_s: float = 60.0
     wake_s: float = 5.0
     period_s: float = 5.0  # gpufleet's control period (standbys wake in seconds)
+    queue_wake_s: float = 1.0  # the request-driven wake's check interval (reaction delay)
 
 
 def _controller(
@@ -143,7 +161,12 @@ def run_variant(
         training,
         specs,
         policy,
-        replace(settings, period_s=period),
+        replace(
+            settings,
+            period_s=period,
+            queue_wake_s=fleet.queue_wake_s if variant.queue_wake else None,
+            lend_on_signal_only=variant.lend_on_signal_only,
+        ),
         lambda ttft, tpot: ttft <= fleet.slo.ttft_p90_s and tpot <= fleet.slo.itl_p90_s,
     )
     return sim.run()

@@ -26,19 +26,21 @@ from pathlib import Path
 from gpufleet.sim.serving.trace import Request, load_azure_code_trace
 from gpufleet.sim.traces.philly import read_philly_rows
 
-__all__ = ["TrainingSpec", "at_load", "philly_jobs", "serving_requests"]
+__all__ = ["TrainingSpec", "at_load", "on_signal_share", "philly_jobs", "serving_requests"]
 
 TRACE_HOUR_S = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
 class TrainingSpec:
-    """One training job: GPUs (one node), run time in seconds, arrival time."""
+    """One training job: GPUs (one node), run time in seconds, arrival time, and whether it
+    checkpoints on SIGTERM (`on_signal`: a preemption loses none of its run time)."""
 
     id: str
     arrival_s: float
     gpus: int
     duration_s: float
+    on_signal: bool = False
 
 
 def philly_jobs(
@@ -84,6 +86,18 @@ def at_load(jobs: Sequence[TrainingSpec], gpus: int, load: float) -> tuple[Train
     scale = work / (load * gpus) / span if span > 0 else 0.0
     t0 = jobs[0].arrival_s
     return tuple(replace(j, arrival_s=(j.arrival_s - t0) * scale) for j in jobs)
+
+
+def on_signal_share(
+    jobs: Sequence[TrainingSpec], share: float, *, seed: int
+) -> tuple[TrainingSpec, ...]:
+    """`jobs` with a seeded `share` of them (rounded down) checkpointing on SIGTERM. Philly
+    records no checkpointing, so which jobs do is an assumption, drawn per seed."""
+    if not 0.0 <= share <= 1.0:
+        raise ValueError("share must be within [0, 1]")
+    rng = random.Random(f"mixed-signal:{seed}")
+    picked = set(rng.sample(range(len(jobs)), int(share * len(jobs))))
+    return tuple(replace(j, on_signal=i in picked) for i, j in enumerate(jobs))
 
 
 def serving_requests(path: str | Path, *, seed: int, job: int, hours: int) -> tuple[Request, ...]:

@@ -430,6 +430,15 @@ class ServingModel:
         """Replicas asleep (standby): loaded, serving nothing."""
         return sum(r.phase is ReplicaPhase.ASLEEP for r in self._pools[pool_name].replicas)
 
+    def backlog_tokens(self, pool_name: str) -> int:
+        """Prompt tokens the pool has yet to prefill, queued or started (0 for a decode pool):
+        what a router in front of the servers sees at once."""
+        pool = self._pools[pool_name]
+        if pool is not self._prefill:
+            return 0
+        started = sum(q.prefill_left for r in pool.replicas for q in r.local)
+        return started + sum(q.prefill_left for q in pool.queue)
+
     def replica_phases(self, pool_name: str) -> tuple[tuple[int, ReplicaPhase], ...]:
         """(replica id, phase) of every replica ever in the pool, in id order."""
         return tuple((r.rid, r.phase) for r in self._pools[pool_name].replicas)

@@ -61,6 +61,17 @@ def test_protected_or_higher_priority_gangs_do_not_borrow() -> None:
     assert {p.gang_id for p in result.decision.pending} == {"rigid", "urgent"}
 
 
+def test_only_the_gangs_the_caller_accepts_borrow() -> None:
+    snapshot, standbys = fleet()
+    pending = [gang("loses-work", "H100-80GB", gpus=1), gang("on-signal", "H100-80GB", gpus=1)]
+    result = place_with_lending(
+        snapshot, pending, POLICY, standbys, may_lend_to=lambda g: g.id == "on-signal"
+    )
+    assert result.decision.admitted_ids == {"on-signal"}
+    assert [b for _, b in result.borrowed] == ["on-signal"]
+    assert {p.gang_id for p in result.decision.pending} == {"loses-work"}
+
+
 def test_free_gpus_are_used_before_lent_ones() -> None:
     snapshot, standbys = fleet(free=2)
     pending = [gang("job", "H100-80GB", gpus=2, priority=0)]

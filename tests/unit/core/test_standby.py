@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.core.standby import StandbyPlan, plan_standby
+from gpufleet.core.standby import StandbyPlan, plan_standby, queue_wake
 
 CASES = [
     # awake, asleep, desired, standby -> plan
@@ -47,3 +47,26 @@ def test_a_scale_up_never_creates_while_a_standby_sleeps() -> None:
 def test_negative_counts_are_refused() -> None:
     with pytest.raises(ValueError, match=">= 0"):
         plan_standby(1, 0, 1, -1)
+
+
+# Hand-computed: one replica clears 10,000 tokens/s x 5 s = 50,000 tokens within the horizon.
+WAKE_CASES = [
+    pytest.param(0, 2, 3, 0, id="empty-queue-wakes-none"),
+    pytest.param(100_000, 2, 3, 0, id="two-awake-clear-exactly-100k"),
+    pytest.param(100_001, 2, 3, 1, id="one-token-more-wakes-one"),
+    pytest.param(240_000, 2, 3, 3, id="needs-five-wakes-three"),
+    pytest.param(1_000_000, 2, 3, 3, id="never-more-than-asleep"),
+    pytest.param(240_000, 2, 0, 0, id="no-standby-nothing-to-wake"),
+]
+
+
+@pytest.mark.parametrize(("backlog", "awake", "asleep", "expected"), WAKE_CASES)
+def test_queue_wake(backlog: int, awake: int, asleep: int, expected: int) -> None:
+    assert queue_wake(backlog, awake, asleep, tokens_per_s=10_000.0, horizon_s=5.0) == expected
+
+
+def test_queue_wake_refuses_bad_input() -> None:
+    with pytest.raises(ValueError, match=">= 0"):
+        queue_wake(-1, 1, 1, 10_000.0, 5.0)
+    with pytest.raises(ValueError, match="> 0"):
+        queue_wake(1, 1, 1, 10_000.0, 0.0)

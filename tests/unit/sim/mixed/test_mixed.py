@@ -8,7 +8,10 @@ standby or a new replica on its GPUs is ready that much later (hand-computed tim
 borrowing a serving scale-up waits for free GPUs and never preempts; no GPU ever runs two things
 (checked every tick); the workload loaders are seeded and causal in shape (hour rotations, arrival
 window, offered load); every variant of the bench runs on the same workload, and the static
-partition bills exactly its peak.
+partition bills exactly its peak. The request-driven wake wakes standbys within its check
+interval of a queue the awake replicas cannot clear within the wake time (hand-computed counts)
+and holds them awake; lending restricted to jobs that checkpoint on SIGTERM lends to no other
+job, and such a job loses no run time when preempted.
 """
 
 from __future__ import annotations
@@ -26,7 +29,13 @@ from gpufleet.model.gpus import load_catalog
 from gpufleet.model.inventory import make_node
 from gpufleet.sim.mixed.engine import MixedSettings, MixedSimulation, ServingSpec
 from gpufleet.sim.mixed.variants import VARIANTS, Fleet, run_variant
-from gpufleet.sim.mixed.workload import TrainingSpec, at_load, philly_jobs, serving_requests
+from gpufleet.sim.mixed.workload import (
+    TrainingSpec,
+    at_load,
+    on_signal_share,
+    philly_jobs,
+    serving_requests,
+)
 from gpufleet.sim.serving import (
     PoolConfig,
     ServingConfig,
@@ -35,6 +44,7 @@ from gpufleet.sim.serving import (
     replica_profile,
 )
 from gpufleet.sim.serving.replay import PoolView
+from gpufleet.sim.serving.trace import Request
 from gpufleet.sim.traces.common import default_data_dir
 
 CATALOG = load_catalog()
@@ -179,6 +189,70 @@ def test_workload_is_seeded_and_rotated_per_hour() -> None:
         at_load(jobs, 0, 0.5)
 
 
+def _queue_wake_sim(prompts: int, queue_wake_s: float | None) -> tuple[MixedSimulation, Script]:
+    """4 GPUs: prefill 1 awake + 2 asleep standbys nobody borrows, decode 1; `prompts` requests
+    of 7,000 prompt tokens arrive at t=600.5 (a small one at 1,199 keeps the replay going);
+    the controller always wants 1 prefill replica."""
+    requests = (
+        *(Request(i, 600.5, 7000, 2) for i in range(prompts)),
+        Request(prompts, 1199.0, 10, 2),
+    )
+    sim, _ = simulation(borrow=True, standby=2, train_gpus=1)
+    model = ServingModel(sim.serving[0].model.config, requests)
+    script = Script(0.0, 0.0, 1)
+    sim.serving[0] = ServingSpec("sj", model, script, {"prefill": 2})
+    sim.jobs.clear()
+    sim.s = replace(sim.s, period_s=5.0, horizon_s=1200.0, queue_wake_s=queue_wake_s)
+    return sim, script
+
+
+@pytest.mark.parametrize(("prompts", "woken"), [(20, 1), (40, 2)])
+def test_the_request_driven_wake_wakes_what_the_queue_needs(prompts: int, woken: int) -> None:
+    # One replica prefills 24,725 tokens/s: 123,625 tokens within the 5 s wake. At the check at
+    # t=601 it has prefilled about 12,300 of the burst: 20 x 7,000 leaves ~127,700 (2 replicas
+    # needed, wake 1), 40 x 7,000 ~267,700 (3 needed, wake both standbys).
+    sim, script = _queue_wake_sim(prompts, queue_wake_s=1.0)
+    result = sim.run()
+    assert result.queue_wakes == woken
+    # Woken at 601, ready at 606, seen by the controller (every 5 s) at 610, and held awake
+    # for 300 s although the controller wants one replica all along.
+    assert _first_ready(script, 1 + woken) == 610.0
+    assert script.ready[900.0] == 1 + woken
+    assert script.ready[1200.0] == 1
+
+
+def test_without_the_request_driven_wake_the_standbys_sleep_on() -> None:
+    sim, script = _queue_wake_sim(40, queue_wake_s=None)
+    result = sim.run()
+    assert result.queue_wakes == 0 and max(script.ready.values()) == 1
+
+
+@pytest.mark.parametrize(("on_signal", "borrows"), [(False, False), (True, True)])
+def test_lending_only_to_jobs_that_checkpoint_on_signal(on_signal: bool, borrows: bool) -> None:
+    # 4 GPUs: prefill 1 awake + 2 asleep, decode 1: the 2-GPU job fits only on the lent GPUs.
+    sim, _ = simulation(borrow=True, standby=2)
+    sim.s = replace(sim.s, lend_on_signal_only=True)
+    job = sim.jobs["job"]
+    job.spec = replace(job.spec, on_signal=on_signal)
+    result = sim.run()
+    assert (result.lent_gpu_hours > 0) is borrows
+    assert (job.completion_s is not None) is borrows
+
+
+def test_a_job_that_checkpoints_on_signal_loses_no_run_time() -> None:
+    # The burst from t=700, seen at the 15 s period's t=705, preempts the borrowing 2-GPU job
+    # 105 s after its checkpoint at 600: 2 x 105 s unsaved plus the 2 x 60 s restart, or the
+    # restart alone on signal.
+    for on_signal, lost_gpu_s in ((False, 2 * 105 + 2 * 60), (True, 2 * 60)):
+        sim, _ = simulation(borrow=True, standby=2)
+        sim.serving[0].controller = Script(700.0, 900.0, 3)
+        job = sim.jobs["job"]
+        job.spec = replace(job.spec, on_signal=on_signal)
+        sim.run()
+        assert job.preemptions == 1
+        assert job.lost_gpu_s == pytest.approx(lost_gpu_s)
+
+
 def _first_ready(script: Script, replicas: int) -> float:
     return min(t for t, n in script.ready.items() if n >= replicas)
 
@@ -237,3 +311,14 @@ def test_training_placed_on_a_gpu_being_freed_starts_after_the_exit() -> None:
     assert sim._wait_s((gpu, ("n0", 1))) == 20.0
     sim.now = 130.0
     assert sim._wait_s((gpu,)) == 0.0 and sim._wait_s(()) == 0.0
+
+
+def test_the_on_signal_share_is_seeded_and_exact() -> None:
+    jobs = tuple(TrainingSpec(f"j{i}", float(i), 1, 60.0) for i in range(10))
+    half = on_signal_share(jobs, 0.5, seed=3)
+    assert sum(j.on_signal for j in half) == 5
+    assert half == on_signal_share(jobs, 0.5, seed=3)
+    assert [j.id for j in half] == [j.id for j in jobs]
+    assert not any(j.on_signal for j in on_signal_share(jobs, 0.0, seed=3))
+    with pytest.raises(ValueError, match="within"):
+        on_signal_share(jobs, 1.5, seed=3)
