@@ -12,7 +12,8 @@ variant with the median and worst case over seeds, the target checks, and a fina
                                 [--hours 4] [--training-jobs 80] [--load 0.9]
                                 [--checkpoint-interval 1800] [--exit-seconds 30]
                                 [--signal-share 0] [--wake-seconds 5]
-                                [--queue-wake-every 1] [--variants a,b,...]
+                                [--queue-wake-every 1] [--queue-wake-horizon S]
+                                [--variants a,b,...]
 
 `--load` is the training work offered while the jobs arrive, as a fraction of the GPUs the
 static partition leaves to training (`workload.at_load`), so that every seed loads the fleet
@@ -20,7 +21,9 @@ alike. `--exit-seconds` is how long a preempted training gang takes to free its 
 grace period); whatever is placed on them, a woken standby included, starts only then.
 `--signal-share` is the share of training jobs that checkpoint on SIGTERM (drawn per seed; an
 assumption, Philly records no checkpointing); `--wake-seconds` a standby's wake time;
-`--queue-wake-every` the request-driven wake's check interval (variants `gpufleet-queue-wake`
+`--queue-wake-every` the request-driven wake's check interval and `--queue-wake-horizon` the
+time within which the awake replicas must clear the queue, else it wakes standbys (default:
+the wake time; variants `gpufleet-queue-wake`
 and `gpufleet-wake-signal`, simulator-only what-ifs).
 
 Targets (issue 15): serving attainment >= 99 % with training average JCT <= 0.85x the static
@@ -95,6 +98,12 @@ def _parser() -> argparse.ArgumentParser:
         default=1.0,
         help="request-driven wake: seconds between the router's queue checks",
     )
+    p.add_argument(
+        "--queue-wake-horizon",
+        type=positive_float,
+        default=None,
+        help="request-driven wake: clear the queue within S seconds (default: the wake time)",
+    )
     p.add_argument("--variants", default=",".join(VARIANTS))
     return p
 
@@ -129,6 +138,7 @@ def _run(args: argparse.Namespace, variants: list[str]) -> int:
         PEAK_DECODE,
         wake_s=args.wake_seconds,
         queue_wake_s=args.queue_wake_every,
+        queue_wake_horizon_s=args.queue_wake_horizon,
     )
     if args.signal_share > 1:
         print(f"{PROG}: error: --signal-share must be within [0, 1]")
@@ -202,6 +212,7 @@ def _run(args: argparse.Namespace, variants: list[str]) -> int:
                 "signal_share": args.signal_share,
                 "wake_s": args.wake_seconds,
                 "queue_wake_every_s": args.queue_wake_every,
+                "queue_wake_horizon_s": args.queue_wake_horizon,
                 "summary": summary,
                 "targets": targets,
                 "wall_s": round(time.perf_counter() - wall0, 1),

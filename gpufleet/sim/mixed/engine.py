@@ -17,7 +17,8 @@ The replay advances in ticks of `tick_s`. Each tick:
 
 Request-driven wake (`queue_wake_s`, off by default; a simulator-only what-if, the live operator
 does not do it): every `queue_wake_s` seconds, between ticks too, each prefill pool with
-standbys wakes as many as `core.standby.queue_wake` asks for from its instantaneous queue (what
+standbys wakes as many as `core.standby.queue_wake` asks for from its instantaneous queue
+(enough to clear it within `queue_wake_horizon_s`, by default the wake time; what
 a router in front of the servers sees at once, like Knative's activator), the same way as a
 scale-up wakes them; a replica woken so is held awake for `queue_wake_hold_s` (the autoscaler's
 scale-down stabilization window: its recommendations never counted it) before the controller
@@ -86,6 +87,7 @@ class MixedSettings:
     exit_s: float = 30.0
     # Request-driven wake: how often (s) the router checks its queue (None: off; module docstring)
     queue_wake_s: float | None = None
+    queue_wake_horizon_s: float | None = None  # clear the queue within this (None: wake_s)
     queue_wake_hold_s: float = 300.0
     # Lend asleep standbys' GPUs only to jobs that checkpoint on SIGTERM (lose no run time).
     lend_on_signal_only: bool = False
@@ -243,7 +245,7 @@ class MixedSimulation:
             awake,
             asleep,
             cfg.prefill.profile.prefill_tokens_per_s,
-            cfg.wake_s,
+            cfg.wake_s if self.s.queue_wake_horizon_s is None else self.s.queue_wake_horizon_s,
         )
         if n:
             self._wake(sj, pool, n)

@@ -92,6 +92,7 @@ class Fleet:
     wake_s: float = 5.0
     period_s: float = 5.0  # gpufleet's control period (standbys wake in seconds)
     queue_wake_s: float = 1.0  # the request-driven wake's check interval (reaction delay)
+    queue_wake_horizon_s: float | None = None  # its horizon (None: wake_s)
 
 
 def _controller(
@@ -165,6 +166,7 @@ def run_variant(
             settings,
             period_s=period,
             queue_wake_s=fleet.queue_wake_s if variant.queue_wake else None,
+            queue_wake_horizon_s=fleet.queue_wake_horizon_s,
             lend_on_signal_only=variant.lend_on_signal_only,
         ),
         lambda ttft, tpot: ttft <= fleet.slo.ttft_p90_s and tpot <= fleet.slo.itl_p90_s,
