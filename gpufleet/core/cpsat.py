@@ -174,6 +174,10 @@ class _Model:
             for t in usable_types(self.state, gang, self.policy, memo):
                 gpu = self.state.catalog[t]
                 value = _scaled(replica_value(gang, gpu, self.policy).objective)
+                if gang.scaling and not gang.elastic:
+                    # A fixed count on a curve (a running job's growth of one): its average.
+                    at = gang_value(gang, gpu, self.policy, gang.replicas_max)
+                    value = _scaled(at / gang.replicas_max)
                 key = f"{gang.id},{t}"
                 if gang.topology is Topology.SAME_NODE:
                     largest = len(self.state.type_nodes(t)) - 1

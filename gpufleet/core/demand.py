@@ -43,6 +43,11 @@ class Gang:
     # one replica (the caller's scaling curve, refined from what the job reports); empty =
     # linear.
     scaling: tuple[float, ...] = ()
+    # Replicas of the same job that already run: the gang is that job's room to grow (the live
+    # scheduler's `<gang>#rest`). Its `scaling` is then the whole job's curve (at least up to
+    # grows_from + replicas_max), n replicas of it are worth the curve's gain from grows_from
+    # to grows_from + n, and even its first replica is growth, granted by marginal value.
+    grows_from: int = 0
     queue: str | None = None  # the GPUQueue it waits in (None: outside any queue)
     # Its namespace, for the queue's namespaceSelector (None: not checked, as in the simulator).
     namespace: str | None = None
@@ -64,14 +69,16 @@ class Gang:
             raise ValueError(f"gang {self.id}: max_slowdown must be in (0, 1)")
         if self.max_slowdown is not None and self.energy is EnergyPreference.PERFORMANCE:
             raise ValueError(f"gang {self.id}: a performance gang is never power-capped")
+        if self.grows_from < 0:
+            raise ValueError(f"gang {self.id}: grows_from must be >= 0")
         if self.scaling and (
-            len(self.scaling) < self.replicas_max
+            len(self.scaling) < self.grows_from + self.replicas_max
             or abs(self.scaling[0] - 1.0) > 1e-9
             or min(self.scaling) <= 0
         ):
             raise ValueError(
                 f"gang {self.id}: scaling needs a positive throughput for each replica count up to "
-                "replicas_max, relative to one replica (the first is 1)"
+                "grows_from + replicas_max, relative to one replica (the first is 1)"
             )
 
     @property
@@ -83,11 +90,18 @@ class Gang:
         return self.replicas_max > self.replicas_min
 
     def speedup(self, replicas: int) -> float:
-        """Throughput at `replicas` replicas relative to one replica (the scaling curve)."""
+        """Throughput `replicas` replicas of this gang add, relative to one replica of the job
+        (the scaling curve; for a gang that grows a running job, the curve's gain from
+        `grows_from` on, so its value compares with any other gang's)."""
         if replicas <= 0:
             return 0.0
         if not self.scaling:
             return float(replicas)
+        return self._curve(self.grows_from + replicas) - self._curve(self.grows_from)
+
+    def _curve(self, replicas: int) -> float:
+        if replicas <= 0:
+            return 0.0
         return self.scaling[min(replicas, len(self.scaling)) - 1]
 
     def type_names(self) -> tuple[str, ...]:

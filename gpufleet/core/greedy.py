@@ -403,7 +403,8 @@ def place_greedy(
     most net of the fragmentation it adds and the reserves it takes (FGD's rule, with the work
     the type is worth to the gang); without an estimate, its most valuable type that fits.
     Elastic gangs are placed at their minimum first; then free GPUs go, one replica at a time,
-    to the elastic gang whose next replica adds the most value per GPU (`grow_elastic`).
+    to the elastic gang whose next replica adds the most value per GPU (`grow_elastic`), the
+    gangs that grow a running job (`Gang.grows_from`) from their first replica on.
     """
     layouts = layouts or Memo()
     layouts.note_pending(gangs)
@@ -411,6 +412,8 @@ def place_greedy(
     placed: dict[str, GangPlacement] = {}
     reserved = 0  # gangs given a node this decision (reservation.py)
     for asked in greedy_order(gangs, state):
+        if asked.grows_from:
+            continue  # a running job's room to grow: every replica of it is growth
         gang = replace(asked, replicas_max=asked.replicas_min) if asked.elastic else asked
         types = usable_types(state, gang, policy, layouts)
         plan: Plan | None = None
@@ -453,56 +456,78 @@ def grow_elastic(
     in a heap ordered by gain per GPU (then id) and only the grown gang's entry is renewed:
     linear in the growth steps rather than in steps times placed gangs."""
     heap: list[tuple[float, str]] = []
+    types: dict[str, str] = {}  # gang id -> the type it grows on
     for gid in placed:
-        _push_next(heap, gangs[gid], placed[gid], state, policy)
+        types[gid] = placed[gid].gpu_type
+        _push_next(heap, gangs[gid], types[gid], placed[gid].replica_count, state, policy)
+    for gid, gang in sorted(gangs.items()):
+        if gang.grows_from and gid not in placed:
+            usable = usable_types(state, gang, policy, memo)
+            if usable:  # the running job's type (the caller offers no other)
+                types[gid] = usable[0]
+                _push_next(heap, gang, types[gid], 0, state, policy, first=True)
     while heap:
         _, gid = heapq.heappop(heap)
-        gang, placement = gangs[gid], placed[gid]
-        plan = _one_more(state, gang, placement, policy, memo)
-        gpu = state.catalog[placement.gpu_type]
-        count = placement.replica_count
+        gang, placement = gangs[gid], placed.get(gid)
+        count = 0 if placement is None else placement.replica_count
+        plan = _one_more(state, gang, types[gid], placement, policy, memo)
+        gpu = state.catalog[types[gid]]
         gain = gang_value(gang, gpu, policy, count + 1) - gang_value(gang, gpu, policy, count)
         if plan is None or gain <= pricing.cost(
-            state, gang, placement.gpu_type, plan.replicas, plan.repartitions
+            state, gang, types[gid], plan.replicas, plan.repartitions
         ):
             continue  # full: it asks again in the next decision
         before = pricing.committing(state, plan.replicas)
-        extra = commit(state, plan, policy, charged=count + 1)
+        extra = commit(state, plan, policy, charged=None if placement is None else count + 1)
         pricing.committed(state, plan.replicas, before)
-        placed[gid] = replace(placement, replicas=placement.replicas + extra.replicas)
-        _push_next(heap, gang, placed[gid], state, policy)
+        if placement is None:
+            placed[gid] = extra
+        else:
+            placed[gid] = replace(placement, replicas=placement.replicas + extra.replicas)
+        _push_next(heap, gang, types[gid], placed[gid].replica_count, state, policy)
 
 
 def _push_next(
     heap: list[tuple[float, str]],
     gang: Gang,
-    placement: GangPlacement,
+    gpu_type: str,
+    count: int,
     state: ClusterState,
     policy: Policy,
+    first: bool = False,
 ) -> None:
-    """Queue a placed gang for one more replica if it is elastic, below its maximum and the
-    replica would add value."""
-    count = placement.replica_count
-    if not gang.elastic or count >= gang.replicas_max:
+    """Queue a gang holding `count` replicas on `gpu_type` for one more if it may grow (an
+    elastic gang below its maximum, or the `first` replica of a gang that grows a running
+    job) and the replica would add value."""
+    if count >= gang.replicas_max or not (gang.elastic or first):
         return
-    gpu = state.catalog[placement.gpu_type]
+    gpu = state.catalog[gpu_type]
     gain = gang_value(gang, gpu, policy, count + 1) - gang_value(gang, gpu, policy, count)
     if gain > 1e-9:
         heapq.heappush(heap, (-gain / gpu_use(gang, gpu, 1), gang.id))
 
 
 def _one_more(
-    state: ClusterState, gang: Gang, placement: GangPlacement, policy: Policy, memo: Memo
+    state: ClusterState,
+    gang: Gang,
+    gpu_type: str,
+    placement: GangPlacement | None,
+    policy: Policy,
+    memo: Memo,
 ) -> Plan | None:
-    """A plan for one more replica of a placed gang (on its node when it must share one),
-    within its queue's quota."""
-    if state.gate is not None and not state.gate.allows(gang, placement.gpu_type, 1):
+    """A plan for one more replica of a gang on `gpu_type` (on its node when it must share
+    one; the first replica of a gang not placed yet goes wherever it fits best), within its
+    queue's quota."""
+    if state.gate is not None and not state.gate.allows(gang, gpu_type, 1):
         return None  # its placed replicas are counted already: one more must fit on top
+    if placement is None:
+        single = replace(gang, replicas_min=1, replicas_max=1, scaling=(), grows_from=0)
+        return plan_gang(state, single, gpu_type, policy, memo)
     if gang.topology is Topology.SAME_NODE and gang.mig_profile is None:
         n = state.node_index[placement.replicas[0].node]
         gpus = state.pick_gpus(n, gang.gpus_per_replica, nvlink=False)
         if gpus is None:
             return None
-        return Plan(gang, placement.gpu_type, [ReplicaPlacement(state.nodes[n].name, gpus)])
-    single = replace(gang, replicas_min=1, replicas_max=1, scaling=())
-    return plan_gang(state, single, placement.gpu_type, policy, memo)
+        return Plan(gang, gpu_type, [ReplicaPlacement(state.nodes[n].name, gpus)])
+    single = replace(gang, replicas_min=1, replicas_max=1, scaling=(), grows_from=0)
+    return plan_gang(state, single, gpu_type, policy, memo)
