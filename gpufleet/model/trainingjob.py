@@ -10,6 +10,7 @@ reasons, the chosen placement and the GPU time and energy spent.
 from __future__ import annotations
 
 import enum
+import itertools
 from datetime import datetime
 from typing import Annotated, Final, Literal, Self
 
@@ -49,6 +50,7 @@ __all__ = [
     "MigSlice",
     "ReplicaPlacement",
     "RunPolicy",
+    "ThroughputReport",
     "Topology",
     "TrainingJob",
     "TrainingJobConditionType",
@@ -122,6 +124,8 @@ class TrainingJobConditionType(enum.StrEnum):
     FAILED = "Failed"
     PREEMPTED = "Preempted"
     SUSPENDED = "Suspended"
+    # An elastic job's gpufleet.io/throughput annotation: recorded, or why it could not be.
+    THROUGHPUT_REPORTED = "ThroughputReported"
 
 
 class TrainingJobReason(enum.StrEnum):
@@ -136,10 +140,13 @@ class TrainingJobReason(enum.StrEnum):
     COMPLETED = "Completed"
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
     DEADLINE_EXCEEDED = "DeadlineExceeded"
+    THROUGHPUT_RECORDED = "ThroughputRecorded"
+    THROUGHPUT_UNREADABLE = "ThroughputUnreadable"
 
 
 class ElasticPolicy(CRDModel):
-    """Bounds for an elastic job, which runs with any replica count inside them."""
+    """Bounds for an elastic job, which runs with any replica count inside them, and how its
+    throughput grows with the replica count."""
 
     model_config = ConfigDict(
         json_schema_extra=validations(
@@ -147,6 +154,22 @@ class ElasticPolicy(CRDModel):
                 "self.minReplicas <= self.maxReplicas",
                 "minReplicas must be less than or equal to maxReplicas",
                 ".minReplicas",
+            ),
+            cel(
+                "!has(self.scaling) || size(self.scaling) == self.maxReplicas",
+                "scaling needs one value per replica count from 1 to maxReplicas",
+                ".scaling",
+            ),
+            cel(
+                "!has(self.scaling) || self.scaling[0] == 1.0",
+                "scaling is relative to one replica: its first value must be 1",
+                ".scaling",
+            ),
+            cel(
+                "!has(self.scaling) || self.scaling.isSorted()",
+                "scaling must not decrease: more replicas never do less work in the curve "
+                "you state (reported throughput may show otherwise)",
+                ".scaling",
             ),
         )
     )
@@ -163,10 +186,31 @@ class ElasticPolicy(CRDModel):
         "are idle and shrinks it back (never below minReplicas) to make room.",
     )
 
+    scaling: list[Annotated[float, Field(gt=0, le=MAX_REPLICAS)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_REPLICAS,
+        description=(
+            "The job's throughput at 1, 2, ... maxReplicas replicas relative to one replica "
+            "(first value 1, never decreasing; for example [1, 1.9, 2.6, 3.1]): the scheduler "
+            "gives free GPUs to the elastic jobs whose next replica adds the most. Refined "
+            "from the throughput the job reports in its gpufleet.io/throughput annotation "
+            "(status.scaling is the curve in use). Omitted: linear, until the job reports."
+        ),
+    )
+
     @model_validator(mode="after")
     def _ordered(self) -> Self:
         if self.min_replicas > self.max_replicas:
             raise ValueError("minReplicas must be less than or equal to maxReplicas")
+        curve = self.scaling
+        if curve is not None:
+            if len(curve) != self.max_replicas:
+                raise ValueError("scaling needs one value per replica count from 1 to maxReplicas")
+            if curve[0] != 1.0:
+                raise ValueError("scaling is relative to one replica: its first value must be 1")
+            if any(b < a for a, b in itertools.pairwise(curve)):
+                raise ValueError("scaling must not decrease")
         return self
 
 
@@ -471,6 +515,13 @@ class ReplicaPlacement(CRDModel):
     )
 
 
+class ThroughputReport(CRDModel):
+    """The latest throughput the job reported at one replica count."""
+
+    replicas: int = Field(ge=1, le=MAX_REPLICAS, description="Replica count it was measured at.")
+    value: float = Field(gt=0, description="Throughput, in the job's own unit (e.g. samples/s).")
+
+
 class TrainingJobStatus(UsageStatus):
     """Observed state of a TrainingJob, written by gpufleet."""
 
@@ -519,6 +570,27 @@ class TrainingJobStatus(UsageStatus):
         default=None,
         ge=0,
         description="Times the scheduler moved the job (restarted it whole on faster GPUs).",
+    )
+    throughput: list[ThroughputReport] | None = Field(
+        default=None,
+        max_length=MAX_REPLICAS,
+        description=(
+            "An elastic job's reported throughput (its gpufleet.io/throughput annotation), "
+            "the latest per replica count."
+        ),
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["replicas"],
+        },
+    )
+    scaling: list[float] | None = Field(
+        default=None,
+        max_length=MAX_REPLICAS,
+        description=(
+            "The scaling curve the scheduler uses for an elastic job (throughput at 1, 2, ... "
+            "replicas relative to one): spec.elastic.scaling (or linear) refined from "
+            "status.throughput."
+        ),
     )
     move_times: list[datetime] | None = Field(
         default=None,

@@ -33,6 +33,12 @@ CHECKPOINT: Final = "gpufleet.io/checkpoint"
 # operator from the job's status so the per-hour move limit outlives a scheduler restart.
 MOVE_TIMES: Final = "gpufleet.io/move-times"
 
+# Elastic jobs' scaling (`scaling` module). The job (or its owner) reports its throughput on
+# the TrainingJob as "replicas=throughput" pairs, in its own unit: "4=1520.5"; the operator
+# writes the curve it refines from those reports on every worker pod: "1,1.9,2.6,3.1".
+THROUGHPUT: Final = "gpufleet.io/throughput"
+SCALING: Final = "gpufleet.io/scaling"
+
 # What the scheduler decided, written through the Binding's annotations.
 ASSIGNED_GPUS: Final = "gpufleet.io/gpus"  # "0,1,2,3": whole-GPU indices on the node
 ASSIGNED_MIG: Final = "gpufleet.io/mig-instance"  # "3g.40gb@4": profile and start slice

@@ -457,6 +457,19 @@ INVALID: list[Any] = [
     pytest.param(_tj(spec__checkpoint={"intervalSeconds": 600},
                      spec__elastic={"minReplicas": 1, "maxReplicas": 4}),
                  "spec.checkpoint", id="checkpoint-elastic"),
+    # elastic scaling curves: one value per replica count, starting at 1, never decreasing
+    pytest.param(_tj(spec__replicas=2,
+                     spec__elastic={"minReplicas": 1, "maxReplicas": 3, "scaling": [1, 1.8]}),
+                 "spec.elastic.scaling", id="scaling-too-short"),
+    pytest.param(_tj(spec__replicas=2,
+                     spec__elastic={"minReplicas": 1, "maxReplicas": 2, "scaling": [2, 3]}),
+                 "spec.elastic.scaling", id="scaling-first-not-one"),
+    pytest.param(_tj(spec__replicas=2, spec__elastic={"minReplicas": 1, "maxReplicas": 3,
+                                                      "scaling": [1, 1.8, 1.5]}),
+                 "spec.elastic.scaling", id="scaling-decreasing"),
+    pytest.param(_tj(spec__replicas=2,
+                     spec__elastic={"minReplicas": 1, "maxReplicas": 2, "scaling": [1, -1]}),
+                 "spec.elastic.scaling[1]", id="scaling-negative"),
     # standby replicas
     pytest.param(_sj(spec__autoscaling__standby={"prefill": {"replicas": -1}}),
                  "spec.autoscaling.standby.prefill.replicas", id="standby-negative"),
@@ -500,6 +513,15 @@ def test_the_invalid_table_is_large_and_its_bases_are_valid(
         TrainingJobSpec.model_validate(saving["spec"])
         result = sandbox.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(saving))
         assert result.returncode == 0, result.stderr
+    # An elastic job's scaling curve (flat steps allowed).
+    curved = _tj(
+        metadata__name="curved",
+        spec__replicas=2,
+        spec__elastic={"minReplicas": 1, "maxReplicas": 4, "scaling": [1, 1.9, 1.9, 2.5]},
+    )
+    TrainingJobSpec.model_validate(curved["spec"])
+    result = sandbox.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(curved))
+    assert result.returncode == 0, result.stderr
     # Standbys up to maxReplicas - minReplicas, with their wake time.
     rested = _sj(
         metadata__name="rested",
