@@ -13,8 +13,10 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Final
 
+from gpufleet.core.scaling import linear, refine
 from gpufleet.model.contract import names
 from gpufleet.model.contract.moves import checkpoint_annotations, move_times_annotations
+from gpufleet.model.contract.scaling import DIGITS, scaling_annotations
 from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.model.contract.wishes import wish_annotations
 from gpufleet.model.crd_common import API_GROUP, API_VERSION
@@ -95,6 +97,27 @@ def move_annotations(job: TrainingJobObject) -> dict[str, str]:
     ) | move_times_annotations(times)
 
 
+def throughput_reports(status: Mapping[str, Any]) -> dict[int, float]:
+    """Replica count -> latest reported throughput, from the job's `status.throughput`."""
+    out: dict[int, float] = {}
+    for entry in status.get("throughput") or []:
+        replicas, value = entry.get("replicas"), entry.get("value")
+        if isinstance(replicas, int) and isinstance(value, int | float) and value > 0:
+            out[replicas] = float(value)
+    return out
+
+
+def scaling_curve(spec: TrainingJobSpec, reports: Mapping[int, float]) -> tuple[float, ...]:
+    """The curve the scheduler is to use for an elastic job: `spec.elastic.scaling` (linear
+    when omitted) refined from the throughput it reported; () for a fixed-size job and for an
+    elastic one that states no curve and has reported nothing (linear, said by no annotation)."""
+    elastic = spec.elastic
+    if elastic is None or (elastic.scaling is None and not reports):
+        return ()
+    prior = tuple(elastic.scaling) if elastic.scaling else linear(elastic.max_replicas)
+    return tuple(round(v, DIGITS) for v in refine(prior, reports))
+
+
 def worker_pod(
     job: TrainingJobObject,
     index: int,
@@ -118,6 +141,7 @@ def worker_pod(
         **(tmeta.get("annotations") or {}),
         **scheduling_annotations(spec),
         **move_annotations(job),
+        **scaling_annotations(scaling_curve(spec, throughput_reports(job.status))),
     }
     pod_spec["schedulerName"] = scheduler_name
     # The gang restarts as a whole on failure: the kubelet must not restart one member.

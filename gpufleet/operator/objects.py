@@ -52,6 +52,7 @@ class TrainingJobObject:
     spec: TrainingJobSpec
     template: Obj  # the workers' pod template as written
     status: Obj = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)  # the job's own
 
     @classmethod
     def of(cls, body: Obj) -> TrainingJobObject:
@@ -62,6 +63,7 @@ class TrainingJobObject:
             TrainingJobSpec.model_validate(raw),
             raw["template"],
             body.get("status") or {},
+            body["metadata"].get("annotations") or {},
         )
 
 

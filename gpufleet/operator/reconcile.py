@@ -11,6 +11,10 @@ the run policy is unit-tested here without an API server:
   in `status.moves` and `status.moveTimes`, with an Event, and the gang is recreated like any
   restarted gang (it does not count against `backoffLimit`);
 - while the gang waits, the Admitted condition carries the scheduler's (the core's) reason;
+- an elastic job's reported throughput (its `gpufleet.io/throughput` annotation) is kept per
+  replica count in `status.throughput`, its scaling curve refined from it in `status.scaling`
+  and written on every live worker pod for the scheduler (`model.contract.scaling`); an
+  unreadable report sets ThroughputReported False with a Warning and changes nothing;
 - Events: one per phase transition and one Warning per new reason to wait (both against the
   status the pass read, so a pass that changes nothing posts nothing).
 """
@@ -26,6 +30,7 @@ from gpufleet.model.contract import names
 from gpufleet.model.contract.assignment import assigned_gpus, assigned_mig, assigned_type
 from gpufleet.model.contract.moves import moved_at
 from gpufleet.model.contract.reasons import disruption_reason, read_pending
+from gpufleet.model.contract.scaling import parse_throughput, scaling_annotations
 from gpufleet.model.contract.timestamps import format_time, parse_time
 from gpufleet.model.contract.wishes import read_rank
 from gpufleet.model.trainingjob import (
@@ -40,7 +45,13 @@ from gpufleet.model.trainingjob import (
 from gpufleet.model.trainingjob import (
     TrainingJobReason as Reason,
 )
-from gpufleet.operator.children import min_replicas, replica_count, start_replicas
+from gpufleet.operator.children import (
+    min_replicas,
+    replica_count,
+    scaling_curve,
+    start_replicas,
+    throughput_reports,
+)
 from gpufleet.operator.objects import TrainingJobObject
 
 Obj = Mapping[str, Any]
@@ -60,6 +71,8 @@ class Plan:
     create: list[int] = field(default_factory=list)  # worker ranks to create
     delete: list[str] = field(default_factory=list)  # pod names to delete
     delete_job: bool = False
+    # pod name -> annotations to merge into it (None removes one): the scaling curve.
+    annotate: dict[str, dict[str, str | None]] = field(default_factory=dict)
     status: dict[str, Any] = field(default_factory=dict)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
 
@@ -164,6 +177,8 @@ class _Pass:
     completion: datetime | None
     move_times: list[datetime] = field(default_factory=list)
     moves: int = 0
+    throughput: dict[int, float] = field(default_factory=dict)
+    scaling: tuple[float, ...] = ()
     out: Plan = field(default_factory=Plan)
 
     @property
@@ -220,11 +235,48 @@ def plan(
         _suspend(step)
     else:
         _progress(step, retry, disruption)
+    _scaling(step)
     _write_status(step, status.get("phase"))
     waiting = _admission_wait(step.out.status["conditions"])
     if waiting is not None and waiting != _admission_wait(status.get("conditions") or []):
         step.out.events.append(("Warning", *waiting))
+    unreadable = _unreadable_report(step.out.status["conditions"])
+    if unreadable is not None and unreadable != _unreadable_report(status.get("conditions") or []):
+        step.out.events.append(("Warning", Reason.THROUGHPUT_UNREADABLE, unreadable))
     return step.out
+
+
+def _scaling(step: _Pass) -> None:
+    """An elastic job's throughput reports and scaling curve (module docstring); the curve
+    goes onto every live worker pod that does not carry it yet."""
+    elastic = step.job.spec.elastic
+    if elastic is None:
+        return
+    step.throughput = throughput_reports(step.job.status)
+    raw = step.job.annotations.get(names.THROUGHPUT)
+    if raw is not None:
+        try:
+            step.throughput |= parse_throughput(raw, elastic.max_replicas)
+        except ValueError as exc:
+            step.conds.set(Cond.THROUGHPUT_REPORTED, False, Reason.THROUGHPUT_UNREADABLE, str(exc))
+        else:
+            step.conds.set(
+                Cond.THROUGHPUT_REPORTED, True, Reason.THROUGHPUT_RECORDED, f"recorded {raw}"
+            )
+    step.scaling = scaling_curve(step.job.spec, step.throughput)
+    wanted = scaling_annotations(step.scaling).get(names.SCALING)
+    for pod in step.active:
+        annotations = pod["metadata"].get("annotations") or {}
+        if annotations.get(names.SCALING) != wanted:
+            step.out.annotate[pod["metadata"]["name"]] = {names.SCALING: wanted}
+
+
+def _unreadable_report(conditions: Sequence[Obj]) -> str | None:
+    """The message of a False ThroughputReported condition (None when there is none)."""
+    for c in conditions:
+        if c.get("type") == Cond.THROUGHPUT_REPORTED and c.get("status") == "False":
+            return str(c.get("message"))
+    return None
 
 
 def _count_moves(step: _Pass, moved: datetime | None) -> None:
@@ -321,6 +373,12 @@ def _write_status(step: _Pass, old_phase: str | None) -> None:
         out.status["gpuType"] = types.pop()
     if step.start is not None:
         out.status["startTime"] = format_time(step.start)
+    if step.throughput:
+        out.status["throughput"] = [
+            {"replicas": r, "value": v} for r, v in sorted(step.throughput.items())
+        ]
+    if step.scaling:
+        out.status["scaling"] = list(step.scaling)
     if step.moves:
         out.status["moves"] = step.moves
         out.status["moveTimes"] = [format_time(t) for t in step.move_times]

@@ -46,7 +46,7 @@ _KIND = fresh_read.Resource(*RESOURCE)
 DEFAULT_TICK_S = 1.0  # seconds between passes over a job; pods' progress shows up within this
 _STATUS_KEYS = (
     "phase", "conditions", "replicas", "placement", "restarts", "observedGeneration",
-    "gpuType", "startTime", "completionTime", "moves", "moveTimes",
+    "gpuType", "startTime", "completionTime", "moves", "moveTimes", "throughput", "scaling",
 )  # fmt: skip
 
 log = logging.getLogger("gpufleet.operator")
@@ -163,6 +163,20 @@ def _delete_pods(state: State, namespace: str, pod_names: Iterable[str]) -> None
                 raise kopf.TemporaryError(f"deleting {name}: {exc.reason}", delay=2) from exc
 
 
+def _annotate_pods(
+    state: State, namespace: str, annotate: Mapping[str, Mapping[str, str | None]]
+) -> None:
+    """Merge annotations into live pods (an elastic job's scaling curve). A pod gone since is
+    fine: its replacement is created with the curve."""
+    for name, wanted in sorted(annotate.items()):
+        body = {"metadata": {"annotations": dict(wanted)}}
+        try:
+            state.core.patch_namespaced_pod(name, namespace, body, _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise kopf.TemporaryError(f"annotating {name}: {exc.reason}", delay=2) from exc
+
+
 Event = tuple[str, str, str]  # (type, reason, message)
 
 
@@ -257,6 +271,7 @@ def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> 
             if error is not None:
                 plan = reconcile.plan(job, pods, now, disruption, create_error=error, moved=moved)
         _delete_pods(state, namespace, plan.delete)
+        _annotate_pods(state, namespace, plan.annotate)
         current = raw.get("status") or {}
         changes = fresh_read.status_changes(current, plan.status, _STATUS_KEYS)
         changes |= state.usage.changes(uid, current, pods, now, bool(changes))
