@@ -470,16 +470,27 @@ def _pending_gang(
         acceptable = tuple(o for o in acceptable if o.gpu_type == running_type) or (
             TypeOption(running_type),
         )
+    # An elastic gang's scaling curve covers the whole job: a running job's room to grow is
+    # valued from its running count on (`Gang.grows_from`), comparable with any other gang.
+    # (The rest of a gang left partly bound below its size is no growth: no curve, as before.)
+    grows_from = bound if rest and needed <= 0 else 0
+    curve = pods.scaling(first.pod) if grows_from or not rest else ()
+    if len(curve) < grows_from + len(members):
+        curve = ()  # not this job's curve (the pods were written for other bounds): linear
     try:
         # Pods beyond the gang size are an elastic gang's room to grow: placed if there is
         # space, never required; growth past the minimum is opportunistic: it never preempts
         # anything.
-        gang = _gang_of(
-            f"{gid}#rest" if rest else gid,
-            first,
-            acceptable,
-            (max(1, needed), len(members)),
-            pods.priority(first.pod) if needed > 0 else 0,
+        gang = replace(
+            _gang_of(
+                f"{gid}#rest" if rest else gid,
+                first,
+                acceptable,
+                (max(1, needed), len(members)),
+                pods.priority(first.pod) if needed > 0 else 0,
+            ),
+            scaling=curve,
+            grows_from=grows_from,
         )
     except ValueError as exc:
         return f"invalid gang: {exc}"

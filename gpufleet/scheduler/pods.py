@@ -13,6 +13,7 @@ from typing import Any
 from gpufleet.model.contract import assignment, names
 from gpufleet.model.contract.reasons import disruption_reason
 from gpufleet.model.contract.resources import GpuRequest, gpu_request
+from gpufleet.model.contract.scaling import read_scaling
 from gpufleet.model.contract.wishes import (
     EnergyPreference,
     GangWishes,
@@ -47,6 +48,7 @@ __all__ = [
     "preemptible",
     "priority",
     "rank",
+    "scaling",
     "topology",
     "wishes",
 ]
@@ -133,6 +135,12 @@ def energy(pod: Pod) -> EnergyPreference:
 def queue(pod: Pod) -> str | None:
     """The GPUQueue the pod's gang is charged to; None outside every queue."""
     return wishes(pod).queue
+
+
+def scaling(pod: Pod) -> tuple[float, ...]:
+    """The gang's scaling curve (throughput at 1, 2, ... replicas relative to one); () when
+    it states none or none readable (linear)."""
+    return read_scaling(pod_annotations(pod))
 
 
 def max_slowdown(pod: Pod) -> float | None:

@@ -266,6 +266,48 @@ def test_elastic_growth_room_is_opportunistic_and_on_the_running_type() -> None:
     assert pg.gang.type_names() == ("L4",)
 
 
+def test_elastic_growth_room_is_valued_on_the_jobs_curve_from_its_running_count() -> None:
+    curve = "1,1.9,2.6,3.1"
+    pods = [
+        PodBuilder(f"e{i}").gpus(1).gang("e", 1, i).annotate(names.SCALING, curve).obj()
+        for i in range(4)
+    ]
+    for i in (0, 1):
+        pods[i] = PodBuilder(f"e{i}").gpus(1).gang("e", 1, i).bound("l0", gpus=str(i)).obj()
+    (pg,) = view([NodeBuilder("l0", "L4", 4).obj()], pods).pending
+    assert pg.gang.id == "default/e#rest" and pg.gang.grows_from == 2
+    assert pg.gang.scaling == (1.0, 1.9, 2.6, 3.1)
+    assert pg.gang.speedup(1) == pytest.approx(0.7)  # the third replica's gain
+
+
+def test_a_pending_elastic_gang_carries_its_curve_and_a_short_one_is_ignored() -> None:
+    pods = [
+        PodBuilder(f"e{i}").gpus(1).gang("e", 1, i).annotate(names.SCALING, "1,1.5,1.8").obj()
+        for i in range(3)
+    ]
+    (pg,) = view([NodeBuilder("h0").obj()], pods).pending
+    assert pg.gang.scaling == (1.0, 1.5, 1.8) and pg.gang.grows_from == 0
+    short = [
+        PodBuilder(f"s{i}").gpus(1).gang("s", 1, i).annotate(names.SCALING, "1,1.5").obj()
+        for i in range(3)
+    ]
+    (pg,) = view([NodeBuilder("h0").obj()], short).pending
+    assert pg.gang.scaling == ()
+
+
+def test_the_rest_of_a_gang_bound_below_its_size_is_no_growth() -> None:
+    pods = [
+        PodBuilder("g0").gpus(1).gang("g", 3, 0).bound("l0", gpus="0").obj(),
+        *(
+            PodBuilder(f"g{i}").gpus(1).gang("g", 3, i).annotate(names.SCALING, "1,2,3").obj()
+            for i in (1, 2)
+        ),
+    ]
+    (pg,) = view([NodeBuilder("l0", "L4", 4).obj()], pods).pending
+    assert pg.gang.id == "default/g#rest" and pg.gang.replicas_min == 2
+    assert (pg.gang.grows_from, pg.gang.scaling) == (0, ())
+
+
 def test_replicas_beyond_the_minimum_are_preemptible_one_by_one() -> None:
     pods = [
         PodBuilder(f"e{i}")
