@@ -473,9 +473,12 @@ def grow_elastic(
         plan = _one_more(state, gang, types[gid], placement, policy, memo)
         gpu = state.catalog[types[gid]]
         gain = gang_value(gang, gpu, policy, count + 1) - gang_value(gang, gpu, policy, count)
-        if plan is None or gain <= pricing.cost(
-            state, gang, types[gid], plan.replicas, plan.repartitions
-        ):
+        # The first replica of a running job's growth is placed as any single-type gang is,
+        # unpriced (pricing chooses among types); each further one must be worth its price.
+        price = 0.0
+        if plan is not None and placement is not None:
+            price = pricing.cost(state, gang, types[gid], plan.replicas, plan.repartitions)
+        if plan is None or gain <= price:
             continue  # full: it asks again in the next decision
         before = pricing.committing(state, plan.replicas)
         extra = commit(state, plan, policy, charged=None if placement is None else count + 1)

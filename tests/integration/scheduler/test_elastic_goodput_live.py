@@ -130,8 +130,12 @@ def test_an_unreadable_report_is_shown_on_the_job(kube: Kube, ns: str) -> None:
     assert reported["reason"] == "ThroughputUnreadable"
     assert "replicas=throughput" in reported["message"]
     assert status(kube, ns, "reports")["scaling"] == FLAT
-    events = kube.events(ns, "reports")
-    assert any(e["reason"] == "ThroughputUnreadable" and e["type"] == "Warning" for e in events)
+
+    def warned() -> bool:  # posted after the status patch of the same pass
+        events = kube.events(ns, "reports")
+        return any(e["reason"] == "ThroughputUnreadable" and e["type"] == "Warning" for e in events)
+
+    wait_for(warned, "a ThroughputUnreadable Warning Event")
 
 
 def test_an_invalid_curve_is_refused_naming_the_field(kube: Kube, ns: str) -> None:

@@ -6,7 +6,9 @@ with any other gang's in absolute terms. Aspects: the gain of n more replicas is
 step from the running count on, and the curve must cover the running count plus the growth;
 both engines give scarce free GPUs replica by replica to the job whose next replica adds the
 most (interleaving two jobs), a job whose curve has flattened gets none even when GPUs are free,
-and without curves growth stays linear (first come by id, as before); property: for concave
+and without curves growth stays linear; the first replica of a job's growth is placed unpriced, as
+its rest gang always was, even where its price against the expected workload exceeds its value
+(later ones must be worth their price); property: for concave
 curves the greedy split of k free GPUs equals the best split found by enumeration.
 """
 
@@ -21,10 +23,15 @@ from hypothesis import strategies as st
 from placement_builders import cluster, gang
 
 from gpufleet.core.demand import Gang
+from gpufleet.core.greedy import Memo, plan_gang
 from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, SolverSettings
+from gpufleet.core.pricing import Pricing
 from gpufleet.core.snapshot import Snapshot
+from gpufleet.core.state import ClusterState
 from gpufleet.core.validate import decision_problems
+from gpufleet.core.valuation import gang_value
+from gpufleet.core.workload import TaskShape, WorkloadEstimate
 
 ENGINES = [Engine.GREEDY, Engine.CPSAT]
 A100 = "A100-80GB"
@@ -98,6 +105,23 @@ def test_growth_without_curves_still_fills_free_gpus() -> None:
     b = replace(gang("b#rest", A100, gpus=1, replicas=(1, 2)), grows_from=2)
     got = sizes(fleet(3, {"a": 2, "b": 2}), [a, b], Engine.GREEDY)
     assert sum(got.values()) == 3
+
+
+def test_the_first_growth_replica_is_placed_unpriced() -> None:
+    # Whole 4-GPU T4 tasks expected: one replica on the empty node costs more than it is worth.
+    t4 = "T4"
+    built = cluster().node("busy", t4, count=2).node("free", t4, count=4)
+    snapshot = built.run("a", "busy", (0,)).run("a", "busy", (1,)).build()
+    snapshot = replace(snapshot, workload=WorkloadEstimate.of({TaskShape((t4,), 4): 1.0}))
+    grow = replace(gang("a#rest", t4, gpus=1, replicas=(1, 2)), grows_from=2)
+    policy = Policy(solver=SolverSettings(engine=Engine.GREEDY))
+    state = ClusterState(snapshot)
+    single = replace(grow, replicas_max=1, grows_from=0)
+    plan = plan_gang(state, single, t4, policy, Memo())
+    assert plan is not None
+    price = Pricing(state, policy, [grow]).cost(state, grow, t4, plan.replicas)
+    assert price > gang_value(grow, state.catalog[t4], policy, 1)
+    assert sizes(snapshot, [grow], Engine.GREEDY).get("a#rest", 0) >= 1
 
 
 def _concave(steps: list[float]) -> tuple[float, ...]:
