@@ -64,6 +64,7 @@ RESUMED = "Resumed"
 READMITTED = "Readmitted"
 NODE_FAILURE = "NodeFailure"
 MOVED = "Moved"
+MAX_SHOWN = 200  # characters of a throughput report quoted in the condition's message
 
 
 @dataclass
@@ -260,11 +261,14 @@ def _scaling(step: _Pass) -> None:
         except ValueError as exc:
             step.conds.set(Cond.THROUGHPUT_REPORTED, False, Reason.THROUGHPUT_UNREADABLE, str(exc))
         else:
+            shown = raw if len(raw) <= MAX_SHOWN else f"{raw[:MAX_SHOWN]}..."
             step.conds.set(
-                Cond.THROUGHPUT_REPORTED, True, Reason.THROUGHPUT_RECORDED, f"recorded {raw}"
+                Cond.THROUGHPUT_REPORTED, True, Reason.THROUGHPUT_RECORDED, f"recorded {shown}"
             )
     step.scaling = scaling_curve(step.job.spec, step.throughput)
     wanted = scaling_annotations(step.scaling).get(names.SCALING)
+    if step.phase in (Phase.SUCCEEDED, Phase.FAILED):
+        return  # its pods are going: nothing to tell the scheduler
     for pod in step.active:
         annotations = pod["metadata"].get("annotations") or {}
         if annotations.get(names.SCALING) != wanted:

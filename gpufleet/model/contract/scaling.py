@@ -52,10 +52,10 @@ def parse_throughput(raw: str, max_replicas: int) -> dict[int, float]:
     out: dict[int, float] = {}
     for item in raw.split(","):
         count, sep, value = item.strip().partition("=")
-        if not sep or not count.strip().isdigit():
+        if not sep or not (count.strip().isascii() and count.strip().isdigit()):
             raise ValueError(
                 f"{names.THROUGHPUT}: expected replicas=throughput pairs such as '4=1520.5', "
-                f"got {item.strip()!r}"
+                f"got {item.strip()[:40]!r}"
             )
         replicas = int(count)
         if not 1 <= replicas <= max_replicas:
@@ -70,7 +70,7 @@ def parse_throughput(raw: str, max_replicas: int) -> dict[int, float]:
         if not math.isfinite(throughput) or throughput <= 0:
             raise ValueError(
                 f"{names.THROUGHPUT}: the throughput at {replicas} replicas must be a positive "
-                f"number, got {value.strip()!r}"
+                f"number, got {value.strip()[:40]!r}"
             )
         if replicas in out:
             raise ValueError(f"{names.THROUGHPUT}: replica count {replicas} is given twice")

@@ -86,6 +86,8 @@ def test_without_a_curve_reports_refine_the_linear_one() -> None:
         pytest.param("2=fast", "must be a positive number", id="not-a-number"),
         pytest.param("2=-3", "must be a positive number", id="negative"),
         pytest.param("2=1,2=3", "given twice", id="twice"),
+        pytest.param("²=1", "expected replicas=throughput pairs", id="not-an-ascii-count"),
+        pytest.param("x" * 10_000, "got 'xxxxx", id="long"),
     ],
 )
 def test_an_unreadable_report_is_shown_once_and_changes_nothing(raw: str, says: str) -> None:
@@ -94,11 +96,23 @@ def test_an_unreadable_report_is_shown_once_and_changes_nothing(raw: str, says: 
     reported = cond(out.status, "ThroughputReported")
     assert reported["status"] == "False" and reported["reason"] == "ThroughputUnreadable"
     assert says in reported["message"] and names.THROUGHPUT in reported["message"]
+    assert len(reported["message"]) < 200
     assert out.status["throughput"] == before["throughput"]
     assert out.status["scaling"] == before["scaling"]
     warnings = [e for e in out.events if e[0] == "Warning"]
     assert warnings == [("Warning", "ThroughputUnreadable", reported["message"])]
     assert plan(elastic(raw, out.status), running(0, 1), NOW).events == []
+
+
+def test_a_long_report_is_quoted_short() -> None:
+    raw = ",".join(f"{r}=100" for r in (1, 2, 3, 4)) + " " * 500
+    message = cond(plan(elastic(raw), running(0, 1), NOW).status, "ThroughputReported")["message"]
+    assert message.startswith("recorded 1=100,2=100") and len(message) < 300
+
+
+def test_a_finished_job_keeps_its_curve_but_patches_no_pod() -> None:
+    done = plan(elastic(status={"phase": "Succeeded"}), running(0, 1), NOW)
+    assert done.status["scaling"] == CURVE and done.annotate == {}
 
 
 def test_a_fixed_size_job_has_no_curve() -> None:
