@@ -193,11 +193,11 @@ class Quiet:
 
 def would_act(state: State, body: Mapping[str, Any]) -> bool:
     """Whether a pass over the job in `body` (the watched body: no API call) could change
-    anything: create or delete pods, write the status, post an Event, delete the job or write
-    its GPU time. A job whose pods and status agree costs the timer no API call; the pass that
-    acts plans again from the job read afresh under its lock. A body older than the previous
-    pass's own writes only makes this say yes until the watch catches up. While neither the
-    job nor its pods changed since a check that said no, and no time-based step is due, the
+    anything: create, delete or annotate pods, write the status, post an Event, delete the job
+    or write its GPU time. A job whose pods and status agree costs the timer no API call; the
+    pass that acts plans again from the job read afresh under its lock. A body older than the
+    previous pass's own writes only makes this say yes until the watch catches up. While neither
+    the job nor its pods changed since a check that said no, and no time-based step is due, the
     answer is no without planning again."""
     meta = body["metadata"]
     if meta.get("deletionTimestamp"):
@@ -237,7 +237,7 @@ def _check(
     if state.usage.accrue(job.id.uid, pods, now):
         return True, None
     plan = reconcile.plan(job, pods, now)
-    if plan.create or plan.delete or plan.delete_job or plan.events:
+    if plan.create or plan.delete or plan.annotate or plan.delete_job or plan.events:
         return True, None
     changes = fresh_read.status_changes(job.status, plan.status, _STATUS_KEYS)
     return bool(changes), reconcile.next_due(job)

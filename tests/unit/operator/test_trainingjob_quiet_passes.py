@@ -256,3 +256,23 @@ def test_a_deadline_makes_a_quiet_job_act_when_it_passes(harness: Harness) -> No
     harness.run()
     assert harness.calls()[0] == "get_namespaced_custom_object"
     assert harness.stored["status"]["phase"] == "Failed"
+
+
+def test_a_pod_without_the_jobs_scaling_curve_makes_the_pass_annotate_it(
+    harness: Harness,
+) -> None:
+    spec = harness.stored["spec"]
+    spec["elastic"] = {"minReplicas": 1, "maxReplicas": 2, "scaling": [1, 1.5]}
+    harness.running()
+    assert harness.stored["status"]["scaling"] == [1, 1.5]
+    # The workers (made by the test, without the annotation): the pass patches them.
+    harness.now += timedelta(seconds=1)
+    harness.run()
+    assert [c for c in harness.calls() if c == "patch_namespaced_pod"] == [
+        "patch_namespaced_pod"
+    ] * 2
+    for pod in harness.pods.pods:
+        pod["metadata"]["annotations"][names.SCALING] = "1,1.5"
+    harness.now += timedelta(seconds=1)
+    harness.run()
+    assert harness.calls() == []
