@@ -195,14 +195,8 @@ class Pricing:
             for kind in self.kinds_of[gpu_type]:
                 if item_gpus(gang, len(replicas)) >= kind.gpus:
                     continue  # a task of the size the slots are for
-                lost = sum(
-                    _node_slots(state, n, kind) - _node_slots(state, n, kind, _taken(o))
-                    for n, o in overlays.items()
-                )
-                gained = sum(
-                    _node_slots(state, n, kind) - _node_slots(state, n, kind, _taken(o))
-                    for n, o in freed.items()
-                )
+                lost = _slots_taken(state, overlays, kind)
+                gained = _slots_taken(state, freed, kind)  # what its old replicas held
                 # At most the one slot the next large arrival needs (see MovePrice).
                 full = self.slot_reserves[kind]
                 room = replace(full, reserved=min(full.reserved, 1.0))
@@ -262,10 +256,7 @@ class Pricing:
             slot_reserve = self.slot_reserves[kind]
             if item_gpus(gang, replicas) >= kind.gpus:
                 continue  # a task of the size the slots are for
-            lost = sum(
-                _node_slots(state, n, kind) - _node_slots(state, n, kind, _taken(o))
-                for n, o in overlays.items()
-            )
+            lost = _slots_taken(state, overlays, kind)
             out += slot_reserve.charge(self.slots[kind], max(0, lost))
         return out
 
@@ -293,6 +284,14 @@ class Pricing:
 
 def _taken(overlay: _Overlay) -> set[int]:
     return {*overlay.whole, *overlay.instances, *overlay.layouts}
+
+
+def _slots_taken(state: ClusterState, overlays: Mapping[int, _Overlay], kind: SlotKind) -> int:
+    """Free slots of `kind` that taking the `overlays`' GPUs in `state` would break."""
+    return sum(
+        _node_slots(state, n, kind) - _node_slots(state, n, kind, _taken(o))
+        for n, o in overlays.items()
+    )
 
 
 def item_gpus(gang: Gang, replicas: int) -> int:
