@@ -66,22 +66,26 @@ def _try_plan(state: ClusterState, gang: Gang, policy: Policy, layouts: Memo) ->
 
 def _victim_groups(candidates: Sequence[RunningGang], gpus: int) -> Iterator[list[RunningGang]]:
     """The victim sets tried in turn, each in candidate order: the first candidates whatever
-    their node; then the candidates of one node at a time, nodes with the most candidate GPUs
-    first, so that for a gang needing its GPUs on one node, victims scattered over many nodes
-    do not use up the bound before any node is cleared. A set holds at most
+    their node; then the candidates holding GPUs on one node at a time, nodes with the most
+    candidate GPUs first, so that for a gang needing its GPUs on one node, victims scattered
+    over many nodes do not use up the bound before any node is cleared. A set holds at most
     MAX_VICTIMS_PER_GANG victims, or as many as the gang's `gpus` (so that a gang wider than the
     bound can still be made room for by one-GPU victims)."""
     bound = max(MAX_VICTIMS_PER_GANG, gpus)
     yield list(candidates[:bound])
+    # A victim spread over several nodes is in each of their sets: evicting it frees its GPUs
+    # on every one (without it, a node held partly by a wide borrower was never cleared and a
+    # lender's one-node gang waited, owed its nominal quota: scoring window 2017-11-01).
     by_node: dict[str, list[RunningGang]] = {}
     for victim in candidates:
-        nodes = {r.node for r in victim.replicas}
-        if len(nodes) == 1:
-            by_node.setdefault(nodes.pop(), []).append(victim)
-    ranked = sorted(
-        by_node.items(),
-        key=lambda item: (-sum(len(r.gpus) for v in item[1] for r in v.replicas), item[0]),
-    )
+        for node in sorted({r.node for r in victim.replicas}):
+            by_node.setdefault(node, []).append(victim)
+
+    def freed(item: tuple[str, list[RunningGang]]) -> tuple[int, str]:
+        node, group = item
+        return (-sum(len(r.gpus) for v in group for r in v.replicas if r.node == node), node)
+
+    ranked = sorted(by_node.items(), key=freed)
     for _, group in ranked[:MAX_NODES_PER_GANG]:
         yield group[:bound]
 
