@@ -189,7 +189,10 @@ class MovesGroup(_Group):
 
     enabled: bool = Field(True, description="Move checkpointing jobs to faster GPUs that free.")
     max_per_hour: int = Field(
-        1, ge=0, description="Most moves of one job in any hour (counted from its status)."
+        1,
+        ge=0,
+        description="Most moves of one job to faster GPUs in any hour (counted from its "
+        "status); one more may empty a node reserved for an aged wide gang.",
     )
     min_gain_s: float = Field(
         0.0,

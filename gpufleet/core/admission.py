@@ -53,11 +53,13 @@ class QueueGate:
         self.shares: dict[str, QueueShare] = {}
         # Nodes reserved for aged wide gangs in this state (reservation.py): (node, GPUs).
         self.reserved: list[tuple[int, tuple[int, ...]]] = []
+        self.reserved_for: dict[int, Gang] = {}  # node -> the gang it is reserved for
 
     def copy(self) -> QueueGate:
         twin = QueueGate(self.snapshot, self.aging_s, self.book.copy())
         twin.shares = self.shares
         twin.reserved = list(self.reserved)
+        twin.reserved_for = dict(self.reserved_for)
         return twin
 
     # --- before placement ------------------------------------------------------------------

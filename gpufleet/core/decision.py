@@ -50,12 +50,14 @@ class Preemption:
 
 @dataclass(frozen=True, slots=True)
 class Move:
-    """Restart a running gang, whole, on a new placement (a faster type; see moves.py)."""
+    """Restart a running gang, whole, on a new placement: a faster type (moves.py), or, with
+    `for_gang`, elsewhere to empty the node reserved for that aged wide gang (evacuation.py)."""
 
     gang_id: str
     from_type: str
     placement: GangPlacement
-    gain_s: float  # expected seconds of completion time saved, net of the move's price
+    gain_s: float  # expected seconds of its completion time saved, net of the move's price
+    for_gang: str | None = None  # an evacuation: the gang it makes room for (gain_s <= 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,9 @@ the greedy decision, preempt again for what is left, and keep the better-scoring
 `SolverSettings.skip_when_greedy_admits_all` when greedy admits everything, and when more
 gangs are pending than `SolverSettings.max_gangs` (the solver finds nothing in time there); 4
 explain every gang left pending; 5 move running gangs to faster types where the expected gain
-is worth the restart (moves.py), on the capacity the decision leaves free; 6 return the
+is worth the restart (moves.py), on the capacity the decision leaves free, and move the few
+small gangs off a node reserved for an aged wide gang where that costs them less than the
+wide gang's wait (evacuation.py); 6 return the
 decision in a canonical order so equal inputs give equal decisions.
 
 With queues in the snapshot (queues.py), phase 1 also gives the working state a `QueueGate`
@@ -37,6 +39,7 @@ from gpufleet.core.decision import (
     SolveStats,
 )
 from gpufleet.core.demand import Gang
+from gpufleet.core.evacuation import plan_evacuations
 from gpufleet.core.explain import explain
 from gpufleet.core.greedy import Memo, place_greedy, usable_types
 from gpufleet.core.moves import plan_moves
@@ -118,6 +121,14 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
     # Moves of running gangs to faster types, on what the decision leaves free.
     evicted = frozenset(p.gang_id for p in best.preemptions)
     moves = plan_moves(best_state, evicted, policy, memo, waiting)
+    moves += plan_evacuations(
+        best_state,
+        _reservations(greedy_state, waiting),
+        evicted | {m.gang_id for m in moves},
+        policy,
+        memo,
+        waiting,
+    )
     if moves:
         best = replace(
             best,
@@ -180,6 +191,22 @@ def queue_reasons(
                 reason = Pending(gang.id, PendingReason.WAITING_FOR_RECLAIM, note)
         out.append(reason)
     return out
+
+
+def _reservations(
+    state: ClusterState, waiting: Sequence[Gang]
+) -> list[tuple[int, tuple[int, ...], Gang]]:
+    """The greedy pass's node reservations whose gang the decision leaves waiting: (node, GPUs
+    kept, gang). Both engines' final states hold these GPUs taken (`with_reservations`)."""
+    gate = state.gate
+    if gate is None:
+        return []
+    left = {g.id for g in waiting}
+    return [
+        (node, gpus, gate.reserved_for[node])
+        for node, gpus in gate.reserved
+        if node in gate.reserved_for and gate.reserved_for[node].id in left
+    ]
 
 
 def _held(gang_id: str, hold: BootHold) -> Pending:

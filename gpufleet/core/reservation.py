@@ -89,6 +89,7 @@ def reserve_node(
     state.take_whole(node, gpus)
     if gate is not None:
         gate.reserved.append((node, gpus))
+        gate.reserved_for[node] = gang
     return node
 
 

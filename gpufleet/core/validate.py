@@ -57,7 +57,13 @@ def decision_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Dec
         if mover.demand is None or mover.progress is None:
             problems.append(f"{mover.id} moved without its demand and progress")
         same = move.placement.gpu_type == mover.gpu_type
-        if move.from_type != mover.gpu_type or (
+        if move.for_gang is not None:
+            # An evacuation (evacuation.py): for a gang left waiting, to another placement.
+            if move.for_gang not in gangs or move.for_gang in placed_ids:
+                problems.append(f"{mover.id} moved for {move.for_gang}, which is not waiting")
+            if move.from_type != mover.gpu_type or move.placement.replicas == mover.replicas:
+                problems.append(f"{mover.id} evacuated to where it runs")
+        elif move.from_type != mover.gpu_type or (
             same and move.placement.replica_count <= len(mover.replicas)
         ):
             problems.append(f"{mover.id} moved to neither another type nor more replicas")

@@ -125,6 +125,10 @@ class GangMover:
             message = (
                 f"moved to {move.placement.gpu_type} (from {move.from_type}): expected to "
                 f"finish {move.gain_s:.0f}s sooner"
+                if move.for_gang is None
+                else f"moved to {move.placement.gpu_type} (from {move.from_type}) to empty "
+                f"the node reserved for waiting gang {move.for_gang}: expected to finish "
+                f"{-move.gain_s:.0f}s later"
             )
             failed = self.binder.delete_marked(
                 keys, move_marker(self.wall()), names.MOVED_REASON, message

@@ -1,0 +1,194 @@
+"""Evacuating a reserved node: move the few small gangs that keep an aged wide gang waiting.
+
+A node reserved for an aged wide gang (reservation.py) only drains as its gangs end. On a busy
+fleet its last small gangs can run for hours while the wide gang, often itself a job of
+minutes, waits for them (tuning window 2017-10-23, seed 0: four 8-GPU gangs of 2-5 minutes
+waited 130-141 minutes for a whole node; their finish-time fairness made their tenant the
+worst off). Evacuation moves those small gangs, whole, to capacity the decision leaves free
+elsewhere, so the node is empty in the next decision and the wide gang, going first as an
+aged gang, takes it then.
+
+A move here is for another gang's benefit, so it is priced for the moved gangs and weighed
+against the wide gang's wait, both in seconds of completion time:
+
+    loss(m) = restart + (R_m + unsaved_m) x v0 / v1 - R_m   (moves.py's price, speedup v1 / v0)
+    gain    = max R_m over the moved gangs                   (the wait they would impose)
+
+The node is evacuated only when the sum of the losses is below the gain: a move to a slower
+type costs a long gang its slowdown over all its remaining time, so long gangs stay and short
+ones go. R is the caller's expected remaining time (`RunProgress`, from completed jobs'
+lengths, never the job's own). The cheapest gangs go first, only as many as the wide gang
+needs GPUs, each to its cheapest placement on the GPUs the decision leaves free (never onto
+the node itself, nor onto room the expected workload keeps, as moves.py). Only preemptible
+gangs the caller gives progress for, of a priority not above the wide gang's, are moved, and
+an evacuation may exceed the hourly move limit by one (`recent_moves <= max_per_hour`): on the
+tuning window 2017-10-23 the small gangs left on a reserved node had nearly always just been
+moved there to a faster type, and the wide gang waited out their hour. So a gang moves at most
+`max_per_hour + 1` times an hour, and the last of those only to make room. The moves are
+ordinary `Move`s (with `for_gang` set): the simulator and the live scheduler carry them out as
+they do moves to faster types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from gpufleet.core.decision import Move
+from gpufleet.core.demand import Gang
+from gpufleet.core.greedy import Memo, Plan, commit, plan_gang, usable_types
+from gpufleet.core.moves import move_gain_s
+from gpufleet.core.policy import Policy
+from gpufleet.core.preempt import release_gang
+from gpufleet.core.pricing import Pricing
+from gpufleet.core.snapshot import RunningGang
+from gpufleet.core.state import ClusterState
+from gpufleet.core.valuation import base_throughput
+
+__all__ = ["plan_evacuations"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    gang: RunningGang
+    plan: Plan
+    loss_s: float
+
+
+def _movable(gang: RunningGang, wide: Gang, policy: Policy) -> bool:
+    progress = gang.progress
+    return (
+        progress is not None
+        and gang.demand is not None
+        and gang.preemptible
+        and gang.priority <= wide.priority
+        and progress.recent_moves <= policy.moves.max_per_hour
+        and all(r.mig is None for r in gang.replicas)
+    )
+
+
+def _loss(gang: RunningGang, gpu_type: str, state: ClusterState) -> float:
+    """Seconds of completion time the move costs `gang` (module docstring)."""
+    assert gang.progress is not None and gang.demand is not None
+    catalog = state.catalog
+    now = base_throughput(gang.demand, catalog[gang.gpu_type])
+    new = base_throughput(gang.demand, catalog[gpu_type])
+    if now <= 0 or new <= 0:
+        return float("inf")
+    p = gang.progress
+    return -move_gain_s(p.expected_remaining_s, p.unsaved_s, p.restart_s, new / now)
+
+
+def _cheapest(
+    state: ClusterState, gang: RunningGang, policy: Policy, memo: Memo, pricing: Pricing
+) -> _Step | None:
+    """The gang's cheapest new placement on free capacity (its own GPUs already released)."""
+    assert gang.demand is not None
+    demand = replace(gang.demand, queue=gang.queue)
+    best: _Step | None = None
+    for gpu_type in usable_types(state, demand, policy, memo):
+        loss = _loss(gang, gpu_type, state)
+        if best is not None and loss >= best.loss_s:
+            continue
+        plan = plan_gang(state, demand, gpu_type, policy, memo)
+        if plan is None or plan.repartitions:
+            continue
+        if pricing.active:
+            price = pricing.move_price(
+                state, demand, gpu_type, plan.replicas, plan.repartitions, gang.replicas
+            )
+            if price.reserved > 0:
+                continue  # room the expected workload keeps, as moves.py
+        best = _Step(gang, plan, loss)
+    return best
+
+
+def _evacuate(
+    state: ClusterState,
+    node: int,
+    reserved: int,
+    wide: Gang,
+    excluded: frozenset[str],
+    policy: Policy,
+    memo: Memo,
+    pricing: Pricing,
+) -> list[_Step] | None:
+    """The moves that free `wide`'s GPUs on `node`, where `reserved` GPUs are already kept
+    for it, planned on `state` (mutated); None when they cannot be found or cost more than
+    they save."""
+    name = state.nodes[node].name
+    candidates = [
+        gang
+        for gang in state.snapshot.running
+        if gang.id not in excluded
+        and any(r.node == name for r in gang.replicas)
+        and _movable(gang, wide, policy)
+    ]
+    free = state.whole_mode_gpus(node)
+    short = wide.gpus_needed(wide.replicas_min) - len(free) - reserved
+    if short <= 0 or not candidates:
+        return None
+    state.take_whole(node, free)  # kept for the wide gang too
+
+    def upfront(gang: RunningGang) -> tuple[float, str]:
+        """Cheapest to move first: restart and unsaved work per GPU the move frees here."""
+        assert gang.progress is not None
+        p = gang.progress
+        return ((p.restart_s + p.unsaved_s) / len(_on_node(gang, name)), gang.id)
+
+    steps: list[_Step] = []
+    for gang in sorted(candidates, key=upfront):
+        if short <= 0:
+            break
+        freed = _on_node(gang, name)
+        release_gang(state, gang)
+        state.take_whole(node, freed)  # nothing else moves onto the node
+        step = _cheapest(state, gang, policy, memo, pricing)
+        if step is None:
+            return None
+        commit(state, step.plan, policy)
+        steps.append(step)
+        short -= len(freed)
+    gain = max(s.gang.progress.expected_remaining_s for s in steps if s.gang.progress)
+    if short > 0 or sum(s.loss_s for s in steps) >= gain:
+        return None
+    return steps
+
+
+def _on_node(gang: RunningGang, name: str) -> list[int]:
+    return [g for r in gang.replicas if r.node == name for g in r.gpus]
+
+
+def plan_evacuations(
+    state: ClusterState,
+    reservations: Sequence[tuple[int, tuple[int, ...], Gang]],
+    excluded: frozenset[str],
+    policy: Policy,
+    memo: Memo,
+    waiting: Sequence[Gang] = (),
+) -> list[Move]:
+    """Moves that empty each reserved node for its wide gang (module docstring); mutates
+    `state` when a node is evacuated. `reservations`: (node, GPUs kept, gang) of the greedy
+    pass, whose GPUs `state` holds taken;
+    `excluded`: gangs already evicted or moved by this decision; `waiting`: the gangs the
+    decision leaves pending (for the reserves' prices, as moves.py)."""
+    if not reservations or not policy.moves.enabled:
+        return []
+    pricing = Pricing(state, policy, waiting)
+    out: list[Move] = []
+    moved = set(excluded)
+    for node, kept, wide in reservations:
+        trial = state.copy()
+        steps = _evacuate(trial, node, len(kept), wide, frozenset(moved), policy, memo, pricing)
+        if steps is None:
+            continue
+        state.take_whole(node, state.whole_mode_gpus(node))
+        for step in steps:
+            release_gang(state, step.gang)
+            state.take_whole(node, _on_node(step.gang, state.nodes[node].name))
+            placement = commit(state, step.plan, policy)
+            moved.add(step.gang.id)
+            out.append(
+                Move(step.gang.id, step.gang.gpu_type, placement, -step.loss_s, for_gang=wide.id)
+            )
+    return out
