@@ -169,9 +169,9 @@ def plan_evacuations(
 ) -> list[Move]:
     """Moves that empty each reserved node for its wide gang (module docstring); mutates
     `state` when a node is evacuated. `reservations`: (node, GPUs kept, gang) of the greedy
-    pass, whose GPUs `state` holds taken;
-    `excluded`: gangs already evicted or moved by this decision; `waiting`: the gangs the
-    decision leaves pending (for the reserves' prices, as moves.py)."""
+    pass, whose GPUs `state` holds taken; `excluded`: gangs already evicted or moved by this
+    decision; `waiting`: the gangs the decision leaves pending (for the reserves' prices, as
+    moves.py)."""
     if not reservations or not policy.moves.enabled:
         return []
     pricing = Pricing(state, policy, waiting)

@@ -39,6 +39,7 @@ class FakeBinder:
         self.deleted: list[tuple[str, str, bool]] = []
         self.evicted: list[tuple[str, str]] = []
         self.moved: list[tuple[str, dict[str, str]]] = []  # (pod key, marker) deleted to move
+        self.move_messages: list[str] = []  # the message of each move's deletion
         self.marked: dict[str, str] = {}
         self.mark_calls = 0
         self.fail: set[str] = set()
@@ -85,6 +86,7 @@ class FakeBinder:
         self, keys: Iterable[str], marker: Mapping[str, str], reason: str, message: str
     ) -> list[str]:
         self.moved.extend((k, dict(marker)) for k in keys)
+        self.move_messages.append(message)
         return []
 
     def evict_pods(self, keys: Iterable[str], reason: str, message: str) -> dict[str, str | None]:

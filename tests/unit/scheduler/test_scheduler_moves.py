@@ -3,13 +3,20 @@ whose pods say how they checkpoint gets its demand and progress in the snapshot,
 move deletes its pods (marked, with their own grace) and reserves the new placement, nothing
 else is placed on the reserved GPUs, and the recreated pods are bound to them; the per-hour
 limit is read from the pods' move times; gangs without a checkpoint, or not preemptible, are
-never moved."""
+never moved; an evacuation (a move for a waiting gang) is carried out the same way."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gpufleet.core.decision import Decision
+from gpufleet.core.demand import Gang
+from gpufleet.core.place import place
+from gpufleet.core.policy import Policy
+from gpufleet.core.snapshot import Snapshot
 from gpufleet.model.contract import names
 from gpufleet.model.contract.timestamps import format_time
 from gpufleet.scheduler.cache import SchedulerCache
@@ -78,6 +85,24 @@ def test_a_checkpointing_gang_moves_to_a_faster_type_and_keeps_its_reservation()
     assert bound.node == reserved.replicas[0].node
     assert bound.annotations[names.ASSIGNED_GPUS] == ",".join(map(str, reserved.replicas[0].gpus))
     assert "ns/long" not in sched.mover.reserved
+
+
+def test_an_evacuation_is_carried_out_as_a_move_and_says_for_which_gang() -> None:
+    # The core's decision, with its move turned into an evacuation (core/evacuation.py) for a
+    # waiting gang: the loop deletes and reserves as for any move; the message names the gang.
+    def evacuate(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decision:
+        decision = place(snapshot, pending, policy)
+        moves = tuple(replace(m, for_gang="ns/wide", gain_s=-75.0) for m in decision.moves)
+        return replace(decision, moves=moves)
+
+    cache, binder = SchedulerCache(), FakeBinder()
+    load(cache, nodes(), [long_pod()])
+    sched = scheduler(cache, binder, clock=Clock(), decide=evacuate)
+    assert sched.run_cycle().moved == ["ns/long"]
+    assert "ns/long" in sched.mover.reserved
+    (message,) = binder.move_messages
+    assert "to empty the node reserved for waiting gang ns/wide" in message
+    assert "75s later" in message
 
 
 def test_reserved_gpus_are_shown_held_and_not_twice() -> None:
