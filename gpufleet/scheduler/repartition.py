@@ -52,10 +52,13 @@ def request_layouts(
     for node_name, gpus in sorted(changes.items()):
         node = view.snapshot.node(node_name)
         layouts = [gpus.get(g.index, g.mig_layout) for g in node.gpus]
+        # Every gang with a replica on any GPU being repartitioned, not only on its first
+        # one: a replica of whole GPUs spanning a GPU turned from MIG to whole was bound
+        # before the node had that GPU (chaos run: 8 whole GPUs in use on 4 allocatable).
         users = frozenset(
             p.gang_id
             for p in decision.placements
-            if any(r.node == node_name and r.gpus[0] in gpus for r in p.replicas)
+            if any(r.node == node_name and not gpus.keys().isdisjoint(r.gpus) for r in p.replicas)
         )
         # A GPU still held by a pod (a victim of this decision being evicted, say) keeps its
         # layout: the MIG manager would reshape it under the pod. Its gangs wait; the core

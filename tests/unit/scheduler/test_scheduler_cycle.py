@@ -502,3 +502,42 @@ def test_the_core_sees_the_shapes_of_the_gangs_seen_so_far() -> None:
     assert set(shares) == {1, 4}
     # Two tasks of 4 GPUs, then one of 1 GPU (decayed counts over the window).
     assert shares[4] == pytest.approx(2 / 3, rel=1e-3)
+
+
+def test_gang_spanning_a_gpu_being_repartitioned_waits_though_its_first_gpu_is_not() -> None:
+    # Chaos run (600 s, 20 kills): "h100-mig-0: 8 x nvidia.com/gpu in use, 4 allocatable". The
+    # core turned MIG GPUs of the node whole for a replica spanning them and whole GPUs before
+    # them; the cycle asked for the layout and bound the replica at once, since only a
+    # replica's first GPU was compared with the GPUs being repartitioned. Here: GPU 0 whole,
+    # GPU 1 in MIG (its slices free), a pod of 2 whole GPUs.
+    entries = [
+        {"devices": [0], "mig-enabled": False},
+        {"devices": [1], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}},
+    ]
+    node = NodeBuilder("h0", "H100-80GB", 2).mig("half")
+    sched, cache, binder, mig = make([node.obj()], [PodBuilder("w").gpus(2).obj()])
+    cache.configmap_event(
+        "ADDED",
+        {
+            "metadata": {"name": names.MIG_CONFIGMAP_NAME},
+            "data": {names.MIG_CONFIGMAP_KEY: yaml.safe_dump({"mig-configs": {"half": entries}})},
+        },
+    )
+    report = sched.run_cycle()
+    assert mig.requests == [("h0", [None, None])] and list(report.mig_requests) == ["h0"]
+    assert binder.bound == {} and report.bound == []
+    assert report.pending["default/pod:w"].startswith("WaitingForMIGReconfiguration")
+    # Once the node has both GPUs whole, the pod is bound to them.
+    config = report.mig_requests["h0"]
+    entries = config_entries([None, None])
+    cache.configmap_event(
+        "MODIFIED",
+        {
+            "metadata": {"name": names.MIG_CONFIGMAP_NAME},
+            "data": {names.MIG_CONFIGMAP_KEY: yaml.safe_dump({"mig-configs": {config: entries}})},
+        },
+    )
+    done = NodeBuilder("h0", "H100-80GB", 2).mig(config)
+    cache.node_event("MODIFIED", done.annotate("gpufleet.io/mig-config-applied", config).obj())
+    assert sched.run_cycle().bound == ["default/pod:w"]
+    assert binder.bound["default/w"].annotations[names.ASSIGNED_GPUS] == "0,1"
