@@ -68,7 +68,16 @@ def _reap(pid: int) -> None:
 
 
 def is_ours(pid: int, marker: str) -> bool:
-    """Whether `pid` is alive and its command line contains `marker`."""
+    """Whether `pid` is alive and its command line contains `marker`; a child this interpreter
+    started and has not reaped is ours while it runs, whatever its command line says: until
+    its exec it shows this interpreter's (a check right after `spawn` once took a starting
+    Prometheus for one that had exited), and its PID cannot be reused before it is reaped."""
+    proc = _STARTED.get(pid)
+    if proc is not None:
+        if proc.poll() is None:
+            return True
+        del _STARTED[pid]
+        return False
     _reap(pid)
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
