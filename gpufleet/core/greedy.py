@@ -523,10 +523,7 @@ def _one_more(
     queue's quota."""
     if state.gate is not None and not state.gate.allows(gang, gpu_type, 1):
         return None  # its placed replicas are counted already: one more must fit on top
-    if placement is None:
-        single = replace(gang, replicas_min=1, replicas_max=1, scaling=(), grows_from=0)
-        return plan_gang(state, single, gpu_type, policy, memo)
-    if gang.topology is Topology.SAME_NODE and gang.mig_profile is None:
+    if placement is not None and gang.topology is Topology.SAME_NODE and gang.mig_profile is None:
         n = state.node_index[placement.replicas[0].node]
         gpus = state.pick_gpus(n, gang.gpus_per_replica, nvlink=False)
         if gpus is None:

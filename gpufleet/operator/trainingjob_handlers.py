@@ -171,7 +171,9 @@ def _annotate_pods(
     for name, wanted in sorted(annotate.items()):
         body = {"metadata": {"annotations": dict(wanted)}}
         try:
-            state.core.patch_namespaced_pod(name, namespace, body, _preload_content=False)
+            kubepool.release(
+                state.core.patch_namespaced_pod(name, namespace, body, _preload_content=False)
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise kopf.TemporaryError(f"annotating {name}: {exc.reason}", delay=2) from exc
