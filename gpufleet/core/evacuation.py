@@ -27,6 +27,19 @@ moved there to a faster type, and the wide gang waited out their hour. So a gang
 `max_per_hour + 1` times an hour, and the last of those only to make room. The moves are
 ordinary `Move`s (with `for_gang` set): the simulator and the live scheduler carry them out as
 they do moves to faster types.
+
+Relocation for a reclaim (`plan_reclaim_moves`). A gang owed its queue's nominal quota reclaims
+borrowed GPUs by evicting borrowers (preempt.py), but a reclaim stops taking from a queue once
+it is back within its nominal quota. On a full type every node may then hold a gang that no
+reclaim may take: on the 2017-11-01 queue sample (seed 0) four 8-GPU one-node gangs of a queue
+entitled to 8 more A100s waited 26 minutes because each A100 node held, besides borrowers, a
+one-GPU gang of a queue within its nominal quota or a second gang of a queue borrowing only one
+GPU. For the first such gang in the queues' order the decision finds the node where the fewest
+gangs (at most `MAX_RELOCATED`) are all that a reclaim could not evict, and moves them to free
+capacity elsewhere (their queue keeps what it uses), priced and limited as an evacuation: only
+when the sum of the moves' losses is below the largest remaining time among them (the wait they
+impose). The node's freed GPUs are kept for the rest of the decision, and in the next decision
+the gang, still owed, reclaims the node from its borrowers.
 """
 
 from __future__ import annotations
@@ -35,17 +48,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from gpufleet.core.decision import Move
-from gpufleet.core.demand import Gang
-from gpufleet.core.greedy import Memo, Plan, commit, plan_gang, usable_types
+from gpufleet.core.demand import Gang, Topology
+from gpufleet.core.greedy import Memo, Plan, commit, eligible_nodes, plan_gang, usable_types
 from gpufleet.core.moves import move_gain_s
 from gpufleet.core.policy import Policy
 from gpufleet.core.preempt import release_gang
 from gpufleet.core.pricing import Pricing
+from gpufleet.core.queues import resource_key
 from gpufleet.core.snapshot import RunningGang
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import base_throughput
 
-__all__ = ["plan_evacuations"]
+__all__ = ["plan_evacuations", "plan_reclaim_moves"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,3 +206,127 @@ def plan_evacuations(
                 Move(step.gang.id, step.gang.gpu_type, placement, -step.loss_s, for_gang=wide.id)
             )
     return out
+
+
+MAX_RELOCATED = 2  # gangs moved off one node so that a reclaim can clear it
+
+
+def plan_reclaim_moves(
+    state: ClusterState,
+    owed: Sequence[Gang],
+    excluded: frozenset[str],
+    policy: Policy,
+    memo: Memo,
+    waiting: Sequence[Gang] = (),
+) -> list[Move]:
+    """Moves that let a reclaim clear a node for a gang owed its nominal quota (module
+    docstring, "Relocation for a reclaim"); mutates `state` when they are made. `owed`: the
+    gangs the decision leaves waiting for reclaim, in the queues' order; the first one-node gang
+    among them with a node that only such moves stand between it and a reclaim gets them (one
+    gang per decision). `excluded`, `waiting`: as `plan_evacuations`."""
+    gate = state.gate
+    if gate is None or not policy.moves.enabled or not policy.allow_preemption:
+        return []
+    pricing = Pricing(state, policy, waiting)
+    for wide in owed:
+        if not _one_node(wide):
+            continue
+        found = _relocation(state, wide, excluded, policy, memo, pricing)
+        if found is None:
+            continue
+        node, steps = found
+        name = state.nodes[node].name
+        state.take_whole(node, state.whole_mode_gpus(node))
+        out: list[Move] = []
+        for step in steps:
+            release_gang(state, step.gang)
+            state.take_whole(node, _on_node(step.gang, name))
+            placement = commit(state, step.plan, policy)
+            out.append(
+                Move(step.gang.id, step.gang.gpu_type, placement, -step.loss_s, for_gang=wide.id)
+            )
+        return out
+    return []
+
+
+def _one_node(gang: Gang) -> bool:
+    one_node = gang.topology is Topology.SAME_NODE or gang.replicas_min == 1
+    return one_node and gang.mig_profile is None and gang.gpus_needed(gang.replicas_min) > 1
+
+
+def _relocation(
+    state: ClusterState,
+    wide: Gang,
+    excluded: frozenset[str],
+    policy: Policy,
+    memo: Memo,
+    pricing: Pricing,
+) -> tuple[int, list[_Step]] | None:
+    """The node, and the moves off it, after which a reclaim frees `wide`'s GPUs there: the
+    node whose blocking gangs (those a reclaim may not evict) are fewest, when each of them can
+    move to free capacity for less than the wait it imposes; None when there is none."""
+    gate = state.gate
+    assert gate is not None
+    need = wide.gpus_needed(wide.replicas_min)
+    home = gate.book.home(wide.queue)
+    allowed = eligible_nodes(state, wide, memo)
+    options: list[tuple[int, int, int, list[RunningGang]]] = []
+    for gpu_type in usable_types(state, wide, policy, memo):
+        if not gate.book.entitled(home, resource_key(gpu_type), need):
+            continue
+        for n in state.nodes_by_type.get(gpu_type, []):
+            if state.nodes[n].gpu_count < need or (allowed is not None and n not in allowed):
+                continue
+            blocked = _blocking(state, n, wide, excluded)
+            if not blocked or len(blocked) > MAX_RELOCATED:
+                continue
+            if not all(_movable(b, wide, policy) for b in blocked):
+                continue
+            gpus = sum(len(_on_node(b, state.nodes[n].name)) for b in blocked)
+            options.append((gpus, len(blocked), n, blocked))
+    for _, _, n, blocked in sorted(options, key=lambda o: o[:3]):
+        trial = state.copy()
+        name = trial.nodes[n].name
+        trial.take_whole(n, trial.whole_mode_gpus(n))  # nothing else lands on the node
+        steps: list[_Step] = []
+        for gang in blocked:
+            freed = _on_node(gang, name)
+            release_gang(trial, gang)
+            trial.take_whole(n, freed)
+            step = _cheapest(trial, gang, policy, memo, pricing)
+            if step is None:
+                break
+            commit(trial, step.plan, policy)
+            steps.append(step)
+        if len(steps) < len(blocked):
+            continue
+        gain = max(s.gang.progress.expected_remaining_s for s in steps if s.gang.progress)
+        if sum(s.loss_s for s in steps) < gain:
+            return n, steps
+    return None
+
+
+def _blocking(
+    state: ClusterState, n: int, wide: Gang, excluded: frozenset[str]
+) -> list[RunningGang]:
+    """The gangs on node `n` a reclaim for `wide` could not evict once it has evicted every
+    other gang there it may (evicting a borrower can bring its queue back to its nominal
+    quota, after which that queue's other gangs stay); empty when the node's GPUs would not
+    hold `wide` even without them."""
+    gate = state.gate
+    assert gate is not None
+    name = state.nodes[n].name
+    on_node = [g for g in state.snapshot.running if any(r.node == name for r in g.replicas)]
+    if any(g.id in excluded for g in on_node):
+        return []  # already leaving in this decision: its GPUs are not free yet
+    trial = state.copy()
+    blocked: list[RunningGang] = []
+    for gang in sorted(on_node, key=lambda g: (gate.victim_key(g, wide), g.id)):
+        assert trial.gate is not None
+        if trial.gate.may_evict(gang, wide):
+            release_gang(trial, gang)
+        else:
+            blocked.append(gang)
+    free = len(trial.whole_mode_gpus(n))
+    held = sum(len(_on_node(b, name)) for b in blocked)
+    return blocked if free + held >= wide.gpus_needed(wide.replicas_min) else []

@@ -12,7 +12,8 @@ gangs are pending than `SolverSettings.max_gangs` (the solver finds nothing in t
 explain every gang left pending; 5 move running gangs to faster types where the expected gain
 is worth the restart (moves.py), on the capacity the decision leaves free, and move the few
 small gangs off a node reserved for an aged wide gang where that costs them less than the
-wide gang's wait (evacuation.py); 6 return the
+wide gang's wait (evacuation.py), and the few gangs that alone keep a reclaim from clearing a
+node for a gang owed its nominal quota (evacuation.py); 6 return the
 decision in a canonical order so equal inputs give equal decisions.
 
 With queues in the snapshot (queues.py), phase 1 also gives the working state a `QueueGate`
@@ -39,9 +40,9 @@ from gpufleet.core.decision import (
     SolveStats,
 )
 from gpufleet.core.demand import Gang
-from gpufleet.core.evacuation import plan_evacuations
+from gpufleet.core.evacuation import plan_evacuations, plan_reclaim_moves
 from gpufleet.core.explain import explain
-from gpufleet.core.greedy import Memo, place_greedy, usable_types
+from gpufleet.core.greedy import Memo, greedy_order, place_greedy, usable_types
 from gpufleet.core.moves import plan_moves
 from gpufleet.core.objective import evaluate
 from gpufleet.core.policy import Engine, Policy
@@ -121,6 +122,15 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
     # Moves of running gangs to faster types, on what the decision leaves free.
     evicted = frozenset(p.gang_id for p in best.preemptions)
     moves = plan_moves(best_state, evicted, policy, memo, waiting)
+    owed = {p.gang_id for p in reasons if p.reason is PendingReason.WAITING_FOR_RECLAIM}
+    moves += plan_reclaim_moves(
+        best_state,
+        [g for g in greedy_order(waiting, best_state) if g.id in owed],
+        evicted | {m.gang_id for m in moves},
+        policy,
+        memo,
+        waiting,
+    )
     moves += plan_evacuations(
         best_state,
         _reservations(greedy_state, waiting),

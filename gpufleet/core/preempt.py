@@ -12,7 +12,7 @@ what the victims lose plus the disruption cost. Every what-if is undone when not
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from gpufleet.core.borrowing import victim_key
 from gpufleet.core.decision import GangPlacement, Preemption
@@ -64,13 +64,16 @@ def _try_plan(state: ClusterState, gang: Gang, policy: Policy, layouts: Memo) ->
     return None
 
 
-def _victim_groups(candidates: Sequence[RunningGang], gpus: int) -> Iterator[list[RunningGang]]:
+def _victim_groups(
+    candidates: Sequence[RunningGang], gpus: int, free: Mapping[str, int] | None = None
+) -> Iterator[list[RunningGang]]:
     """The victim sets tried in turn, each in candidate order: the first candidates whatever
-    their node; then the candidates holding GPUs on one node at a time, nodes with the most
-    candidate GPUs first, so that for a gang needing its GPUs on one node, victims scattered
-    over many nodes do not use up the bound before any node is cleared. A set holds at most
-    MAX_VICTIMS_PER_GANG victims, or as many as the gang's `gpus` (so that a gang wider than the
-    bound can still be made room for by one-GPU victims)."""
+    their node; then the candidates holding GPUs on one node at a time, so that for a gang
+    needing its GPUs on one node, victims scattered over many nodes do not use up the bound
+    before any node is cleared: first the nodes whose free GPUs (`free`, by node name) and
+    candidate GPUs add up to the gang's `gpus`, then the others, each by most candidate GPUs.
+    A set holds at most MAX_VICTIMS_PER_GANG victims, or as many as `gpus` (so that a gang
+    wider than the bound can still be made room for by one-GPU victims)."""
     bound = max(MAX_VICTIMS_PER_GANG, gpus)
     yield list(candidates[:bound])
     # A victim spread over several nodes is in each of their sets: evicting it frees its GPUs
@@ -81,9 +84,13 @@ def _victim_groups(candidates: Sequence[RunningGang], gpus: int) -> Iterator[lis
         for node in sorted({r.node for r in victim.replicas}):
             by_node.setdefault(node, []).append(victim)
 
-    def freed(item: tuple[str, list[RunningGang]]) -> tuple[int, str]:
+    def freed(item: tuple[str, list[RunningGang]]) -> tuple[bool, int, str]:
         node, group = item
-        return (-sum(len(r.gpus) for v in group for r in v.replicas if r.node == node), node)
+        held = sum(len(r.gpus) for v in group for r in v.replicas if r.node == node)
+        # A node that cannot hold the gang even emptied of candidates comes last (a node
+        # left with a free GPU by a move made for a reclaim: evacuation.py).
+        short = free is not None and free.get(node, 0) + held < gpus
+        return (short, -held, node)
 
     ranked = sorted(by_node.items(), key=freed)
     for _, group in ranked[:MAX_NODES_PER_GANG]:
@@ -137,7 +144,12 @@ def preempt_for_pending(
             candidates.sort(key=lambda r: (gate.victim_key(r, gang), order(r)))
         released: list[RunningGang] = []
         plan: Plan | None = None
-        for group in _victim_groups(candidates, gang.gpus_needed(gang.replicas_min)):
+        free = {
+            state.nodes[n].name: len(state.whole_mode_gpus(n))
+            for t in types
+            for n in state.nodes_by_type.get(t, [])
+        }
+        for group in _victim_groups(candidates, gang.gpus_needed(gang.replicas_min), free):
             for victim in group:
                 # A queue stops being reclaimed from once it is back within its nominal quota.
                 if gate is not None and not gate.may_evict(victim, gang):

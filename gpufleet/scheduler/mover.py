@@ -127,7 +127,7 @@ class GangMover:
                 f"finish {move.gain_s:.0f}s sooner"
                 if move.for_gang is None
                 else f"moved to {move.placement.gpu_type} (from {move.from_type}) to empty "
-                f"the node reserved for waiting gang {move.for_gang}: expected to finish "
+                f"a node for waiting gang {move.for_gang}: expected to finish "
                 f"{-move.gain_s:.0f}s later"
             )
             failed = self.binder.delete_marked(

@@ -101,7 +101,7 @@ def test_an_evacuation_is_carried_out_as_a_move_and_says_for_which_gang() -> Non
     assert sched.run_cycle().moved == ["ns/long"]
     assert "ns/long" in sched.mover.reserved
     (message,) = binder.move_messages
-    assert "to empty the node reserved for waiting gang ns/wide" in message
+    assert "to empty a node for waiting gang ns/wide" in message
     assert "75s later" in message
 
 
