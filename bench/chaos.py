@@ -16,7 +16,10 @@ One private sandbox (the default 16-node, 96-GPU fleet with MIG nodes, or --flee
   handover (the leader stopped with SIGTERM, releasing its Lease, then started as a standby);
   --faults picks some of the kinds (e.g. `--faults etcd,kube-apiserver`);
 - every 2 s, the invariant checker (gpufleet.testing): no GPU or MIG slice in use twice or
-  beyond a node's capacity, no gang partly bound for longer than 3 s, no two pods for one rank;
+  beyond a node's capacity, no two pods for one rank, no gang partly bound for longer than 3 s
+  under a live leader; a gang a killed leader left partly bound (one Binding written of its
+  gang's) is the next leader's to complete or restart within --takeover seconds of taking the
+  Lease, plus the 3 s (invariants.PartialGangClock);
 - lost jobs: a TrainingJob that disappears before it was seen Succeeded (jobs are removed 60 s
   after they finish), or a job the stream created that never got a phase;
 - after the last fault the stream stops and every job must be Running or Succeeded within
@@ -67,6 +70,7 @@ from gpufleet.sandbox.node_manifests import KWOK_ANNOTATION, sandbox_pool_check
 from gpufleet.scheduler.informer import Informer
 from gpufleet.scheduler.nodes import node_ready
 from gpufleet.scheduler.runtime import api_client
+from gpufleet.testing.invariants import TAKEOVER_S
 from gpufleet.testing.operator import Kube, OperatorProcess, SettledInvariants, training_job
 
 PROG = "chaos.py"
@@ -363,9 +367,9 @@ class PhaseReverts:
 class Checker(threading.Thread):
     """The invariants every 2 s; each distinct violation recorded once, with when."""
 
-    def __init__(self, kube: Kube, record: Record, started: float) -> None:
+    def __init__(self, kube: Kube, record: Record, started: float, takeover: float) -> None:
         super().__init__(daemon=True)
-        self.watch = SettledInvariants(kube.core)
+        self.watch = SettledInvariants(kube.core, coordination=kube.coordination, takeover=takeover)
         self.record, self.started = record, started
         self.stop = threading.Event()
         self.checks = 0
@@ -578,7 +582,7 @@ def run(args: Any) -> dict[str, Any]:
             reverts = PhaseReverts(kube, JOBS_NS)
             reverts.informer.start()
             started = load.started
-            checker = Checker(kube, record, started)
+            checker = Checker(kube, record, started, args.takeover)
             watch = ServingWatch(kube, record, started)
             if args.serving:
                 watch.start()
@@ -656,6 +660,7 @@ def run(args: Any) -> dict[str, Any]:
         "unsettled_after_bound": unsettled,
         "settled_in_s": round(settled_s, 1),
         "bound_s": args.bound,
+        "takeover_s": args.takeover,
         "refused_polls": record.refused_polls,
         "refused_creates": record.refused_creates,
         "serving": serving,
@@ -710,6 +715,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notready", type=positive_int, default=30)
     parser.add_argument("--bound", type=positive_int, default=180)
     parser.add_argument("--lease-duration", type=positive_int, default=15)
+    parser.add_argument(
+        "--takeover", type=positive_int, default=round(TAKEOVER_S),
+        help="seconds a new leader has, from taking the Lease, to complete or restart the gangs "
+        "a killed leader left partly bound",
+    )  # fmt: skip
     parser.add_argument("--node-failure-grace", type=positive_int, default=10)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fleet", type=Path, default=None)

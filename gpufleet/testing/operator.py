@@ -256,25 +256,20 @@ class Kube:
             self.core.delete_namespace(namespace)
 
 
-class SettledInvariants:
-    """The cluster invariants for polling loops. Binding a gang is one API write per pod, so
-    an observer can see a gang partly bound while its bindings are in flight; that is only a
-    violation when it lasts longer than `grace` seconds. Everything else must hold at once."""
+class SettledInvariants(invariants.SettledChecker):
+    """The cluster invariants for polling loops (`invariants.SettledChecker`): a gang partly
+    bound while its bindings are in flight is a violation only after `grace` seconds; with
+    `coordination`, a gang a killed leader left partly bound is judged against the next holder
+    of the operators' Lease (`invariants.PartialGangClock`). Everything else must hold at
+    once."""
 
-    def __init__(self, core: client.CoreV1Api, grace: float = 3.0) -> None:
-        self.core = core
-        self.grace = grace
-        self._since: dict[str, float] = {}
-
-    def check(self) -> list[str]:
-        nodes, all_pods = invariants.read_cluster(self.core)
-        now = time.monotonic()
-        partial = set(invariants.partial_gangs(all_pods))
-        self._since = {p: self._since.get(p, now) for p in partial}
-        lasting = [p for p, t in self._since.items() if now - t > self.grace]
-        others = (
-            invariants.capacity_violations(nodes, all_pods)
-            + invariants.double_bookings(all_pods)
-            + invariants.duplicate_workers(all_pods)
-        )
-        return others + sorted(lasting)
+    def __init__(
+        self,
+        core: client.CoreV1Api,
+        grace: float = 3.0,
+        coordination: client.CoordinationV1Api | None = None,
+        takeover: float = invariants.TAKEOVER_S,
+    ) -> None:
+        lease = coordination
+        term = None if lease is None else (lambda: invariants.read_term(lease))
+        super().__init__(core, grace, takeover, term)
