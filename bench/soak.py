@@ -176,7 +176,7 @@ def run(args: Any) -> dict[str, Any]:
                     calls.append((time.monotonic(), api_requests(kube.core.api_client)))
                     load.stop.set()
                     load.join(10)
-                    violations = invariants.check(kube.core)
+                    violations = invariants.final_check(kube.core)
                     unfinished = unfinished_jobs(kube, load)
                     samples = list(rss.samples)
             finally:
