@@ -2,19 +2,27 @@
 the operator is stopped: binding rank 0 through `pods/binding` the way the scheduler would.
 When gpufleet starts it completes the gang, binding the rest where the core finds room beside
 the bound pod, and leaves the bound pod alone; when the rest cannot fit, it restarts the gang
-(deletes the bound pod) instead of holding GPUs for a gang that cannot run. Raw pods (no
-TrainingJob), so nothing recreates what gpufleet deletes."""
+(deletes the bound pod) instead of holding GPUs for a gang that cannot run. A standby that takes
+the Lease from a leader killed with a gang partly bound completes it in its first cycle, within
+the invariant checker's takeover bound of taking the Lease. Raw pods (no TrainingJob), so
+nothing recreates what gpufleet deletes."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from gpufleet.model.contract import names
 from gpufleet.operator.podtemplate import GPU_TOLERATIONS
+from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.testing import invariants
-from gpufleet.testing.operator import Kube, OperatorProcess, wait_for
+from gpufleet.testing.operator import Kube, OperatorProcess, SettledInvariants, wait_for
 
 
 def gang_pod(name: str, size: int, rank: int) -> Any:
@@ -60,9 +68,11 @@ def filler(name: str, node: str) -> Any:
     }
 
 
-def leave_partly_bound(kube: Kube, ns: str, operator: OperatorProcess) -> str:
-    """With gpufleet stopped, create a 2-pod gang and bind rank 0 onto l4-0; its uid."""
-    operator.stop()
+def leave_partly_bound(kube: Kube, ns: str, operator: OperatorProcess | None) -> str:
+    """With gpufleet stopped (by this function unless None), create a 2-pod gang and bind
+    rank 0 onto l4-0; its uid."""
+    if operator is not None:
+        operator.stop()
     for rank in range(2):
         kube.core.create_namespaced_pod(ns, gang_pod(f"g-{rank}", 2, rank), _preload_content=False)
     binding: Any = {
@@ -120,3 +130,72 @@ def test_partly_bound_gang_whose_rest_cannot_fit_restarts(
     wait_for(restarted, "the bound rank deleted", 30)
     assert not by_name(kube, ns)["g-1"]["spec"].get("nodeName")
     assert invariants.check(kube.core) == []
+
+
+@pytest.fixture
+def standby(
+    sandbox: Sandbox,
+    kube: Kube,
+    operator: OperatorProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[OperatorProcess]:
+    """A second `gpufleet operator`, waiting for the Lease; afterwards it is stopped and the
+    module's operator (which the test killed) runs again."""
+    log = tmp_path_factory.mktemp("standby") / "operator.log"
+    second = OperatorProcess(sandbox.kubeconfig, log, kube.coordination)
+    second.start(timeout=120, lead=False)
+    # Contending for the Lease (on a loaded machine the interpreter may still be importing).
+    wait_for(lambda: "waiting for lease" in log.read_text(errors="replace"), "the standby", 60)
+    yield second
+    if second.proc is not None and second.proc.poll() is None:
+        os.kill(second.pid, signal.SIGCONT)  # a test that failed while it was paused
+    second.stop()
+    if operator.proc is not None and operator.proc.poll() is None:
+        os.kill(operator.pid, signal.SIGKILL)
+    operator.start()
+
+
+def test_gang_a_killed_leader_left_partly_bound_is_completed_by_the_next_leader(
+    kube: Kube, ns: str, operator: OperatorProcess, standby: OperatorProcess
+) -> None:
+    # The leader, paused, can act no more, as when a SIGKILL lands between two Bindings of one
+    # gang; rank 0 is bound by hand, then the leader is killed. The standby is paused for 4 s
+    # too (one slow to see the Lease expire), so the gang stays partly bound longer than the
+    # checker's 3 s for bindings in flight.
+    os.kill(operator.pid, signal.SIGSTOP)
+    os.kill(standby.pid, signal.SIGSTOP)
+    uid = leave_partly_bound(kube, ns, None)
+    operator.kill()
+    # Read throughout with the chaos run's rule (the Lease's next holder has its takeover) and
+    # with the rule before it (3 s from first seen, whoever leads).
+    by_lease = SettledInvariants(kube.core, coordination=kube.coordination)
+    blind = SettledInvariants(kube.core)
+    seen: list[str] = []
+    blind_seen: list[str] = []
+
+    def completed() -> bool:
+        seen.extend(by_lease.check())
+        blind_seen.extend(blind.check())
+        return bool(by_name(kube, ns)["g-1"]["spec"].get("nodeName"))
+
+    paused = time.monotonic() + 4.0
+    while time.monotonic() < paused:
+        assert not completed()
+        time.sleep(0.5)
+    os.kill(standby.pid, signal.SIGCONT)
+    wait_for(completed, "rank 1 bound by the new leader", 60)
+    done = time.time()
+    term = invariants.read_term(kube.coordination)
+    assert term is not None and standby.holds_lease()
+    took = done - term.acquired
+    print(f"rank 1 bound {took:.1f} s after the new leader took the Lease")
+    assert took <= invariants.TAKEOVER_S
+    pods = by_name(kube, ns)
+    assert pods["g-0"]["metadata"]["uid"] == uid
+    assert not pods["g-0"]["metadata"].get("deletionTimestamp")
+    for _ in range(3):  # a few more looks, so a gang judged late would show
+        seen.extend(by_lease.check())
+        time.sleep(1.0)
+    assert seen == []
+    # The rule before called it a violation, though nobody could have completed it sooner.
+    assert any("g: 1 live pods bound" in v for v in blind_seen)
