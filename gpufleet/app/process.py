@@ -99,6 +99,7 @@ def run(settings: Settings) -> int:
         may_act=lease.held,
         policy_watch=policy,
         estimate_namespace=lease_settings.namespace,
+        lease=(lease_settings.namespace, lease_settings.name),
     )
     scheduler.start()
     health.scheduler_alive = scheduler.alive

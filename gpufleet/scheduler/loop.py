@@ -9,9 +9,10 @@ phase is a small collaborator with its own state (the module named after each):
               progress of gangs that may be moved (progress) and the GPUs reserved for moved
               gangs (mover)
   2 heal      (heal, partial) restart, as whole gangs, gangs with a pod on a failed or
-              vanished node; find gangs left partly bound (a crash between two bindings or
-              evictions); (lending) preempt whole the gangs borrowing GPUs from a standby the
-              operator recalled
+              vanished node (paused while every node is NotReady, slowed while most of a
+              zone's are: the node-lifecycle controller's zone rule); find gangs left
+              partly bound (a crash between two bindings or evictions); (lending) preempt
+              whole the gangs borrowing GPUs from a standby the operator recalled
   3 heads     (offer) offer pending gangs to the core, except those waiting for preemption
               victims to exit or for a MIG reconfiguration they need; the unbound rest of a
               partly bound gang is offered as `<gang>#rest`; of many identical gangs only as
@@ -72,7 +73,7 @@ from gpufleet.scheduler.cycle_report import CycleReport
 from gpufleet.scheduler.deletions import Deletions
 from gpufleet.scheduler.eligibility import overcommitted
 from gpufleet.scheduler.full_collection import FullCollections
-from gpufleet.scheduler.heal import NodeHealer
+from gpufleet.scheduler.heal import DisruptionRule, NodeHealer, Notify
 from gpufleet.scheduler.inflight import InflightBindings
 from gpufleet.scheduler.lending import Lending
 from gpufleet.scheduler.lending import decide as decide_lending
@@ -128,6 +129,7 @@ class Scheduler:
         may_act: Callable[[], bool] = lambda: True,
         power: PowerMarks | None = None,
         queue_status: QueueStatusWriter | None = None,
+        notify: Notify | None = None,
     ) -> None:
         self.cache = cache
         self.mig = mig
@@ -142,7 +144,14 @@ class Scheduler:
         self.views = ViewBuilder(catalog, settings.name)
         deletions = Deletions(clock, settings.node_failure_grace_s + _DELETION_LINGER_S)
         self.deletions = deletions
-        self.healer = NodeHealer(binder, deletions, settings.node_failure_grace_s, clock)
+        rule = DisruptionRule(
+            settings.unhealthy_zone_threshold,
+            settings.partial_disruption_heal_interval_s,
+            settings.large_zone_nodes,
+        )
+        self.healer = NodeHealer(
+            binder, deletions, settings.node_failure_grace_s, clock, rule, notify
+        )
         self.partial = PartialGangs(binder, deletions, settings.partial_grace_s, clock)
         self.victims = VictimEvictor(cache, binder, clock, settings.budget_retry_s)
         self.bindings = InflightBindings(cache, binder, deletions)

@@ -27,6 +27,28 @@ class SchedulerSettings(BaseModel):
     node_failure_grace_s: float = Field(
         30.0, ge=0, description="Seconds a node may be NotReady before its gangs restart."
     )
+    unhealthy_zone_threshold: float = Field(
+        0.55,
+        gt=0,
+        le=1,
+        description="Fraction of a zone's nodes (topology.kubernetes.io/zone; unlabelled nodes "
+        "form one zone) NotReady, more than two, at which gang restarts off failed nodes slow "
+        "down there (Kubernetes' --unhealthy-zone-threshold). With every node of every zone "
+        "NotReady (a control-plane outage, most likely) no gang restarts until one is Ready.",
+    )
+    partial_disruption_heal_interval_s: float = Field(
+        100.0,
+        gt=0,
+        description="In a zone past unhealthy_zone_threshold with more than large_zone_nodes "
+        "nodes, the gangs of one failed node restart per this many seconds (Kubernetes' "
+        "secondary eviction rate, 0.01 nodes a second).",
+    )
+    large_zone_nodes: int = Field(
+        50,
+        ge=0,
+        description="A zone past unhealthy_zone_threshold with at most this many nodes restarts "
+        "no gangs (Kubernetes' --large-cluster-size-threshold).",
+    )
     partial_grace_s: float = Field(
         30.0,
         ge=0,

@@ -22,6 +22,7 @@ from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.estimate_store import EstimateStore
 from gpufleet.scheduler.informer import Informer
+from gpufleet.scheduler.lease_events import lease_events
 from gpufleet.scheduler.loop import Decide, Scheduler
 from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.mig_request import MigRequester
@@ -101,6 +102,7 @@ class SchedulerRuntime:
         may_act: Callable[[], bool] = lambda: True,
         policy_watch: PolicyWatch | None = None,
         estimate_namespace: str | None = None,
+        lease: tuple[str, str] | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -121,6 +123,8 @@ class SchedulerRuntime:
             may_act=may_act,
             power=PowerMarks(self.core),
             queue_status=QueueStatusWriter(self._patch_queue_status),
+            # Healing paused or resumed (heal.py): an Event on the Lease (namespace, name).
+            notify=None if lease is None else lease_events(self.core, *lease),
         )
         if estimate_namespace is not None and settings.estimate_configmap:
             # The estimate starts from what the last leader kept (arrivals.py); read at start.

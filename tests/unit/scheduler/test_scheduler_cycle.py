@@ -288,7 +288,8 @@ def test_not_ready_node_waits_for_the_grace_period() -> None:
     clock = Clock()
     pods = [PodBuilder("p").gpus(1).bound("h0", gpus="0").obj()]
     cache = SchedulerCache(clock=clock)
-    load(cache, [NodeBuilder("h0").not_ready().obj()], pods)
+    # h1 Ready beside it: with every node NotReady no gang restarts (test_heal_disruption.py).
+    load(cache, [NodeBuilder("h0").not_ready().obj(), NodeBuilder("h1").obj()], pods)
     binder = FakeBinder()
     sched = scheduler(cache, binder, node_failure_grace_s=10, clock=clock)
     assert sched.run_cycle().restarted == []
