@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import faulthandler
+import functools
 import logging
 import os
 import signal
@@ -35,8 +36,11 @@ from gpufleet.admin.wiring import ServingLabel, admin_view, build_context, polic
 from gpufleet.app import kopf_setup, logs
 from gpufleet.app.http_endpoint import Health, Phase, serve
 from gpufleet.autoscaler.service import JobAutoscalers
+from gpufleet.model.contract import names
 from gpufleet.operator import servingjob_handlers, trainingjob_handlers
 from gpufleet.operator.vllm_sleep import VllmSleepApi
+from gpufleet.operator.watched import LabelledObjects
+from gpufleet.scheduler.informer import Informer
 from gpufleet.scheduler.lease import LeaderLease
 from gpufleet.scheduler.runtime import SchedulerRuntime, api_client
 from gpufleet.settings import Settings
@@ -127,6 +131,9 @@ def run(settings: Settings) -> int:
     tolerations = settings.operator.tolerations()
     trainingjob_handlers.register_timer(tick)
     servingjob_handlers.register_timer(tick)
+    namespace = settings.namespace
+    # ServingJobs' Deployments, watched: a pass plans first from them and the scheduler's pods.
+    deployments = serving_deployments(api, namespace, stop)
     memo = kopf.Memo(
         state=trainingjob_handlers.State(
             api, scheduler.cache, scheduler_name, tick, may_act=lease.held, tolerations=tolerations
@@ -138,9 +145,10 @@ def run(settings: Settings) -> int:
             may_act=lease.held,
             tolerations=tolerations,
             sleep_api=VllmSleepApi() if settings.operator.vllm_sleep_api else None,
+            pods=functools.partial(scheduler.cache.labelled_pods, names.SERVINGJOB_LABEL),
+            deployments=deployments.labelled,
         ),
     )
-    namespace = settings.namespace
 
     async def operate() -> None:
         try:
@@ -170,3 +178,21 @@ def run(settings: Settings) -> int:
         if not lost.is_set():
             lease.release()
     return 1 if lost.is_set() else 0
+
+
+def serving_deployments(
+    api: client.ApiClient, namespace: str | None, stop: threading.Event
+) -> LabelledObjects:
+    """The ServingJobs' Deployments (of `namespace`, or all), kept by a watch until `stop`."""
+    apps = client.AppsV1Api(api)
+    store = LabelledObjects(names.SERVINGJOB_LABEL)
+    list_fn = (
+        functools.partial(apps.list_namespaced_deployment, namespace)
+        if namespace
+        else apps.list_deployment_for_all_namespaces
+    )
+    Informer(
+        "servingjob-deployments", list_fn, store.replace, store.event, stop,
+        label_selector=names.SERVINGJOB_LABEL,
+    ).start()  # fmt: skip
+    return store

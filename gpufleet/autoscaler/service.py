@@ -19,6 +19,7 @@ from gpufleet.autoscaler.serving_autoscaler import (
     AutoscalerRegistry,
     MetricsSource,
     ReplicaWriter,
+    ServingAutoscaler,
 )
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
 from gpufleet.model.contract.serving import MetricsHealth, ScaleChange, ServingJobRef
@@ -75,19 +76,35 @@ class JobAutoscalers:
                 ScaleChange(d.name, d.current_replicas, d.desired_replicas, d.message)
                 for d in tick.scaled
             ]
-        last = scaler.last
-        if last is None:
-            return changes, MetricsHealth(available=None)
-        problem = last.metrics_problem
-        health = MetricsHealth(
-            available=problem is None,
-            stale=last.metrics_stale,
-            message=problem or "metrics are fresh",
-        )
-        return changes, health
+        return changes, _health(scaler)
+
+    def peek(self, job: ServingJobRef, spec: ServingJobSpec) -> tuple[bool, MetricsHealth | None]:
+        """Whether `tick` would do more than report (sample and decide, start or drop the job's
+        autoscaler), and the health it would report; no metrics are read."""
+        policy = enabled_policy(spec)
+        if policy is None or policy.prometheus is None:
+            return self.registry.peek(job.uid) is not None, None
+        source = policy.prometheus
+        scaler = self.registry.peek(job.uid, (source.url, source.rate_window))
+        if scaler is None:
+            return True, None
+        return scaler.due(self.clock(), policy.interval_seconds), _health(scaler)
 
     def forget(self, uid: str) -> None:
         self.registry.drop(uid)
 
     def close(self) -> None:
         self.registry.close()
+
+
+def _health(scaler: ServingAutoscaler) -> MetricsHealth:
+    """The health of the metrics behind `scaler`'s last tick (unknown before the first)."""
+    last = scaler.last
+    if last is None:
+        return MetricsHealth(available=None)
+    problem = last.metrics_problem
+    return MetricsHealth(
+        available=problem is None,
+        stale=last.metrics_stale,
+        message=problem or "metrics are fresh",
+    )

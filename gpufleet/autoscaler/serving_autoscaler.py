@@ -297,10 +297,14 @@ class AutoscalerRegistry:
             known[1].close()
         return fresh
 
-    def peek(self, uid: str) -> ServingAutoscaler | None:
+    def peek(self, uid: str, source: tuple[str, int] | None = None) -> ServingAutoscaler | None:
+        """The autoscaler of job `uid`, if one exists (and reads `source`, (url, rate window),
+        when given): never creates one."""
         with self._lock:
             known = self._loops.get(uid)
-        return None if known is None else known[1]
+        if known is None or (source is not None and known[0] != source):
+            return None
+        return known[1]
 
     def drop(self, uid: str) -> None:
         """Forget job `uid` (deleted, or autoscaling switched off)."""

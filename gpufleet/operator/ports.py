@@ -3,7 +3,8 @@
 The operator shares only the model, the core and the contract with the scheduler and the
 autoscaler: the TrainingJob handlers read pods through a `PodSource` (in `gpufleet operator`, the
 scheduler's cache, which watches every pod anyway), and the ServingJob handlers run autoscaler
-ticks through a `ServingAutoscaler` (the Prometheus-driven one of `gpufleet.autoscaler`).
+ticks through a `ServingAutoscaler` (the Prometheus-driven one of `gpufleet.autoscaler`) and see
+their pods and Deployments through `Labelled` listings of watched objects.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ from typing import Any, Protocol
 from gpufleet.model.contract.serving import MetricsHealth, ScaleChange, ServingJobRef
 from gpufleet.model.servingjob import ServingJobSpec
 
-__all__ = ["PodSource", "ReplicaWriter", "ServingAutoscaler"]
+__all__ = ["Labelled", "PodSource", "ReplicaWriter", "ServingAutoscaler"]
 
 Obj = dict[str, Any]
+# (namespace, job name) -> the objects of one kind labelled as that ServingJob's, as a watch
+# shows them (its pods from the scheduler's cache, its Deployments from a watch of their own).
+Labelled = Callable[[str, str], list[Obj]]
 
 
 class PodSource(Protocol):
@@ -52,6 +56,12 @@ class ServingAutoscaler(Protocol):
         ready replicas)) when a tick is due, writing through `writer`. Returns the changes made
         and the health of the metrics (None when autoscaling is off). `gpu_types()` lists the
         GPU types each pool's running replicas landed on; it is called only when needed."""
+        ...
+
+    def peek(self, job: ServingJobRef, spec: ServingJobSpec) -> tuple[bool, MetricsHealth | None]:
+        """Whether `tick` would now do more than report the health (a tick due, the job's
+        autoscaler to start or to drop), and that health; reads no metrics and writes
+        nothing (a pass's check, before it decides to act)."""
         ...
 
     def forget(self, uid: str) -> None:

@@ -1,7 +1,11 @@
 """kopf handlers for ServingJob: thin glue between watch events, the builders, the autoscaler
 loop and the status planner.
 
-One pass over a job (`reconcile_pass`), under a per-job lock:
+A pass over a job (`reconcile_pass`) first asks `would_act`, with no API call, whether acting
+could change anything: it plans from the body kopf watched, the job's Deployments (a watch the
+composition root runs) and its pods (the scheduler's cache), and remembers a check that found
+nothing to do (`quiet`, as the TrainingJob pass does). Most timer passes of a steady job stop
+there. A pass that would act then runs, under a per-job lock:
 1. read the job itself and its Deployments (a get and one list call: consistent reads, so a
    pass never acts on a spec, a status or a replica count older than what the previous pass
    wrote);
@@ -32,6 +36,7 @@ deleted with their ServingJob by the garbage collector (owner references).
 
 from __future__ import annotations
 
+import enum
 import functools
 import json
 import logging
@@ -43,6 +48,7 @@ from typing import Any
 import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
 from gpufleet import kubepool
 from gpufleet.kubeerrors import api_error_text
@@ -57,13 +63,14 @@ from gpufleet.operator import (
     leading,
     metrics,
     podtemplate,
+    quiet,
     serving_standby,
     serving_status,
 )
 from gpufleet.operator import serving_children as children
 from gpufleet.operator.accounting import UsageLedger
 from gpufleet.operator.objects import ServingJobObject, parse_or_fail
-from gpufleet.operator.ports import ServingAutoscaler
+from gpufleet.operator.ports import Labelled, ServingAutoscaler
 from gpufleet.operator.vllm_sleep import SleepApiError, VllmSleepApi
 
 RESOURCE = (children.GROUP, children.VERSION, children.PLURAL)
@@ -86,7 +93,12 @@ class State:
         may_act: Callable[[], bool] = leading.always,
         tolerations: tuple[Mapping[str, Any], ...] = podtemplate.GPU_TOLERATIONS,
         sleep_api: serving_standby.ServerSleep | None = None,
+        pods: Labelled | None = None,
+        deployments: Labelled | None = None,
     ) -> None:
+        # A job's pods and Deployments as the process's watches show them, for the check that
+        # plans first (`would_act`); without them every pass reads afresh.
+        self.watched_pods, self.watched_deployments = pods, deployments
         self.scheduler_name = scheduler_name  # of the pods its Deployments create
         self.sleep_api = sleep_api  # vLLM's sleep endpoints (operator.vllm_sleep_api), if called
         self.may_act = may_act  # the Lease fence (leading.py)
@@ -99,11 +111,13 @@ class State:
         self.posted: dict[str, serving_status.Posted] = {}
         self.services: set[tuple[str, str]] = set()  # (job uid, pool) whose Service exists
         self.usage = UsageLedger(load_catalog())  # GPU time and energy per job uid
+        self.quiet = quiet.QuietPasses(self.usage)  # what each job's last check found unchanged
         self.guard = threading.Lock()
 
     def forget(self, uid: str) -> None:
         self.autoscalers.forget(uid)
         self.locks.forget(uid)
+        self.quiet.forget(uid)
         with self.guard:
             self.posted.pop(uid, None)
             self.usage.forget(uid)
@@ -190,8 +204,13 @@ def _deployments(state: State, namespace: str, job: str) -> dict[str, Obj]:
         )
     except ApiException as exc:
         raise _retry("listing Deployments", exc) from exc
+    return _by_pool(json.loads(raw.data)["items"], job)
+
+
+def _by_pool(items: list[Obj], job: str) -> dict[str, Obj]:
+    """Of the Deployments labelled as `job`'s, those it controls, by pool."""
     out: dict[str, Obj] = {}
-    for item in json.loads(raw.data)["items"]:
+    for item in items:
         owners = item["metadata"].get("ownerReferences") or []
         pool = (item["metadata"].get("labels") or {}).get(children.POOL_LABEL)
         if pool and any(o.get("kind") == children.KIND and o.get("name") == job for o in owners):
@@ -275,6 +294,54 @@ def _ensure_pools(
     return desired, changes, rejected
 
 
+class _PoolAction(enum.Enum):
+    CREATE = "create"
+    UPDATE = "update"  # the template (and replicas)
+    SCALE = "scale"
+
+
+def _pool_action(
+    state: State,
+    job: ServingJobObject,
+    pool_name: str,
+    replicas: int,
+    have: int | None,
+    deployments: Mapping[str, Obj],
+) -> tuple[_PoolAction | None, Any]:
+    """What one pool's Deployment needs (None: nothing), and the Deployment wanted."""
+    current = deployments.get(pool_name)
+    wanted: Any = children.deployment(
+        job, pool_name, replicas, state.tolerations, state.scheduler_name
+    )
+    if current is None:
+        return _PoolAction.CREATE, wanted
+    if children.needs_update(current, wanted):
+        return _PoolAction.UPDATE, wanted
+    return (_PoolAction.SCALE if replicas != have else None), wanted
+
+
+def _pools_settled(
+    state: State, job: ServingJobObject, deployments: Mapping[str, Obj]
+) -> dict[str, int] | None:
+    """Step 2 as a check: the replicas per pool when every pool's Deployment and Service are
+    as step 2 would leave them (and no pool removed from the spec keeps one); None when step 2
+    would write."""
+    enabled = children.autoscaling_enabled(job.spec)
+    pools = job.pools()
+    if set(deployments) - set(pools):
+        return None
+    desired: dict[str, int] = {}
+    for pool_name, pool in pools.items():
+        current = deployments.get(pool_name)
+        have = None if current is None else int((current.get("spec") or {}).get("replicas") or 0)
+        replicas, _ = children.pool_replicas(pool_name, pool, enabled, have)
+        action, _ = _pool_action(state, job, pool_name, replicas, have, deployments)
+        if action is not None or (job.id.uid, pool_name) not in state.services:
+            return None
+        desired[pool_name] = replicas
+    return desired
+
+
 def _write_pool(
     state: State,
     job: ServingJobObject,
@@ -286,18 +353,15 @@ def _write_pool(
     """Create, update or rescale one pool's Deployment (and its Service); the API server's
     refusal, if it refused."""
     namespace = job.id.namespace
-    current = deployments.get(pool_name)
-    wanted: Any = children.deployment(
-        job, pool_name, replicas, state.tolerations, state.scheduler_name
-    )
+    action, wanted = _pool_action(state, job, pool_name, replicas, have, deployments)
     name = wanted["metadata"]["name"]
     try:
-        if current is None:
+        if action is _PoolAction.CREATE:
             kubepool.release(
                 state.apps.create_namespaced_deployment(namespace, wanted, _preload_content=False)
             )
             deployments[pool_name] = wanted
-        elif children.needs_update(current, wanted):
+        elif action is _PoolAction.UPDATE:
             # A JSON patch replaces the template whole (a strategic merge would keep
             # fields the user removed); replicas are left to step 3.
             hash_path = "/metadata/annotations/" + children.SPEC_HASH_ANNOTATION.replace("/", "~1")
@@ -311,7 +375,7 @@ def _write_pool(
             kubepool.release(
                 state.apps.patch_namespaced_deployment(name, namespace, ops, _preload_content=False)
             )
-        elif replicas != have:
+        elif action is _PoolAction.SCALE:
             _DeploymentScaler(state, namespace, job.id.name).scale(pool_name, replicas)
         _ensure_service(state, job, pool_name)
     except ApiException as exc:
@@ -332,10 +396,78 @@ def _ready(deployment: Obj | None) -> int:
 Event = tuple[str, str, str]  # (type, reason, message)
 
 
+def would_act(state: State, body: Mapping[str, Any]) -> bool:
+    """Whether a pass over the ServingJob in `body` (the watched body, and its pods and
+    Deployments as the process's watches show them: no API call) could change anything: write
+    a Deployment or a Service, run an autoscaler tick, write the status or the GPU time, post
+    an Event. Like the TrainingJob's (`quiet`): a check that said no is remembered while neither
+    the job nor its pods or Deployments change and no autoscaler tick or usage write is due.
+    Always yes without the watches, and for a job with standby replicas or readiness gates
+    (their marks and wake-ups are planned by `serving_standby` with the writes it makes)."""
+    meta = body["metadata"]
+    if meta.get("deletionTimestamp"):
+        return False  # the garbage collector removes its Deployments
+    if state.watched_pods is None or state.watched_deployments is None:
+        return True
+    namespace, name = meta.get("namespace") or "default", meta["name"]
+    pods = state.watched_pods(namespace, name)
+    listed = state.watched_deployments(namespace, name)
+    awake = [p for p in pods if not is_asleep(p)]
+    now = _now()
+
+    def check() -> tuple[bool, datetime | None]:
+        return _check(state, body, _by_pool(listed, name), pods, now)
+
+    seen = quiet.versions([body], listed, pods)
+    return state.quiet.would_act(meta["uid"], seen, awake, now, check)
+
+
+def _check(
+    state: State,
+    body: Mapping[str, Any],
+    deployments: dict[str, Obj],
+    pods: list[Obj],
+    now: datetime,
+) -> tuple[bool, datetime | None]:
+    """`would_act` planned afresh; with, when it would not act, the time after which it may
+    (now, while autoscaling: its ticks are due by the autoscaler's clock)."""
+    try:
+        job = ServingJobObject.of(body)
+    except ValidationError:  # the pass says why and marks the job Failed, once
+        return (body.get("status") or {}).get("phase") != "Failed", None
+    uid = job.id.uid
+    if state.usage.accrue(uid, [p for p in pods if not is_asleep(p)], now):
+        return True, None
+    desired = _pools_settled(state, job, deployments)
+    if desired is None:
+        return True, None
+    keeps = any(job.spec.standby_of(p) is not None for p in desired)
+    if keeps or any(is_asleep(p) or is_gated(p) for p in pods):
+        return True, None
+    due, health = state.autoscalers.peek(job.id, job.spec)
+    if due:
+        return True, None
+    waiting = None
+    if any(_ready(deployments.get(p)) < n for p, n in desired.items()):
+        waiting = _waiting(pods)
+    with state.guard:
+        posted = state.posted.get(uid)
+    plan = serving_status.plan(
+        dict(body), deployments, desired, now, metrics=health, waiting=waiting, posted=posted
+    )
+    current = body.get("status") or {}
+    if plan.events or fresh_read.status_changes(current, plan.status, _STATUS_KEYS):
+        return True, None
+    return False, (now if health is not None else None)
+
+
 def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> list[Event]:
     """One pass over the ServingJob `body` names (see the module docstring); the Events to
-    post. `body` only identifies the job: the pass reads it again under the job's lock."""
+    post. It acts only if `would_act` says the watched objects call for it; then it reads the
+    job again under the job's lock and plans from that."""
     leading.ensure_leading(state.may_act)
+    if not would_act(state, body):
+        return []
     with fresh_read.job_under_lock(state.locks, state.custom, _KIND, body) as raw:
         if raw is None:
             return []
@@ -372,7 +504,8 @@ def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> 
             awake = [p for p in listed if not is_asleep(p)]
             patched |= state.usage.changes(job.id.uid, current, awake, _now(), bool(patched))
         fresh_read.write_status(state.custom, _KIND, job.id.namespace, job.id.name, patched)
-        state.posted[job.id.uid] = plan.posted
+        with state.guard:
+            state.posted[job.id.uid] = plan.posted
         return plan.events
 
 

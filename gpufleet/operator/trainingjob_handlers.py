@@ -36,7 +36,15 @@ from gpufleet.model.contract import names
 from gpufleet.model.contract.moves import moved_at
 from gpufleet.model.contract.reasons import disruption_reason
 from gpufleet.model.gpus import load_catalog
-from gpufleet.operator import children, fresh_read, leading, metrics, podtemplate, reconcile
+from gpufleet.operator import (
+    children,
+    fresh_read,
+    leading,
+    metrics,
+    podtemplate,
+    quiet,
+    reconcile,
+)
 from gpufleet.operator.accounting import UsageLedger
 from gpufleet.operator.objects import TrainingJobObject, parse_or_fail
 from gpufleet.operator.ports import PodSource
@@ -78,9 +86,9 @@ class State:
         self.disruptions: dict[str, str] = {}  # job uid -> reason a pod was disrupted
         self.moves: dict[str, datetime] = {}  # job uid -> when a move deleted its pods
         self.services: set[str] = set()  # job uids whose Service exists
-        self.quiet: dict[str, Quiet] = {}  # job uid -> what its last check found unchanged
         # GPU time and energy per job uid, accrued every pass.
         self.usage = UsageLedger(load_catalog())
+        self.quiet = quiet.QuietPasses(self.usage)  # what each job's last check found unchanged
         self.guard = threading.Lock()
         # Pod creation of a 64-worker job is 64 round trips: run them side by side.
         self.pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="create-pods")
@@ -182,17 +190,6 @@ def _annotate_pods(
 Event = tuple[str, str, str]  # (type, reason, message)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Quiet:
-    """What a check that found nothing to do saw: the job's and its pods' resourceVersions, the
-    pods (to charge their GPU time up to the next check that sees them change), and when time
-    alone may call for a pass (TTL, deadline, usage totals due)."""
-
-    seen: tuple[Any, ...]
-    pods: list[dict[str, Any]]
-    until: datetime | None
-
-
 def would_act(state: State, body: Mapping[str, Any]) -> bool:
     """Whether a pass over the job in `body` (the watched body: no API call) could change
     anything: create, delete or annotate pods, write the status, post an Event, delete the job
@@ -200,7 +197,7 @@ def would_act(state: State, body: Mapping[str, Any]) -> bool:
     pass that acts plans again from the job read afresh under its lock. A body older than the
     previous pass's own writes only makes this say yes until the watch catches up. While neither
     the job nor its pods changed since a check that said no, and no time-based step is due, the
-    answer is no without planning again."""
+    answer is no without planning again (`quiet`)."""
     meta = body["metadata"]
     if meta.get("deletionTimestamp"):
         return False  # the finalizer's handler, not a pass, deals with it
@@ -208,23 +205,10 @@ def would_act(state: State, body: Mapping[str, Any]) -> bool:
     with state.guard:
         if uid in state.disruptions or uid in state.moves:
             return True
-        quiet = state.quiet.pop(uid, None)
     now = _now()
     pods = state.cache.owned_pods(meta.get("namespace") or "default", meta["name"])
-    seen = (meta.get("resourceVersion"), *(p["metadata"].get("resourceVersion") for p in pods))
-    if quiet is not None:
-        if quiet.seen == seen and (quiet.until is None or now < quiet.until):
-            with state.guard:
-                state.quiet.setdefault(uid, quiet)
-            return False
-        state.usage.accrue(uid, quiet.pods, now)  # what ran until now, before anything changed
-    acts, due = _check(state, body, pods, now)
-    if acts:
-        return True
-    dues = [t for t in (due, state.usage.flush_at(uid)) if t is not None]
-    with state.guard:
-        state.quiet[uid] = Quiet(seen, pods, min(dues, default=None))
-    return False
+    seen = quiet.versions([body], pods)
+    return state.quiet.would_act(uid, seen, pods, now, lambda: _check(state, body, pods, now))
 
 
 def _check(
@@ -334,7 +318,6 @@ def delete_children(namespace: str | None, name: str, uid: str, memo: Any, **_: 
         if exc.status != 404:
             raise kopf.TemporaryError(f"deleting children: {exc.reason}", delay=2) from exc
     state.services.discard(uid)
-    with state.guard:
-        state.quiet.pop(uid, None)
+    state.quiet.forget(uid)
     state.locks.forget(uid)
     state.usage.forget(uid)

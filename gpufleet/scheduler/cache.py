@@ -77,13 +77,14 @@ class SchedulerCache:
         self,
         assume_ttl: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
-        owner_label: str = "gpufleet.io/trainingjob",
+        owner_labels: tuple[str, ...] = (names.TRAININGJOB_LABEL, names.SERVINGJOB_LABEL),
     ) -> None:
         self._lock = threading.Lock()
-        # (namespace, label value) -> pod keys: the operator reads a job's pods from here, so
-        # the process watches pods once (kopf would filter every pod event in Python again).
-        self._owner_label = owner_label
-        self._by_owner: dict[tuple[str, str], set[str]] = {}
+        # (label, namespace, label value) -> pod keys: the operator reads a job's pods from
+        # here, so the process watches pods once (kopf would filter every pod event in Python
+        # again). The first label is the one `owned_pods` reads.
+        self._owner_labels = owner_labels
+        self._by_owner: dict[tuple[str, str, str], set[str]] = {}
         self._deleted_hooks: list[Callable[[Obj], None]] = []
         self._nodes: dict[str, Obj] = {}
         self._pods: dict[str, Obj] = {}
@@ -144,16 +145,18 @@ class SchedulerCache:
             self.changed.set()
 
     def _index(self, key: str, pod: Obj, add: bool) -> None:
-        owner = (pod["metadata"].get("labels") or {}).get(self._owner_label)
-        if owner is None:
-            return
-        slot = (pod["metadata"].get("namespace", "default"), owner)
-        if add:
-            self._by_owner.setdefault(slot, set()).add(key)
-        elif slot in self._by_owner:
-            self._by_owner[slot].discard(key)
-            if not self._by_owner[slot]:
-                del self._by_owner[slot]
+        labels = pod["metadata"].get("labels") or {}
+        for label in self._owner_labels:
+            owner = labels.get(label)
+            if owner is None:
+                continue
+            slot = (label, pod["metadata"].get("namespace", "default"), owner)
+            if add:
+                self._by_owner.setdefault(slot, set()).add(key)
+            elif slot in self._by_owner:
+                self._by_owner[slot].discard(key)
+                if not self._by_owner[slot]:
+                    del self._by_owner[slot]
 
     def on_pod_deleted(self, hook: Callable[[Obj], None]) -> None:
         """Call `hook(pod)` (outside the lock) for every pod the watch reports deleted."""
@@ -161,9 +164,14 @@ class SchedulerCache:
             self._deleted_hooks.append(hook)
 
     def owned_pods(self, namespace: str, owner: str) -> list[Obj]:
-        """Pods labelled `<owner_label>=<owner>` in `namespace`, as the API server shows them."""
+        """Pods labelled `<first owner label>=<owner>` in `namespace` (a TrainingJob's), as the
+        API server shows them."""
+        return self.labelled_pods(self._owner_labels[0], namespace, owner)
+
+    def labelled_pods(self, label: str, namespace: str, value: str) -> list[Obj]:
+        """Pods labelled `<label>=<value>` in `namespace` (`label` one of the owner labels)."""
         with self._lock:
-            keys = self._by_owner.get((namespace, owner), set())
+            keys = self._by_owner.get((label, namespace, value), set())
             return [self._pods[k] for k in sorted(keys) if k in self._pods]
 
     def replace_queues(self, items: list[Obj]) -> None:

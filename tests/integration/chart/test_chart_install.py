@@ -62,7 +62,7 @@ VALUES = [
 CRDS = ("trainingjobs.gpufleet.io", "servingjobs.gpufleet.io", "gpuqueues.gpufleet.io")
 CLUSTER_WIDE = {
     ("customresourcedefinitions.apiextensions.k8s.io", "", "list watch"),
-    ("deployments.apps", "", "create delete list patch"),
+    ("deployments.apps", "", "create delete list patch watch"),
     ("deployments.apps/scale", "", "patch"),
     ("events", "", "create"),
     ("gpuqueues.gpufleet.io", "", "list watch"),

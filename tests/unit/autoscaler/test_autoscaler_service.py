@@ -126,3 +126,25 @@ def test_unavailable_metrics_are_reported_with_the_error() -> None:
     assert changes == [] and writer.scaled == []
     assert health is not None and health.available is False
     assert "connection refused" in health.message
+
+
+def test_peek_says_when_a_tick_would_act_and_reads_no_metrics() -> None:
+    source, clock = ScriptedSource(load(100, 10)), Clock()
+    scalers = autoscalers(source, clock)
+    assert scalers.peek(Job(), spec()) == (True, None)  # no autoscaler yet: the tick starts one
+    scalers.tick(Job(), spec(), POOLS, no_types, Writer())
+    calls = len(source.calls)
+    clock.now += 5
+    due, health = scalers.peek(Job(), spec())
+    assert not due and health == MetricsHealth(available=True, message="metrics are fresh")
+    clock.now += 5
+    assert scalers.peek(Job(), spec())[0]  # the interval (10 s) has passed
+    assert len(source.calls) == calls
+    moved = spec().model_copy(deep=True)
+    assert moved.autoscaling is not None and moved.autoscaling.prometheus is not None
+    moved.autoscaling.prometheus.url = "http://elsewhere:9090"
+    clock.now -= 5
+    assert scalers.peek(Job(), moved)[0]  # another source: a new autoscaler
+    assert scalers.peek(Job(), spec(enabled=False)) == (True, None)  # one to drop
+    scalers.forget("u-1")
+    assert scalers.peek(Job(), spec(enabled=False)) == (False, None)

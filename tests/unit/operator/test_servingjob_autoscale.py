@@ -11,35 +11,17 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from operator_fakes import IdleSource
 
 from gpufleet.autoscaler.service import JobAutoscalers
 from gpufleet.autoscaler.serving_autoscaler import MetricsSource
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
-from gpufleet.core.autoscaling_types import LatencyQuantiles, MetricsSample, PoolRole
 from gpufleet.model.contract import standby
 from gpufleet.model.contract.names import POOL_LABEL
 from gpufleet.operator import servingjob_handlers
 from gpufleet.operator.objects import ServingJobObject
 
 TEMPLATE = {"spec": {"containers": [{"name": "vllm", "image": "x"}]}}
-
-
-class Source:
-    def __init__(self) -> None:
-        self.stale_after: list[float] = []
-
-    def sample(
-        self, selector: str, pool: str, role: PoolRole, now: float, stale_after_s: float
-    ) -> MetricsSample:
-        self.stale_after.append(stale_after_s)
-        return MetricsSample(
-            timestamp=now, request_rate=0.1, prompt_token_rate=100.0, generation_token_rate=10.0,
-            num_waiting=0.0, num_running=0.1, ttft=LatencyQuantiles(0.1, 0.2, 0.3),
-            itl=LatencyQuantiles(0.01, 0.01, 0.02), kv_cache_usage=0.1,
-        )  # fmt: skip
-
-    def close(self) -> None:
-        pass
 
 
 def job(prometheus: dict[str, Any]) -> dict[str, Any]:
@@ -69,11 +51,11 @@ def test_rate_window_and_staleness_reach_the_source(
     prometheus: dict[str, Any], window: int
 ) -> None:
     opened: list[tuple[str, int]] = []
-    sources: list[Source] = []
+    sources: list[IdleSource] = []
 
     def factory(url: str, rate_window_s: int) -> MetricsSource:
         opened.append((url, rate_window_s))
-        sources.append(Source())
+        sources.append(IdleSource())
         return sources[-1]
 
     base = AutoscalerSettings(window_s=42)
@@ -103,7 +85,7 @@ def test_the_operator_wide_settings_reach_the_registry() -> None:
 def test_a_pool_with_standbys_is_decided_and_reported_on_its_awake_replicas() -> None:
     body = job({"staleAfterSeconds": 10})
     body["spec"]["autoscaling"]["standby"] = {"prefill": {"replicas": 1}}
-    autoscalers = JobAutoscalers(source_factory=lambda url, window: Source())
+    autoscalers = JobAutoscalers(source_factory=lambda url, window: IdleSource())
     state = servingjob_handlers.State(client.ApiClient(), autoscalers)
 
     def pod(name: str, pool: str, asleep: bool = False) -> dict[str, Any]:

@@ -9,17 +9,15 @@ after an operator start, a body older than the previous pass's write.
 
 from __future__ import annotations
 
-import itertools
-import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
 import kopf
 import pytest
 from kubernetes import client
+from operator_fakes import VERSIONS, StoredJob, StoredJobHarness
 
 from gpufleet.model.contract import names
 from gpufleet.model.contract.timestamps import format_time
@@ -27,7 +25,6 @@ from gpufleet.operator import trainingjob_handlers
 from gpufleet.operator.accounting import USAGE_FLUSH
 
 T0 = datetime(2026, 12, 3, 18, 0, tzinfo=UTC)
-VERSIONS = (str(n) for n in itertools.count(1))  # resourceVersions, as the API server counts
 
 
 class Pods:
@@ -59,7 +56,7 @@ def worker(rank: int, phase: str = "Running") -> dict[str, Any]:
     }
 
 
-class Harness:
+class Harness(StoredJobHarness):
     """A handler state whose API clients are mocks; the job as the API server has it."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -67,33 +64,20 @@ class Harness:
         self.state = trainingjob_handlers.State(client.ApiClient(client.Configuration()), self.pods)
         self.state.core = mock.MagicMock()
         self.state.custom = mock.MagicMock()
-        self.state.custom.get_namespaced_custom_object.side_effect = self._get
-        self.state.custom.patch_namespaced_custom_object_status.side_effect = self._patch
         self.now = T0
         monkeypatch.setattr(trainingjob_handlers, "_now", lambda: self.now)
-        self.stored: dict[str, Any] = {
-            "metadata": {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1},
-            "spec": {
-                "replicas": 2,
-                "gpusPerReplica": 1,
-                "runPolicy": {"ttlSecondsAfterFinished": 60},
-                "template": {"spec": {"containers": [{"name": "t", "image": "x"}]}},
-            },
-        }
-
-    def _get(self, *_: Any, **__: Any) -> Any:
-        return SimpleNamespace(data=json.dumps(self.stored).encode())
-
-    def _patch(self, *args: Any, **_: Any) -> Any:
-        changes = args[5]["status"]
-        status = {**(self.stored.get("status") or {}), **changes}
-        self.stored["status"] = {k: v for k, v in status.items() if v is not None}
-        self.stored["metadata"]["resourceVersion"] = next(VERSIONS)
-        return mock.MagicMock()  # the raw answer, released unread
-
-    def watched(self) -> dict[str, Any]:
-        """The body the watch has delivered by now: what the API server holds."""
-        return json.loads(json.dumps(self.stored))
+        self.job = StoredJob(
+            {
+                "metadata": {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1},
+                "spec": {
+                    "replicas": 2,
+                    "gpusPerReplica": 1,
+                    "runPolicy": {"ttlSecondsAfterFinished": 60},
+                    "template": {"spec": {"containers": [{"name": "t", "image": "x"}]}},
+                },
+            }
+        )
+        self.job.wire(self.state.custom)
 
     def run(self, body: dict[str, Any] | None = None) -> list[trainingjob_handlers.Event]:
         self.state.core.reset_mock()

@@ -113,6 +113,13 @@ def test_pods_are_indexed_by_their_job_and_deletions_are_reported() -> None:
     cache.replace_pods([worker, other])
     assert [p["metadata"]["name"] for p in cache.owned_pods("default", "j")] == ["j-worker-0"]
     assert cache.owned_pods("elsewhere", "j") == []
+    # A ServingJob's pods by its label (a TrainingJob of the same name is another owner).
+    replica = PodBuilder("j-server-0").gpus(1).obj()
+    replica["metadata"]["labels"]["gpufleet.io/servingjob"] = "j"
+    cache.pod_event("ADDED", replica)
+    serving = cache.labelled_pods("gpufleet.io/servingjob", "default", "j")
+    assert [p["metadata"]["name"] for p in serving] == ["j-server-0"]
+    assert [p["metadata"]["name"] for p in cache.owned_pods("default", "j")] == ["j-worker-0"]
     cache.pod_event("DELETED", worker)
     assert cache.owned_pods("default", "j") == [] and deleted == ["j-worker-0"]
 
