@@ -25,10 +25,12 @@ pending again and the ordinary placement re-admits them (and regrows elastic uni
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
+from gpufleet.core.demand import Gang
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress
 
-__all__ = ["DEFAULT_RESTART_S", "elastic_units", "lost_work_gpu_s", "victim_key"]
+__all__ = ["DEFAULT_RESTART_S", "elastic_units", "growth_job", "lost_work_gpu_s", "victim_key"]
 
 DEFAULT_RESTART_S = 60.0  # RunProgress's default restart time, for gangs without progress
 
@@ -45,6 +47,15 @@ def lost_work_gpu_s(gang: RunningGang) -> float:
     if progress is None:
         return DEFAULT_RESTART_S * _gpus(gang)
     return (progress.unsaved_s + progress.restart_s) * _gpus(gang)
+
+
+def growth_job(unit: RunningGang) -> str | None:
+    """The elastic job a running unit is growth of (its demand's id, `elastic_units`), or None
+    for any other running gang."""
+    demand = unit.demand
+    if demand is None or demand.grows_from < 1:
+        return None
+    return demand.id
 
 
 def victim_key(values: Mapping[str, float]) -> Callable[[RunningGang], VictimKey]:
@@ -74,12 +85,18 @@ def elastic_units(
     preemptible: bool,
     relative_throughput: float | None = None,
     progress: RunProgress | None = None,
+    demand: Gang | None = None,
+    queue: str | None = None,
 ) -> tuple[RunningGang, ...]:
     """A running elastic gang as the core sees it: the first `min_replicas` replicas as the gang
     itself, each replica beyond them as its own preemptible unit `<id>#extra-<i>` at priority 0,
     so a higher-priority gang shrinks the job toward its minimum before it preempts any gang
     whole. The extras carry the gang's progress (a membership change restarts the job's workers
-    from their last checkpoint)."""
+    from their last checkpoint). With the job's `demand` (its scaling curve), extra i carries it
+    as one replica growing the job from i (`Gang.grows_from`), so it is worth its curve step
+    and a gang of its priority that adds more may take it (rebalance.py); such an extra then
+    carries no progress (the gang itself does), so no move rule re-places one replica of a
+    job (moves and evacuations re-place gangs with both a demand and progress)."""
     base = max(1, min(min_replicas, len(replicas)))
     units = [
         RunningGang(
@@ -90,9 +107,15 @@ def elastic_units(
             preemptible,
             relative_throughput,
             progress,
+            queue,
         )
     ]
     for i, replica in enumerate(replicas[base:], start=base):
+        grows = None
+        if demand is not None:
+            grows = replace(
+                demand, id=gang_id, replicas_min=1, replicas_max=1, priority=0, grows_from=i
+            )
         units.append(
             RunningGang(
                 f"{gang_id}#extra-{i}",
@@ -101,7 +124,9 @@ def elastic_units(
                 0,
                 True,
                 relative_throughput,
-                progress,
+                progress if grows is None else None,
+                queue,
+                grows,
             )
         )
     return tuple(units)

@@ -32,6 +32,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from gpufleet.core.borrowing import growth_job
 from gpufleet.core.decision import Move
 from gpufleet.core.demand import Gang
 from gpufleet.core.greedy import Memo, commit, plan_gang, usable_types
@@ -79,26 +80,36 @@ class _Candidate:
 
 
 def _best_move(
-    state: ClusterState, running: RunningGang, policy: Policy, memo: Memo, pricing: Pricing
+    state: ClusterState,
+    running: RunningGang,
+    policy: Policy,
+    memo: Memo,
+    pricing: Pricing,
+    units: Sequence[RunningGang] = (),
 ) -> _Candidate | None:
-    """The move that saves this gang the most time, if any is worth its price."""
+    """The move that saves this gang the most time, if any is worth its price. `units`: the
+    growth units of the same job (an elastic job grown past its minimum, rebalance.py), which
+    move with it: the whole job restarts on the new placement."""
     rule = policy.moves
     progress, demand = running.progress, running.demand
     if progress is None or demand is None or progress.recent_moves >= rule.max_per_hour:
         return None
     # Its own GPUs (and its queue's charge) are free for its new placement (a resize may keep
     # some of them); the move is charged to the queue the gang runs in.
-    release_gang(state, running)
+    parts = (running, *units)
+    for part in parts:
+        release_gang(state, part)
     try:
         demand = replace(demand, queue=running.queue)
-        return _best_on_free(state, running, progress, demand, policy, memo, pricing)
+        return _best_on_free(state, parts, progress, demand, policy, memo, pricing)
     finally:
-        retake(state, running)
+        for part in parts:
+            retake(state, part)
 
 
 def _best_on_free(
     state: ClusterState,
-    running: RunningGang,
+    parts: Sequence[RunningGang],
     progress: RunProgress,
     demand: Gang,
     policy: Policy,
@@ -107,7 +118,9 @@ def _best_on_free(
 ) -> _Candidate | None:
     rule = policy.moves
     catalog = state.catalog
-    now = len(running.replicas)
+    running = parts[0]
+    held = tuple(r for part in parts for r in part.replicas)
+    now = len(held)
     rate = base_throughput(demand, catalog[running.gpu_type]) * demand.speedup(now)
     best: _Candidate | None = None
     sizes = range(now, demand.replicas_max + 1) if demand.elastic else range(now, now + 1)
@@ -129,9 +142,7 @@ def _best_on_free(
             if plan is None:
                 continue
             if pricing.active:
-                price = pricing.move_price(
-                    state, fixed, t, plan.replicas, plan.repartitions, running.replicas
-                )
+                price = pricing.move_price(state, fixed, t, plan.replicas, plan.repartitions, held)
                 added = work_value(fixed, catalog[t], size, policy) - work_value(
                     demand, catalog[running.gpu_type], now, policy
                 )
@@ -165,10 +176,18 @@ def plan_moves(
     movable = [
         r
         for r in state.snapshot.running
-        if r.id not in evicted and r.progress is not None and r.demand is not None
+        if r.id not in evicted
+        and r.progress is not None
+        and r.demand is not None
+        and growth_job(r) is None
     ]
     if not movable:
         return []
+    units: dict[str, list[RunningGang]] = {}  # a grown elastic job's growth units move with it
+    for r in state.snapshot.running:
+        job = growth_job(r)
+        if job is not None and r.id not in evicted:
+            units.setdefault(job, []).append(r)
     pricing = Pricing(state, policy, waiting)
     out: list[Move] = []
     moved: set[str] = set()
@@ -177,14 +196,16 @@ def plan_moves(
         for running in movable:
             if running.id in moved:
                 continue
-            candidate = _best_move(state, running, policy, memo, pricing)
+            candidate = _best_move(state, running, policy, memo, pricing, units.get(running.id, ()))
             if candidate is not None and (best is None or candidate.rank > best.rank):
                 best = candidate
         if best is None:
             return out
-        old = best.gang.replicas
+        parts = (best.gang, *units.get(best.gang.id, ()))
+        old = tuple(r for part in parts for r in part.replicas)
         before = pricing.committing(state, old)
-        release_gang(state, best.gang)
+        for part in parts:
+            release_gang(state, part)
         pricing.committed(state, old, before)
         plan = plan_gang(state, best.demand, best.gpu_type, policy, memo)
         assert plan is not None  # found free a moment ago, nothing changed since

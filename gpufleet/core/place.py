@@ -47,6 +47,7 @@ from gpufleet.core.moves import plan_moves
 from gpufleet.core.objective import evaluate
 from gpufleet.core.policy import Engine, Policy
 from gpufleet.core.preempt import preempt_for_pending
+from gpufleet.core.rebalance import shrink_for_pending
 from gpufleet.core.reservation import lift_reservations, renew_reservations, with_reservations
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.state import ClusterState
@@ -247,9 +248,15 @@ def _preempt(
 ) -> tuple[dict[str, GangPlacement], list[Preemption]]:
     stuck = [g for g in pending if g.id not in placed]
     lifted = lift_reservations(state)  # preemption comes before a drain (reservation.py)
-    out = preempt_for_pending(state, stuck, policy, memo, policy.max_preempting_gangs, evicted)
+    placed_now, preemptions = preempt_for_pending(
+        state, stuck, policy, memo, policy.max_preempting_gangs, evicted
+    )
+    # Then elastic jobs' growth that adds less than a stuck gang would (rebalance.py).
+    still = [g for g in stuck if g.id not in placed_now]
+    gone = evicted | {p.gang_id for p in preemptions}
+    shrunk, shrinks = shrink_for_pending(state, still, policy, memo, gone)
     renew_reservations(state, lifted)
-    return out
+    return {**placed_now, **shrunk}, [*preemptions, *shrinks]
 
 
 def _assemble(

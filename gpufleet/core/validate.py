@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from gpufleet.core.borrowing import growth_job
 from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.snapshot import Snapshot
@@ -35,8 +36,10 @@ def decision_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Dec
             continue
         if not victim.preemptible:
             problems.append(f"{victim.id} is not preemptible")
-        # With queues, quota_problems judges preemptions (a reclaim ignores priorities).
-        if snapshot.queues is None and victim.priority >= winner.priority:
+        # With queues, quota_problems judges preemptions (a reclaim ignores priorities). An
+        # elastic job's growth unit may also go for a gang of its own priority (rebalance.py).
+        shrink = growth_job(victim) is not None and victim.priority <= winner.priority
+        if snapshot.queues is None and victim.priority >= winner.priority and not shrink:
             problems.append(
                 f"{victim.id} (priority {victim.priority}) preempted for "
                 f"{winner.id} (priority {winner.priority})"
@@ -71,6 +74,8 @@ def decision_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Dec
     layouts: dict[tuple[str, int], MigLayout | None] = {
         (n.name, g.index): g.mig_layout for n in snapshot.nodes for g in n.gpus
     }
+    # A moved elastic job's growth units move with it (moves.py).
+    moved |= {r.id for r in snapshot.running if growth_job(r) in moved}
     whole, slices = snapshot.occupied(evicted | moved)
     used_gpus = whole | {(n, g) for n, g, _ in slices}
     # MIG layouts change only on empty GPUs and only to valid layouts.

@@ -46,11 +46,22 @@ the job, each with the job's relative throughput from the speed model. A fractio
 the MIG profile of its compute size on the fleet's MIG-capable types of one memory class; when no
 acceptable type supports MIG it takes a whole GPU instead. A job with `same_node` asks for the
 core's same-node topology. An elastic job (`min_replicas` set) becomes a gang of
-`min_replicas..replicas` replicas with a linear scaling curve (what an owner states without
-measuring); while it runs it reports its throughput at its size, and the curve the policy sees is
-refined from those reports (`gpufleet.core.scaling.refine`), while its true speed follows the
-speed model's measured curve. The core picks the count at admission and may grow a running
-elastic gang by a move.
+`min_replicas..replicas` replicas with the scaling curve its owner states
+(`SimSettings.elastic_prior`: linear, what an owner states without measuring, or its model
+class's curve from the speed model's profile, as an owner who profiled it states it in
+`spec.elastic.scaling`); while it runs it reports its throughput at its size, and the curve the
+policy sees is refined from those reports (`gpufleet.core.scaling.refine`; off with
+`refine_curves=False`), while its true speed follows the speed model's measured curve. The core
+picks the count at admission. With a policy's `resize` on (gpufleet's policies), a running
+elastic job is shown to the decision as the live scheduler shows it: its minimum gang plus one
+growth unit per replica beyond it (`gpufleet.core.borrowing.elastic_units`, each worth its step
+of the job's curve), and its room to grow as a pending gang `<job>#rest` (`Gang.grows_from`, its
+type only, its node(s) when it wishes one node, priority 0); a placement of the rest grows the
+job, a preemption of a unit shrinks it (the core's growth and rebalancing by marginal goodput,
+core/rebalance.py), and either restarts the job's workers at the new size (progress since the
+last checkpoint lost, `restart_cost_s` paid), as a membership change does live. A move of a
+grown job takes it whole, growth units included. Without `resize` (the baselines) a running
+elastic job is one gang, grown only by a move.
 
 Queues: with `SimSettings.queues` (a core `QueueTree`, e.g. the Philly tenants of
 `gpufleet.sim.tenants`), every gang waits in its trace job's queue and every snapshot carries
@@ -73,6 +84,7 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Protocol
 
+from gpufleet.core.borrowing import elastic_units
 from gpufleet.core.decision import Decision, Move
 from gpufleet.core.demand import Gang, Topology, TypeOption
 from gpufleet.core.moves import expected_remaining, unsaved_s
@@ -116,6 +128,9 @@ class SimPolicy:
     place: PlaceFn
     policy: Policy = field(default_factory=Policy)  # its power_down rule switches nodes
     round_s: float | None = None  # re-decide every round even without events (preemptive)
+    # Grow and shrink running elastic jobs replica by replica, as the live scheduler shows them
+    # to the core (module docstring); off: a running elastic job is one gang.
+    resize: bool = False
 
 
 @dataclass(frozen=True)
@@ -141,6 +156,15 @@ class SimSettings:
     completed_prior: tuple[float, ...] = ()
     # The queues (tenants) gangs wait in, named by each trace job's `queue`; None: no queues.
     queues: QueueTree | None = None
+    # The scaling curve an elastic job's owner states: "linear" (none measured) or "profile"
+    # (its model class's curve from the speed model, `SpeedModel.scaling`); and whether the
+    # policy's view of it is refined from the throughput the job reports while it runs.
+    elastic_prior: str = "linear"
+    refine_curves: bool = True
+
+    def __post_init__(self) -> None:
+        if self.elastic_prior not in ("linear", "profile"):
+            raise ValueError("elastic_prior is 'linear' or 'profile'")
 
 
 class _Kind(IntEnum):
@@ -250,6 +274,8 @@ class Simulation:
             if tj.job_id in self.jobs:
                 raise ValueError(f"duplicate job id {tj.job_id}")
             gang = gang_for_job(tj, fleet_types, speed)
+            if gang.elastic and self.settings.elastic_prior == "profile":
+                gang = replace(gang, scaling=speed.scaling(tj))
             self.jobs[tj.job_id] = _Job(
                 trace=tj,
                 gang=gang if self._queues is None else replace(gang, queue=tj.queue),
@@ -269,6 +295,9 @@ class Simulation:
         self._forced = False
         self._blocked = False  # the last cycle left at least one gang pending
         self._waiting: dict[str, _Job] = {}
+        self._elastic = [j for j in self.jobs.values() if j.gang.elastic]
+        self._rests: dict[str, _Job] = {}  # pending `<job>#rest` gangs of the last decision
+        self._units: dict[str, tuple[_Job, int]] = {}  # growth units: job, replica index
         self._active = 0  # jobs holding GPUs (held, starting or running)
         self._done = 0
         self._gpu_ready: dict[tuple[str, int], float] = {}
@@ -458,6 +487,12 @@ class Simulation:
     def _on_ready(self, job: _Job, version: int) -> None:
         if version == job.version and job.state is _State.STARTING:
             self._start_running(job)
+            if (
+                self.policy.resize
+                and len(job.replicas) < job.gang.replicas_max
+                and self.cluster.free_share() > 1e-9
+            ):
+                self._schedule_cycle()  # a running elastic job may grow (only once running)
 
     def _on_timeout(self, job: _Job, version: int) -> None:
         if version != job.version or job.state is not _State.HELD:
@@ -544,7 +579,7 @@ class Simulation:
     def _refined(self, job: _Job) -> Gang:
         """The job's gang with its scaling curve refined from the throughput it reported."""
         gang = job.gang
-        if not gang.elastic or not job.observed:
+        if not gang.elastic or not job.observed or not self.settings.refine_curves:
             return gang
         prior = gang.scaling or linear(gang.replicas_max)
         return replace(gang, scaling=refine(prior, job.observed))
@@ -581,15 +616,89 @@ class Simulation:
         return tuple(out)
 
     def _can_change(self, forced: bool) -> bool:
+        free = self.cluster.free_share() > 1e-9
         if not self._waiting:
-            # Nothing waits: only a move to capacity that just freed up could change anything.
-            return self._progress and self._active > 0 and self.cluster.free_share() > 1e-9
-        if forced or self.cluster.free_share() > 1e-9 or self._queues is not None:
+            # Nothing waits: only a move or a job's growth into capacity that just freed up
+            # could change anything.
+            return free and ((self._progress and self._active > 0) or self._growable())
+        if forced or free or self._queues is not None:
             return True  # with queues, a full fleet may still be reclaimed from
+        if self.policy.resize and any(len(j.replicas) > j.gang.replicas_min for j in self._elastic):
+            return True  # a waiting gang may take an elastic job's growth (core/rebalance.py)
         lowest_running = min(
             (j.gang.priority for j in self.jobs.values() if j.replicas), default=math.inf
         )
         return any(j.gang.priority > lowest_running for j in self._waiting.values())
+
+    def _growable(self) -> bool:
+        return self.policy.resize and any(
+            j.state is _State.RUNNING and len(j.replicas) < j.gang.replicas_max
+            for j in self._elastic
+        )
+
+    def _growth_gangs(self) -> list[Gang]:
+        """With `resize`: each running elastic job's room to grow, as the live scheduler
+        offers it (`<job>#rest`, module docstring)."""
+        self._rests = {}
+        if not self.policy.resize:
+            return []
+        out: list[Gang] = []
+        for job in self._elastic:
+            room = job.gang.replicas_max - len(job.replicas)
+            if job.state is not _State.RUNNING or room <= 0:
+                continue
+            demand = self._refined(job)
+            option = next(o for o in demand.acceptable if o.gpu_type == job.gpu_type)
+            same = demand.topology is Topology.SAME_NODE
+            rest = replace(
+                demand,
+                id=f"{job.trace.job_id}#rest",
+                acceptable=(option,),
+                replicas_min=1,
+                replicas_max=room,
+                priority=0,
+                grows_from=len(job.replicas),
+                allowed_nodes=frozenset(r.node for r in job.replicas) if same else None,
+                waited_s=0.0,
+            )
+            self._rests[rest.id] = job
+            out.append(rest)
+        return out
+
+    def _as_units(self, running: Sequence[RunningGang]) -> tuple[RunningGang, ...]:
+        """With `resize`: running elastic jobs as the live scheduler shows them (module
+        docstring): a grown job as its minimum (with the job's demand and progress: a move
+        takes the whole job, growth units included) plus growth units carrying its curve."""
+        self._units = {}
+        if not self.policy.resize:
+            return tuple(running)
+        out: list[RunningGang] = []
+        for gang in running:
+            job = self.jobs.get(gang.id)
+            if job is None or not job.gang.elastic:
+                out.append(gang)
+                continue
+            low = job.gang.replicas_min
+            if len(gang.replicas) <= low:
+                out.append(gang)
+                continue
+            units = elastic_units(
+                gang.id,
+                gang.gpu_type,
+                gang.replicas,
+                low,
+                priority=gang.priority,
+                preemptible=gang.preemptible,
+                relative_throughput=gang.relative_throughput,
+                progress=gang.progress,
+                demand=self._refined(job),
+                queue=gang.queue,
+            )
+            out.append(replace(units[0], demand=gang.demand))
+            for i, unit in enumerate(units[1:], start=low):
+                self._units[unit.id] = (job, i)
+                out.append(unit)
+        return tuple(out)
 
     def _cycle(self, forced: bool) -> None:
         self._cycle_at = None
@@ -597,13 +706,15 @@ class Simulation:
         if self._cycles > self.settings.max_cycles:
             raise RuntimeError("simulation exceeded max_cycles; a policy is not making progress")
         if self._can_change(forced):
-            pending = self._pending_gangs()
+            pending = self._pending_gangs() + self._growth_gangs()
             snapshot = self._snapshot()
             estimate = self.workload.estimate()
             if estimate.shapes:
                 snapshot = replace(snapshot, workload=estimate)
             if self._progress:
                 snapshot = replace(snapshot, running=self._with_progress(snapshot.running))
+            if self.policy.resize:
+                snapshot = replace(snapshot, running=self._as_units(snapshot.running))
             t0 = time.perf_counter()
             decision = self.policy.place(snapshot, pending, self.policy.policy)
             self._place_s += time.perf_counter() - t0
@@ -625,18 +736,33 @@ class Simulation:
 
     def _apply(self, decision: Decision) -> None:
         s = self.settings
+        shrink: dict[str, set[int]] = {}  # job -> replica indices its lost growth units held
         for pre in decision.preemptions:
+            if pre.gang_id in self._units:
+                unit_job, index = self._units[pre.gang_id]
+                shrink.setdefault(unit_job.trace.job_id, set()).add(index)
+                continue
             job = self.jobs[pre.gang_id]
             if job.state in (_State.RUNNING, _State.STARTING, _State.HELD):
                 self._lose_unsaved(job)
                 self._release(job)
                 job.record.preemptions += 1
                 self._to_waiting(job)
+        for jid, indices in sorted(shrink.items()):
+            job = self.jobs[jid]
+            if job.state in (_State.RUNNING, _State.STARTING):  # not preempted whole as well
+                kept = tuple(r for i, r in enumerate(job.replicas) if i not in indices)
+                self._resize(job, kept)
         for rep in decision.repartitions:
             self.cluster.repartition(rep.node, rep.gpu, rep.new_layout)
             self._gpu_ready[(rep.node, rep.gpu)] = self.now + s.mig_repartition_s
             self._refresh_node_power(rep.node)
         for placement in decision.placements:
+            grown = self._rests.get(placement.gang_id)
+            if grown is not None:
+                if grown.state in (_State.RUNNING, _State.STARTING):
+                    self._resize(grown, grown.replicas + placement.replicas)
+                continue
             job = self.jobs[placement.gang_id]
             if job.state not in (_State.WAITING, _State.HELD):
                 raise RuntimeError(f"policy placed {placement.gang_id} in state {job.state.name}")
@@ -690,6 +816,38 @@ class Simulation:
             self._stop_moved(move)
         for move in decision.moves:
             self._restart_moved(move)
+
+    def _resize(self, job: _Job, replicas: tuple[ReplicaPlacement, ...]) -> None:
+        """Grow or shrink a running elastic job to `replicas` (on its type): its workers restart
+        at the new size from their last checkpoint (module docstring)."""
+        self._lose_unsaved(job)
+        self._release(job)
+        job.replicas = replicas
+        job.record.resizes += 1
+        touched = self.cluster.hold(
+            RunningGang(
+                id=job.trace.job_id,
+                gpu_type=job.gpu_type,
+                replicas=replicas,
+                priority=job.gang.priority,
+                preemptible=job.gang.preemptible,
+                relative_throughput=self.speed.type_speed(job.trace, job.gpu_type),
+                queue=job.gang.queue,
+            )
+        )
+        self._active += 1
+        ready = self.now + self._restart_s()
+        for node in touched:
+            if self._power[node].state is not PowerState.ON:
+                raise RuntimeError(f"policy grew {job.trace.job_id} onto {node}, not on")
+            self._power[node] = replace(self._power[node], empty_since=None)
+            self._refresh_node_power(node)
+        for r in replicas:
+            for ix in r.gpus:
+                ready = max(ready, self._gpu_ready.get((r.node, ix), 0.0))
+        job.state = _State.STARTING
+        job.last_t = self.now
+        self._push(ready, _Kind.READY, job.trace.job_id, job.version)
 
     def _lose_unsaved(self, job: _Job) -> None:
         """A running job stopped now redoes the work since its last checkpoint."""

@@ -80,7 +80,8 @@ def make_policy(
             if unknown:
                 raise ValueError(f"unknown objective weights: {', '.join(unknown)}")
             policy = replace(policy, weights=replace(policy.weights, **weights))
-        return SimPolicy(name=name, place=place, policy=policy)
+        # Elastic jobs grow and shrink replica by replica, as the live scheduler resizes them.
+        return SimPolicy(name=name, place=place, policy=policy, resize=True)
     if name == "kube":
         return SimPolicy(name=name, place=KubeLikePolicy(seed), policy=BASELINE)
     if name in ("fifo-binpack", "best-fit"):

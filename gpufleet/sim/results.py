@@ -92,6 +92,7 @@ class JobRecord:
     busy_gpu_s: float = 0.0
     preemptions: int = 0
     moves: int = 0  # times the policy restarted it on a faster type
+    resizes: int = 0  # times the policy grew or shrank it while it ran (elastic jobs)
     gpu_types: tuple[str, ...] = ()
 
     @property
@@ -184,6 +185,7 @@ def summarise(result: SimResult) -> dict[str, float | int | str]:
         "avg_power_kw": (result.energy_j / makespan / 1000.0) if makespan > 0 else math.nan,
         "preemptions": sum(j.preemptions for j in result.jobs),
         "moves": sum(j.moves for j in result.jobs),
+        "resizes": sum(j.resizes for j in result.jobs),
         "place_calls": result.place_calls,
         "place_s": result.place_seconds,
         "wall_s": result.wall_seconds,

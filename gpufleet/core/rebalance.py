@@ -1,0 +1,182 @@
+"""Rebalancing elastic jobs by marginal goodput: shrink an elastic job's growth for a gang that
+adds more.
+
+An elastic job grown past its minimum reaches the core as its minimum gang plus one unit per
+replica beyond it (`borrowing.elastic_units`). A unit whose `demand` has `grows_from = i >= 1` is
+the job's replica number i + 1: its value (`objective.running_value`) is the job's scaling
+curve's step from i to i + 1 replicas, what the job loses if the unit goes. Preemption
+(preempt.py) takes such units only for gangs of strictly higher priority; growth itself never
+preempts. So without this rule a gang of the same priority (a new job, or another elastic job's
+room to grow) waits while GPUs are held by replicas that add less to their job than they would
+add to it: Pollux and Sia re-divide GPUs among jobs by goodput for this reason.
+
+`shrink_for_pending`: for each gang still stuck after placement and preemption, the victims are
+growth units of preemptible running jobs, of at most its priority, on a type and node it may use
+(with queues, of its own queue only: across queues the reclaim rules decide), cheapest first
+(least value per GPU, then the job's highest replica first, so a job shrinks from the top of its
+curve and the values of its released units sum to its real loss). Units are released until the
+gang fits and unnecessary ones put back. A new job (not a running job's growth) then always
+takes them: growth past a minimum is opportunistic (it never preempts), and a job that waits
+does no work at all (Pollux's fairness has the same effect: its utility of a speedup of 0 is
+the worst). A running job's room to grow (`Gang.grows_from`) takes them only if
+
+    gain > loss + disruption x units                       (objective units, rates)
+    (gain - loss) x T > job value x (restart + unsaved)    for each shrunk job with progress
+
+where gain is the curve's step of its plan from its running count (`valuation.gang_value`),
+loss the units' values, T the shrunk job's expected remaining time and the right-hand side the
+work it loses restarting its workers at the new size (a membership change restarts them from
+their last checkpoint). A job's own growth never takes its own units: with a concave curve its
+next step is worth at most its last one, so the rule refuses it. Decisions are expressed as
+`Preemption`s of the units, which the live scheduler and the simulator apply as the graceful
+eviction of one replica.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from gpufleet.core.borrowing import DEFAULT_RESTART_S, growth_job
+from gpufleet.core.decision import GangPlacement, Preemption
+from gpufleet.core.demand import Gang
+from gpufleet.core.greedy import (
+    Memo,
+    Plan,
+    commit,
+    eligible_nodes,
+    greedy_order,
+    plan_gang,
+    usable_types,
+)
+from gpufleet.core.objective import running_value
+from gpufleet.core.policy import Policy
+from gpufleet.core.preempt import release_gang, retake
+from gpufleet.core.snapshot import RunningGang
+from gpufleet.core.state import ClusterState
+from gpufleet.core.valuation import gang_value
+
+__all__ = ["shrink_for_pending"]
+
+MAX_UNITS_PER_GANG = 16  # bounds the what-if work per stuck gang
+
+
+def _gpus(gang: RunningGang) -> int:
+    return sum(len(r.gpus) for r in gang.replicas) or 1
+
+
+def shrink_for_pending(
+    state: ClusterState,
+    pending: Sequence[Gang],
+    policy: Policy,
+    memo: Memo,
+    evicted: frozenset[str] = frozenset(),
+) -> tuple[dict[str, GangPlacement], list[Preemption]]:
+    """Place stuck gangs on GPUs of elastic jobs' growth units that add less (module
+    docstring); mutates `state`. Units in `evicted` are gone already."""
+    placed: dict[str, GangPlacement] = {}
+    preemptions: list[Preemption] = []
+    if not policy.allow_preemption:
+        return placed, preemptions
+    snapshot = state.snapshot
+    units = [r for r in snapshot.running if growth_job(r) is not None and r.preemptible]
+    if not units:
+        return placed, preemptions
+    values = {r.id: running_value(snapshot, r, policy) for r in snapshot.running}
+    taken: set[str] = set(evicted)
+    jobs: dict[str, list[RunningGang]] = {}  # job -> its running parts (for its value)
+    for r in snapshot.running:
+        jobs.setdefault(growth_job(r) or r.id, []).append(r)
+    gate = state.gate
+    tried = 0
+    # New jobs first (they always take growth), then running jobs' room to grow.
+    for gang in sorted(greedy_order(pending, state), key=lambda g: g.grows_from > 0):
+        if tried >= policy.max_preempting_gangs:
+            break
+        types = set(usable_types(state, gang, policy, memo))
+        allowed = eligible_nodes(state, gang, memo)
+        candidates = [
+            r
+            for r in units
+            if r.id not in taken
+            and r.gpu_type in types
+            and r.priority <= gang.priority
+            and (gate is None or r.queue == gang.queue)
+            and (allowed is None or any(state.node_index[p.node] in allowed for p in r.replicas))
+        ]
+        if not candidates:
+            continue
+        tried += 1
+        # At its minimum, as greedy places it first (more replicas would be growth again).
+        fixed = replace(gang, replicas_max=gang.replicas_min)
+        candidates.sort(key=lambda r: (values[r.id] / _gpus(r), -_position(r), r.id))
+        released: list[RunningGang] = []
+        plan: Plan | None = None
+        for unit in candidates[: max(MAX_UNITS_PER_GANG, gang.gpus_needed(gang.replicas_min))]:
+            release_gang(state, unit)
+            released.append(unit)
+            plan = _try_plan(state, fixed, policy, memo)
+            if plan is not None:
+                break
+        if plan is None:
+            for unit in released:
+                retake(state, unit)
+            continue
+        # Put back units the gang turns out not to need (the last one is needed by design).
+        for unit in list(reversed(released[:-1])):
+            retake(state, unit)
+            again = _try_plan(state, fixed, policy, memo)
+            if again is None:
+                release_gang(state, unit)
+            else:
+                released.remove(unit)
+                plan = again
+        gain = gang_value(plan.gang, state.catalog[plan.gpu_type], policy, len(plan.replicas))
+        if gang.grows_from and not _worth(gain, released, values, jobs, policy):
+            for unit in released:
+                retake(state, unit)
+            continue
+        placed[gang.id] = commit(state, plan, policy)
+        for unit in sorted(released, key=lambda r: r.id):
+            taken.add(unit.id)
+            preemptions.append(Preemption(unit.id, gang.id))
+    return placed, preemptions
+
+
+def _position(unit: RunningGang) -> int:
+    return unit.demand.grows_from if unit.demand is not None else 0
+
+
+def _worth(
+    gain: float,
+    released: Sequence[RunningGang],
+    values: dict[str, float],
+    jobs: dict[str, list[RunningGang]],
+    policy: Policy,
+) -> bool:
+    """The rule for growth (module docstring): the gang adds more than the units do, by more
+    than the disruption, and each shrunk job's restart is paid back before it is expected to
+    end."""
+    loss = sum(values[u.id] for u in released)
+    net = gain - loss
+    if net <= policy.weights.disruption * len(released):
+        return False
+    for job in {growth_job(u) for u in released}:
+        assert job is not None
+        parts = jobs[job]
+        progress = next((p.progress for p in parts if p.progress is not None), None)
+        if progress is None:
+            continue  # the caller does not know its progress: the disruption weight prices it
+        restart = progress.restart_s if progress.restart_s > 0 else DEFAULT_RESTART_S
+        value = sum(values[p.id] for p in parts)
+        if net * progress.expected_remaining_s <= value * (restart + progress.unsaved_s):
+            return False
+    return True
+
+
+def _try_plan(state: ClusterState, gang: Gang, policy: Policy, memo: Memo) -> Plan | None:
+    for gpu_type in usable_types(state, gang, policy, memo):
+        plan = plan_gang(state, gang, gpu_type, policy, memo)
+        if plan is not None:
+            return plan
+    return None
