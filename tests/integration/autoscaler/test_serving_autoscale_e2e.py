@@ -32,6 +32,7 @@ never need a second replica in a 30-second burst.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -178,6 +179,35 @@ def running_pods(kube: Kube, ns: str) -> Counter[str]:
     )
 
 
+def one_standby_per_pool(kube: Kube, ns: str, peak: Counter[str]) -> bool:
+    """Polled while a burst plays on a job with one standby per pool: whether both pools grew
+    past one Running replica (each pool's peak is kept in `peak`) and are back down to two
+    Running replicas each, one of them asleep, as the job's status says too (one desired
+    replica, one asleep)."""
+    running = running_pods(kube, ns)
+    for pool, n in running.items():
+        peak[pool] = max(peak[pool], n)
+    job: Any = kube.custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB)
+    status = job.get("status") or {}
+    live = [
+        p
+        for p in kube.pods(ns, f"{SERVINGJOB_LABEL}={JOB}")
+        if not p["metadata"].get("deletionTimestamp")
+    ]
+    for pool in POOLS:
+        pods = [p for p in live if p["metadata"]["labels"][POOL_LABEL] == pool]
+        entry = status.get(pool) or {}
+        if not (
+            peak[pool] >= 2
+            and entry.get("desiredReplicas") == 1
+            and entry.get("asleepReplicas") == 1
+            and running[pool] == len(pods) == 2
+            and sum(marks.is_asleep(p) for p in pods) == 1
+        ):
+            return False
+    return True
+
+
 def assert_events_tell_the_decisions(
     kube: Kube, ns: str, peak: dict[str, int], reasons: dict[str, set[str]]
 ) -> None:
@@ -204,14 +234,27 @@ def assert_events_tell_the_decisions(
         assert reasons[pool] and reasons[pool] <= messages, reasons[pool]
 
 
-def live_sim(kube: Kube, ns: str) -> LiveServingSim:
-    """The serving simulator on the trace slice, serving with the job's Running pods."""
+@contextlib.contextmanager
+def servingjob_running(kube: Kube, ns: str, body: dict[str, Any]) -> Iterator[None]:
+    """The ServingJob `body` created for the block, then deleted and its pods waited out."""
+    kube.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+    try:
+        yield
+    finally:
+        kube.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB)
+        wait_for(lambda: not kube.pods(ns, f"{SERVINGJOB_LABEL}={JOB}"), "pods gone", 60)
+
+
+@contextlib.contextmanager
+def live_sim(kube: Kube, ns: str, prometheus: PrometheusServer) -> Iterator[LiveServingSim]:
+    """The serving simulator on the trace slice, serving with the job's Running pods, for the
+    block; `prometheus` scrapes it (once at least before the block starts)."""
     requests = load_azure_code_trace(TRACE, start_s=SLICE_START_S, duration_s=SLICE_S)
     # Shift in trace seconds, so the lead-in is LEAD_IN_S of wall time after compression.
     requests = tuple(
         dataclasses.replace(r, arrival_s=r.arrival_s + LEAD_IN_S * TIME_SCALE) for r in requests
     )
-    return LiveServingSim(
+    sim = LiveServingSim(
         kube_pods(client.CoreV1Api(kube.core.api_client), ns),
         ns,
         JOB,
@@ -220,6 +263,10 @@ def live_sim(kube: Kube, ns: str) -> LiveServingSim:
         time_scale=TIME_SCALE,
         poll_s=0.5,
     )
+    with sim:
+        prometheus.reload(sim.scrape_targets())
+        prometheus.wait_scraped(timeout_s=20)
+        yield sim
 
 
 def test_both_pools_follow_a_code_trace_burst(
@@ -232,13 +279,9 @@ def test_both_pools_follow_a_code_trace_burst(
         obj: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB)
         return dict(obj.get("status") or {})
 
-    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, servingjob(prometheus.url))
-    try:
+    with servingjob_running(kube, ns, servingjob(prometheus.url)):
         wait_for(lambda: running_pods(kube, ns) == Counter(prefill=1, decode=1), "pools at min", 60)
-        sim = live_sim(kube, ns)
-        with sim:
-            prometheus.reload(sim.scrape_targets())
-            prometheus.wait_scraped(timeout_s=20)
+        with live_sim(kube, ns, prometheus) as sim:
             peak = {pool: 1 for pool in POOLS}
             peak_running: Counter[str] = Counter()
             reasons: dict[str, set[str]] = {pool: set() for pool in POOLS}
@@ -271,9 +314,6 @@ def test_both_pools_follow_a_code_trace_burst(
         assert len(sim.model.outcomes()) > 100  # the trace was served
         assert_events_tell_the_decisions(kube, ns, peak, reasons)
         assert time.monotonic() - started < 120
-    finally:
-        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB)
-        wait_for(lambda: not kube.pods(ns, f"{SERVINGJOB_LABEL}={JOB}"), "pods gone", 60)
 
 
 def test_a_burst_borrows_gpus_from_preemptible_training_only(
@@ -283,10 +323,8 @@ def test_a_burst_borrows_gpus_from_preemptible_training_only(
     # and a preemptible gang of 8 (priority 0). The burst's scale-up finds no free T4: the core
     # preempts the preemptible gang whole, never the other; after the burst the pools shrink
     # and the preempted gang runs again on the GPUs they gave back.
-    custom = kube.custom
     body = servingjob(prometheus.url, gpu_type="T4", priority=5)
-    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
-    try:
+    with servingjob_running(kube, ns, body):
         wait_for(lambda: running_pods(kube, ns) == Counter(prefill=1, decode=1), "pools at min", 60)
         keep = training_job("keep", 6, 1, "T4")
         keep["spec"]["preemptible"] = False
@@ -312,9 +350,7 @@ def test_a_burst_borrows_gpus_from_preemptible_training_only(
             back = running_pods(kube, ns) == Counter(prefill=1, decode=1)
             return preempted and back and phase == "Running" and not uids("lend") & lend_uids
 
-        with live_sim(kube, ns) as sim:
-            prometheus.reload(sim.scrape_targets())
-            prometheus.wait_scraped(timeout_s=20)
+        with live_sim(kube, ns, prometheus):
             try:
                 wait_for(
                     borrowed_and_returned,
@@ -330,9 +366,6 @@ def test_a_burst_borrows_gpus_from_preemptible_training_only(
         assert readmitted is not None and readmitted["reason"] == "Readmitted", readmitted
         assert kube.phase(ns, "keep") == "Running" and uids("keep") == keep_uids
         assert invariants.check(kube.core) == []
-    finally:
-        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB)
-        wait_for(lambda: not kube.pods(ns, f"{SERVINGJOB_LABEL}={JOB}"), "pods gone", 60)
 
 
 def test_standby_replicas_wake_before_new_ones_are_created(
@@ -347,7 +380,6 @@ def test_standby_replicas_wake_before_new_ones_are_created(
     body["spec"]["autoscaling"]["standby"] = {
         pool: {"replicas": 1, "wakeSeconds": 2} for pool in POOLS
     }
-    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
 
     def pool_pods() -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = {pool: [] for pool in POOLS}
@@ -360,30 +392,17 @@ def test_standby_replicas_wake_before_new_ones_are_created(
         obj: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB)
         return dict(obj.get("status") or {})
 
-    try:
+    with servingjob_running(kube, ns, body):
         wait_for(lambda: running_pods(kube, ns) == Counter(prefill=1, decode=1), "pools at min", 60)
         # Burst 1: up, then down into one standby per pool.
         peak = Counter[str]()
-
-        def asleep_after_burst() -> bool:
-            for pool, n in running_pods(kube, ns).items():
-                peak[pool] = max(peak[pool], n)
-            st = status()
-            pods = pool_pods()
-            return all(
-                peak[p] >= 2
-                and (st.get(p) or {}).get("desiredReplicas") == 1
-                and (st.get(p) or {}).get("asleepReplicas") == 1
-                and sum(marks.is_asleep(x) for x in pods[p]) == 1
-                and len(pods[p]) == 2
-                for p in POOLS
-            )
-
-        with live_sim(kube, ns) as sim:
-            prometheus.reload(sim.scrape_targets())
-            prometheus.wait_scraped(timeout_s=20)
+        with live_sim(kube, ns, prometheus) as sim:
             try:
-                wait_for(asleep_after_burst, "burst 1 up, then down into a standby per pool", 120)
+                wait_for(
+                    lambda: one_standby_per_pool(kube, ns, peak),
+                    "burst 1 up, then down into a standby per pool",
+                    120,
+                )
             except AssertionError as exc:
                 raise AssertionError(f"{exc}; peak {dict(peak)}; {status()}") from None
             # The simulated servers (which follow the pods within a poll or two) keep the
@@ -436,9 +455,7 @@ def test_standby_replicas_wake_before_new_ones_are_created(
                         created.setdefault(uid, (pool, parse_time(meta["creationTimestamp"])))
             return all(standbys[p] <= set(first_woken) for p in POOLS)
 
-        with live_sim(kube, ns) as sim:
-            prometheus.reload(sim.scrape_targets())
-            prometheus.wait_scraped(timeout_s=20)
+        with live_sim(kube, ns, prometheus) as sim:
             wait_for(woke_first, "burst 2 wakes the standbys", 90)
             # A woken standby serves again once its wake time is over, and its Service routes
             # to it again: a ready endpoint, its awake condition set no earlier than 2 s (the
@@ -473,9 +490,6 @@ def test_standby_replicas_wake_before_new_ones_are_created(
         st, elapsed = status(), time.monotonic() - started
         assert 0 < st["gpuSeconds"] <= 8 * elapsed, (st["gpuSeconds"], elapsed)
         assert 0 < st["estimatedEnergyJoules"] <= st["gpuSeconds"] * 700, st
-    finally:
-        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB)
-        wait_for(lambda: not kube.pods(ns, f"{SERVINGJOB_LABEL}={JOB}"), "pods gone", 60)
 
 
 def test_an_asleep_standby_lends_its_gpu_to_preemptible_training_only(
@@ -486,12 +500,10 @@ def test_an_asleep_standby_lends_its_gpu_to_preemptible_training_only(
     # on the two standbys' GPUs; a non-preemptible 1-GPU job waits (never on a lent GPU).
     # Burst 2 recalls the standbys: the borrower is preempted whole before they wake; after the
     # burst they sleep again and the borrower runs again on their GPUs.
-    custom = kube.custom
     body = servingjob(prometheus.url, gpu_type="T4", priority=5)
     body["spec"]["autoscaling"]["standby"] = {
         pool: {"replicas": 1, "wakeSeconds": 2} for pool in POOLS
     }
-    custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
 
     def serving_pods() -> list[dict[str, Any]]:
         return [
@@ -534,27 +546,15 @@ def test_an_asleep_standby_lends_its_gpu_to_preemptible_training_only(
                 )
         assert invariants.check(kube.core) == []
 
-    try:
+    with servingjob_running(kube, ns, body):
         wait_for(lambda: running_pods(kube, ns) == Counter(prefill=1, decode=1), "pools at min", 60)
         peak = Counter[str]()
-
-        def asleep_after_burst() -> bool:
-            for pool, n in running_pods(kube, ns).items():
-                peak[pool] = max(peak[pool], n)
-            pods = serving_pods()
-            return all(
-                peak[p] >= 2
-                and sum(
-                    marks.is_asleep(x) for x in pods if x["metadata"]["labels"][POOL_LABEL] == p
-                )
-                == 1
-                for p in POOLS
-            ) and running_pods(kube, ns) == Counter(prefill=2, decode=2)
-
-        with live_sim(kube, ns) as sim:
-            prometheus.reload(sim.scrape_targets())
-            prometheus.wait_scraped(timeout_s=20)
-            wait_for(asleep_after_burst, "burst 1 up, then down into a standby per pool", 120)
+        with live_sim(kube, ns, prometheus):
+            wait_for(
+                lambda: one_standby_per_pool(kube, ns, peak),
+                "burst 1 up, then down into a standby per pool",
+                120,
+            )
         fill = training_job("fill", 12, 1, "T4")
         fill["spec"]["preemptible"] = False
         kube.create_job(ns, fill)
@@ -602,9 +602,7 @@ def test_an_asleep_standby_lends_its_gpu_to_preemptible_training_only(
                     woken.add(key)
             return woken == set(lent)
 
-        with live_sim(kube, ns) as sim:
-            prometheus.reload(sim.scrape_targets())
-            prometheus.wait_scraped(timeout_s=20)
+        with live_sim(kube, ns, prometheus):
             wait_for(woken_after_the_borrower_left, "burst 2 recalls and wakes the standbys", 120)
             assert preempted or any(e["reason"] == "Preempted" for e in kube.events(ns, "lend"))
 
@@ -625,6 +623,3 @@ def test_an_asleep_standby_lends_its_gpu_to_preemptible_training_only(
         assert readmitted is not None and readmitted["reason"] == "Readmitted", readmitted
         assert kube.phase(ns, "fill") == "Running" and kube.phase(ns, "keep") != "Running"
         lent_state_is_sound()
-    finally:
-        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, JOB)
-        wait_for(lambda: not kube.pods(ns, f"{SERVINGJOB_LABEL}={JOB}"), "pods gone", 60)
