@@ -246,7 +246,15 @@ def _preempt(
     memo: Memo,
     evicted: frozenset[str],
 ) -> tuple[dict[str, GangPlacement], list[Preemption]]:
+    """Place stuck gangs by preemption; mutates `state` and `placed` (growth taken back)."""
     stuck = [g for g in pending if g.id not in placed]
+    # A running job's growth placed by this decision is opportunistic: it never preempts,
+    # and the GPUs it took must not make a stuck gang of higher priority preempt instead
+    # (it evicted a whole gang while the same decision grew an elastic job on free GPUs).
+    # It is taken back while the stuck gangs look for room, and grows again when none of
+    # them evicted anything; otherwise it waits for the next decision (the GPUs left free then
+    # may be victims' that are still being evicted).
+    regrow = _take_back_growth(state, pending, placed, stuck, policy)
     lifted = lift_reservations(state)  # preemption comes before a drain (reservation.py)
     placed_now, preemptions = preempt_for_pending(
         state, stuck, policy, memo, policy.max_preempting_gangs, evicted
@@ -256,7 +264,42 @@ def _preempt(
     gone = evicted | {p.gang_id for p in preemptions}
     shrunk, shrinks = shrink_for_pending(state, still, policy, memo, gone)
     renew_reservations(state, lifted)
-    return {**placed_now, **shrunk}, [*preemptions, *shrinks]
+    out = {**placed_now, **shrunk}
+    evictions = [*preemptions, *shrinks]
+    if regrow and not evictions and not evicted:
+        out.update(place_greedy(state, regrow, policy, memo))
+    return out, evictions
+
+
+def _take_back_growth(
+    state: ClusterState,
+    pending: Sequence[Gang],
+    placed: dict[str, GangPlacement],
+    stuck: Sequence[Gang],
+    policy: Policy,
+) -> list[Gang]:
+    """Undo the placements of growth gangs (`Gang.grows_from`) of a priority below a stuck
+    gang's, on whole GPUs this decision did not repartition; the gangs undone."""
+    if not policy.allow_preemption or not stuck:
+        return []
+    top = max(g.priority for g in stuck)
+    undone: list[Gang] = []
+    for gang in pending:
+        placement = placed.get(gang.id)
+        if placement is None or not gang.grows_from or gang.priority >= top:
+            continue
+        spots = [(state.node_index[r.node], g) for r in placement.replicas for g in r.gpus]
+        if any(r.mig is not None for r in placement.replicas) or any(
+            spot in state.repartitioned for spot in spots
+        ):
+            continue
+        for replica in placement.replicas:
+            state.release(replica)
+        if state.gate is not None:
+            state.gate.book.free(gang.id)
+        del placed[gang.id]
+        undone.append(gang)
+    return undone
 
 
 def _assemble(

@@ -3,8 +3,10 @@ victims needed, and only when the gain beats the loss."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
-from placement_builders import cluster, gang
+from placement_builders import ClusterBuilder, cluster, gang
 
 from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, SolverSettings
@@ -70,6 +72,41 @@ def test_only_the_victims_needed_are_evicted(engine: Engine) -> None:
     decision = place(snapshot, pending, pol(engine))
     assert decision_problems(snapshot, pending, decision) == []
     assert [p.gang_id for p in decision.preemptions] == ["big"]
+
+
+def _whole_and_growing_elastic() -> ClusterBuilder:
+    """Four 4-GPU T4 nodes: a whole gang of priority 1 on 8 GPUs; an elastic job of priority
+    5 running its 2-replica minimum plus 3 replicas beyond it (each its own priority-0 unit,
+    as the live scheduler offers them); 3 GPUs free."""
+    builder = cluster()
+    for n in range(4):
+        builder.node(f"t{n}", "T4", 4)
+    for n, g in [(n, g) for n in (0, 1) for g in range(4)]:
+        builder.run("whole", f"t{n}", (g,), priority=1)
+    for g in (0, 1):
+        builder.run("elastic", "t2", (g,), priority=5)
+    for i, (node, g) in enumerate([("t2", 2), ("t2", 3), ("t3", 0)], start=2):
+        builder.run(f"elastic#extra-{i}", node, (g,), priority=0)
+    return builder
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_growth_in_the_same_decision_never_makes_a_whole_gang_go(engine: Engine) -> None:
+    # The elastic job may still grow by 3 (priority 0) while a 6-GPU gang of priority 10
+    # arrives: the 3 free GPUs are the urgent gang's, it shrinks the elastic job by its 3
+    # extras, and the growth waits. Giving the free GPUs to the growth made the urgent gang
+    # evict the whole gang instead (the sandbox test saw the elastic job at 8 replicas).
+    snapshot = _whole_and_growing_elastic().build()
+    growth = replace(gang("elastic#rest", "T4", replicas=(1, 3)), grows_from=5)
+    urgent = gang("urgent", "T4", replicas=6, priority=10)
+    decision = place(snapshot, [growth, urgent], pol(engine))
+    assert decision_problems(snapshot, [growth, urgent], decision) == []
+    assert sorted(p.gang_id for p in decision.preemptions) == [
+        "elastic#extra-2",
+        "elastic#extra-3",
+        "elastic#extra-4",
+    ]
+    assert decision.admitted_ids == {"urgent"}
 
 
 @pytest.mark.parametrize("engine", ENGINES)
