@@ -10,6 +10,7 @@ benchmark that runs a real kubelet with the fake device plugin).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import select
 import shutil
@@ -102,6 +103,24 @@ def ensure_binaries(
     return the paths."""
     root = cache_dir() / "bin"
     binaries = Binaries.in_cache(root)
+    if not binaries.missing_components(components):
+        return binaries
+    root.mkdir(parents=True, exist_ok=True)
+    # One build at a time per cache: two test runs that each found helm missing built it into
+    # the same temporary folder, and the second `mv` failed ("cannot stat helm-v4.3.2.tmp").
+    with (root / ".build.lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(f"another process is building into {root}; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build(binaries, root, components, progress)
+
+
+def _build(
+    binaries: Binaries, root: Path, components: tuple[str, ...], progress: Callable[[str], None]
+) -> Binaries:
+    """Build what of `components` is still missing (the caller holds the cache's lock)."""
     todo = binaries.missing_components(components)
     if not todo:
         return binaries
@@ -118,8 +137,7 @@ def ensure_binaries(
         "GPUFLEET_KWOK_VERSION": KWOK_VERSION,
         "GPUFLEET_HELM_VERSION": HELM_VERSION,
     }
-    root.mkdir(parents=True, exist_ok=True)
-    log = root / f"build-{'-'.join(todo)}.log"  # concurrent builds of other parts keep theirs
+    log = root / f"build-{'-'.join(todo)}.log"
     progress(f"building {', '.join(todo)} into {root} (cold build: 5-30 min; log: {log})")
     with (
         log.open("w") as out,

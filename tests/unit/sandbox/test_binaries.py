@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import threading
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,37 @@ def test_failed_build_reports_the_log_tail(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.setenv("GOPROXY", "off")
     with pytest.raises(binaries.BuildError, match="building the sandbox binaries failed"):
         binaries.ensure_binaries(progress=lambda _: None)
+
+
+def test_a_second_build_waits_for_the_first_and_builds_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Another process holds the cache's lock while it builds helm. This one waits, then finds
+    # helm built and returns it: without `go` on PATH, starting a build of its own would fail.
+    monkeypatch.setenv("GPUFLEET_CACHE", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    root = tmp_path / "bin"
+    root.mkdir()
+    said: list[str] = []
+    found: list[binaries.Binaries] = []
+    errors: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            found.append(binaries.ensure_binaries(said.append, ("helm",)))
+        except BaseException as exc:
+            errors.append(exc)
+
+    with (root / ".build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive() and said == [
+            f"another process is building into {root}; waiting for it"
+        ]
+        helm = binaries.Binaries.in_cache(root).helm
+        helm.parent.mkdir(parents=True)
+        helm.touch()
+    waiter.join(10)
+    assert errors == [] and [b.helm for b in found] == [helm]
