@@ -30,9 +30,9 @@ from gpufleet.sim.serving import (
     replica_profile,
 )
 from gpufleet.sim.serving.exporter import LOOPBACK, RealtimeDriver, ServingExporter
+from gpufleet.sim.traces.common import default_data_dir
 
-REPO_ROOT = Path(__file__).resolve().parents[4]
-AZURE_CODE = REPO_ROOT.parent / "shared" / "data" / "traces" / "azure-llm-2023-code.csv"
+AZURE_CODE = "azure-llm-2023-code.csv"
 PROFILE = replica_profile("H100-SXM-80GB")
 
 
@@ -168,14 +168,17 @@ def test_policy_scales_both_pools_up_under_burst_and_back_down() -> None:
 
 
 def test_azure_code_trace_loader() -> None:
-    requests = load_azure_code_trace(AZURE_CODE)
+    # Found as every other trace is ($GPUFLEET_DATA_DIR first): from a checkout that is not
+    # next to the shared data (a git worktree) only this test failed.
+    trace = default_data_dir() / "traces" / AZURE_CODE
+    requests = load_azure_code_trace(trace)
     assert len(requests) == 8819
     assert requests[0].arrival_s == 0.0
     assert all(a.arrival_s <= b.arrival_s for a, b in itertools.pairwise(requests))
     assert requests[-1].arrival_s == pytest.approx(3435.948, abs=0.01)
     mean_isl = sum(r.prompt_tokens for r in requests) / len(requests)
     assert 2000 < mean_isl < 2100  # data.md: ISL mean 2,048
-    compressed = load_azure_code_trace(AZURE_CODE, time_scale=10.0, start_s=600.0, duration_s=60.0)
+    compressed = load_azure_code_trace(trace, time_scale=10.0, start_s=600.0, duration_s=60.0)
     assert 0 < len(compressed) < len(requests)
     assert compressed[-1].arrival_s < 6.0
 
