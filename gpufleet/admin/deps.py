@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Depends, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
@@ -81,6 +82,24 @@ def json_response(model: BaseModel) -> Response:
     route still declares `response_model` for the OpenAPI document (and tests hold the
     responses to it)."""
     return Response(model.model_dump_json(by_alias=True), media_type="application/json")
+
+
+def single_valued_query(request: Request) -> None:
+    """Every query parameter of this API takes one value: a repeated one (`?queue=a&queue=b`)
+    is answered 422 naming it, where FastAPI would silently keep the last value."""
+    keys = [key for key, _ in request.query_params.multi_items()]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("query", key),
+                    "msg": "given more than once; it takes one value",
+                    "type": "repeated",
+                }
+                for key in repeated
+            ]
+        )
 
 
 def audited(request: Request) -> None:

@@ -11,12 +11,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 
 from gpufleet.admin import problems
 from gpufleet.admin.context import AdminContext
+from gpufleet.admin.deps import single_valued_query
 from gpufleet.admin.middleware import AuditLog, BodyLimit
 from gpufleet.admin.routes import API_PREFIX, dashboard, fleet, health, jobs, nodes, policy, whatif
 
@@ -53,6 +54,7 @@ def create_app(context: AdminContext) -> FastAPI:
         generate_unique_id_function=operation_id,
         docs_url=f"{API_PREFIX}/docs",
         redoc_url=None,
+        dependencies=[Depends(single_valued_query)],
     )
     app.state.context = context
     problems.install(app)

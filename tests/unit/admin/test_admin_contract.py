@@ -4,7 +4,8 @@
 - operation ids `<tag>-<name>`, unique; error responses only as application/problem+json, and
   every route documents 401/403 when it authenticates;
 - errors are RFC 9457 problems: an unknown path (404), a wrong method (405), invalid input
-  (422 with `errors`), and a bug (500, logged with its traceback, no internals in the body).
+  (422 with `errors`, also for a query parameter given twice), and a bug (500, logged with its
+  traceback, no internals in the body).
 """
 
 from __future__ import annotations
@@ -85,6 +86,25 @@ def test_served_document_and_problem_shapes() -> None:
     body = invalid.json()
     assert invalid.status_code == 422 and body["type"] == "urn:gpufleet:problem:validation-error"
     assert body["errors"][0]["loc"] == ["query", "limit"]
+
+
+def test_a_repeated_query_parameter_is_a_422_naming_it() -> None:
+    # FastAPI keeps the last value of `?queue=a&queue=b`; a filter silently narrowed to one of
+    # two values is a wrong answer, so the API refuses it.
+    with served(context(live_fleet(sandbox_nodes(), [], []))) as http:
+        repeated = http.get("/api/v1/jobs?queue=a&queue=b&phase=Queued", headers=auth())
+        once = http.get("/api/v1/jobs?queue=a&phase=Queued", headers=auth())
+    assert repeated.status_code == 422, repeated.text
+    body = repeated.json()
+    assert body["errors"] == [
+        {
+            "loc": ["query", "queue"],
+            "msg": "given more than once; it takes one value",
+            "type": "repeated",
+        }
+    ]
+    assert body["detail"].startswith("query.queue: given more than once")
+    assert once.status_code == 200 and once.json()["items"] == []
 
 
 def test_a_bug_is_a_logged_500_problem(caplog: pytest.LogCaptureFixture) -> None:
