@@ -7,7 +7,9 @@ again after the scheduler had given their GPUs to another job (the soak's double
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -22,9 +24,15 @@ def _chaos() -> ModuleType:
     return bench_module("chaos")
 
 
+def _unwatched() -> Any:
+    raise AssertionError("the harness reads jobs and pods from its watches (FakeWatched here)")
+
+
 class FakeCore:
     def __init__(self, cluster: FakeKube) -> None:
         self.cluster = cluster
+
+    list_namespaced_pod = staticmethod(lambda *a, **kw: _unwatched())
 
     def patch_namespaced_pod_status(self, name: str, namespace: str, body: Any) -> None:
         self.cluster.patched.append(name)
@@ -33,20 +41,36 @@ class FakeCore:
                 pod["status"]["phase"] = body["status"]["phase"]
 
 
+class FakeWatched:
+    """What the harness's watch of jobs or pods holds: here, one of the fake's lists."""
+
+    def __init__(self, items: Callable[[], list[dict[str, Any]]]) -> None:
+        self.items = items
+        self.stop = threading.Event()
+        synced = threading.Event()
+        synced.set()
+        self.informer = SimpleNamespace(start=lambda: None, synced=synced)
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        return {o["metadata"]["name"]: o for o in self.items()}
+
+
 class FakeKube:
-    """The two lists the harness reads and the status patch it writes."""
+    """The jobs and pods the harness watches and the status patch it writes."""
 
     def __init__(self) -> None:
         self.job_list: list[dict[str, Any]] = []
         self.pod_list: list[dict[str, Any]] = []
         self.patched: list[str] = []
         self.core = FakeCore(self)
+        self.custom = SimpleNamespace(list_namespaced_custom_object=lambda *a, **kw: _unwatched())
 
-    def jobs(self, namespace: str) -> list[dict[str, Any]]:
-        return self.job_list
-
-    def pods(self, namespace: str, selector: str = "") -> list[dict[str, Any]]:
-        return self.pod_list
+    def load(self, chaos: ModuleType, **kwargs: Any) -> Any:
+        """A `Load` over this fake, its watches reading the fake's lists."""
+        load = chaos.Load(self, chaos.Record(), **kwargs)
+        load.watched_jobs = FakeWatched(lambda: self.job_list)
+        load.watched_pods = FakeWatched(lambda: self.pod_list)
+        return load
 
     def set(self, phase: str, pods: list[tuple[str, str | None, str]]) -> None:
         """The job's phase and its pods as (name, node, phase)."""
@@ -66,7 +90,7 @@ def test_only_pods_that_run_are_finished_and_a_preempted_job_runs_its_time_again
 ) -> None:
     chaos, kube, clock = _chaos(), FakeKube(), [100.0]
     monkeypatch.setattr(chaos, "time", SimpleNamespace(monotonic=lambda: clock[0]))
-    load = chaos.Load(kube, chaos.Record(), interval=1.0, seed=1)
+    load = kube.load(chaos, interval=1.0, seed=1)
     load.jobs["j"] = chaos.Job("j", created=0.0, runs_for=10.0, replicas=2)
 
     def at(t: float, phase: str, pods: list[tuple[str, str | None, str]]) -> None:
@@ -109,7 +133,7 @@ class CreatingKube(FakeKube):
 
 
 def _create_all(chaos: ModuleType, kube: CreatingKube, creators: int) -> Any:
-    load = chaos.Load(kube, chaos.Record(), interval=0.01, seed=3, limit=6, creators=creators)
+    load = kube.load(chaos, interval=0.01, seed=3, limit=6, creators=creators)
     load.start()
     deadline = time.monotonic() + 30
     while (load.creating.is_set() or len(load.snapshot()) < 6) and time.monotonic() < deadline:
