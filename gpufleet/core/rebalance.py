@@ -26,10 +26,12 @@ the worst). A running job's room to grow (`Gang.grows_from`) takes them only if
 where gain is the curve's step of its plan from its running count (`valuation.gang_value`),
 loss the units' values, T the shrunk job's expected remaining time and the right-hand side the
 work it loses restarting its workers at the new size (a membership change restarts them from
-their last checkpoint). A job's own growth never takes its own units: with a concave curve its
-next step is worth at most its last one, so the rule refuses it. Decisions are expressed as
-`Preemption`s of the units, which the live scheduler and the simulator apply as the graceful
-eviction of one replica.
+their last checkpoint). A job's own growth (`<job>#rest`) never takes its own units: giving a
+job's replica back to it changes nothing but restarts it (with a concave curve the rule would
+refuse it anyway; a curve refined from reports need not be concave: a job that reported it got
+slower at 4 replicas, faster again at 5, would otherwise trade its 4th for a "5th").
+Decisions are expressed as `Preemption`s of the units, which the live scheduler and the
+simulator apply as the graceful eviction of one replica.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from gpufleet.core.valuation import gang_value
 __all__ = ["shrink_for_pending"]
 
 MAX_UNITS_PER_GANG = 16  # bounds the what-if work per stuck gang
+REST_SUFFIX = "#rest"  # a running job's room to grow is the pending gang `<job>#rest`
 
 
 def _gpus(gang: RunningGang) -> int:
@@ -101,6 +104,7 @@ def shrink_for_pending(
             if r.id not in taken
             and r.gpu_type in types
             and r.priority <= gang.priority
+            and not _own(r, gang)
             and (gate is None or r.queue == gang.queue)
             and (allowed is None or any(state.node_index[p.node] in allowed for p in r.replicas))
         ]
@@ -141,6 +145,11 @@ def shrink_for_pending(
             taken.add(unit.id)
             preemptions.append(Preemption(unit.id, gang.id))
     return placed, preemptions
+
+
+def _own(unit: RunningGang, gang: Gang) -> bool:
+    """Whether `unit` is growth of the job `gang` is the room to grow of (`<job>#rest`)."""
+    return gang.grows_from > 0 and growth_job(unit) == gang.id.removesuffix(REST_SUFFIX)
 
 
 def _position(unit: RunningGang) -> int:

@@ -15,6 +15,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpufleet.core.borrowing import elastic_units
 from gpufleet.core.demand import Gang, TypeOption
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.core.state import ClusterState
@@ -137,31 +138,54 @@ def _running_gang(
     rid = f"{gid}#{gpu_type}" if split else gid
     options = pods.gpu_types(first.pod) or ()
     speed = next((o.relative_throughput for o in options if o.gpu_type == gpu_type), None)
-    # Replicas beyond the gang size (an elastic gang grown past its minimum) are
-    # opportunistic: each is its own preemptible unit at the lowest priority, so a
-    # higher-priority gang shrinks elastic gangs toward their minimum before it preempts
-    # any whole gang.
-    core = items[: first.size] if ours else items
-    extra = items[len(core) :]
-    gangs = [
-        RunningGang(
+    placements = tuple(p for _, p in items)
+    if not ours or len(items) <= first.size:
+        gang = RunningGang(
             id=rid,
             gpu_type=gpu_type,
-            replicas=tuple(p for _, p in core),
+            replicas=placements,
             priority=pods.priority(first.pod) if ours else 0,
             preemptible=ours and pods.preemptible(first.pod),
             relative_throughput=speed,
             queue=pods.queue(first.pod) if ours else None,
         )
-    ]
-    members = {rid: tuple(f.key for f, _ in core)}
-    for f, placement in extra:
-        eid = f"{rid}#extra-{f.rank[0]}"
-        gangs.append(
-            RunningGang(eid, gpu_type, (placement,), 0, True, speed, queue=pods.queue(first.pod))
-        )
-        members[eid] = (f.key,)
-    return gangs, members
+        return [gang], {rid: tuple(f.key for f, _ in items)}
+    # Replicas beyond the gang size (an elastic gang grown past its minimum) are opportunistic:
+    # each is its own preemptible unit at the lowest priority (`core.borrowing.elastic_units`,
+    # as the simulator shows them), so a higher-priority gang shrinks elastic gangs toward
+    # their minimum before it preempts any whole gang. Each carries the job's scaling curve as
+    # one replica growing the job from its position, so it is worth its step of the curve and
+    # a gang that adds more may take it (core/rebalance.py).
+    units = elastic_units(
+        rid,
+        gpu_type,
+        placements,
+        first.size,
+        priority=pods.priority(first.pod),
+        preemptible=pods.preemptible(first.pod),
+        relative_throughput=speed,
+        demand=None if split else _growth_demand(rid, first, gpu_type, speed, len(items)),
+        queue=pods.queue(first.pod),
+    )
+    base = len(units[0].replicas)
+    members = {rid: tuple(f.key for f, _ in items[:base])}
+    for unit, (f, _) in zip(units[1:], items[base:], strict=True):
+        members[unit.id] = (f.key,)
+    return list(units), members
+
+
+def _growth_demand(
+    gid: str, first: PodFacts, gpu_type: str, speed: float | None, count: int
+) -> Gang | None:
+    """The job a running elastic gang's growth units grow: one replica on the type it runs on,
+    with the job's scaling curve from its pods (linear when the curve does not cover its
+    `count` running replicas, as for its room to grow); None when its pods make no gang."""
+    curve = pods.scaling(first.pod)
+    try:
+        gang = _gang_of(gid, first, (TypeOption(gpu_type, speed),), (1, 1), 0)
+    except ValueError:
+        return None
+    return replace(gang, scaling=curve if len(curve) >= count else ())
 
 
 def _borrowers_kept(running: list[RunningGang], borrowers: set[str]) -> list[RunningGang]:

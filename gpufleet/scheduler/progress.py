@@ -12,7 +12,8 @@ progress (the core's `RunProgress`), from its pods and the clock.
 - Recent moves: the move times the operator copies onto the pods (the job's
   `status.moveTimes`), within the last hour: the per-hour limit survives a scheduler restart.
 
-Only gangs whose demand the snapshot carries (`cluster_view`: movable gangs) get progress.
+Only gangs whose demand the snapshot carries (`cluster_view`: movable gangs) get progress; an
+elastic job's growth units carry the job as their demand and get none.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from gpufleet.core.borrowing import growth_job
 from gpufleet.core.moves import expected_remaining, unsaved_s
 from gpufleet.core.snapshot import RunningGang, RunProgress
 from gpufleet.model.contract.moves import Checkpoint, read_move_times
@@ -53,6 +55,10 @@ def run_length(pod: Pod) -> float | None:
     if start is None or not ends:
         return None
     return max(0.0, (max(ends) - start).total_seconds())
+
+
+def _movable(gang: RunningGang) -> bool:
+    return gang.demand is not None and growth_job(gang) is None
 
 
 class ProgressTracker:
@@ -90,15 +96,14 @@ class ProgressTracker:
                 del self._lengths[len(self._lengths) // 2]
 
     def attach(self, view: ClusterView) -> ClusterView:
-        """`view` with the progress of every running gang that carries a demand."""
+        """`view` with the progress of every movable running gang (one that carries a demand;
+        an elastic job's growth units carry the job's instead, and keep it: rebalance.py)."""
         snapshot = view.snapshot
-        if not any(g.demand is not None for g in snapshot.running):
+        if not any(_movable(g) for g in snapshot.running):
             return view
         now = self.wall()
         running = tuple(
-            self._with_progress(g, view.running_pods, view.facts, now)
-            if g.demand is not None
-            else g
+            self._with_progress(g, view.running_pods, view.facts, now) if _movable(g) else g
             for g in snapshot.running
         )
         return replace(view, snapshot=replace(snapshot, running=running))

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
 
+from gpufleet.core.borrowing import growth_job
 from gpufleet.core.decision import Decision
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import SchedulerReason, pending_text
@@ -105,6 +106,7 @@ class VictimEvictor:
             unread = pending_text(SchedulerReason.BUDGET, "cannot read PodDisruptionBudgets")
             return dict.fromkeys(victims_of, unread)
         current = {pods.pod_key(p): p for p in state.pods}
+        growth = {g.id for g in view.snapshot.running if growth_job(g) is not None}
         held: dict[str, str] = {}
         spent: dict[str, int] = {}
         until = self.clock() + self.retry
@@ -119,14 +121,26 @@ class VictimEvictor:
                 self._stop(gang, victims, message, until)
                 held[gang] = message
                 continue
-            held[gang] = self._evict_gang(gang, victims, keys, until, report)
+            held[gang] = self._evict_gang(gang, victims, keys, until, report, growth)
         return held
 
     def _evict_gang(
-        self, gang: str, victims: list[str], keys: list[str], until: float, report: CycleReport
+        self,
+        gang: str,
+        victims: list[str],
+        keys: list[str],
+        until: float,
+        report: CycleReport,
+        growth: Collection[str],
     ) -> str:
-        """Evict the victims' pods for `gang`; its pending message."""
-        message = f"preempted by higher-priority gang {gang}"
+        """Evict the victims' pods for `gang`; its pending message. Victims that are all
+        elastic jobs' growth units (replicas beyond a job's minimum, worth their step of its
+        scaling curve) are said to be given to `gang`: it may be of their priority
+        (core/rebalance.py)."""
+        if all(v in growth for v in victims):
+            message = f"elastic replica beyond the job's minimum, given to gang {gang}"
+        else:
+            message = f"preempted by higher-priority gang {gang}"
         # The victims' uids before the evictions: the operator recreates an evicted worker
         # under the same name while the other evictions are still going on.
         uids = self.cache.uids(keys)

@@ -16,7 +16,7 @@ from gpufleet.scheduler.cluster_view import ClusterView
 from gpufleet.scheduler.eligibility import Outcome
 
 PREEMPTING_MESSAGE = pending_text(
-    SchedulerReason.PREEMPTING, "waiting for preempted lower-priority gangs to exit"
+    SchedulerReason.PREEMPTING, "waiting for the gangs or elastic replicas it preempted to exit"
 )
 
 

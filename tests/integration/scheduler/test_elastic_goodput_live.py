@@ -5,10 +5,13 @@ Aspects: two elastic jobs on T4 (2 replicas running, room to grow to 6) with dif
 `spec.elastic.scaling` curves compete for GPUs that free up: both free GPUs go to the job whose
 next replicas add the most (its curve still climbs), none to the one whose curve has flattened;
 the climbing job then reports (annotation `gpufleet.io/throughput`) that its throughput fell at
-4 replicas: the operator records it, refines the curve in the status and on the pods, and the
-next two free GPUs go to the other job; an unreadable report is shown on the job (condition
-ThroughputReported False, a Warning Event) and changes nothing; an invalid curve is refused by
-the API server naming the field. No GPU is ever double-booked nor a gang partly bound.
+4 replicas: the operator records it, refines the curve in the status and on the pods, the other
+job takes the replica that now does less than nothing, and the next two free GPUs go to it too.
+An elastic job grown into every free GPU gives replicas that add little to a job that started
+later whose next replicas add more, until no move gains more than it disrupts (the split of
+most goodput), never touching either job's minimum. An unreadable report is shown on the job
+(condition ThroughputReported False, a Warning Event) and changes nothing; an invalid curve is
+refused by the API server naming the field. No GPU is ever double-booked nor a gang partly bound.
 """
 
 from __future__ import annotations
@@ -104,16 +107,68 @@ def test_free_gpus_go_where_the_marginal_goodput_is_highest(kube: Kube, ns: str)
     ]
     assert curve[4] - curve[3] < FLAT[2] - FLAT[1]  # its next step is now worth less than flat's
 
-    # Two more GPUs free: now both go to the other job.
-    kube.delete_job(ns, "then-free")
+    # Its 4th replica now does less than nothing (-0.385) and flat's 3rd adds 0.4: with no GPU
+    # freeing, flat takes it (core/rebalance.py); not climbs' 3rd (0.085), for a gain (0.4 -
+    # 0.085, x the T4's 0.35) below the disruption's price.
+    seen: list[tuple[int, int]] = []
 
-    def split() -> bool:
+    def counts() -> tuple[int, int]:
         assert watch.check() == []
-        return bound(kube, ns, "flat") == 4
+        seen.append((bound(kube, ns, "climbs"), bound(kube, ns, "flat")))
+        return seen[-1]
 
-    wait_for(split, "flat grown to 4", 60)
+    wait_for(lambda: counts() == (3, 3), "flat's 3rd replica taken from climbs", 60)
     time.sleep(3)
-    assert (bound(kube, ns, "climbs"), bound(kube, ns, "flat")) == (4, 4)
+    assert counts() == (3, 3), seen[-20:]
+
+    # Two more GPUs free: both go to flat (0.3, 0.2 against climbs' -0.385, then 0.282).
+    kube.delete_job(ns, "then-free")
+    wait_for(lambda: counts() == (3, 5), "flat grown to 5", 60)
+    time.sleep(3)
+    assert counts() == (3, 5), seen[-20:]
+    assert invariants.check(kube.core) == []
+
+
+# Steps from 2 replicas: GROWS 0.8, 0.7, 0.1, 0.1; LEVELS 0.3, 0.25, 0.2, 0.15 ... Of four
+# GPUs beyond both minimums the goodput is highest as GROWS 0.8 + 0.7 and LEVELS 0.3 + 0.25.
+GROWS = [1.0, 1.9, 2.7, 3.4, 3.5, 3.6]
+LEVELS = [1.0, 1.3, 1.55, 1.75, 1.9, 2.0]
+
+
+def test_held_growth_moves_to_the_job_whose_next_replicas_add_more(kube: Kube, ns: str) -> None:
+    # The 16 T4 GPUs: 8 held by a fixed job; the first elastic job grows into 6 of the other 8.
+    kube.create_job(ns, training_job("hold", 8, 1, "T4"))
+    wait_for(lambda: kube.phase(ns, "hold") == "Running", "hold Running", 60)
+    kube.create_job(ns, elastic("levels", LEVELS))
+    watch = SettledInvariants(kube.core)
+
+    def grown() -> bool:
+        assert watch.check() == []
+        return bound(kube, ns, "levels") == 6
+
+    wait_for(grown, "levels grown to 6", 60)
+    minimum = {
+        p["metadata"]["uid"]
+        for p in kube.pods(ns, f"{names.TRAININGJOB_LABEL}=levels")
+        if p["metadata"]["labels"].get(names.RANK_LABEL) in ("0", "1")
+    }
+    assert len(minimum) == 2
+
+    # The second starts at its minimum on the last 2 free GPUs; no GPU frees after that, and
+    # levels' 6th and 5th replicas (0.1, 0.15) go to grows' 3rd and 4th (0.8, 0.7); then no
+    # move gains more than it disrupts (levels' 4th adds 0.2, grows' 5th 0.1).
+    kube.create_job(ns, elastic("grows", GROWS))
+
+    def rebalanced() -> bool:
+        assert watch.check() == []
+        pods = kube.pods(ns, f"{names.TRAININGJOB_LABEL}=levels")
+        assert minimum <= {p["metadata"]["uid"] for p in pods}, "levels' minimum was touched"
+        return (bound(kube, ns, "grows"), bound(kube, ns, "levels")) == (4, 4)
+
+    wait_for(rebalanced, "grows 4 and levels 4 replicas", 90)
+    time.sleep(5)  # and it stays there
+    assert (bound(kube, ns, "grows"), bound(kube, ns, "levels")) == (4, 4)
+    assert kube.phase(ns, "levels") == "Running" and kube.phase(ns, "grows") == "Running"
     assert invariants.check(kube.core) == []
 
 

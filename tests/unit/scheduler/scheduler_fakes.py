@@ -38,6 +38,7 @@ class FakeBinder:
         self.bound: dict[str, BindRequest] = {}
         self.deleted: list[tuple[str, str, bool]] = []
         self.evicted: list[tuple[str, str]] = []
+        self.evict_messages: dict[str, str] = {}  # pod key -> the message of its eviction
         self.moved: list[tuple[str, dict[str, str]]] = []  # (pod key, marker) deleted to move
         self.move_messages: list[str] = []  # the message of each move's deletion
         self.marked: dict[str, str] = {}
@@ -95,6 +96,7 @@ class FakeBinder:
             out[k] = self.refuse.get(k)
             if out[k] is None:
                 self.evicted.append((k, reason))
+                self.evict_messages[k] = message
         return out
 
     def patch_pod(self, key: str, body: Mapping[str, Any]) -> str | None:
