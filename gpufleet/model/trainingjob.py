@@ -193,7 +193,8 @@ class ElasticPolicy(CRDModel):
         description=(
             "The job's throughput at 1, 2, ... maxReplicas replicas relative to one replica "
             "(first value 1, never decreasing; for example [1, 1.9, 2.6, 3.1]): the scheduler "
-            "gives free GPUs to the elastic jobs whose next replica adds the most. Refined "
+            "gives free GPUs to the elastic jobs whose next replica adds the most, and moves a "
+            "replica beyond minReplicas to a job whose next replica adds more. Refined "
             "from the throughput the job reports in its gpufleet.io/throughput annotation "
             "(status.scaling is the curve in use). Omitted: linear, until the job reports."
         ),
