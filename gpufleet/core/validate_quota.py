@@ -9,7 +9,8 @@ the decision, and reports:
   nominal all the way up nor on capacity no queue is promised);
 - a preemption across queues that is not a reclaim: the victim's queue did not borrow the
   victim's resource, or the winner's queue would go above its own nominal quota;
-- inside one queue, a preemption of a gang of equal or higher priority;
+- inside one queue, a preemption of a gang of equal or higher priority (but an elastic job's
+  growth unit may go for a gang of its own priority: rebalance.py);
 - a gang of an unusable queue, with a priority outside its queue's range, or from a namespace
   its queue's namespace selector does not take (or whose labels are unknown), that is placed.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from gpufleet.core.borrowing import growth_job
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang
 from gpufleet.core.queues import QueueTree, resource_key, split_resource
@@ -142,7 +144,9 @@ def _preemption_problems(
 ) -> list[str]:
     vq, wq = _home(tree, victim.queue), _home(tree, winner.queue)
     if vq == wq:
-        if victim.priority >= winner.priority:
+        # An elastic job's growth unit may go for a gang of its own priority (rebalance.py).
+        shrink = growth_job(victim) is not None and victim.priority <= winner.priority
+        if victim.priority >= winner.priority and not shrink:
             return [f"{victim.id} preempted inside its queue for {winner.id} of no higher priority"]
         return []
     if wq is None:

@@ -4,11 +4,11 @@ A running elastic job grown past its minimum is its minimum gang plus one growth
 replica (`borrowing.elastic_units` with the job's demand). Aspects, on both engines: a new job
 of the same priority takes a job's top units (never below its minimum), whatever they add;
 another job's room to grow takes a replica only where it adds more than there: refused for a
-linear curve (the replica adds as much where it is), for a job's own growth (also where a refined
-curve dips), and when the
-shrunk job's restart is not paid back before it is expected to end; without demands on the
-units nothing is shrunk (the behaviour before the rule); the decisions are valid; a move of a
-grown job takes it whole, its growth units included, and a unit is never moved alone.
+linear curve (the replica adds as much where it is), for a job's own growth (also where a
+refined curve dips), and when the shrunk job's restart is not paid back before it is expected
+to end; without demands on the units nothing is shrunk (the behaviour before the rule); the
+decisions are valid (inside a queue too, where a unit may go for a gang of its own priority); a
+move of a grown job takes it whole, its growth units included, and a unit is never moved alone.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang
 from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, SolverSettings
+from gpufleet.core.queues import QueueSpec, QueueTree, Quota
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress, Snapshot
 from gpufleet.core.validate import decision_problems
 from gpufleet.model.inventory import make_node
@@ -104,6 +105,17 @@ def test_another_jobs_growth_takes_a_replica_that_adds_less(engine: Engine) -> N
 def test_a_new_job_takes_growth_whatever_it_adds(engine: Engine) -> None:
     snapshot = full(running(job(LINEAR)))
     decision = decide(snapshot, [gang("b", A100)], engine)
+    assert [(p.gang_id, p.for_gang) for p in decision.preemptions] == [("a#extra-3", "b")]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_inside_a_queue_a_new_job_takes_growth_of_its_own_priority(engine: Engine) -> None:
+    # The validator (`decide` checks it) accepts it: inside a queue only whole gangs need a
+    # preemptor of higher priority.
+    queue = QueueTree.build([QueueSpec("q", None, 1.0, {A100: Quota(4)})])
+    units = tuple(replace(u, queue="q") for u in running(job(FLAT)))
+    snapshot = replace(full(units), queues=queue)
+    decision = decide(snapshot, [replace(gang("b", A100), queue="q")], engine)
     assert [(p.gang_id, p.for_gang) for p in decision.preemptions] == [("a#extra-3", "b")]
 
 
