@@ -4,7 +4,8 @@ The operator's handlers only gather inputs and carry out the returned `Plan`, so
 the run policy is unit-tested here without an API server:
 - pods are created for missing ranks (never while a gang restart is still deleting pods);
 - a failed worker restarts the whole gang, up to `backoffLimit`; failures caused by preemption
-  or node loss (a DisruptionTarget condition) do not count;
+  or node loss (a DisruptionTarget condition) do not count; an elastic job whose replicas beyond
+  its minimum were preempted (given to other work) is not preempted: it runs on, smaller;
 - `activeDeadlineSeconds` counts from the first start, `ttlSecondsAfterFinished` from the end;
 - `suspend` deletes the pods and keeps the job;
 - a move (the scheduler deleted the gang's pods to restart it on faster GPUs) is counted once
@@ -32,7 +33,7 @@ from gpufleet.model.contract.moves import moved_at
 from gpufleet.model.contract.reasons import disruption_reason, read_pending
 from gpufleet.model.contract.scaling import parse_throughput, scaling_annotations
 from gpufleet.model.contract.timestamps import format_time, parse_time
-from gpufleet.model.contract.wishes import read_rank
+from gpufleet.model.contract.wishes import read_gang_size, read_rank
 from gpufleet.model.trainingjob import (
     MAX_MOVE_TIMES,
 )
@@ -92,7 +93,23 @@ def _rank(pod: Obj) -> int:
 
 
 def _disrupted(pod: Obj) -> str | None:
-    return disruption_reason(pod)
+    return job_disruption(pod)
+
+
+def _given_away(pod: Obj) -> bool:
+    return disruption_reason(pod) == names.PREEMPTED_REASON and job_disruption(pod) is None
+
+
+def job_disruption(pod: Obj) -> str | None:
+    """Why the pod's disruption disrupted its job, or None: a gpufleet preemption of a worker
+    beyond the gang's size (an elastic job's replica beyond its minimum, given to other work)
+    shrinks the job, which runs on; it was not preempted."""
+    reason = disruption_reason(pod)
+    annotations = pod["metadata"].get("annotations") or {}
+    sized = names.GANG_SIZE in annotations  # without it nothing says the pod is growth
+    if reason == names.PREEMPTED_REASON and sized and _rank(pod) >= read_gang_size(annotations):
+        return None
+    return reason
 
 
 def pending_reason(pods: Sequence[Obj]) -> tuple[str, str]:
@@ -423,8 +440,14 @@ def _run(
         out.delete = [p["metadata"]["name"] for p in live if _rank(p) not in succeeded]
         return Phase.SUCCEEDED, restarts
 
+    # An elastic job's replicas beyond its minimum given to other work are no failure: they go,
+    # and are created again as room to grow once gone.
+    given = [p for p in live if _phase(p) == "Failed" and _given_away(p)]
+    if given:
+        out.delete = [p["metadata"]["name"] for p in given]
+        live = [p for p in live if p not in given]
     failed = [p for p in live if _phase(p) == "Failed"]
-    terminating = [p for p in pods if _deleting(p)]
+    terminating = [p for p in pods if _deleting(p)] + given
     # Why pods went away: a preemption or node loss marks them before deleting them.
     causes = {c for p in [*failed, *terminating] if (c := _disrupted(p))}
     if disruption:

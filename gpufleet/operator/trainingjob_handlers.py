@@ -34,7 +34,6 @@ from pydantic import ValidationError
 from gpufleet import kubepool
 from gpufleet.model.contract import names
 from gpufleet.model.contract.moves import moved_at
-from gpufleet.model.contract.reasons import disruption_reason
 from gpufleet.model.gpus import load_catalog
 from gpufleet.operator import (
     children,
@@ -95,8 +94,9 @@ class State:
 
 
 def record_disruption(state: State, pod: dict[str, Any]) -> None:
-    """Pods of a preempted or restarted gang may vanish between two passes; remember why."""
-    reason = disruption_reason(pod)
+    """Pods of a preempted or restarted gang may vanish between two passes; remember why (not
+    for an elastic job's replica beyond its minimum given to other work: `job_disruption`)."""
+    reason = reconcile.job_disruption(pod)
     moved = moved_at(pod)
     if reason is not None:
         for owner in pod["metadata"].get("ownerReferences") or []:

@@ -9,9 +9,10 @@ the climbing job then reports (annotation `gpufleet.io/throughput`) that its thr
 job takes the replica that now does less than nothing, and the next two free GPUs go to it too.
 An elastic job grown into every free GPU gives replicas that add little to a job that started
 later whose next replicas add more, until no move gains more than it disrupts (the split of
-most goodput), never touching either job's minimum. An unreadable report is shown on the job
-(condition ThroughputReported False, a Warning Event) and changes nothing; an invalid curve is
-refused by the API server naming the field. No GPU is ever double-booked nor a gang partly bound.
+most goodput), never touching either job's minimum nor marking the job Preempted. An
+unreadable report is shown on the job (condition ThroughputReported False, a Warning Event)
+and changes nothing; an invalid curve is refused by the API server naming the field. No GPU is
+ever double-booked nor a gang partly bound.
 """
 
 from __future__ import annotations
@@ -169,6 +170,7 @@ def test_held_growth_moves_to_the_job_whose_next_replicas_add_more(kube: Kube, n
     time.sleep(5)  # and it stays there
     assert (bound(kube, ns, "grows"), bound(kube, ns, "levels")) == (4, 4)
     assert kube.phase(ns, "levels") == "Running" and kube.phase(ns, "grows") == "Running"
+    assert kube.condition(ns, "levels", "Preempted") is None  # shrunk, not preempted
     assert invariants.check(kube.core) == []
 
 

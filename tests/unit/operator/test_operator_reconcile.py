@@ -258,6 +258,52 @@ def test_elastic_job_succeeds_when_the_workers_that_ran_succeeded() -> None:
     assert sorted(out.delete) == ["j-worker-2", "j-worker-3"]  # never placed: not needed now
 
 
+def given_away(rank: int, phase: str = "Running", deleting: bool = True) -> dict[str, Any]:
+    """A worker of a gang of 2 the scheduler evicted, as a preemption (model.contract)."""
+    p = pod(rank, phase, "n0")
+    p["metadata"]["annotations"] |= {
+        names.GANG_SIZE: "2",
+        names.DISRUPTED_BY: names.PREEMPTED_REASON,
+    }
+    if deleting:
+        p["metadata"]["deletionTimestamp"] = "2026-01-01T11:59:59Z"
+    return p
+
+
+def test_an_elastic_job_whose_growth_is_given_away_runs_on_smaller() -> None:
+    spec = {"elastic": {"minReplicas": 2, "maxReplicas": 4}, "replicas": None}
+    running = [pod(0, "Running", "n0"), pod(1, "Running", "n1"), pod(3)]
+    out = plan(job(status={"phase": "Running"}, **spec), [*running, given_away(2)], NOW)
+    assert out.status["phase"] == "Running" and out.status["restarts"] == 0
+    assert "Preempted" not in {c["type"] for c in out.status["conditions"]}
+    assert out.create == [] and out.delete == []  # created again once gone, as room to grow
+    # Its pod already Failed (not yet deleted): no failure, no gang restart; it is deleted.
+    out = plan(
+        job(status={"phase": "Running"}, **spec), [*running, given_away(2, "Failed", False)], NOW
+    )
+    assert out.status["phase"] == "Running" and out.status["restarts"] == 0
+    assert out.delete == ["j-worker-2"] and out.create == []
+    assert "Preempted" not in {c["type"] for c in out.status["conditions"]}
+    # Gone: created again.
+    assert plan(job(status=out.status, **spec), running, NOW).create == [2]
+
+
+def test_a_preempted_worker_within_the_gang_size_preempts_the_job() -> None:
+    assert reconcile.job_disruption(given_away(1)) == names.PREEMPTED_REASON
+    assert reconcile.job_disruption(given_away(2)) is None
+    lost = given_away(2)
+    lost["metadata"]["annotations"][names.DISRUPTED_BY] = "NodeFailure"
+    assert reconcile.job_disruption(lost) == "NodeFailure"
+    unsized = given_away(2)  # no gang size on the pod: nothing says it is growth
+    del unsized["metadata"]["annotations"][names.GANG_SIZE]
+    assert reconcile.job_disruption(unsized) == names.PREEMPTED_REASON
+    spec = {"elastic": {"minReplicas": 2, "maxReplicas": 4}, "replicas": None}
+    pods = [given_away(0), given_away(1), given_away(2), pod(3)]
+    out = plan(job(status={"phase": "Running"}, **spec), pods, NOW)
+    assert out.status["phase"] == "Preempted"
+    assert cond(out.status, "Preempted")["reason"] == "PreemptedByHigherPriority"
+
+
 # -- moves -------------------------------------------------------------------------------------
 
 
