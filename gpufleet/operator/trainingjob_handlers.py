@@ -317,7 +317,16 @@ def delete_children(namespace: str | None, name: str, uid: str, memo: Any, **_: 
     except ApiException as exc:
         if exc.status != 404:
             raise kopf.TemporaryError(f"deleting children: {exc.reason}", delay=2) from exc
+    forget(state, uid)
+
+
+def forget(state: State, uid: str) -> None:
+    """Drop everything the process keeps about job `uid` (it is being deleted). A disruption
+    or move recorded since the job's last pass is dropped too: no pass will take it."""
     state.services.discard(uid)
     state.quiet.forget(uid)
     state.locks.forget(uid)
     state.usage.forget(uid)
+    with state.guard:
+        state.disruptions.pop(uid, None)
+        state.moves.pop(uid, None)

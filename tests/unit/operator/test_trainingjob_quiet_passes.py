@@ -4,13 +4,15 @@ adapter's own unit test); the sandbox tests run the same passes against a real A
 
 Aspects: a steady running job, a finished job before its TTL; a pod that changed, usage totals
 due after USAGE_FLUSH, a TTL that is due, a pod disruption seen between passes, a first pass
-after an operator start, a body older than the previous pass's write.
+after an operator start, a body older than the previous pass's write; nothing about a job
+is kept once it is deleted (the per-job memory of a long-running operator stays bounded).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
@@ -260,3 +262,55 @@ def test_a_pod_without_the_jobs_scaling_curve_makes_the_pass_annotate_it(
     harness.now += timedelta(seconds=1)
     harness.run()
     assert harness.calls() == []
+
+
+def kept(state: trainingjob_handlers.State, uid: str) -> list[str]:
+    """The per-job structures of the handler state that still hold job `uid`."""
+    held = {
+        "services": uid in state.services,
+        "quiet": uid in state.quiet._quiet,
+        "locks": uid in state.locks._locks,
+        "usage": uid in state.usage._jobs,
+        "disruptions": uid in state.disruptions,
+        "moves": uid in state.moves,
+    }
+    return [name for name, there in held.items() if there]
+
+
+def delete(harness: Harness) -> None:
+    """The finalizer's handler, as kopf calls it once the job is being deleted."""
+    meta = harness.stored["metadata"]
+    trainingjob_handlers.delete_children(
+        namespace=meta["namespace"], name=meta["name"], uid=meta["uid"],
+        memo=SimpleNamespace(state=harness.state),
+    )  # fmt: skip
+
+
+def test_a_job_deleted_after_its_ttl_leaves_nothing_behind(harness: Harness) -> None:
+    harness.running()
+    harness.pods.pods = [worker(0, "Succeeded"), worker(1, "Succeeded")]
+    for _ in range(61):  # finished, then its TTL
+        harness.now += timedelta(seconds=1)
+        harness.run()
+    harness.state.pool.shutdown(wait=True)
+    assert harness.state.custom.mock_calls[-1][0] == "delete_namespaced_custom_object"
+    assert kept(harness.state, "u1") == ["services", "locks", "usage"]
+    delete(harness)
+    assert kept(harness.state, "u1") == []
+
+
+def test_a_job_deleted_after_a_move_before_its_next_pass_leaves_nothing_behind(
+    harness: Harness,
+) -> None:
+    harness.running()
+    moved = worker(1)
+    moved["metadata"]["ownerReferences"] = [{"uid": "u1"}]
+    moved["metadata"]["annotations"] |= {
+        names.DISRUPTED_BY: names.MOVED_REASON,
+        names.MOVED_AT: format_time(harness.now),
+    }
+    harness.pods.hook(moved)  # the move deleted a worker; the job is deleted before a pass
+    assert "disruptions" in kept(harness.state, "u1")
+    assert "moves" in kept(harness.state, "u1")
+    delete(harness)
+    assert kept(harness.state, "u1") == []
