@@ -33,7 +33,7 @@ from prometheus_client import REGISTRY
 
 from gpufleet.admin.metrics import FleetCollector
 from gpufleet.admin.wiring import ServingLabel, admin_view, build_context, policy_watch
-from gpufleet.app import kopf_setup, logs
+from gpufleet.app import kopf_setup, logs, malloc_arenas
 from gpufleet.app.http_endpoint import Health, Phase, serve
 from gpufleet.autoscaler.service import JobAutoscalers
 from gpufleet.model.contract import names
@@ -53,6 +53,7 @@ log = logging.getLogger("gpufleet.operator")
 
 def run(settings: Settings) -> int:
     """Run until stopped (0) or the Lease is lost (1)."""
+    malloc_arenas.limit_arenas()  # before any thread starts (malloc_arenas.py)
     logs.configure(settings.log)
     # `kill -USR1 <pid>` prints every thread's stack: cheap insurance for diagnosing hangs.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
