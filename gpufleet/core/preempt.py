@@ -8,11 +8,15 @@ a time until the gang fits, first from the best candidates whatever their node, 
 fails) from the candidates of one node at a time (`_victim_groups`); then victims that turn out
 unnecessary are put back, and the eviction happens only if the gang's objective value beats
 what the victims lose plus the disruption cost. Every what-if is undone when not taken.
+
+The what-if steps here (`release_gang`, `retake`, `try_plan`, `release_until_fits`,
+`put_back_unneeded`) are shared: rebalance.py releases and puts back growth units the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import partial
 
 from gpufleet.core.borrowing import victim_key
 from gpufleet.core.decision import GangPlacement, Preemption
@@ -56,12 +60,67 @@ def release_gang(state: ClusterState, gang: RunningGang) -> None:
         state.gate.free(gang)
 
 
-def _try_plan(state: ClusterState, gang: Gang, policy: Policy, layouts: Memo) -> Plan | None:
+def retake_all(state: ClusterState, gangs: Iterable[RunningGang]) -> None:
+    """Give released running gangs their GPUs back, in turn (undo a what-if)."""
+    for gang in gangs:
+        retake(state, gang)
+
+
+def try_plan(state: ClusterState, gang: Gang, policy: Policy, layouts: Memo) -> Plan | None:
+    """`gang`'s plan on the first usable GPU type that holds it in the working state, or None."""
     for gpu_type in usable_types(state, gang, policy, layouts):
         plan = plan_gang(state, gang, gpu_type, policy, layouts)
         if plan is not None:
             return plan
     return None
+
+
+def release_until_fits(
+    state: ClusterState,
+    gang: Gang,
+    victims: Iterable[RunningGang],
+    policy: Policy,
+    layouts: Memo,
+    may_release: Callable[[RunningGang], bool] | None = None,
+) -> tuple[list[RunningGang], Plan | None]:
+    """Release `victims` one at a time, in order, until `gang` fits: the released ones and the
+    plan. A victim `may_release` refuses (asked just before its turn, after the earlier ones are
+    released) is passed over. If the gang does not fit even then, every released victim is taken
+    back and the answer is `([], None)`."""
+    released: list[RunningGang] = []
+    for victim in victims:
+        if may_release is not None and not may_release(victim):
+            continue
+        release_gang(state, victim)
+        released.append(victim)
+        plan = try_plan(state, gang, policy, layouts)
+        if plan is not None:
+            return released, plan
+    retake_all(state, released)
+    return [], None
+
+
+def put_back_unneeded(
+    state: ClusterState,
+    gang: Gang,
+    released: Sequence[RunningGang],
+    plan: Plan,
+    policy: Policy,
+    layouts: Memo,
+) -> tuple[list[RunningGang], Plan]:
+    """Put back the released gangs that `gang` (placed by `plan`) turns out not to need, latest
+    first, re-planning after each; the last released one is needed by design (release_until_fits
+    stopped there). The ones still released and the gang's plan without the others."""
+    needed = list(released)
+    for victim in reversed(released[:-1]):
+        retake(state, victim)
+        again = try_plan(state, gang, policy, layouts)
+        if again is None:
+            release_gang(state, victim)
+        else:
+            needed.remove(victim)
+            plan = again
+    return needed, plan
 
 
 def _victim_groups(
@@ -149,40 +208,22 @@ def preempt_for_pending(
             for t in types
             for n in state.nodes_by_type.get(t, [])
         }
+        # A queue stops being reclaimed from once it is back within its nominal quota.
+        may_evict = None if gate is None else partial(gate.may_evict, gang=gang)
         for group in _victim_groups(candidates, gang.gpus_needed(gang.replicas_min), free):
-            for victim in group:
-                # A queue stops being reclaimed from once it is back within its nominal quota.
-                if gate is not None and not gate.may_evict(victim, gang):
-                    continue
-                release_gang(state, victim)
-                released.append(victim)
-                plan = _try_plan(state, gang, policy, layouts)
-                if plan is not None:
-                    break
+            released, plan = release_until_fits(state, gang, group, policy, layouts, may_evict)
             if plan is not None:
                 break
-            for victim in released:
-                retake(state, victim)
-            released = []
         if plan is None:
             continue
-        # Put back victims the gang turns out not to need (latest-added is needed by design).
-        for victim in list(reversed(released[:-1])):
-            retake(state, victim)
-            again = _try_plan(state, gang, policy, layouts)
-            if again is None:
-                release_gang(state, victim)
-            else:
-                released.remove(victim)
-                plan = again
+        released, plan = put_back_unneeded(state, gang, released, plan, policy, layouts)
         reclaim = gate is not None and all(gate.is_reclaim(v, gang) for v in released)
         gain = _plan_value(state, plan, policy)
         loss = sum(values[v.id] for v in released)
         loss += policy.weights.disruption * len(released)
         # A reclaim returns guaranteed quota: it happens whatever the borrowed work is worth.
         if gain <= loss and not reclaim:
-            for victim in released:
-                retake(state, victim)
+            retake_all(state, released)
             continue
         placed[gang.id] = commit(state, plan, policy)
         for victim in sorted(released, key=lambda r: r.id):

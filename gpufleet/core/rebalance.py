@@ -44,16 +44,14 @@ from gpufleet.core.decision import GangPlacement, Preemption
 from gpufleet.core.demand import Gang
 from gpufleet.core.greedy import (
     Memo,
-    Plan,
     commit,
     eligible_nodes,
     greedy_order,
-    plan_gang,
     usable_types,
 )
 from gpufleet.core.objective import running_value
 from gpufleet.core.policy import Policy
-from gpufleet.core.preempt import release_gang, retake
+from gpufleet.core.preempt import put_back_unneeded, release_until_fits, retake_all
 from gpufleet.core.snapshot import RunningGang
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import gang_value
@@ -114,31 +112,14 @@ def shrink_for_pending(
         # At its minimum, as greedy places it first (more replicas would be growth again).
         fixed = replace(gang, replicas_max=gang.replicas_min)
         candidates.sort(key=lambda r: (values[r.id] / _gpus(r), -_position(r), r.id))
-        released: list[RunningGang] = []
-        plan: Plan | None = None
-        for unit in candidates[: max(MAX_UNITS_PER_GANG, gang.gpus_needed(gang.replicas_min))]:
-            release_gang(state, unit)
-            released.append(unit)
-            plan = _try_plan(state, fixed, policy, memo)
-            if plan is not None:
-                break
+        bound = max(MAX_UNITS_PER_GANG, gang.gpus_needed(gang.replicas_min))
+        released, plan = release_until_fits(state, fixed, candidates[:bound], policy, memo)
         if plan is None:
-            for unit in released:
-                retake(state, unit)
             continue
-        # Put back units the gang turns out not to need (the last one is needed by design).
-        for unit in list(reversed(released[:-1])):
-            retake(state, unit)
-            again = _try_plan(state, fixed, policy, memo)
-            if again is None:
-                release_gang(state, unit)
-            else:
-                released.remove(unit)
-                plan = again
+        released, plan = put_back_unneeded(state, fixed, released, plan, policy, memo)
         gain = gang_value(plan.gang, state.catalog[plan.gpu_type], policy, len(plan.replicas))
         if gang.grows_from and not _worth(gain, released, values, jobs, policy):
-            for unit in released:
-                retake(state, unit)
+            retake_all(state, released)
             continue
         placed[gang.id] = commit(state, plan, policy)
         for unit in sorted(released, key=lambda r: r.id):
@@ -181,11 +162,3 @@ def _worth(
         if net * progress.expected_remaining_s <= value * (restart + progress.unsaved_s):
             return False
     return True
-
-
-def _try_plan(state: ClusterState, gang: Gang, policy: Policy, memo: Memo) -> Plan | None:
-    for gpu_type in usable_types(state, gang, policy, memo):
-        plan = plan_gang(state, gang, gpu_type, policy, memo)
-        if plan is not None:
-            return plan
-    return None
