@@ -824,30 +824,7 @@ class Simulation:
         self._release(job)
         job.replicas = replicas
         job.record.resizes += 1
-        touched = self.cluster.hold(
-            RunningGang(
-                id=job.trace.job_id,
-                gpu_type=job.gpu_type,
-                replicas=replicas,
-                priority=job.gang.priority,
-                preemptible=job.gang.preemptible,
-                relative_throughput=self.speed.type_speed(job.trace, job.gpu_type),
-                queue=job.gang.queue,
-            )
-        )
-        self._active += 1
-        ready = self.now + self._restart_s()
-        for node in touched:
-            if self._power[node].state is not PowerState.ON:
-                raise RuntimeError(f"policy grew {job.trace.job_id} onto {node}, not on")
-            self._power[node] = replace(self._power[node], empty_since=None)
-            self._refresh_node_power(node)
-        for r in replicas:
-            for ix in r.gpus:
-                ready = max(ready, self._gpu_ready.get((r.node, ix), 0.0))
-        job.state = _State.STARTING
-        job.last_t = self.now
-        self._push(ready, _Kind.READY, job.trace.job_id, job.version)
+        self._restart_held(job, "grew", "onto")
 
     def _lose_unsaved(self, job: _Job) -> None:
         """A running job stopped now redoes the work since its last checkpoint."""
@@ -873,14 +850,20 @@ class Simulation:
         job.replicas = placement.replicas
         job.gpu_type = placement.gpu_type
         job.cap_w = placement.power_cap_w
+        self._restart_held(job, "moved", "to")
+
+    def _restart_held(self, job: _Job, verb: str, onto: str) -> None:
+        """Hold a stopped running job's replicas (`job.replicas` on `job.gpu_type`) on the
+        cluster and restart it on them (after a resize or a move, `verb`): its nodes, which must
+        be on, stay on; it is ready after a restart and once every one of its GPUs is."""
         touched = self.cluster.hold(
             RunningGang(
                 id=job.trace.job_id,
-                gpu_type=placement.gpu_type,
-                replicas=placement.replicas,
+                gpu_type=job.gpu_type,
+                replicas=job.replicas,
                 priority=job.gang.priority,
                 preemptible=job.gang.preemptible,
-                relative_throughput=self.speed.type_speed(job.trace, placement.gpu_type),
+                relative_throughput=self.speed.type_speed(job.trace, job.gpu_type),
                 queue=job.gang.queue,
             )
         )
@@ -888,10 +871,10 @@ class Simulation:
         ready = self.now + self._restart_s()
         for node in touched:
             if self._power[node].state is not PowerState.ON:
-                raise RuntimeError(f"policy moved {move.gang_id} to {node}, not on")
+                raise RuntimeError(f"policy {verb} {job.trace.job_id} {onto} {node}, not on")
             self._power[node] = replace(self._power[node], empty_since=None)
             self._refresh_node_power(node)
-        for r in placement.replicas:
+        for r in job.replicas:
             for ix in r.gpus:
                 ready = max(ready, self._gpu_ready.get((r.node, ix), 0.0))
         job.state = _State.STARTING
