@@ -126,12 +126,16 @@ def test_growth_takes_nothing_where_the_replica_adds_as_much(engine: Engine) -> 
     assert decision.placements == () and decision.preemptions == ()
 
 
+def own_growth(curve: tuple[float, ...]) -> tuple[Snapshot, Gang]:
+    """Job "a" running 4 replicas (of at most 5, on `curve`) on n0 and its room to grow."""
+    demand = replace(gang("a", A100, replicas=(1, 5)), scaling=curve)
+    own = replace(gang("a#rest", A100), scaling=curve, grows_from=4)
+    return full(running(demand, count=4)), own
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_jobs_own_growth_never_takes_its_own_replicas(engine: Engine) -> None:
-    curve = (1.0, 1.5, 1.7, 1.75, 1.77)
-    demand = replace(gang("a", A100, replicas=(1, 5)), scaling=curve)
-    snapshot = full(running(demand, count=4))
-    own = replace(gang("a#rest", A100), scaling=curve, grows_from=4)
+    snapshot, own = own_growth((1.0, 1.5, 1.7, 1.75, 1.77))
     decision = decide(snapshot, [own], engine)
     assert decision.placements == () and decision.preemptions == ()
 
@@ -141,10 +145,7 @@ def test_nor_its_own_replicas_when_a_refined_curve_dips(engine: Engine) -> None:
     # Reported slower at 4 replicas than at 3, faster again at 5 (a refined curve need not be
     # concave): its 4th replica is worth -0.4, a 5th +0.3; taking its 4th for a "5th" would
     # only restart it at the same size.
-    curve = (1.0, 1.9, 2.0, 1.6, 1.9)
-    demand = replace(gang("a", A100, replicas=(1, 5)), scaling=curve)
-    snapshot = full(running(demand, count=4))
-    own = replace(gang("a#rest", A100), scaling=curve, grows_from=4)
+    snapshot, own = own_growth((1.0, 1.9, 2.0, 1.6, 1.9))
     decision = decide(snapshot, [own], engine)
     assert decision.placements == () and decision.preemptions == ()
     # Another job's growth that adds more does take that replica.
