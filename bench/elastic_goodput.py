@@ -42,7 +42,6 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +51,7 @@ from gpufleet.sim.engine import SimSettings, Simulation
 from gpufleet.sim.occupancy import SimCluster
 from gpufleet.sim.policies import make_policy
 from gpufleet.sim.results import summarise
-from gpufleet.sim.runner import Workload, history_estimate, load_workload
+from gpufleet.sim.runner import Workload, days_before, load_workload, with_history_prior
 from gpufleet.sim.simulate_command import default_fleet_path
 from gpufleet.sim.speed import SpeedModel
 from gpufleet.sim.traces.common import TraceJob
@@ -139,14 +138,9 @@ def run_sample(
         window=window,
         arrival_speedup=load,
     )
-    begin = datetime.fromisoformat(window)
-    earlier = f"{(begin - timedelta(days=14)).isoformat()},{begin.isoformat()}"
-    past = load_workload("philly", fleet, jobs=None, seed=seed, window=earlier).jobs
-    settings = SimSettings()
-    if past:
-        prior = history_estimate(past, fleet, work.catalog, fitted_speed(fleet, work))
-        tasks = float(min(len(past), settings.workload_window))
-        settings = replace(settings, workload_prior=prior, workload_prior_tasks=tasks)
+    past = load_workload("philly", fleet, jobs=None, seed=seed, window=days_before(window)).jobs
+    speed = fitted_speed(fleet, work)
+    settings = with_history_prior(SimSettings(), past, fleet, work.catalog, speed)
     runs: dict[str, dict[str, float]] = {}
     for variant in VARIANTS:
         t0 = time.perf_counter()

@@ -44,8 +44,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timedelta
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +54,13 @@ from gpufleet.sim.engine import SimSettings
 from gpufleet.sim.policies import POLICY_NAMES
 from gpufleet.sim.report import write_box_plots
 from gpufleet.sim.results import summarise
-from gpufleet.sim.runner import history_estimate, load_workload, run_policy, speed_model
+from gpufleet.sim.runner import (
+    days_before,
+    load_workload,
+    run_policy,
+    speed_model,
+    with_history_prior,
+)
 from gpufleet.sim.samples import packing_order
 from gpufleet.sim.simulate_command import default_fleet_path
 
@@ -189,16 +194,12 @@ def run_sample(sample: Sample, config: Config, data_dir: str | None) -> dict[str
             data_dir=data,
         )
         jobs = work.jobs
-        begin = datetime.fromisoformat(window)
-        earlier = f"{(begin - timedelta(days=14)).isoformat()},{begin.isoformat()}"
+        earlier = days_before(window)
         past = load_workload(
             "philly", fleet, jobs=None, seed=sample.seed, window=earlier, data_dir=data
         ).jobs
         settings = SimSettings()
-    if past:
-        prior = history_estimate(past, fleet, work.catalog, speed_model(fleet, work))
-        tasks = float(min(len(past), settings.workload_window))
-        settings = replace(settings, workload_prior=prior, workload_prior_tasks=tasks)
+    settings = with_history_prior(settings, past, fleet, work.catalog, speed_model(fleet, work))
     runs: dict[str, dict[str, float]] = {}
     for policy in config.policies:
         result = run_policy(

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from gpufleet.core.policy import Engine, TypeDelay
@@ -30,11 +31,13 @@ from gpufleet.sim.traces.philly import load_philly
 __all__ = [
     "ALIBABA_TYPE_MAP",
     "Workload",
+    "days_before",
     "history_estimate",
     "load_workload",
     "run_policy",
     "sim_pool_check",
     "speed_model",
+    "with_history_prior",
 ]
 
 # Alibaba GPU models -> catalogue types. T4, A10 and V100 map to themselves (the catalogue has
@@ -154,6 +157,30 @@ def history_estimate(
     types = [catalog[t] for t in sorted({p.gpu_type for p in fleet.node_pools})]
     counts = ArrivalCounts(window=math.inf)
     return counts.observed_gangs(gang_for_job(j, types, speed) for j in jobs).estimate()
+
+
+def with_history_prior(
+    settings: SimSettings,
+    past: Sequence[TraceJob],
+    fleet: FleetSpec,
+    catalog: Catalog,
+    speed: SpeedModel,
+) -> SimSettings:
+    """`settings` with the workload estimate's prior taken from the `past` jobs (those before
+    the replayed ones), weighing as many tasks as they are, at most the estimate's window;
+    `settings` as they are without past jobs."""
+    if not past:
+        return settings
+    prior = history_estimate(past, fleet, catalog, speed)
+    tasks = float(min(len(past), settings.workload_window))
+    return replace(settings, workload_prior=prior, workload_prior_tasks=tasks)
+
+
+def days_before(start: str, days: int = 14) -> str:
+    """The trace window (`begin,end`) of the `days` days before `start` (ISO date or time), for
+    the history of a replay that starts there."""
+    begin = datetime.fromisoformat(start)
+    return f"{(begin - timedelta(days=days)).isoformat()},{begin.isoformat()}"
 
 
 def speed_model(fleet: FleetSpec, workload: Workload) -> SpeedModel:

@@ -1,7 +1,8 @@
 """Inputs the simulator passes to gpufleet's policies: the workload estimate and waiting time.
 
 Aspects: a prior from past jobs counts the shapes of their gangs on the fleet's types
-(constraints naming types outside the fleet narrow to the fleet); the engine's online estimate
+(constraints naming types outside the fleet narrow to the fleet) and weighs as many tasks as
+there are past jobs, at most the estimate's window (none: no prior); the engine's online estimate
 starts from the prior (worth `workload_prior_tasks` tasks) and adds every arrival, and the
 snapshot a policy sees carries only arrivals up to the decision (nothing from the future); each
 pending gang carries how long it has waited since it was queued.
@@ -25,7 +26,7 @@ from gpufleet.sim.baselines import FifoBinPackPolicy
 from gpufleet.sim.engine import SimPolicy, SimSettings, Simulation
 from gpufleet.sim.gavel_profiles import GavelProfile
 from gpufleet.sim.occupancy import SimCluster
-from gpufleet.sim.runner import history_estimate
+from gpufleet.sim.runner import days_before, history_estimate, with_history_prior
 from gpufleet.sim.speed import SpeedModel
 from gpufleet.sim.traces.common import TraceJob
 
@@ -74,6 +75,20 @@ def test_prior_from_past_jobs(
 ) -> None:
     estimate = history_estimate(jobs, FLEET, catalog, SpeedModel(catalog, profile))
     assert shares(estimate) == pytest.approx(expected)
+
+
+def test_settings_with_a_prior_from_the_two_weeks_before(
+    catalog: Catalog, profile: GavelProfile
+) -> None:
+    assert days_before("2017-11-06") == "2017-10-23T00:00:00,2017-11-06T00:00:00"
+    speed = SpeedModel(catalog, profile)
+    settings = SimSettings(workload_window=3.0)
+    assert with_history_prior(settings, [], FLEET, catalog, speed) is settings
+    past = [job(str(i), 1, frozenset({"T4"})) for i in range(5)]
+    seeded = with_history_prior(settings, past, FLEET, catalog, speed)
+    assert seeded.workload_prior == history_estimate(past, FLEET, catalog, speed)
+    assert seeded.workload_prior_tasks == 3.0  # 5 past jobs, counted up to the window
+    assert with_history_prior(settings, past[:2], FLEET, catalog, speed).workload_prior_tasks == 2
 
 
 @pytest.mark.parametrize(
