@@ -216,7 +216,8 @@ class PlacementSettings(_Group):
     preset: Preset = Field(
         Preset.BALANCED,
         description="Named policy: performance (work only), balanced, energy (energy weighed, "
-        "stronger consolidation, every gang power-capped within 5 % slowdown).",
+        "stronger consolidation, every gang power-capped within 5 % slowdown on a GPU type with "
+        "spare capacity).",
     )
     weights: WeightOverrides = Field(default_factory=WeightOverrides)
     solver: SolverGroup = Field(default_factory=SolverGroup)

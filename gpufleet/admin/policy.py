@@ -49,7 +49,8 @@ class PolicyDocument(PublicModel):
 
     preset: Preset = Field(
         description="performance (admitted work only), balanced, or energy (energy weighed "
-        "against work, stronger consolidation, every gang power-capped within 5 % slowdown)."
+        "against work, stronger consolidation, every gang power-capped within 5 % slowdown on a "
+        "GPU type with spare capacity)."
     )
     weights: WeightsDocument = Field(
         default_factory=WeightsDocument,

@@ -13,8 +13,9 @@ explain every gang left pending; 5 move running gangs to faster types where the 
 is worth the restart (moves.py), on the capacity the decision leaves free, and move the few
 small gangs off a node reserved for an aged wide gang where that costs them less than the
 wide gang's wait (evacuation.py), and the few gangs that alone keep a reclaim from clearing a
-node for a gang owed its nominal quota (evacuation.py); 6 return the
-decision in a canonical order so equal inputs give equal decisions.
+node for a gang owed its nominal quota (evacuation.py); 6 with `PowerCapRule.spare_only`, lift
+the caps the policy added on GPU types left without spare capacity (spare_caps.py); 7 return
+the decision in a canonical order so equal inputs give equal decisions.
 
 With queues in the snapshot (queues.py), phase 1 also gives the working state a `QueueGate`
 (admission.py): gangs of missing or unusable queues, or with a priority their queue does not
@@ -50,6 +51,7 @@ from gpufleet.core.preempt import preempt_for_pending
 from gpufleet.core.rebalance import shrink_for_pending
 from gpufleet.core.reservation import lift_reservations, renew_reservations, with_reservations
 from gpufleet.core.snapshot import Snapshot
+from gpufleet.core.spare_caps import lift_contended_caps
 from gpufleet.core.state import ClusterState
 
 
@@ -72,8 +74,10 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
             pending = [g for g in pending if g.id not in out]
     # Gangs better off waiting for a switched-off node to boot (boot_wait.py) wait.
     holds = boot_holds(snapshot, pending, policy)
+    held: list[Gang] = []
     if holds:
         refused += [_held(gid, hold) for gid, hold in holds.items()]
+        held = [g for g in pending if g.id in holds]
         pending = [g for g in pending if g.id not in holds]
     # Greedy on free capacity, then preemption for what is still stuck.
     greedy_state = initial.copy()
@@ -146,6 +150,11 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
             moves=tuple(sorted(moves, key=lambda m: m.gang_id)),
             repartitions=_assemble(best_state, {}, (), best.stats).repartitions,
         )
+    if policy.power_caps.spare_only:
+        # Caps the policy adds stay only on types with room to spare (spare_caps.py).
+        gangs = {g.id: g for g in pending}
+        gangs.update((r.id, r.demand) for r in snapshot.running if r.demand is not None)
+        best = lift_contended_caps(best, best_state, gangs, [*waiting, *held], policy)
     return replace(best, pending=tuple(sorted(reasons, key=lambda p: p.gang_id)))
 
 

@@ -46,11 +46,18 @@ class Weights:
 @dataclass(frozen=True, slots=True)
 class PowerCapRule:
     """When to write a GPU power cap: a gang preferring efficiency (or all, with `cap_all`)
-    gets the lowest cap that keeps its slowdown under `max_slowdown`."""
+    gets the lowest cap that keeps its slowdown under `max_slowdown`.
+
+    `spare_only`: the caps `cap_all` adds (on gangs that did not ask for efficiency) are kept
+    only on a GPU type with spare capacity after the decision: a type with an empty GPU and no
+    gang left pending that accepts it (spare_caps.py). On a contended type a capped gang holds
+    GPUs that others wait for (or would move to) longer, so its slowdown becomes theirs too:
+    in a queue that costs far more completion time than the cap's own `max_slowdown`."""
 
     enabled: bool = False
     max_slowdown: float = 0.1
     cap_all: bool = False
+    spare_only: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.max_slowdown < 1:

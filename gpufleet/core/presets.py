@@ -6,7 +6,8 @@ same weights everywhere. Presets are configuration only; every decision is `plac
 * `performance`: maximise admitted work; no energy weight, no consolidation, no power caps.
 * `balanced`: the core's default weights; no power caps.
 * `energy`: energy weighed against work, stronger consolidation, and every gang power-capped at
-  a slowdown of at most 5 %.
+  a slowdown of at most 5 % while its GPU type has spare capacity (`PowerCapRule.spare_only`:
+  no cap on a type that pending work is waiting for).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ _PRESETS: dict[str, Policy] = {
     Preset.BALANCED: Policy(),
     Preset.ENERGY: Policy(
         weights=Weights(energy=1.0, consolidation=0.2),
-        power_caps=PowerCapRule(enabled=True, max_slowdown=0.05, cap_all=True),
+        power_caps=PowerCapRule(enabled=True, max_slowdown=0.05, cap_all=True, spare_only=True),
     ),
 }
 

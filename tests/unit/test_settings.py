@@ -67,7 +67,9 @@ def test_every_preset_is_selectable_with_the_live_solver(name: str) -> None:
 
 def test_energy_preset_caps_power() -> None:
     policy = load(environ={"GPUFLEET_PLACEMENT__PRESET": "energy"}).placement.policy()
-    assert policy.power_caps == PowerCapRule(enabled=True, max_slowdown=0.05, cap_all=True)
+    assert policy.power_caps == PowerCapRule(
+        enabled=True, max_slowdown=0.05, cap_all=True, spare_only=True
+    )
 
 
 def test_power_down_is_off_by_default_and_opted_into_per_field() -> None:
