@@ -349,6 +349,9 @@ class Simulation:
     def _schedule_cycle(self) -> None:
         step = self.settings.cycle_s
         at = math.ceil(self.now / step - 1e-9) * step if step > 0 else self.now
+        # The tolerance may round a time a hair past a cycle boundary down to it: never earlier
+        # than now (the integrators refuse to go back in time).
+        at = max(at, self.now)
         if self._cycle_at is None or at < self._cycle_at:
             self._cycle_at = at
             self._push(at, _Kind.CYCLE, "")

@@ -355,3 +355,18 @@ def test_work_utilisation_weighs_busy_time_by_the_speed_the_job_gets(
     # x runs on its only (so fastest) type: weight 1; y at its V100 speed over its A100 speed.
     assert s["arrival_utilisation"] == pytest.approx((x + y) / (2 * 1001))
     assert s["arrival_work_utilisation"] == pytest.approx((x + y * ratio) / (2 * 1001))
+
+
+def test_an_arrival_a_hair_past_a_cycle_boundary_is_decided_then_not_before(
+    catalog: Catalog, profile: GavelProfile, v100_fleet: Callable[..., FleetSpec]
+) -> None:
+    # Float arithmetic put an event 1e-11 s past a 10 s cycle boundary (a Philly replay's
+    # fifo-binpack run at t = 61830): the cycle must not be scheduled at the boundary, before
+    # the clock, where the integrators refused to go back in time.
+    late = 61830.0 + 1e-11
+    jobs = [job("early", 0.0, 300.0), job("late", late, 300.0)]
+    _, result = simulate(
+        v100_fleet(nodes=1, gpus=1), jobs, SimPolicy("fifo", FifoBinPackPolicy()), catalog, profile
+    )
+    starts = {r.job_id: r.first_start_s for r in result.jobs}
+    assert result.unfinished == 0 and starts["late"] == pytest.approx(late)
