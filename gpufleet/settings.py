@@ -169,7 +169,7 @@ class PowerDownGroup(_Group):
     boot_s: float = Field(
         300.0,
         ge=0,
-        description="Seconds a node woken for a pending gang takes to boot before it is used.",
+        description="Seconds a woken node takes to boot before it is used.",
     )
     expected_run_s: float = Field(
         3600.0,

@@ -87,10 +87,10 @@ class TypeDelay:
 @dataclass(frozen=True, slots=True)
 class PowerDownRule:
     """Idle-node power-down (power_down.py): a node empty for `idle_s` and not needed for the
-    pending demand is switched off, except `warm_nodes_per_type` empty powered nodes of each GPU
-    type kept as headroom (as cluster autoscalers keep spare nodes); a node switched back on is
-    usable `boot_s` after it was woken. Off by default: it cordons nodes, which other schedulers
-    see too.
+    pending demand (or a running gang's move) is switched off, except `warm_nodes_per_type`
+    empty powered nodes of each GPU type kept as headroom (as cluster autoscalers keep spare
+    nodes); a node switched back on is usable `boot_s` after it was woken. Off by default: it
+    cordons nodes, which other schedulers see too.
 
     `expected_run_s`: the prior run time of a new gang on its fastest type, against which a
     boot is weighed (boot_wait.py): a gang waits for a faster switched-off node when the boot

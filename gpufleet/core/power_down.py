@@ -9,17 +9,23 @@ simulator so both switch the same nodes for the same reasons:
    the nodes they wait for; the other pending gangs are placed, as a what-if with the greedy
    engine, first on the powered nodes and those already booting, then on the switched-off
    ones: the switched-off nodes the what-if needs are woken (never more than the demand
-   needs), and each gang that waits for booting nodes is named with them.
+   needs), and each gang that waits for booting nodes is named with them. Then the running
+   gangs: the moves the core would make (moves.py, its rule and price) with the switched-off
+   nodes on, each gang's gain counted from the end of a boot; the nodes those moves land on
+   stay on or are woken (the next decision moves the gangs). A decision moves gangs only onto
+   powered nodes, so without this a gang that started on a slow type while the fast nodes were
+   busy never reached them once they had gone off.
 3. **Switch off** (the consolidation view): a powered node that holds nothing, has been empty
-   for `idle_s` and is not needed by the what-if is switched off, longest idle first, except
+   for `idle_s` and is not needed by the what-ifs is switched off, longest idle first, except
    `warm_nodes_per_type` empty powered nodes of each GPU type kept as headroom for arrivals.
-   A node holding anything (any running replica, a placement of this decision, or whatever the
-   caller knows runs there: `NodePower.empty_since` None) is never switched off.
+   A node holding anything (any running replica, a placement or move of this decision, or
+   whatever the caller knows runs there: `NodePower.empty_since` None) is never switched off.
 
 The states are the contract's (`gpufleet.model.contract.power.PowerState`), as the live
 scheduler marks them on nodes. A switched-off or booting node must be unschedulable in the
 snapshot (the caller cordons it), so placement never uses it while it is off: "not used while
-another fits" follows, because it is woken only for gangs that fit nowhere else.
+another fits" follows, because it is woken only for gangs that fit nowhere else (pending,
+or moving to a faster type).
 """
 
 from __future__ import annotations
@@ -28,11 +34,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpufleet.core.boot_wait import boot_holds
-from gpufleet.core.decision import Decision, GangPlacement
+from gpufleet.core.borrowing import growth_job
+from gpufleet.core.decision import Decision, GangPlacement, Move
 from gpufleet.core.demand import Gang
-from gpufleet.core.greedy import place_greedy
+from gpufleet.core.greedy import Memo, place_greedy
+from gpufleet.core.moves import plan_moves
 from gpufleet.core.policy import Engine, Policy, PowerDownRule, SolverSettings
-from gpufleet.core.snapshot import RunningGang, Snapshot
+from gpufleet.core.snapshot import RunningGang, RunProgress, Snapshot
 from gpufleet.core.state import ClusterState
 from gpufleet.model.contract.power import PowerState as PowerState
 from gpufleet.model.inventory import Node
@@ -109,6 +117,7 @@ def plan_power(
     # (Nothing to learn when no node is off or booting and none is idle long enough to go.)
     first: dict[str, GangPlacement] = {}
     second: dict[str, GangPlacement] = {}
+    moves: list[Move] = []
     if off or waking or booted or any(since + rule.idle_s <= now for since, _ in idle):
         what_if = _what_if_policy(policy)
         waits = boot_waits(power, now, rule)
@@ -118,7 +127,17 @@ def plan_power(
         first |= _place(_with_held(after, first), waking | set(booted), rest, what_if)
         rest = [g for g in rest if g.id not in first]
         second = _place(_with_held(after, first), off | waking | set(booted), rest, what_if)
+        # Moves are demand too, after the pending gangs: the nodes a running gang would move
+        # to (the core's own rule and price, moves.py) stay on or are woken. Without this,
+        # empty fast nodes went off, and the gangs that had started on slow types while they
+        # were busy never reached them (a decision moves only onto powered nodes).
+        placed = first | second
+        waiting = [g for g in pending if g.id not in placed]
+        moves = _move_what_if(
+            _with_held(after, placed), off | waking | set(booted), waiting, what_if
+        )
     used = _nodes_of(first.values()) | _nodes_of(second.values())
+    used |= _nodes_of(m.placement for m in moves)
     wake = tuple(sorted(used & off))
     waiting_for = {
         gid: tuple(sorted(_nodes_of([p]) & (off | waking)))
@@ -197,6 +216,28 @@ def _place(
     return place_greedy(ClusterState(view), gangs, policy)
 
 
+def _move_what_if(
+    snapshot: Snapshot, opened: set[str], waiting: Sequence[Gang], policy: Policy
+) -> list[Move]:
+    """The moves the core would make with the nodes in `opened` schedulable, each gang's gain
+    counted from when a switched-off node would be usable (`boot_s` from now: it keeps running
+    where it is meanwhile), so a wake is never paid for a move that gains less than the boot."""
+    if not policy.moves.enabled or not any(r.progress is not None for r in snapshot.running):
+        return []
+    boot_s = policy.power_down.boot_s if opened else 0.0
+    running = tuple(
+        r if r.progress is None else replace(r, progress=_later(r.progress, boot_s))
+        for r in snapshot.running
+    )
+    nodes = tuple(replace(n, schedulable=True) if n.name in opened else n for n in snapshot.nodes)
+    view = replace(snapshot, nodes=nodes, running=running)
+    return plan_moves(ClusterState(view), frozenset(), policy, Memo(), waiting)
+
+
+def _later(progress: RunProgress, wait_s: float) -> RunProgress:
+    return replace(progress, expected_remaining_s=max(0.0, progress.expected_remaining_s - wait_s))
+
+
 def _nodes_of(placements: Iterable[GangPlacement]) -> set[str]:
     return {r.node for p in placements for r in p.replicas}
 
@@ -223,7 +264,16 @@ def _after(snapshot: Snapshot, decision: Decision) -> Snapshot:
         layouts.setdefault(rep.node, {})[rep.gpu] = rep.new_layout
     nodes = tuple(_relaid(n, layouts[n.name]) if n.name in layouts else n for n in snapshot.nodes)
     evicted = {p.gang_id for p in decision.preemptions}
-    running = tuple(g for g in snapshot.running if g.id not in evicted) + tuple(
+    moved = {m.gang_id: m.placement for m in decision.moves}
+    # A moved gang runs on its new placement, its growth units with it, and it is not moved
+    # again by the what-if in the same cycle (no progress).
+    running = tuple(
+        replace(g, gpu_type=moved[g.id].gpu_type, replicas=moved[g.id].replicas, progress=None)
+        if g.id in moved
+        else g
+        for g in snapshot.running
+        if g.id not in evicted and growth_job(g) not in moved
+    ) + tuple(
         RunningGang(f"{p.gang_id}#placed", p.gpu_type, p.replicas) for p in decision.placements
     )
     return replace(snapshot, nodes=nodes, running=running)

@@ -1,10 +1,11 @@
 """Phase 9 of the cycle: idle-node power-down on the live cluster (opt-in, `placement.power_down`).
 
 The core's `plan_power` (the simulator's own) decides, after each decision, which empty GPU nodes
-go off, which switched-off nodes the pending gangs need back and which woken nodes have booted;
-this phase writes its plan as node marks (`gpufleet.model.contract.power`): a node going off is
-cordoned and labelled `off`, a woken one labelled `waking` (still cordoned) and, `boot_s` after
-its wake, uncordoned with its mark removed. The marks are the durable state: a restarted
+go off, which switched-off nodes the pending gangs (or moves of running ones) need back and
+which woken nodes have booted; this phase writes its plan as node marks
+(`gpufleet.model.contract.power`): a node going off is cordoned and labelled `off`, a woken one
+labelled `waking` (still cordoned) and, `boot_s` after its wake, uncordoned with its mark
+removed. The marks are the durable state: a restarted
 scheduler reads them back, times included. What is not durable is since when a node has been
 empty: a restarted scheduler starts counting idle time afresh (a node goes off late, never
 early).

@@ -35,7 +35,8 @@ restart cost, MIG repartitions and node boots are over.
 Power-down: with a policy whose `power_down` rule is on, the core's `plan_power` (the live
 scheduler's own) runs after every decision and whenever its plan can change by time alone (a
 node reaching its idle time, a boot ending): it switches empty nodes off (0 W), keeping the
-rule's warm nodes per GPU type, and wakes switched-off nodes the pending gangs need. A node off
+rule's warm nodes per GPU type, and wakes switched-off nodes the pending gangs need, or running
+gangs would move to (it sees the running gangs' progress as the decision does). A node off
 or booting is unschedulable in the snapshot, as the live scheduler cordons it, and listed with
 the time it would take to boot (`Snapshot.boot_wait_s`, so the decision can hold a gang for a
 faster switched-off node); a woken node draws its GPUs' idle power while it boots and is usable
@@ -514,7 +515,9 @@ class Simulation:
         policy = self.policy.policy
         if not policy.power_down.enabled and not self._unschedulable:
             return
-        plan = plan_power(self._snapshot(), self._pending_gangs(), self._power, self.now, policy)
+        # The decision's own view: the power plan's what-if moves running gangs as it would.
+        snapshot = self._decision_snapshot() if policy.power_down.enabled else self._snapshot()
+        plan = plan_power(snapshot, self._pending_gangs(), self._power, self.now, policy)
         for node in plan.booted:
             empty = self.now if self.cluster.is_empty(node) else None
             self._power[node] = NodePower(PowerState.ON, self.now, empty)
@@ -703,6 +706,19 @@ class Simulation:
                 out.append(unit)
         return tuple(out)
 
+    def _decision_snapshot(self) -> Snapshot:
+        """The snapshot as a decision sees it: with the workload estimate, the running gangs'
+        progress (the move rule's input) and elastic jobs as units."""
+        snapshot = self._snapshot()
+        estimate = self.workload.estimate()
+        if estimate.shapes:
+            snapshot = replace(snapshot, workload=estimate)
+        if self._progress:
+            snapshot = replace(snapshot, running=self._with_progress(snapshot.running))
+        if self.policy.resize:
+            snapshot = replace(snapshot, running=self._as_units(snapshot.running))
+        return snapshot
+
     def _cycle(self, forced: bool) -> None:
         self._cycle_at = None
         self._cycles += 1
@@ -710,14 +726,7 @@ class Simulation:
             raise RuntimeError("simulation exceeded max_cycles; a policy is not making progress")
         if self._can_change(forced):
             pending = self._pending_gangs() + self._growth_gangs()
-            snapshot = self._snapshot()
-            estimate = self.workload.estimate()
-            if estimate.shapes:
-                snapshot = replace(snapshot, workload=estimate)
-            if self._progress:
-                snapshot = replace(snapshot, running=self._with_progress(snapshot.running))
-            if self.policy.resize:
-                snapshot = replace(snapshot, running=self._as_units(snapshot.running))
+            snapshot = self._decision_snapshot()
             t0 = time.perf_counter()
             decision = self.policy.place(snapshot, pending, self.policy.policy)
             self._place_s += time.perf_counter() - t0

@@ -5,7 +5,10 @@ keeping the warm nodes of each GPU type; a node holding anything (running, or pl
 decision) never is; switched-off nodes are woken only for pending gangs that fit nowhere
 powered, and no more of them than the gangs need; a booting node counts as coming capacity;
 boots end after the rule's boot time; the plan's next change time; the rule switched off wakes
-every node; bad rule values are refused.
+every node; bad rule values are refused. Moves are demand too: a node a running gang would move
+to (the core's move rule) stays on, or is woken if off, but not for a move that gains less than
+the boot, nor with moves off, nor before pending work; a node the decision moves a gang to is
+not switched off, and that gang is not moved again.
 """
 
 from __future__ import annotations
@@ -15,10 +18,10 @@ from dataclasses import replace
 import pytest
 from placement_builders import cluster, gang
 
-from gpufleet.core.decision import Decision, GangPlacement
-from gpufleet.core.policy import Policy, PowerDownRule
+from gpufleet.core.decision import Decision, GangPlacement, Move
+from gpufleet.core.policy import MoveRule, Policy, PowerDownRule
 from gpufleet.core.power_down import NodePower, PowerState, plan_power
-from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
+from gpufleet.core.snapshot import ReplicaPlacement, RunProgress, Snapshot
 
 RULE = PowerDownRule(enabled=True, idle_s=600.0, warm_nodes_per_type=0, boot_s=300.0)
 
@@ -121,3 +124,66 @@ def test_rule_off_switches_nothing_and_wakes_every_node() -> None:
 def test_negative_rule_values_are_refused(field: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="must be >= 0"):
         PowerDownRule(enabled=True, **field)  # type: ignore[arg-type]
+
+
+H100, T4 = "H100-80GB", "T4"
+OFF = NodePower(PowerState.OFF, 10.0, None)
+
+
+def t4_job(remaining_s: float = 36_000.0, *h100: str) -> Snapshot:
+    """A 4-GPU job running on a T4 node with `remaining_s` left (a move to an H100, 13.7x as
+    fast, is worth it), and empty H100 nodes `h100`."""
+    builder = cluster().node("t", T4, count=4)
+    for name in h100:
+        builder.node(name, H100)
+    built = builder.run("job", "t", (0, 1, 2, 3)).build()
+    (job,) = built.running
+    progress = RunProgress(remaining_s, 0.0, 60.0, 0)
+    demand = gang("job", (H100, T4), gpus=4)
+    return replace(built, running=(replace(job, demand=demand, progress=progress),))
+
+
+def test_idle_node_a_running_gang_would_move_to_stays_on() -> None:
+    snap = t4_job(36_000.0, "h")
+    plan = plan_power(snap, [], {"t": on(None), "h": on(0.0)}, 5000.0, policy())
+    assert plan.power_off == ()
+
+
+def test_switched_off_node_a_running_gang_would_move_to_is_woken() -> None:
+    snap = unschedulable(t4_job(36_000.0, "h0", "h1"), "h0", "h1")
+    plan = plan_power(snap, [], {"t": on(None), "h0": OFF, "h1": OFF}, 5000.0, policy())
+    assert len(plan.wake) == 1 and plan.wake[0] in ("h0", "h1")  # one node holds the move
+    assert plan.waiting_for == {}  # only pending gangs wait for a boot
+
+
+@pytest.mark.parametrize(
+    ("remaining_s", "moves"),
+    [
+        # 240 s left: a move gains 240 - (60 + 240 / 13.7) s now, nothing after a 300 s boot.
+        pytest.param(240.0, MoveRule(), id="gain-less-than-the-boot"),
+        pytest.param(36_000.0, MoveRule(enabled=False), id="moves-off"),
+        pytest.param(36_000.0, MoveRule(max_per_hour=0), id="no-moves-left-this-hour"),
+    ],
+)
+def test_no_wake_for_a_move_not_worth_it(remaining_s: float, moves: MoveRule) -> None:
+    snap = unschedulable(t4_job(remaining_s, "h"), "h")
+    plan = plan_power(snap, [], {"t": on(None), "h": OFF}, 5000.0, replace(policy(), moves=moves))
+    assert plan.wake == ()
+
+
+def test_pending_work_comes_before_a_move() -> None:
+    # One switched-off H100 node: the pending 8-GPU gang gets it, the move nothing more.
+    snap = unschedulable(t4_job(36_000.0, "h"), "h")
+    plan = plan_power(snap, [gang("p", H100, gpus=8)], {"t": on(None), "h": OFF}, 5000.0, policy())
+    assert plan.wake == ("h",)
+    assert plan.waiting_for == {"p": ("h",)}
+
+
+def test_node_the_decision_moves_a_gang_to_is_not_switched_off() -> None:
+    snap = t4_job(36_000.0, "h0", "h1")
+    replicas = (ReplicaPlacement("h0", (0, 1, 2, 3)),)
+    move = Move("job", T4, GangPlacement("job", H100, replicas), 30_000.0)
+    power = {"t": on(None), "h0": on(0.0), "h1": on(0.0)}
+    plan = plan_power(snap, [], power, 5000.0, policy(), Decision(moves=(move,)))
+    # h0 holds the moved gang; it is not moved again, so h1 is not needed.
+    assert plan.power_off == ("h1",)
