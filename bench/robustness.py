@@ -155,17 +155,19 @@ def ratios(sample: Sample, runs: Mapping[str, Mapping[str, float]]) -> dict[str,
             mine = get(p, "unallocated_gpus_waiting")
             out[name] = mine / best_fit if best_fit > 0 else (0.0 if mine == 0 else math.inf)
     else:
-        strongest = min(get(p, "avg_jct_h") for p in STRONGEST if p in runs)
-        out["jct_vs_strongest"] = get("balanced", "avg_jct_h") / strongest
-        out["jct_vs_strongest[performance]"] = get("performance", "avg_jct_h") / strongest
+        # A run of some policies only (e.g. `--policies balanced,energy`) has no strongest.
+        strongest = _argmin(runs)
+        best = get(strongest, "avg_jct_h") if strongest else math.nan
+        out["jct_vs_strongest"] = get("balanced", "avg_jct_h") / best
+        out["jct_vs_strongest[performance]"] = get("performance", "avg_jct_h") / best
         out["energy_jct_vs_balanced"] = get("energy", "avg_jct_h") / get("balanced", "avg_jct_h")
-        out["strongest_is"] = float(STRONGEST.index(_argmin(runs)))
+        out["strongest_is"] = float(STRONGEST.index(strongest)) if strongest else math.nan
     return out
 
 
-def _argmin(runs: Mapping[str, Mapping[str, float]]) -> str:
+def _argmin(runs: Mapping[str, Mapping[str, float]]) -> str | None:
     present = [p for p in STRONGEST if p in runs]
-    return min(present, key=lambda p: float(runs[p]["avg_jct_h"]))
+    return min(present, key=lambda p: float(runs[p]["avg_jct_h"]), default=None)
 
 
 def run_sample(sample: Sample, config: Config, data_dir: str | None) -> dict[str, Any]:
