@@ -19,6 +19,8 @@ from gpufleet.core.decision import GangPlacement
 from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.policy import Policy
 from gpufleet.core.pricing import Pricing
+from gpufleet.core.queues import resource_key
+from gpufleet.core.quota import ROOT
 from gpufleet.core.reservation import MAX_RESERVED, reservable, reserve_node
 from gpufleet.core.scarcity import gpu_use, is_flexible
 from gpufleet.core.snapshot import ReplicaPlacement
@@ -190,10 +192,28 @@ def usable_types(
     if bar > 0 and len(result) > 1:
         speed = {name: base_throughput(gang, state.catalog[name]) for name in result}
         fastest = max(speed.values())
-        result = [name for name in result if speed[name] >= bar * fastest]
+        result = [
+            name
+            for name in result
+            if speed[name] >= bar * fastest or _guaranteed(state, gang, name)
+        ]
     if memo is not None:
         memo.types[gang.id] = result
     return result
+
+
+def _guaranteed(state: ClusterState, gang: Gang, gpu_type: str) -> bool:
+    """Whether the gang stays within its queue's nominal quota of `gpu_type`: its queue's
+    guarantee there is a start at once (by reclaim if need be), so the type delay does not
+    hold it back from that type."""
+    gate = state.gate
+    if gate is None or gang.queue is None:
+        return False
+    home = gate.book.home(gang.queue)
+    if home == ROOT:
+        return False
+    resource = resource_key(gpu_type, gang.mig_profile)
+    return gate.book.entitled(home, resource, gang.gpus_needed(gang.replicas_min))
 
 
 def _best_fit_node(

@@ -70,7 +70,9 @@ class TypeDelay:
     runs it at >= `min_speed_share` of its fastest acceptable type in the fleet; the bar falls
     as `min_speed_share / (1 + waited_s / patience_s)`, so a gang takes a much slower type only
     after waiting for a faster one (Zaharia et al.'s delay scheduling, applied to heterogeneity:
-    a long job that starts on a slow type keeps it, as the core does not migrate). 0 = off."""
+    a long job that starts on a slow type keeps it, as the core does not migrate). 0 = off.
+    With queues, a type on which the gang stays within its queue's nominal quota is never held
+    back: the guarantee is a start at once, by reclaim if need be (greedy.usable_types)."""
 
     min_speed_share: float = 0.0
     patience_s: float = 1800.0
