@@ -65,7 +65,7 @@ FLEET = "hetero-256.yaml"
 # has at least two weeks of trace before it for the quotas' history.
 # The held-out windows were added after four passes of results on the scoring windows (whose
 # diagnosis looked at them): no pass before ran them, so they are the samples a change is
-# reported on that nobody has seen. None overlaps another window (1,000 jobs span < 1 day).
+# reported on that nobody has seen. No two windows overlap (1,000 jobs span 8-66 trace hours).
 WINDOW_SETS: dict[str, tuple[str, ...]] = {
     "tuning": ("2017-10-16", "2017-10-23"),
     "scoring": ("2017-11-01", "2017-11-15", "2017-12-01"),
