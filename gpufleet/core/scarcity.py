@@ -9,17 +9,20 @@ slice requests waiting while V100s and T4s sit free. From the caller's workload 
 share of requested GPU capacity whose usable types are exactly S, and turns it into two reserves
 priced in the objective:
 
-* a **GPU reserve** of `share_S x spare GPUs` over the empty GPUs of the types in S, where the
+* a **GPU reserve** over the empty GPUs of the types in S of `share_S x spare GPUs`, where the
   spare GPUs are the empty GPUs of the fleet beyond what the pending gangs ask for: of the
-  capacity left for tasks yet to arrive, the part tasks confined to S are expected to ask for.
+  capacity left for tasks yet to arrive, the part tasks confined to S are expected to ask for,
+  kept as whole GPUs enough for that many arrivals at a 90 % Poisson quantile (`whole_tasks`).
   A gang with a usable type outside S (a *flexible* gang, for this reserve) that leaves fewer
   than that empty in S pays, per GPU it takes inside the reserve, `scarcity weight x what a GPU
   of S is worth` (of its types, the largest of the catalogue value and the best per-GPU value of
   a pending gang: the displaced gang is assumed to be worth as much as the work competing for
-  the GPU). A single type is the set of one (a gang with any other usable type pays). The
-  reserve is fractional: a share of 0.26 % with 256 GPUs spare keeps 0.66 GPU, so at weight 2
-  the last empty GPU costs 1.3 GPUs' worth. It shrinks as the fleet fills and vanishes while
-  the queue asks for more than is free (the queue is the workload then).
+  the GPU). A single type is the set of one (a gang with any other usable type pays). A share
+  of 0.26 % with 256 GPUs spare expects 0.66 GPU and keeps 2 (the expectation itself, kept as a
+  fraction, charged the last empty GPU only in part, and a gang took it for the type's speed
+  while one confined arrival in two found none); a class expected less than 0.105 times keeps
+  none. It shrinks as the fleet fills and vanishes while the queue asks for more than is free
+  (the queue is the workload then).
 * a **node reserve** per large shape of s GPUs on one node: `share x spare GPUs / s` *slots*
   (places for s GPUs on one node, in one NVLink domain when the shape needs it), since a large
   request needs a whole node's worth of empty GPUs, which a count of GPUs scattered over partly

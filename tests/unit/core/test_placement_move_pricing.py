@@ -85,11 +85,12 @@ def move_price(
 
 def test_move_charge_of_the_last_reserved_gpu_by_hand() -> None:
     # Empty GPUs: 7 A100 (GPU 6 is the job's) + 1 H100 = 8 spare; an H100-only share of 0.1
-    # keeps 0.8 H100 GPU. Taking the last one costs scarcity 2 x worth 4.8 x 0.8 = 7.68.
+    # expects 0.8 H100 GPU, kept as 2 whole GPUs (Poisson(0.8) <= 1 has probability 0.81, <= 2
+    # 0.95). One is short already; taking the last one costs scarcity 2 x worth 4.8 x 1 = 9.6.
     snapshot = job_on_a100((), tuple(range(7)), h100_only(0.1))
-    assert move_price(snapshot, (7,)).reserved == pytest.approx(2 * 4.8 * 0.8)
-    # With two free, 0.9 is kept and one GPU taken leaves one: no charge.
-    assert move_price(job_on_a100((), tuple(range(6)), h100_only(0.1)), (6,)).reserved == 0.0
+    assert move_price(snapshot, (7,)).reserved == pytest.approx(2 * 4.8)
+    # With three free, 1.0 is expected and 2 are kept: one GPU taken leaves two, no charge.
+    assert move_price(job_on_a100((), tuple(range(5)), h100_only(0.1)), (5,)).reserved == 0.0
 
 
 def test_fragmentation_of_a_move_is_priced_apart_from_reserves() -> None:
@@ -105,8 +106,10 @@ def test_fragmentation_of_a_move_is_priced_apart_from_reserves() -> None:
     [
         # 7 A100 + 1 H100 spare: 0.1 x 8 = 0.8 H100 GPU reserved, the move would take it.
         pytest.param(h100_only(0.1), 1, False, id="keeps-the-last-h100"),
-        # 7 + 2 spare: 0.9 reserved, one free H100 GPU stays after the move.
-        pytest.param(h100_only(0.1), 2, True, id="room-beyond-the-reserve"),
+        # 7 + 2 spare: 0.9 expected, 2 GPUs kept: the move would take one of them.
+        pytest.param(h100_only(0.1), 2, False, id="keeps-two-for-an-expected-0.9"),
+        # 7 + 3 spare: 1.0 expected, 2 kept, both stay free after the move.
+        pytest.param(h100_only(0.1), 3, True, id="room-beyond-the-reserve"),
         pytest.param(WorkloadEstimate.of({TaskShape((A100, H100), 1): 1.0}), 1, True, id="none"),
         pytest.param(None, 1, True, id="no-estimate"),
     ],
