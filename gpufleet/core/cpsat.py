@@ -9,7 +9,8 @@ Model (built in `_Model`, solved in `place_cpsat`, turned into GPUs by `_extract
 - Item supply from the patterns must cover the replicas' demand, per type and item size.
 - MIG: z[type, layout] empty GPUs (left free by the patterns) get each candidate layout; slices
   from free instances on partly used GPUs plus those layouts must cover MIG replicas.
-- Objective: priority-weighted net work, minus consolidation (idle nodes put to use), packing
+- Objective: priority-weighted net work, plus a tie-break per gang started (more gangs at equal
+  work, valuation.START_VALUE), minus consolidation (idle nodes put to use), packing
   (free GPUs left on touched nodes), fragmentation (FGD: the growth of expected fragmentation a
   pattern causes on its node, against the workload estimate; whole-GPU items change it the same
   way on every node of a group, whatever the node's partly used MIG GPUs: those fragments are
@@ -17,6 +18,7 @@ Model (built in `_Model`, solved in `place_cpsat`, turned into GPUs by `_extract
   from the reserves for constrained demand, scarcity.py).
 Preemption victims are not chosen by the model: greedy's evictions come in as freed GPUs plus
 gangs that must be admitted, and later evictions run after the solve (see place.py).
+Gangs that differ only in id and wait are admitted first come, first served (`_build_fifo`).
 Gangs restricted to some nodes (`Gang.allowed_nodes`) keep greedy's placement: the model counts
 identical nodes and cannot tell which of them such a gang may use, so their GPUs are taken out
 before it is built, and the repair pass gives those greedy left out another greedy try.
@@ -29,7 +31,7 @@ import itertools
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ortools.sat.python import cp_model
 
@@ -52,7 +54,7 @@ from gpufleet.core.quota_cpsat import QuotaOption, add_quota_constraints
 from gpufleet.core.scarcity import gpu_use, is_flexible, pays_for
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.core.state import ClusterState
-from gpufleet.core.valuation import gang_value, replica_value
+from gpufleet.core.valuation import gang_value, replica_value, start_value
 from gpufleet.model.mig import (
     MigLayout,
     MigPlacement,
@@ -188,6 +190,7 @@ class _Model:
         self.objective_terms: list[tuple[cp_model.LinearExprT, int]] = []
         self.pricing = Pricing(state, policy, gangs)
         self._build_options(gangs, layouts)
+        self._build_fifo(gangs)
         if state.gate is not None:
             add_quota_constraints(self.model, state.gate, self._quota_options())
         self._build_groups()
@@ -240,6 +243,23 @@ class _Model:
                     m.add_at_most_one(o.admit for o in opts)
                 self.by_gang[gang.id] = opts
                 self.options.extend(opts)
+
+    # Of gangs that differ only in id and wait, one is admitted only if every one that waited
+    # longer is. They are worth the same, so without this the solver picked among them at
+    # random, and a gang could be passed over for hours by identical ones that came later.
+    # Gangs that must run (they preempted) are left out: they are admitted whatever the order.
+    def _build_fifo(self, gangs: Sequence[Gang]) -> None:
+        alike: dict[Gang, list[Gang]] = {}
+        for gang in gangs:
+            if gang.id in self.by_gang and gang.id not in self.forced:
+                alike.setdefault(replace(gang, id="", waited_s=0.0), []).append(gang)
+        for same in alike.values():
+            same.sort(key=lambda g: (-g.waited_s, g.id))
+            for first, then in itertools.pairwise(same):
+                self.model.add(
+                    sum(o.admit for o in self.by_gang[first.id])
+                    >= sum(o.admit for o in self.by_gang[then.id])
+                )
 
     def _quota_options(self) -> list[QuotaOption]:
         """Each option's use of its queue's quota: GPUs (or MIG slices) when admitted."""
@@ -447,6 +467,9 @@ class _Model:
 
     def _build_objective(self) -> None:
         w = self.policy.weights
+        start = _scaled(start_value(self.policy))
+        for o in self.options:  # at most one option of a gang is admitted
+            self.objective_terms.append((o.admit, start))
         for o in self.options:
             if o.fixed_replicas is None and o.gang.elastic and o.gang.scaling:
                 self._build_goodput(o)

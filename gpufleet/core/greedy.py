@@ -380,11 +380,14 @@ def commit(
 
 
 def greedy_order(gangs: Sequence[Gang], state: ClusterState | None = None) -> list[Gang]:
-    """Priority first, then larger gangs first, then id for determinism; with queues, the
-    queues' fair-share order (fairshare.py)."""
+    """Priority first, then larger gangs first, then the longest waiting (first come, first
+    served among equals), then id for determinism; with queues, the queues' fair-share order
+    (fairshare.py)."""
     if state is not None and state.gate is not None:
         return state.gate.order(gangs)
-    return sorted(gangs, key=lambda g: (-g.priority, -g.gpus_needed(g.replicas_min), g.id))
+    return sorted(
+        gangs, key=lambda g: (-g.priority, -g.gpus_needed(g.replicas_min), -g.waited_s, g.id)
+    )
 
 
 def _plan_priced(

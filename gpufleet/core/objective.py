@@ -1,6 +1,7 @@
 """Score a decision with the policy's objective, the same way for every engine and baseline.
 
 objective = sum over admitted replicas of their net value (priority-weighted work minus energy)
+          + a small tie-break per gang started (valuation.START_VALUE: more gangs at equal work)
           - value of the running gangs it preempts
           - consolidation x idle nodes the decision starts using
           - packing x free GPUs left on nodes the decision touches
@@ -20,7 +21,7 @@ from gpufleet.core.demand import Gang
 from gpufleet.core.policy import Policy
 from gpufleet.core.pricing import decision_costs
 from gpufleet.core.snapshot import RunningGang, Snapshot
-from gpufleet.core.valuation import base_throughput, gang_value, replica_value
+from gpufleet.core.valuation import base_throughput, gang_value, replica_value, start_value
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +90,7 @@ def evaluate(
     costs = decision_costs(snapshot, pending, decision, policy)
     objective = (
         value
+        + start_value(policy) * len(decision.placements)
         + move_value
         - costs.scarcity
         - costs.fragmentation
