@@ -20,10 +20,11 @@ lengths, never the job's own future) and counts recent moves; the rule allows at
 pending gang was placed: a move never takes GPUs from waiting work. With a workload estimate
 (pricing.py, scarcity.py) it is also priced as a placement there would be: it takes nothing a
 GPU reserve keeps for demand confined to fewer types, nor the last free slot of a node reserve
-for large tasks (net of the room its old placement frees: `pricing.MovePrice` says why one
-slot), and the work it adds must exceed the FGD fragmentation it adds where it lands. Without
-this, flexible pods moved onto the last free GPU of a type, or the last empty 8-GPU node, and
-the pod that needed that room waited while a third of the fleet sat free.
+for large tasks, nor a slot that a GPU reserve claims (net of the room its old placement frees:
+`pricing.MovePrice` says why one slot), and the work it adds must exceed the FGD fragmentation
+it adds where it lands. Without this, flexible pods moved onto the last free GPU of a type, or
+the last empty 8-GPU node, and the pod that needed that room waited while a third of the fleet
+sat free.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from gpufleet.core.policy import Policy
 from gpufleet.core.scarcity import (
     Reserve,
     SlotKind,
+    claimed_slots,
     constrained_shares,
     empty_per_type,
     flexible_in,
@@ -29,7 +30,7 @@ from gpufleet.core.scarcity import (
     present_types,
     reserves,
     slot_reserves,
-    slots_per_kind,
+    slots_per_type,
     spare_gpus,
     usable_gang_types,
 )
@@ -101,13 +102,15 @@ class MovePrice:
 
     `reserved`: what its new placement takes from the reserves, priced as for a placement, with
     two differences. A move is charged for the node room it breaks net of the room its old
-    placement frees. And of a node reserve it is charged only for the last free slot: a
-    reserve of r slots is what large tasks are expected to need of the spare capacity while it
-    lasts, but a moved gang holds its room only until it ends or is preempted, and the next
-    decision prices the room again, so a move keeps the room the next large arrival needs (one
-    slot) rather than r. Without the cap an estimate of whole-node single-type jobs reserved
-    every free node of their type and refused each move onto one; without the charge a
-    flexible pod moved onto the last empty 8-GPU node, and the next 8-GPU pod waited.
+    placement frees. And of a node reserve it is charged only for the last free slot and the
+    slots GPU reserves claim (`Reserve.claimed`): a reserve of r slots is what large tasks are
+    expected to need of the spare capacity while it lasts, but a moved gang holds its room only
+    until it ends or is preempted, and the next decision prices the room again, so a move keeps
+    the room the next large arrival needs (one slot) rather than r. Without the cap an estimate
+    of whole-node single-type jobs reserved every free node of their type and refused each move
+    onto one; without the charge a flexible pod moved onto the last empty 8-GPU node, and the
+    next 8-GPU pod waited. Claimed slots are kept whole: they are the room demand confined to
+    fewer types needs, which a moved gang would take as surely as a placed one.
     `fragmentation`: the weighted FGD growth where the gang lands, as a placement pays it. What
     freeing its old GPUs does to the measure is not credited nor charged: free GPUs of a slow
     type count as fragmentation for the tasks that do not accept it, so the net change would
@@ -136,8 +139,10 @@ class Pricing:
             empty = {t: _empty_gpus(state, t) for t in state.nodes_by_type}
             spare = spare_gpus(empty, pending)
             self.gpu_reserves = reserves(snapshot, policy, spare, empty, worths, per_set)
-            counts = {k: _state_slots(state, k) for k in per_slot}
-            self.slot_reserves = slot_reserves(policy, spare, counts, worths, per_slot)
+            by_type = {k: _state_slots_by_type(state, k) for k in per_slot}
+            counts = {k: sum(v.values()) for k, v in by_type.items()}
+            claimed = {k: claimed_slots(k, by_type[k], empty, self.gpu_reserves) for k in per_slot}
+            self.slot_reserves = slot_reserves(policy, spare, counts, worths, per_slot, claimed)
             self.slots = {k: counts[k] for k in self.slot_reserves}
         # Reserves by the GPU types they count (a placement only touches its type's).
         self.sets_of: dict[str, list[tuple[tuple[str, ...], frozenset[str]]]] = {}
@@ -197,9 +202,10 @@ class Pricing:
                     continue  # a task of the size the slots are for
                 lost = _slots_taken(state, overlays, kind)
                 gained = _slots_taken(state, freed, kind)  # what its old replicas held
-                # At most the one slot the next large arrival needs (see MovePrice).
+                # At most the one slot the next large arrival needs, and the slots GPU reserves
+                # keep (see MovePrice).
                 full = self.slot_reserves[kind]
-                room = replace(full, reserved=min(full.reserved, 1.0))
+                room = replace(full, reserved=min(full.reserved, 1.0 + full.claimed))
                 reserved += max(0.0, room.charge(self.slots[kind], lost - gained))
         return MovePrice(reserved, self._frag_cost(state, overlays))
 
@@ -314,10 +320,11 @@ def _node_slots(state: ClusterState, n: int, kind: SlotKind, taken: set[int] | N
     return kind.count(domains.values())
 
 
-def _state_slots(state: ClusterState, kind: SlotKind) -> int:
-    return sum(
-        _node_slots(state, n, kind) for t in kind.types for n in state.nodes_by_type.get(t, [])
-    )
+def _state_slots_by_type(state: ClusterState, kind: SlotKind) -> dict[str, int]:
+    return {
+        t: sum(_node_slots(state, n, kind) for n in state.nodes_by_type.get(t, []))
+        for t in kind.types
+    }
 
 
 def _empty_gpus(state: ClusterState, gpu_type: str) -> int:
@@ -388,12 +395,15 @@ def decision_costs(
         worths = gpu_worths(snapshot, policy, pending)
         empty = empty_per_type(snapshot)
         spare = spare_gpus(empty, pending)
-        for types, reserve in reserves(snapshot, policy, spare, empty, worths, per_set).items():
+        kept = reserves(snapshot, policy, spare, empty, worths, per_set)
+        for types, reserve in kept.items():
             inside = [(n, u) for t, n, u in occupied if t in types]
             flexible = sum(n for n, u in inside if is_flexible(sorted(u)) and pays_for(u, types))
             charge += reserve.aggregate(sum(n for n, _ in inside), flexible)
-        slots = slots_per_kind(snapshot, per_slot)
-        for kind, reserve in slot_reserves(policy, spare, slots, worths, per_slot).items():
+        by_type = slots_per_type(snapshot, per_slot)
+        slots = {k: sum(v.values()) for k, v in by_type.items()}
+        claimed = {k: claimed_slots(k, by_type[k], empty, kept) for k in per_slot}
+        for kind, reserve in slot_reserves(policy, spare, slots, worths, per_slot, claimed).items():
             lost = smaller_lost = 0.0
             for name in touched:
                 node = snapshot.node(name)

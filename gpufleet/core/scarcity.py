@@ -28,6 +28,13 @@ priced in the objective:
   request needs a whole node's worth of empty GPUs, which a count of GPUs scattered over partly
   used nodes cannot protect. Slots a smaller task breaks inside the reserve cost
   `scarcity weight x s x worth` each (in greedy, only a gang with a choice of types pays).
+  A node reserve also keeps the slots that GPU reserves over its types need (`claimed_slots`):
+  the GPUs such a reserve keeps beyond the empty GPUs outside the free slots can only be
+  inside them, so those slots are not room for large tasks. Counted apart, the last empty A100
+  node was both the room an A100/H100-only class of MIG pods needed and one of the free 8-GPU
+  slots, so the node reserve let small flexible pods break the other 8-GPU nodes, a MIG pod
+  then took that one, and the next 8-GPU pod waited with 30 GPUs free (Alibaba `multigpu20`,
+  held-out orders 9 and 23).
 
 When no other type fits, the gang still takes it. GPUs are counted whole: a MIG slice on an empty
 GPU takes that GPU from the reserve. Aggregate form (objective and CP-SAT), per reserve R with
@@ -67,6 +74,7 @@ class Reserve:
     free: float  # free units of the type when the decision starts
     reserved: float  # units kept for single-type gangs (fractional)
     price: float  # objective cost per unit a flexible gang takes inside the reserve
+    claimed: float = 0.0  # of `reserved`, the slots GPU reserves keep (node reserves only)
 
     def charge(self, free_now: float, take: float) -> float:
         """Cost of a flexible gang taking `take` units when `free_now` are free."""
@@ -168,11 +176,11 @@ def empty_per_type(snapshot: Snapshot) -> dict[str, int]:
     return out
 
 
-def slots_per_kind(snapshot: Snapshot, kinds: Iterable[SlotKind]) -> dict[SlotKind, int]:
-    """Free slots of each kind in the snapshot."""
+def slots_per_type(snapshot: Snapshot, kinds: Iterable[SlotKind]) -> dict[SlotKind, dict[str, int]]:
+    """Free slots of each kind in the snapshot, per GPU type."""
     used = _used_gpus(snapshot)
     wanted = list(kinds)
-    out = dict.fromkeys(wanted, 0)
+    out: dict[SlotKind, dict[str, int]] = {k: {} for k in wanted}
     for node in snapshot.nodes:
         if not node.schedulable:
             continue
@@ -182,7 +190,29 @@ def slots_per_kind(snapshot: Snapshot, kinds: Iterable[SlotKind]) -> dict[SlotKi
                 domains[gpu.nvlink_domain] = domains.get(gpu.nvlink_domain, 0) + 1
         for kind in wanted:
             if node.gpu_type in kind.types:
-                out[kind] += kind.count(domains.values())
+                per = out[kind]
+                per[node.gpu_type] = per.get(node.gpu_type, 0) + kind.count(domains.values())
+    return out
+
+
+def claimed_slots(
+    kind: SlotKind,
+    slots: Mapping[str, int],
+    empty: Mapping[str, int],
+    gpu_reserves: Mapping[tuple[str, ...], Reserve],
+) -> int:
+    """Free slots of `kind` that the GPU reserves of its types keep: a reserve over types all
+    of which the kind has needs its GPUs empty, and the GPUs it cannot find outside the kind's
+    free slots (`slots` per type; `empty` GPUs per type) are inside them, a slot per `kind.gpus`
+    GPUs begun."""
+    out = 0
+    for types, reserve in gpu_reserves.items():
+        if not set(types) <= set(kind.types):
+            continue
+        loose = sum(empty.get(t, 0) - kind.gpus * slots.get(t, 0) for t in types)
+        short = reserve.reserved - loose
+        if short > 0:
+            out += math.ceil(short / kind.gpus)
     return out
 
 
@@ -244,9 +274,11 @@ def slot_reserves(
     slots: Mapping[SlotKind, int],
     worths: Mapping[str, float],
     shares: Mapping[SlotKind, float],
+    claimed: Mapping[SlotKind, int] | None = None,
 ) -> dict[SlotKind, Reserve]:
     """Node reserves of the large shapes (`shares` per slot kind, from `constrained_shares`):
-    their share of the `spare` GPUs in slots, given free slots per kind."""
+    their share of the `spare` GPUs in slots, given free slots per kind, plus the slots GPU
+    reserves keep (`claimed`, from `claimed_slots`)."""
     weights = policy.weights
     if weights.scarcity <= 0:
         return {}
@@ -256,9 +288,10 @@ def slot_reserves(
         reserved = share * total / kind.gpus
         if reserved < MIN_SLOTS or kind not in slots:
             continue  # too rare a task to keep a node for, at this much free capacity
+        kept = float((claimed or {}).get(kind, 0))
         worth = max(worths[t] for t in kind.types)
         price = weights.scarcity * kind.gpus * worth
-        out[kind] = Reserve(",".join(kind.types), float(slots[kind]), reserved, price)
+        out[kind] = Reserve(",".join(kind.types), float(slots[kind]), reserved + kept, price, kept)
     return out
 
 
