@@ -11,6 +11,7 @@ layout of the profile. A gang is committed only when all its (minimum) replicas 
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -251,12 +252,84 @@ def _best_fit_node(
     return None if best is None else best[1]
 
 
+def fewest_nodes(
+    candidates: Sequence[tuple[int, int, int]], count: int, nodes: int
+) -> list[tuple[int, int]] | None:
+    """`count` replicas on at most `nodes` of the candidates, as (node, replicas), or None
+    when the `nodes` roomiest candidates cannot hold them.
+
+    A candidate is (replicas it holds, rank, node); a lower rank is a fuller node. Node by
+    node, the lowest-ranked candidate whose room, with the roomiest others for the nodes still
+    to choose, covers what is left: the fullest nodes that keep the minimum reachable, so a
+    wide gang fills partly used nodes where it can and keeps the rest of the idle nodes whole.
+    """
+    pool = sorted((c for c in candidates if c[0] > 0), key=lambda c: (-c[0], c[1], c[2]))
+    if sum(c[0] for c in pool[:nodes]) < count:
+        return None
+    chosen: list[tuple[int, int]] = []
+    left = count
+    for still in range(nodes, 0, -1):
+        head = [c[0] for c in pool[:still]]  # the roomiest candidates
+        best: tuple[int, int, int] | None = None
+        for i, (room, rank, n) in enumerate(pool):
+            # Room of the roomiest `still - 1` candidates other than this one.
+            others = sum(head) - room if i < still else sum(head[: still - 1])
+            if min(room, left) + others >= left and (best is None or (rank, n) < best[1:]):
+                best = (i, rank, n)
+        assert best is not None  # the roomiest candidate always qualifies
+        room = pool.pop(best[0])[0]
+        chosen.append((best[2], min(room, left)))
+        left -= min(room, left)
+        if not left:
+            break
+    return chosen
+
+
+def _plan_fewest(
+    state: ClusterState, gang: Gang, gpu_type: str, allowed: frozenset[int] | None
+) -> Plan | None:
+    """`replicas_max` replicas of a topology-`any` gang on the fewest nodes that can hold them
+    (per node as many replicas as its largest node of the type holds), or None when no such
+    nodes have the room. A synchronous gang spread over more nodes than it needs trains slower
+    (Gavel measures its unconsolidated rate at down to a fifth of the consolidated one), and
+    per-replica best fit spreads a wide gang over partly used nodes."""
+    size, count = gang.gpus_per_replica, gang.replicas_max
+    per_node = state.max_node_size.get(gpu_type, 0) // size
+    if per_node < 1:
+        return None
+    nodes = -(-count // per_node)
+    # Per room (free GPUs), the first `nodes` usable nodes: no choice takes more of one room.
+    candidates: list[tuple[int, int, int]] = []
+    for free, bucket in enumerate(state.type_nodes(gpu_type)):
+        if free < size:
+            continue
+        usable = (n for n in bucket if allowed is None or n in allowed)
+        candidates.extend((free // size, free, n) for n in itertools.islice(usable, nodes))
+    chosen = fewest_nodes(candidates, count, nodes)
+    if chosen is None:
+        return None
+    plan = Plan(gang, gpu_type)
+    for n, replicas in chosen:
+        taken: set[int] = set()
+        for _ in range(replicas):
+            gpus = state.pick_gpus(n, size, False, taken)
+            if gpus is None:
+                return None
+            taken.update(gpus)
+            plan.replicas.append(ReplicaPlacement(state.nodes[n].name, gpus))
+    return plan
+
+
 def _plan_whole(
     state: ClusterState, gang: Gang, gpu_type: str, allowed: frozenset[int] | None
 ) -> Plan | None:
     plan = Plan(gang, gpu_type)
     size = gang.gpus_per_replica
     nvlink = gang.topology is Topology.NVLINK
+    if gang.topology is Topology.ANY and gang.replicas_max > 1:
+        fewest = _plan_fewest(state, gang, gpu_type, allowed)
+        if fewest is not None:
+            return fewest
     if gang.topology is Topology.SAME_NODE:
         for count in range(gang.replicas_max, gang.replicas_min - 1, -1):
             n = _best_fit_node(state, gpu_type, count * size, False, {}, allowed)

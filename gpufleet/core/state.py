@@ -70,6 +70,7 @@ class ClusterState:
         self.buckets: dict[str, list[list[int]]] = {}
         self.nodes_by_type: dict[str, list[int]] = {}  # schedulable nodes per type
         self.max_domain_size: dict[str, int] = {}  # largest NVLink domain per type
+        self.max_node_size: dict[str, int] = {}  # most GPUs on one schedulable node, per type
         size = max((n.gpu_count for n in self.nodes), default=0) + 1
         for i, node in enumerate(self.nodes):
             per_type = self.buckets.setdefault(node.gpu_type, [[] for _ in range(size)])
@@ -77,6 +78,8 @@ class ClusterState:
                 continue
             per_type[len(self.empty[i])].append(i)
             self.nodes_by_type.setdefault(node.gpu_type, []).append(i)
+            most = self.max_node_size.get(node.gpu_type, 0)
+            self.max_node_size[node.gpu_type] = max(most, node.gpu_count)
             largest = max(Counter(self.domain_of[i]).values(), default=0)
             known = self.max_domain_size.get(node.gpu_type, 0)
             self.max_domain_size[node.gpu_type] = max(known, largest)
