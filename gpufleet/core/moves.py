@@ -31,16 +31,17 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
 from gpufleet.core.borrowing import growth_job
 from gpufleet.core.decision import Move
 from gpufleet.core.demand import Gang
-from gpufleet.core.greedy import Memo, commit, plan_gang, usable_types
+from gpufleet.core.greedy import Memo, Plan, commit, plan_gang, usable_types
 from gpufleet.core.policy import Policy
 from gpufleet.core.preempt import release_gang, retake
 from gpufleet.core.pricing import Pricing
-from gpufleet.core.snapshot import RunningGang, RunProgress
+from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import base_throughput, replica_value
 from gpufleet.model.gpus import GpuType
@@ -87,10 +88,12 @@ def _best_move(
     memo: Memo,
     pricing: Pricing,
     units: Sequence[RunningGang] = (),
+    freed: frozenset[tuple[int, int]] = frozenset(),
 ) -> _Candidate | None:
     """The move that saves this gang the most time, if any is worth its price. `units`: the
     growth units of the same job (an elastic job grown past its minimum, rebalance.py), which
-    move with it: the whole job restarts on the new placement."""
+    move with it: the whole job restarts on the new placement. `freed`: (node, GPU) that moves
+    earlier in the decision leave (`_changes_layout`)."""
     rule = policy.moves
     progress, demand = running.progress, running.demand
     if progress is None or demand is None or progress.recent_moves >= rule.max_per_hour:
@@ -102,7 +105,7 @@ def _best_move(
         release_gang(state, part)
     try:
         demand = replace(demand, queue=running.queue)
-        return _best_on_free(state, parts, progress, demand, policy, memo, pricing)
+        return _best_on_free(state, parts, progress, demand, policy, memo, pricing, freed)
     finally:
         for part in parts:
             retake(state, part)
@@ -116,11 +119,13 @@ def _best_on_free(
     policy: Policy,
     memo: Memo,
     pricing: Pricing,
+    freed: frozenset[tuple[int, int]],
 ) -> _Candidate | None:
     rule = policy.moves
     catalog = state.catalog
     running = parts[0]
     held = tuple(r for part in parts for r in part.replicas)
+    frozen = freed | _gpus_of(state, held)
     now = len(held)
     rate = base_throughput(demand, catalog[running.gpu_type]) * demand.speedup(now)
     best: _Candidate | None = None
@@ -140,7 +145,7 @@ def _best_on_free(
             if gain <= rule.min_gain_s or (best is not None and gain <= best.gain_s):
                 continue
             plan = plan_gang(state, fixed, t, policy, memo)
-            if plan is None:
+            if plan is None or _changes_layout(state, plan, frozen):
                 continue
             if pricing.active:
                 price = pricing.move_price(state, fixed, t, plan.replicas, plan.repartitions, held)
@@ -153,6 +158,26 @@ def _best_on_free(
             rank = policy.priority_weight(demand.priority) * (new_rate - rate) / gpus
             best = _Candidate(rank, gain, running, fixed, t)
     return best
+
+
+def _gpus_of(state: ClusterState, replicas: Sequence[ReplicaPlacement]) -> set[tuple[int, int]]:
+    return {(state.node_index[r.node], g) for r in replicas for g in r.gpus}
+
+
+def _changes_layout(state: ClusterState, plan: Plan, frozen: AbstractSet[tuple[int, int]]) -> bool:
+    """Whether the plan changes the MIG layout (a cut, or a switch to whole mode) of a GPU that
+    a gang moved in this decision holds until it stops: a decision's repartitions are carried
+    out before its moves, on GPUs that must be empty by then (the simulator refused
+    "repartition of busy GPU" when an instance's move to an H100 freed an A100 GPU and a V100
+    pod's move took it whole in the same decision)."""
+    if any((n, g) in frozen for n, g, _ in plan.repartitions):
+        return True
+    for rep in plan.replicas:
+        if rep.mig is None:
+            n = state.node_index[rep.node]
+            if any((n, g) in frozen and state.layout[n][g] is not None for g in rep.gpus):
+                return True
+    return False
 
 
 def work_value(gang: Gang, gpu: GpuType, replicas: int, policy: Policy) -> float:
@@ -192,12 +217,15 @@ def plan_moves(
     pricing = Pricing(state, policy, waiting)
     out: list[Move] = []
     moved: set[str] = set()
+    freed: set[tuple[int, int]] = set()  # GPUs that moved gangs leave (`_changes_layout`)
     while True:
         best: _Candidate | None = None
         for running in movable:
             if running.id in moved:
                 continue
-            candidate = _best_move(state, running, policy, memo, pricing, units.get(running.id, ()))
+            candidate = _best_move(
+                state, running, policy, memo, pricing, units.get(running.id, ()), frozenset(freed)
+            )
             if candidate is not None and (best is None or candidate.rank > best.rank):
                 best = candidate
         if best is None:
@@ -205,6 +233,7 @@ def plan_moves(
         parts = (best.gang, *units.get(best.gang.id, ()))
         old = tuple(r for part in parts for r in part.replicas)
         before = pricing.committing(state, old)
+        freed |= _gpus_of(state, old)
         for part in parts:
             release_gang(state, part)
         pricing.committed(state, old, before)
