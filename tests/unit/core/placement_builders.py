@@ -4,14 +4,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpufleet.core.decision import Decision
 from gpufleet.core.demand import EnergyPreference, Gang, Topology, TypeOption
+from gpufleet.core.place import place
+from gpufleet.core.policy import Engine, Policy, SolverSettings
 from gpufleet.core.queues import QueueTree
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
+from gpufleet.core.validate import decision_problems
 from gpufleet.model.gpus import Catalog, load_catalog
 from gpufleet.model.inventory import Node, make_node
 from gpufleet.model.mig import MigLayout, MigPlacement, make_layout
 
 CATALOG = load_catalog()
+
+
+def checked_decision(snapshot: Snapshot, pending: list[Gang], engine: Engine) -> Decision:
+    """The default policy's decision on `engine`, asserted free of the validator's problems."""
+    decision = place(snapshot, pending, Policy(solver=SolverSettings(engine=engine)))
+    assert decision_problems(snapshot, pending, decision) == []
+    return decision
 
 
 def layout(*specs: str) -> MigLayout:

@@ -16,16 +16,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from placement_builders import CATALOG, gang
+from placement_builders import CATALOG, checked_decision, gang
 
 from gpufleet.core.borrowing import elastic_units, growth_job
-from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang
-from gpufleet.core.place import place
-from gpufleet.core.policy import Engine, Policy, SolverSettings
+from gpufleet.core.policy import Engine
 from gpufleet.core.queues import QueueSpec, QueueTree, Quota
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress, Snapshot
-from gpufleet.core.validate import decision_problems
 from gpufleet.model.inventory import make_node
 
 ENGINES = [Engine.GREEDY, Engine.CPSAT]
@@ -52,19 +49,12 @@ def full(units: tuple[RunningGang, ...], gpus: int = 4) -> Snapshot:
     return Snapshot(CATALOG, (make_node("n0", CATALOG[A100], gpus),), units)
 
 
-def decide(snapshot: Snapshot, pending: list[Gang], engine: Engine) -> Decision:
-    policy = Policy(solver=SolverSettings(engine=engine))
-    decision = place(snapshot, pending, policy)
-    assert decision_problems(snapshot, pending, decision) == []
-    return decision
-
-
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_new_job_takes_the_last_replica_of_a_job_whose_curve_has_flattened(
     engine: Engine,
 ) -> None:
     snapshot = full(running(job(FLAT)))
-    decision = decide(snapshot, [gang("b", A100)], engine)
+    decision = checked_decision(snapshot, [gang("b", A100)], engine)
     assert [p.gang_id for p in decision.placements] == ["b"]
     assert [(p.gang_id, p.for_gang) for p in decision.preemptions] == [("a#extra-3", "b")]
     assert decision.placements[0].replicas == (ReplicaPlacement("n0", (3,)),)
@@ -73,10 +63,10 @@ def test_a_new_job_takes_the_last_replica_of_a_job_whose_curve_has_flattened(
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_two_gpu_job_takes_the_two_top_replicas_and_the_minimum_stays(engine: Engine) -> None:
     snapshot = full(running(job(FLAT)))
-    decision = decide(snapshot, [gang("b", A100, gpus=2)], engine)
+    decision = checked_decision(snapshot, [gang("b", A100, gpus=2)], engine)
     assert sorted(p.gang_id for p in decision.preemptions) == ["a#extra-2", "a#extra-3"]
     # A 4-GPU job would need the job's minimum replica too: never taken.
-    decision = decide(snapshot, [gang("c", A100, gpus=4)], engine)
+    decision = checked_decision(snapshot, [gang("c", A100, gpus=4)], engine)
     assert decision.placements == () and decision.preemptions == ()
 
 
@@ -96,7 +86,7 @@ def grow_b_from_one(
 @pytest.mark.parametrize("engine", ENGINES)
 def test_another_jobs_growth_takes_a_replica_that_adds_less(engine: Engine) -> None:
     snapshot, grow_b = grow_b_from_one()
-    decision = decide(snapshot, [grow_b], engine)
+    decision = checked_decision(snapshot, [grow_b], engine)
     assert [(p.gang_id, p.for_gang) for p in decision.preemptions] == [("a#extra-2", "b#rest")]
     assert [len(p.replicas) for p in decision.placements] == [1]
 
@@ -104,7 +94,7 @@ def test_another_jobs_growth_takes_a_replica_that_adds_less(engine: Engine) -> N
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_new_job_takes_growth_whatever_it_adds(engine: Engine) -> None:
     snapshot = full(running(job(LINEAR)))
-    decision = decide(snapshot, [gang("b", A100)], engine)
+    decision = checked_decision(snapshot, [gang("b", A100)], engine)
     assert [(p.gang_id, p.for_gang) for p in decision.preemptions] == [("a#extra-3", "b")]
 
 
@@ -115,14 +105,14 @@ def test_inside_a_queue_a_new_job_takes_growth_of_its_own_priority(engine: Engin
     queue = QueueTree.build([QueueSpec("q", None, 1.0, {A100: Quota(4)})])
     units = tuple(replace(u, queue="q") for u in running(job(FLAT)))
     snapshot = replace(full(units), queues=queue)
-    decision = decide(snapshot, [replace(gang("b", A100), queue="q")], engine)
+    decision = checked_decision(snapshot, [replace(gang("b", A100), queue="q")], engine)
     assert [(p.gang_id, p.for_gang) for p in decision.preemptions] == [("a#extra-3", "b")]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_growth_takes_nothing_where_the_replica_adds_as_much(engine: Engine) -> None:
     snapshot, grow_b = grow_b_from_one(curve=(1.0, 2.0, 3.0), a_curve=LINEAR)
-    decision = decide(snapshot, [grow_b], engine)
+    decision = checked_decision(snapshot, [grow_b], engine)
     assert decision.placements == () and decision.preemptions == ()
 
 
@@ -136,7 +126,7 @@ def own_growth(curve: tuple[float, ...]) -> tuple[Snapshot, Gang]:
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_jobs_own_growth_never_takes_its_own_replicas(engine: Engine) -> None:
     snapshot, own = own_growth((1.0, 1.5, 1.7, 1.75, 1.77))
-    decision = decide(snapshot, [own], engine)
+    decision = checked_decision(snapshot, [own], engine)
     assert decision.placements == () and decision.preemptions == ()
 
 
@@ -146,11 +136,11 @@ def test_nor_its_own_replicas_when_a_refined_curve_dips(engine: Engine) -> None:
     # concave): its 4th replica is worth -0.4, a 5th +0.3; taking its 4th for a "5th" would
     # only restart it at the same size.
     snapshot, own = own_growth((1.0, 1.9, 2.0, 1.6, 1.9))
-    decision = decide(snapshot, [own], engine)
+    decision = checked_decision(snapshot, [own], engine)
     assert decision.placements == () and decision.preemptions == ()
     # Another job's growth that adds more does take that replica.
     other = replace(gang("b#rest", A100), scaling=(1.0, 1.5, 1.9), grows_from=1)
-    decision = decide(snapshot, [own, other], engine)
+    decision = checked_decision(snapshot, [own, other], engine)
     assert [(p.gang_id, p.for_gang) for p in decision.preemptions] == [("a#extra-3", "b#rest")]
 
 
@@ -164,7 +154,7 @@ def test_a_shrink_is_refused_when_the_restart_outweighs_the_gain_before_the_job_
     later = replace(soon, expected_remaining_s=3600.0)
     for progress, shrinks in ((soon, False), (later, True)):
         snapshot, grow_b = grow_b_from_one(progress=progress)
-        decision = decide(snapshot, [grow_b], engine)
+        decision = checked_decision(snapshot, [grow_b], engine)
         assert bool(decision.preemptions) is shrinks
 
 
@@ -173,7 +163,7 @@ def test_units_without_the_jobs_curve_are_not_shrunk(engine: Engine) -> None:
     # As the live scheduler's extras were before the rule: no demand, no rebalancing.
     snapshot = full(running(None))
     assert all(growth_job(u) is None for u in snapshot.running)
-    decision = decide(snapshot, [gang("b", A100)], engine)
+    decision = checked_decision(snapshot, [gang("b", A100)], engine)
     assert decision.placements == () and decision.preemptions == ()
 
 
@@ -201,7 +191,7 @@ def grown_on_v100(free: str, count: int) -> Snapshot:
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_grown_job_moves_whole_with_its_growth_units(engine: Engine) -> None:
-    decision = decide(grown_on_v100("H100-80GB", 4), [], engine)
+    decision = checked_decision(grown_on_v100("H100-80GB", 4), [], engine)
     moved = [(m.gang_id, m.placement.gpu_type, m.placement.replica_count) for m in decision.moves]
     assert moved == [("a", "H100-80GB", 4)]  # 4.8x the work of its 4 V100s, all 4 replicas
 
@@ -210,5 +200,5 @@ def test_a_grown_job_moves_whole_with_its_growth_units(engine: Engine) -> None:
 def test_a_grown_job_is_not_moved_onto_fewer_gpus_that_do_less(engine: Engine) -> None:
     # One A100 does 2.8 V100s of work: less than the 4 V100s the job runs on with its units
     # (counted as one V100 replica, the move looked 2.8x faster).
-    decision = decide(grown_on_v100("A100-80GB", 1), [], engine)
+    decision = checked_decision(grown_on_v100("A100-80GB", 1), [], engine)
     assert decision.moves == ()

@@ -6,24 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from placement_builders import cluster, gang
+from placement_builders import checked_decision, cluster, gang
 
 from gpufleet.core import cpsat
 from gpufleet.core.decision import Decision
-from gpufleet.core.demand import Gang, Topology
+from gpufleet.core.demand import Topology
 from gpufleet.core.greedy import fewest_nodes
-from gpufleet.core.place import place
-from gpufleet.core.policy import Engine, Policy, SolverSettings
+from gpufleet.core.policy import Engine
 from gpufleet.core.snapshot import Snapshot
-from gpufleet.core.validate import decision_problems
 
 ENGINES = [Engine.GREEDY, Engine.CPSAT]
-
-
-def decide(snapshot: Snapshot, pending: list[Gang], engine: Engine) -> Decision:
-    decision = place(snapshot, pending, Policy(solver=SolverSettings(engine=engine)))
-    assert decision_problems(snapshot, pending, decision) == []
-    return decision
 
 
 def nodes_of(decision: Decision, gang_id: str) -> list[str]:
@@ -43,7 +35,7 @@ def t4_fleet() -> Snapshot:
 @pytest.mark.parametrize("engine", ENGINES)
 def test_sixteen_one_gpu_replicas_take_four_whole_nodes(engine: Engine) -> None:
     # Per-replica best fit fills t4-0 and t4-1 first: 16 replicas on 6 nodes, not 4.
-    decision = decide(t4_fleet(), [gang("wide", "T4", replicas=16)], engine)
+    decision = checked_decision(t4_fleet(), [gang("wide", "T4", replicas=16)], engine)
     assert nodes_of(decision, "wide") == ["t4-2", "t4-3", "t4-4", "t4-5"]
 
 
@@ -52,7 +44,7 @@ def test_a_partly_used_node_is_filled_when_the_minimum_stays_reachable(engine: E
     # 10 one-GPU replicas need 2 of the 8-GPU nodes: the one with 2 free plus one empty node,
     # which keeps the other empty node whole.
     snapshot = cluster().nodes_of("a", "A100-80GB", 3).run("r", "a0", (0, 1, 2, 3, 4, 5)).build()
-    decision = decide(snapshot, [gang("g", "A100-80GB", replicas=10)], engine)
+    decision = checked_decision(snapshot, [gang("g", "A100-80GB", replicas=10)], engine)
     assert nodes_of(decision, "g") == ["a0", "a1"]
 
 
@@ -67,7 +59,7 @@ def test_without_room_on_the_fewest_nodes_the_gang_is_still_placed(engine: Engin
         .run("r2", "t2", (0, 1))
         .build()
     )
-    decision = decide(snapshot, [gang("g", "T4", replicas=6)], engine)
+    decision = checked_decision(snapshot, [gang("g", "T4", replicas=6)], engine)
     assert nodes_of(decision, "g") == ["t0", "t1", "t2"]
 
 
@@ -85,7 +77,7 @@ def a100_fleet() -> Snapshot:
 @pytest.mark.parametrize("engine", ENGINES)
 def test_an_any_gang_skips_a_partly_used_node_it_does_not_need(engine: Engine) -> None:
     # Best fit would take a0, a1 and 5 GPUs of a2; two nodes hold 10 replicas: a0 and a2.
-    decision = decide(a100_fleet(), [gang("g", "A100-80GB", replicas=10)], engine)
+    decision = checked_decision(a100_fleet(), [gang("g", "A100-80GB", replicas=10)], engine)
     assert nodes_of(decision, "g") == ["a0", "a2"]
 
 
@@ -93,7 +85,7 @@ def test_an_any_gang_skips_a_partly_used_node_it_does_not_need(engine: Engine) -
 def test_an_nvlink_gang_keeps_best_fit(engine: Engine) -> None:
     # The same gang with NVLink topology is placed replica by replica, as before.
     pending = [gang("g", "A100-80GB", replicas=10, topology=Topology.NVLINK)]
-    decision = decide(a100_fleet(), pending, engine)
+    decision = checked_decision(a100_fleet(), pending, engine)
     assert nodes_of(decision, "g") == ["a0", "a1", "a2"]
 
 
@@ -112,7 +104,7 @@ def test_cpsat_keeps_greedys_fewest_nodes_and_solves_the_rest_once(
 
     monkeypatch.setattr(cpsat, "_solve", counted)
     pending = [gang("wide", "T4", replicas=16), gang("small", "T4", replicas=1)]
-    decision = decide(t4_fleet(), pending, Engine.CPSAT)
+    decision = checked_decision(t4_fleet(), pending, Engine.CPSAT)
     assert decision.stats.engine == "cpsat"
     assert solves == [frozenset({"wide"})]
     assert nodes_of(decision, "wide") == ["t4-2", "t4-3", "t4-4", "t4-5"]

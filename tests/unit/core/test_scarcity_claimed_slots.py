@@ -16,17 +16,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from placement_builders import cluster, gang
+from placement_builders import checked_decision, cluster, gang
 
-from gpufleet.core.decision import Decision
-from gpufleet.core.demand import Gang
-from gpufleet.core.place import place
-from gpufleet.core.policy import Engine, Policy, SolverSettings
+from gpufleet.core.policy import Engine, Policy
 from gpufleet.core.pricing import Pricing
 from gpufleet.core.scarcity import Reserve, SlotKind, claimed_slots
 from gpufleet.core.snapshot import RunProgress, Snapshot
 from gpufleet.core.state import ClusterState
-from gpufleet.core.validate import decision_problems
 from gpufleet.core.workload import TaskShape, WorkloadEstimate
 
 ENGINES = [Engine.GREEDY, Engine.CPSAT]
@@ -100,18 +96,11 @@ def test_the_node_reserve_adds_the_slot_the_a100_reserve_needs() -> None:
     assert reserve.free == 2.0
 
 
-def decide(snapshot: Snapshot, pending: list[Gang], engine: Engine) -> Decision:
-    policy = Policy(solver=SolverSettings(engine=engine))
-    decision = place(snapshot, pending, policy)
-    assert decision_problems(snapshot, pending, decision) == []
-    return decision
-
-
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_flexible_gang_leaves_both_8_gpu_nodes_whole(engine: Engine) -> None:
     # Without the claimed slot 0.33 slots were kept of 2 free: the gang took an A100 for its
     # speed, breaking the node the A100-only class needs, and the next 8-GPU task found only V100.
-    decision = decide(empty_fleet(), [FLEXIBLE], engine)
+    decision = checked_decision(empty_fleet(), [FLEXIBLE], engine)
     assert [(p.gang_id, p.gpu_type) for p in decision.placements] == [("small", T4)]
 
 
@@ -126,4 +115,4 @@ def test_a_running_job_is_not_moved_onto_a_claimed_node(engine: Engine) -> None:
     progress = RunProgress(10 * 3600.0, 0.0, 60.0, 0)
     running = tuple(replace(r, demand=FLEXIBLE, progress=progress) for r in snapshot.running)
     snapshot = replace(snapshot, running=running, workload=WORKLOAD)
-    assert decide(snapshot, [], engine).moves == ()
+    assert checked_decision(snapshot, [], engine).moves == ()
