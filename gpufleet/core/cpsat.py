@@ -41,7 +41,15 @@ from ortools.sat.python import cp_model
 from gpufleet.core.decision import GangPlacement, Preemption, SolveStats
 from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.fragmentation import NodeFree, fragmentation
-from gpufleet.core.greedy import Memo, Plan, commit, fewest_nodes, place_greedy, usable_types
+from gpufleet.core.greedy import (
+    Memo,
+    Plan,
+    commit,
+    fewest_node_count,
+    fewest_nodes,
+    place_greedy,
+    usable_types,
+)
 from gpufleet.core.patterns import (
     Item,
     Pattern,
@@ -746,8 +754,7 @@ def _min_nodes(state: ClusterState, gang: Gang, gpu_type: str, replicas: int) ->
     whole-GPU gang (None for any other gang, or when no node holds a replica)."""
     if gang.topology is not Topology.ANY or gang.mig_profile is not None or replicas < 2:
         return None
-    per_node = state.max_node_size.get(gpu_type, 0) // gang.gpus_per_replica
-    return -(-replicas // per_node) if per_node else None
+    return fewest_node_count(state, gpu_type, gang.gpus_per_replica, replicas)
 
 
 def _on_fewest(state: ClusterState, gang: Gang, placement: GangPlacement) -> bool:

@@ -270,10 +270,11 @@ def fewest_nodes(
     left = count
     for still in range(nodes, 0, -1):
         head = [c[0] for c in pool[:still]]  # the roomiest candidates
+        total, but_last = sum(head), sum(head[: still - 1])
         best: tuple[int, int, int] | None = None
         for i, (room, rank, n) in enumerate(pool):
             # Room of the roomiest `still - 1` candidates other than this one.
-            others = sum(head) - room if i < still else sum(head[: still - 1])
+            others = total - room if i < still else but_last
             if min(room, left) + others >= left and (best is None or (rank, n) < best[1:]):
                 best = (i, rank, n)
         assert best is not None  # the roomiest candidate always qualifies
@@ -285,6 +286,13 @@ def fewest_nodes(
     return chosen
 
 
+def fewest_node_count(state: ClusterState, gpu_type: str, size: int, replicas: int) -> int | None:
+    """Fewest nodes of the type that can hold `replicas` replicas of `size` whole GPUs each
+    (as many per node as its largest node holds), or None when no node holds one."""
+    per_node = state.max_node_size.get(gpu_type, 0) // size
+    return -(-replicas // per_node) if per_node else None
+
+
 def _plan_fewest(
     state: ClusterState, gang: Gang, gpu_type: str, allowed: frozenset[int] | None
 ) -> Plan | None:
@@ -294,10 +302,9 @@ def _plan_fewest(
     (Gavel measures its unconsolidated rate at down to a fifth of the consolidated one), and
     per-replica best fit spreads a wide gang over partly used nodes."""
     size, count = gang.gpus_per_replica, gang.replicas_max
-    per_node = state.max_node_size.get(gpu_type, 0) // size
-    if per_node < 1:
+    nodes = fewest_node_count(state, gpu_type, size, count)
+    if nodes is None:
         return None
-    nodes = -(-count // per_node)
     # Per room (free GPUs), the first `nodes` usable nodes: no choice takes more of one room.
     candidates: list[tuple[int, int, int]] = []
     for free, bucket in enumerate(state.type_nodes(gpu_type)):

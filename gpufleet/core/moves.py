@@ -220,11 +220,12 @@ def plan_moves(
     freed: set[tuple[int, int]] = set()  # GPUs that moved gangs leave (`_changes_layout`)
     while True:
         best: _Candidate | None = None
+        left = frozenset(freed)
         for running in movable:
             if running.id in moved:
                 continue
             candidate = _best_move(
-                state, running, policy, memo, pricing, units.get(running.id, ()), frozenset(freed)
+                state, running, policy, memo, pricing, units.get(running.id, ()), left
             )
             if candidate is not None and (best is None or candidate.rank > best.rank):
                 best = candidate
