@@ -12,8 +12,9 @@ and the share of samples that meet it, and draws box plots. Samples:
   gpufleet's workload estimate (`--history 0`: the online estimate alone).
 * **Philly windows**: `--philly-jobs` jobs from each of `--windows` start dates, arrivals sped
   up by `--load` so that queues form, one Gavel model class per job drawn from each of
-  `--seeds`, on `hetero-256.yaml` and `hetero-mix-b.yaml` (fewer fast GPUs). The jobs of the 14
-  days before the start seed the workload estimate.
+  `--seeds` (seeds 0 to N-1; `--seed-list 3,5,10-14` runs those seeds instead, in that order), on
+  `hetero-256.yaml` and `hetero-mix-b.yaml` (fewer fast GPUs). The jobs of the 14 days before
+  the start seed the workload estimate.
 
 Targets (worst case over samples):
 * `unallocated_vs_best_fit` (Alibaba): unallocated GPUs while pods wait, balanced / best fit
@@ -30,6 +31,7 @@ Samples run in `--workers` processes (default 2); each finished sample is append
     python bench/robustness.py                       # everything (hours on 2 shared cores)
     python bench/robustness.py --only alibaba        # the packing samples only
     python bench/robustness.py --quick               # 2 orders x 3 lists, 1 window x 1 seed
+    python bench/robustness.py --only philly --seed-list 10-14   # held-out Philly seeds only
 """
 
 from __future__ import annotations
@@ -251,9 +253,33 @@ def code_version() -> str:
     return head + ("+" if dirty else "")
 
 
+def parse_seed_list(text: str) -> tuple[int, ...]:
+    """`--seed-list`: seeds and inclusive ranges, comma-separated ("3,5,10-12" -> 3, 5, 10, 11,
+    12), in the order given, each once."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        try:
+            low = int(first)
+            high = int(last) if dash else low
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a seed or a range: {part!r}") from None
+        if low < 0 or high < low:
+            raise argparse.ArgumentTypeError(f"seeds are >= 0 and ranges ascend: {part!r}")
+        seeds.extend(s for s in range(low, high + 1) if s not in seeds)
+    return tuple(seeds)
+
+
+def philly_seeds(args: argparse.Namespace) -> Sequence[int]:
+    """The Philly seeds to run: `--seed-list` if given, else 0 to `--seeds` - 1."""
+    chosen: Sequence[int] | None = getattr(args, "seed_list", None)
+    return chosen if chosen is not None else range(args.seeds)
+
+
 def samples_for(args: argparse.Namespace) -> list[Sample]:
     """Every sample, the order/seed index outermost and the two traces interleaved, so that a run
-    cut short (or still going) has covered every list, window and fleet about equally."""
+    cut short (or still going) has covered every list, window and fleet about equally. Philly
+    seeds run in `philly_seeds` order."""
     alibaba: list[Sample] = []
     philly: list[Sample] = []
     if args.only in (None, "alibaba"):
@@ -261,7 +287,7 @@ def samples_for(args: argparse.Namespace) -> list[Sample]:
             for fleet in ALIBABA_FLEETS:
                 alibaba.extend(Sample("alibaba", variant, fleet, k) for variant in ALIBABA_LISTS)
     if args.only in (None, "philly"):
-        for seed in range(args.seeds):
+        for seed in philly_seeds(args):
             for fleet in PHILLY_FLEETS:
                 philly.extend(Sample("philly", w, fleet, seed) for w in args.windows.split(","))
     out: list[Sample] = []
@@ -331,7 +357,7 @@ def print_report(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) 
         )
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench-out/robustness"))
     parser.add_argument("--workers", type=int, default=2)
@@ -339,7 +365,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--orders", type=int, default=8, help="random orders per Alibaba list")
     parser.add_argument("--history", type=int, default=1000, help="pods before each order")
     parser.add_argument("--windows", default=",".join(PHILLY_WINDOWS))
-    parser.add_argument("--seeds", type=int, default=5, help="Philly seeds per window")
+    parser.add_argument(
+        "--seeds", type=int, default=5, help="Philly seeds per window: seeds 0 to N-1"
+    )
+    parser.add_argument(
+        "--seed-list",
+        type=parse_seed_list,
+        default=None,
+        metavar="SEEDS",
+        help="the Philly seeds to run instead of --seeds, in this order, e.g. 3,5,10-14 "
+        "(a rerun of chosen seeds; the results file resumes as usual)",
+    )
     parser.add_argument("--philly-jobs", type=int, default=2000)
     parser.add_argument("--load", type=float, default=16.0, help="Philly arrival speed-up")
     parser.add_argument("--engine", choices=[e.value for e in Engine], default="cpsat")
@@ -360,6 +396,11 @@ def main(argv: list[str] | None = None) -> int:
         help="run nothing: summarise and plot the samples of the last configuration in "
         "<out>/samples.jsonl (a run cut short, or plots redrawn)",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.report:
         rows = list(load_done(args.out / "samples.jsonl", None).values())
