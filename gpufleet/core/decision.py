@@ -79,7 +79,8 @@ class SolveStats:
 
     @property
     def gap(self) -> float | None:
-        """Relative optimality gap of a CP-SAT solve (0 = proven optimal)."""
+        """Relative optimality gap of a CP-SAT solve (0 = proven optimal). A solve reported
+        OPTIMAL may keep a gap below one gang's tie-break (`cpsat._solver`)."""
         if self.objective is None or self.best_bound is None:
             return None
         return abs(self.best_bound - self.objective) / max(abs(self.best_bound), 1e-9)
