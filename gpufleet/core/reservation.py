@@ -113,7 +113,8 @@ def lift_reservations(state: ClusterState) -> list[tuple[int, tuple[int, ...]]]:
         return []
     lifted, gate.reserved = gate.reserved, []
     for node, gpus in lifted:
-        state.release(ReplicaPlacement(state.nodes[node].name, gpus))
+        if gpus:  # a full node is reserved (to drain it) with no free GPU kept
+            state.release(ReplicaPlacement(state.nodes[node].name, gpus))
     return lifted
 
 

@@ -8,13 +8,20 @@ multi-replica gangs get no node; one gang per decision; without queues nothing i
 
 from __future__ import annotations
 
+from gpufleet.core.admission import QueueGate
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
 from gpufleet.core.queues import QueueSpec, QueueTree, Quota
-from gpufleet.core.reservation import reservable
+from gpufleet.core.reservation import (
+    lift_reservations,
+    renew_reservations,
+    reservable,
+    reserve_node,
+)
 from gpufleet.core.snapshot import Snapshot
+from gpufleet.core.state import ClusterState
 from gpufleet.core.validate import decision_problems
 from tests.unit.core.placement_builders import ClusterBuilder, cluster, gang
 
@@ -133,3 +140,19 @@ def test_which_gangs_may_be_given_a_node() -> None:
     assert not reservable(spread, aging)
     together = gang("together", gpus=2, replicas=4, topology=Topology.SAME_NODE, waited_s=aging)
     assert reservable(together, aging)
+
+
+def test_a_second_reservation_of_a_node_with_nothing_left_lifts_and_renews() -> None:
+    """Two reservations in one decision (MAX_RESERVED > 1): the second one finds the node's
+    free GPUs already kept, so it keeps none; lifting and renewing must take that."""
+    owed = QueueTree.build([QueueSpec("wide", None, 1.0, {H100: Quota(8)}, 0, None)])
+    snapshot = cluster().node("h0", H100).run("x0", "h0", (0, 1, 2, 3)).queues(owed).build()
+    state = ClusterState(snapshot)
+    state.gate = QueueGate(snapshot, Policy().queue_aging_s)
+    for name in ("w1", "w2"):
+        assert reserve_node(state, gang(name, gpus=4, queue="wide", waited_s=AGED), [H100]) == 0
+    assert state.gate.reserved == [(0, (4, 5, 6, 7)), (0, ())]
+    lifted = lift_reservations(state)  # raised "a replica needs at least one GPU" before
+    assert state.gate.reserved == [] and state.whole_mode_gpus(0) == [4, 5, 6, 7]
+    renew_reservations(state, lifted)
+    assert state.gate.reserved == [(0, (4, 5, 6, 7))] and state.whole_mode_gpus(0) == []
