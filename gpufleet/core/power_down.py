@@ -247,13 +247,26 @@ def _held_nodes(snapshot: Snapshot) -> set[str]:
 
 
 def _with_held(snapshot: Snapshot, placements: Mapping[str, GangPlacement]) -> Snapshot:
-    """`snapshot` with `placements` running (their nodes' MIG layouts as they were)."""
+    """`snapshot` with `placements` running, on the MIG layouts they need: a what-if placement
+    may take an empty MIG-mode GPU whole, or cut a whole one, as the decision would."""
     if not placements:
         return snapshot
     running = tuple(
         RunningGang(f"{gid}#what-if", p.gpu_type, p.replicas) for gid, p in placements.items()
     )
-    return replace(snapshot, running=snapshot.running + running)
+    layouts: dict[str, dict[int, MigLayout | None]] = {}
+    for p in placements.values():
+        for r in p.replicas:
+            gpus = snapshot.node(r.node).gpus
+            for g in r.gpus:
+                now = gpus[g].mig_layout
+                if r.mig is None and now is not None:
+                    layouts.setdefault(r.node, {})[g] = None
+                elif r.mig is not None and (now is None or r.mig not in now):
+                    cut = layouts.setdefault(r.node, {}).get(g) or ()
+                    layouts[r.node][g] = (*cut, r.mig)
+    nodes = tuple(_relaid(n, layouts[n.name]) if n.name in layouts else n for n in snapshot.nodes)
+    return replace(snapshot, nodes=nodes, running=snapshot.running + running)
 
 
 def _after(snapshot: Snapshot, decision: Decision) -> Snapshot:
