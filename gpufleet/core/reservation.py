@@ -113,7 +113,7 @@ def lift_reservations(state: ClusterState) -> list[tuple[int, tuple[int, ...]]]:
         return []
     lifted, gate.reserved = gate.reserved, []
     for node, gpus in lifted:
-        if gpus:  # a full node is reserved (to drain it) with no free GPU kept
+        if gpus:  # a reservation keeps none when its node's free GPUs are already kept
             state.release(ReplicaPlacement(state.nodes[node].name, gpus))
     return lifted
 
