@@ -88,7 +88,7 @@ def test_the_node_reserve_adds_the_slot_the_a100_reserve_needs() -> None:
     # kept as 6 whole (Poisson(3.33) <= 5: 0.88, <= 6: 0.95), all on node a: one slot claimed.
     # 8-GPU tasks: 0.16 / 1.14 x 19 / 8 = 0.33 slots expected, plus the claimed one.
     pricing = Pricing(ClusterState(empty_fleet()), Policy(), [FLEXIBLE])
-    (gpu_reserve,) = pricing.gpu_reserves.values()
+    gpu_reserve = pricing.gpu_reserves[(A100,)]
     assert gpu_reserve.reserved == 6.0
     reserve = pricing.slot_reserves[EIGHT]
     assert reserve.claimed == 1.0

@@ -65,7 +65,7 @@ def test_a_flexible_gang_leaves_both_h100s_for_an_expected_0_63(engine: Engine) 
     snapshot = two_h100_free()
     flexible = gang("flex", (H100, A100))
     policy = Policy(solver=SolverSettings(engine=engine))
-    (reserve,) = Pricing(ClusterState(snapshot), policy, [flexible]).gpu_reserves.values()
+    reserve = Pricing(ClusterState(snapshot), policy, [flexible]).gpu_reserves[(H100,)]
     # The fractional reserve (0.63) was below the one GPU the gang leaves: no charge, and the
     # gang took an H100 for its speed.
     assert reserve.reserved == 2.0
