@@ -272,7 +272,7 @@ def parse_seed_list(text: str) -> tuple[int, ...]:
 
 def philly_seeds(args: argparse.Namespace) -> Sequence[int]:
     """The Philly seeds to run: `--seed-list` if given, else 0 to `--seeds` - 1."""
-    chosen: Sequence[int] | None = getattr(args, "seed_list", None)
+    chosen: Sequence[int] | None = args.seed_list
     return chosen if chosen is not None else range(args.seeds)
 
 

@@ -265,8 +265,7 @@ def _with_held(snapshot: Snapshot, placements: Mapping[str, GangPlacement]) -> S
                 elif r.mig is not None and (now is None or r.mig not in now):
                     cut = layouts.setdefault(r.node, {}).get(g) or ()
                     layouts[r.node][g] = (*cut, r.mig)
-    nodes = tuple(_relaid(n, layouts[n.name]) if n.name in layouts else n for n in snapshot.nodes)
-    return replace(snapshot, nodes=nodes, running=snapshot.running + running)
+    return replace(_relaid(snapshot, layouts), running=snapshot.running + running)
 
 
 def _after(snapshot: Snapshot, decision: Decision) -> Snapshot:
@@ -275,7 +274,6 @@ def _after(snapshot: Snapshot, decision: Decision) -> Snapshot:
     layouts: dict[str, dict[int, MigLayout | None]] = {}
     for rep in decision.repartitions:
         layouts.setdefault(rep.node, {})[rep.gpu] = rep.new_layout
-    nodes = tuple(_relaid(n, layouts[n.name]) if n.name in layouts else n for n in snapshot.nodes)
     evicted = {p.gang_id for p in decision.preemptions}
     moved = {m.gang_id: m.placement for m in decision.moves}
     # A moved gang runs on its new placement, its growth units with it, and it is not moved
@@ -289,10 +287,18 @@ def _after(snapshot: Snapshot, decision: Decision) -> Snapshot:
     ) + tuple(
         RunningGang(f"{p.gang_id}#placed", p.gpu_type, p.replicas) for p in decision.placements
     )
-    return replace(snapshot, nodes=nodes, running=running)
+    return replace(_relaid(snapshot, layouts), running=running)
 
 
-def _relaid(node: Node, layouts: Mapping[int, MigLayout | None]) -> Node:
+def _relaid(snapshot: Snapshot, layouts: Mapping[str, Mapping[int, MigLayout | None]]) -> Snapshot:
+    """`snapshot` with the MIG layouts `layouts` gives (node -> GPU index -> layout)."""
+    nodes = tuple(_node_relaid(n, layouts.get(n.name, {})) for n in snapshot.nodes)
+    return replace(snapshot, nodes=nodes)
+
+
+def _node_relaid(node: Node, layouts: Mapping[int, MigLayout | None]) -> Node:
+    if not layouts:
+        return node
     gpus = tuple(
         replace(g, mig_layout=layouts[g.index]) if g.index in layouts else g for g in node.gpus
     )

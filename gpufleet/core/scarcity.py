@@ -58,7 +58,7 @@ from gpufleet.core.demand import Gang
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.valuation import replica_value
-from gpufleet.core.workload import TaskShape
+from gpufleet.core.workload import WINDOW, TaskShape
 from gpufleet.model.gpus import GpuType
 
 # The share of confined arrivals a reserve is sized to serve (whole_tasks).
@@ -66,10 +66,6 @@ SERVICE_LEVEL = 0.9
 
 # A node reserve smaller than this (in slots) is not kept: its price would be negligible.
 MIN_SLOTS = 0.02
-
-# Tasks the workload estimate stands for (ArrivalCounts' default window): a type that single-type
-# demand has not named yet is given one such task in that many (`unseen_share`).
-ESTIMATE_TASKS = 2000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,14 +172,14 @@ def constrained_shares(
 
 def unseen_share(snapshot: Snapshot) -> float:
     """The share of requested GPU capacity given to a type that no single-type task has named
-    yet, in a workload where single-type tasks exist: one whole-GPU task among the estimate's
-    `ESTIMATE_TASKS` (the rule of succession). Without it the first task confined to a type
-    not in the history (an H100-only pod, Alibaba gpuspec10 held-out order 37) found every GPU
-    of that type taken by flexible pods and waited 148k s with 180 A100 GPUs free."""
+    yet, in a workload where single-type tasks exist: one whole-GPU task in the estimate's
+    window (`workload.WINDOW` tasks; the rule of succession). Without it the first task confined
+    to a type not in the history (an H100-only pod, Alibaba gpuspec10 held-out order 37) found
+    every GPU of that type taken by flexible pods and waited 148k s with 180 A100 GPUs free."""
     if snapshot.workload is None:
         return 0.0
     mean = sum(s.share * s.shape.compute(snapshot.catalog) for s in snapshot.workload.shapes)
-    return 1.0 / (ESTIMATE_TASKS * mean + 1.0) if mean > 0 else 0.0
+    return 1.0 / (WINDOW * mean + 1.0) if mean > 0 else 0.0
 
 
 def empty_per_type(snapshot: Snapshot) -> dict[str, int]:

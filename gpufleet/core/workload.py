@@ -130,11 +130,15 @@ class WorkloadEstimate:
         return {s: w / total for s, w in weights.items()} if total > 0 else {}
 
 
+# Tasks the online estimate stands for by default: each arrival decays older counts by 1/WINDOW.
+WINDOW = 2000.0
+
+
 @dataclass(frozen=True)
 class ArrivalCounts:
     """Online estimate of the workload: decayed counts of arrived tasks per shape (see module)."""
 
-    window: float = 2000.0
+    window: float = WINDOW
     counts: Mapping[TaskShape, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -144,7 +148,7 @@ class ArrivalCounts:
             raise ValueError("task counts must be >= 0")
 
     @classmethod
-    def seeded(cls, prior: WorkloadEstimate, tasks: float, window: float = 2000.0) -> ArrivalCounts:
+    def seeded(cls, prior: WorkloadEstimate, tasks: float, window: float = WINDOW) -> ArrivalCounts:
         """An estimator that starts from `prior` as if `tasks` tasks of that mix had arrived."""
         if tasks < 0:
             raise ValueError("a prior's weight must be >= 0")
@@ -195,7 +199,7 @@ class ArrivalCounts:
                 raise ValueError("workload history: count must be a number >= 0")
             shape = TaskShape.from_dict(item)
             counts[shape] = counts.get(shape, 0.0) + float(count)
-        window = data.get("window", 2000.0)
+        window = data.get("window", WINDOW)
         if not isinstance(window, int | float) or isinstance(window, bool) or window != window:
             raise ValueError("workload history: window must be a number")
         return cls(float(window), counts)
