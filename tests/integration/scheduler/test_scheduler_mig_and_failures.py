@@ -6,6 +6,7 @@ whole gang, without counting as a failure of the job."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -111,11 +112,25 @@ def _exists(kube: Kube, node: str) -> bool:
         return False
 
 
+def _reports_not_ready(kube: Kube, node: str) -> bool:
+    conditions = node_json(kube, node)["status"].get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "False" for c in conditions)
+
+
 def _break_ready(kube: Kube, node: str) -> dict[str, Any]:
-    # kwok stops keeping the node alive once it no longer carries kwok's annotation.
+    # kwok stops keeping the node alive once it no longer carries kwok's annotation, but a
+    # heartbeat already in flight can still write Ready=True over our condition; the node would
+    # then only go NotReady after the lifecycle controller's 40 s grace. Re-assert NotReady
+    # until it holds across a heartbeat-sized pause.
     kube.core.patch_node(node, {"metadata": {"annotations": {"kwok.x-k8s.io/node": None}}})
     ready = {"type": "Ready", "status": "False", "reason": "KubeletDown", "message": "test"}
-    kube.core.patch_node_status(node, {"status": {"conditions": [ready]}})
+
+    def stuck() -> bool:
+        kube.core.patch_node_status(node, {"status": {"conditions": [ready]}})
+        time.sleep(1.0)
+        return _reports_not_ready(kube, node)
+
+    wait_for(stuck, f"{node} reported NotReady", 15)
     return {}
 
 
