@@ -67,11 +67,12 @@ from gpufleet.model.fleet import load_fleet
 from gpufleet.model.input_error import InputError
 from gpufleet.model.migparted import load_default_configs
 from gpufleet.sandbox.control_plane import Sandbox, default_fleet_path
-from gpufleet.sandbox.node_manifests import KWOK_ANNOTATION, sandbox_pool_check
+from gpufleet.sandbox.node_manifests import sandbox_pool_check
 from gpufleet.scheduler.informer import Informer
 from gpufleet.scheduler.nodes import node_ready
 from gpufleet.scheduler.runtime import api_client
 from gpufleet.testing.invariants import TAKEOVER_S
+from gpufleet.testing.node_faults import break_nodes, restore_nodes
 from gpufleet.testing.operator import Kube, OperatorProcess, SettledInvariants, training_job
 
 PROG = "chaos.py"
@@ -468,17 +469,10 @@ class Faults:
     def notready(self) -> None:
         nodes = sorted(n.metadata.name for n in self.kube.core.list_node().items)
         chosen = self.rng.sample(nodes, max(1, math.ceil(0.1 * len(nodes))))
-        down = {"type": "Ready", "status": "False", "reason": "KubeletDown", "message": "chaos"}
-        for node in chosen:
-            # kwok stops keeping a node alive once it no longer carries kwok's annotation.
-            self.kube.core.patch_node(node, {"metadata": {"annotations": {KWOK_ANNOTATION: None}}})
-            self.kube.core.patch_node_status(node, {"status": {"conditions": [down]}})
+        break_nodes(self.kube.core, chosen, "chaos")
         log(f"  NotReady: {', '.join(chosen)}")
         time.sleep(self.args.notready)
-        for node in chosen:
-            self.kube.core.patch_node(
-                node, {"metadata": {"annotations": {KWOK_ANNOTATION: "fake"}}}
-            )
+        restore_nodes(self.kube.core, chosen, report_ready=False)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             raw: Any = self.kube.core.list_node(_preload_content=False)

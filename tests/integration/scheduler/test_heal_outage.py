@@ -15,24 +15,14 @@ from typing import Any
 
 from gpufleet.scheduler.heal import HEALING_PAUSED, HEALING_RESUMED
 from gpufleet.scheduler.lease import DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE
+from gpufleet.testing.node_faults import break_nodes, restore_nodes
 from gpufleet.testing.operator import Kube, training_job, wait_for
 
-KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 OUTAGE_S = 20.0  # ten times the operator's node-failure grace in the tests (2 s)
 
 
 def _nodes(kube: Kube) -> list[str]:
     return sorted(n.metadata.name for n in kube.core.list_node().items)
-
-
-def _set_ready(kube: Kube, node: str, ready: bool) -> None:
-    if ready:  # kwok heart-beats it again; Ready now, as its kubelet would report
-        kube.core.patch_node(node, {"metadata": {"annotations": {KWOK_ANNOTATION: "fake"}}})
-        condition = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": ""}
-    else:
-        kube.core.patch_node(node, {"metadata": {"annotations": {KWOK_ANNOTATION: None}}})
-        condition = {"type": "Ready", "status": "False", "reason": "KubeletDown", "message": ""}
-    kube.core.patch_node_status(node, {"status": {"conditions": [condition]}})
 
 
 def _taints(kube: Kube) -> dict[str, list[tuple[str, str]]]:
@@ -81,8 +71,7 @@ def test_every_node_not_ready_at_once_restarts_no_gang(kube: Kube, ns: str) -> N
     nodes, taints = _nodes(kube), _taints(kube)
     gang_nodes = sorted(set(before.values()))
     try:
-        for node in nodes:
-            _set_ready(kube, node, False)
+        break_nodes(kube.core, nodes, "outage")
         deadline = time.monotonic() + OUTAGE_S
         while time.monotonic() < deadline:
             same()
@@ -91,8 +80,8 @@ def test_every_node_not_ready_at_once_restarts_no_gang(kube: Kube, ns: str) -> N
     finally:
         # The gang's nodes first: the others coming back first would end the pause while
         # the gang's stayed NotReady (a fresh grace then, but the test should not race it).
-        for node in [*gang_nodes, *(n for n in nodes if n not in gang_nodes)]:
-            _set_ready(kube, node, True)
+        order = [*gang_nodes, *(n for n in nodes if n not in gang_nodes)]
+        restore_nodes(kube.core, order, report_ready=True)
     wait_for(lambda: _all_ready(kube, taints), "every node Ready and untainted again", 90)
     wait_for(
         lambda: bool(_lease_events(kube, HEALING_RESUMED) - resumed_before),

@@ -6,14 +6,15 @@ whole gang, without counting as a failure of the job."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
 
 from gpufleet.model.contract import names
 from gpufleet.model.migparted import MIG_APPLIED_ANNOTATION
+from gpufleet.sandbox import fleetnodes
 from gpufleet.testing import invariants
+from gpufleet.testing.node_faults import break_nodes, restore_nodes
 from gpufleet.testing.operator import Kube, SettledInvariants, training_job, wait_for
 
 
@@ -26,12 +27,9 @@ def node_json(kube: Kube, name: str) -> dict[str, Any]:
 def node_ready(kube: Kube, name: str) -> bool:
     """Ready and free of the taints the node lifecycle controller adds while it is not."""
     try:
-        node = node_json(kube, name)
+        return fleetnodes.usable(node_json(kube, name))
     except Exception:
         return False
-    conditions = node["status"].get("conditions") or []
-    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-    return ready and not node["spec"].get("taints")
 
 
 def set_mig_config(kube: Kube, node: str, config: str) -> None:
@@ -98,6 +96,14 @@ def _restore_vanished(kube: Kube, node: str, saved: dict[str, Any]) -> None:
                 k: v for k, v in meta["annotations"].items() if not k.startswith("kubectl.")
             },
         },
+        # The pool's own taints (the GPU Operator's), not those the lifecycle controller added.
+        "spec": {
+            "taints": [
+                t
+                for t in saved["spec"].get("taints") or []
+                if t["key"] not in fleetnodes.NOT_READY_TAINTS
+            ]
+        },
         "status": {k: saved["status"][k] for k in ("capacity", "allocatable", "nodeInfo", "phase")},
     }
     wait_for(lambda: not _exists(kube, node), f"{node} deleted")
@@ -112,30 +118,13 @@ def _exists(kube: Kube, node: str) -> bool:
         return False
 
 
-def _reports_not_ready(kube: Kube, node: str) -> bool:
-    conditions = node_json(kube, node)["status"].get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "False" for c in conditions)
-
-
 def _break_ready(kube: Kube, node: str) -> dict[str, Any]:
-    # kwok stops keeping the node alive once it no longer carries kwok's annotation, but a
-    # heartbeat already in flight can still write Ready=True over our condition; the node would
-    # then only go NotReady after the lifecycle controller's 40 s grace. Re-assert NotReady
-    # until it holds across a heartbeat-sized pause.
-    kube.core.patch_node(node, {"metadata": {"annotations": {"kwok.x-k8s.io/node": None}}})
-    ready = {"type": "Ready", "status": "False", "reason": "KubeletDown", "message": "test"}
-
-    def stuck() -> bool:
-        kube.core.patch_node_status(node, {"status": {"conditions": [ready]}})
-        time.sleep(1.0)
-        return _reports_not_ready(kube, node)
-
-    wait_for(stuck, f"{node} reported NotReady", 15)
+    break_nodes(kube.core, [node], "test")
     return {}
 
 
 def _restore_ready(kube: Kube, node: str, _: dict[str, Any]) -> None:
-    kube.core.patch_node(node, {"metadata": {"annotations": {"kwok.x-k8s.io/node": "fake"}}})
+    restore_nodes(kube.core, [node], report_ready=True)
 
 
 @pytest.mark.parametrize(
@@ -153,6 +142,7 @@ def test_gang_on_a_failed_node_moves_as_a_whole(
     wait_for(lambda: kube.phase(ns, "mover") == "Running", "Running")
     before = {p["metadata"]["uid"]: p["spec"]["nodeName"] for p in kube.pods(ns)}
     victim = sorted(before.values())[0]
+    taints = node_json(kube, victim)["spec"].get("taints")
     saved = break_node(kube, victim)
     watch = SettledInvariants(kube.core)
     try:
@@ -177,3 +167,5 @@ def test_gang_on_a_failed_node_moves_as_a_whole(
         kube.clean_namespace(ns)
         restore_node(kube, victim, saved)
         wait_for(lambda: node_ready(kube, victim), f"{victim} Ready and untainted again", 30)
+        # Later modules share the sandbox: the node is back as its pool made it.
+        assert node_json(kube, victim)["spec"].get("taints") == taints
