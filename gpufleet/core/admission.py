@@ -8,8 +8,9 @@ preemption and CP-SAT then ask it (and only it) about queues:
 - in which order pending gangs are tried (`order`, fairshare.py);
 - whether a gang fits its queue's quota on a GPU type, and with how many replicas
   (`allows`, `replicas_allowed`), and the usage it then adds (`take`);
-- which running gangs a stuck gang may evict (`may_evict`): inside its own queue, preemptible
-  gangs of lower priority (the core's priority rule); in other queues, only when this is a
+- which running gangs a stuck gang may evict (`may_evict`): never one a disruption budget
+  protects now (`RunningGang.disruptable`); inside its own queue, preemptible gangs of lower
+  priority (the core's priority rule); in other queues, only when this is a
   reclaim: the stuck gang stays within its queue's nominal quota and the victim's queue borrows
   the victim's resource. Priorities are never compared across queues (a queue's guarantee does
   not depend on how others rank their work), as with Kueue's reclaimWithinCohort.
@@ -140,7 +141,7 @@ class QueueGate:
 
     def may_evict(self, victim: RunningGang, gang: Gang) -> bool:
         """Whether `gang` may evict `victim` now (module docstring)."""
-        if not victim.preemptible:
+        if not victim.preemptible or not victim.disruptable:
             return False
         if not self.is_reclaim(victim, gang):
             return victim.priority < gang.priority

@@ -20,7 +20,8 @@ ones go. R is the caller's expected remaining time (`RunProgress`, from complete
 lengths, never the job's own). The cheapest gangs go first, only as many as the wide gang
 needs GPUs, each to its cheapest placement on the GPUs the decision leaves free (never onto
 the node itself, nor onto room the expected workload keeps, as moves.py). Only preemptible
-gangs the caller gives progress for, of a priority not above the wide gang's, are moved, and
+and disruptable gangs (no PodDisruptionBudget forbids stopping them now) the caller gives
+progress for, of a priority not above the wide gang's, are moved, and
 an evacuation may exceed the hourly move limit by one (`recent_moves <= max_per_hour`): on the
 tuning window 2017-10-23 the small gangs left on a reserved node had nearly always just been
 moved there to a faster type, and the wide gang waited out their hour. So a gang moves at most
@@ -75,6 +76,7 @@ def _movable(gang: RunningGang, wide: Gang, policy: Policy) -> bool:
         progress is not None
         and gang.demand is not None
         and gang.preemptible
+        and gang.disruptable
         and gang.priority <= wide.priority
         and progress.recent_moves <= policy.moves.max_per_hour
         and all(r.mig is None for r in gang.replicas)

@@ -24,7 +24,8 @@ for large tasks, nor a slot that a GPU reserve claims (net of the room its old p
 `pricing.MovePrice` says why one slot), and the work it adds must exceed the FGD fragmentation
 it adds where it lands. Without this, flexible pods moved onto the last free GPU of a type, or
 the last empty 8-GPU node, and the pod that needed that room waited while a third of the fleet
-sat free.
+sat free. A gang the caller marks not `disruptable` (a PodDisruptionBudget forbids stopping it
+now) is never moved, nor is a job with such a growth unit.
 """
 
 from __future__ import annotations
@@ -199,6 +200,12 @@ def plan_moves(
     pending, which the reserves' prices count as `place_greedy` does."""
     if not policy.moves.enabled:
         return []
+    units: dict[str, list[RunningGang]] = {}  # a grown elastic job's growth units move with it
+    for r in state.snapshot.running:
+        job = growth_job(r)
+        if job is not None and r.id not in evicted:
+            units.setdefault(job, []).append(r)
+    # A move stops the whole job: none of it may be under a budget that forbids that now.
     movable = [
         r
         for r in state.snapshot.running
@@ -206,14 +213,11 @@ def plan_moves(
         and r.progress is not None
         and r.demand is not None
         and growth_job(r) is None
+        and r.disruptable
+        and all(u.disruptable for u in units.get(r.id, ()))
     ]
     if not movable:
         return []
-    units: dict[str, list[RunningGang]] = {}  # a grown elastic job's growth units move with it
-    for r in state.snapshot.running:
-        job = growth_job(r)
-        if job is not None and r.id not in evicted:
-            units.setdefault(job, []).append(r)
     pricing = Pricing(state, policy, waiting)
     out: list[Move] = []
     moved: set[str] = set()

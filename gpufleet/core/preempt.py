@@ -1,9 +1,10 @@
 """Gang-aware preemption: evict whole lower-priority preemptible gangs for a stuck gang.
 
 For each gang still pending (highest priority first, a bounded number per decision) the victims
-are running gangs that are preemptible, of strictly lower priority, on an acceptable GPU type and
-on a node the gang may use, tried in borrowing.py's order (lowest priority, then least work
-lost: checkpoint age and restart cost, then longest remaining time). Victims are released one at
+are running gangs that are preemptible and disruptable (no PodDisruptionBudget forbids stopping
+them now), of strictly lower priority, on an acceptable GPU type and on a node the gang may use,
+tried in borrowing.py's order (lowest priority, then least work lost: checkpoint age and
+restart cost, then longest remaining time). Victims are released one at
 a time until the gang fits, first from the best candidates whatever their node, then (when that
 fails) from the candidates of one node at a time (`_victim_groups`); then victims that turn out
 unnecessary are put back, and the eviction happens only if the gang's objective value beats
@@ -188,6 +189,7 @@ def preempt_for_pending(
             for r in state.snapshot.running
             if r.id not in evicted
             and r.preemptible
+            and r.disruptable
             and r.gpu_type in types
             and (allowed is None or any(state.node_index[p.node] in allowed for p in r.replicas))
             and (r.priority < gang.priority if gate is None else gate.may_evict(r, gang))

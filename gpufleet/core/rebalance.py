@@ -80,7 +80,9 @@ def shrink_for_pending(
     if not policy.allow_preemption:
         return placed, preemptions
     snapshot = state.snapshot
-    units = [r for r in snapshot.running if growth_job(r) is not None and r.preemptible]
+    units = [
+        r for r in snapshot.running if growth_job(r) is not None and r.preemptible and r.disruptable
+    ]
     if not units:
         return placed, preemptions
     values = {r.id: running_value(snapshot, r, policy) for r in snapshot.running}

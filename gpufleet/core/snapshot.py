@@ -55,7 +55,13 @@ class RunProgress:
 class RunningGang:
     """A gang already holding GPUs; the unit of preemption. With its `progress` the core picks
     the victims that lose the least work (borrowing.py); with its `demand` (the gang as it was
-    asked for) and `progress`, it may also move it to a faster type (moves.py)."""
+    asked for) and `progress`, it may also move it to a faster type (moves.py).
+
+    `preemptible` is the gang's own wish (and, for a standby's borrower, that only its lender
+    may take the GPUs back); `disruptable` is the caller's word that nothing outside the
+    decision forbids stopping it now: False when a PodDisruptionBudget allows fewer
+    disruptions than the gang has pods under it. The core then neither preempts it, nor moves
+    or evacuates it, whatever it gains."""
 
     id: str
     gpu_type: str
@@ -66,6 +72,7 @@ class RunningGang:
     progress: RunProgress | None = None
     queue: str | None = None  # the GPUQueue it is charged to (None: outside any queue)
     demand: Gang | None = None  # the gang as it was asked for (moves.py)
+    disruptable: bool = True  # False: a disruption budget forbids evicting it now
 
 
 @dataclass(frozen=True)

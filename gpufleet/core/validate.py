@@ -26,7 +26,8 @@ def decision_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Dec
     # Every pending gang is either placed or explained, exactly once.
     if sorted(placed_ids + pending_ids) != sorted(gangs):
         problems.append("placed + pending gangs differ from the pending input")
-    # Preemption: whole running gangs, preemptible, strictly lower priority than an admitted gang.
+    # Preemption: whole running gangs, preemptible, disruptable, strictly lower priority than an
+    # admitted gang.
     evicted: set[str] = set()
     for pre in decision.preemptions:
         victim = running.get(pre.gang_id)
@@ -36,6 +37,8 @@ def decision_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Dec
             continue
         if not victim.preemptible:
             problems.append(f"{victim.id} is not preemptible")
+        if not victim.disruptable:
+            problems.append(f"{victim.id} is preempted though a disruption budget protects it")
         # With queues, quota_problems judges preemptions (a reclaim ignores priorities). An
         # elastic job's growth unit may also go for a gang of its own priority (rebalance.py).
         shrink = growth_job(victim) is not None and victim.priority <= winner.priority
@@ -76,6 +79,12 @@ def decision_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Dec
     }
     # A moved elastic job's growth units move with it (moves.py).
     moved |= {r.id for r in snapshot.running if growth_job(r) in moved}
+    # No move stops a gang a disruption budget protects now.
+    problems.extend(
+        f"{gid} is moved though a disruption budget protects it"
+        for gid in sorted(moved)
+        if gid in running and not running[gid].disruptable
+    )
     whole, slices = snapshot.occupied(evicted | moved)
     used_gpus = whole | {(n, g) for n, g, _ in slices}
     # MIG layouts change only on empty GPUs and only to valid layouts.
