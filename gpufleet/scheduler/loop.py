@@ -6,8 +6,8 @@ phase is a small collaborator with its own state (the module named after each):
               or rolled back whole (assumptions forgotten, bound pods deleted)
   1 snapshot  (snapshot) build the core's input from the cache (assumed bindings included),
               with the workload estimate from the pending gangs seen so far (arrivals), the
-              progress of gangs that may be moved (progress) and the GPUs reserved for moved
-              gangs (mover)
+              progress of gangs that may be moved (progress), those of them a
+              PodDisruptionBudget protects, and the GPUs reserved for moved gangs (mover)
   2 heal      (heal, partial) restart, as whole gangs, gangs with a pod on a failed or
               vanished node (paused while every node is NotReady, slowed while most of a
               zone's are: the node-lifecycle controller's zone rule); find gangs left
@@ -33,8 +33,8 @@ phase is a small collaborator with its own state (the module named after each):
               is answered in the background (the next cycle does not wait for it;
               the assumptions keep its GPUs taken); if any binding of a gang fails, phase 0 of
               a later cycle rolls the gang back (never a partial gang); then (mover) each
-              move of the decision deletes its gang's pods with their grace period and
-              reserves its new placement
+              move of the decision that the budgets, read again, still allow deletes its
+              gang's pods with their grace period and reserves its new placement
   9 power     (power_marks) opt-in idle-node power-down: the core's power plan after the
               decision, written as node marks (cordon and label); gangs that fit only on
               switched-off nodes wake them and wait for their boot
@@ -156,7 +156,9 @@ class Scheduler:
         self.victims = VictimEvictor(cache, binder, clock, settings.budget_retry_s)
         self.bindings = InflightBindings(cache, binder, deletions)
         self.progress = ProgressTracker(settings.move_restart_s)
-        self.mover = GangMover(cache, binder, deletions, clock, settings.move_reserve_s)
+        self.mover = GangMover(
+            cache, binder, deletions, clock, settings.move_reserve_s, notify=notify
+        )
         # The request shapes seen so far, for the core's fragmentation term (arrivals.py).
         self.arrivals = ArrivalTracker()
         self.waiting = WaitingReasons(
@@ -182,6 +184,8 @@ class Scheduler:
         state, view = read
         self.progress.observe(view.facts.values())
         view = self.progress.attach(self.mover.hold(view))
+        if policy.moves.enabled:  # gangs a PodDisruptionBudget protects are not moved
+            view = self.mover.protect(view, self.cycle)
         timer.done("snapshot")
         # Every pending gang counts, offered or not (arrivals.py): the estimate sees them all.
         self.arrivals.observe(pg.gang for pg in view.pending)

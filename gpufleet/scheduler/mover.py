@@ -1,8 +1,19 @@
 """Moves carried out live: a running gang restarted whole on the new placement the core chose
 (`Decision.moves`), with that placement reserved until its new pods are bound there.
 
+PodDisruptionBudgets. A move deletes its pods rather than evicting them (a graceful restart
+that the operator recreates at once), so the Eviction API never checks their budgets: the mover
+does. Every cycle, after the snapshot, `protect` shows each gang the core could move (its
+progress known) as not `disruptable` when a budget would not let all of its pods go now
+(`disruption.gang_blocked`, the check preemptions make: a budget at disruptionsAllowed 0 over
+any of its pods, say), so the core neither moves, evacuates nor preempts it; when the budgets
+cannot be read, none of those gangs is disruptable that cycle.
+
 A move goes in three steps, one per cycle that sees it:
-1. `start` (after the bind phase): the gang's pods are marked (`gpufleet.io/disrupted-by:
+1. `start` (after the bind phase): the budgets are read again (they change between the snapshot
+   and the action) and a move one of them now forbids is skipped, with a log line and an Event
+   on the scheduler's Lease (`MoveBlockedByDisruptionBudget`); moves of one cycle draw on a
+   shared budget in turn. Otherwise the gang's pods are marked (`gpufleet.io/disrupted-by:
    MoveByGpufleet`, the move's time) and deleted with their own grace period, SIGTERM first,
    so a job that checkpoints on a signal saves its progress; the operator counts the move in
    the job's status and, once every old pod is gone, recreates the gang (as after any gang
@@ -24,7 +35,7 @@ and the per-hour limit is read from the pods).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -38,11 +49,14 @@ from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
 from gpufleet.scheduler.cycle_report import CycleReport
 from gpufleet.scheduler.deletions import Deletions
+from gpufleet.scheduler.disruption import Obj, gang_blocked
+from gpufleet.scheduler.heal import Notify
 from gpufleet.scheduler.pods import pod_annotations
 
 log = logging.getLogger("gpufleet.scheduler")
 
 RESERVED_SUFFIX = "#moving"
+MOVE_BLOCKED = "MoveBlockedByDisruptionBudget"  # Event reason of a move a budget stopped
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +97,7 @@ class GangMover:
         clock: Callable[[], float],
         reserve_s: float,
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+        notify: Notify | None = None,
     ) -> None:
         self.cache = cache
         self.binder = binder
@@ -90,27 +105,82 @@ class GangMover:
         self.clock = clock
         self.reserve_s = reserve_s
         self.wall = wall
+        self.notify = notify
         self._reserved: dict[str, Reservation] = {}
 
     @property
     def reserved(self) -> dict[str, GangPlacement]:
         return {gid: r.placement for gid, r in self._reserved.items()}
 
+    def _budgets(
+        self, gangs: Collection[str], view: ClusterView, cycle: int
+    ) -> Sequence[Obj] | None:
+        """The PodDisruptionBudgets of the namespaces of `gangs`' pods; None (logged) when they
+        cannot be read."""
+        namespaces = {k.partition("/")[0] for g in gangs for k in view.running_pods.get(g, ())}
+        try:
+            return self.binder.list_budgets(namespaces)
+        except Exception as exc:
+            log.warning("cycle=%d cannot read PodDisruptionBudgets, no move: %s", cycle, exc)
+            return None
+
+    @staticmethod
+    def _blocked(
+        gid: str, view: ClusterView, budgets: Sequence[Obj], spent: dict[str, int]
+    ) -> str | None:
+        pods = [f.pod for k in view.running_pods.get(gid, ()) if (f := view.facts.get(k))]
+        return gang_blocked(pods, budgets, spent)
+
+    def protect(self, view: ClusterView, cycle: int) -> ClusterView:
+        """`view` with each gang the core could move (its progress known) not `disruptable`
+        when a PodDisruptionBudget would not let all of its pods go now; all of them when
+        the budgets cannot be read."""
+        movable = [g.id for g in view.snapshot.running if g.progress is not None]
+        if not movable:
+            return view
+        budgets = self._budgets(movable, view, cycle)
+        blocked = {
+            gid
+            for gid in movable
+            if budgets is None or self._blocked(gid, view, budgets, {}) is not None
+        }
+        if not blocked:
+            return view
+        snapshot = view.snapshot
+        running = tuple(
+            replace(g, disruptable=False) if g.id in blocked else g for g in snapshot.running
+        )
+        return replace(view, snapshot=replace(snapshot, running=running))
+
     def start(self, decision: Decision, view: ClusterView, report: CycleReport) -> None:
-        """Delete each moved gang's pods (marked, with their grace period); reserve its new
-        placement."""
+        """Delete each moved gang's pods (marked, with their grace period) unless a budget now
+        forbids it; reserve its new placement."""
         # A move onto GPUs the decision also repartitions waits: the new layout is applied
         # by the node, later (the next decisions see the gang where it runs and may move it).
         cut = {(r.node, r.gpu) for r in decision.repartitions}
-        for move in decision.moves:
+        todo = [
+            move
+            for move in decision.moves
+            if view.running_pods.get(move.gang_id)
+            and move.gang_id not in self._reserved
+            and not any((r.node, ix) in cut for r in move.placement.replicas for ix in r.gpus)
+            and any(g.id == move.gang_id for g in view.snapshot.running)
+        ]
+        if not todo:
+            return
+        # Read again: budgets change between the snapshot and now (another client's eviction,
+        # a budget created since); moves of one cycle draw on a shared budget in turn.
+        budgets = self._budgets([m.gang_id for m in todo], view, report.cycle)
+        if budgets is None:
+            return
+        spent: dict[str, int] = {}
+        for move in todo:
             gid = move.gang_id
-            keys = view.running_pods.get(gid, ())
-            if not keys or gid in self._reserved:
-                continue
-            if any((r.node, ix) in cut for r in move.placement.replicas for ix in r.gpus):
-                continue
-            running = next((g for g in view.snapshot.running if g.id == gid), None)
-            if running is None:
+            keys = view.running_pods[gid]
+            running = next(g for g in view.snapshot.running if g.id == gid)
+            why = self._blocked(gid, view, budgets, spent)
+            if why is not None:
+                self._skipped(gid, move.placement.gpu_type, why, report.cycle)
                 continue
             uids = self.cache.uids(keys)
             first = view.facts.get(keys[0])
@@ -138,6 +208,15 @@ class GangMover:
             log.info("cycle=%d gang %s: %s", report.cycle, gid, message)
             if failed:
                 log.warning("cycle=%d gang %s: deleting %s failed", report.cycle, gid, failed)
+
+    def _skipped(self, gid: str, gpu_type: str, why: str, cycle: int) -> None:
+        text = f"gang {gid}: move to {gpu_type} skipped: {why}"
+        log.info("cycle=%d %s", cycle, text)
+        if self.notify is not None:
+            try:
+                self.notify("Normal", MOVE_BLOCKED, text)
+            except Exception:  # an Event is a report: never let it stop the cycle
+                log.exception("cycle=%d posting the %s Event failed", cycle, MOVE_BLOCKED)
 
     def _old_left(self, reservation: Reservation, view: ClusterView) -> bool:
         for key, uid in reservation.old:

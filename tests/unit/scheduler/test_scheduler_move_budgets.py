@@ -1,0 +1,190 @@
+"""Moves in the live loop under PodDisruptionBudgets (mover.py), over an in-memory cache, the
+fake binder's budgets and the real greedy core.
+
+Aspects: a checkpointing gang that a budget at disruptionsAllowed 0 selects is shown to the core
+as not disruptable and is not moved, while the same gang without a budget, under a budget that
+allows its pod to go, or under a budget of another namespace or selector, moves; budgets that
+cannot be read move nothing; a budget that appears between the snapshot and the deletion stops
+the move right before it (no pod deleted, nothing reserved, a log line and an Event); two moves
+drawing on one budget that allows one disruption: only the first goes; budgets are not read
+when no gang could move.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from gpufleet.core.decision import Decision
+from gpufleet.core.demand import Gang
+from gpufleet.core.place import place
+from gpufleet.core.policy import MoveRule, Policy
+from gpufleet.core.snapshot import Snapshot
+from gpufleet.model.contract import names
+from gpufleet.model.contract.timestamps import format_time
+from gpufleet.scheduler.cache import SchedulerCache
+from gpufleet.scheduler.mover import MOVE_BLOCKED
+from tests.unit.scheduler.scheduler_builders import NodeBuilder, PodBuilder
+from tests.unit.scheduler.scheduler_fakes import Clock, FakeBinder, load, scheduler
+
+TYPES = "A100-80GB=0.5,L4=0.1"
+
+
+def nodes() -> list[dict[str, Any]]:
+    return [
+        NodeBuilder("l4-0", "L4", 4).obj(),
+        NodeBuilder("l4-1", "L4", 4).obj(),
+        NodeBuilder("a100-0", "A100-80GB", 8).obj(),
+    ]
+
+
+def long_pod(gang: str = "long", node: str = "l4-0", namespace: str = "ns") -> dict[str, Any]:
+    """One 4-GPU worker on an L4 node for 10 minutes, checkpointing on a signal: worth moving
+    to the free A100s."""
+    pod = (
+        PodBuilder(f"{gang}-0", namespace)
+        .gang(gang, 1, 0)
+        .gpus(4)
+        .annotate(names.GPU_TYPES, TYPES)
+        .annotate(names.CHECKPOINT, "signal=2")
+        .bound(node, "0,1,2,3")
+        .annotate(names.ASSIGNED_TYPE, "L4")
+        .obj()
+    )
+    pod["metadata"]["uid"] = f"uid-{gang}"
+    pod["status"]["startTime"] = format_time(datetime.now(UTC) - timedelta(seconds=600))
+    return pod
+
+
+def budget(
+    allowed: int, gang: str = "long", namespace: str = "ns", name: str = "pdb"
+) -> dict[str, Any]:
+    """A processed budget over the gang's pods (or, with gang "*", every pod of the
+    namespace) that allows `allowed` disruptions."""
+    selector: dict[str, Any] = {} if gang == "*" else {"matchLabels": {names.GANG_LABEL: gang}}
+    return {
+        "metadata": {"name": name, "namespace": namespace, "generation": 1},
+        "spec": {"selector": selector},
+        "status": {"disruptionsAllowed": allowed, "observedGeneration": 1},
+    }
+
+
+class CountingBinder(FakeBinder):
+    """The fake binder, counting budget reads; `unreadable` makes them fail."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.budget_reads = 0
+        self.unreadable = False
+
+    def list_budgets(self, namespaces: Iterable[str]) -> list[dict[str, Any]]:
+        self.budget_reads += 1
+        if self.unreadable:
+            raise ConnectionError("connection refused")
+        return super().list_budgets(namespaces)
+
+
+def run(
+    pods: list[dict[str, Any]], budgets: Sequence[dict[str, Any]] = (), **options: Any
+) -> tuple[list[str], CountingBinder]:
+    """One cycle over `pods`; the gangs it moved and the binder."""
+    cache, binder = SchedulerCache(), CountingBinder()
+    binder.budgets = list(budgets)
+    load(cache, nodes(), pods)
+    return scheduler(cache, binder, clock=Clock(), **options).run_cycle().moved, binder
+
+
+@pytest.mark.parametrize(
+    ("budgets", "moved"),
+    [
+        pytest.param([], ["ns/long"], id="no-budget"),
+        pytest.param([budget(0)], [], id="budget-allows-none"),
+        pytest.param([budget(0, gang="*")], [], id="empty-selector-takes-every-pod"),
+        pytest.param([budget(1)], ["ns/long"], id="budget-allows-the-pod"),
+        pytest.param([budget(0, namespace="other")], ["ns/long"], id="other-namespace"),
+        pytest.param([budget(0, gang="someone")], ["ns/long"], id="other-selector"),
+    ],
+)
+def test_a_budget_at_zero_keeps_a_gang_where_it_runs(
+    budgets: list[dict[str, Any]], moved: list[str]
+) -> None:
+    got, binder = run([long_pod()], budgets)
+    assert got == moved
+    assert [k for k, _ in binder.moved] == [f"{g}-0" for g in moved]
+
+
+def test_the_core_sees_the_protected_gang_as_not_disruptable() -> None:
+    cache, binder = SchedulerCache(), CountingBinder()
+    binder.budgets = [budget(0)]
+    load(cache, nodes(), [long_pod(), long_pod("free", "l4-1")])
+    sched = scheduler(cache, binder, clock=Clock())
+    view = sched.progress.attach(sched.views.build(cache.state().nodes, cache.state().pods, {}))
+    shown = {g.id: g for g in sched.mover.protect(view, 1).snapshot.running}
+    assert not shown["ns/long"].disruptable and shown["ns/long"].preemptible
+    assert shown["ns/free"].disruptable
+
+
+def test_unreadable_budgets_move_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    cache, binder = SchedulerCache(), CountingBinder()
+    binder.unreadable = True
+    load(cache, nodes(), [long_pod()])
+    with caplog.at_level(logging.WARNING, "gpufleet.scheduler"):
+        assert scheduler(cache, binder, clock=Clock()).run_cycle().moved == []
+    assert binder.moved == []
+    assert "cannot read PodDisruptionBudgets, no move" in caplog.text
+
+
+def test_a_budget_created_after_the_snapshot_stops_the_move_before_the_deletion(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cache, binder = SchedulerCache(), CountingBinder()
+    events: list[tuple[str, str, str]] = []
+
+    def decide_then_budget(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decision:
+        decision = place(snapshot, pending, policy)
+        binder.budgets.append(budget(0))  # someone protects the job while the core decides
+        return decision
+
+    load(cache, nodes(), [long_pod()])
+    sched = scheduler(
+        cache,
+        binder,
+        clock=Clock(),
+        decide=decide_then_budget,
+        notify=lambda *event: events.append(event),
+    )
+    with caplog.at_level(logging.INFO, "gpufleet.scheduler"):
+        report = sched.run_cycle()
+    assert report.moved == [] and binder.moved == []
+    assert sched.mover.reserved == {}
+    ((kind, reason, message),) = events
+    assert (kind, reason) == ("Normal", MOVE_BLOCKED)
+    assert message.startswith("gang ns/long: move to A100-80GB skipped: PodDisruptionBudget ns/pdb")
+    assert "allows 0 disruption(s), the gang has 1 pod(s)" in message
+    assert message in caplog.text
+
+
+def test_two_moves_share_a_budget_that_allows_one() -> None:
+    # Each gang alone may go, so the core moves both; the second deletion would break the budget.
+    moved, binder = run([long_pod(), long_pod("two", "l4-1")], [budget(1, gang="*")])
+    assert len(moved) == 1 and [k for k, _ in binder.moved] == [f"{moved[0]}-0"]
+    both, _ = run([long_pod(), long_pod("two", "l4-1")])
+    assert sorted(both) == ["ns/long", "ns/two"]
+
+
+def test_budgets_are_not_read_when_no_gang_could_move() -> None:
+    unmovable = long_pod()
+    del unmovable["metadata"]["annotations"][names.CHECKPOINT]  # no checkpoint: never moved
+    assert run([unmovable])[1].budget_reads == 0
+    cache, binder = SchedulerCache(), CountingBinder()
+    load(cache, nodes(), [long_pod()])
+    sched = scheduler(cache, binder, clock=Clock())
+    sched.policy = replace(sched.policy, moves=MoveRule(enabled=False))
+    assert sched.run_cycle().moved == [] and binder.budget_reads == 0
+    # With a move: read once for the snapshot and once more right before the deletion.
+    assert run([long_pod()])[1].budget_reads == 2
