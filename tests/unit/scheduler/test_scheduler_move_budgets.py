@@ -6,8 +6,8 @@ as not disruptable and is not moved, while the same gang without a budget, under
 allows its pod to go, or under a budget of another namespace or selector, moves; budgets that
 cannot be read move nothing; a budget that appears between the snapshot and the deletion stops
 the move right before it (no pod deleted, nothing reserved, a log line and an Event); two moves
-drawing on one budget that allows one disruption: only the first goes; budgets are not read
-when no gang could move.
+drawing on one budget that allows one disruption: only the first goes; an evacuation (a move
+for a waiting gang) is held back the same way; budgets are not read when no gang could move.
 """
 
 from __future__ import annotations
@@ -188,3 +188,16 @@ def test_budgets_are_not_read_when_no_gang_could_move() -> None:
     assert sched.run_cycle().moved == [] and binder.budget_reads == 0
     # With a move: read once for the snapshot and once more right before the deletion.
     assert run([long_pod()])[1].budget_reads == 2
+
+
+def test_an_evacuation_is_held_back_by_a_budget_too() -> None:
+    # The core's moves turned into evacuations for a waiting gang (as test_scheduler_moves
+    # does): a protected gang is not among them, so nothing is deleted.
+    def evacuate(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decision:
+        decision = place(snapshot, pending, policy)
+        moves = tuple(replace(m, for_gang="ns/wide", gain_s=-75.0) for m in decision.moves)
+        return replace(decision, moves=moves)
+
+    assert run([long_pod()], decide=evacuate)[0] == ["ns/long"]
+    moved, binder = run([long_pod()], [budget(0)], decide=evacuate)
+    assert moved == [] and binder.moved == []
