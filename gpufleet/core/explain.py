@@ -4,6 +4,10 @@ Checks run from the most basic (the catalogue has none of the acceptable types) 
 specific (free GPUs exist but not on one node). A gang that would fit on its own in the
 snapshot was left out because other gangs got the capacity, and the message says so; one that
 would fit only on types the policy's type delay still holds it back from waits for a faster type.
+A gang that preemption would make room for but for running gangs the caller marks not
+`disruptable` (a PodDisruptionBudget forbids stopping them now) waits for the budget
+(`PreemptionBlockedByDisruptionBudget`, naming those gangs): it does not fit once every gang it
+may preempt is released, and fits once the protected ones it may otherwise preempt go too.
 A gang restricted to some nodes (`allowed_nodes`, the adapter's node filters) is judged on those
 nodes only; when they hold none of its types the reason is `NoEligibleNode`, and the adapter
 adds which filter left out how many nodes.
@@ -18,6 +22,14 @@ from gpufleet.core.decision import Pending, PendingReason
 from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.greedy import Memo, eligible_nodes, plan_gang, usable_types
 from gpufleet.core.policy import Policy, TypeDelay
+from gpufleet.core.preempt import (
+    put_back_unneeded,
+    release_gang,
+    release_until_fits,
+    retake_all,
+    try_plan,
+)
+from gpufleet.core.snapshot import RunningGang
 from gpufleet.core.state import ClusterState
 
 
@@ -89,9 +101,69 @@ def explain(
             f"fits on free {_types_text(delayed)} GPUs, but after {gang.waited_s:.0f} s of "
             f"waiting it still starts only on types at >= {bar:.2f} of its fastest type's speed",
         )
+    blocked = _budget_blocked(initial, gang, policy, layouts)
+    if blocked is not None:
+        return blocked
     if gang.mig_profile is not None:
         return _explain_mig(initial, gang, known, nodes, policy.allow_repartition)
     return _explain_whole(initial, gang, known, nodes, allowed is not None)
+
+
+def _budget_blocked(
+    state: ClusterState, gang: Gang, policy: Policy, layouts: Memo
+) -> Pending | None:
+    """BUDGET when only gangs a disruption budget protects keep preemption from making room
+    for `gang` (module docstring), naming the fewest of them it needs; None otherwise. A
+    what-if on `state`, undone before returning."""
+    if not policy.allow_preemption:
+        return None
+    running = state.snapshot.running
+    if all(r.disruptable for r in running):  # the common case: nothing to look at
+        return None
+    types = set(usable_types(state, gang, policy, layouts))
+    allowed = eligible_nodes(state, gang, layouts)
+    gate = state.gate
+
+    def may_evict(victim: RunningGang) -> bool:
+        """preempt.py's rule for its candidates, with the budget set aside."""
+        free = replace(victim, disruptable=True)
+        return (
+            free.preemptible
+            and free.gpu_type in types
+            and (allowed is None or any(state.node_index[p.node] in allowed for p in free.replicas))
+            and (free.priority < gang.priority if gate is None else gate.may_evict(free, gang))
+        )
+
+    protected = sorted(
+        (r for r in running if not r.disruptable and may_evict(r)),
+        key=lambda r: (r.priority, r.id),
+    )
+    if not protected:
+        return None
+    # Everything preemption may take goes first: if the gang fits then, it is not the budget
+    # that keeps it waiting (the victims were not worth its value, say).
+    released: list[RunningGang] = []
+    needed: list[RunningGang] = []
+    try:
+        for victim in running:
+            if victim.disruptable and may_evict(victim):
+                release_gang(state, victim)
+                released.append(victim)
+        if try_plan(state, gang, policy, layouts) is not None:
+            return None
+        needed, plan = release_until_fits(state, gang, protected, policy, layouts, may_evict)
+        if plan is None:
+            return None
+        needed, _ = put_back_unneeded(state, gang, needed, plan, policy, layouts)
+    finally:
+        retake_all(state, [*released, *needed])
+    them = "it" if len(needed) == 1 else "them"
+    return Pending(
+        gang.id,
+        PendingReason.BUDGET,
+        f"cannot preempt {', '.join(sorted(r.id for r in needed))}: a PodDisruptionBudget "
+        f"forbids stopping {them} now",
+    )
 
 
 def _delayed_fit(state: ClusterState, gang: Gang, policy: Policy, layouts: Memo) -> list[str]:

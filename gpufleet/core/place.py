@@ -21,7 +21,8 @@ With queues in the snapshot (queues.py), phase 1 also gives the working state a 
 (admission.py): gangs of missing or unusable queues, or with a priority their queue does not
 take, are explained at once; every phase then tries gangs in the queues' fair-share order,
 admits them only within quota, and evicts across queues only to reclaim borrowed capacity; a
-gang left pending is explained by its queue's quota first (QuotaExceeded, WaitingForReclaim).
+gang left pending is explained by its queue's quota first (QuotaExceeded, WaitingForReclaim),
+unless only a disruption budget keeps it from preempting within its queue or reclaiming.
 """
 
 from __future__ import annotations
@@ -189,17 +190,20 @@ def queue_reasons(
     policy: Policy,
     memo: Memo,
 ) -> list[Pending]:
-    """Why gangs wait when queues apply: a gang that can never fit says so first; else its
-    queue's quota, judged after the decision (QuotaExceeded, or WaitingForReclaim within
-    nominal), else the capacity reason, which becomes WaitingForReclaim when the gang is
-    within nominal and borrowers hold its types."""
+    """Why gangs wait when queues apply: a gang that can never fit says so first, and so
+    does one only a disruption budget keeps from preempting; else its queue's quota, judged
+    after the decision (QuotaExceeded, or WaitingForReclaim within nominal), else the
+    capacity reason, which becomes WaitingForReclaim when the gang is within nominal and
+    borrowers hold its types."""
     assert initial.gate is not None
     after = initial.gate.after(decision, pending)
     out: list[Pending] = []
     for gang in waiting:
         types = usable_types(initial, gang, policy, memo)
         reason = explain(initial, gang, policy, memo)
-        if reason.reason in _NEVER:
+        # A budget's reason holds before the quota's: the what-if behind it released the
+        # protected victims' usage too, and the gang then fit its queue's quota.
+        if reason.reason in _NEVER or reason.reason is PendingReason.BUDGET:
             out.append(reason)
             continue
         quota = after.quota_reason(gang, types)

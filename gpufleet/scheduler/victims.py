@@ -18,7 +18,7 @@ from dataclasses import replace
 from gpufleet.core.borrowing import growth_job
 from gpufleet.core.decision import Decision
 from gpufleet.model.contract import names
-from gpufleet.model.contract.reasons import SchedulerReason, pending_text
+from gpufleet.model.contract.reasons import PendingReason, pending_text
 from gpufleet.scheduler import pods
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
@@ -103,7 +103,7 @@ class VictimEvictor:
             )
         except Exception as exc:  # no budgets known: no eviction this cycle
             log.warning("cycle=%d cannot read PodDisruptionBudgets: %s", report.cycle, exc)
-            unread = pending_text(SchedulerReason.BUDGET, "cannot read PodDisruptionBudgets")
+            unread = pending_text(PendingReason.BUDGET, "cannot read PodDisruptionBudgets")
             return dict.fromkeys(victims_of, unread)
         current = {pods.pod_key(p): p for p in state.pods}
         growth = {g.id for g in view.snapshot.running if growth_job(g) is not None}
@@ -115,7 +115,7 @@ class VictimEvictor:
             why = gang_blocked([current[k] for k in keys if k in current], budgets, spent)
             if why is not None:
                 message = pending_text(
-                    SchedulerReason.BUDGET, f"cannot preempt {', '.join(sorted(victims))}: {why}"
+                    PendingReason.BUDGET, f"cannot preempt {', '.join(sorted(victims))}: {why}"
                 )
                 log.info("cycle=%d gang %s: %s", report.cycle, gang, message)
                 self._stop(gang, victims, message, until)
@@ -157,7 +157,7 @@ class VictimEvictor:
             report.cycle, gang, len(refused), len(keys), first,
         )  # fmt: skip
         why = pending_text(
-            SchedulerReason.BUDGET, f"{len(refused)} of {len(keys)} evictions refused: {first}"
+            PendingReason.BUDGET, f"{len(refused)} of {len(keys)} evictions refused: {first}"
         )
         self._stop(gang, victims, why, until)
         return why

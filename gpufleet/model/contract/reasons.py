@@ -53,6 +53,10 @@ class PendingReason(StrEnum):
     QUEUE_NOT_ALLOWED = "QueueNotAllowed"  # its queue does not take its priority or namespace
     QUOTA_EXCEEDED = "QuotaExceeded"  # no acceptable type fits its queue's quota
     WAITING_FOR_RECLAIM = "WaitingForReclaim"  # within nominal quota; borrowers hold the GPUs
+    # Preempting would make room but a PodDisruptionBudget forbids it: the core says so for
+    # victims the scheduler marks not disruptable, the scheduler for a budget it reads after
+    # the decision (victims.py); one code whichever found the budget.
+    BUDGET = "PreemptionBlockedByDisruptionBudget"
 
 
 class SchedulerReason(StrEnum):
@@ -62,7 +66,6 @@ class SchedulerReason(StrEnum):
     GANG = "GangNotReady"  # members missing, being deleted, or the gang is restarting
     PREEMPTING = "WaitingForPreemption"  # the gangs it preempted have not exited yet
     QUEUED = "QueuedBehindIdenticalGang"  # an identical gang ahead of it is offered instead
-    BUDGET = "PreemptionBlockedByDisruptionBudget"  # a PodDisruptionBudget refused the victims
     BOOTING = "WaitingForNodeBoot"  # fits only on nodes switched back on for it (power-down)
 
 

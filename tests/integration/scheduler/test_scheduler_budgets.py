@@ -2,7 +2,10 @@
 that cannot cover a whole victim gang stops the preemption before any pod is evicted (the
 preemptor waits and says why); once the budget allows the whole gang, the victims are evicted
 together (the API server's disruption controller computes the budget) and the job shows as
-Preempted, not failed."""
+Preempted, not failed. A victim that checkpoints (a job the scheduler could move) under a budget
+at 0 is shown to the core as protected, so the core, not the eviction path, finds the budget:
+the preemptor still waits with PreemptionBlockedByDisruptionBudget, on its pod and as its
+TrainingJob's Admitted reason, and preempts once the budget is gone."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from gpufleet.model.contract import names
 from gpufleet.testing.operator import Kube, SettledInvariants, training_job, wait_for
 
 LOW = "gpufleet.io/trainingjob=low"
+CKPT = "gpufleet.io/trainingjob=ckpt"
 
 
 def policy(kube: Kube) -> client.PolicyV1Api:
@@ -90,3 +94,63 @@ def test_budget_protects_a_whole_gang_until_it_allows_all_of_it(kube: Kube, ns: 
 
     wait_for(low_requeued, "every low pod replaced, phase Preempted")
     assert [p for p in kube.pods(ns, LOW) if p["spec"].get("nodeName")] == []
+
+
+def test_a_checkpointing_victim_under_a_budget_gives_the_same_reason(kube: Kube, ns: str) -> None:
+    low = training_job("ckpt", 4, 4, "L4", priority=1)  # all 16 L4 GPUs
+    low["spec"]["checkpoint"] = {"onSignal": True, "gracePeriodSeconds": 2}
+    kube.create_job(ns, low)
+    wait_for(lambda: kube.phase(ns, "ckpt") == "Running", "ckpt Running")
+    before = {p["metadata"]["uid"] for p in kube.pods(ns, CKPT)}
+    policy(kube).create_namespaced_pod_disruption_budget(
+        ns,
+        {
+            "metadata": {"name": "ckpt"},
+            "spec": {
+                "minAvailable": 4,
+                "selector": {"matchLabels": {names.TRAININGJOB_LABEL: "ckpt"}},
+            },
+        },
+    )
+
+    def at_zero() -> bool:
+        raw: Any = policy(kube).read_namespaced_pod_disruption_budget(
+            "ckpt", ns, _preload_content=False
+        )
+        st = json.loads(raw.data).get("status") or {}
+        return st.get("disruptionsAllowed") == 0 and st.get("currentHealthy") == 4
+
+    wait_for(at_zero, "the disruption controller allows 0 disruptions", 30)
+
+    kube.create_job(ns, training_job("high", 1, 4, "L4", priority=10))
+    expected = (
+        f"PreemptionBlockedByDisruptionBudget: cannot preempt {ns}/ckpt: a PodDisruptionBudget "
+        "forbids stopping it now"
+    )
+
+    def high_reason() -> str:
+        pods = kube.pods(ns, "gpufleet.io/trainingjob=high")
+        return scheduled_message(pods[0]) if pods else ""
+
+    # (In the sandbox's default queue, which borrows all it uses: before the budget's reason
+    # came first, the queue's quota was given as the reason.)
+    wait_for(
+        lambda: high_reason().startswith("PreemptionBlockedByDisruptionBudget"),
+        "high pending with the budget as its reason",
+        30,
+    )
+    assert high_reason() == expected
+
+    def admitted() -> dict[str, Any] | None:
+        c = kube.condition(ns, "high", "Admitted")
+        return c if c and c.get("reason") == "PreemptionBlockedByDisruptionBudget" else None
+
+    condition = wait_for(admitted, "high's Admitted reason is the budget", 30)
+    assert condition["message"] == expected
+    assert {p["metadata"]["uid"] for p in kube.pods(ns, CKPT)} == before
+    assert kube.phase(ns, "ckpt") == "Running"
+
+    # Without the budget the victim is the core's again: preempted whole, high runs.
+    policy(kube).delete_namespaced_pod_disruption_budget("ckpt", ns)
+    wait_for(lambda: kube.phase(ns, "high") == "Running", "high Running", 60)
+    wait_for(lambda: kube.phase(ns, "ckpt") == "Preempted", "ckpt Preempted", 30)

@@ -152,4 +152,5 @@ def test_reason_codes_are_stable_strings() -> None:
         "QueueNotAllowed",
         "QuotaExceeded",
         "WaitingForReclaim",
+        "PreemptionBlockedByDisruptionBudget",
     }

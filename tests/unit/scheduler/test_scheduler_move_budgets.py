@@ -8,6 +8,9 @@ cannot be read move nothing; a budget that appears between the snapshot and the 
 the move right before it (no pod deleted, nothing reserved, a log line and an Event); two moves
 drawing on one budget that allows one disruption: only the first goes; an evacuation (a move
 for a waiting gang) is held back the same way; budgets are not read when no gang could move.
+A higher-priority gang whose only victim is such a protected gang waits with the budget as its
+reason (the core's `PreemptionBlockedByDisruptionBudget`), as it does when the victims path
+finds the budget.
 """
 
 from __future__ import annotations
@@ -201,3 +204,43 @@ def test_an_evacuation_is_held_back_by_a_budget_too() -> None:
     assert run([long_pod()], decide=evacuate)[0] == ["ns/long"]
     moved, binder = run([long_pod()], [budget(0)], decide=evacuate)
     assert moved == [] and binder.moved == []
+
+
+def test_a_preemptor_blocked_by_a_protected_checkpointing_victim_says_so() -> None:
+    # `low` (priority 0, checkpointing, L4 only) fills l4-0, `busy` (priority 20) fills l4-1;
+    # `high` (priority 10) needs 4 L4s. Protected from moves by the budget, `low` is never
+    # a victim the victims path could check: the core names the budget itself.
+    low = long_pod("low")
+    low["metadata"]["annotations"][names.GPU_TYPES] = "L4"
+    busy = (
+        PodBuilder("busy-0", "ns")
+        .gang("busy", 1, 0)
+        .gpus(4)
+        .annotate(names.GPU_TYPES, "L4")
+        .annotate(names.PRIORITY, "20")
+        .bound("l4-1", "0,1,2,3")
+        .obj()
+    )
+    high = (
+        PodBuilder("high-0", "ns")
+        .gang("high", 1, 0)
+        .gpus(4)
+        .annotate(names.GPU_TYPES, "L4")
+        .annotate(names.PRIORITY, "10")
+        .obj()
+    )
+
+    def cycle(budgets: list[dict[str, Any]]) -> tuple[str, list[str]]:
+        cache, binder = SchedulerCache(), CountingBinder()
+        binder.budgets = budgets
+        load(cache, nodes(), [low, busy, high])
+        report = scheduler(cache, binder, clock=Clock()).run_cycle()
+        return report.pending.get("ns/high", ""), report.preempted
+
+    assert cycle([])[1] == ["ns/low"]
+    message, preempted = cycle([budget(0, gang="low")])
+    assert preempted == []
+    assert message == (
+        "PreemptionBlockedByDisruptionBudget: cannot preempt ns/low: a PodDisruptionBudget "
+        "forbids stopping it now"
+    )
