@@ -79,7 +79,7 @@ from gpufleet.scheduler.lending import Lending
 from gpufleet.scheduler.lending import decide as decide_lending
 from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.mig_request import MigRequester
-from gpufleet.scheduler.mover import GangMover
+from gpufleet.scheduler.mover import GangMover, ObjectNotify
 from gpufleet.scheduler.offer import cap_identical, heads
 from gpufleet.scheduler.partial import PartialGangs, partial_gangs
 from gpufleet.scheduler.power_marks import PowerMarks, booting_messages
@@ -130,6 +130,7 @@ class Scheduler:
         power: PowerMarks | None = None,
         queue_status: QueueStatusWriter | None = None,
         notify: Notify | None = None,
+        notify_on: ObjectNotify | None = None,
     ) -> None:
         self.cache = cache
         self.mig = mig
@@ -157,7 +158,13 @@ class Scheduler:
         self.bindings = InflightBindings(cache, binder, deletions)
         self.progress = ProgressTracker(settings.move_restart_s)
         self.mover = GangMover(
-            cache, binder, deletions, clock, settings.move_reserve_s, notify=notify
+            cache,
+            binder,
+            deletions,
+            clock,
+            settings.move_reserve_s,
+            notify=notify,
+            notify_on=notify_on,
         )
         # The request shapes seen so far, for the core's fragmentation term (arrivals.py).
         self.arrivals = ArrivalTracker()

@@ -11,9 +11,10 @@ cannot be read, none of those gangs is disruptable that cycle.
 
 A move goes in three steps, one per cycle that sees it:
 1. `start` (after the bind phase): the budgets are read again (they change between the snapshot
-   and the action) and a move one of them now forbids is skipped, with a log line and an Event
-   on the scheduler's Lease (`MoveBlockedByDisruptionBudget`); moves of one cycle draw on a
-   shared budget in turn. Otherwise the gang's pods are marked (`gpufleet.io/disrupted-by:
+   and the action) and a move one of them now forbids is skipped, with a log line and a
+   `MoveBlockedByDisruptionBudget` Event on the job (the pods' controller, the TrainingJob:
+   what `kubectl describe` shows its user) and on the scheduler's Lease; moves of one cycle
+   draw on a shared budget in turn. Otherwise the gang's pods are marked (`gpufleet.io/disrupted-by:
    MoveByGpufleet`, the move's time) and deleted with their own grace period, SIGTERM first,
    so a job that checkpoints on a signal saves its progress; the operator counts the move in
    the job's status and, once every old pod is gone, recreates the gang (as after any gang
@@ -35,9 +36,10 @@ and the per-hour limit is read from the pods).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 
 from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang
@@ -57,6 +59,33 @@ log = logging.getLogger("gpufleet.scheduler")
 
 RESERVED_SUFFIX = "#moving"
 MOVE_BLOCKED = "MoveBlockedByDisruptionBudget"  # Event reason of a move a budget stopped
+
+# Posts an Event about an object: (its reference as an Event's involvedObject, type, reason,
+# message).
+ObjectNotify = Callable[[Mapping[str, str], str, str, str], None]
+
+
+def job_reference(pod: Obj) -> dict[str, str]:
+    """What a gang's Event is about, as an involvedObject: the pod's controller (the
+    TrainingJob that owns the worker), else the pod itself (a gang of bare pods)."""
+    meta = pod["metadata"]
+    namespace = meta.get("namespace", "default")
+    for owner in meta.get("ownerReferences") or []:
+        if owner.get("controller"):
+            return {
+                "apiVersion": owner["apiVersion"],
+                "kind": owner["kind"],
+                "name": owner["name"],
+                "namespace": namespace,
+                "uid": owner["uid"],
+            }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": meta["name"],
+        "namespace": namespace,
+        "uid": meta.get("uid", ""),
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +127,7 @@ class GangMover:
         reserve_s: float,
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
         notify: Notify | None = None,
+        notify_on: ObjectNotify | None = None,
     ) -> None:
         self.cache = cache
         self.binder = binder
@@ -105,7 +135,8 @@ class GangMover:
         self.clock = clock
         self.reserve_s = reserve_s
         self.wall = wall
-        self.notify = notify
+        self.notify = notify  # on the scheduler's Lease
+        self.notify_on = notify_on  # on the moved gang's job
         self._reserved: dict[str, Reservation] = {}
 
     @property
@@ -180,7 +211,7 @@ class GangMover:
             running = next(g for g in view.snapshot.running if g.id == gid)
             why = self._blocked(gid, view, budgets, spent)
             if why is not None:
-                self._skipped(gid, move.placement.gpu_type, why, report.cycle)
+                self._skipped(gid, view, move.placement.gpu_type, why, report.cycle)
                 continue
             uids = self.cache.uids(keys)
             first = view.facts.get(keys[0])
@@ -209,12 +240,22 @@ class GangMover:
             if failed:
                 log.warning("cycle=%d gang %s: deleting %s failed", report.cycle, gid, failed)
 
-    def _skipped(self, gid: str, gpu_type: str, why: str, cycle: int) -> None:
+    def _skipped(self, gid: str, view: ClusterView, gpu_type: str, why: str, cycle: int) -> None:
+        """Log a move a budget stopped; an Event on the job (its user sees it there) and on
+        the Lease."""
         text = f"gang {gid}: move to {gpu_type} skipped: {why}"
         log.info("cycle=%d %s", cycle, text)
+        posts: list[Callable[[], None]] = []
+        first = next((f for k in view.running_pods.get(gid, ()) if (f := view.facts.get(k))), None)
+        if self.notify_on is not None and first is not None:
+            posts.append(
+                partial(self.notify_on, job_reference(first.pod), "Normal", MOVE_BLOCKED, text)
+            )
         if self.notify is not None:
+            posts.append(partial(self.notify, "Normal", MOVE_BLOCKED, text))
+        for post in posts:
             try:
-                self.notify("Normal", MOVE_BLOCKED, text)
+                post()
             except Exception:  # an Event is a report: never let it stop the cycle
                 log.exception("cycle=%d posting the %s Event failed", cycle, MOVE_BLOCKED)
 

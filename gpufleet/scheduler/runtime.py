@@ -22,7 +22,7 @@ from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.estimate_store import EstimateStore
 from gpufleet.scheduler.informer import Informer
-from gpufleet.scheduler.lease_events import lease_events
+from gpufleet.scheduler.lease_events import lease_events, object_events
 from gpufleet.scheduler.loop import Decide, Scheduler
 from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.mig_request import MigRequester
@@ -125,6 +125,8 @@ class SchedulerRuntime:
             queue_status=QueueStatusWriter(self._patch_queue_status),
             # Healing paused or resumed (heal.py): an Event on the Lease (namespace, name).
             notify=None if lease is None else lease_events(self.core, *lease),
+            # A move a PodDisruptionBudget stopped: an Event on the job too (mover.py).
+            notify_on=object_events(self.core),
         )
         if estimate_namespace is not None and settings.estimate_configmap:
             # The estimate starts from what the last leader kept (arrivals.py); read at start.

@@ -6,7 +6,11 @@ busy; one of them has a budget (minAvailable 1 over its one pod: disruptionsAllo
 the A100s free, the job without a budget moves there, while the protected one keeps its pod
 (same uid, never marked or deleted, `status.moves` unset) for as long as the budget is there;
 once the budget is deleted it moves as well. No GPU is ever double-booked nor a gang partly
-bound. The module gives back what it changed: the MIG nodes it cordoned are uncordoned.
+bound. The Event the scheduler posts when a budget stops a move at the last moment (a race
+the sandbox cannot time: unit-tested in test_scheduler_move_budgets) is accepted by the real
+API server and listed with the TrainingJob, as `kubectl describe tj` finds it (the job named
+from its worker's controller reference). The module gives back what it changed: the MIG nodes
+it cordoned are uncordoned.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from test_moves_live import CORDONED, SETTINGS, blocker, bound_pods, movable, st
 
 from gpufleet.model.contract import names
 from gpufleet.sandbox.control_plane import Sandbox
+from gpufleet.scheduler.lease_events import object_events
+from gpufleet.scheduler.mover import MOVE_BLOCKED, job_reference
 from gpufleet.testing.operator import Kube, OperatorProcess, SettledInvariants, wait_for
 
 pytestmark = pytest.mark.integration
@@ -133,3 +139,17 @@ def test_a_job_under_a_budget_at_zero_is_not_moved(kube: Kube, ns: str) -> None:
 
     wait_for(guarded_moved, "the guarded job moved once its budget is gone", timeout=90)
     wait_running(kube, ns, GUARDED, "A100-80GB")
+
+
+def test_the_skipped_move_event_is_listed_with_the_trainingjob(kube: Kube, ns: str) -> None:
+    kube.create_job(ns, movable(GUARDED))
+    wait_running(kube, ns, GUARDED)
+    (pod,) = bound_pods(kube, ns, GUARDED)
+    text = f"gang {ns}/{GUARDED}: move to A100-80GB skipped: PodDisruptionBudget {ns}/x allows 0"
+    object_events(kube.core)(job_reference(pod), "Normal", MOVE_BLOCKED, text)
+    job = kube.job(ns, GUARDED) or {}
+    # kubectl describe selects an object's Events by involvedObject name, namespace, kind, uid.
+    (event,) = [e for e in kube.events(ns, GUARDED) if e["reason"] == MOVE_BLOCKED]
+    assert event["involvedObject"]["kind"] == "TrainingJob"
+    assert event["involvedObject"]["uid"] == job["metadata"]["uid"]
+    assert (event["type"], event["message"]) == ("Normal", text)

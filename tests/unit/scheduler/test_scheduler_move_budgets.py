@@ -8,9 +8,11 @@ cannot be read move nothing; a budget that appears between the snapshot and the 
 the move right before it (no pod deleted, nothing reserved, a log line and an Event); two moves
 drawing on one budget that allows one disruption: only the first goes; an evacuation (a move
 for a waiting gang) is held back the same way; budgets are not read when no gang could move.
-A higher-priority gang whose only victim is such a protected gang waits with the budget as its
-reason (the core's `PreemptionBlockedByDisruptionBudget`), as it does when the victims path
-finds the budget.
+The skipped move's Event goes to the job that owns the pods (the real Event body, as the API
+server takes it; the pod itself for a bare pod) as well as to the Lease, and a failing post
+stops nothing. A higher-priority gang whose only victim is such a protected gang waits with
+the budget as its reason (the core's `PreemptionBlockedByDisruptionBudget`), as it does when
+the victims path finds the budget.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from unittest import mock
 
 import pytest
+from kubernetes import client
 
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang
@@ -31,7 +35,8 @@ from gpufleet.core.snapshot import Snapshot
 from gpufleet.model.contract import names
 from gpufleet.model.contract.timestamps import format_time
 from gpufleet.scheduler.cache import SchedulerCache
-from gpufleet.scheduler.mover import MOVE_BLOCKED
+from gpufleet.scheduler.lease_events import object_events
+from gpufleet.scheduler.mover import MOVE_BLOCKED, job_reference
 from tests.unit.scheduler.scheduler_builders import NodeBuilder, PodBuilder
 from tests.unit.scheduler.scheduler_fakes import Clock, FakeBinder, load, scheduler
 
@@ -204,6 +209,105 @@ def test_an_evacuation_is_held_back_by_a_budget_too() -> None:
     assert run([long_pod()], decide=evacuate)[0] == ["ns/long"]
     moved, binder = run([long_pod()], [budget(0)], decide=evacuate)
     assert moved == [] and binder.moved == []
+
+
+def owned(pod: dict[str, Any], job: str = "long") -> dict[str, Any]:
+    """`pod` as a worker of TrainingJob `job`, which the operator makes its controller."""
+    pod["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "gpufleet.io/v1alpha1",
+            "kind": "TrainingJob",
+            "name": job,
+            "uid": f"uid-job-{job}",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    return pod
+
+
+Event = tuple[Any, ...]
+
+
+def race(
+    pods: list[dict[str, Any]], on_job: Any = None
+) -> tuple[list[Event], list[Event], CountingBinder]:
+    """One cycle in which a budget at 0 over `long` appears while the core decides; the Events
+    posted on the Lease and on objects."""
+    cache, binder = SchedulerCache(), CountingBinder()
+    lease: list[Event] = []
+    objects: list[Event] = []
+
+    def decide_then_budget(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decision:
+        decision = place(snapshot, pending, policy)
+        binder.budgets.append(budget(0))
+        return decision
+
+    load(cache, nodes(), pods)
+    sched = scheduler(
+        cache,
+        binder,
+        clock=Clock(),
+        decide=decide_then_budget,
+        notify=lambda *event: lease.append(event),
+        notify_on=on_job or (lambda *event: objects.append(event)),
+    )
+    assert sched.run_cycle().moved == []
+    return lease, objects, binder
+
+
+def test_the_skipped_move_is_reported_on_the_job_too() -> None:
+    lease, objects, _ = race([owned(long_pod())])
+    ((involved, kind, reason, message),) = objects
+    assert involved == {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "TrainingJob",
+        "name": "long",
+        "namespace": "ns",
+        "uid": "uid-job-long",
+    }
+    assert (kind, reason) == ("Normal", MOVE_BLOCKED)
+    assert message.startswith("gang ns/long: move to A100-80GB skipped: PodDisruptionBudget")
+    assert lease == [(kind, reason, message)]
+    # A gang of bare pods: the Event goes to its first pod.
+    _, bare, _ = race([long_pod()])
+    assert bare[0][0] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "long-0",
+        "namespace": "ns",
+        "uid": "uid-long",
+    }
+
+
+def test_a_failing_event_post_stops_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    def refuse(*_: Any) -> None:
+        raise ConnectionError("connection refused")
+
+    with caplog.at_level(logging.ERROR, "gpufleet.scheduler"):
+        lease, _, binder = race([owned(long_pod())], on_job=refuse)
+    assert len(lease) == 1 and binder.moved == []  # the Lease still hears of it
+    assert f"posting the {MOVE_BLOCKED} Event failed" in caplog.text
+
+
+def test_the_job_event_is_a_core_v1_event_on_the_job() -> None:
+    core = mock.MagicMock()
+    job = job_reference(owned(long_pod()))
+    object_events(core)(job, "Normal", MOVE_BLOCKED, "gang ns/long: move to A100-80GB skipped")
+    namespace, body = core.create_namespaced_event.call_args[0]
+    assert namespace == "ns" and body["metadata"]["namespace"] == "ns"
+    assert body["metadata"]["name"].startswith("long.")
+    # kubectl describe finds an object's Events by involvedObject kind, name, namespace, uid.
+    assert body["involvedObject"] == job
+    # The generated client reads the body as the API's Event (all required fields set).
+    event = client.ApiClient()._ApiClient__deserialize(body, "CoreV1Event")  # type: ignore[attr-defined]
+    assert isinstance(event, client.CoreV1Event)
+    assert (event.involved_object.kind, event.involved_object.uid) == (
+        "TrainingJob",
+        "uid-job-long",
+    )
+    assert (event.type, event.reason, event.count) == ("Normal", MOVE_BLOCKED, 1)
+    core.create_namespaced_event.return_value.release_conn.assert_called_once()
 
 
 def test_a_preemptor_blocked_by_a_protected_checkpointing_victim_says_so() -> None:
