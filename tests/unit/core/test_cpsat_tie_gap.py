@@ -3,8 +3,9 @@
 Aspects: on placement-bench instances whose LP bound sits a fraction of one start above every
 integer solution, the solve ends OPTIMAL within the default deterministic budget, with the bound
 less than one start above the decision (before, the search spent the whole budget on that
-fraction and ended FEASIBLE); the tie-break itself (more gangs, first come first served) is
-tested in test_placement_ties.py.
+fraction and ended FEASIBLE); the target row's instance the default linearization could not
+prove (seed 18 of 1,000 x 1,000) ends OPTIMAL with linearization level 2; the tie-break
+itself (more gangs, first come first served) is tested in test_placement_ties.py.
 """
 
 from __future__ import annotations
@@ -26,6 +27,17 @@ POLICY = Policy(solver=SolverSettings(engine=Engine.CPSAT, time_limit_s=600.0))
 @pytest.mark.parametrize("seed", [18, 43, 51])
 def test_a_bound_within_one_start_ends_the_search(seed: int) -> None:
     snapshot, pending = placement_bench.make_instance(100, 200, seed=seed)
+    stats = place(snapshot, pending, POLICY).stats
+    assert stats.engine == "cpsat"
+    assert stats.status == "OPTIMAL"
+    assert stats.objective is not None and stats.best_bound is not None
+    assert 0 <= stats.best_bound - stats.objective < START_VALUE
+
+
+def test_the_target_row_instance_that_ended_feasible_is_proved_optimal() -> None:
+    # Seed 18 of the placement bench's 1,000 x 1,000 row: with the default linearization the
+    # search spent the whole deterministic budget and ended FEASIBLE 2.8 work below its bound.
+    snapshot, pending = placement_bench.make_instance(1000, 1000, seed=1000 * 1000 + 1000 + 18)
     stats = place(snapshot, pending, POLICY).stats
     assert stats.engine == "cpsat"
     assert stats.status == "OPTIMAL"
