@@ -42,6 +42,7 @@ from gpufleet.core.greedy import Memo, Plan, commit, plan_gang, usable_types
 from gpufleet.core.policy import Policy
 from gpufleet.core.preempt import release_gang, retake
 from gpufleet.core.pricing import Pricing
+from gpufleet.core.scarcity import MOVE_SERVICE_LEVEL
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import base_throughput, replica_value
@@ -218,7 +219,8 @@ def plan_moves(
     ]
     if not movable:
         return []
-    pricing = Pricing(state, policy, waiting)
+    # Reserves at the move service level: a move is optional (scarcity.MOVE_SERVICE_LEVEL).
+    pricing = Pricing(state, policy, waiting, MOVE_SERVICE_LEVEL)
     out: list[Move] = []
     moved: set[str] = set()
     freed: set[tuple[int, int]] = set()  # GPUs that moved gangs leave (`_changes_layout`)

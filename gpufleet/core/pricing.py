@@ -18,6 +18,7 @@ from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.fragmentation import NodeFree, TypeMass, fragmentation, node_free, type_masses
 from gpufleet.core.policy import Policy
 from gpufleet.core.scarcity import (
+    SERVICE_LEVEL,
     Reserve,
     SlotKind,
     claimed_slots,
@@ -124,7 +125,14 @@ class MovePrice:
 class Pricing:
     """Prices of tentative placements in one decision's working state (see module docstring)."""
 
-    def __init__(self, state: ClusterState, policy: Policy, pending: Sequence[Gang]) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        policy: Policy,
+        pending: Sequence[Gang],
+        level: float = SERVICE_LEVEL,
+    ) -> None:
+        """`level`: the service level the GPU reserves are sized to (`scarcity.whole_tasks`)."""
         snapshot = state.snapshot
         self.policy = policy
         self.weight = policy.weights.fragmentation
@@ -138,7 +146,7 @@ class Pricing:
             worths = gpu_worths(snapshot, policy, pending)
             empty = {t: _empty_gpus(state, t) for t in state.nodes_by_type}
             spare = spare_gpus(empty, pending)
-            self.gpu_reserves = reserves(snapshot, policy, spare, empty, worths, per_set)
+            self.gpu_reserves = reserves(snapshot, policy, spare, empty, worths, per_set, level)
             by_type = {k: _state_slots_by_type(state, k) for k in per_slot}
             counts = {k: sum(v.values()) for k, v in by_type.items()}
             claimed = {k: claimed_slots(k, by_type[k], empty, self.gpu_reserves) for k in per_slot}

@@ -64,6 +64,15 @@ from gpufleet.model.gpus import GpuType
 # The share of confined arrivals a reserve is sized to serve (whole_tasks).
 SERVICE_LEVEL = 0.9
 
+# The same when the reserve prices a move (moves.plan_moves). A move is optional: refused, its
+# gang runs on at its current speed; taken into room a confined class then needs, that class
+# waits. With 0.9 for moves, flexible pods moved V100 -> A100 into the slack of the A100/H100
+# MIG reserve in the minutes before a burst of A100/H100-only MIG pods; the MIG pods then took
+# the last empty A100 node and an A100-only 8-GPU pod waited to the end with 13 A100 GPUs free
+# (Alibaba gpuspec10 / alibaba-shapes-273 order 4: 0.81 of best fit's unallocated GPUs while
+# pods wait; 0.44 with 0.99, the same as without any move).
+MOVE_SERVICE_LEVEL = 0.99
+
 # A node reserve smaller than this (in slots) is not kept: its price would be negligible.
 MIN_SLOTS = 0.02
 
@@ -268,9 +277,11 @@ def reserves(
     empty: Mapping[str, int],
     worths: Mapping[str, float],
     shares: Mapping[tuple[str, ...], float],
+    level: float = SERVICE_LEVEL,
 ) -> dict[tuple[str, ...], Reserve]:
     """GPU reserves of the type sets with confined demand (`shares`, from `constrained_shares`):
-    their share of the `spare` GPUs over the sets' empty GPUs, given empty GPUs per type."""
+    their share of the `spare` GPUs over the sets' empty GPUs, given empty GPUs per type, kept
+    for the arrivals at the `level` quantile (`whole_tasks`)."""
     weights = policy.weights
     if weights.scarcity <= 0:
         return {}
@@ -281,7 +292,7 @@ def reserves(
             continue  # nothing to keep (no spare GPUs): it would never charge
         free = float(sum(empty[t] for t in kept))
         worth = max(worths[t] for t in kept)
-        kept_units = whole_tasks(share * spare)
+        kept_units = whole_tasks(share * spare, level)
         out[types] = Reserve(",".join(types), free, kept_units, weights.scarcity * worth)
     return out
 
@@ -313,9 +324,10 @@ def slot_reserves(
     return out
 
 
-def whole_tasks(expected: float) -> float:
+def whole_tasks(expected: float, level: float = SERVICE_LEVEL) -> float:
     """The units a reserve keeps for `expected` confined units: whole units enough for the
-    arrivals at the `SERVICE_LEVEL` quantile of a Poisson count with that mean.
+    arrivals at the `level` quantile of a Poisson count with that mean (`SERVICE_LEVEL` for a
+    placement, `MOVE_SERVICE_LEVEL` for a move).
 
     A fractional reserve (the expectation itself) charged the last free unit only in part, so a
     flexible gang of a fast type's value took it, and with a mean below one the first confined
@@ -328,7 +340,7 @@ def whole_tasks(expected: float) -> float:
     term = math.exp(-expected)
     cdf = term
     k = 0
-    while cdf < SERVICE_LEVEL:
+    while cdf < level:
         k += 1
         term *= expected / k
         cdf += term

@@ -3,8 +3,9 @@
 Aspects: `Pricing.move_price` by hand (a reserve charge for taking the last GPU of a type that
 single-type demand needs, or the last free slot for large tasks; fragmentation priced apart);
 both engines keep a running flexible gang off the last free GPU of a type that the estimate
-expects single-type tasks for, and move it when there is room beyond the reserve, the estimate
-expects none or there is none; node room: a move never takes the last free slot for large
+expects single-type tasks for, and out of the reserve sized at the move service level (0.99, a
+placement's 0.9 would leave it room), and move it when there is room beyond that reserve, the
+estimate expects none or there is none; node room: a move never takes the last free slot for large
 tasks, takes one when another stays free (even when the estimate reserves more slots than are
 free, as whole-node jobs make it), and is not charged for room it frees as much of as it takes;
 fragmentation stops a move only when it outweighs the work the move adds.
@@ -22,6 +23,7 @@ from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, SolverSettings, Weights
 from gpufleet.core.preempt import release_gang
 from gpufleet.core.pricing import MovePrice, Pricing
+from gpufleet.core.scarcity import MOVE_SERVICE_LEVEL, whole_tasks
 from gpufleet.core.snapshot import ReplicaPlacement, RunProgress, Snapshot
 from gpufleet.core.state import ClusterState
 from gpufleet.core.validate import decision_problems
@@ -93,6 +95,16 @@ def test_move_charge_of_the_last_reserved_gpu_by_hand() -> None:
     assert move_price(job_on_a100((), tuple(range(5)), h100_only(0.1)), (5,)).reserved == 0.0
 
 
+def test_move_service_level_by_hand() -> None:
+    # Poisson(1.0): P(<= 2) = 0.920, P(<= 3) = 0.981, P(<= 4) = 0.996.
+    assert whole_tasks(1.0) == 2.0
+    assert whole_tasks(1.0, MOVE_SERVICE_LEVEL) == 4.0
+    snapshot = job_on_a100((), tuple(range(5)), h100_only(0.1))
+    state = ClusterState(snapshot)
+    assert Pricing(state, Policy(), []).gpu_reserves[(H100,)].reserved == 2.0
+    assert Pricing(state, Policy(), [], MOVE_SERVICE_LEVEL).gpu_reserves[(H100,)].reserved == 4.0
+
+
 def test_fragmentation_of_a_move_is_priced_apart_from_reserves() -> None:
     # Two-GPU tasks only: the move leaves one H100 GPU free, a fragment of 1 GPU for all of
     # them (weight 1), but takes nothing from a reserve.
@@ -108,8 +120,11 @@ def test_fragmentation_of_a_move_is_priced_apart_from_reserves() -> None:
         pytest.param(h100_only(0.1), 1, False, id="keeps-the-last-h100"),
         # 7 + 2 spare: 0.9 expected, 2 GPUs kept: the move would take one of them.
         pytest.param(h100_only(0.1), 2, False, id="keeps-two-for-an-expected-0.9"),
-        # 7 + 3 spare: 1.0 expected, 2 kept, both stay free after the move.
-        pytest.param(h100_only(0.1), 3, True, id="room-beyond-the-reserve"),
+        # 7 + 3 spare: 1.0 expected; a placement keeps 2 (P(<= 2) = 0.92), which the move would
+        # leave free, but a move keeps 4 (P(<= 3) = 0.98 < 0.99 <= P(<= 4)).
+        pytest.param(h100_only(0.1), 3, False, id="keeps-the-move-service-level"),
+        # 7 + 5 spare: 1.2 expected, a move keeps 4 (P(<= 4) = 0.992): 4 stay free after it.
+        pytest.param(h100_only(0.1), 5, True, id="room-beyond-the-reserve"),
         pytest.param(WorkloadEstimate.of({TaskShape((A100, H100), 1): 1.0}), 1, True, id="none"),
         pytest.param(None, 1, True, id="no-estimate"),
     ],
