@@ -19,7 +19,8 @@ lengths, never the job's own future) and counts recent moves; the rule allows at
 `max_per_hour` per gang. Moves use only capacity this decision leaves free, after every
 pending gang was placed: a move never takes GPUs from waiting work. With a workload estimate
 (pricing.py, scarcity.py) it is also priced as a placement there would be: it takes nothing a
-GPU reserve keeps for demand confined to fewer types, nor the last free slot of a node reserve
+GPU reserve keeps for demand confined to fewer types (sized at the move service level,
+`scarcity.MOVE_SERVICE_LEVEL`, as a move is optional), nor the last free slot of a node reserve
 for large tasks, nor a slot that a GPU reserve claims (net of the room its old placement frees:
 `pricing.MovePrice` says why one slot), and the work it adds must exceed the FGD fragmentation
 it adds where it lands. Without this, flexible pods moved onto the last free GPU of a type, or

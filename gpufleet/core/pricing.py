@@ -102,7 +102,8 @@ class MovePrice:
     """What a move of a running gang takes from the expected workload (objective units).
 
     `reserved`: what its new placement takes from the reserves, priced as for a placement, with
-    two differences. A move is charged for the node room it breaks net of the room its old
+    three differences. Its GPU reserves are sized at `scarcity.MOVE_SERVICE_LEVEL` (the caller's
+    `Pricing` level). A move is charged for the node room it breaks net of the room its old
     placement frees. And of a node reserve it is charged only for the last free slot and the
     slots GPU reserves claim (`Reserve.claimed`): a reserve of r slots is what large tasks are
     expected to need of the spare capacity while it lasts, but a moved gang holds its room only
