@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -123,6 +123,30 @@ class OperatorProcess(StartStop):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
+
+
+@contextlib.contextmanager
+def configured_operator(
+    kubeconfig: Path,
+    kube: Kube,
+    folder: Path,
+    settings: str,
+    cordoned: Sequence[str] = (),
+) -> Iterator[OperatorProcess]:
+    """A leading operator that reads `settings` (a settings file's YAML, written into `folder`),
+    with the `cordoned` nodes unschedulable while it runs (and schedulable again after)."""
+    config = folder / "settings.yaml"
+    config.write_text(settings)
+    for name in cordoned:
+        kube.core.patch_node(name, {"spec": {"unschedulable": True}})
+    try:
+        with OperatorProcess(
+            kubeconfig, folder / "operator.log", kube.coordination, f"--config={config}"
+        ) as proc:
+            yield proc
+    finally:
+        for name in cordoned:
+            kube.core.patch_node(name, {"spec": {"unschedulable": None}})
 
 
 def training_job(

@@ -28,7 +28,13 @@ from gpufleet.model.gpus import load_catalog
 from gpufleet.model.power import choose_power_cap
 from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.sandbox.node_manifests import POOL_LABEL
-from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
+from gpufleet.testing.operator import (
+    Kube,
+    OperatorProcess,
+    configured_operator,
+    training_job,
+    wait_for,
+)
 
 BOOT_S = 6.0
 WARM = 2
@@ -61,12 +67,8 @@ def operator(
 ) -> Iterator[OperatorProcess]:
     """This module's operator: energy preset, power-down after no idle time, short boots."""
     folder = tmp_path_factory.mktemp("operator")
-    config = folder / "settings.yaml"
-    config.write_text(SETTINGS)
     try:
-        with OperatorProcess(
-            sandbox.kubeconfig, folder / "operator.log", kube.coordination, f"--config={config}"
-        ) as proc:
+        with configured_operator(sandbox.kubeconfig, kube, folder, SETTINGS) as proc:
             yield proc
     finally:
         restore_fleet(kube)  # the operator is stopped: nothing marks nodes again

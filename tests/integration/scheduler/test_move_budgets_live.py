@@ -28,7 +28,13 @@ from gpufleet.model.contract import names
 from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.scheduler.lease_events import object_events
 from gpufleet.scheduler.mover import MOVE_BLOCKED, job_reference
-from gpufleet.testing.operator import Kube, OperatorProcess, SettledInvariants, wait_for
+from gpufleet.testing.operator import (
+    Kube,
+    OperatorProcess,
+    SettledInvariants,
+    configured_operator,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -43,18 +49,8 @@ def operator(
     test_moves_live (an empty one could be repartitioned into a fast node before the test
     frees one)."""
     folder = tmp_path_factory.mktemp("operator")
-    config = folder / "settings.yaml"
-    config.write_text(SETTINGS)
-    for name in CORDONED:
-        kube.core.patch_node(name, {"spec": {"unschedulable": True}})
-    try:
-        with OperatorProcess(
-            sandbox.kubeconfig, folder / "operator.log", kube.coordination, f"--config={config}"
-        ) as proc:
-            yield proc
-    finally:
-        for name in CORDONED:
-            kube.core.patch_node(name, {"spec": {"unschedulable": None}})
+    with configured_operator(sandbox.kubeconfig, kube, folder, SETTINGS, CORDONED) as proc:
+        yield proc
 
 
 def policy(kube: Kube) -> client.PolicyV1Api:

@@ -26,6 +26,7 @@ from gpufleet.testing.operator import (
     Kube,
     OperatorProcess,
     SettledInvariants,
+    configured_operator,
     training_job,
     wait_for,
 )
@@ -48,18 +49,8 @@ def operator(
 ) -> Iterator[OperatorProcess]:
     """This module's operator (moves priced with a 1 s restart); the MIG nodes cordoned."""
     folder = tmp_path_factory.mktemp("operator")
-    config = folder / "settings.yaml"
-    config.write_text(SETTINGS)
-    for name in CORDONED:
-        kube.core.patch_node(name, {"spec": {"unschedulable": True}})
-    try:
-        with OperatorProcess(
-            sandbox.kubeconfig, folder / "operator.log", kube.coordination, f"--config={config}"
-        ) as proc:
-            yield proc
-    finally:
-        for name in CORDONED:
-            kube.core.patch_node(name, {"spec": {"unschedulable": None}})
+    with configured_operator(sandbox.kubeconfig, kube, folder, SETTINGS, CORDONED) as proc:
+        yield proc
 
 
 def blocker(name: str, gpu_type: str) -> dict[str, Any]:
