@@ -50,14 +50,16 @@ class Preemption:
 
 @dataclass(frozen=True, slots=True)
 class Move:
-    """Restart a running gang, whole, on a new placement: a faster type (moves.py), or, with
-    `for_gang`, elsewhere to empty the node reserved for that aged wide gang (evacuation.py)."""
+    """Restart a running gang, whole, on a new placement: a faster type (moves.py); with
+    `for_gang`, elsewhere to empty the node reserved for that aged wide gang (evacuation.py);
+    with `for_reserve`, off that type to refill its spent reserve (refill.py)."""
 
     gang_id: str
     from_type: str
     placement: GangPlacement
     gain_s: float  # expected seconds of its completion time saved, net of the move's price
     for_gang: str | None = None  # an evacuation: the gang it makes room for (gain_s <= 0)
+    for_reserve: str | None = None  # a refill: the type whose reserve it refills (gain_s <= 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,11 @@ explain every gang left pending; 5 move running gangs to faster types where the 
 is worth the restart (moves.py), on the capacity the decision leaves free, and move the few
 small gangs off a node reserved for an aged wide gang where that costs them less than the
 wide gang's wait (evacuation.py), and the few gangs that alone keep a reclaim from clearing a
-node for a gang owed its nominal quota (evacuation.py); 6 with `PowerCapRule.spare_only`, lift
-the caps the policy added on GPU types left without spare capacity (spare_caps.py); 7 return
-the decision in a canonical order so equal inputs give equal decisions.
+node for a gang owed its nominal quota (evacuation.py), and flexible gangs off a type whose
+single-type reserve demand confined to it has spent (refill.py); 6 with
+`PowerCapRule.spare_only`, lift the caps the policy added on GPU types left without spare
+capacity (spare_caps.py); 7 return the decision in a canonical order so equal inputs give equal
+decisions.
 
 With queues in the snapshot (queues.py), phase 1 also gives the working state a `QueueGate`
 (admission.py): gangs of missing or unusable queues, or with a priority their queue does not
@@ -50,6 +52,7 @@ from gpufleet.core.objective import evaluate
 from gpufleet.core.policy import Engine, Policy
 from gpufleet.core.preempt import preempt_for_pending
 from gpufleet.core.rebalance import shrink_for_pending
+from gpufleet.core.refill import plan_refills
 from gpufleet.core.reservation import lift_reservations, renew_reservations, with_reservations
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.spare_caps import lift_contended_caps
@@ -145,6 +148,7 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
         memo,
         waiting,
     )
+    moves += plan_refills(best_state, evicted | {m.gang_id for m in moves}, policy, memo, waiting)
     if moves:
         best = replace(
             best,

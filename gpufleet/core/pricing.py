@@ -40,7 +40,7 @@ from gpufleet.core.state import ClusterState
 from gpufleet.model.inventory import Node
 from gpufleet.model.mig import MigLayout, MigPlacement
 
-__all__ = ["DecisionCosts", "MovePrice", "Pricing", "decision_costs", "masses_of"]
+__all__ = ["DecisionCosts", "MovePrice", "Pricing", "decision_costs", "empty_gpus", "masses_of"]
 
 
 def masses_of(snapshot: Snapshot) -> dict[str, TypeMass]:
@@ -145,7 +145,7 @@ class Pricing:
         per_set, per_slot = constrained_shares(snapshot)
         if policy.weights.scarcity > 0 and (per_set or per_slot):
             worths = gpu_worths(snapshot, policy, pending)
-            empty = {t: _empty_gpus(state, t) for t in state.nodes_by_type}
+            empty = {t: empty_gpus(state, t) for t in state.nodes_by_type}
             spare = spare_gpus(empty, pending)
             self.gpu_reserves = reserves(snapshot, policy, spare, empty, worths, per_set, level)
             by_type = {k: _state_slots_by_type(state, k) for k in per_slot}
@@ -249,7 +249,7 @@ class Pricing:
             free = 0
             for t in types:
                 if t not in empty:
-                    empty[t] = _empty_gpus(state, t) if t in state.nodes_by_type else 0
+                    empty[t] = empty_gpus(state, t) if t in state.nodes_by_type else 0
                 free += empty[t]
             out += self.gpu_reserves[types].charge(free, taken)
         return out
@@ -336,7 +336,8 @@ def _state_slots_by_type(state: ClusterState, kind: SlotKind) -> dict[str, int]:
     }
 
 
-def _empty_gpus(state: ClusterState, gpu_type: str) -> int:
+def empty_gpus(state: ClusterState, gpu_type: str) -> int:
+    """Empty GPUs of the type in the working state (what its GPU reserves count)."""
     return sum(k * len(bucket) for k, bucket in enumerate(state.type_nodes(gpu_type)))
 
 

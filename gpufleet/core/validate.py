@@ -69,6 +69,10 @@ def decision_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Dec
                 problems.append(f"{mover.id} moved for {move.for_gang}, which is not waiting")
             if move.from_type != mover.gpu_type or move.placement.replicas == mover.replicas:
                 problems.append(f"{mover.id} evacuated to where it runs")
+        elif move.for_reserve is not None:
+            # A refill (refill.py): off the type whose reserve it refills, to another type.
+            if move.for_reserve != mover.gpu_type or same:
+                problems.append(f"{mover.id} refilled the {move.for_reserve} reserve staying on it")
         elif move.from_type != mover.gpu_type or (
             same and move.placement.replica_count <= len(mover.replicas)
         ):

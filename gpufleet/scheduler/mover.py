@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 
-from gpufleet.core.decision import Decision, GangPlacement
+from gpufleet.core.decision import Decision, GangPlacement, Move
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang
 from gpufleet.model.contract import names
 from gpufleet.model.contract.moves import Checkpoint, move_marker
@@ -223,14 +223,7 @@ class GangMover:
                 running,
                 exit_by=self.clock() + 2 * grace + self.reserve_s,
             )
-            message = (
-                f"moved to {move.placement.gpu_type} (from {move.from_type}): expected to "
-                f"finish {move.gain_s:.0f}s sooner"
-                if move.for_gang is None
-                else f"moved to {move.placement.gpu_type} (from {move.from_type}) to empty "
-                f"a node for waiting gang {move.for_gang}: expected to finish "
-                f"{-move.gain_s:.0f}s later"
-            )
+            message = _message(move)
             failed = self.binder.delete_marked(
                 keys, move_marker(self.wall()), names.MOVED_REASON, message
             )
@@ -333,3 +326,19 @@ class GangMover:
             del self._reserved[pg.gang.id]
         waiting = set(self._reserved) | set(by_id)
         return [pg for pg in offered if pg.gang.id not in waiting], placements, by_id
+
+
+def _message(move: Move) -> str:
+    """Why a gang moved, for its event: faster, to empty a node, or to refill a reserve."""
+    where = f"moved to {move.placement.gpu_type} (from {move.from_type})"
+    if move.for_gang is not None:
+        return (
+            f"{where} to empty a node for waiting gang {move.for_gang}: expected to finish "
+            f"{-move.gain_s:.0f}s later"
+        )
+    if move.for_reserve is not None:
+        return (
+            f"{where} to keep {move.for_reserve} GPUs free for gangs that need that type: "
+            f"expected to finish {-move.gain_s:.0f}s later"
+        )
+    return f"{where}: expected to finish {move.gain_s:.0f}s sooner"

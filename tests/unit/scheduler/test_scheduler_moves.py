@@ -3,7 +3,8 @@ whose pods say how they checkpoint gets its demand and progress in the snapshot,
 move deletes its pods (marked, with their own grace) and reserves the new placement, nothing
 else is placed on the reserved GPUs, and the recreated pods are bound to them; the per-hour
 limit is read from the pods' move times; gangs without a checkpoint, or not preemptible, are
-never moved; an evacuation (a move for a waiting gang) is carried out the same way."""
+never moved; an evacuation (a move for a waiting gang) and a refill (a move that keeps GPUs of a
+type free) are carried out the same way."""
 
 from __future__ import annotations
 
@@ -103,6 +104,24 @@ def test_an_evacuation_is_carried_out_as_a_move_and_says_for_which_gang() -> Non
     (message,) = binder.move_messages
     assert "to empty a node for waiting gang ns/wide" in message
     assert "75s later" in message
+
+
+def test_a_refill_is_carried_out_as_a_move_and_names_the_type() -> None:
+    # The core's move turned into a refill of a spent reserve (core/refill.py): carried out as
+    # any move; the message says which type's GPUs it keeps free and what it costs the gang.
+    def refill(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decision:
+        decision = place(snapshot, pending, policy)
+        moves = tuple(replace(m, for_reserve="L4", gain_s=-40.0) for m in decision.moves)
+        return replace(decision, moves=moves)
+
+    cache, binder = SchedulerCache(), FakeBinder()
+    load(cache, nodes(), [long_pod()])
+    sched = scheduler(cache, binder, clock=Clock(), decide=refill)
+    assert sched.run_cycle().moved == ["ns/long"]
+    assert "ns/long" in sched.mover.reserved
+    (message,) = binder.move_messages
+    assert "to keep L4 GPUs free for gangs that need that type" in message
+    assert "40s later" in message
 
 
 def test_reserved_gpus_are_shown_held_and_not_twice() -> None:
