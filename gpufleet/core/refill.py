@@ -25,9 +25,10 @@ where it lands on no GPU or slot another reserve keeps, on whole GPUs without a 
 Only reserves that keep at least one GPU are refilled: the estimate expects another confined
 task. Of the refills worth their price, those that cost the least completion time go first
 (a gang near its end, to the fastest type with room), as many as the reserve is short. Only
-preemptible gangs whose caller gives their demand and progress move, within the hourly move
-limit; the moves are ordinary `Move`s (with `for_reserve` set, `gain_s` the completion time
-the gang loses), carried out as moves to faster types are.
+preemptible gangs that no disruption budget protects and whose caller gives their demand and
+progress move, within the hourly move limit; the moves are ordinary `Move`s (with
+`for_reserve` set, `gain_s` the completion time the gang loses), carried out as moves to faster
+types are.
 
 Why not seconds against the confined task's expected wait, as evacuation.py prices: the wait is
 until a GPU of the type frees, and the gang expected to end soonest is the youngest there,
@@ -117,13 +118,15 @@ def plan_refills(
 
 
 def _movable(running: RunningGang, policy: Policy) -> bool:
-    """A preemptible whole-GPU gang with demand and progress, within its hourly move limit."""
+    """A preemptible whole-GPU gang with demand and progress that no disruption budget protects,
+    within its hourly move limit."""
     progress = running.progress
     return (
         progress is not None
         and running.demand is not None
         and growth_job(running) is None
         and running.preemptible
+        and running.disruptable
         and progress.recent_moves < policy.moves.max_per_hour
         and all(r.mig is None for r in running.replicas)
     )

@@ -4,9 +4,9 @@ Aspects: with every H100 held and the estimate expecting H100-only tasks, a flex
 gang moves to a free A100 (both engines; a valid decision; as many as the reserve is short,
 the cheapest first); the price by hand (the throughput it loses over its remaining time
 against the reserve unit's price); no refill without single-type demand, for a gang that is
-not preemptible, has no progress, moved within the hour or holds a MIG slice, onto GPUs
-another reserve keeps or a GPU in MIG mode, or when the scarcity weight makes the unit worth
-less than the loss; the validator refuses a refill that stays on the type.
+not preemptible, is under a disruption budget, has no progress, moved within the hour or holds
+a MIG slice, onto GPUs another reserve keeps or a GPU in MIG mode, or when the scarcity weight
+makes the unit worth less than the loss; the validator refuses a refill that stays on the type.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def full_h100(
     workload: WorkloadEstimate | None,
     a100_held: tuple[int, ...] = (),
     preemptible: bool = True,
+    disruptable: bool = True,
     a100_mig: dict[int, MigLayout] | None = None,
     v100: bool = False,
 ) -> Snapshot:
@@ -65,7 +66,8 @@ def full_h100(
     for r in built.running:
         if r.id.startswith("f"):
             progress = flexible[int(r.id[1:])]
-            r = replace(r, demand=replace(FLEXIBLE, id=r.id), progress=progress)
+            demand = replace(FLEXIBLE, id=r.id)
+            r = replace(r, demand=demand, progress=progress, disruptable=disruptable)
         running.append(r)
     return replace(built, running=tuple(running), workload=workload)
 
@@ -135,7 +137,10 @@ def test_the_price_by_hand() -> None:
             id="no-single-type-demand",
         ),
         pytest.param(full_h100({7: PROGRESS}, None), id="no-estimate"),
-        pytest.param(full_h100({7: PROGRESS}, h100_only(0.1), preemptible=False), id="pdb"),
+        pytest.param(
+            full_h100({7: PROGRESS}, h100_only(0.1), preemptible=False), id="not-preemptible"
+        ),
+        pytest.param(full_h100({7: PROGRESS}, h100_only(0.1), disruptable=False), id="pdb"),
         pytest.param(full_h100({7: None}, h100_only(0.1)), id="no-progress"),
         pytest.param(
             full_h100({7: RunProgress(10 * HOUR, 0.0, 60.0, 1)}, h100_only(0.1)),
