@@ -22,7 +22,16 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from test_moves_live import CORDONED, SETTINGS, blocker, bound_pods, movable, status, wait_running
+from test_moves_live import (
+    CORDONED,
+    SETTINGS,
+    bound_pods,
+    fill_fast_gpus,
+    movable,
+    settled_invariants,
+    status,
+    wait_running,
+)
 
 from gpufleet.model.contract import names
 from gpufleet.sandbox.control_plane import Sandbox
@@ -31,7 +40,6 @@ from gpufleet.scheduler.mover import MOVE_BLOCKED, job_reference
 from gpufleet.testing.operator import (
     Kube,
     OperatorProcess,
-    SettledInvariants,
     configured_operator,
     wait_for,
 )
@@ -66,17 +74,8 @@ def budget_status(kube: Kube, ns: str) -> dict[str, Any]:
 
 
 def test_a_job_under_a_budget_at_zero_is_not_moved(kube: Kube, ns: str) -> None:
-    checker = SettledInvariants(kube.core)
-
-    def clean() -> bool:
-        problems = checker.check()
-        assert not problems, problems
-        return True
-
-    kube.create_job(ns, blocker("fill-h100", "H100-80GB"))
-    kube.create_job(ns, blocker("fill-a100", "A100-80GB"))
-    wait_running(kube, ns, "fill-h100")
-    wait_running(kube, ns, "fill-a100")
+    clean = settled_invariants(kube)
+    fill_fast_gpus(kube, ns)
     kube.create_job(ns, movable(GUARDED))
     kube.create_job(ns, movable(FREE))
     wait_running(kube, ns, GUARDED, "L4")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -123,7 +123,8 @@ class PodEvents:
         assert self.error is None, f"watching pods failed: {self.error}"
 
 
-def test_a_long_job_moves_once_to_faster_gpus(kube: Kube, ns: str) -> None:
+def settled_invariants(kube: Kube) -> Callable[[], bool]:
+    """A check that fails on any settled-invariant problem (True otherwise)."""
     checker = SettledInvariants(kube.core)
 
     def clean() -> bool:
@@ -131,10 +132,20 @@ def test_a_long_job_moves_once_to_faster_gpus(kube: Kube, ns: str) -> None:
         assert not problems, problems
         return True
 
+    return clean
+
+
+def fill_fast_gpus(kube: Kube, ns: str) -> None:
+    """Blockers `fill-h100` and `fill-a100` on every whole GPU of those types' plain nodes."""
     kube.create_job(ns, blocker("fill-h100", "H100-80GB"))
     kube.create_job(ns, blocker("fill-a100", "A100-80GB"))
     wait_running(kube, ns, "fill-h100")
     wait_running(kube, ns, "fill-a100")
+
+
+def test_a_long_job_moves_once_to_faster_gpus(kube: Kube, ns: str) -> None:
+    clean = settled_invariants(kube)
+    fill_fast_gpus(kube, ns)
     kube.create_job(ns, movable("long"))
     wait_running(kube, ns, "long", "L4")
     first = bound_pods(kube, ns, "long")

@@ -13,6 +13,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang
 from gpufleet.core.place import place
@@ -88,40 +90,34 @@ def test_a_checkpointing_gang_moves_to_a_faster_type_and_keeps_its_reservation()
     assert "ns/long" not in sched.mover.reserved
 
 
-def test_an_evacuation_is_carried_out_as_a_move_and_says_for_which_gang() -> None:
-    # The core's decision, with its move turned into an evacuation (core/evacuation.py) for a
-    # waiting gang: the loop deletes and reserves as for any move; the message names the gang.
-    def evacuate(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decision:
+@pytest.mark.parametrize(
+    ("why", "says"),
+    [
+        # An evacuation (core/evacuation.py): the message names the waiting gang.
+        ({"for_gang": "ns/wide"}, "to empty a node for waiting gang ns/wide"),
+        # A refill of a spent reserve (core/refill.py): it names the type it keeps free.
+        ({"for_reserve": "L4"}, "to keep L4 GPUs free for gangs that need that type"),
+    ],
+    ids=["evacuation", "refill"],
+)
+def test_a_move_for_another_reason_is_carried_out_as_a_move_and_says_why(
+    why: dict[str, str], says: str
+) -> None:
+    # The core's move turned into one made for another gang's sake: the loop deletes and
+    # reserves as for any move; the message says why and what it costs the moved gang.
+    def decide(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decision:
         decision = place(snapshot, pending, policy)
-        moves = tuple(replace(m, for_gang="ns/wide", gain_s=-75.0) for m in decision.moves)
+        moves = tuple(replace(m, **why, gain_s=-75.0) for m in decision.moves)
         return replace(decision, moves=moves)
 
     cache, binder = SchedulerCache(), FakeBinder()
     load(cache, nodes(), [long_pod()])
-    sched = scheduler(cache, binder, clock=Clock(), decide=evacuate)
+    sched = scheduler(cache, binder, clock=Clock(), decide=decide)
     assert sched.run_cycle().moved == ["ns/long"]
     assert "ns/long" in sched.mover.reserved
     (message,) = binder.move_messages
-    assert "to empty a node for waiting gang ns/wide" in message
+    assert says in message
     assert "75s later" in message
-
-
-def test_a_refill_is_carried_out_as_a_move_and_names_the_type() -> None:
-    # The core's move turned into a refill of a spent reserve (core/refill.py): carried out as
-    # any move; the message says which type's GPUs it keeps free and what it costs the gang.
-    def refill(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decision:
-        decision = place(snapshot, pending, policy)
-        moves = tuple(replace(m, for_reserve="L4", gain_s=-40.0) for m in decision.moves)
-        return replace(decision, moves=moves)
-
-    cache, binder = SchedulerCache(), FakeBinder()
-    load(cache, nodes(), [long_pod()])
-    sched = scheduler(cache, binder, clock=Clock(), decide=refill)
-    assert sched.run_cycle().moved == ["ns/long"]
-    assert "ns/long" in sched.mover.reserved
-    (message,) = binder.move_messages
-    assert "to keep L4 GPUs free for gangs that need that type" in message
-    assert "40s later" in message
 
 
 def test_reserved_gpus_are_shown_held_and_not_twice() -> None:
