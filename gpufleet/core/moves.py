@@ -26,7 +26,10 @@ for large tasks, nor a slot that a GPU reserve claims (net of the room its old p
 it adds where it lands. Without this, flexible pods moved onto the last free GPU of a type, or
 the last empty 8-GPU node, and the pod that needed that room waited while a third of the fleet
 sat free. A gang the caller marks not `disruptable` (a PodDisruptionBudget forbids stopping it
-now) is never moved, nor is a job with such a growth unit.
+now) is never moved, nor is a job with such a growth unit. With queues, a move never lands on
+a node where a gang waiting within its queue's nominal quota could be given room (free GPUs
+plus other queues' borrowed ones), nor takes a queue's gang off a type where the queue is
+within nominal and has gangs waiting for it, to a type where it borrows (`_Owed`).
 """
 
 from __future__ import annotations
@@ -43,10 +46,13 @@ from gpufleet.core.greedy import Memo, Plan, commit, plan_gang, usable_types
 from gpufleet.core.policy import Policy
 from gpufleet.core.preempt import release_gang, retake
 from gpufleet.core.pricing import Pricing
+from gpufleet.core.queues import resource_key
+from gpufleet.core.quota import ROOT, running_charge
 from gpufleet.core.scarcity import MOVE_SERVICE_LEVEL
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import base_throughput, replica_value
+from gpufleet.model.contract.wishes import Topology
 from gpufleet.model.gpus import GpuType
 
 __all__ = ["expected_remaining", "move_gain_s", "plan_moves", "unsaved_s", "work_value"]
@@ -92,6 +98,7 @@ def _best_move(
     pricing: Pricing,
     units: Sequence[RunningGang] = (),
     freed: frozenset[tuple[int, int]] = frozenset(),
+    owed: _Owed | None = None,
 ) -> _Candidate | None:
     """The move that saves this gang the most time, if any is worth its price. `units`: the
     growth units of the same job (an elastic job grown past its minimum, rebalance.py), which
@@ -108,7 +115,7 @@ def _best_move(
         release_gang(state, part)
     try:
         demand = replace(demand, queue=running.queue)
-        return _best_on_free(state, parts, progress, demand, policy, memo, pricing, freed)
+        return _best_on_free(state, parts, progress, demand, policy, memo, pricing, freed, owed)
     finally:
         for part in parts:
             retake(state, part)
@@ -123,6 +130,7 @@ def _best_on_free(
     memo: Memo,
     pricing: Pricing,
     freed: frozenset[tuple[int, int]],
+    owed: _Owed | None = None,
 ) -> _Candidate | None:
     rule = policy.moves
     catalog = state.catalog
@@ -138,6 +146,8 @@ def _best_on_free(
         for t in usable_types(state, fixed, policy, memo):
             if t == running.gpu_type and size == now:
                 continue
+            if owed is not None and owed.blocks(state, running, t, fixed.gpus_needed(size)):
+                continue
             new_rate = base_throughput(demand, catalog[t]) * demand.speedup(size)
             speedup = new_rate / rate
             if speedup <= 1.0 + rule.min_speedup:
@@ -150,6 +160,8 @@ def _best_on_free(
             plan = plan_gang(state, fixed, t, policy, memo)
             if plan is None or _changes_layout(state, plan, frozen):
                 continue
+            if owed is not None and owed.takes_room(state, plan):
+                continue
             if pricing.active:
                 price = pricing.move_price(state, fixed, t, plan.replicas, plan.repartitions, held)
                 added = work_value(fixed, catalog[t], size, policy) - work_value(
@@ -161,6 +173,92 @@ def _best_on_free(
             rank = policy.priority_weight(demand.priority) * (new_rate - rate) / gpus
             best = _Candidate(rank, gain, running, fixed, t)
     return best
+
+
+class _Owed:
+    """Queue debts a move must not deepen (only with queues): a gang waiting within its
+    queue's nominal quota of a type is owed that type, and the decision's free GPUs of it are
+    the room reclaim pays it with next cycle. Without this, a decision that left an owed 8-GPU
+    gang 7 free GPUs on a node moved running gangs onto them, and one that paid a queue's owed
+    T4 unit moved the same queue's own gang from T4 to A100 (where it borrows), re-opening a T4
+    slot its waiting gangs were owed (issue 13: "owed" gangs, scoring window 2017-12-01)."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        waiting: Sequence[Gang],
+        evicted: frozenset[str],
+        policy: Policy,
+        memo: Memo,
+    ) -> None:
+        gate = state.gate
+        assert gate is not None
+        self.claims: list[tuple[str, str, int]] = []  # (queue, type, GPUs on one node) owed
+        self.nodes: set[int] = set()  # nodes whose room an owed gang could claim
+        self.accepted: dict[str, set[str]] = {}  # queue -> resources its waiting gangs accept
+        for gang in waiting:
+            home = gate.book.home(gang.queue)
+            if home == ROOT or gate.refusal(gang) is not None:
+                continue
+            need = gang.gpus_needed(gang.replicas_min)
+            for t in usable_types(state, gang, policy, memo):
+                resource = resource_key(t, gang.mig_profile)
+                self.accepted.setdefault(home, set()).add(resource)
+                if gang.mig_profile is None and gate.book.entitled(home, resource, need):
+                    self.claims.append((home, t, _per_node(gang)))
+        # Nodes where an owed gang could be given room by a later reclaim: free GPUs plus those
+        # of other queues' preemptible borrowers (a disruption budget only protects them for
+        # now), or of this decision's placements.
+        kept: dict[tuple[str, int], int] = {}  # (owed queue, node) -> GPUs it cannot claim
+        claimants = {home for home, _, _ in self.claims}
+        for r in state.snapshot.running:
+            if r.id in evicted:
+                continue
+            charge = running_charge(r)
+            for home in claimants:
+                if not (
+                    r.preemptible
+                    and gate.book.home(r.queue) != home
+                    and (
+                        gate.book.home(r.queue) == ROOT
+                        or gate.book.borrowing(gate.book.home(r.queue), charge.resource)
+                    )
+                ):
+                    for rep in r.replicas:
+                        key = (home, state.node_index[rep.node])
+                        kept[key] = kept.get(key, 0) + len(rep.gpus)
+        for home, t, per_node in self.claims:
+            for n in state.nodes_by_type.get(t, ()):
+                if state.nodes[n].gpu_count - kept.get((home, n), 0) >= per_node:
+                    self.nodes.add(n)
+
+    def takes_room(self, state: ClusterState, plan: Plan) -> bool:
+        """Whether the plan lands on a node where an owed gang could be given room."""
+        return any(state.node_index[rep.node] in self.nodes for rep in plan.replicas)
+
+    def blocks(self, state: ClusterState, running: RunningGang, gpu_type: str, gpus: int) -> bool:
+        """Whether moving `running` (its charge released) to `gpu_type` with `gpus` GPUs moves
+        it off a type where its queue is within nominal and has waiting gangs that accept it,
+        to a type where it borrows."""
+        gate = state.gate
+        assert gate is not None
+        home = gate.book.home(running.queue)
+        charge = running_charge(running)
+        old = charge.resource
+        if home == ROOT or old not in self.accepted.get(home, ()):
+            return False
+        if not gate.book.entitled(home, old, charge.amount):
+            return False  # it borrows there: moving off pays nobody's debt
+        mig = running.replicas[0].mig if running.replicas else None
+        new = resource_key(gpu_type, None if mig is None else mig.profile)
+        return new != old and not gate.book.entitled(home, new, gpus)
+
+
+def _per_node(gang: Gang) -> int:
+    """GPUs the gang needs on one node: all of them for a one-node gang, else one replica's."""
+    if gang.topology is Topology.SAME_NODE:
+        return gang.gpus_needed(gang.replicas_min)
+    return gang.gpus_per_replica
 
 
 def _gpus_of(state: ClusterState, replicas: Sequence[ReplicaPlacement]) -> set[tuple[int, int]]:
@@ -222,6 +320,7 @@ def plan_moves(
         return []
     # Reserves at the move service level: a move is optional (scarcity.MOVE_SERVICE_LEVEL).
     pricing = Pricing(state, policy, waiting, MOVE_SERVICE_LEVEL)
+    owed = None if state.gate is None else _Owed(state, waiting, evicted, policy, memo)
     out: list[Move] = []
     moved: set[str] = set()
     freed: set[tuple[int, int]] = set()  # GPUs that moved gangs leave (`_changes_layout`)
@@ -232,7 +331,7 @@ def plan_moves(
             if running.id in moved:
                 continue
             candidate = _best_move(
-                state, running, policy, memo, pricing, units.get(running.id, ()), left
+                state, running, policy, memo, pricing, units.get(running.id, ()), left, owed
             )
             if candidate is not None and (best is None or candidate.rank > best.rank):
                 best = candidate
