@@ -459,6 +459,16 @@ def commit(
     )
 
 
+def commit_priced(
+    state: ClusterState, plan: Plan, policy: Policy, pricing: Pricing, charged: int | None = None
+) -> GangPlacement:
+    """`commit`, with `pricing`'s slot counts following the state."""
+    before = pricing.committing(state, plan.replicas)
+    placement = commit(state, plan, policy, charged)
+    pricing.committed(state, plan.replicas, before)
+    return placement
+
+
 def greedy_order(gangs: Sequence[Gang], state: ClusterState | None = None) -> list[Gang]:
     """Priority first, then larger gangs first, then the longest waiting (first come, first
     served among equals), then id for determinism; with queues, the queues' fair-share order
@@ -528,9 +538,7 @@ def place_greedy(
                 if plan is not None:
                     break
         if plan is not None:
-            before = pricing.committing(state, plan.replicas)
-            placed[gang.id] = commit(state, plan, policy)
-            pricing.committed(state, plan.replicas, before)
+            placed[gang.id] = commit_priced(state, plan, policy, pricing)
         elif (
             state.gate is not None
             and reserved < MAX_RESERVED
@@ -583,9 +591,9 @@ def grow_elastic(
             price = pricing.cost(state, gang, types[gid], plan.replicas, plan.repartitions)
         if plan is None or gain <= price:
             continue  # full: it asks again in the next decision
-        before = pricing.committing(state, plan.replicas)
-        extra = commit(state, plan, policy, charged=None if placement is None else count + 1)
-        pricing.committed(state, plan.replicas, before)
+        extra = commit_priced(
+            state, plan, policy, pricing, charged=None if placement is None else count + 1
+        )
         if placement is None:
             placed[gid] = extra
         else:

@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 from gpufleet.core.borrowing import growth_job
 from gpufleet.core.decision import Move
 from gpufleet.core.demand import Gang
-from gpufleet.core.greedy import Memo, Plan, commit, plan_gang, usable_types
+from gpufleet.core.greedy import Memo, Plan, commit_priced, plan_gang, usable_types
 from gpufleet.core.policy import Policy
 from gpufleet.core.preempt import release_gang, retake
 from gpufleet.core.pricing import Pricing
@@ -261,6 +261,15 @@ def _per_node(gang: Gang) -> int:
     return gang.gpus_per_replica
 
 
+def release_priced(state: ClusterState, parts: Sequence[RunningGang], pricing: Pricing) -> None:
+    """Release a moving job's gangs, with `pricing`'s slot counts following the state."""
+    old = tuple(r for part in parts for r in part.replicas)
+    before = pricing.committing(state, old)
+    for part in parts:
+        release_gang(state, part)
+    pricing.committed(state, old, before)
+
+
 def _gpus_of(state: ClusterState, replicas: Sequence[ReplicaPlacement]) -> set[tuple[int, int]]:
     return {(state.node_index[r.node], g) for r in replicas for g in r.gpus}
 
@@ -338,16 +347,10 @@ def plan_moves(
         if best is None:
             return out
         parts = (best.gang, *units.get(best.gang.id, ()))
-        old = tuple(r for part in parts for r in part.replicas)
-        before = pricing.committing(state, old)
-        freed |= _gpus_of(state, old)
-        for part in parts:
-            release_gang(state, part)
-        pricing.committed(state, old, before)
+        freed |= _gpus_of(state, [r for part in parts for r in part.replicas])
+        release_priced(state, parts, pricing)
         plan = plan_gang(state, best.demand, best.gpu_type, policy, memo)
         assert plan is not None  # found free a moment ago, nothing changed since
-        before = pricing.committing(state, plan.replicas)
-        placement = commit(state, plan, policy)
-        pricing.committed(state, plan.replicas, before)
+        placement = commit_priced(state, plan, policy, pricing)
         moved.add(best.gang.id)
         out.append(Move(best.gang.id, best.gang.gpu_type, placement, best.gain_s))

@@ -48,8 +48,8 @@ from dataclasses import dataclass, replace
 from gpufleet.core.borrowing import growth_job
 from gpufleet.core.decision import Move
 from gpufleet.core.demand import Gang
-from gpufleet.core.greedy import Memo, Plan, commit, plan_gang, usable_types
-from gpufleet.core.moves import move_gain_s, work_value
+from gpufleet.core.greedy import Memo, Plan, commit_priced, plan_gang, usable_types
+from gpufleet.core.moves import move_gain_s, release_priced, work_value
 from gpufleet.core.policy import Policy
 from gpufleet.core.preempt import release_gang, retake
 from gpufleet.core.pricing import Pricing, empty_gpus
@@ -105,13 +105,8 @@ def plan_refills(
                     best = found
             if best is None:
                 break
-            old = best.gang.replicas
-            before = pricing.committing(state, old)
-            release_gang(state, best.gang)
-            pricing.committed(state, old, before)
-            before = pricing.committing(state, best.plan.replicas)
-            placement = commit(state, best.plan, policy)
-            pricing.committed(state, best.plan.replicas, before)
+            release_priced(state, [best.gang], pricing)
+            placement = commit_priced(state, best.plan, policy, pricing)
             moved.add(best.gang.id)
             out.append(Move(best.gang.id, gpu_type, placement, -best.loss_s, for_reserve=gpu_type))
     return out
