@@ -10,6 +10,9 @@ and the share of samples that meet it, and draws box plots. Samples:
   and `alibaba-shapes-273.yaml` (every node shape of the trace's node list at 1/24 scale).
   The first `--history` pods of each order are not replayed: they are the past that seeds
   gpufleet's workload estimate (`--history 0`: the online estimate alone).
+  `--lists gpuspec10,default` runs those pod lists only; `--order-list 1-24,41-52` runs those
+  orders instead of 1 to `--orders` (the syntax of `--seed-list`; orders are numbered from 1,
+  so order 24 is the same sample in `--orders 24` and `--order-list 24`).
 * **Philly windows**: `--philly-jobs` jobs from each of `--windows` start dates, arrivals sped
   up by `--load` so that queues form, one Gavel model class per job drawn from each of
   `--seeds` (seeds 0 to N-1; `--seed-list 3,5,10-14` runs those seeds instead, in that order), on
@@ -32,6 +35,7 @@ Samples run in `--workers` processes (default 2); each finished sample is append
     python bench/robustness.py --only alibaba        # the packing samples only
     python bench/robustness.py --quick               # 2 orders x 3 lists, 1 window x 1 seed
     python bench/robustness.py --only philly --seed-list 10-14   # held-out Philly seeds only
+    python bench/robustness.py --only alibaba --lists gpuspec10 --order-list 1-24,41-52
 """
 
 from __future__ import annotations
@@ -253,9 +257,9 @@ def code_version() -> str:
     return head + ("+" if dirty else "")
 
 
-def parse_seed_list(text: str) -> tuple[int, ...]:
+def parse_seed_list(text: str, *, lowest: int = 0, what: str = "seed") -> tuple[int, ...]:
     """`--seed-list`: seeds and inclusive ranges, comma-separated ("3,5,10-12" -> 3, 5, 10, 11,
-    12), in the order given, each once."""
+    12), in the order given, each once (`--order-list`: the same, numbers from 1)."""
     seeds: list[int] = []
     for part in text.split(","):
         first, dash, last = part.strip().partition("-")
@@ -263,11 +267,31 @@ def parse_seed_list(text: str) -> tuple[int, ...]:
             low = int(first)
             high = int(last) if dash else low
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a seed or a range: {part!r}") from None
-        if low < 0 or high < low:
-            raise argparse.ArgumentTypeError(f"seeds are >= 0 and ranges ascend: {part!r}")
+            raise argparse.ArgumentTypeError(f"not a {what} or a range: {part!r}") from None
+        if low < lowest or high < low:
+            raise argparse.ArgumentTypeError(f"{what}s are >= {lowest} and ranges ascend: {part!r}")
         seeds.extend(s for s in range(low, high + 1) if s not in seeds)
     return tuple(seeds)
+
+
+def parse_order_list(text: str) -> tuple[int, ...]:
+    """`--order-list`: Alibaba orders as `--seed-list` takes seeds; orders are numbered from 1,
+    as `--orders N` numbers them (order k is the same sample either way)."""
+    return parse_seed_list(text, lowest=1, what="order")
+
+
+def parse_lists(text: str) -> tuple[str, ...]:
+    """`--lists`: Alibaba pod lists, comma-separated, in the order given, each once."""
+    lists: list[str] = []
+    for part in text.split(","):
+        name = part.strip()
+        if name not in ALIBABA_LISTS:
+            raise argparse.ArgumentTypeError(
+                f"not a pod list: {name!r} (lists: {', '.join(ALIBABA_LISTS)})"
+            )
+        if name not in lists:
+            lists.append(name)
+    return tuple(lists)
 
 
 def philly_seeds(args: argparse.Namespace) -> Sequence[int]:
@@ -276,16 +300,23 @@ def philly_seeds(args: argparse.Namespace) -> Sequence[int]:
     return chosen if chosen is not None else range(args.seeds)
 
 
+def alibaba_orders(args: argparse.Namespace) -> Sequence[int]:
+    """The Alibaba orders to run: `--order-list` if given, else 1 to `--orders`."""
+    chosen: Sequence[int] | None = args.order_list
+    return chosen if chosen is not None else range(1, args.orders + 1)
+
+
 def samples_for(args: argparse.Namespace) -> list[Sample]:
     """Every sample, the order/seed index outermost and the two traces interleaved, so that a run
-    cut short (or still going) has covered every list, window and fleet about equally. Philly
-    seeds run in `philly_seeds` order."""
+    cut short (or still going) has covered every list, window and fleet about equally. Alibaba
+    orders run in `alibaba_orders` order, the pod lists of `--lists` in the order given, Philly
+    seeds in `philly_seeds` order."""
     alibaba: list[Sample] = []
     philly: list[Sample] = []
     if args.only in (None, "alibaba"):
-        for k in range(1, args.orders + 1):
+        for k in alibaba_orders(args):
             for fleet in ALIBABA_FLEETS:
-                alibaba.extend(Sample("alibaba", variant, fleet, k) for variant in ALIBABA_LISTS)
+                alibaba.extend(Sample("alibaba", variant, fleet, k) for variant in args.lists)
     if args.only in (None, "philly"):
         for seed in philly_seeds(args):
             for fleet in PHILLY_FLEETS:
@@ -362,7 +393,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=Path("bench-out/robustness"))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--only", choices=("alibaba", "philly"), default=None)
-    parser.add_argument("--orders", type=int, default=8, help="random orders per Alibaba list")
+    parser.add_argument(
+        "--orders", type=int, default=8, help="random orders per Alibaba list: orders 1 to N"
+    )
+    parser.add_argument(
+        "--order-list",
+        type=parse_order_list,
+        default=None,
+        metavar="ORDERS",
+        help="the Alibaba orders to run instead of --orders, in this order, e.g. 1-24,41-52 "
+        "(order k is the sample --orders N >= k runs as order k)",
+    )
+    parser.add_argument(
+        "--lists",
+        type=parse_lists,
+        default=ALIBABA_LISTS,
+        metavar="LISTS",
+        help=f"the Alibaba pod lists to run, e.g. gpuspec10 (default: {','.join(ALIBABA_LISTS)})",
+    )
     parser.add_argument("--history", type=int, default=1000, help="pods before each order")
     parser.add_argument("--windows", default=",".join(PHILLY_WINDOWS))
     parser.add_argument(
