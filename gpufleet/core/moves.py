@@ -214,19 +214,16 @@ class _Owed:
         for r in state.snapshot.running:
             if r.id in evicted:
                 continue
-            charge = running_charge(r)
+            lender = gate.book.home(r.queue)
+            lends = r.preemptible and (
+                lender == ROOT or gate.book.borrowing(lender, running_charge(r).resource)
+            )
             for home in claimants:
-                if not (
-                    r.preemptible
-                    and gate.book.home(r.queue) != home
-                    and (
-                        gate.book.home(r.queue) == ROOT
-                        or gate.book.borrowing(gate.book.home(r.queue), charge.resource)
-                    )
-                ):
-                    for rep in r.replicas:
-                        key = (home, state.node_index[rep.node])
-                        kept[key] = kept.get(key, 0) + len(rep.gpus)
+                if lends and lender != home:
+                    continue  # a reclaim can give its GPUs to this queue's owed gangs
+                for rep in r.replicas:
+                    key = (home, state.node_index[rep.node])
+                    kept[key] = kept.get(key, 0) + len(rep.gpus)
         for home, t, per_node in self.claims:
             for n in state.nodes_by_type.get(t, ()):
                 if state.nodes[n].gpu_count - kept.get((home, n), 0) >= per_node:

@@ -160,8 +160,6 @@ def _refill(
                 continue
             p = progress
             loss_s = -move_gain_s(p.expected_remaining_s, p.unsaved_s, p.restart_s, new_rate / rate)
-            span = p.expected_remaining_s + loss_s
-            lost = w0 * loss_s / span if span > 0 else w0
             if best is not None and loss_s >= best.loss_s:
                 continue
             plan = plan_gang(state, fixed, gpu_type, policy, memo)
@@ -172,6 +170,8 @@ def _refill(
             )
             if price.reserved > 0:
                 continue  # room another reserve keeps
+            span = p.expected_remaining_s + loss_s
+            lost = w0 * loss_s / span if span > 0 else w0
             if lost + price.fragmentation < value:
                 best = _Refill(loss_s, running, plan)
     finally:
