@@ -41,6 +41,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
 from gpufleet.core.policy import (
+    SERVICE_TIER_GPU_S,
     Engine,
     MoveRule,
     Policy,
@@ -223,14 +224,26 @@ class PlacementSettings(_Group):
     solver: SolverGroup = Field(default_factory=SolverGroup)
     power_down: PowerDownGroup = Field(default_factory=PowerDownGroup)
     moves: MovesGroup = Field(default_factory=MovesGroup)
+    service_tier_gpu_s: float = Field(
+        SERVICE_TIER_GPU_S,
+        ge=0,
+        description="Inside a queue, among jobs of the same priority, a job that has received "
+        "less than this many GPU-seconds of service (GPUs x run time over its runs) goes first "
+        "and may preempt one that has received more (least attained service first); never "
+        "over a higher priority, never across queues. 0: no service tier.",
+    )
 
     def policy(self) -> Policy:
-        """The core's `Policy`: the preset with the solver settings, power-down rule, move rule
-        and weight overrides."""
+        """The core's `Policy`: the preset with the solver settings, power-down rule, move rule,
+        service tier and weight overrides."""
         policy = preset_policy(
             self.preset, self.solver.solver_settings(), power_down=self.power_down.rule()
         )
-        policy = dataclasses.replace(policy, moves=self.moves.rule())
+        policy = dataclasses.replace(
+            policy,
+            moves=self.moves.rule(),
+            service_tier_gpu_s=self.service_tier_gpu_s or None,  # 0: no tier
+        )
         overrides = {k: v for k, v in self.weights.model_dump().items() if v is not None}
         if not overrides:
             return policy

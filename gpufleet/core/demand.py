@@ -51,6 +51,11 @@ class Gang:
     queue: str | None = None  # the GPUQueue it waits in (None: outside any queue)
     # Its namespace, for the queue's namespaceSelector (None: not checked, as in the simulator).
     namespace: str | None = None
+    # GPU-seconds of service the job received in its earlier runs (Tiresias' two-dimensional
+    # attained service: for each run, the GPUs it held x the seconds it held them, summed); 0
+    # for a job that never ran. Inside a queue it ranks the gang below same-priority fresh
+    # gangs once it reaches `Policy.service_tier_gpu_s` (service_tier.py).
+    attained_gpu_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.acceptable:
@@ -65,6 +70,8 @@ class Gang:
             raise ValueError(f"gang {self.id}: priority must be >= 0")
         if self.waited_s < 0:
             raise ValueError(f"gang {self.id}: waited_s must be >= 0")
+        if not self.attained_gpu_s >= 0:  # also refuses NaN
+            raise ValueError(f"gang {self.id}: attained_gpu_s must be >= 0")
         if self.max_slowdown is not None and not 0 < self.max_slowdown < 1:
             raise ValueError(f"gang {self.id}: max_slowdown must be in (0, 1)")
         if self.max_slowdown is not None and self.energy is EnergyPreference.PERFORMANCE:

@@ -161,6 +161,11 @@ class SolverSettings:
             raise ValueError("max_gangs must be >= 1")
 
 
+# The default `Policy.service_tier_gpu_s`: half an hour of one GPU (chosen on the queue
+# bench's tuning windows, bench/README.md, Queues, "Service tier").
+SERVICE_TIER_GPU_S = 1800.0
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     weights: Weights = field(default_factory=Weights)
@@ -177,6 +182,18 @@ class Policy:
     # (starvation protection, fairshare.py).
     queue_aging_s: float = 3600.0
     moves: MoveRule = field(default_factory=MoveRule)
+    # With queues: the service tier's threshold theta, in GPU-seconds of attained service
+    # (`Gang.attained_gpu_s`, `RunningGang.attained_gpu_s`). Inside one queue, among gangs of
+    # the same priority, a gang that has received less than theta (tier 1) goes before, and
+    # may evict, one that has received theta or more (tier 0): least attained service first,
+    # as Tiresias does (Gu et al., NSDI'19), so a short job is not queued behind its own
+    # team's long ones. The tier never lifts a gang over a higher priority and is never
+    # compared across queues; outside queues it does nothing. None: no tier (priority only).
+    service_tier_gpu_s: float | None = SERVICE_TIER_GPU_S
+
+    def __post_init__(self) -> None:
+        if self.service_tier_gpu_s is not None and not self.service_tier_gpu_s > 0:
+            raise ValueError("service_tier_gpu_s must be positive (None: no service tier)")
 
     def priority_weight(self, priority: int) -> float:
         """Multiplier of a gang's work in the objective: each priority level doubles it, so

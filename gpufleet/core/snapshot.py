@@ -73,6 +73,14 @@ class RunningGang:
     queue: str | None = None  # the GPUQueue it is charged to (None: outside any queue)
     demand: Gang | None = None  # the gang as it was asked for (moves.py)
     disruptable: bool = True  # False: a disruption budget forbids evicting it now
+    # GPU-seconds of service the job received so far, its current run included (the GPUs each
+    # run held x the seconds it held them, summed over its runs; `Gang.attained_gpu_s` plus
+    # this run's share). Inside a queue it ranks the gang (service_tier.py).
+    attained_gpu_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.attained_gpu_s >= 0:  # also refuses NaN
+            raise ValueError(f"running gang {self.id}: attained_gpu_s must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import pytest
 
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
 from gpufleet.core.policy import (
+    SERVICE_TIER_GPU_S,
     Engine,
     MoveRule,
     Policy,
@@ -339,3 +340,12 @@ def test_every_setting_is_described_with_its_environment_variable() -> None:
 def test_readme_lists_every_setting() -> None:
     # Regenerate with `python -m gpufleet.settings` when a setting changes.
     assert markdown_table() in README.read_text()
+
+
+def test_the_service_tier_is_the_cores_default_and_zero_turns_it_off() -> None:
+    assert load(environ={}).placement.policy().service_tier_gpu_s == SERVICE_TIER_GPU_S
+    env = "GPUFLEET_PLACEMENT__SERVICE_TIER_GPU_S"
+    assert load(environ={env: "600"}).placement.policy().service_tier_gpu_s == 600.0
+    assert load(environ={env: "0"}).placement.policy().service_tier_gpu_s is None
+    with pytest.raises(SettingsError, match=env):
+        load(environ={env: "-1"})
