@@ -28,7 +28,8 @@ are reported separately from the scoring windows.
 
 Usage: `python bench/queue_bench.py [--set scoring|tuning|heldout] [--windows D1,D2] [--seeds 0,1]
 [--jobs N] [--load K] [--history-days D] [--engine greedy|cpsat] [--type-delay SHARE]
-[--aging-s S] [--weights equal|share] [--policies gpufleet,kueue,...]`; the last line printed is
+[--aging-s S] [--service-tier-gpu-s S] [--weights equal|share] [--policies gpufleet,kueue,...]`;
+the last line printed is
 one JSON object. `--policies` must include gpufleet and kueue (the targets compare them).
 """
 
@@ -46,11 +47,12 @@ from gpufleet.cliargs import (
     OneLineParser,
     fraction,
     input_error_exit,
+    non_negative_float,
     non_negative_int_list,
     positive_float,
     positive_int,
 )
-from gpufleet.core.policy import Engine, TypeDelay
+from gpufleet.core.policy import SERVICE_TIER_GPU_S, Engine, TypeDelay
 from gpufleet.model.fleet import load_fleet
 from gpufleet.model.input_error import InputError
 from gpufleet.sim.runner import load_workload
@@ -130,6 +132,14 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="gpufleet: queue aging (core Policy.queue_aging_s; default the core's, 3600 s)",
     )
+    parser.add_argument(
+        "--service-tier-gpu-s",
+        type=non_negative_float,
+        default=SERVICE_TIER_GPU_S,
+        metavar="S",
+        help="gpufleet: the service tier's threshold in GPU-seconds (core "
+        f"Policy.service_tier_gpu_s; default the core's, {SERVICE_TIER_GPU_S:g}; 0: no tier)",
+    )
     parser.add_argument("--weights", choices=WEIGHTS, default="equal", help="queue weights")
     parser.add_argument(
         "--policies", type=_policy_list, default=list(TENANT_POLICIES), help="comma-separated"
@@ -160,6 +170,7 @@ def sample(window: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
             seed=seed,
             type_delay=TypeDelay(args.type_delay) if args.type_delay > 0 else None,
             aging_s=args.aging_s,
+            service_tier_gpu_s=args.service_tier_gpu_s or None,
         )
         reports[name] = run.report.as_dict() | {"wall_s": time.perf_counter() - t0}
     gf, kq = reports["gpufleet"], reports["kueue"]
@@ -206,7 +217,7 @@ def _run(args: argparse.Namespace) -> int:
         f"## Queues on Philly: {args.jobs} jobs per window, load x{args.load:g}, "
         f"{FLEET}, quotas from the {args.history_days:g} days before each window, "
         f"engine {args.engine}, type delay {args.type_delay:g}, aging {args.aging_s or 3600:g} s, "
-        f"{args.weights} weights\n"
+        f"service tier {args.service_tier_gpu_s:g} GPU-s, {args.weights} weights\n"
     )
     print(
         "| window | seed | tenants | policy | avg JCT (h) | util. (arrivals) | work util. "
@@ -257,6 +268,7 @@ def _run(args: argparse.Namespace) -> int:
             "engine": args.engine,
             "type_delay": args.type_delay,
             "aging_s": args.aging_s,
+            "service_tier_gpu_s": args.service_tier_gpu_s,
             "weights": args.weights,
             "policies": args.policies,
             "fleet": FLEET,

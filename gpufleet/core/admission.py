@@ -10,7 +10,7 @@ preemption and CP-SAT then ask it (and only it) about queues:
   (`allows`, `replicas_allowed`), and the usage it then adds (`take`);
 - which running gangs a stuck gang may evict (`may_evict`): never one a disruption budget
   protects now (`RunningGang.disruptable`); inside its own queue, preemptible gangs of lower
-  priority (the core's priority rule); in other queues, only when this is a
+  rank (priority, then the service tier: service_tier.py); in other queues, only when this is a
   reclaim: the stuck gang stays within its queue's nominal quota and the victim's queue borrows
   the victim's resource. Priorities are never compared across queues (a queue's guarantee does
   not depend on how others rank their work), as with Kueue's reclaimWithinCohort.
@@ -27,6 +27,7 @@ from gpufleet.core.demand import Gang
 from gpufleet.core.fairshare import QueueShare, order_pending, queue_shares
 from gpufleet.core.queues import resource_key, split_resource
 from gpufleet.core.quota import ROOT, Charge, QuotaBook, running_charge
+from gpufleet.core.service_tier import Rank, rank, served_note
 from gpufleet.core.snapshot import RunningGang, Snapshot
 
 __all__ = ["QueueGate", "namespace_refusal"]
@@ -42,14 +43,22 @@ def namespace_refusal(snapshot: Snapshot, gang: Gang) -> str | None:
 
 
 class QueueGate:
-    """The queues' view of one decision (see the module docstring)."""
+    """The queues' view of one decision (see the module docstring). `tier_gpu_s` is the
+    service tier's threshold (`Policy.service_tier_gpu_s`; None: no tier)."""
 
-    def __init__(self, snapshot: Snapshot, aging_s: float, book: QuotaBook | None = None) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        aging_s: float,
+        book: QuotaBook | None = None,
+        tier_gpu_s: float | None = None,
+    ) -> None:
         if snapshot.queues is None:
             raise ValueError("a queue gate needs a snapshot with queues")
         self.snapshot = snapshot
         self.tree = snapshot.queues
         self.aging_s = aging_s
+        self.tier_gpu_s = tier_gpu_s
         self.book = book if book is not None else QuotaBook(self.tree, snapshot)
         self.shares: dict[str, QueueShare] = {}
         # Nodes reserved for aged wide gangs in this state (reservation.py): (node, GPUs).
@@ -57,7 +66,7 @@ class QueueGate:
         self.reserved_for: dict[int, Gang] = {}  # node -> the gang it is reserved for
 
     def copy(self) -> QueueGate:
-        twin = QueueGate(self.snapshot, self.aging_s, self.book.copy())
+        twin = QueueGate(self.snapshot, self.aging_s, self.book.copy(), self.tier_gpu_s)
         twin.shares = self.shares
         twin.reserved = list(self.reserved)
         twin.reserved_for = dict(self.reserved_for)
@@ -89,7 +98,7 @@ class QueueGate:
         """Pending gangs in the order placement tries them (fairshare.py)."""
         if not self.shares:
             self.shares = queue_shares(self.snapshot, gangs)
-        return order_pending(self.snapshot, gangs, self.book, self.aging_s)
+        return order_pending(self.snapshot, gangs, self.book, self.aging_s, self.tier_gpu_s)
 
     # --- quota -----------------------------------------------------------------------------
 
@@ -139,12 +148,25 @@ class QueueGate:
     def is_reclaim(self, victim: RunningGang, gang: Gang) -> bool:
         return self._home(victim.queue) != self._home(gang.queue)
 
+    def rank(self, gang: Gang | RunningGang) -> Rank:
+        """The gang's rank inside its queue (service_tier.py); outside any queue, its priority."""
+        inside = self._home(gang.queue) != ROOT
+        return rank(gang, self.tier_gpu_s if inside else None)
+
+    def served(self, gang: Gang | RunningGang) -> bool:
+        """Whether the gang is in a queue and past the service tier's threshold (tier 0)."""
+        return (
+            self.tier_gpu_s is not None
+            and self._home(gang.queue) != ROOT
+            and self.rank(gang)[1] == 0
+        )
+
     def may_evict(self, victim: RunningGang, gang: Gang) -> bool:
         """Whether `gang` may evict `victim` now (module docstring)."""
         if not victim.preemptible or not victim.disruptable:
             return False
         if not self.is_reclaim(victim, gang):
-            return victim.priority < gang.priority
+            return self.rank(victim) < self.rank(gang)
         home = self._home(gang.queue)
         if home == ROOT:
             return False  # outside any queue: nothing to reclaim
@@ -158,11 +180,12 @@ class QueueGate:
 
     def victim_key(self, victim: RunningGang, gang: Gang) -> tuple[float, ...]:
         """Sort key of eviction candidates: other queues' borrowers first, the queue furthest
-        above its fair share first, then lower priority."""
+        above its fair share first, then lower rank (priority, then the service tier)."""
+        priority, tier = self.rank(victim)
         if not self.is_reclaim(victim, gang):
-            return (1.0, 0.0, float(victim.priority))
+            return (1.0, 0.0, float(priority), float(tier))
         share = self.shares.get(self._home(victim.queue))
-        return (0.0, -(share.rho if share is not None else 0.0), float(victim.priority))
+        return (0.0, -(share.rho if share is not None else 0.0), float(priority), float(tier))
 
     # --- after placement -------------------------------------------------------------------
 
@@ -193,7 +216,10 @@ class QueueGate:
         waiting = self.reclaim_note(gang, types)
         if waiting is not None:
             return Pending(gang.id, PendingReason.WAITING_FOR_RECLAIM, waiting)
-        return Pending(gang.id, PendingReason.QUOTA_EXCEEDED, "; ".join(texts))
+        text = "; ".join(texts)
+        if self.tier_gpu_s is not None and self.served(gang):
+            text += served_note(gang, self.tier_gpu_s)  # its queue's fresh gangs took the quota
+        return Pending(gang.id, PendingReason.QUOTA_EXCEEDED, text)
 
     def reclaim_note(self, gang: Gang, types: Sequence[str]) -> str | None:
         """Why a gang within its queue's nominal quota still waits: the queues that borrow

@@ -8,6 +8,9 @@ A gang that preemption would make room for but for running gangs the caller mark
 `disruptable` (a PodDisruptionBudget forbids stopping them now) waits for the budget
 (`PreemptionBlockedByDisruptionBudget`, naming those gangs): it does not fit once every gang it
 may preempt is released, and fits once the protected ones it may otherwise preempt go too.
+A gang of a queue that has received the service tier's threshold of service waits behind
+the fresh gangs of its queue and priority (service_tier.py): its CapacityGivenToOtherGangs
+message says so.
 A gang restricted to some nodes (`allowed_nodes`, the adapter's node filters) is judged on those
 nodes only; when they hold none of its types the reason is `NoEligibleNode`, and the adapter
 adds which filter left out how many nodes.
@@ -29,6 +32,7 @@ from gpufleet.core.preempt import (
     retake_all,
     try_plan,
 )
+from gpufleet.core.service_tier import served_note
 from gpufleet.core.snapshot import RunningGang
 from gpufleet.core.state import ClusterState
 
@@ -90,7 +94,7 @@ def explain(
             gang.id,
             PendingReason.LOST_TO_OTHERS,
             f"fits on free {types} GPUs on its own, but this decision gave that capacity to "
-            "higher-priority or more valuable gangs",
+            "higher-priority or more valuable gangs" + _served_note(initial, gang, policy),
         )
     delayed = _delayed_fit(initial, gang, policy, layouts)
     if delayed:
@@ -107,6 +111,16 @@ def explain(
     if gang.mig_profile is not None:
         return _explain_mig(initial, gang, known, nodes, policy.allow_repartition)
     return _explain_whole(initial, gang, known, nodes, allowed is not None)
+
+
+def _served_note(state: ClusterState, gang: Gang, policy: Policy) -> str:
+    """For a gang of a queue past the service tier's threshold (service_tier.py): that its
+    queue's gangs of its priority with less service go first; else nothing."""
+    theta = policy.service_tier_gpu_s
+    gate = state.gate
+    if gate is None or theta is None or not gate.served(gang):
+        return ""
+    return served_note(gang, theta)
 
 
 def _budget_blocked(

@@ -27,7 +27,8 @@ which is exactly the heterogeneity blindness the quota of "8 GPUs" suffers from.
 Pending gangs are offered to placement in max-min order (progressive filling): gangs their
 queue's nominal quota covers first (the guarantee), then the rest; within each tier the queue
 with the lowest rho goes next, and its rho grows by the gang's best-case throughput before the
-next pick. Inside a queue: higher priority first, then longer waiting, then larger. Aging: a
+next pick. Inside a queue: higher priority first, then the service tier (less attained service
+first: service_tier.py), then longer waiting, then larger. Aging: a
 gang that has waited `aging_s` or longer goes ahead of every gang of its tier that has not,
 oldest first, so a queue that is always above its share still gets its long-waiting work in.
 """
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 from gpufleet.core.demand import Gang
 from gpufleet.core.queues import QueueTree, resource_key
 from gpufleet.core.quota import ROOT, QuotaBook
+from gpufleet.core.service_tier import rank
 from gpufleet.core.snapshot import RunningGang, Snapshot
 from gpufleet.core.valuation import base_throughput
 from gpufleet.model.gpus import Catalog
@@ -189,21 +191,28 @@ def _reference(
     return sum(values) / len(values)
 
 
-def _within_queue(gang: Gang) -> tuple[float, ...]:
-    return (-gang.priority, -gang.waited_s, -gang.gpus_needed(gang.replicas_min))
+def _within_queue(gang: Gang, tier_gpu_s: float | None) -> tuple[float, ...]:
+    priority, tier = rank(gang, tier_gpu_s)
+    return (-priority, -tier, -gang.waited_s, -gang.gpus_needed(gang.replicas_min))
 
 
 def order_pending(
-    snapshot: Snapshot, pending: Sequence[Gang], book: QuotaBook, aging_s: float
+    snapshot: Snapshot,
+    pending: Sequence[Gang],
+    book: QuotaBook,
+    aging_s: float,
+    tier_gpu_s: float | None = None,
 ) -> list[Gang]:
-    """The order in which pending gangs are offered to placement (module docstring)."""
+    """The order in which pending gangs are offered to placement (module docstring);
+    `tier_gpu_s` is the service tier's threshold (None: no tier)."""
     catalog = snapshot.catalog
     shares = queue_shares(snapshot, pending)
     queues: dict[str, list[Gang]] = defaultdict(list)
     for gang in pending:
         queues[book.home(gang.queue)].append(gang)
-    for members in queues.values():
-        members.sort(key=lambda g: (*_within_queue(g), g.id))
+    for home, members in queues.items():
+        theta = None if home == ROOT else tier_gpu_s  # outside any queue: no tier
+        members.sort(key=lambda g: (*_within_queue(g, theta), g.id))
     # Tier 0: what the queue's nominal quota covers, counted in queue order.
     planned: dict[str, Counter[str]] = defaultdict(Counter)
     tier: dict[str, int] = {}

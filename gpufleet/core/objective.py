@@ -20,6 +20,7 @@ from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.demand import Gang
 from gpufleet.core.policy import Policy
 from gpufleet.core.pricing import decision_costs
+from gpufleet.core.service_tier import served_share
 from gpufleet.core.snapshot import RunningGang, Snapshot
 from gpufleet.core.valuation import base_throughput, gang_value, replica_value, start_value
 
@@ -147,4 +148,6 @@ def running_value(snapshot: Snapshot, gang: RunningGang, policy: Policy) -> floa
         # An elastic gang does what its scaling curve says, not one replica's work n times.
         count = len(gang.replicas)
         work *= gang.demand.speedup(count) / count
-    return policy.weights.work * policy.priority_weight(gang.priority) * work
+    # Inside a queue, a gang past the service tier's threshold is worth less (service_tier.py).
+    share = served_share(snapshot, gang, policy.service_tier_gpu_s)
+    return policy.weights.work * policy.priority_weight(gang.priority) * work * share

@@ -71,7 +71,9 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
     initial = ClusterState(snapshot)
     refused: list[Pending] = []
     if snapshot.queues is not None:
-        initial.gate = QueueGate(snapshot, policy.queue_aging_s)
+        initial.gate = QueueGate(
+            snapshot, policy.queue_aging_s, tier_gpu_s=policy.service_tier_gpu_s
+        )
         refused = [p for p in map(initial.gate.refusal, pending) if p is not None]
         if refused:
             out = {p.gang_id for p in refused}

@@ -12,12 +12,20 @@ from dataclasses import replace
 from gpufleet.core.borrowing import growth_job
 from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.demand import Gang, Topology
+from gpufleet.core.policy import SERVICE_TIER_GPU_S
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.validate_quota import quota_problems
 from gpufleet.model.mig import MigLayout, layout_problem
 
 
-def decision_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Decision) -> list[str]:
+def decision_problems(
+    snapshot: Snapshot,
+    pending: Sequence[Gang],
+    decision: Decision,
+    tier_gpu_s: float | None = SERVICE_TIER_GPU_S,
+) -> list[str]:
+    """What is wrong with `decision` for `pending` on `snapshot` (empty: nothing). `tier_gpu_s`
+    is the service tier's threshold the decision was made with (`Policy.service_tier_gpu_s`)."""
     problems: list[str] = []
     gangs = {g.id: g for g in pending}
     running = {r.id: r for r in snapshot.running}
@@ -146,7 +154,7 @@ def decision_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Dec
                         problems.append(f"slice {r.mig} on {key} oversubscribed by {gang.id}")
                     slices.add((r.node, g, r.mig))
                     used_gpus.add(key)
-    problems.extend(quota_problems(snapshot, pending, decision))
+    problems.extend(quota_problems(snapshot, pending, decision, tier_gpu_s))
     return problems
 
 

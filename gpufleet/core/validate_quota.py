@@ -23,7 +23,9 @@ from collections.abc import Sequence
 from gpufleet.core.borrowing import growth_job
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang
+from gpufleet.core.policy import SERVICE_TIER_GPU_S
 from gpufleet.core.queues import QueueTree, resource_key, split_resource
+from gpufleet.core.service_tier import rank
 from gpufleet.core.snapshot import RunningGang, Snapshot
 
 __all__ = ["quota_problems"]
@@ -84,7 +86,14 @@ def _home(tree: QueueTree, queue: str | None) -> str | None:
     return queue if queue is not None and tree.usable(queue) else None
 
 
-def quota_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Decision) -> list[str]:
+def quota_problems(
+    snapshot: Snapshot,
+    pending: Sequence[Gang],
+    decision: Decision,
+    tier_gpu_s: float | None = SERVICE_TIER_GPU_S,
+) -> list[str]:
+    """The decision's breaches of the queues' rules; `tier_gpu_s` is the service tier's
+    threshold the decision was made with (`Policy.service_tier_gpu_s`)."""
     tree = snapshot.queues
     if tree is None:
         return []
@@ -100,7 +109,7 @@ def quota_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Decisi
         victim, winner = running.get(pre.gang_id), gangs.get(pre.for_gang)
         if victim is None or winner is None:
             continue  # validate.py reports unknown gangs
-        problems.extend(_preemption_problems(tree, old, victim, winner))
+        problems.extend(_preemption_problems(tree, old, victim, winner, tier_gpu_s))
     after: Usage = {k: Counter(v) for k, v in before.items()}
     for pre in decision.preemptions:
         gone = running.get(pre.gang_id)
@@ -140,13 +149,14 @@ def quota_problems(snapshot: Snapshot, pending: Sequence[Gang], decision: Decisi
 
 
 def _preemption_problems(
-    tree: QueueTree, old: _Account, victim: RunningGang, winner: Gang
+    tree: QueueTree, old: _Account, victim: RunningGang, winner: Gang, tier_gpu_s: float | None
 ) -> list[str]:
     vq, wq = _home(tree, victim.queue), _home(tree, winner.queue)
     if vq == wq:
         # An elastic job's growth unit may go for a gang of its own priority (rebalance.py).
         shrink = growth_job(victim) is not None and victim.priority <= winner.priority
-        if victim.priority >= winner.priority and not shrink:
+        theta = None if vq is None else tier_gpu_s  # the service tier holds inside queues
+        if rank(victim, theta) >= rank(winner, theta) and not shrink:
             return [f"{victim.id} preempted inside its queue for {winner.id} of no higher priority"]
         return []
     if wq is None:

@@ -22,7 +22,10 @@ is signalled, within `checkpoint_grace_s`, and loses nothing. Either way it pays
 restart for every policy, and gpufleet's policies get it as each running gang's progress (the
 core's `RunProgress`): the run time not yet checkpointed, the restart time, the moves in the last
 hour and an expected remaining time estimated from the lengths of jobs already completed (plus
-those of a history given in the settings), never from the job's own length.
+those of a history given in the settings), never from the job's own length. With queues, every
+gang also carries the service its job has received so far (GPUs x run time over its runs,
+`attained_gpu_s`: a pending gang its earlier runs, a running one its current run too), which the
+core's service tier ranks gangs of one queue by.
 
 Applying a decision: preemptions first, then MIG repartitions (the GPU is usable after
 `mig_repartition_s`), then placements, then moves (the gang restarts on its new placement). A
@@ -579,8 +582,30 @@ class Simulation:
             waited = max(0.0, self.now - job.queue_key)
             if not job.replicas:
                 gang = self._refined(job)
+            served = self._attained_gpu_s(job)
+            if self._queues is not None and served > 0:
+                # The service of its earlier runs, for the core's service tier.
+                gang = replace(gang, attained_gpu_s=served)
             out.append(replace(gang, waited_s=waited) if waited > 0 else gang)
         return out
+
+    def _with_attained(self, running: Sequence[RunningGang]) -> tuple[RunningGang, ...]:
+        """Running jobs with the service they have received (GPU-seconds over their runs, the
+        current one included), for the core's service tier; growth units keep none."""
+        out: list[RunningGang] = []
+        for gang in running:
+            job = self.jobs.get(gang.id)
+            served = 0.0 if job is None else self._attained_gpu_s(job)
+            out.append(replace(gang, attained_gpu_s=served) if served > 0 else gang)
+        return tuple(out)
+
+    def _attained_gpu_s(self, job: _Job) -> float:
+        """The job's GPU-seconds of service up to now (what `_advance` would count, without
+        advancing it: the other policies' replays stay exactly as they were)."""
+        served = job.record.busy_gpu_s
+        if job.state is _State.RUNNING:
+            served += job.share * (self.now - job.last_t)
+        return served
 
     def _refined(self, job: _Job) -> Gang:
         """The job's gang with its scaling curve refined from the throughput it reported."""
@@ -717,6 +742,8 @@ class Simulation:
             snapshot = replace(snapshot, running=self._with_progress(snapshot.running))
         if self.policy.resize:
             snapshot = replace(snapshot, running=self._as_units(snapshot.running))
+        if self._queues is not None:
+            snapshot = replace(snapshot, running=self._with_attained(snapshot.running))
         return snapshot
 
     def _cycle(self, forced: bool) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpufleet.core.place import place
-from gpufleet.core.policy import Engine, SolverSettings, TypeDelay
+from gpufleet.core.policy import SERVICE_TIER_GPU_S, Engine, SolverSettings, TypeDelay
 from gpufleet.core.presets import preset_policy
 from gpufleet.model.fleet import FleetSpec
 from gpufleet.sim.baselines import GavelTenantPolicy
@@ -42,13 +42,17 @@ def make_tenant_policy(
     seed: int = 0,
     type_delay: TypeDelay | None = None,
     aging_s: float | None = None,
+    service_tier_gpu_s: float | None = SERVICE_TIER_GPU_S,
 ) -> SimPolicy:
     """A policy of `TENANT_POLICIES`. For gpufleet only: `engine` and `seed` are the core's
-    solver settings, `type_delay` its delay scheduling across GPU types (off by default) and
-    `aging_s` its queue aging (`Policy.queue_aging_s`, 1 h by default)."""
+    solver settings, `type_delay` its delay scheduling across GPU types (off by default),
+    `aging_s` its queue aging (`Policy.queue_aging_s`, 1 h by default) and
+    `service_tier_gpu_s` its service tier's threshold (`Policy.service_tier_gpu_s`, the core's
+    default; None: no tier)."""
     if name == "gpufleet":
         solver = SolverSettings(engine=engine, seed=seed)
         policy = preset_policy("balanced", solver, type_delay)
+        policy = replace(policy, service_tier_gpu_s=service_tier_gpu_s)
         if aging_s is not None:
             policy = replace(policy, queue_aging_s=aging_s)
         return SimPolicy(name=name, place=place, policy=policy)
@@ -88,13 +92,21 @@ def run_tenants(
     settings: SimSettings | None = None,
     type_delay: TypeDelay | None = None,
     aging_s: float | None = None,
+    service_tier_gpu_s: float | None = SERVICE_TIER_GPU_S,
 ) -> TenantRun:
-    """Replay `workload` with `setup`'s queues under the named policy and score it."""
+    """Replay `workload` with `setup`'s queues under the named policy and score it (the
+    gpufleet-only settings as `make_tenant_policy` takes them)."""
     cluster = SimCluster(fleet, workload.catalog)
     speed = speed_model(fleet, workload)
     clock = SimClock()
     policy = make_tenant_policy(
-        name, clock, engine=engine, seed=seed, type_delay=type_delay, aging_s=aging_s
+        name,
+        clock,
+        engine=engine,
+        seed=seed,
+        type_delay=type_delay,
+        aging_s=aging_s,
+        service_tier_gpu_s=service_tier_gpu_s,
     )
     monitor = QuotaMonitor(setup.tree)
     sim_settings = replace(settings or SimSettings(), queues=setup.tree)

@@ -1,20 +1,78 @@
 """The service tier inside queues (least attained service first, service_tier.py).
 
-Aspects: the attained-service fields and the threshold are validated; the settings carry the
-threshold to the policy (0: no tier).
+Aspects: the attained-service fields and the threshold are validated; the rank is (priority,
+tier) and a tier never outranks a higher priority; inside a queue, a fresh gang goes before a
+served one of its priority and may evict a served running one (both engines), priced so that
+preemption's value check lets it; never a gang of another queue, never one of higher priority,
+never a gang outside every queue; a served gang that comes back cannot evict served gangs; with
+no threshold (None) the old behaviour holds; the validator judges the same rule; a served gang
+left waiting says why.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
+from gpufleet.core.decision import Decision, PendingReason
 from gpufleet.core.demand import Gang, TypeOption
-from gpufleet.core.policy import SERVICE_TIER_GPU_S, Policy
-from gpufleet.core.snapshot import ReplicaPlacement, RunningGang
+from gpufleet.core.objective import running_value
+from gpufleet.core.place import place
+from gpufleet.core.policy import SERVICE_TIER_GPU_S, Engine, Policy, SolverSettings
+from gpufleet.core.queues import QueueSpec, QueueTree, Quota
+from gpufleet.core.service_tier import SERVED_VALUE_SHARE, rank, tier
+from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
+from gpufleet.core.validate import decision_problems
+from tests.unit.core.placement_builders import cluster, gang
 
 H100 = "H100-80GB"
+ENGINES = pytest.mark.parametrize("engine", [Engine.GREEDY, Engine.CPSAT], ids=str)
+THETA = 1800.0
+LONG = 10 * THETA  # a running gang's service well past the threshold
+TIERS = pytest.mark.parametrize("theta", [THETA, None], ids=["tier", "no-tier"])
+
+
+def team(name: str, nominal: int) -> QueueSpec:
+    return QueueSpec(name, None, 1.0, {H100: Quota(nominal)})
+
+
+def served(snapshot: Snapshot, **attained: float) -> Snapshot:
+    """The snapshot with the named running gangs' attained service set."""
+    running = tuple(
+        replace(r, attained_gpu_s=attained[r.id]) if r.id in attained else r
+        for r in snapshot.running
+    )
+    return replace(snapshot, running=running)
+
+
+def decide(
+    snapshot: Snapshot,
+    pending: list[Gang],
+    theta: float | None = THETA,
+    engine: Engine = Engine.GREEDY,
+) -> Decision:
+    policy = Policy(solver=SolverSettings(engine=engine), service_tier_gpu_s=theta)
+    decision = place(snapshot, pending, policy)
+    assert decision_problems(snapshot, pending, decision, theta) == []
+    return decision
+
+
+def two_gpus_of_queue_a(long_priority: int = 0, long_queue: str = "a") -> Snapshot:
+    """One node of two H100s: `long` (served) and `short` (fresh) run on one each."""
+    snapshot = (
+        cluster()
+        .node("h0", H100, count=2)
+        .run("long", "h0", (0,), priority=long_priority, queue=long_queue)
+        .run("short", "h0", (1,), queue="a")
+        .queues(QueueTree.build([team("a", 2), team("b", 1 if long_queue == "b" else 0)]))
+        .build()
+    )
+    return served(snapshot, long=LONG, short=THETA / 10)
+
+
+# --- the API ---------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("value", [-1.0, math.nan], ids=["negative", "nan"])
@@ -32,3 +90,126 @@ def test_the_threshold_is_positive_or_none(theta: float) -> None:
         Policy(service_tier_gpu_s=theta)
     assert Policy(service_tier_gpu_s=None).service_tier_gpu_s is None
     assert Policy().service_tier_gpu_s == SERVICE_TIER_GPU_S
+
+
+# --- the rank --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("attained", "theta", "expected"),
+    [
+        pytest.param(0.0, THETA, 1, id="fresh"),
+        pytest.param(THETA - 1, THETA, 1, id="just-below"),
+        pytest.param(THETA, THETA, 0, id="at-the-threshold"),
+        pytest.param(LONG, THETA, 0, id="served"),
+        pytest.param(0.0, None, 0, id="no-tier"),
+    ],
+)
+def test_the_tier_is_one_below_the_threshold_only(
+    attained: float, theta: float | None, expected: int
+) -> None:
+    assert tier(attained, theta) == expected
+
+
+def test_the_tier_never_outranks_a_higher_priority() -> None:
+    fresh_low = gang("fresh", priority=0)
+    served_high = replace(gang("served", priority=1), attained_gpu_s=LONG)
+    assert rank(fresh_low, THETA) == (0, 1)
+    assert rank(served_high, THETA) == (1, 0)
+    assert rank(served_high, THETA) > rank(fresh_low, THETA)
+    assert rank(served_high, None) == (1, 0) and rank(fresh_low, None) == (0, 0)
+
+
+# --- order and eviction inside a queue -------------------------------------------------------
+
+
+@ENGINES
+def test_a_fresh_gang_evicts_a_served_gang_of_its_queue_and_priority(engine: Engine) -> None:
+    decision = decide(two_gpus_of_queue_a(), [gang("new", queue="a")], engine=engine)
+    assert decision.admitted_ids == {"new"}
+    # The served gang goes, not the fresh one beside it; it is not a reclaim.
+    assert [(p.gang_id, p.for_gang, p.reclaim) for p in decision.preemptions] == [
+        ("long", "new", False)
+    ]
+
+
+def test_without_a_threshold_the_queue_stays_first_come_first_served() -> None:
+    decision = decide(two_gpus_of_queue_a(), [gang("new", queue="a")], theta=None)
+    assert decision.admitted_ids == set() and decision.preemptions == ()
+
+
+def test_the_tier_never_evicts_a_higher_priority() -> None:
+    snapshot = two_gpus_of_queue_a(long_priority=1)
+    decision = decide(snapshot, [gang("new", queue="a")])
+    assert decision.admitted_ids == set() and decision.preemptions == ()
+
+
+def test_the_tier_never_evicts_across_queues() -> None:
+    # `long` runs in queue b within b's nominal quota: nothing to reclaim, and tiers are
+    # never compared across queues.
+    snapshot = two_gpus_of_queue_a(long_queue="b")
+    decision = decide(snapshot, [gang("new", queue="a")])
+    assert decision.preemptions == ()
+
+
+def test_the_tier_holds_inside_queues_only() -> None:
+    snapshot = served(
+        cluster().node("h0", H100, count=1).run("long", "h0", (0,)).build(), long=LONG
+    )
+    decision = decide(snapshot, [gang("new")])
+    assert decision.admitted_ids == set() and decision.preemptions == ()
+
+
+def test_a_served_gang_that_comes_back_does_not_evict_served_gangs() -> None:
+    back = replace(gang("back", queue="a"), attained_gpu_s=THETA)
+    decision = decide(two_gpus_of_queue_a(), [back])
+    assert decision.admitted_ids == set() and decision.preemptions == ()
+
+
+@TIERS
+@pytest.mark.parametrize(
+    ("nominal", "reason"),
+    [
+        pytest.param(2, PendingReason.LOST_TO_OTHERS, id="capacity"),
+        pytest.param(1, PendingReason.QUOTA_EXCEEDED, id="quota"),
+    ],
+)
+def test_a_fresh_gang_goes_before_a_served_one_that_waited_longer(
+    theta: float | None, nominal: int, reason: PendingReason
+) -> None:
+    tree = QueueTree.build([team("a", nominal)])
+    snapshot = cluster().node("h0", H100, count=1).queues(tree).build()
+    earlier = replace(gang("earlier", queue="a", waited_s=600.0), attained_gpu_s=LONG)
+    later = gang("later", queue="a", waited_s=60.0)
+    decision = decide(snapshot, [earlier, later], theta)
+    assert decision.admitted_ids == ({"later"} if theta is not None else {"earlier"})
+    waiting = "earlier" if theta is not None else "later"
+    why = decision.pending_for(waiting)
+    assert why is not None and why.reason is reason
+    note = f"past the service tier of {THETA:.0f} GPU-s, so gangs of queue a and its priority"
+    assert (note in why.message) == (theta is not None)
+
+
+def test_a_served_running_gang_is_worth_half_inside_a_queue_only() -> None:
+    snapshot = two_gpus_of_queue_a()
+    by_id = {r.id: r for r in snapshot.running}
+    policy = Policy(service_tier_gpu_s=THETA)
+    full = running_value(snapshot, by_id["short"], policy)
+    assert running_value(snapshot, by_id["long"], policy) == pytest.approx(
+        SERVED_VALUE_SHARE * full
+    )
+    untiered = Policy(service_tier_gpu_s=None)
+    assert running_value(snapshot, by_id["long"], untiered) == pytest.approx(full)
+    outside = replace(snapshot, queues=None)
+    assert running_value(outside, by_id["long"], policy) == pytest.approx(full)
+
+
+def test_the_validator_judges_tier_evictions_by_the_threshold() -> None:
+    snapshot = two_gpus_of_queue_a()
+    pending = [gang("new", queue="a")]
+    decision = decide(snapshot, pending)
+    assert decision.preemptions
+    assert decision_problems(snapshot, pending, decision, THETA) == []
+    assert decision_problems(snapshot, pending, decision, None) == [
+        "long preempted inside its queue for new of no higher priority"
+    ]

@@ -1,0 +1,130 @@
+"""The simulator feeds the core's service tier (core/service_tier.py) with queues.
+
+Aspects: every gang carries the GPU-seconds its job has received (a running gang its current
+run included, a pending one its earlier runs); a job preempted and re-queued keeps its
+attained service; with the tier a short job of a tenant evicts its own tenant's long job that
+has run past the threshold, and the long job finishes after it; without the tier (None) it
+waits behind it; the Kueue-like baseline is the same replay either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from gpufleet.core.decision import Decision
+from gpufleet.core.demand import Gang
+from gpufleet.core.place import place
+from gpufleet.core.policy import Engine, Policy, SolverSettings
+from gpufleet.core.snapshot import Snapshot
+from gpufleet.model.fleet import FleetSpec, NodePoolSpec
+from gpufleet.model.gpus import Catalog
+from gpufleet.sim.engine import SimPolicy, SimSettings, Simulation
+from gpufleet.sim.gavel_profiles import GavelProfile
+from gpufleet.sim.occupancy import SimCluster
+from gpufleet.sim.results import SimResult
+from gpufleet.sim.runner import Workload, speed_model
+from gpufleet.sim.tenant_run import run_tenants
+from gpufleet.sim.tenants import tenant_setup
+from gpufleet.sim.traces.common import TraceJob
+
+MODEL = "ResNet-50 (batch size 64)"
+V100 = "V100-32GB"
+FLEET = FleetSpec(node_pools=[NodePoolSpec(name="v", count=1, gpu_type=V100, gpus_per_node=8)])
+THETA = 1800.0
+
+
+def _jobs() -> list[TraceJob]:
+    """Tenant a's long 8-GPU job, then at 5,000 s (40,000 GPU-s later) its short one."""
+    return [
+        TraceJob(
+            "long",
+            0.0,
+            20_000.0,
+            replicas=8,
+            gpus_per_replica=1,
+            model=MODEL,
+            queue="a",
+            same_node=True,
+        ),
+        TraceJob(
+            "short",
+            5_000.0,
+            1_000.0,
+            replicas=8,
+            gpus_per_replica=1,
+            model=MODEL,
+            queue="a",
+            same_node=True,
+        ),
+    ]
+
+
+@dataclass
+class Recorder:
+    """The core's place, recording what each decision saw of the gangs' attained service."""
+
+    policy: Policy
+    seen: list[tuple[float, str, bool, float]] = field(default_factory=list)
+    sim: Simulation | None = None
+
+    def __call__(self, snapshot: Snapshot, pending: list[Gang], policy: Policy) -> Decision:
+        now = self.sim.now if self.sim is not None else 0.0
+        self.seen += [(now, r.id, True, r.attained_gpu_s) for r in snapshot.running]
+        self.seen += [(now, g.id, False, g.attained_gpu_s) for g in pending]
+        return place(snapshot, pending, policy)
+
+
+def _replay(
+    catalog: Catalog, profile: GavelProfile, theta: float | None
+) -> tuple[SimResult, Recorder]:
+    workload = Workload("test", _jobs(), profile, catalog)
+    setup = tenant_setup({"a": 1.0}, FLEET)
+    policy = Policy(solver=SolverSettings(engine=Engine.GREEDY), service_tier_gpu_s=theta)
+    recorder = Recorder(policy)
+    sim = Simulation(
+        SimCluster(FLEET, catalog),
+        workload.jobs,
+        SimPolicy("gpufleet", recorder, policy),
+        speed_model(FLEET, workload),
+        SimSettings(queues=setup.tree),
+    )
+    recorder.sim = sim
+    return sim.run(), recorder
+
+
+def test_a_short_job_evicts_its_tenants_served_long_job(
+    catalog: Catalog, profile: GavelProfile
+) -> None:
+    result, recorder = _replay(catalog, profile, THETA)
+    rec = {r.job_id: r for r in result.jobs}
+    assert rec["short"].first_start_s == pytest.approx(5_000.0, abs=10.0)
+    assert rec["long"].preemptions == 1 and rec["short"].preemptions == 0
+    assert rec["long"].completion_s is not None and rec["short"].completion_s is not None
+    assert rec["long"].completion_s > rec["short"].completion_s
+    # Running: 8 GPUs x its run time so far, at the short job's arrival.
+    running = [a for t, gid, run, a in recorder.seen if gid == "long" and run and t >= 5_000.0]
+    assert running[0] == pytest.approx(8 * 5_000.0, rel=0.01)
+    # Re-queued after the eviction: it keeps what it received (and is not fresh again).
+    back = [a for t, gid, run, a in recorder.seen if gid == "long" and not run and t > 0.0]
+    assert back and min(back) == pytest.approx(running[0], rel=0.01)
+    assert all(a == 0.0 for _, gid, run, a in recorder.seen if gid == "short" and not run)
+
+
+def test_without_the_tier_the_short_job_waits(catalog: Catalog, profile: GavelProfile) -> None:
+    result, _ = _replay(catalog, profile, None)
+    rec = {r.job_id: r for r in result.jobs}
+    assert rec["long"].preemptions == 0
+    assert rec["short"].first_start_s is not None and rec["short"].first_start_s >= 20_000.0
+
+
+def test_the_kueue_like_baseline_ignores_the_tier(catalog: Catalog, profile: GavelProfile) -> None:
+    workload = Workload("test", _jobs(), profile, catalog)
+    setup = tenant_setup({"a": 1.0}, FLEET)
+    runs = [
+        run_tenants("kueue", FLEET, workload, setup, service_tier_gpu_s=theta)
+        for theta in (THETA, None)
+    ]
+    assert runs[0].result.jobs == runs[1].result.jobs
+    assert {r.job_id: r.preemptions for r in runs[0].result.jobs} == {"long": 0, "short": 0}
