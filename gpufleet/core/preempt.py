@@ -4,11 +4,22 @@ For each gang still pending (highest priority first, a bounded number per decisi
 are running gangs that are preemptible and disruptable (no PodDisruptionBudget forbids stopping
 them now), of strictly lower priority, on an acceptable GPU type and on a node the gang may use,
 tried in borrowing.py's order (lowest priority, then least work lost: checkpoint age and
-restart cost, then longest remaining time). Victims are released one at
-a time until the gang fits, first from the best candidates whatever their node, then (when that
-fails) from the candidates of one node at a time (`_victim_groups`); then victims that turn out
+restart cost, then longest remaining time). With queues (admission.py) they are the gang's own
+queue's gangs of lower rank (priority, then the service tier: service_tier.py) and other queues'
+borrowers (a reclaim), the borrowers first.
+
+Victims are released one victim set at a time (`_victim_sets`): the best candidates whatever
+their node, then (when that fails) the candidates of one node at a time (`_victim_groups`).
+Within a set they are released one at a time until the gang fits; then those that turn out
 unnecessary are put back, and the eviction happens only if the gang's objective value beats
-what the victims lose plus the disruption cost. Every what-if is undone when not taken.
+what the victims lose plus the disruption cost, or if it is a reclaim (every victim another
+queue's borrower: guaranteed quota is returned whatever the borrowed work is worth). A set
+refused on value is taken back and the next set is tried. With queues the sets made of reclaim
+candidates alone come before the mixed ones: otherwise a gang within its nominal quota whose
+queue also holds lower-priority gangs spent the bounded per-node sets on its own queue's nodes,
+each refused on value, and a node a pure reclaim would clear was never tried (the gang stayed
+owed its quota: bench/README.md, Queues, ninth and tenth passes). Every what-if is undone when
+not taken.
 
 The what-if steps here (`release_gang`, `retake`, `try_plan`, `release_until_fits`,
 `put_back_unneeded`) are shared: rebalance.py releases and puts back growth units the same way.
@@ -157,6 +168,60 @@ def _victim_groups(
         yield group[:bound]
 
 
+def _victim_sets(
+    candidates: Sequence[RunningGang],
+    gang: Gang,
+    free: Mapping[str, int],
+    is_reclaim: Callable[[RunningGang], bool] | None,
+) -> Iterator[list[RunningGang]]:
+    """The victim sets tried for `gang`, in turn: `_victim_groups` of the candidates; with
+    queues (`is_reclaim` given), first those of the reclaim candidates alone, then those of all
+    candidates. A set already tried or empty is skipped (a set's outcome depends only on the
+    set: every refused what-if is undone). The bound on what-if work per stuck gang: at most
+    1 + MAX_NODES_PER_GANG sets without queues, 2 x (1 + MAX_NODES_PER_GANG) with them; a set
+    holds at most max(MAX_VICTIMS_PER_GANG, GPUs needed) victims and costs one release and one
+    plan per victim, plus one re-plan per victim put back when the gang fits."""
+    gpus = gang.gpus_needed(gang.replicas_min)
+    pools = [candidates]
+    if is_reclaim is not None:
+        pools.insert(0, [r for r in candidates if is_reclaim(r)])
+    tried: set[tuple[str, ...]] = set()
+    for pool in pools:
+        for group in _victim_groups(pool, gpus, free):
+            key = tuple(r.id for r in group)
+            if group and key not in tried:
+                tried.add(key)
+                yield group
+
+
+def _evict_for(
+    state: ClusterState,
+    gang: Gang,
+    group: Sequence[RunningGang],
+    policy: Policy,
+    layouts: Memo,
+    values: Mapping[str, float],
+) -> tuple[list[RunningGang], Plan] | None:
+    """Try one victim set for `gang`: the victims it needs and its plan, left released in
+    `state`, when the eviction is taken (module docstring: a reclaim, or worth more than it
+    loses); None, with every victim taken back, when the gang does not fit or the value
+    check refuses it."""
+    gate = state.gate
+    # A queue stops being reclaimed from once it is back within its nominal quota.
+    may_evict = None if gate is None else partial(gate.may_evict, gang=gang)
+    released, plan = release_until_fits(state, gang, group, policy, layouts, may_evict)
+    if plan is None:
+        return None
+    released, plan = put_back_unneeded(state, gang, released, plan, policy, layouts)
+    if gate is not None and all(gate.is_reclaim(v, gang) for v in released):
+        return released, plan  # guaranteed quota comes back whatever the borrowed work is worth
+    loss = sum(values[v.id] for v in released) + policy.weights.disruption * len(released)
+    if _plan_value(state, plan, policy) > loss:
+        return released, plan
+    retake_all(state, released)
+    return None
+
+
 def preempt_for_pending(
     state: ClusterState,
     pending: Sequence[Gang],
@@ -203,30 +268,20 @@ def preempt_for_pending(
         else:
             # With queues: other queues' borrowers first (admission.py), then the usual order.
             candidates.sort(key=lambda r: (gate.victim_key(r, gang), order(r)))
-        released: list[RunningGang] = []
-        plan: Plan | None = None
         free = {
             state.nodes[n].name: len(state.whole_mode_gpus(n))
             for t in types
             for n in state.nodes_by_type.get(t, [])
         }
-        # A queue stops being reclaimed from once it is back within its nominal quota.
-        may_evict = None if gate is None else partial(gate.may_evict, gang=gang)
-        for group in _victim_groups(candidates, gang.gpus_needed(gang.replicas_min), free):
-            released, plan = release_until_fits(state, gang, group, policy, layouts, may_evict)
-            if plan is not None:
+        is_reclaim = None if gate is None else partial(gate.is_reclaim, gang=gang)
+        taken = None
+        for group in _victim_sets(candidates, gang, free, is_reclaim):
+            taken = _evict_for(state, gang, group, policy, layouts, values)
+            if taken is not None:
                 break
-        if plan is None:
+        if taken is None:
             continue
-        released, plan = put_back_unneeded(state, gang, released, plan, policy, layouts)
-        reclaim = gate is not None and all(gate.is_reclaim(v, gang) for v in released)
-        gain = _plan_value(state, plan, policy)
-        loss = sum(values[v.id] for v in released)
-        loss += policy.weights.disruption * len(released)
-        # A reclaim returns guaranteed quota: it happens whatever the borrowed work is worth.
-        if gain <= loss and not reclaim:
-            retake_all(state, released)
-            continue
+        released, plan = taken
         placed[gang.id] = commit(state, plan, policy)
         for victim in sorted(released, key=lambda r: r.id):
             evicted.add(victim.id)
