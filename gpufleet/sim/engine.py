@@ -691,6 +691,8 @@ class Simulation:
                 grows_from=len(job.replicas),
                 allowed_nodes=frozenset(r.node for r in job.replicas) if same else None,
                 waited_s=0.0,
+                # Growth of a job that has run: the job's service (for the service tier).
+                attained_gpu_s=self._attained_gpu_s(job) if self._queues is not None else 0.0,
             )
             self._rests[rest.id] = job
             out.append(rest)

@@ -1,7 +1,8 @@
 """The simulator feeds the core's service tier (core/service_tier.py) with queues.
 
 Aspects: every gang carries the GPU-seconds its job has received (a running gang its current
-run included, a pending one its earlier runs); a job preempted and re-queued keeps its
+run included, a pending one its earlier runs, a running job's room to grow the job's); a job
+preempted and re-queued keeps its
 attained service; with the tier a short job of a tenant evicts its own tenant's long job that
 has run past the threshold, and the long job finishes after it; without the tier (None) it
 waits behind it; the Kueue-like baseline is the same replay either way.
@@ -77,16 +78,20 @@ class Recorder:
 
 
 def _replay(
-    catalog: Catalog, profile: GavelProfile, theta: float | None
+    catalog: Catalog,
+    profile: GavelProfile,
+    theta: float | None,
+    jobs: list[TraceJob] | None = None,
+    resize: bool = False,
 ) -> tuple[SimResult, Recorder]:
-    workload = Workload("test", _jobs(), profile, catalog)
+    workload = Workload("test", jobs or _jobs(), profile, catalog)
     setup = tenant_setup({"a": 1.0}, FLEET)
     policy = Policy(solver=SolverSettings(engine=Engine.GREEDY), service_tier_gpu_s=theta)
     recorder = Recorder(policy)
     sim = Simulation(
         SimCluster(FLEET, catalog),
         workload.jobs,
-        SimPolicy("gpufleet", recorder, policy),
+        SimPolicy("gpufleet", recorder, policy, resize=resize),
         speed_model(FLEET, workload),
         SimSettings(queues=setup.tree),
     )
@@ -110,6 +115,25 @@ def test_a_short_job_evicts_its_tenants_served_long_job(
     back = [a for t, gid, run, a in recorder.seen if gid == "long" and not run and t > 0.0]
     assert back and min(back) == pytest.approx(running[0], rel=0.01)
     assert all(a == 0.0 for _, gid, run, a in recorder.seen if gid == "short" and not run)
+
+
+def test_a_running_jobs_room_to_grow_carries_the_jobs_service(
+    catalog: Catalog, profile: GavelProfile
+) -> None:
+    """An elastic job that got 2 of its 4 replicas (6 GPUs held by `big`) offers its room to
+    grow as `el#rest`; at the next decision (`late` arrives) that gang carries el's service."""
+    jobs = [
+        TraceJob("big", 0.0, 20_000.0, replicas=6, gpus_per_replica=1, model=MODEL, queue="a"),
+        TraceJob(
+            "el", 0.0, 20_000.0, replicas=4, gpus_per_replica=1, model=MODEL, queue="a",
+            min_replicas=1,
+        ),
+        TraceJob("late", 1_000.0, 100.0, replicas=8, gpus_per_replica=1, model=MODEL, queue="a"),
+    ]  # fmt: skip
+    _, recorder = _replay(catalog, profile, THETA, jobs, resize=True)
+    rest = [(t, a) for t, gid, run, a in recorder.seen if gid == "el#rest" and not run]
+    later = [a for t, a in rest if t >= 1_000.0]
+    assert later and later[0] == pytest.approx(2 * 1_000.0, rel=0.05)
 
 
 def test_without_the_tier_the_short_job_waits(catalog: Catalog, profile: GavelProfile) -> None:
