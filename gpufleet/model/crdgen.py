@@ -255,6 +255,14 @@ def crd_documents() -> list[dict[str, Any]]:
             _column("GPUs/Replica", "integer", ".spec.gpusPerReplica", "Whole GPUs per replica."),
             _column("MIG", "string", ".spec.migProfile", "MIG slice per replica."),
             _column("GPU Type", "string", ".status.gpuType", "GPU type the job was placed on."),
+            _column(
+                "GPU-Seconds",
+                "number",
+                ".status.gpuSeconds",
+                "GPU time used so far, all runs: the service a queue's service tier ranks "
+                "the job by.",
+                priority=1,
+            ),
             _AGE,
         ],
         selectable=[".spec.queue"],

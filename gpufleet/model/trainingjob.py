@@ -136,6 +136,9 @@ class TrainingJobReason(enum.StrEnum):
     # (`gpufleet.model.contract.reasons`), or this one for a message without a known code.
     INSUFFICIENT_GPUS = "InsufficientGPUs"
     PREEMPTED_BY_HIGHER_PRIORITY = "PreemptedByHigherPriority"
+    # Evicted for a job of its own queue and priority that has received less service (the
+    # service tier, setting placement.service_tier_gpu_s).
+    PREEMPTED_FOR_LESS_SERVED = "PreemptedForLessServedJob"
     SUSPENDED_BY_USER = "SuspendedByUser"
     COMPLETED = "Completed"
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
@@ -591,6 +594,18 @@ class TrainingJobStatus(UsageStatus):
             "The scaling curve the scheduler uses for an elastic job (throughput at 1, 2, ... "
             "replicas relative to one): spec.elastic.scaling (or linear) refined from "
             "status.throughput."
+        ),
+    )
+    attained_gpu_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "GPU-seconds of service the job's ended runs received (runs ended by a preemption, "
+            "a move or a gang restart: each run's GPUs x its run time, a MIG slice counting its "
+            "GPU fraction), recorded when its next run's pods are created; absent while it "
+            "has had none. Inside a GPUQueue the scheduler ranks the job among those of its "
+            "priority by it plus its current run's service: below the setting "
+            "placement.service_tier_gpu_s it goes first and may preempt a job past it."
         ),
     )
     move_times: list[datetime] | None = Field(

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from gpufleet.model.contract.assignment import assigned_type, power_cap
-from gpufleet.model.contract.resources import gpu_request
+from gpufleet.model.contract.service import held_share
 from gpufleet.model.contract.timestamps import format_time, parse_time
 from gpufleet.model.gpus import Catalog
 from gpufleet.model.power import capped_power_w
@@ -52,25 +52,15 @@ class Usage:
 
 
 def pod_draw(pod: Mapping[str, Any], catalog: Catalog) -> tuple[float, float]:
-    """(GPUs, watts) a running pod holds; (0, 0) for a pod that is not running on GPUs."""
-    if (pod.get("status") or {}).get("phase") != "Running" or pod["metadata"].get(
-        "deletionTimestamp"
-    ):
-        return 0.0, 0.0
-    request = gpu_request(pod)
-    gpus, mig_profile = request.gpus, request.mig_profile
-    annotations = pod["metadata"].get("annotations") or {}
-    gpu_type = assigned_type(annotations)
-    known = gpu_type is not None and gpu_type in catalog
-    if mig_profile is not None:
-        if not known or not catalog[str(gpu_type)].has_mig_profile(mig_profile):
-            return 0.0, 0.0  # a slice of unknown size: nothing honest to add
-        share = catalog[str(gpu_type)].mig_profile(mig_profile).compute_fraction
-    else:
-        share = float(gpus)
-    if not known:
+    """(GPUs, watts) a running pod holds; (0, 0) for a pod that is not running on GPUs. The
+    GPUs are its service share (`model.contract.service.held_share`), which the scheduler's
+    service tier counts too."""
+    share = held_share(pod, catalog)
+    gpu_type = assigned_type(pod["metadata"].get("annotations") or {})
+    if share == 0.0 or gpu_type is None or gpu_type not in catalog:
         return share, 0.0
-    return share, share * capped_power_w(catalog[str(gpu_type)], power_cap(annotations))
+    annotations = pod["metadata"].get("annotations") or {}
+    return share, share * capped_power_w(catalog[gpu_type], power_cap(annotations))
 
 
 def accrue(
@@ -138,6 +128,16 @@ class UsageLedger:
             if account is None or not (account.drawing or account.grown()):
                 return None
             return account.written_at + USAGE_FLUSH
+
+    def total(
+        self, uid: str, status: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], now: datetime
+    ) -> float:
+        """The job's GPU-seconds up to `now` (what `changes` would write), changing nothing;
+        a job not seen yet resumes from `status`."""
+        with self._guard:
+            account = self._jobs.get(uid)
+            start = account.usage if account is not None else Usage.from_status(status, now)
+        return accrue(start, pods, now, self.catalog).gpu_seconds
 
     def changes(
         self,

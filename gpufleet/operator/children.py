@@ -4,7 +4,8 @@ Worker i is the pod `<job>-worker-<i>` with hostname `<job>-worker-<i>` in the s
 (the headless Service), so rank 0 is reachable as `<job>-worker-0.<job>.<namespace>.svc` and its
 address is known before the pod exists. Names are deterministic: a restarted operator that
 creates a pod again gets AlreadyExists instead of a duplicate. The scheduling wishes of the job
-travel as pod annotations that gpufleet's scheduler reads (gpufleet.model.contract).
+travel as pod annotations that gpufleet's scheduler reads (gpufleet.model.contract), with what
+its status says the scheduler needs: its recent moves and its ended runs' service.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from gpufleet.core.scaling import linear, refine
 from gpufleet.model.contract import names
 from gpufleet.model.contract.moves import checkpoint_annotations, move_times_annotations
 from gpufleet.model.contract.scaling import DIGITS, scaling_annotations
+from gpufleet.model.contract.service import attained_annotations
 from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.model.contract.wishes import wish_annotations
 from gpufleet.model.crd_common import API_GROUP, API_VERSION
@@ -97,6 +99,12 @@ def move_annotations(job: TrainingJobObject) -> dict[str, str]:
     ) | move_times_annotations(times)
 
 
+def _attained(status: Mapping[str, Any]) -> float:
+    """The service of the job's ended runs its status records (0 when none or unreadable)."""
+    value = status.get("attainedGpuSeconds")
+    return float(value) if isinstance(value, int | float) and value > 0 else 0.0
+
+
 def throughput_reports(status: Mapping[str, Any]) -> dict[int, float]:
     """Replica count -> latest reported throughput, from the job's `status.throughput`."""
     out: dict[int, float] = {}
@@ -141,6 +149,7 @@ def worker_pod(
         **(tmeta.get("annotations") or {}),
         **scheduling_annotations(spec),
         **move_annotations(job),
+        **attained_annotations(_attained(job.status)),
         **scaling_annotations(scaling_curve(spec, throughput_reports(job.status))),
     }
     pod_spec["schedulerName"] = scheduler_name

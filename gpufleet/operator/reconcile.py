@@ -11,6 +11,11 @@ the run policy is unit-tested here without an API server:
 - a move (the scheduler deleted the gang's pods to restart it on faster GPUs) is counted once
   in `status.moves` and `status.moveTimes`, with an Event, and the gang is recreated like any
   restarted gang (it does not count against `backoffLimit`);
+- a preemption for a job of the same queue and priority that has received less service (the
+  service tier) says so in the Preempted condition (`PreemptedForLessServedJob`);
+- pods created while no worker holds a node start a new run (`starts_run`): the handlers first
+  record the service of the job's ended runs in `status.attainedGpuSeconds`, which the new pods
+  carry for the scheduler's service tier (`model.contract.service`);
 - while the gang waits, the Admitted condition carries the scheduler's (the core's) reason;
 - an elastic job's reported throughput (its `gpufleet.io/throughput` annotation) is kept per
   replica count in `status.throughput`, its scaling curve refined from it in `status.scaling`
@@ -30,7 +35,7 @@ from typing import Any
 from gpufleet.model.contract import names
 from gpufleet.model.contract.assignment import assigned_gpus, assigned_mig, assigned_type
 from gpufleet.model.contract.moves import moved_at
-from gpufleet.model.contract.reasons import disruption_reason, read_pending
+from gpufleet.model.contract.reasons import disruption_reason, is_preemption, read_pending
 from gpufleet.model.contract.scaling import parse_throughput, scaling_annotations
 from gpufleet.model.contract.timestamps import format_time, parse_time
 from gpufleet.model.contract.wishes import read_gang_size, read_rank
@@ -65,6 +70,10 @@ RESUMED = "Resumed"
 READMITTED = "Readmitted"
 NODE_FAILURE = "NodeFailure"
 MOVED = "Moved"
+SERVICE_PREEMPTED = (
+    "evicted as a whole gang for a job of its queue and priority that has received less "
+    "service (its attained GPU-seconds are past placement.service_tier_gpu_s); requeued"
+)
 MAX_SHOWN = 200  # characters of a throughput report quoted in the condition's message
 
 
@@ -97,7 +106,7 @@ def _disrupted(pod: Obj) -> str | None:
 
 
 def _given_away(pod: Obj) -> bool:
-    return disruption_reason(pod) == names.PREEMPTED_REASON and job_disruption(pod) is None
+    return is_preemption(disruption_reason(pod)) and job_disruption(pod) is None
 
 
 def job_disruption(pod: Obj) -> str | None:
@@ -107,9 +116,22 @@ def job_disruption(pod: Obj) -> str | None:
     reason = disruption_reason(pod)
     annotations = pod["metadata"].get("annotations") or {}
     sized = names.GANG_SIZE in annotations  # without it nothing says the pod is growth
-    if reason == names.PREEMPTED_REASON and sized and _rank(pod) >= read_gang_size(annotations):
+    if is_preemption(reason) and sized and _rank(pod) >= read_gang_size(annotations):
         return None
     return reason
+
+
+def starts_run(pods: Sequence[Obj], out: Plan) -> bool:
+    """Whether carrying out `out` starts a new run of the job: it creates workers while none
+    holds a node (none ever did, or the last run ended by a preemption, a move or a restart).
+    The GPU time the job has used by then is all its ended runs'. Workers created beside
+    running ones (an elastic job's room to grow, a replaced member) join the current run."""
+    held = any(
+        (p.get("spec") or {}).get("nodeName") and _phase(p) not in ("Succeeded", "Failed")
+        for p in pods
+        if not _deleting(p)
+    )
+    return bool(out.create) and not held
 
 
 def pending_reason(pods: Sequence[Obj]) -> tuple[str, str]:
@@ -459,6 +481,8 @@ def _run(
             Reason.PREEMPTED_BY_HIGHER_PRIORITY,
             "evicted as a whole gang for higher-priority work; requeued",
         )
+    elif names.SERVICE_PREEMPTED_REASON in causes:
+        conds.set(Cond.PREEMPTED, True, Reason.PREEMPTED_FOR_LESS_SERVED, SERVICE_PREEMPTED)
     if failed:
         return _restart_or_fail(failed, live, restarts, backoff, conds, out)
     placed = [p for p in live if (p.get("spec") or {}).get("nodeName") and _phase(p) != "Succeeded"]

@@ -56,6 +56,10 @@ _STATUS_KEYS = (
     "gpuType", "startTime", "completionTime", "moves", "moveTimes", "throughput", "scaling",
 )  # fmt: skip
 
+# Written by the pass that starts a new run only (`reconcile.starts_run`), so, like the usage
+# fields, not among the keys a pass removes when its plan lacks them.
+ATTAINED_KEY = "attainedGpuSeconds"
+
 log = logging.getLogger("gpufleet.operator")
 
 
@@ -249,16 +253,23 @@ def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> 
             moved = state.moves.pop(uid, None)
         now = _now()
         plan = reconcile.plan(job, pods, now, disruption, moved=moved)
+        current = raw.get("status") or {}
+        if reconcile.starts_run(pods, plan):
+            # The service of its ended runs, for the scheduler's service tier: the GPU time
+            # used so far (no worker holds a node now), written beside the pass's status.
+            attained = round(state.usage.total(uid, current, pods, now), 1)
+            if attained > 0:
+                plan.status[ATTAINED_KEY] = attained
         if plan.create:
             _ensure_service(state, job)
-            # The new pods carry the move just counted: the scheduler's per-hour limit.
+            # The new pods carry the move just counted (the scheduler's per-hour limit) and
+            # the service just recorded (its service tier).
             counted = dataclasses.replace(job, status={**job.status, **plan.status})
             error = _create_pods(state, counted, plan.create)
             if error is not None:
                 plan = reconcile.plan(job, pods, now, disruption, create_error=error, moved=moved)
         _delete_pods(state, namespace, plan.delete)
         _annotate_pods(state, namespace, plan.annotate)
-        current = raw.get("status") or {}
         changes = fresh_read.status_changes(current, plan.status, _STATUS_KEYS)
         changes |= state.usage.changes(uid, current, pods, now, bool(changes))
         fresh_read.write_status(state.custom, _KIND, namespace, job.id.name, changes)

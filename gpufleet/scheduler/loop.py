@@ -7,7 +7,8 @@ phase is a small collaborator with its own state (the module named after each):
   1 snapshot  (snapshot) build the core's input from the cache (assumed bindings included),
               with the workload estimate from the pending gangs seen so far (arrivals), the
               progress of gangs that may be moved (progress), those of them a
-              PodDisruptionBudget protects, and the GPUs reserved for moved gangs (mover)
+              PodDisruptionBudget protects, the GPUs reserved for moved gangs (mover),
+              and the service the gangs of queues have received (attained)
   2 heal      (heal, partial) restart, as whole gangs, gangs with a pod on a failed or
               vanished node (paused while every node is NotReady, slowed while most of a
               zone's are: the node-lifecycle controller's zone rule); find gangs left
@@ -61,6 +62,7 @@ from gpufleet.core.snapshot import Snapshot
 from gpufleet.model.gpus import Catalog
 from gpufleet.scheduler import prometheus_metrics
 from gpufleet.scheduler.arrivals import ArrivalTracker
+from gpufleet.scheduler.attained import AttainedService
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
 from gpufleet.scheduler.cluster_view import (
@@ -157,6 +159,7 @@ class Scheduler:
         self.victims = VictimEvictor(cache, binder, clock, settings.budget_retry_s)
         self.bindings = InflightBindings(cache, binder, deletions)
         self.progress = ProgressTracker(settings.move_restart_s)
+        self.attained = AttainedService(catalog)  # for the service tier inside queues
         self.mover = GangMover(
             cache,
             binder,
@@ -191,6 +194,7 @@ class Scheduler:
         state, view = read
         self.progress.observe(view.facts.values())
         view = self.progress.attach(self.mover.hold(view))
+        view = self.attained.attach(view, policy)
         if policy.moves.enabled:  # gangs a PodDisruptionBudget protects are not moved
             view = self.mover.protect(view, self.cycle)
         timer.done("snapshot")

@@ -6,6 +6,11 @@ nothing is evicted, the preemptor waits with the budget as its reason, and its v
 offered to the core as not preemptible for `retry` seconds, so the next decision looks for
 other room. If the API still refuses an eviction midway (another client used the budget since
 the check), evictions stop there; see disruption.py for that residual race.
+
+Each evicted pod is marked with its cause (`model.contract.reasons`): a gang evicted for a gang
+of its own queue and priority was evicted by the service tier (it has received more service:
+core/service_tier.py), and its job says so; any other victim was preempted for higher-priority
+work or a queue's reclaim.
 """
 
 from __future__ import annotations
@@ -107,6 +112,7 @@ class VictimEvictor:
             return dict.fromkeys(victims_of, unread)
         current = {pods.pod_key(p): p for p in state.pods}
         growth = {g.id for g in view.snapshot.running if growth_job(g) is not None}
+        served = _served_victims(decision, view)
         held: dict[str, str] = {}
         spent: dict[str, int] = {}
         until = self.clock() + self.retry
@@ -121,30 +127,45 @@ class VictimEvictor:
                 self._stop(gang, victims, message, until)
                 held[gang] = message
                 continue
-            held[gang] = self._evict_gang(gang, victims, keys, until, report, growth)
+            held[gang] = self._evict_gang(
+                gang, victims, view.running_pods, until, report, growth, served
+            )
         return held
 
     def _evict_gang(
         self,
         gang: str,
         victims: list[str],
-        keys: list[str],
+        members: Mapping[str, tuple[str, ...]],
         until: float,
         report: CycleReport,
         growth: Collection[str],
+        served: Collection[tuple[str, str]],
     ) -> str:
         """Evict the victims' pods for `gang`; its pending message. Victims that are all
         elastic jobs' growth units (replicas beyond a job's minimum, worth their step of its
         scaling curve) are said to be given to `gang`: it may be of their priority
-        (core/rebalance.py)."""
+        (core/rebalance.py). Victims evicted for the service tier (`served`) are marked so."""
         if all(v in growth for v in victims):
             message = f"elastic replica beyond the job's minimum, given to gang {gang}"
         else:
             message = f"preempted by higher-priority gang {gang}"
+        tier_message = (
+            f"preempted by gang {gang} of the same queue and priority, which has received "
+            "less service (the service tier)"
+        )
+        keys = [k for v in victims for k in members.get(v, ())]
+        by_tier = {k for v in victims if (v, gang) in served for k in members.get(v, ())}
         # The victims' uids before the evictions: the operator recreates an evicted worker
         # under the same name while the other evictions are still going on.
         uids = self.cache.uids(keys)
-        results = self.binder.evict_pods(keys, names.PREEMPTED_REASON, message)
+        results = self.binder.evict_pods(
+            [k for k in keys if k not in by_tier], names.PREEMPTED_REASON, message
+        )
+        if by_tier:
+            results |= self.binder.evict_pods(
+                [k for k in keys if k in by_tier], names.SERVICE_PREEMPTED_REASON, tier_message
+            )
         refused = {k: e for k, e in results.items() if e is not None}
         evicted = frozenset(k for k, e in results.items() if e is None)
         self.cache.nominate(gang, evicted, uids)
@@ -165,3 +186,20 @@ class VictimEvictor:
     def _stop(self, gang: str, victims: list[str], message: str, until: float) -> None:
         self._protected.update(dict.fromkeys(victims, until))
         self._blocked[gang] = (message, until)
+
+
+def _served_victims(decision: Decision, view: ClusterView) -> set[tuple[str, str]]:
+    """(victim, preemptor) of each preemption the service tier made: inside one queue, of a
+    whole gang of the preemptor's own priority (the tier splits one priority only; a reclaim
+    is between queues, and growth units are given away whatever their priority)."""
+    running = {g.id: g for g in view.snapshot.running}
+    pending = {pg.gang.id: pg.gang for pg in view.pending}
+    out: set[tuple[str, str]] = set()
+    for p in decision.preemptions:
+        victim, gang = running.get(p.gang_id), pending.get(p.for_gang)
+        if victim is None or gang is None or p.reclaim or growth_job(victim) is not None:
+            continue
+        same_queue = victim.queue is not None and victim.queue == gang.queue
+        if same_queue and victim.priority == gang.priority:
+            out.add((p.gang_id, p.for_gang))
+    return out

@@ -8,6 +8,8 @@ exchange, with one typed encoder and one decoder each.
   power cap) and the MIG layouts it records on nodes;
 - `power`: node power: the power caps a node agent applied, and the idle-node power-down
   marks (`off`, `waking`) the scheduler puts on nodes with their cordon;
+- `service`: the GPU-seconds of service a job received (its ended runs', which the operator
+  writes on its pods, and its current run's, from its running pods), for the service tier;
 - `timestamps`: times as the API server writes them (status fields, stamped annotations);
 - `reasons`: why a gang waits (the core's `PendingReason` and the scheduler's own codes) and why
   a pod was disrupted.

@@ -32,6 +32,9 @@ CHECKPOINT: Final = "gpufleet.io/checkpoint"
 # When the gang was last moved (RFC 3339 times, comma-separated, oldest first), written by the
 # operator from the job's status so the per-hour move limit outlives a scheduler restart.
 MOVE_TIMES: Final = "gpufleet.io/move-times"
+# GPU-seconds of service the job's ended runs received (`service` module), written by the
+# operator from the job's status so the service tier outlives restarts and preemptions.
+ATTAINED: Final = "gpufleet.io/attained-gpu-seconds"
 
 # Elastic jobs' scaling (`scaling` module). The job (or its owner) reports its throughput on
 # the TrainingJob as "replicas=throughput" pairs, in its own unit: "4=1520.5"; the operator
@@ -72,6 +75,9 @@ UNSCHEDULABLE: Final = "Unschedulable"
 # Pod condition the scheduler sets on preemption victims before deleting them.
 DISRUPTION_TARGET: Final = "DisruptionTarget"
 PREEMPTED_REASON: Final = "PreemptionByGpufleet"
+# A preemption for a gang of the victim's own queue and priority that has received less service
+# (the core's service tier); `reasons.is_preemption` knows both.
+SERVICE_PREEMPTED_REASON: Final = "ServicePreemptionByGpufleet"
 # Why gpufleet evicted or deleted a pod, on the pod itself: the Eviction API rewrites the
 # DisruptionTarget condition's reason to its own, so the condition alone cannot tell.
 DISRUPTED_BY: Final = "gpufleet.io/disrupted-by"

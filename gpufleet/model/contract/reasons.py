@@ -9,7 +9,10 @@ reason.
 
 Disruption: when gpufleet evicts or deletes a pod it marks the pod with its reason
 (`disruption_marker`), because the Eviction API rewrites the DisruptionTarget condition's reason
-to its own; `disruption_reason` reads the mark, else a true DisruptionTarget condition.
+to its own; `disruption_reason` reads the mark, else a true DisruptionTarget condition. A
+preemption is marked `PreemptionByGpufleet`, or `ServicePreemptionByGpufleet` when it makes room
+for a gang of the victim's own queue and priority that has received less service (the service
+tier); `is_preemption` knows both.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ __all__ = [
     "WaitReason",
     "disruption_marker",
     "disruption_reason",
+    "is_preemption",
     "pending_condition",
     "pending_text",
     "read_pending",
@@ -139,3 +143,9 @@ def disruption_reason(pod: Mapping[str, Any]) -> str | None:
         if c.get("type") == names.DISRUPTION_TARGET and c.get("status") == "True":
             return str(c.get("reason", ""))
     return None
+
+
+def is_preemption(reason: str | None) -> bool:
+    """Whether a disruption reason is a gpufleet preemption (for higher-priority work, a
+    queue's reclaim, or the service tier)."""
+    return reason in (names.PREEMPTED_REASON, names.SERVICE_PREEMPTED_REASON)

@@ -1,0 +1,77 @@
+"""The service a job has received, as pods carry it: the service tier's input (least attained
+service inside a queue, `Policy.service_tier_gpu_s`).
+
+Attained service is GPU-seconds: for each run of the job, the GPUs it held x the seconds it
+held them, summed over its runs. A whole GPU counts 1, a MIG slice its compute fraction (as the
+job's `status.gpuSeconds` counts them). It has two parts, so that nothing of it is lost to a
+restart of the scheduler or of the operator, and no part is ever taken from the future:
+- the job's ended runs (ended by a preemption, a move or a restart): the operator records them
+  in the job's `status.attainedGpuSeconds` when the next run's pods are created, and writes the
+  value on every pod it creates (`attained_annotations`; `read_attained` reads it back);
+- its current run: from its running pods, each pod's share times the seconds since its
+  `status.startTime`, up to the scheduler's now (`run_gpu_s`).
+Reading is lenient, as for the wishes: an unreadable value reads as no service received.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from gpufleet.model.contract import names
+from gpufleet.model.contract.assignment import assigned_type
+from gpufleet.model.contract.resources import gpu_request
+from gpufleet.model.contract.timestamps import parse_time
+from gpufleet.model.gpus import Catalog
+
+__all__ = ["attained_annotations", "held_share", "read_attained", "run_gpu_s"]
+
+
+def attained_annotations(gpu_s: float) -> dict[str, str]:
+    """The annotation of the service a job's ended runs received (none when it received
+    none)."""
+    return {names.ATTAINED: f"{gpu_s:.1f}"} if gpu_s > 0 else {}
+
+
+def read_attained(annotations: Mapping[str, str]) -> float:
+    """The ended runs' service a pod's annotations state; 0 when absent or unreadable."""
+    try:
+        value = float(annotations.get(names.ATTAINED, "0"))
+    except ValueError:
+        return 0.0
+    return value if math.isfinite(value) and value > 0 else 0.0
+
+
+def held_share(pod: Mapping[str, Any], catalog: Catalog) -> float:
+    """The GPUs a running pod holds, as service counts them: its whole GPUs, or the compute
+    fraction of its MIG slice (SM slices out of 7); 0 for a pod that is not running or is being
+    deleted, and for a slice whose size the catalogue does not know."""
+    if (pod.get("status") or {}).get("phase") != "Running" or pod["metadata"].get(
+        "deletionTimestamp"
+    ):
+        return 0.0
+    request = gpu_request(pod)
+    if request.mig_profile is None:
+        return float(request.gpus)
+    gpu_type = assigned_type(pod["metadata"].get("annotations") or {})
+    if gpu_type is None or gpu_type not in catalog:
+        return 0.0
+    gpu = catalog[gpu_type]
+    if not gpu.has_mig_profile(request.mig_profile):
+        return 0.0
+    return gpu.mig_profile(request.mig_profile).compute_fraction
+
+
+def run_gpu_s(pods: Iterable[Mapping[str, Any]], catalog: Catalog, now: datetime) -> float:
+    """The service the running `pods` received in their current run up to `now`: each one's
+    `held_share` times the seconds since its `status.startTime`. A pod not started yet, or
+    started after `now`, adds nothing."""
+    total = 0.0
+    for pod in pods:
+        share = held_share(pod, catalog)
+        start = parse_time((pod.get("status") or {}).get("startTime"))
+        if share > 0 and start is not None:
+            total += share * max(0.0, (now - start).total_seconds())
+    return total

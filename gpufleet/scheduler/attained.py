@@ -1,0 +1,84 @@
+"""Phase 1 of the cycle, for the service tier: the service each gang of a queue has received
+(the core's `Gang.attained_gpu_s` and `RunningGang.attained_gpu_s`), from its pods and the
+clock (`model.contract.service`).
+
+- Ended runs: the GPU-seconds the operator wrote on the job's pods (from its
+  `status.attainedGpuSeconds`, recorded when the current run's pods were created). The largest
+  value among the gang's pods counts: a worker recreated while the rest of its gang was still
+  being evicted carries the value of the run before.
+- Current run: each running pod of the job, its GPUs (a MIG slice its compute fraction) times
+  the seconds since its `status.startTime`, up to now. A pending gang has none (its pods do not
+  run), but for a running job's room to grow (`<gang>#rest`), which gets the job's whole
+  service like the running gang named after the job: a served job's growth is no fresh gang.
+  The tier ranks jobs: an elastic job's growth units (`<gang>#extra-<i>`, priority 0) and the
+  parts of a gang split over two types get none, as in the simulator.
+Nothing here looks past now: a pod's service ends at the clock's reading, and a start time
+after it counts nothing. The tier acts only inside queues and with a threshold
+(`Policy.service_tier_gpu_s`); otherwise the view is left as it is (every attained 0).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from gpufleet.core.policy import Policy
+from gpufleet.model.contract.service import read_attained, run_gpu_s
+from gpufleet.model.gpus import Catalog
+from gpufleet.scheduler import pods
+from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
+from gpufleet.scheduler.pods import Pod
+
+__all__ = ["AttainedService", "job_of"]
+
+
+def job_of(gang_id: str) -> str:
+    """The gang (job) a running unit or pending rest belongs to: `ns/job#rest` -> `ns/job`."""
+    return gang_id.split("#", 1)[0]
+
+
+class AttainedService:
+    """Gives the gangs of queues their attained service, by the wall clock `wall`."""
+
+    def __init__(
+        self, catalog: Catalog, wall: Callable[[], datetime] = lambda: datetime.now(UTC)
+    ) -> None:
+        self.catalog = catalog
+        self.wall = wall
+
+    def attach(self, view: ClusterView, policy: Policy) -> ClusterView:
+        """`view` with the attained service of every gang (running or pending) charged to a
+        queue, when the policy has a service tier and the snapshot has queues."""
+        snapshot = view.snapshot
+        if policy.service_tier_gpu_s is None or snapshot.queues is None:
+            return view
+        running = [g for g in snapshot.running if g.queue is not None and "#" not in g.id]
+        pending = [pg for pg in view.pending if pg.gang.queue is not None]
+        jobs = {job_of(g.id) for g in running} | {job_of(pg.gang.id) for pg in pending}
+        if not jobs:
+            return view
+        members: dict[str, list[Pod]] = defaultdict(list)
+        for f in view.facts.values():
+            if f.ours and f.gang in jobs:
+                members[f.gang].append(f.pod)
+        now = self.wall()
+        served = {
+            job: max((read_attained(pods.pod_annotations(p)) for p in members[job]), default=0.0)
+            + run_gpu_s(members[job], self.catalog, now)
+            for job in jobs
+        }
+        with_running = tuple(
+            replace(g, attained_gpu_s=value)
+            if g.queue is not None and "#" not in g.id and (value := served[g.id])
+            else g
+            for g in snapshot.running
+        )
+        with_pending = tuple(
+            PendingGang(replace(pg.gang, attained_gpu_s=value), pg.pods)
+            if pg.gang.queue is not None and (value := served[job_of(pg.gang.id)])
+            else pg
+            for pg in view.pending
+        )
+        return replace(view, snapshot=replace(snapshot, running=with_running), pending=with_pending)

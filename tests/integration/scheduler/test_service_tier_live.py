@@ -1,0 +1,141 @@
+"""The service tier on the sandbox: inside one GPUQueue, a long-running job past the threshold
+gives way to a fresh job of its own queue and priority, through `gpufleet operator` as a real
+process (settings file `placement.service_tier_gpu_s`) and the sandbox's real API server.
+
+Aspects: with theta at 8 GPU-seconds (half a second of the 16 T4 GPUs) and no spare GPU (the
+long job's 4 x 4 workers hold every T4 of the fleet, within its queue's quota), a fresh job of
+the same queue and priority preempts the long one whole and starts; the long job says why
+(Preempted, `PreemptedForLessServedJob`); the service its run received is kept on its status
+(`status.attainedGpuSeconds`: at least theta, at most its GPUs times the time it was up) and
+copied onto its recreated pods, which the scheduler reads; the long job then waits with the
+scheduler's reason and does not evict the fresh job back; no GPU is double-booked; `kubectl get
+tj -o wide` shows the GPU-seconds received.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gpufleet.model.contract import names
+from gpufleet.model.contract.service import read_attained
+from gpufleet.sandbox.control_plane import Sandbox
+from gpufleet.testing import invariants
+from gpufleet.testing.operator import (
+    Kube,
+    OperatorProcess,
+    configured_operator,
+    training_job,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+THETA = 8.0  # GPU-seconds: half a second of the long job's 16 GPUs
+GPUS = 16  # every T4 of the default fleet: 4 nodes x 4
+QUEUE = f"tier-{uuid.uuid4().hex[:6]}"
+GROUP, VERSION = "gpufleet.io", "v1alpha1"
+SETTINGS = f"""\
+placement:
+  service_tier_gpu_s: {THETA}
+"""
+
+
+@pytest.fixture(scope="module")
+def operator(
+    sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """This module's operator, with a small service tier threshold; the module's queue."""
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "GPUQueue",
+        "metadata": {"name": QUEUE},
+        "spec": {"quotas": [{"gpuType": "T4", "nominal": GPUS}]},
+    }
+    kube.custom.create_cluster_custom_object(GROUP, VERSION, "gpuqueues", body)
+    folder = tmp_path_factory.mktemp("operator")
+    try:
+        with configured_operator(sandbox.kubeconfig, kube, folder, SETTINGS) as proc:
+            yield proc
+    finally:
+        sandbox.kubectl("delete", "gq", QUEUE, "--ignore-not-found", check=False)
+
+
+def job(name: str) -> dict[str, Any]:
+    """Four workers of 4 T4 each (every T4 of the fleet) in the module's queue, priority 0,
+    stopping within a second when evicted."""
+    manifest = training_job(name, replicas=4, gpus=4, gpu_type="T4")
+    manifest["spec"]["queue"] = QUEUE
+    manifest["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 1
+    return manifest
+
+
+def status(kube: Kube, ns: str, name: str) -> dict[str, Any]:
+    return dict((kube.job(ns, name) or {}).get("status") or {})
+
+
+def live_pods(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
+    pods = kube.pods(ns, f"{names.TRAININGJOB_LABEL}={name}")
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def bound(kube: Kube, ns: str, name: str) -> int:
+    return sum(1 for p in live_pods(kube, ns, name) if p["spec"].get("nodeName"))
+
+
+def test_a_fresh_job_preempts_a_long_one_of_its_queue(
+    kube: Kube, ns: str, sandbox: Sandbox
+) -> None:
+    created = time.monotonic()  # the long job cannot receive more than GPUS a second since
+    kube.create_job(ns, job("long"))
+    wait_for(lambda: status(kube, ns, "long").get("phase") == "Running", "long Running", 60)
+    # Well past theta (the scheduler counts from the pods' start times; the operator's record
+    # may miss one tick of the run): then a fresh job comes.
+    time.sleep(THETA / GPUS + 1.0)
+    started = time.monotonic()
+    kube.create_job(ns, job("fresh"))
+    wait_for(lambda: status(kube, ns, "fresh").get("phase") == "Running", "fresh Running", 60)
+    print(f"[service tier] fresh job running {time.monotonic() - started:.1f}s after creation")
+
+    preempted = wait_for(
+        lambda: (c := kube.condition(ns, "long", "Preempted")) and c["status"] == "True" and c,
+        "long says it was preempted",
+        30,
+    )
+    assert preempted["reason"] == "PreemptedForLessServedJob", preempted
+    # Its run's service is kept on its status and on its recreated (pending) pods.
+    kept = wait_for(
+        lambda: status(kube, ns, "long").get("attainedGpuSeconds"), "long's attained service", 30
+    )
+    assert THETA <= kept <= GPUS * (time.monotonic() - created), kept
+    recreated = wait_for(
+        lambda: len(p := live_pods(kube, ns, "long")) == 4 and p, "long's workers recreated", 30
+    )
+    assert {read_attained(p["metadata"]["annotations"]) for p in recreated} == {kept}
+    # It waits with the scheduler's reason; the fresh job keeps every GPU (past theta itself
+    # by then: the long job cannot evict it back).
+    waiting = wait_for(
+        lambda: (
+            (c := kube.condition(ns, "long", "Admitted"))
+            and c["status"] == "False"
+            and c["reason"] != "WaitingForScheduler"
+            and c
+        ),
+        "long says why it waits",
+        30,
+    )
+    print(
+        f"[service tier] long kept {kept} GPU-s; waits: {waiting['reason']}: {waiting['message']}"
+    )
+    time.sleep(THETA / GPUS + 0.5)
+    assert bound(kube, ns, "fresh") == 4 and bound(kube, ns, "long") == 0, waiting
+    assert status(kube, ns, "fresh").get("phase") == "Running"
+    assert invariants.check(kube.core) == []
+    # `kubectl get tj -o wide` shows the GPU-seconds each job has received.
+    wide = sandbox.kubectl("get", "tj", "long", "-n", ns, "-o", "wide").stdout.splitlines()
+    at = wide[0].index("GPU-SECONDS")  # columns are left-aligned; empty cells print blank
+    assert float(wide[1][at:].split()[0]) >= kept

@@ -1,0 +1,142 @@
+"""The service a TrainingJob's ended runs received, recorded by the operator for the scheduler's
+service tier (`status.attainedGpuSeconds`, copied on the pods it creates).
+
+Aspects: a new run starts when workers are created while none holds a node (`starts_run`),
+not when an elastic job grows or a member is replaced beside running ones; the pass that starts
+a run records the GPU time used so far (every ended run, nothing of the future) and the new
+workers carry it; a fresh job records nothing; an operator restarted between two runs records
+the same service from the status it resumes; a preemption for the service tier says so in the
+Preempted condition, and an elastic job's growth given away that way is still no preemption.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from test_operator_reconcile import NOW, cond, given_away, job, plan, pod
+from test_trainingjob_quiet_passes import Harness, harness, worker
+
+from gpufleet.model.contract import names
+from gpufleet.model.contract.service import read_attained
+from gpufleet.model.contract.timestamps import format_time
+from gpufleet.operator import reconcile
+
+__all__ = ["harness"]  # the fixture, shared with the quiet-pass tests
+
+
+def created(h: Harness) -> list[dict[str, Any]]:
+    """The pods the last pass created."""
+    return [c.args[1] for c in h.state.core.create_namespaced_pod.call_args_list]
+
+
+def evicted(rank: int, reason: str = names.SERVICE_PREEMPTED_REASON) -> dict[str, Any]:
+    """Worker `rank` being evicted by a gpufleet preemption for `reason`."""
+    p = worker(rank)
+    p["metadata"]["annotations"][names.DISRUPTED_BY] = reason
+    p["metadata"]["deletionTimestamp"] = p["status"]["startTime"]
+    return p
+
+
+@pytest.mark.parametrize(
+    ("pods", "starts"),
+    [
+        pytest.param([], True, id="fresh-job"),
+        pytest.param([pod(0, "Running", "n0")], False, id="member-replaced-beside-a-running-one"),
+        pytest.param([pod(0, "Succeeded", "n0")], True, id="finished-member-holds-nothing"),
+        pytest.param([{**pod(0, "Running", "n0"), "metadata": {
+            "name": "j-worker-0", "labels": {names.RANK_LABEL: "0"},
+            "deletionTimestamp": "2026-01-01T11:59:59Z"}}], True, id="member-being-deleted"),
+    ],
+)  # fmt: skip
+def test_a_run_starts_when_workers_are_created_while_none_holds_a_node(
+    pods: list[dict[str, Any]], starts: bool
+) -> None:
+    out = reconcile.Plan(create=[1])
+    assert reconcile.starts_run(pods, out) is starts
+    assert reconcile.starts_run(pods, reconcile.Plan()) is False  # nothing created
+
+
+def test_an_elastic_jobs_growth_joins_the_current_run() -> None:
+    spec = {"elastic": {"minReplicas": 1, "maxReplicas": 2}, "replicas": 1}
+    running = [pod(0, "Running", "n0")]
+    out = plan(job(status={"phase": "Running"}, **spec), running, NOW)
+    assert out.create == [1]
+    assert reconcile.starts_run(running, out) is False
+
+
+def test_a_service_tier_preemption_says_so() -> None:
+    pods = [given_away(0), given_away(1)]
+    for p in pods:
+        p["metadata"]["annotations"][names.DISRUPTED_BY] = names.SERVICE_PREEMPTED_REASON
+    out = plan(job(status={"phase": "Running"}), pods, NOW)
+    assert out.status["phase"] == "Preempted"
+    preempted = cond(out.status, "Preempted")
+    assert preempted["reason"] == "PreemptedForLessServedJob"
+    assert "less service" in preempted["message"]
+    # The same mark on an elastic job's replica beyond its minimum: given away, no preemption.
+    assert reconcile.job_disruption(given_away(2)) is None
+    beyond = given_away(2)
+    beyond["metadata"]["annotations"][names.DISRUPTED_BY] = names.SERVICE_PREEMPTED_REASON
+    assert reconcile.job_disruption(beyond) is None
+
+
+def run_for(h: Harness, seconds: int) -> None:
+    for _ in range(seconds):
+        h.now += timedelta(seconds=1)
+        h.run()
+
+
+def test_the_pass_that_starts_a_run_records_the_ended_runs_service(harness: Harness) -> None:
+    harness.run()
+    assert "attainedGpuSeconds" not in harness.stored["status"]  # a fresh job: none
+    assert all(names.ATTAINED not in p["metadata"]["annotations"] for p in created(harness))
+    harness.pods.pods = [worker(0), worker(1)]  # two 1-GPU workers, started at T0
+    harness.now += timedelta(seconds=1)
+    harness.run()
+    run_for(harness, 99)  # 100 s of 2 GPUs
+    # Evicted for the service tier: the workers go, the job is Preempted.
+    harness.pods.pods = [evicted(0), evicted(1)]
+    harness.now += timedelta(seconds=1)
+    harness.run()
+    assert cond(harness.stored["status"], "Preempted")["reason"] == "PreemptedForLessServedJob"
+    assert "attainedGpuSeconds" not in harness.stored["status"]  # the run has not ended yet
+    harness.pods.pods = []  # gone
+    run_for(harness, 30)  # time between runs is no service
+    recorded = harness.stored["status"]["attainedGpuSeconds"]
+    assert recorded == pytest.approx(2 * 100, abs=2 * 1)  # at most one tick per run lost
+    assert recorded == harness.stored["status"]["gpuSeconds"]
+    new = created(harness)
+    assert len(new) == 2
+    assert [read_attained(p["metadata"]["annotations"]) for p in new] == [recorded] * 2
+
+
+def test_a_restarted_operator_records_the_same_service(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.running()
+    run_for(harness, 50)
+    harness.pods.pods = [evicted(0), evicted(1)]
+    run_for(harness, 1)
+    harness.pods.pods = []
+    # A new operator process (an empty ledger) takes over before the workers are recreated.
+    restarted = Harness(monkeypatch)
+    restarted.stored = harness.stored
+    restarted.now = harness.now + timedelta(seconds=5)
+    restarted.run()
+    kept = restarted.stored["status"]["attainedGpuSeconds"]
+    assert kept == restarted.stored["status"]["gpuSeconds"] > 0
+    assert [read_attained(p["metadata"]["annotations"]) for p in created(restarted)] == [kept] * 2
+    # Its second run adds to the first; the next run start records both.
+    restarted.pods.pods = [worker(0), worker(1)]
+    restarted.now += timedelta(seconds=60)
+    for p in restarted.pods.pods:
+        p["status"]["startTime"] = format_time(restarted.now)
+    run_for(restarted, 20)
+    restarted.pods.pods = [evicted(0, names.PREEMPTED_REASON)]
+    run_for(restarted, 1)
+    restarted.pods.pods = []
+    run_for(restarted, 1)
+    assert restarted.stored["status"]["attainedGpuSeconds"] == pytest.approx(kept + 2 * 20, abs=2)
+    restarted.state.pool.shutdown(wait=True)
