@@ -5,12 +5,13 @@ Aspects under test:
 - deploy/gpufleet.yaml and deploy/gpufleet-default-queue.yaml are exactly the chart rendered
   with its defaults (drift), the default GPUQueue apart, so one `kubectl apply` of the first
   holds no object of its own CRDs;
-- values.schema.json: a wrong type, an unknown preset, a misspelt key or a toleration's
-  unknown operator fails naming the key;
+- values.schema.json: a wrong type, an unknown preset, a negative service tier threshold, a
+  misspelt key or a toleration's unknown operator fails naming the key;
 - the Deployment: 2 replicas, the restricted security context, probes on the named metrics
   port, the settings file mounted read-only, a checksum that rolls the pods on a settings change;
-- the settings file: the user's `config` with the chart's Lease and metrics settings on top,
-  and `jobPodTolerations` as the operator's `pod_tolerations` (an empty list included);
+- the settings file: the user's `config` with the chart's Lease and metrics settings on top
+  (the service tier's threshold among them), and `jobPodTolerations` as the operator's
+  `pod_tolerations` (an empty list included);
 - optional objects: the ServiceMonitor only where monitoring.coreos.com/v1 is served, the
   PodDisruptionBudget only with more than one replica, PriorityClasses only when asked for;
 - RBAC: no wildcard anywhere, the Lease Role limited to the one Lease, the MIG Role to the one
@@ -106,6 +107,11 @@ def test_deploy_manifests_are_the_rendered_chart() -> None:
         pytest.param("replicas=2", "additional properties 'replicas' not allowed", id="unknown"),
         pytest.param("metrics.port=70000", "'/metrics/port'", id="bound"),
         pytest.param(
+            "config.placement.service_tier_gpu_s=-1",
+            "'/config/placement/service_tier_gpu_s'",
+            id="service-tier",
+        ),
+        pytest.param(
             "jobPodTolerations[0].operator=Maybe",
             "'/jobPodTolerations/0/operator': value must be one of 'Exists', 'Equal'",
             id="toleration",
@@ -173,6 +179,11 @@ def test_settings_file_is_the_users_config_under_the_charts_own(tmp_path: Path) 
     assert loaded.scheduler.mig_config_map_namespace == "gpu-operator"
     assert (loaded.metrics.bind_address, loaded.metrics.port) == ("0.0.0.0", 9090)
     assert loaded.lease.namespace == "gpufleet-system"
+    # The service tier's threshold, as `helm install --set` gives it.
+    settings = _settings(render("--set=config.placement.service_tier_gpu_s=600"))
+    path.write_text(yaml.safe_dump(settings))
+    tier = load(environ={}, config_file=path).placement.policy().service_tier_gpu_s
+    assert tier == 600.0
     assert (loaded.admin.namespace, loaded.admin.policy_configmap) == (
         "gpufleet-system",
         "gpufleet-policy",
