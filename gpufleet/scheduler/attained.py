@@ -12,6 +12,8 @@ clock (`model.contract.service`).
   service like the running gang named after the job: a served job's growth is no fresh gang.
   The tier ranks jobs: an elastic job's growth units (`<gang>#extra-<i>`, priority 0) and the
   parts of a gang split over two types get none, as in the simulator.
+- A ServingJob's replicas get none: a server has no finish time that least-attained-service
+  could favour, and its `preemptible` promises eviction by higher priorities only.
 Nothing here looks past now: a pod's service ends at the clock's reading, and a start time
 after it counts nothing. The tier acts only inside queues and with a threshold
 (`Policy.service_tier_gpu_s`); otherwise the view is left as it is (every attained 0).
@@ -25,6 +27,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from gpufleet.core.policy import Policy
+from gpufleet.model.contract import names
 from gpufleet.model.contract.service import read_attained, run_gpu_s
 from gpufleet.model.gpus import Catalog
 from gpufleet.scheduler import pods
@@ -63,6 +66,13 @@ class AttainedService:
         for f in view.facts.values():
             if f.ours and f.gang in jobs:
                 members[f.gang].append(f.pod)
+        jobs -= {
+            job
+            for job, held in members.items()
+            if any(names.SERVINGJOB_LABEL in pods.pod_labels(p) for p in held)
+        }
+        if not jobs:
+            return view
         now = self.wall()
         served = {
             job: max((read_attained(pods.pod_annotations(p)) for p in members[job]), default=0.0)
@@ -71,13 +81,13 @@ class AttainedService:
         }
         with_running = tuple(
             replace(g, attained_gpu_s=value)
-            if g.queue is not None and "#" not in g.id and (value := served[g.id])
+            if g.queue is not None and "#" not in g.id and (value := served.get(g.id, 0.0))
             else g
             for g in snapshot.running
         )
         with_pending = tuple(
             PendingGang(replace(pg.gang, attained_gpu_s=value), pg.pods)
-            if pg.gang.queue is not None and (value := served[job_of(pg.gang.id)])
+            if pg.gang.queue is not None and (value := served.get(job_of(pg.gang.id), 0.0))
             else pg
             for pg in view.pending
         )

@@ -5,7 +5,8 @@ operator copies from the job's status) plus its current run's (each running pod'
 the seconds since its start); a pending gang's is its ended runs' alone, the largest value
 among its pods; an elastic job's gang and its room to grow get the whole job's (its growth's
 GPUs included), its growth units none (as in the simulator); gangs outside queues, and every
-gang when the policy has no service tier, get none; a restarted scheduler (a new tracker)
+gang when the policy has no service tier, get none, and so do a ServingJob's replicas, however
+long they have run (a server has no finish time to favour); a restarted scheduler (a new tracker)
 computes the same values from the same pods, and a later clock only adds the time between;
 the live cycle hands the values to the core; a gang evicted for a gang of its own queue and
 priority is marked as evicted by the service tier, one evicted for a higher priority is not.
@@ -106,6 +107,14 @@ def test_running_gangs_add_their_current_run_and_pending_ones_only_their_ended_r
         "ns/fresh": 0.0,
         "ns/free": 0.0,
     }
+
+
+def test_serving_replicas_never_accrue_service() -> None:
+    server = worker("srv", 0, size=1, node="n1")
+    server["metadata"]["labels"][names.SERVINGJOB_LABEL] = "srv"
+    out = attained(at(3600).attach(view([*PODS, server]), POLICY))
+    assert out["ns/srv"] == 0.0
+    assert out["ns/long"] == pytest.approx(500.0 + 2 * 2 * 3600)  # training still counts
 
 
 def test_without_a_tier_the_view_is_left_as_it_is() -> None:
