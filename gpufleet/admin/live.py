@@ -2,9 +2,10 @@
 
 Inside `gpufleet operator` the API reads the very cache the scheduler decides from; standalone
 (`gpufleet admin`) it fills a cache of its own with the same informers. Either way it builds
-the core's input with the scheduler's `ViewBuilder`, so the fleet it shows and the snapshot a
-what-if decides on are the scheduler's. TrainingJobs and ServingJobs come from informers of
-their own (their status carries phase, usage and conditions).
+the core's input with the scheduler's `ViewBuilder` from the same state (GPUQueues and
+namespace labels included), so the fleet it shows and the snapshot a what-if decides on are the
+scheduler's. TrainingJobs and ServingJobs come from informers of their own (their status
+carries phase, usage and conditions).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from kubernetes import client
 from gpufleet.model.contract import names
 from gpufleet.model.crd_common import API_GROUP, API_VERSION
 from gpufleet.model.gpus import Catalog
+from gpufleet.scheduler.attained import AttainedService
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
 from gpufleet.scheduler.cluster_view import ClusterView, ViewBuilder
 from gpufleet.scheduler.informer import Informer
@@ -99,6 +101,8 @@ class LiveFleet:
         self.scheduler_name = scheduler_name  # pods naming it are the scheduler's
         self._also_ready = also_ready
         self._builder = ViewBuilder(catalog, scheduler_name)
+        # The service the gangs of queues have received, for the service tier of a what-if.
+        self.attained = AttainedService(catalog)
         self._lock = threading.Lock()
 
     @classmethod
@@ -109,8 +113,8 @@ class LiveFleet:
         stop = threading.Event()
         cache = SchedulerCache()
         jobs = JobStore()
-        core = client.CoreV1Api(api)
-        informers = cache_informers(core, cache, stop) + job_informers(api, jobs, stop)
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        informers = cache_informers(core, custom, cache, stop) + job_informers(api, jobs, stop)
         return cls(cache, jobs, catalog, informers, stop, scheduler_name=scheduler_name)
 
     @classmethod
@@ -152,7 +156,7 @@ class LiveFleet:
         state = self.cache.state()
         jobs = self.jobs.items()
         with self._lock:  # the builder's memo is not thread-safe
-            view = self._builder.build(state.nodes, [*state.pods, *extra_pods], state.mig_configs)
+            view = self._builder.build_state(state, extra_pods)
         return Observed(state, view, jobs, self.catalog, self.scheduler_name)
 
 

@@ -2,10 +2,12 @@
 
 The manifest's pods are built as the operator would build them and added, unbound, to the
 scheduler's cache state; the scheduler's `ViewBuilder` turns that into the core's snapshot and
-pending gangs, and `gpufleet.core.place` decides with the live policy over every gang the
-scheduler would offer now (the manifest's and those already waiting, which compete for the
-same GPUs). The answer is the decision for the manifest's gangs: where, on which type, at
-whose expense, after which MIG repartitions, or why they would wait.
+pending gangs (with the GPUQueues, their quotas and namespace selectors, and the service each
+queued gang has received, as the scheduler decides), and `gpufleet.core.place` decides with
+the live policy over every gang the scheduler would offer now (the manifest's and those
+already waiting, which compete for the same GPUs). The answer is the decision for the
+manifest's gangs: where, on which type, at whose expense, after which MIG repartitions, or why
+they would wait.
 """
 
 from __future__ import annotations
@@ -50,7 +52,9 @@ def what_if(
         raise ProblemError(
             409, f"{job.kind} {namespace}/{name} exists already; a what-if is for a new job"
         )
-    view = observed.view
+    # The service tier ranks a queue's gangs by the service they have received, as the
+    # scheduler's phase 1 does before it decides.
+    view = live.attained.attach(observed.view, policy)
     ours = sorted({pods.gang_id(p) for p in extra})
     offered = _offered(view, observed.state.nominations, observed.state.mig_requests)
     gangs: list[Gang] = [pg.gang for pg in offered]

@@ -11,7 +11,7 @@ once all of its pods exist.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,6 +25,7 @@ from gpufleet.model.contract.moves import Checkpoint
 from gpufleet.model.gpus import Catalog
 from gpufleet.model.inventory import Node
 from gpufleet.scheduler import pods
+from gpufleet.scheduler.cache import CachedState
 from gpufleet.scheduler.eligibility import Eligibility, Outcome, Resources
 from gpufleet.scheduler.nodes import to_core_node
 from gpufleet.scheduler.pods import Pod, PodFacts
@@ -343,6 +344,19 @@ class ViewBuilder:
             members.update(named)
         self._running = new
         return gangs, members
+
+    def build_state(self, state: CachedState, extra_pods: Sequence[Pod] = ()) -> ClusterView:
+        """The core's input from the cache's `state` as the scheduler decides on it: its
+        nodes, pods (plus `extra_pods`, as if they existed: the admin API's what-ifs), MIG
+        configs, GPUQueues and namespace labels. The live loop and the admin API both build
+        here, so a what-if sees the quotas the scheduler sees."""
+        return self.build(
+            state.nodes,
+            [*state.pods, *extra_pods] if extra_pods else state.pods,
+            state.mig_configs,
+            queues=state.queues,
+            namespace_labels=state.namespace_labels,
+        )
 
     def build(
         self,

@@ -255,13 +255,7 @@ class Scheduler:
         an object cannot be read: a bad object must not stop scheduling."""
         try:
             state = self.cache.state()
-            view = self.views.build(
-                state.nodes,
-                state.pods,
-                state.mig_configs,
-                queues=state.queues,
-                namespace_labels=state.namespace_labels,
-            )
+            view = self.views.build_state(state)
         except Exception as exc:
             log.exception("cycle=%d snapshot failed; retrying next cycle", self.cycle)
             report.error = f"snapshot: {exc}"

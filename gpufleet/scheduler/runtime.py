@@ -63,12 +63,14 @@ GC_THRESHOLDS = (20_000, 10, 10)
 
 def cache_informers(
     core: client.CoreV1Api,
+    custom: client.CustomObjectsApi,
     cache: SchedulerCache,
     stop: threading.Event,
     mig_namespace: str = names.MIG_CONFIGMAP_NAMESPACE,
 ) -> list[Informer]:
-    """Informers that keep `cache` fed: nodes, pods and the MIG manager's config map (in
-    `mig_namespace`)."""
+    """Informers that keep `cache` fed: nodes, pods, the MIG manager's config map (in
+    `mig_namespace`), the GPUQueues and the namespaces' labels (for the queues' namespace
+    selectors). The scheduler and a standalone admin API fill their caches with these alike."""
     return [
         Informer("nodes", core.list_node, cache.replace_nodes, cache.node_event, stop),
         Informer(
@@ -85,6 +87,18 @@ def cache_informers(
             cache.configmap_event,
             stop,
             field_selector=f"metadata.name={names.MIG_CONFIGMAP_NAME}",
+        ),
+        Informer(
+            "gpuqueues",
+            functools.partial(
+                custom.list_cluster_custom_object, API_GROUP, API_VERSION, "gpuqueues"
+            ),
+            cache.replace_queues,
+            cache.queue_event,
+            stop,
+        ),
+        Informer(
+            "namespaces", core.list_namespace, cache.replace_namespaces, cache.namespace_event, stop
         ),
     ]
 
@@ -135,28 +149,7 @@ class SchedulerRuntime:
                 store=store, save_every_s=settings.estimate_save_s
             )
         self.informers = cache_informers(
-            self.core, self.cache, self.stop_event, settings.mig_config_map_namespace
-        )
-        self.informers.append(
-            Informer(
-                "gpuqueues",
-                functools.partial(
-                    self.custom.list_cluster_custom_object, API_GROUP, API_VERSION, "gpuqueues"
-                ),
-                self.cache.replace_queues,
-                self.cache.queue_event,
-                self.stop_event,
-            )
-        )
-        # Namespaces' labels, for the queues' namespace selectors.
-        self.informers.append(
-            Informer(
-                "namespaces",
-                self.core.list_namespace,
-                self.cache.replace_namespaces,
-                self.cache.namespace_event,
-                self.stop_event,
-            )
+            self.core, self.custom, self.cache, self.stop_event, settings.mig_config_map_namespace
         )
         self.policy_watch = policy_watch
         if policy_watch is not None:

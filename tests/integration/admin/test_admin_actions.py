@@ -2,6 +2,10 @@
 
 - what-if agrees with the scheduler: the same manifest, then applied, lands on the same GPU type
   and count, and a high-priority one preempts exactly the victims the what-if named;
+- what-if decides with the cluster's GPUQueues, as the scheduler does: a job in a queue whose
+  quota of its type is 0 (and that may not borrow) would wait with QuotaExceeded naming the
+  queue, while the same job in a queue with room would run; a job naming a queue that does not
+  exist would wait with QueueNotFound;
 - drain keeps a PodDisruptionBudget: a gang the budget protects stays bound and is reported
   blocked, while an unprotected gang is evicted whole and placed again on another node;
 - a MIG layout change is refused with 409 while the node's GPUs are in use, and with
@@ -10,9 +14,11 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from admin_helpers import (
     ADMIN_RULES,
@@ -26,6 +32,7 @@ from kubernetes import client
 
 from gpufleet.model.contract import names
 from gpufleet.model.contract.assignment import assigned_gpus, assigned_type
+from gpufleet.model.crd_common import API_GROUP, API_VERSION
 from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 
@@ -102,6 +109,74 @@ def test_whatif_agrees_with_the_scheduler(kube: Kube, ns: str, admin: tuple[Admi
     victims = {v["job"]["name"] for v in urgent["preempts"]}
     wait_for(lambda: all(_preempted(kube, ns, v) for v in victims), "victims preempted", 60)
     assert {f"low-{i}" for i in range(4) if _preempted(kube, ns, f"low-{i}")} == victims
+
+
+def _queue(name: str, t4: int, **quota: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": "GPUQueue",
+        "metadata": {"name": name},
+        "spec": {"quotas": [{"gpuType": "T4", "nominal": t4, **quota}]},
+    }
+
+
+@pytest.fixture
+def queues(kube: Kube, sandbox: Sandbox) -> Iterator[tuple[str, str]]:
+    """Two GPUQueues: one with no T4 quota that may not borrow, one with room for 4 T4."""
+    suffix = uuid.uuid4().hex[:6]
+    closed, roomy = f"closed-{suffix}", f"roomy-{suffix}"
+    for body in (_queue(closed, 0, borrowingLimit=0), _queue(roomy, 4)):
+        kube.custom.create_cluster_custom_object(API_GROUP, API_VERSION, "gpuqueues", body)
+    yield closed, roomy
+    sandbox.kubectl("delete", "gq", closed, roomy, "--ignore-not-found", check=False)
+
+
+def _whatif_gang(http: httpx.Client, ns: str, name: str, queue: str) -> dict[str, Any]:
+    manifest = training_job(name, 1, 1, "T4")
+    manifest["metadata"]["namespace"] = ns
+    manifest["spec"]["queue"] = queue
+    response = http.post("/api/v1/whatif", json=manifest)
+    assert response.status_code == 200, response.text
+    gang: dict[str, Any] = response.json()["gangs"][0]
+    return gang
+
+
+def _waiting(gang: dict[str, Any]) -> tuple[str, str]:
+    waiting = gang.get("waiting") or {}
+    return str(waiting.get("reason")), str(waiting.get("message"))
+
+
+def test_whatif_decides_with_the_queues(
+    kube: Kube, ns: str, admin: tuple[AdminApi, str], queues: tuple[str, str]
+) -> None:
+    api, token = admin
+    closed, roomy = queues
+    with api.client(token) as http:
+        # The API's cache learns of the new queues from its watch: until then QueueNotFound.
+        held = wait_for(
+            lambda: (
+                (g := _whatif_gang(http, ns, "held", closed))
+                and _waiting(g)[0] != "QueueNotFound"
+                and g
+            ),
+            f"the admin API seeing queue {closed}",
+            30,
+        )
+        assert not held["placed"] and not held["replicas"], held
+        reason, message = _waiting(held)
+        assert reason == "QuotaExceeded" and closed in message, held
+        runs = _whatif_gang(http, ns, "runs", roomy)
+        assert runs["placed"] and runs["gpuType"] == "T4" and runs["gpus"] == 1, runs
+
+
+def test_whatif_for_a_missing_queue(kube: Kube, ns: str, admin: tuple[AdminApi, str]) -> None:
+    api, token = admin
+    missing = f"missing-{uuid.uuid4().hex[:6]}"
+    with api.client(token) as http:
+        gang = _whatif_gang(http, ns, "lost", missing)
+    assert not gang["placed"], gang
+    reason, message = _waiting(gang)
+    assert reason == "QueueNotFound" and missing in message, gang
 
 
 def test_drain_keeps_a_disruption_budget(kube: Kube, ns: str, admin: tuple[AdminApi, str]) -> None:

@@ -5,6 +5,9 @@
 - a MIG replica that needs a repartition lists the MIG change;
 - one that cannot fit says why, with the core's reason code;
 - a ServingJob is one gang per replica;
+- it decides with the GPUQueues, as the scheduler does: QuotaExceeded beyond a queue's quota,
+  QueueNotFound for a missing queue, and the service tier (a fresh gang of a queue takes the
+  GPUs of a served gang of the same queue and priority);
 - invalid manifests are refused by the CRD models (422 naming the field), an existing job with
   409, and the cluster's pods and jobs are unchanged afterwards.
 """
@@ -173,3 +176,49 @@ def test_an_existing_job_is_a_conflict(http: Client) -> None:
     assert response.json()["detail"] == (
         "TrainingJob team-b/low-0 exists already; a what-if is for a new job"
     )
+
+
+def _queue(name: str, **quota: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "GPUQueue",
+        "metadata": {"name": name},
+        "spec": {"quotas": [{"gpuType": "A100-80GB", **quota}]},
+    }
+
+
+def test_a_gang_beyond_its_queues_quota_waits(http: Client, live: LiveFleet) -> None:
+    live.cache.replace_queues([_queue("closed", nominal=0, borrowingLimit=0)])
+    live.cache.replace_namespaces([{"metadata": {"name": "team-a"}}])
+    body = manifest("held", replicas=1, gpusPerReplica=1, queue="closed",
+                    gpuTypes=[{"name": "A100-80GB"}])  # fmt: skip
+    (gang,) = http.post("/api/v1/whatif", headers=auth(), json=body).json()["gangs"]
+    assert not gang["placed"] and gang["waiting"]["reason"] == "QuotaExceeded"
+    assert "closed" in gang["waiting"]["message"]
+
+
+def test_a_gang_of_a_missing_queue_waits(http: Client, live: LiveFleet) -> None:
+    live.cache.replace_queues([_queue("closed", nominal=0, borrowingLimit=0)])
+    body = manifest("lost", replicas=1, gpusPerReplica=1, queue="missing",
+                    gpuTypes=[{"name": "A100-80GB"}])  # fmt: skip
+    (gang,) = http.post("/api/v1/whatif", headers=auth(), json=body).json()["gangs"]
+    assert not gang["placed"] and gang["waiting"]["reason"] == "QueueNotFound"
+    assert "missing" in gang["waiting"]["message"]
+
+
+def test_a_fresh_gang_takes_the_gpus_of_a_served_one_of_its_queue(live: LiveFleet) -> None:
+    # The busy H100s are held by gangs of the queue `default` running since long ago: far past
+    # the service tier, so a fresh gang of the queue and of their priority may take their GPUs.
+    started = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}
+    live.cache.replace_pods([dict(p, status=started) for p in live.cache.state().pods])
+    quota = {"apiVersion": "gpufleet.io/v1alpha1", "kind": "GPUQueue",
+             "metadata": {"name": "default"},
+             "spec": {"quotas": [{"gpuType": "H100-80GB", "nominal": 24}]}}  # fmt: skip
+    live.cache.replace_queues([quota])
+    body = manifest("fresh", replicas=1, gpusPerReplica=8, queue="default",
+                    gpuTypes=[{"name": "H100-80GB"}])  # fmt: skip
+    with served(context(live)) as http:
+        (gang,) = http.post("/api/v1/whatif", headers=auth(), json=body).json()["gangs"]
+    assert gang["placed"], gang
+    (victim,) = gang["preempts"]
+    assert victim["job"]["namespace"] == "team-b" and victim["job"]["name"].startswith("low-")
