@@ -1,6 +1,7 @@
 """The snapshot adapter: nodes -> core nodes (type, domains, MIG layouts, schedulability),
 bound pods -> running gangs (recorded and foreign placements, no double counting), pending pods
--> gangs (grouping, completeness, requirements from annotations)."""
+-> gangs (grouping, completeness, requirements from annotations), and the cache's state built
+with its queues and namespace labels (`build_state`, shared by the loop and the what-if)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from gpufleet.model.contract import names
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.mig import MigPlacement
 from gpufleet.model.migparted import load_default_configs
+from gpufleet.scheduler.cache import CachedState
 from gpufleet.scheduler.cluster_view import ViewBuilder, build_view
 from gpufleet.scheduler.nodes import layout_for_counts, to_core_node
 
@@ -236,6 +238,23 @@ def test_the_configured_scheduler_name_decides_which_pods_are_ours() -> None:
     # to give back: counted, never preemptible.
     (foreign,) = v.snapshot.running
     assert not foreign.preemptible and len(foreign.replicas[0].gpus) == 2
+
+
+def test_the_state_is_built_with_its_queues_namespaces_and_extra_pods() -> None:
+    """`build_state` is the view the loop and the admin API's what-if decide on: the cache's
+    GPUQueues and namespace labels included, and extra pods as if they existed."""
+    queue = {"metadata": {"name": "team"}, "spec": {"quotas": [{"gpuType": "H100-80GB",
+                                                                "nominal": 8}]}}  # fmt: skip
+    labels = {"team-a": {"tier": "gold"}}
+    state = CachedState(
+        [NodeBuilder("h0").obj()], [], dict(CONFIGS), queues=[queue], namespace_labels=labels
+    )
+    extra = PodBuilder("asked").gpus(1).obj()
+    v = ViewBuilder(CATALOG).build_state(state, [extra])
+    assert v.snapshot.queues is not None and "team" in v.snapshot.queues.queues
+    assert v.snapshot.namespace_labels == labels
+    assert [pg.gang.id for pg in v.pending] == ["default/pod:asked"]
+    assert ViewBuilder(CATALOG).build_state(state).pending == ()
 
 
 def test_gated_pods_wait_for_their_gates() -> None:
