@@ -18,7 +18,8 @@ Model (built in `_Model`, solved in `place_cpsat`, turned into GPUs by `_extract
   from the reserves for constrained demand, scarcity.py).
 Preemption victims are not chosen by the model: greedy's evictions come in as freed GPUs plus
 gangs that must be admitted, and later evictions run after the solve (see place.py).
-Gangs that differ only in id and wait are admitted first come, first served (`_build_fifo`).
+Gangs that differ only in id and wait are admitted first come, first served (`_build_fifo`);
+inside a queue, those that differ in attained service too, fresh ones first (service_tier.py).
 Gangs restricted to some nodes (`Gang.allowed_nodes`) keep greedy's placement: the model counts
 identical nodes and cannot tell which of them such a gang may use, so their GPUs are taken out
 before it is built, and the repair pass gives those greedy left out another greedy try.
@@ -260,12 +261,18 @@ class _Model:
     # random, and a gang could be passed over for hours by identical ones that came later.
     # Gangs that must run (they preempted) are left out: they are admitted whatever the order.
     def _build_fifo(self, gangs: Sequence[Gang]) -> None:
+        # Alike but for id, wait and service: admitted in the queue's order, the service tier's
+        # fresh gangs first (service_tier.py), then the longest waiting.
+        gate = self.state.gate
         alike: dict[Gang, list[Gang]] = {}
         for gang in gangs:
             if gang.id in self.by_gang and gang.id not in self.forced:
-                alike.setdefault(replace(gang, id="", waited_s=0.0), []).append(gang)
+                key = replace(gang, id="", waited_s=0.0, attained_gpu_s=0.0)
+                alike.setdefault(key, []).append(gang)
         for same in alike.values():
-            same.sort(key=lambda g: (-g.waited_s, g.id))
+            same.sort(
+                key=lambda g: (-(gate.rank(g)[1] if gate is not None else 0), -g.waited_s, g.id)
+            )
             for first, then in itertools.pairwise(same):
                 self.model.add(
                     sum(o.admit for o in self.by_gang[first.id])

@@ -6,7 +6,7 @@ served one of its priority and may evict a served running one (both engines), pr
 preemption's value check lets it; never a gang of another queue, never one of higher priority,
 never a gang outside every queue; a served gang that comes back cannot evict served gangs; with
 no threshold (None) the old behaviour holds; the validator judges the same rule; a served gang
-left waiting says why.
+left waiting says why; CP-SAT admits gangs alike but for their service in the queue's order.
 """
 
 from __future__ import annotations
@@ -213,3 +213,21 @@ def test_the_validator_judges_tier_evictions_by_the_threshold() -> None:
     assert decision_problems(snapshot, pending, decision, None) == [
         "long preempted inside its queue for new of no higher priority"
     ]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cpsat_keeps_the_queue_order_among_gangs_alike_but_for_their_service(seed: int) -> None:
+    # Alike but for id, wait and service: fresh ones first, then the longest waiting, as greedy
+    # offers them (fairshare.order_pending); a different service alone does not void the order.
+    tree = QueueTree.build([team("a", 4)])
+    snapshot = cluster().node("h0", H100, count=3).queues(tree).build()
+    pending = [
+        replace(gang("s1", queue="a", waited_s=900.0), attained_gpu_s=2 * LONG),
+        replace(gang("s2", queue="a", waited_s=600.0), attained_gpu_s=LONG),
+        replace(gang("s3", queue="a", waited_s=300.0), attained_gpu_s=3 * LONG),
+        replace(gang("f1", queue="a", waited_s=60.0), attained_gpu_s=THETA / 2),
+        gang("f2", queue="a", waited_s=30.0),
+    ]
+    policy = Policy(solver=SolverSettings(engine=Engine.CPSAT, seed=seed))
+    decision = place(snapshot, pending, policy)
+    assert decision.admitted_ids == {"f1", "f2", "s1"}
