@@ -64,15 +64,9 @@ class AttainedService:
             return view
         members: dict[str, list[Pod]] = defaultdict(list)
         for f in view.facts.values():
-            if f.ours and f.gang in jobs:
+            # A ServingJob's pods count nothing: its replicas keep no service (docstring).
+            if f.ours and f.gang in jobs and names.SERVINGJOB_LABEL not in pods.pod_labels(f.pod):
                 members[f.gang].append(f.pod)
-        jobs -= {
-            job
-            for job, held in members.items()
-            if any(names.SERVINGJOB_LABEL in pods.pod_labels(p) for p in held)
-        }
-        if not jobs:
-            return view
         now = self.wall()
         served = {
             job: max((read_attained(pods.pod_annotations(p)) for p in members[job]), default=0.0)
@@ -81,13 +75,13 @@ class AttainedService:
         }
         with_running = tuple(
             replace(g, attained_gpu_s=value)
-            if g.queue is not None and "#" not in g.id and (value := served.get(g.id, 0.0))
+            if g.queue is not None and "#" not in g.id and (value := served[g.id])
             else g
             for g in snapshot.running
         )
         with_pending = tuple(
             PendingGang(replace(pg.gang, attained_gpu_s=value), pg.pods)
-            if pg.gang.queue is not None and (value := served.get(job_of(pg.gang.id), 0.0))
+            if pg.gang.queue is not None and (value := served[job_of(pg.gang.id)])
             else pg
             for pg in view.pending
         )
