@@ -148,6 +148,11 @@ class QueueGate:
     def is_reclaim(self, victim: RunningGang, gang: Gang) -> bool:
         return self._home(victim.queue) != self._home(gang.queue)
 
+    def by_tier(self, victim: RunningGang, gang: Gang) -> bool:
+        """Whether evicting `victim` for `gang` is the service tier's doing: a gang of the
+        same queue and priority (may_evict then allows it only past the threshold)."""
+        return not self.is_reclaim(victim, gang) and victim.priority == gang.priority
+
     def rank(self, gang: Gang | RunningGang) -> Rank:
         """The gang's rank inside its queue (service_tier.py); outside any queue, its priority."""
         inside = self._home(gang.queue) != ROOT

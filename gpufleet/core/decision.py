@@ -41,11 +41,14 @@ class Repartition:
 @dataclass(frozen=True, slots=True)
 class Preemption:
     """Evict a whole running gang to make room for `for_gang`. `reclaim`: the victim's queue
-    borrowed the capacity and `for_gang`'s queue takes back its nominal quota."""
+    borrowed the capacity and `for_gang`'s queue takes back its nominal quota. `service_tier`:
+    the victim is of `for_gang`'s own queue and priority and has received more service
+    (service_tier.py); otherwise a within-queue victim is of lower priority."""
 
     gang_id: str
     for_gang: str
     reclaim: bool = False
+    service_tier: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -285,9 +285,9 @@ def preempt_for_pending(
         placed[gang.id] = commit(state, plan, policy)
         for victim in sorted(released, key=lambda r: r.id):
             evicted.add(victim.id)
-            preemptions.append(
-                Preemption(victim.id, gang.id, gate is not None and gate.is_reclaim(victim, gang))
-            )
+            reclaim = gate is not None and gate.is_reclaim(victim, gang)
+            tier = gate is not None and gate.by_tier(victim, gang)
+            preemptions.append(Preemption(victim.id, gang.id, reclaim, tier))
     return placed, preemptions
 
 

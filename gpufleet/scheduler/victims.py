@@ -7,10 +7,10 @@ offered to the core as not preemptible for `retry` seconds, so the next decision
 other room. If the API still refuses an eviction midway (another client used the budget since
 the check), evictions stop there; see disruption.py for that residual race.
 
-Each evicted pod is marked with its cause (`model.contract.reasons`): a gang evicted for a gang
-of its own queue and priority was evicted by the service tier (it has received more service:
-core/service_tier.py), and its job says so; any other victim was preempted for higher-priority
-work or a queue's reclaim.
+Each evicted pod is marked with its cause (`model.contract.reasons`): a gang the core evicted
+for the service tier (`Preemption.service_tier`: a gang of its own queue and priority with less
+service, core/service_tier.py) is marked so, and its job says so; any other victim was
+preempted for higher-priority work or a queue's reclaim.
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ class VictimEvictor:
             return dict.fromkeys(victims_of, unread)
         current = {pods.pod_key(p): p for p in state.pods}
         growth = {g.id for g in view.snapshot.running if growth_job(g) is not None}
-        served = _served_victims(decision, view)
+        # The core says which evictions are the service tier's (Preemption.service_tier).
+        served = {(p.gang_id, p.for_gang) for p in decision.preemptions if p.service_tier}
         held: dict[str, str] = {}
         spent: dict[str, int] = {}
         until = self.clock() + self.retry
@@ -186,20 +187,3 @@ class VictimEvictor:
     def _stop(self, gang: str, victims: list[str], message: str, until: float) -> None:
         self._protected.update(dict.fromkeys(victims, until))
         self._blocked[gang] = (message, until)
-
-
-def _served_victims(decision: Decision, view: ClusterView) -> set[tuple[str, str]]:
-    """(victim, preemptor) of each preemption the service tier made: inside one queue, of a
-    whole gang of the preemptor's own priority (the tier splits one priority only; a reclaim
-    is between queues, and growth units are given away whatever their priority)."""
-    running = {g.id: g for g in view.snapshot.running}
-    pending = {pg.gang.id: pg.gang for pg in view.pending}
-    out: set[tuple[str, str]] = set()
-    for p in decision.preemptions:
-        victim, gang = running.get(p.gang_id), pending.get(p.for_gang)
-        if victim is None or gang is None or p.reclaim or growth_job(victim) is not None:
-            continue
-        same_queue = victim.queue is not None and victim.queue == gang.queue
-        if same_queue and victim.priority == gang.priority:
-            out.add((p.gang_id, p.for_gang))
-    return out

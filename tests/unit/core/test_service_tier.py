@@ -6,7 +6,8 @@ served one of its priority and may evict a served running one (both engines), pr
 preemption's value check lets it; never a gang of another queue, never one of higher priority,
 never a gang outside every queue; a served gang that comes back cannot evict served gangs; with
 no threshold (None) the old behaviour holds; the validator judges the same rule; a served gang
-left waiting says why; CP-SAT admits gangs alike but for their service in the queue's order.
+left waiting says why; a preemption says whether the tier made it; CP-SAT admits gangs alike
+but for their service in the queue's order.
 """
 
 from __future__ import annotations
@@ -121,6 +122,14 @@ def test_the_tier_never_outranks_a_higher_priority() -> None:
 
 
 # --- order and eviction inside a queue -------------------------------------------------------
+
+
+@pytest.mark.parametrize(("priority", "by_tier"), [(0, True), (1, False)], ids=["tier", "priority"])
+def test_a_preemption_says_whether_the_tier_made_it(priority: int, by_tier: bool) -> None:
+    # The scheduler marks the victims' pods from this (scheduler/victims.py).
+    decision = decide(two_gpus_of_queue_a(), [gang("new", queue="a", priority=priority)])
+    assert decision.admitted_ids == {"new"}
+    assert [p.service_tier for p in decision.preemptions] == [by_tier]
 
 
 @ENGINES

@@ -173,7 +173,9 @@ def test_the_cycle_hands_the_service_to_the_core() -> None:
 )
 def test_a_victim_of_the_service_tier_is_marked_so(priority: int, cause: str) -> None:
     def decide(snapshot: Snapshot, gangs: Sequence[Gang], policy: Policy) -> Decision:
-        return Decision(preemptions=(Preemption("ns/long", "ns/fresh"),))
+        # As the core states it: an eviction at the same priority is the service tier's.
+        tier = priority == 0
+        return Decision(preemptions=(Preemption("ns/long", "ns/fresh", service_tier=tier),))
 
     fresh = [worker("fresh", r) for r in range(2)]
     for p in fresh:
