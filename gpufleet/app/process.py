@@ -10,7 +10,8 @@ While the Lease is not renewed (the API server or etcd cannot be reached) the sc
 handlers make no decision but the process stays up, and every part resumes when the server
 answers again: the keeper renews the Lease, the scheduler's informers and kopf's watches list
 again. Only when another replica is seen holding the Lease does the process stop, with exit
-code 1, so a supervisor restarts it as a standby; state is never carried over, it is rebuilt
+code 1 (by force if its graceful shutdown takes longer than `stand_down.STAND_DOWN_S`), so a
+supervisor restarts it as a standby; state is never carried over, it is rebuilt
 from the cluster on every start.
 """
 
@@ -33,7 +34,7 @@ from prometheus_client import REGISTRY
 
 from gpufleet.admin.metrics import FleetCollector
 from gpufleet.admin.wiring import ServingLabel, admin_view, build_context, policy_watch
-from gpufleet.app import kopf_setup, logs, malloc_arenas
+from gpufleet.app import kopf_setup, logs, malloc_arenas, stand_down
 from gpufleet.app.http_endpoint import Health, Phase, serve
 from gpufleet.autoscaler.service import JobAutoscalers
 from gpufleet.model.contract import names
@@ -88,9 +89,12 @@ def run(settings: Settings) -> int:
         return 0
     health.phase = Phase.STARTING
 
+    stopped = threading.Event()  # the graceful shutdown below has finished
+
     def on_lost() -> None:
         lost.set()
         stop.set()
+        stand_down.exit_unless_stopped(stopped)
 
     keeper = threading.Thread(target=lease.keep, args=(stop, on_lost), daemon=True)
     keeper.start()
@@ -178,6 +182,7 @@ def run(settings: Settings) -> int:
         memo.serving.close()
         if not lost.is_set():
             lease.release()
+        stopped.set()
     return 1 if lost.is_set() else 0
 
 
