@@ -42,6 +42,7 @@ from gpufleet.core.state import ClusterState
 from gpufleet.core.validate import decision_problems
 from tests.unit.core.placement_builders import cluster, gang
 from tests.unit.core.test_placement_properties import FAST
+from tests.unit.core.test_queue_properties import busy_nodes
 
 A100 = "A100-80GB"
 LENT_NODES = 4
@@ -142,22 +143,7 @@ def full_fleets(draw: st.DrawFn) -> tuple[Snapshot, Gang]:
     tree = QueueTree.build(
         [QueueSpec(q, quotas={A100: Quota(draw(st.integers(0, 16)))}) for q in names]
     )
-    builder = cluster()
-    for n in range(draw(st.integers(1, 3))):
-        builder.node(f"n{n}", A100)
-        g = 0
-        while g < 8:
-            size = min(draw(st.sampled_from((1, 1, 2, 4))), 8 - g)
-            builder.run(
-                f"r{n}-{g}",
-                f"n{n}",
-                tuple(range(g, g + size)),
-                priority=draw(st.integers(0, 2)),
-                preemptible=draw(st.integers(0, 5)) > 0,
-                queue=draw(st.sampled_from(names)),
-            )
-            g += size
-    snap = builder.queues(tree).build()
+    snap = busy_nodes(draw, A100, (1, 1, 2, 4), list(names)).queues(tree).build()
     # Some running gangs past the service tier's threshold: the lower rank inside a queue.
     served = draw(st.sets(st.sampled_from([r.id for r in snap.running])))
     running = tuple(

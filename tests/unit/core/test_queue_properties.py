@@ -25,7 +25,7 @@ from gpufleet.core.queues import QueueSpec, QueueTree, Quota, resource_key
 from gpufleet.core.quota import running_charge
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.core.validate import decision_problems
-from tests.unit.core.placement_builders import cluster, gang
+from tests.unit.core.placement_builders import ClusterBuilder, cluster, gang
 from tests.unit.core.test_placement_properties import FAST, TYPES, clusters, gangs
 
 NAMES = ("a", "b", "c", "d")
@@ -63,6 +63,29 @@ def queued(draw: st.DrawFn) -> tuple[Snapshot, list[Gang]]:
     return replace(snapshot, running=running, queues=tree), pending
 
 
+def busy_nodes(
+    draw: st.DrawFn, gpu_type: str, sizes: tuple[int, ...], queues: list[str]
+) -> ClusterBuilder:
+    """One to three 8-GPU nodes of `gpu_type`, every GPU held by a running gang of a size drawn
+    from `sizes`, of random queue and priority, most of them preemptible."""
+    builder = cluster()
+    for n in range(draw(st.integers(1, 3))):
+        builder.node(f"n{n}", gpu_type, 8)
+        g = 0
+        while g < 8:
+            size = min(draw(st.sampled_from(sizes)), 8 - g)
+            builder.run(
+                f"r{n}-{g}",
+                f"n{n}",
+                tuple(range(g, g + size)),
+                priority=draw(st.integers(0, 2)),
+                preemptible=draw(st.integers(0, 4)) > 0,
+                queue=draw(st.sampled_from(queues)),
+            )
+            g += size
+    return builder
+
+
 @st.composite
 def contended(draw: st.DrawFn) -> tuple[Snapshot, list[Gang]]:
     """One GPU type, every GPU busy with gangs of random queues that all have quotas for it:
@@ -75,21 +98,7 @@ def contended(draw: st.DrawFn) -> tuple[Snapshot, list[Gang]]:
         parent = "a" if i == 3 and draw(st.booleans()) else None
         specs.append(QueueSpec(name, parent, 1.0, {gpu_type: quota}))
     tree = QueueTree.build(specs)
-    builder = cluster()
-    for n in range(draw(st.integers(1, 3))):
-        builder.node(f"n{n}", gpu_type, 8)
-        g = 0
-        while g < 8:
-            size = min(draw(st.sampled_from((1, 2, 4))), 8 - g)
-            builder.run(
-                f"r{n}-{g}",
-                f"n{n}",
-                tuple(range(g, g + size)),
-                priority=draw(st.integers(0, 2)),
-                preemptible=draw(st.integers(0, 4)) > 0,
-                queue=draw(st.sampled_from(list(tree.queues))),
-            )
-            g += size
+    builder = busy_nodes(draw, gpu_type, (1, 2, 4), list(tree.queues))
     pending = [
         gang(
             f"p{i}",
