@@ -27,7 +27,7 @@ from gpufleet.core.demand import Gang
 from gpufleet.core.fairshare import QueueShare, order_pending, queue_shares
 from gpufleet.core.queues import resource_key, split_resource
 from gpufleet.core.quota import ROOT, Charge, QuotaBook, running_charge
-from gpufleet.core.service_tier import Rank, rank, served_note
+from gpufleet.core.service_tier import Rank, rank, served_note, threshold
 from gpufleet.core.snapshot import RunningGang, Snapshot
 
 __all__ = ["QueueGate", "namespace_refusal"]
@@ -154,15 +154,14 @@ class QueueGate:
         return not self.is_reclaim(victim, gang) and victim.priority == gang.priority
 
     def rank(self, gang: Gang | RunningGang) -> Rank:
-        """The gang's rank inside its queue (service_tier.py); outside any queue, its priority."""
-        inside = self._home(gang.queue) != ROOT
-        return rank(gang, self.tier_gpu_s if inside else None)
+        """The gang's rank inside its queue (service_tier.py); outside any usable queue, its
+        priority."""
+        return rank(gang, threshold(self.tree, gang.queue, self.tier_gpu_s))
 
     def served(self, gang: Gang | RunningGang) -> bool:
-        """Whether the gang is in a queue and past the service tier's threshold (tier 0)."""
+        """Whether the gang is in a usable queue and past the service tier's threshold."""
         return (
-            self.tier_gpu_s is not None
-            and self._home(gang.queue) != ROOT
+            threshold(self.tree, gang.queue, self.tier_gpu_s) is not None
             and self.rank(gang)[1] == 0
         )
 

@@ -20,15 +20,26 @@ is used for
 A pending gang's attained service counts its earlier runs (`Gang.attained_gpu_s`), a running
 gang's its current run too (`RunningGang.attained_gpu_s`): a job preempted after theta comes
 back in tier 0 and cannot evict the gangs of tier 0 it queues behind, so two served jobs never
-evict each other for the tier. With theta None, or outside queues, the rank is the priority.
+evict each other for the tier. With theta None, or outside every usable queue (none named, or
+one missing from the tree or with a broken ancestry: `threshold`), the rank is the priority and
+a running gang is worth all its work.
 """
 
 from __future__ import annotations
 
 from gpufleet.core.demand import Gang
+from gpufleet.core.queues import QueueTree
 from gpufleet.core.snapshot import RunningGang, Snapshot
 
-__all__ = ["SERVED_VALUE_SHARE", "Rank", "rank", "served_note", "served_share", "tier"]
+__all__ = [
+    "SERVED_VALUE_SHARE",
+    "Rank",
+    "rank",
+    "served_note",
+    "served_share",
+    "threshold",
+    "tier",
+]
 
 # What a running gang past the threshold is worth, as a share of its work, inside a queue:
 # the weight of one priority level less (Policy.priority_weight doubles per level).
@@ -40,6 +51,16 @@ Rank = tuple[int, int]  # (priority, tier): higher goes first and may evict lowe
 def tier(attained_gpu_s: float, theta: float | None) -> int:
     """1 while `attained_gpu_s` is below `theta` (fresh), else 0 (served); 0 without a tier."""
     return 1 if theta is not None and attained_gpu_s < theta else 0
+
+
+def threshold(tree: QueueTree | None, queue: str | None, theta: float | None) -> float | None:
+    """The threshold that applies to a gang of `queue`: `theta` inside a usable queue of
+    `tree`, None (no tier) outside every usable one, where the gang is counted outside the
+    queues (quota.QuotaBook.home). The one rule for both the rank (admission.QueueGate) and
+    the value (`served_share`)."""
+    if tree is None or queue is None or not tree.usable(queue):
+        return None
+    return theta
 
 
 def rank(gang: Gang | RunningGang, theta: float | None) -> Rank:
@@ -57,8 +78,9 @@ def served_note(gang: Gang, theta: float) -> str:
 
 
 def served_share(snapshot: Snapshot, gang: RunningGang, theta: float | None) -> float:
-    """The share of its work a running gang is worth: SERVED_VALUE_SHARE for a gang of a queue
-    past the threshold, else 1."""
-    if snapshot.queues is None or gang.queue is None or theta is None:
+    """The share of its work a running gang is worth: SERVED_VALUE_SHARE for a gang of a usable
+    queue past the threshold, else 1."""
+    theta = threshold(snapshot.queues, gang.queue, theta)
+    if theta is None:
         return 1.0
     return 1.0 if tier(gang.attained_gpu_s, theta) else SERVED_VALUE_SHARE

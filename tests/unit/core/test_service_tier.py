@@ -7,7 +7,8 @@ preemption's value check lets it; never a gang of another queue, never one of hi
 never a gang outside every queue; a served gang that comes back cannot evict served gangs; with
 no threshold (None) the old behaviour holds; the validator judges the same rule; a served gang
 left waiting says why; a preemption says whether the tier made it; CP-SAT admits gangs alike
-but for their service in the queue's order.
+but for their service in the queue's order; a gang of a missing or unusable queue has no tier,
+neither in its rank nor in its value.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from dataclasses import replace
 
 import pytest
 
+from gpufleet.core.admission import QueueGate
 from gpufleet.core.decision import Decision, PendingReason
 from gpufleet.core.demand import Gang, TypeOption
 from gpufleet.core.objective import running_value
 from gpufleet.core.place import place
 from gpufleet.core.policy import SERVICE_TIER_GPU_S, Engine, Policy, SolverSettings
 from gpufleet.core.queues import QueueSpec, QueueTree, Quota
-from gpufleet.core.service_tier import SERVED_VALUE_SHARE, rank, tier
+from gpufleet.core.service_tier import SERVED_VALUE_SHARE, rank, served_share, tier
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.core.validate import decision_problems
 from tests.unit.core.placement_builders import cluster, gang
@@ -240,3 +242,46 @@ def test_cpsat_keeps_the_queue_order_among_gangs_alike_but_for_their_service(see
     policy = Policy(solver=SolverSettings(engine=Engine.CPSAT, seed=seed))
     decision = place(snapshot, pending, policy)
     assert decision.admitted_ids == {"f1", "f2", "s1"}
+
+
+# --- a gang without a usable queue has no tier -----------------------------------------------
+
+
+def _outside_usable_queues(where: str) -> Snapshot:
+    """One node of two H100s wholly held by `long` (priority 0, served) of queue `where`:
+    "gone" is in no tree, "orphan" has a parent that does not exist (unusable)."""
+    orphan = QueueSpec("orphan", "nowhere", 1.0, {H100: Quota(2)})
+    snapshot = (
+        cluster()
+        .node("h0", H100, count=2)
+        .run("long", "h0", (0, 1), queue=where)
+        .queues(QueueTree.build([team("a", 2), orphan]))
+        .build()
+    )
+    return served(snapshot, long=LONG)
+
+
+@pytest.mark.parametrize("where", ["gone", "orphan"])
+def test_a_gang_without_a_usable_queue_has_no_tier_in_rank_nor_value(where: str) -> None:
+    snapshot = _outside_usable_queues(where)
+    assert snapshot.queues is not None and not snapshot.queues.usable(where)
+    (long,) = snapshot.running
+    policy = Policy(service_tier_gpu_s=THETA)
+    gate = QueueGate(snapshot, policy.queue_aging_s, tier_gpu_s=THETA)
+    assert gate.rank(long) == rank(long, None) == (0, 0) and not gate.served(long)
+    # Worth all its work, as outside every queue (the rank and the value agree).
+    assert served_share(snapshot, long, THETA) == 1.0
+    untiered = Policy(service_tier_gpu_s=None)
+    assert running_value(snapshot, long, policy) == pytest.approx(
+        running_value(snapshot, long, untiered)
+    )
+
+
+@pytest.mark.parametrize("where", ["gone", "orphan"])
+@ENGINES
+def test_a_served_gang_without_a_usable_queue_is_priced_in_full(where: str, engine: Engine) -> None:
+    # A 1-GPU gang of priority 1 outside the queues is worth 2 x 1; evicting the 2-GPU gang
+    # loses 2 (+ the disruption): refused. Priced at half (1), it used to be evicted.
+    snapshot = _outside_usable_queues(where)
+    decision = decide(snapshot, [gang("urgent", priority=1)], engine=engine)
+    assert decision.admitted_ids == set() and decision.preemptions == ()
