@@ -20,17 +20,36 @@ A gang whose progress the caller does not know is charged a restart at `DEFAULT_
 unsaved progress and no remaining time (so, among equal losses, it goes after the gangs known to
 run long). When the borrower's demand ends, nothing here gives GPUs back: the evicted gangs are
 pending again and the ordinary placement re-admits them (and regrows elastic units) as GPUs free.
+
+Whether stopping running gangs is worth it at all (`restarts_paid_back`, shared by preemption and
+the shrinking of elastic jobs, preempt.py and rebalance.py): the gain in objective rate must pay
+back, before each stopped job is expected to end, the work it loses, its value over the restart
+plus the run time since its last checkpoint (what moves.py prices in seconds of completion):
+
+    net x T > job value x (restart + unsaved)     for each stopped job with progress
+
+where net is the gain net of the stopped gangs' values and T the job's expected remaining time
+(its GPUs would be free then anyway, so the eviction gains nothing past it). A job whose progress
+the caller does not know is left to the disruption weight.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from gpufleet.core.demand import Gang
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress
 
-__all__ = ["DEFAULT_RESTART_S", "elastic_units", "growth_job", "lost_work_gpu_s", "victim_key"]
+__all__ = [
+    "DEFAULT_RESTART_S",
+    "elastic_units",
+    "growth_job",
+    "jobs_of",
+    "lost_work_gpu_s",
+    "restarts_paid_back",
+    "victim_key",
+]
 
 DEFAULT_RESTART_S = 60.0  # RunProgress's default restart time, for gangs without progress
 
@@ -56,6 +75,42 @@ def growth_job(unit: RunningGang) -> str | None:
     if demand is None or demand.grows_from < 1:
         return None
     return demand.id
+
+
+def job_of(gang: RunningGang) -> str:
+    """The job a running gang is part of: the elastic job it is growth of, else its own id."""
+    return growth_job(gang) or gang.id
+
+
+def jobs_of(running: Iterable[RunningGang]) -> dict[str, list[RunningGang]]:
+    """Each job's running parts (an elastic job's gang and its growth units), by job."""
+    jobs: dict[str, list[RunningGang]] = {}
+    for gang in running:
+        jobs.setdefault(job_of(gang), []).append(gang)
+    return jobs
+
+
+def restarts_paid_back(
+    net: float,
+    stopped: Iterable[RunningGang],
+    values: Mapping[str, float],
+    jobs: Mapping[str, Sequence[RunningGang]],
+) -> bool:
+    """Whether a gain of `net` (objective rate, net of the stopped gangs' values) pays back the
+    work lost by every job `stopped` restarts, before that job is expected to end (module
+    docstring). `values`: the running gangs' objective values by id; `jobs`: `jobs_of` the
+    running gangs. A job whose progress the caller does not know is left to the disruption
+    weight."""
+    for job in sorted({job_of(g) for g in stopped}):
+        parts = jobs[job]
+        progress = next((p.progress for p in parts if p.progress is not None), None)
+        if progress is None:
+            continue
+        restart = progress.restart_s if progress.restart_s > 0 else DEFAULT_RESTART_S
+        value = sum(values[p.id] for p in parts)
+        if net * progress.expected_remaining_s <= value * (restart + progress.unsaved_s):
+            return False
+    return True
 
 
 def victim_key(values: Mapping[str, float]) -> Callable[[RunningGang], VictimKey]:

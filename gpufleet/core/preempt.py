@@ -12,7 +12,11 @@ Victims are released one victim set at a time (`_victim_sets`): the best candida
 their node, then (when that fails) the candidates of one node at a time (`_victim_groups`).
 Within a set they are released one at a time until the gang fits; then those that turn out
 unnecessary are put back, and the eviction happens only if the gang's objective value beats
-what the victims lose plus the disruption cost, or if it is a reclaim (every victim another
+what the victims lose plus the disruption cost and, for each victim whose progress the caller
+gives, pays back the work the eviction throws away (its value over the restart plus the run
+time since its last checkpoint) before it is expected to end (`borrowing.restarts_paid_back`,
+the rule that shrinks elastic jobs: a served gang that ran 50 minutes since its checkpoint is
+not evicted for a small fresh gang of its queue); or if it is a reclaim (every victim another
 queue's borrower: guaranteed quota is returned whatever the borrowed work is worth). A set
 refused on value is taken back and the next set is tried. With queues the sets made of reclaim
 candidates alone come before the mixed ones: otherwise a gang within its nominal quota whose
@@ -30,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 
-from gpufleet.core.borrowing import victim_key
+from gpufleet.core.borrowing import jobs_of, restarts_paid_back, victim_key
 from gpufleet.core.decision import GangPlacement, Preemption
 from gpufleet.core.demand import Gang
 from gpufleet.core.greedy import (
@@ -201,11 +205,13 @@ def _evict_for(
     policy: Policy,
     layouts: Memo,
     values: Mapping[str, float],
+    jobs: Mapping[str, Sequence[RunningGang]],
 ) -> tuple[list[RunningGang], Plan] | None:
     """Try one victim set for `gang`: the victims it needs and its plan, left released in
     `state`, when the eviction is taken (module docstring: a reclaim, or worth more than it
-    loses); None, with every victim taken back, when the gang does not fit or the value
-    check refuses it."""
+    loses, its lost work included); None, with every victim taken back, when the gang does not
+    fit or the value check refuses it. `values`: the running gangs' values; `jobs`: their
+    jobs' parts (borrowing.jobs_of)."""
     gate = state.gate
     # A queue stops being reclaimed from once it is back within its nominal quota.
     may_evict = None if gate is None else partial(gate.may_evict, gang=gang)
@@ -215,8 +221,11 @@ def _evict_for(
     released, plan = put_back_unneeded(state, gang, released, plan, policy, layouts)
     if gate is not None and all(gate.is_reclaim(v, gang) for v in released):
         return released, plan  # guaranteed quota comes back whatever the borrowed work is worth
-    loss = sum(values[v.id] for v in released) + policy.weights.disruption * len(released)
-    if _plan_value(state, plan, policy) > loss:
+    gain = _plan_value(state, plan, policy)
+    loss = sum(values[v.id] for v in released)
+    if gain > loss + policy.weights.disruption * len(released) and restarts_paid_back(
+        gain - loss, released, values, jobs
+    ):
         return released, plan
     retake_all(state, released)
     return None
@@ -243,6 +252,7 @@ def preempt_for_pending(
         values.update(
             (r.id, running_value(state.snapshot, r, policy)) for r in state.snapshot.running
         )
+    jobs = jobs_of(state.snapshot.running)
     gate = state.gate
     for gang in greedy_order(pending, state):
         if tried >= max_gangs:
@@ -276,7 +286,7 @@ def preempt_for_pending(
         is_reclaim = None if gate is None else partial(gate.is_reclaim, gang=gang)
         taken = None
         for group in _victim_sets(candidates, gang, free, is_reclaim):
-            taken = _evict_for(state, gang, group, policy, layouts, values)
+            taken = _evict_for(state, gang, group, policy, layouts, values, jobs)
             if taken is not None:
                 break
         if taken is None:

@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from gpufleet.core.borrowing import DEFAULT_RESTART_S, growth_job
+from gpufleet.core.borrowing import growth_job, jobs_of, restarts_paid_back
 from gpufleet.core.decision import GangPlacement, Preemption
 from gpufleet.core.demand import Gang
 from gpufleet.core.greedy import (
@@ -87,9 +87,7 @@ def shrink_for_pending(
         return placed, preemptions
     values = {r.id: running_value(snapshot, r, policy) for r in snapshot.running}
     taken: set[str] = set(evicted)
-    jobs: dict[str, list[RunningGang]] = {}  # job -> its running parts (for its value)
-    for r in snapshot.running:
-        jobs.setdefault(growth_job(r) or r.id, []).append(r)
+    jobs = jobs_of(snapshot.running)  # job -> its running parts (for its value)
     gate = state.gate
     tried = 0
     # New jobs first (they always take growth), then running jobs' room to grow.
@@ -148,19 +146,8 @@ def _worth(
 ) -> bool:
     """The rule for growth (module docstring): the gang adds more than the units do, by more
     than the disruption, and each shrunk job's restart is paid back before it is expected to
-    end."""
-    loss = sum(values[u.id] for u in released)
-    net = gain - loss
+    end (borrowing.restarts_paid_back)."""
+    net = gain - sum(values[u.id] for u in released)
     if net <= policy.weights.disruption * len(released):
         return False
-    for job in {growth_job(u) for u in released}:
-        assert job is not None
-        parts = jobs[job]
-        progress = next((p.progress for p in parts if p.progress is not None), None)
-        if progress is None:
-            continue  # the caller does not know its progress: the disruption weight prices it
-        restart = progress.restart_s if progress.restart_s > 0 else DEFAULT_RESTART_S
-        value = sum(values[p.id] for p in parts)
-        if net * progress.expected_remaining_s <= value * (restart + progress.unsaved_s):
-            return False
-    return True
+    return restarts_paid_back(net, released, values, jobs)

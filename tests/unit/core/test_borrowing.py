@@ -4,8 +4,9 @@ Aspects under test (unit cases and hypothesis properties over random full fleets
 non-preemptible gang or one of equal or higher priority is never a victim; among candidates the
 victim loses the least work (priority first, then unsaved progress plus restart times its GPUs,
 then the longest remaining time); an elastic job is shrunk through its extra units before any
-gang is preempted whole and never below its minimum; the decision is deterministic and valid;
-lost work and the unit split themselves.
+gang is preempted whole and never below its minimum; a borrower is refused only when too few
+candidates exist or the work they would lose is not paid back before they are expected to end;
+the decision is deterministic and valid; lost work and the unit split themselves.
 """
 
 from __future__ import annotations
@@ -18,13 +19,17 @@ from placement_builders import CATALOG, gang
 from gpufleet.core.borrowing import (
     DEFAULT_RESTART_S,
     elastic_units,
+    jobs_of,
     lost_work_gpu_s,
+    restarts_paid_back,
     victim_key,
 )
+from gpufleet.core.objective import running_value
 from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, SolverSettings
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress, Snapshot
 from gpufleet.core.validate import decision_problems
+from gpufleet.core.valuation import gang_value
 from gpufleet.model.inventory import make_node
 
 GREEDY = Policy(solver=SolverSettings(engine=Engine.GREEDY))
@@ -179,4 +184,13 @@ def test_victims_are_protected_minimal_and_deterministic(
         best = sorted(key(c)[:3] for c in candidates)[:replicas]
         assert chosen == best
     else:
-        assert victims == [] and len(candidates) < replicas
+        # Too few candidates, or the first `replicas` of them (the one victim set on one node)
+        # lose work the gang would not pay back before they are expected to end.
+        assert victims == []
+        values = {g.id: running_value(snapshot, g, policy) for g in running}
+        first = sorted(candidates, key=victim_key(values))[:replicas]
+        gain = gang_value(pending[0], CATALOG["H100-80GB"], policy, replicas)
+        net = gain - sum(values[v.id] for v in first)
+        assert len(candidates) < replicas or not restarts_paid_back(
+            net, first, values, jobs_of(running)
+        )

@@ -8,7 +8,8 @@ never a gang outside every queue; a served gang that comes back cannot evict ser
 no threshold (None) the old behaviour holds; the validator judges the same rule; a served gang
 left waiting says why; a preemption says whether the tier made it; CP-SAT admits gangs alike
 but for their service in the queue's order; a gang of a missing or unusable queue has no tier,
-neither in its rank nor in its value.
+neither in its rank nor in its value; a tier eviction pays for the work the victim has not
+checkpointed.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from gpufleet.core.place import place
 from gpufleet.core.policy import SERVICE_TIER_GPU_S, Engine, Policy, SolverSettings
 from gpufleet.core.queues import QueueSpec, QueueTree, Quota
 from gpufleet.core.service_tier import SERVED_VALUE_SHARE, rank, served_share, tier
-from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
+from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress, Snapshot
 from gpufleet.core.validate import decision_problems
 from tests.unit.core.placement_builders import cluster, gang
 
@@ -285,3 +286,36 @@ def test_a_served_gang_without_a_usable_queue_is_priced_in_full(where: str, engi
     snapshot = _outside_usable_queues(where)
     decision = decide(snapshot, [gang("urgent", priority=1)], engine=engine)
     assert decision.admitted_ids == set() and decision.preemptions == ()
+
+
+# --- the work an eviction throws away --------------------------------------------------------
+
+
+@ENGINES
+@pytest.mark.parametrize(
+    ("unsaved_s", "evicted"),
+    [pytest.param(0.0, True, id="just-checkpointed"), pytest.param(3000.0, False, id="50-min")],
+)
+def test_a_tier_eviction_pays_for_the_work_since_the_last_checkpoint(
+    engine: Engine, unsaved_s: float, evicted: bool
+) -> None:
+    # `long` (3 GPUs, served: worth 1.5) is expected to run 2 h more; the fresh 2-GPU gang
+    # gains 2, net 0.5, over those 7,200 s 3,600, against 1.5 x (60 s restart + unsaved):
+    # 90 when it has just checkpointed, 4,590 when it ran 50 minutes since.
+    progress = RunProgress(expected_remaining_s=7200.0, unsaved_s=unsaved_s, restart_s=60.0)
+    snapshot = (
+        cluster()
+        .node("h0", H100, count=4)
+        .run("long", "h0", (0, 1, 2), queue="a")
+        .run("short", "h0", (3,), queue="a")
+        .queues(QueueTree.build([team("a", 4)]))
+        .build()
+    )
+    snapshot = served(snapshot, long=LONG, short=THETA / 10)
+    running = tuple(
+        replace(r, progress=progress) if r.id == "long" else r for r in snapshot.running
+    )
+    snapshot = replace(snapshot, running=running)
+    decision = decide(snapshot, [gang("new", gpus=2, queue="a")], engine=engine)
+    assert decision.admitted_ids == ({"new"} if evicted else set())
+    assert [p.gang_id for p in decision.preemptions] == (["long"] if evicted else [])

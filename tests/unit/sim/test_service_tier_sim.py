@@ -5,7 +5,9 @@ run included, a pending one its earlier runs, a running job's room to grow the j
 preempted and re-queued keeps its
 attained service; with the tier a short job of a tenant evicts its own tenant's long job that
 has run past the threshold, and the long job finishes after it; without the tier (None) it
-waits behind it; the Kueue-like baseline is the same replay either way.
+waits behind it; with interval checkpoints the eviction waits while the long job's work since
+its last checkpoint is not paid back (the core's price of lost work, fed by the simulator's
+progress); the Kueue-like baseline is the same replay either way.
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ def _replay(
     theta: float | None,
     jobs: list[TraceJob] | None = None,
     resize: bool = False,
+    checkpoint_interval_s: float | None = None,
+    round_s: float | None = None,
 ) -> tuple[SimResult, Recorder]:
     workload = Workload("test", jobs or _jobs(), profile, catalog)
     setup = tenant_setup({"a": 1.0}, FLEET)
@@ -91,9 +95,9 @@ def _replay(
     sim = Simulation(
         SimCluster(FLEET, catalog),
         workload.jobs,
-        SimPolicy("gpufleet", recorder, policy, resize=resize),
+        SimPolicy("gpufleet", recorder, policy, round_s=round_s, resize=resize),
         speed_model(FLEET, workload),
-        SimSettings(queues=setup.tree),
+        SimSettings(queues=setup.tree, checkpoint_interval_s=checkpoint_interval_s),
     )
     recorder.sim = sim
     return sim.run(), recorder
@@ -115,6 +119,29 @@ def test_a_short_job_evicts_its_tenants_served_long_job(
     back = [a for t, gid, run, a in recorder.seen if gid == "long" and not run and t > 0.0]
     assert back and min(back) == pytest.approx(running[0], rel=0.01)
     assert all(a == 0.0 for _, gid, run, a in recorder.seen if gid == "short" and not run)
+
+
+@pytest.mark.parametrize(
+    ("interval_s", "start_s"),
+    [
+        pytest.param(None, 5_000.0, id="on-a-signal"),
+        pytest.param(2_000.0, 5_000.0, id="1000-s-unsaved"),
+        pytest.param(6_000.0, 6_000.0, id="5000-s-unsaved"),
+    ],
+)
+def test_a_tier_eviction_waits_for_the_long_jobs_checkpoint(
+    catalog: Catalog, profile: GavelProfile, interval_s: float | None, start_s: float
+) -> None:
+    """At 5,000 s the long job is expected to run 5,000 s more (no job has completed: its run
+    so far) and is worth half the short one (8 GPUs each), so the eviction gains 4 GPUs' work
+    over 5,000 s against 4 x (60 s restart + the run since its last checkpoint): taken with
+    1,000 s unsaved, not with 5,000 s; at its checkpoint at 6,000 s nothing is unsaved. A
+    checkpoint is no event of the simulator: rounds of 100 s re-decide while the short one
+    waits."""
+    result, _ = _replay(catalog, profile, THETA, checkpoint_interval_s=interval_s, round_s=100.0)
+    rec = {r.job_id: r for r in result.jobs}
+    assert rec["long"].preemptions == 1
+    assert rec["short"].first_start_s == pytest.approx(start_s, abs=110.0)
 
 
 def test_a_running_jobs_room_to_grow_carries_the_jobs_service(
