@@ -11,6 +11,7 @@ carries phase, usage and conditions).
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,13 +24,17 @@ from gpufleet.model.contract import names
 from gpufleet.model.crd_common import API_GROUP, API_VERSION
 from gpufleet.model.gpus import Catalog
 from gpufleet.scheduler.attained import AttainedService
+from gpufleet.scheduler.binder import list_budgets
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
 from gpufleet.scheduler.cluster_view import ClusterView, ViewBuilder
+from gpufleet.scheduler.decision_view import budget_protected
 from gpufleet.scheduler.informer import Informer
 from gpufleet.scheduler.runtime import cache_informers
 
 Obj = dict[str, Any]
 JobKey = tuple[str, str, str]  # (namespace, kind, name)
+
+log = logging.getLogger("gpufleet.admin")
 
 # kind -> plural of the custom resources the API lists.
 JOB_KINDS: Mapping[str, str] = {"TrainingJob": "trainingjobs", "ServingJob": "servingjobs"}
@@ -92,8 +97,12 @@ class LiveFleet:
         stop: threading.Event | None = None,
         also_ready: Callable[[], bool] = lambda: True,
         scheduler_name: str = names.SCHEDULER_NAME,
+        read_budgets: Callable[[Iterable[str]], list[Obj]] | None = None,
     ) -> None:
         self.cache = cache
+        # The PodDisruptionBudgets of some namespaces, read when a what-if needs them (None:
+        # none are read, as for a fleet without budgets).
+        self.read_budgets = read_budgets
         self.jobs = jobs
         self.catalog = catalog
         self.informers = list(informers)
@@ -115,7 +124,11 @@ class LiveFleet:
         jobs = JobStore()
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         informers = cache_informers(core, custom, cache, stop) + job_informers(api, jobs, stop)
-        return cls(cache, jobs, catalog, informers, stop, scheduler_name=scheduler_name)
+        budgets = functools.partial(list_budgets, api)
+        return cls(
+            cache, jobs, catalog, informers, stop, scheduler_name=scheduler_name,
+            read_budgets=budgets,
+        )  # fmt: skip
 
     @classmethod
     def beside(
@@ -130,7 +143,8 @@ class LiveFleet:
         stop = threading.Event()
         jobs = JobStore()
         informers = job_informers(api, jobs, stop)
-        return cls(cache, jobs, catalog, informers, stop, cache_ready, scheduler_name)
+        budgets = functools.partial(list_budgets, api)
+        return cls(cache, jobs, catalog, informers, stop, cache_ready, scheduler_name, budgets)
 
     def start(self, sync_timeout: float | None = 60.0) -> None:
         """Start the informers and wait until they synced (None: do not wait; `ready()`
@@ -158,6 +172,25 @@ class LiveFleet:
         with self._lock:  # the builder's memo is not thread-safe
             view = self._builder.build_state(state, extra_pods)
         return Observed(state, view, jobs, self.catalog, self.scheduler_name)
+
+
+def protected(live: LiveFleet, view: ClusterView) -> ClusterView:
+    """`view` with the running gangs a PodDisruptionBudget protects now kept from preemption
+    (`decision_view.budget_protected`; every candidate when the budgets cannot be read, as the
+    scheduler then evicts none): the scheduler learns them from the evictions a budget
+    refused, a what-if reads them."""
+    if live.read_budgets is None:
+        return view
+    gangs = [g.id for g in view.snapshot.running if g.preemptible and g.disruptable]
+    namespaces = {k.partition("/")[0] for g in gangs for k in view.running_pods.get(g, ())}
+    if not namespaces:
+        return view
+    try:
+        budgets: list[Obj] | None = live.read_budgets(namespaces)
+    except Exception as exc:
+        log.warning("what-if: cannot read PodDisruptionBudgets, no victim: %s", exc)
+        budgets = None
+    return budget_protected(view, gangs, budgets)
 
 
 def job_informers(api: client.ApiClient, jobs: JobStore, stop: threading.Event) -> list[Informer]:

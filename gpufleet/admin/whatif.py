@@ -2,20 +2,22 @@
 
 The manifest's pods are built as the operator would build them and added, unbound, to the
 scheduler's cache state; the scheduler's `ViewBuilder` turns that into the core's snapshot and
-pending gangs (with the GPUQueues, their quotas and namespace selectors, and the service each
-queued gang has received, as the scheduler decides), and `gpufleet.core.place` decides with
-the live policy over every gang the scheduler would offer now (the manifest's and those
-already waiting, which compete for the same GPUs). The answer is the decision for the
+pending gangs (with the GPUQueues, their quotas and namespace selectors), and the scheduler's
+snapshot steps follow (`scheduler.decision_view`: over-committed nodes and nodes being
+reconfigured closed, gangs a PodDisruptionBudget protects never victims; then the service each
+queued gang has received). `gpufleet.core.place` decides with the live policy over every gang
+the scheduler would offer now (`scheduler.offer.heads`: the manifest's and those already
+waiting, which compete for the same GPUs). The answer is the decision for the
 manifest's gangs: where, on which type, at whose expense, after which MIG repartitions, or why
 they would wait.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
 
 from gpufleet.admin.errors import ProblemError
-from gpufleet.admin.live import LiveFleet
+from gpufleet.admin.live import LiveFleet, protected
 from gpufleet.admin.models.common import JobRef
 from gpufleet.admin.models.jobs import ReasonPublic
 from gpufleet.admin.models.whatif import (
@@ -34,8 +36,10 @@ from gpufleet.model.contract.assignment import format_layout
 from gpufleet.model.servingjob import ServingJob
 from gpufleet.model.trainingjob import TrainingJob
 from gpufleet.scheduler import pods
-from gpufleet.scheduler.cache import MigRequest, Nomination
-from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
+from gpufleet.scheduler.cluster_view import ClusterView
+from gpufleet.scheduler.decision_view import decision_view
+from gpufleet.scheduler.offer import heads
+from gpufleet.scheduler.victims import victims_still_shown
 
 
 def what_if(
@@ -52,11 +56,13 @@ def what_if(
         raise ProblemError(
             409, f"{job.kind} {namespace}/{name} exists already; a what-if is for a new job"
         )
-    # The service tier ranks a queue's gangs by the service they have received, as the
-    # scheduler's phase 1 does before it decides.
-    view = live.attained.attach(observed.view, policy)
+    # The scheduler's phase 1 after the cache is read: the same steps (budgets read rather
+    # than learned from refused evictions), then the service a queue's gangs have received.
+    state = observed.state
+    view = decision_view(observed.view, state, policy, functools.partial(protected, live))
+    view = live.attained.attach(view, policy)
     ours = sorted({pods.gang_id(p) for p in extra})
-    offered = _offered(view, observed.state.nominations, observed.state.mig_requests)
+    offered, _ = heads(view, state, victims_still_shown(state, view.facts))
     gangs: list[Gang] = [pg.gang for pg in offered]
     decision = place(view.snapshot, gangs, policy) if gangs else Decision()
     outcomes = [_outcome(gid, decision, view) for gid in ours]
@@ -67,19 +73,6 @@ def what_if(
         engine=decision.stats.engine,
         policy=policy_name,
     )
-
-
-def _offered(
-    view: ClusterView,
-    nominations: Mapping[str, Nomination],
-    mig_requests: Mapping[str, MigRequest],
-) -> list[PendingGang]:
-    """The gangs the scheduler would offer: all pending ones but those waiting for preemption
-    victims to exit or for a MIG reconfiguration (the scheduler's phase 3)."""
-    waiting = set(nominations)
-    for request in mig_requests.values():
-        waiting |= request.gangs
-    return [pg for pg in view.pending if pg.gang.id not in waiting]
 
 
 def _victims(decision: Decision, gang: str, view: ClusterView) -> list[VictimPublic]:

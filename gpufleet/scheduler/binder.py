@@ -252,14 +252,7 @@ class Binder:
 
     def list_budgets(self, namespaces: Iterable[str]) -> list[dict[str, Any]]:
         """The PodDisruptionBudgets of `namespaces`, as JSON objects."""
-        policy = client.PolicyV1Api(self.api.api_client)
-        out: list[dict[str, Any]] = []
-        for namespace in sorted(set(namespaces)):
-            raw: Any = policy.list_namespaced_pod_disruption_budget(
-                namespace, _preload_content=False
-            )
-            out.extend(json.loads(raw.data).get("items") or [])
-        return out
+        return list_budgets(self.api.api_client, namespaces)
 
     def delete_pods(
         self, keys: Iterable[str], reason: str, message: str, force: bool = False
@@ -352,3 +345,13 @@ class Binder:
 
 def _pending_patch(message: str) -> dict[str, Any]:
     return {"status": {"conditions": [pending_condition(message, _now())]}}
+
+
+def list_budgets(api: client.ApiClient, namespaces: Iterable[str]) -> list[dict[str, Any]]:
+    """The PodDisruptionBudgets of `namespaces`, as JSON objects."""
+    policy = client.PolicyV1Api(api)
+    out: list[dict[str, Any]] = []
+    for namespace in sorted(set(namespaces)):
+        raw: Any = policy.list_namespaced_pod_disruption_budget(namespace, _preload_content=False)
+        out.extend(json.loads(raw.data).get("items") or [])
+    return out

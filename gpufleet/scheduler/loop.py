@@ -65,13 +65,9 @@ from gpufleet.scheduler.arrivals import ArrivalTracker
 from gpufleet.scheduler.attained import AttainedService
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
-from gpufleet.scheduler.cluster_view import (
-    ClusterView,
-    PendingGang,
-    ViewBuilder,
-    hide_overcommitted,
-)
+from gpufleet.scheduler.cluster_view import ClusterView, PendingGang, ViewBuilder
 from gpufleet.scheduler.cycle_report import CycleReport
+from gpufleet.scheduler.decision_view import decision_view
 from gpufleet.scheduler.deletions import Deletions
 from gpufleet.scheduler.eligibility import overcommitted
 from gpufleet.scheduler.full_collection import FullCollections
@@ -87,7 +83,7 @@ from gpufleet.scheduler.partial import PartialGangs, partial_gangs
 from gpufleet.scheduler.power_marks import PowerMarks, booting_messages
 from gpufleet.scheduler.progress import ProgressTracker
 from gpufleet.scheduler.queue_objects import QueueStatusWriter
-from gpufleet.scheduler.repartition import hide_reconfiguring, request_layouts
+from gpufleet.scheduler.repartition import request_layouts
 from gpufleet.scheduler.victims import VictimEvictor, victims_still_shown
 from gpufleet.scheduler.waiting import WaitingReasons, pending_messages
 
@@ -262,11 +258,10 @@ class Scheduler:
             return None
         for key in view.problems:
             log.warning("cycle=%d pod %s holds GPUs its node does not have", self.cycle, key)
-        view = hide_overcommitted(view)  # their GPUs are not in the ledger: take no more there
-        if self.power is not None:  # nodes marked off or waking, even before the watch shows it
-            view = self.power.hide_marked(view, self.power.marks(state.nodes), policy)
-        view = hide_reconfiguring(view, state)  # likewise nodes asked for a MIG layout
-        return state, self.victims.without_protected(view)
+        # Over-committed, powered-off and reconfiguring nodes closed, gangs a budget protected
+        # kept from preemption: the steps the admin API's what-if takes too.
+        view = decision_view(view, state, policy, self.victims.without_protected, self.power)
+        return state, view
 
     def _heal(
         self, state: CachedState, view: ClusterView, report: CycleReport

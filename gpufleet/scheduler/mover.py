@@ -50,6 +50,7 @@ from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
 from gpufleet.scheduler.cycle_report import CycleReport
+from gpufleet.scheduler.decision_view import budget_protected
 from gpufleet.scheduler.deletions import Deletions
 from gpufleet.scheduler.disruption import Obj, gang_blocked
 from gpufleet.scheduler.heal import Notify
@@ -169,19 +170,7 @@ class GangMover:
         movable = [g.id for g in view.snapshot.running if g.progress is not None]
         if not movable:
             return view
-        budgets = self._budgets(movable, view, cycle)
-        blocked = {
-            gid
-            for gid in movable
-            if budgets is None or self._blocked(gid, view, budgets, {}) is not None
-        }
-        if not blocked:
-            return view
-        snapshot = view.snapshot
-        running = tuple(
-            replace(g, disruptable=False) if g.id in blocked else g for g in snapshot.running
-        )
-        return replace(view, snapshot=replace(snapshot, running=running))
+        return budget_protected(view, movable, self._budgets(movable, view, cycle))
 
     def start(self, decision: Decision, view: ClusterView, report: CycleReport) -> None:
         """Delete each moved gang's pods (marked, with their grace period) unless a budget now

@@ -2,6 +2,9 @@
 
 - what-if agrees with the scheduler: the same manifest, then applied, lands on the same GPU type
   and count, and a high-priority one preempts exactly the victims the what-if named;
+- what-if takes the scheduler's snapshot steps: a gang a PodDisruptionBudget protects is never
+  named as a victim (it used to be), and the scheduler, given the job, preempts the victim the
+  what-if named instead;
 - what-if decides with the cluster's GPUQueues, as the scheduler does: a job in a queue whose
   quota of its type is 0 (and that may not borrow) would wait with QuotaExceeded naming the
   queue, while the same job in a queue with room would run; a job naming a queue that does not
@@ -109,6 +112,49 @@ def test_whatif_agrees_with_the_scheduler(kube: Kube, ns: str, admin: tuple[Admi
     victims = {v["job"]["name"] for v in urgent["preempts"]}
     wait_for(lambda: all(_preempted(kube, ns, v) for v in victims), "victims preempted", 60)
     assert {f"low-{i}" for i in range(4) if _preempted(kube, ns, f"low-{i}")} == victims
+
+
+def test_whatif_never_names_a_victim_a_budget_protects(
+    kube: Kube, ns: str, admin: tuple[AdminApi, str]
+) -> None:
+    api, token = admin
+    # Every T4 (4 nodes x 4) is held by a preemptible gang; low-0, the lowest priority, is
+    # the victim but for its budget (minAvailable 1 of its one pod: no disruption allowed).
+    for i in range(4):
+        kube.create_job(ns, training_job(f"low-{i}", 1, 4, "T4", priority=10 + i))
+    for i in range(4):
+        _running(kube, ns, f"low-{i}", 1)
+    policy = client.PolicyV1Api(kube.core.api_client)
+    body: Any = {
+        "metadata": {"name": "low-0"},
+        "spec": {
+            "minAvailable": 1,
+            "selector": {"matchLabels": {"gpufleet.io/trainingjob": "low-0"}},
+        },
+    }
+    policy.create_namespaced_pod_disruption_budget(ns, body)
+    wait_for(
+        lambda: (
+            (status := policy.read_namespaced_pod_disruption_budget("low-0", ns).status)
+            and status.current_healthy == 1
+            and status.disruptions_allowed == 0
+        ),
+        "the budget counted",
+        60,
+    )
+    urgent = training_job("urgent", 1, 4, "T4", priority=500)
+    urgent["metadata"]["namespace"] = ns
+    with api.client(token) as http:
+        response = http.post("/api/v1/whatif", json=urgent)
+    assert response.status_code == 200, response.text
+    answer = response.json()["gangs"][0]
+    assert answer["placed"] and [v["job"]["name"] for v in answer["preempts"]] == ["low-1"]
+    # The scheduler agrees: its eviction of low-0 would be refused; it preempts low-1 only.
+    kube.create_job(ns, urgent)
+    _running(kube, ns, "urgent", 1)
+    wait_for(lambda: _preempted(kube, ns, "low-1"), "low-1 preempted", 60)
+    assert not _preempted(kube, ns, "low-0")
+    assert {p["metadata"]["uid"] for p in _bound(kube, ns, "low-0")}, "low-0 still bound"
 
 
 def _queue(name: str, t4: int, **quota: Any) -> dict[str, Any]:

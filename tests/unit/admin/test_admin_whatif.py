@@ -8,6 +8,9 @@
 - it decides with the GPUQueues, as the scheduler does: QuotaExceeded beyond a queue's quota,
   QueueNotFound for a missing queue, and the service tier (a fresh gang of a queue takes the
   GPUs of a served gang of the same queue and priority);
+- it takes the scheduler's snapshot steps (scheduler/decision_view.py): a gang a
+  PodDisruptionBudget protects is never named as a victim, and when the budgets cannot be read
+  no gang is;
 - invalid manifests are refused by the CRD models (422 naming the field), an existing job with
   409, and the cluster's pods and jobs are unchanged afterwards.
 """
@@ -100,6 +103,41 @@ def test_a_high_priority_gang_names_its_victims(http: Client, live: LiveFleet) -
     }
     after = live.observe()
     assert set(after.view.facts) == set(before.view.facts) and after.jobs == before.jobs
+
+
+def _budget(job: str, allowed: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": job, "namespace": "team-b", "generation": 1},
+        "spec": {"selector": {"matchLabels": {"gpufleet.io/trainingjob": job}}},
+        "status": {"observedGeneration": 1, "disruptionsAllowed": allowed},
+    }
+
+
+@pytest.mark.parametrize(
+    ("budgets", "victims"),
+    [
+        pytest.param([], {"low-0"}, id="none"),
+        pytest.param([_budget("low-0", 0), _budget("low-1", 0)], {"low-2"}, id="two-protected"),
+        pytest.param([_budget("low-0", 1)], {"low-0"}, id="one-disruption-allowed"),
+        pytest.param(None, set(), id="unreadable"),
+    ],
+)
+def test_a_gang_a_budget_protects_is_never_a_victim(
+    live: LiveFleet, budgets: list[dict[str, Any]] | None, victims: set[str]
+) -> None:
+    def read(namespaces: Any) -> list[dict[str, Any]]:
+        assert set(namespaces) == {"team-b"}
+        if budgets is None:
+            raise ConnectionError("the API server is away")
+        return budgets
+
+    live.read_budgets = read
+    body = manifest("urgent", replicas=1, gpusPerReplica=8, priority=900,
+                    gpuTypes=[{"name": "H100-80GB"}])  # fmt: skip
+    with served(context(live)) as http:
+        (gang,) = http.post("/api/v1/whatif", headers=auth(), json=body).json()["gangs"]
+    assert gang["placed"] == bool(victims)
+    assert {v["job"]["name"] for v in gang["preempts"]} == victims
 
 
 def test_a_mig_replica_lists_the_repartition(http: Client) -> None:
