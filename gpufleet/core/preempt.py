@@ -12,11 +12,12 @@ Victims are released one victim set at a time (`_victim_sets`): the best candida
 their node, then (when that fails) the candidates of one node at a time (`_victim_groups`).
 Within a set they are released one at a time until the gang fits; then those that turn out
 unnecessary are put back, and the eviction happens only if the gang's objective value beats
-what the victims lose plus the disruption cost and, for each victim whose progress the caller
-gives, pays back the work the eviction throws away (its value over the restart plus the run
-time since its last checkpoint) before it is expected to end (`borrowing.restarts_paid_back`,
-the rule that shrinks elastic jobs: a served gang that ran 50 minutes since its checkpoint is
-not evicted for a small fresh gang of its queue); or if it is a reclaim (every victim another
+what the victims lose plus the disruption cost and, for each victim the service tier evicts
+whose progress the caller gives, pays back the work the eviction throws away (its value over
+the restart plus the run time since its last checkpoint) before it is expected to end
+(`borrowing.restarts_paid_back`, the rule that shrinks elastic jobs: a served gang that ran 50
+minutes since its checkpoint is not evicted for a small fresh gang of its queue; a priority
+eviction is not priced); or if it is a reclaim (every victim another
 queue's borrower: guaranteed quota is returned whatever the borrowed work is worth). A set
 refused on value is taken back and the next set is tried. With queues the sets made of reclaim
 candidates alone come before the mixed ones: otherwise a gang within its nominal quota whose
@@ -223,8 +224,12 @@ def _evict_for(
         return released, plan  # guaranteed quota comes back whatever the borrowed work is worth
     gain = _plan_value(state, plan, policy)
     loss = sum(values[v.id] for v in released)
+    # Only the tier's evictions pay for lost work: a higher priority must run now whatever the
+    # victim loses, and a job that just started is expected to end at once (moves.py) when no
+    # longer job has finished yet, so pricing it would make it unevictable.
+    by_tier = [v for v in released if gate is not None and gate.by_tier(v, gang)]
     if gain > loss + policy.weights.disruption * len(released) and restarts_paid_back(
-        gain - loss, released, values, jobs
+        gain - loss, by_tier, values, jobs
     ):
         return released, plan
     retake_all(state, released)

@@ -319,3 +319,25 @@ def test_a_tier_eviction_pays_for_the_work_since_the_last_checkpoint(
     decision = decide(snapshot, [gang("new", gpus=2, queue="a")], engine=engine)
     assert decision.admitted_ids == ({"new"} if evicted else set())
     assert [p.gang_id for p in decision.preemptions] == (["long"] if evicted else [])
+
+
+@ENGINES
+def test_a_priority_eviction_is_not_priced_for_lost_work(engine: Engine) -> None:
+    # The same victim, 50 minutes since its checkpoint and (no longer job having finished yet)
+    # expected to end at once: a gang of higher priority evicts it all the same.
+    progress = RunProgress(expected_remaining_s=0.0, unsaved_s=3000.0, restart_s=60.0)
+    snapshot = (
+        cluster()
+        .node("h0", H100, count=4)
+        .run("long", "h0", (0, 1, 2), queue="a")
+        .run("short", "h0", (3,), queue="a")
+        .queues(QueueTree.build([team("a", 4)]))
+        .build()
+    )
+    running = tuple(
+        replace(r, progress=progress) if r.id == "long" else r for r in snapshot.running
+    )
+    snapshot = replace(snapshot, running=running)
+    decision = decide(snapshot, [gang("new", gpus=2, priority=1, queue="a")], engine=engine)
+    assert decision.admitted_ids == {"new"}
+    assert [p.gang_id for p in decision.preemptions] == ["long"]
