@@ -49,6 +49,7 @@ from gpufleet.core.greedy import (
     fewest_node_count,
     fewest_nodes,
     place_greedy,
+    plan_mig,
     usable_types,
 )
 from gpufleet.core.patterns import (
@@ -69,7 +70,6 @@ from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import gang_value, replica_value, start_value
 from gpufleet.model.mig import (
     MigLayout,
-    MigPlacement,
     make_layout,
     profile_counts,
 )
@@ -356,7 +356,11 @@ class _Model:
             if self.policy.allow_repartition:
                 candidates |= set(layouts.maximal(self.state, t, frozenset(per_profile)))
                 # Greedy's targets too, so its decision is always a solution of the model.
-                candidates |= {layouts.cut(self.state, t, p) for p in per_profile}
+                candidates |= {
+                    layouts.cut(self.state, t, p, need)
+                    for p in per_profile
+                    for need in range(1, len(layouts.densest(self.state, t, p)) + 1)
+                }
             candidates.discard(make_layout(()))
             leftover: list[cp_model.LinearExprT] = []
             for group in self.groups:
@@ -729,16 +733,14 @@ def _extract(
         placed[o.gang.id] = commit(state, Plan(o.gang, o.gpu_type, replicas), policy)
     _apply_layouts(built, solver, state)
     for o in mig:
-        assert o.gang.mig_profile is not None
         want = solver.value(o.replicas)
-        free = state.free_instances(o.gpu_type, o.gang.mig_profile)[:want]
-        if len(free) < want:
-            continue
-        reps = [
-            ReplicaPlacement(state.nodes[n].name, (g,), MigPlacement(start, o.gang.mig_profile))
-            for _tier, n, g, start in free
-        ]
-        placed[o.gang.id] = commit(state, Plan(o.gang, o.gpu_type, reps), policy)
+        # Greedy's rule picks the instances: free ones on partly used GPUs first, then those of
+        # empty GPUs whose layout serves the demand, re-cutting an empty GPU when it does not.
+        exact = replace(o.gang, replicas_min=want, replicas_max=want)
+        plan = plan_mig(state, exact, o.gpu_type, policy, layouts)
+        if plan is None:
+            continue  # left for the greedy repair pass
+        placed[o.gang.id] = commit(state, replace(plan, gang=o.gang), policy)
     return placed
 
 

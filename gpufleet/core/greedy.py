@@ -4,8 +4,9 @@ Gangs go in order of priority, then size (largest first, the classic first-fit-d
 Each gang tries its acceptable GPU types from most to least valuable; each replica goes to the
 best-fitting node (fewest free GPUs that still fit), which packs partly used nodes first and keeps
 idle nodes idle and large free blocks intact. MIG replicas use free slices on partly used GPUs
-first, then slices of empty MIG GPUs, then repartition the emptiest-node empty GPU to the densest
-layout of the profile. A gang is committed only when all its (minimum) replicas fit.
+first, then slices of empty MIG GPUs whose layout serves the demand on the type, then cut an empty
+GPU (fullest nodes first) to the layout the demand can use best (`cut_layout`). A gang is
+committed only when all its (minimum) replicas fit.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class Memo:
         self.types: dict[str, list[str]] = {}
         self.allowed: dict[str, frozenset[int] | None] = {}
         self.running_values: dict[str, float] = {}
-        self._cuts: dict[tuple[str, str], MigLayout] = {}
+        self._cuts: dict[tuple[str, str, int], MigLayout] = {}
         # MIG slices asked for per (type, profile): running replicas plus pending gangs noted.
         self._slice_demand: Counter[tuple[str, str]] | None = None
         self._pending_profiles: Counter[str] = Counter()
@@ -80,15 +81,28 @@ class Memo:
         out.update({p: c for p, c in self._pending_profiles.items() if gpu.has_mig_profile(p)})
         return out
 
-    def cut(self, state: ClusterState, gpu_type: str, profile: str) -> MigLayout:
-        """Layout an empty GPU gets when cut for `profile` (see `cut_layout`)."""
-        key = (gpu_type, profile)
+    def cut(self, state: ClusterState, gpu_type: str, profile: str, need: int = 1) -> MigLayout:
+        """Layout an empty GPU gets when cut for `need` replicas of `profile` (`cut_layout`)."""
+        key = (gpu_type, profile, need)
         if key not in self._cuts:
             demand = self.slice_demand(state, gpu_type)
             gpu = state.catalog[gpu_type]
             candidates = self.maximal(state, gpu_type, base_profiles(gpu, profile))
-            self._cuts[key] = cut_layout(gpu, profile, demand, candidates)
+            self._cuts[key] = cut_layout(gpu, profile, demand, candidates, need)
         return self._cuts[key]
+
+    def keeps(self, state: ClusterState, n: int, g: int, profile: str) -> bool:
+        """Whether empty GPU (n, g)'s current layout serves the demand on its type as well as
+        the layout a cut for one `profile` replica would give (`layout_use`), so that a replica
+        may take its free instance as it is instead of re-cutting the GPU."""
+        layout = state.layout[n][g]
+        if layout is None:
+            return False
+        gpu_type = state.node_type[n]
+        gpu = state.catalog[gpu_type]
+        demand = with_profile(self.slice_demand(state, gpu_type), profile, 1)
+        target = self.cut(state, gpu_type, profile)
+        return layout_use(gpu, layout, demand) >= layout_use(gpu, target, demand)
 
     def maximal(
         self, state: ClusterState, gpu_type: str, profiles: frozenset[str]
@@ -107,35 +121,54 @@ class Memo:
         return self._layouts[key]
 
 
+def with_profile(demand: Mapping[str, int], profile: str, need: int) -> Mapping[str, int]:
+    """`demand` counting at least `need` slices of `profile` (the gang being placed is part of
+    the demand even when no snapshot counted it, e.g. a move onto another type)."""
+    if demand.get(profile, 0) >= need:
+        return demand
+    return {**demand, profile: need}
+
+
+def layout_use(gpu: GpuType, layout: MigLayout, demand: Mapping[str, int]) -> tuple[float, int]:
+    """How well a layout serves the demand on its type: the expected-usable compute (sum over
+    its instances of the profile's share of `demand` x the instance's compute share), then the
+    SM slices it instances (slices outside every instance are stranded until the GPU empties)."""
+    total = sum(demand.values()) or 1
+    shares = [gpu.mig_profile(inst.profile) for inst in layout]
+    useful = sum(demand.get(p.name, 0) / total * p.compute_fraction for p in shares)
+    return (round(useful, 9), sum(p.sm_slices for p in shares))
+
+
 def cut_layout(
     gpu: GpuType,
     profile: str,
     demand: Mapping[str, int],
     layouts: Sequence[MigLayout] | None = None,
+    need: int = 1,
 ) -> MigLayout:
-    """The layout to cut an empty GPU to for `profile`, in the spirit of FGD (ATC'23).
+    """The layout to cut an empty GPU to for `need` replicas of `profile`, in the spirit of FGD
+    (ATC'23): the rest of the GPU goes to the instances the demand on the type can use.
 
-    As many instances of `profile` as fit (the densest layout's count), and the rest of the GPU
-    filled with other instances rather than left un-instanced: slices outside every instance are
-    stranded until the GPU empties, while a free instance can take the next gang of its size.
-    Among such layouts: the most compute covered, then the most expected-usable compute (sum of
-    demand share x compute share per instance; `demand` is slices per profile running or pending
-    on the type), then fewer, larger instances (big blocks stay free), then the lowest starts.
+    Among the maximal layouts with at least `need` instances of `profile` (at most as many as
+    fit): the most expected-usable compute (`layout_use`: sum of demand share x compute share
+    per instance; `demand` is slices per profile running or pending on the type), then the most
+    compute instanced (a free instance can take the next gang of its size, stranded slices
+    cannot), then fewer, larger instances (big blocks stay free), then the lowest starts. So a
+    lone `2g` where `4g` pods are asked for gets `[4g, 2g, 1g]` and leaves room for a `4g`,
+    while a `2g` among `2g` demand gets as many `2g` instances as fit.
     `layouts` are the GPU's maximal layouts over its base profiles (computed when omitted).
     """
     dense = densest_layout(gpu, profile)
-    want = len(dense)
-    total = sum(demand.values()) or 1
+    want = min(max(need, 1), len(dense))
+    demand = with_profile(demand, profile, want)
     if layouts is None:
         layouts = enumerate_layouts(gpu, profiles=base_profiles(gpu, profile), maximal_only=True)
-    best: tuple[tuple[int, float, int, list[int]], MigLayout] | None = None
+    best: tuple[tuple[float, int, int, list[int]], MigLayout] | None = None
     for lay in layouts:
-        if sum(1 for inst in lay if inst.profile == profile) != want:
+        if sum(1 for inst in lay if inst.profile == profile) < want:
             continue
-        shares = [gpu.mig_profile(inst.profile) for inst in lay]
-        covered = sum(p.sm_slices for p in shares)
-        useful = sum(demand.get(p.name, 0) / total * p.compute_fraction for p in shares)
-        key = (covered, round(useful, 9), -len(lay), [-inst.start for inst in lay])
+        useful, covered = layout_use(gpu, lay, demand)
+        key = (useful, covered, -len(lay), [-inst.start for inst in lay])
         if best is None or key > best[0]:
             best = (key, lay)
     return dense if best is None else best[1]
@@ -371,7 +404,7 @@ def _mig_mode_first(state: ClusterState, n: int) -> Callable[[int], tuple[bool, 
     return key
 
 
-def _plan_mig(
+def plan_mig(
     state: ClusterState, gang: Gang, gpu_type: str, policy: Policy, layouts: Memo
 ) -> Plan | None:
     assert gang.mig_profile is not None
@@ -380,17 +413,23 @@ def _plan_mig(
     want = gang.replicas_max
     allowed = eligible_nodes(state, gang, layouts)
     touched: set[tuple[int, int]] = set()
-    for _tier, n, g, start in state.free_instances(gpu_type, profile):
+    recut: set[tuple[int, int]] = set()  # empty GPUs whose layout the demand is better cut for
+    for tier, n, g, start in state.free_instances(gpu_type, profile):
         if len(plan.replicas) == want:
             break
         if allowed is not None and n not in allowed:
+            continue
+        # An empty GPU may be re-cut (DESIGN.md): its free instance is taken as it is only when
+        # its layout serves the demand as well as a fresh cut would. A pre-cut [1g,1g,2g,3g]
+        # whose 2g is taken leaves no room for the 4g pods asked for; [4g,2g,1g] does.
+        fresh = tier == 1 and policy.allow_repartition and (n, g) not in touched
+        if fresh and ((n, g) in recut or not layouts.keeps(state, n, g, profile)):
+            recut.add((n, g))
             continue
         inst = MigPlacement(start, profile)
         plan.replicas.append(ReplicaPlacement(state.nodes[n].name, (g,), inst))
         touched.add((n, g))
     if len(plan.replicas) < want and policy.allow_repartition:
-        target = layouts.cut(state, gpu_type, profile)
-        slices = [p for p in target if p.profile == profile]
         buckets = state.type_nodes(gpu_type)
         for k in range(1, len(buckets)):  # emptiest-last keeps idle nodes idle
             for n in buckets[k]:
@@ -403,6 +442,9 @@ def _plan_mig(
                     if (n, g) in touched:
                         continue
                     touched.add((n, g))
+                    need = want - len(plan.replicas)
+                    target = layouts.cut(state, gpu_type, profile, need)
+                    slices = [p for p in target if p.profile == profile]
                     plan.repartitions.append((n, g, target))
                     for inst in slices[: want - len(plan.replicas)]:
                         plan.replicas.append(ReplicaPlacement(state.nodes[n].name, (g,), inst))
@@ -423,7 +465,7 @@ def plan_gang(
         return None
     plan: Plan | None
     if gang.mig_profile is not None:
-        plan = _plan_mig(state, gang, gpu_type, policy, layouts)
+        plan = plan_mig(state, gang, gpu_type, policy, layouts)
     else:
         plan = _plan_whole(state, gang, gpu_type, eligible_nodes(state, gang, layouts))
     if plan is not None and gate is not None and len(plan.replicas) > gang.replicas_min:
