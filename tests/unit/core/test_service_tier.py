@@ -291,6 +291,22 @@ def test_a_served_gang_without_a_usable_queue_is_priced_in_full(where: str, engi
 # --- the work an eviction throws away --------------------------------------------------------
 
 
+def _long_and_short(progress: RunProgress) -> Snapshot:
+    """One 4-GPU H100 node of queue `a`: `long` (3 GPUs, with `progress`) and `short` (1)."""
+    snapshot = (
+        cluster()
+        .node("h0", H100, count=4)
+        .run("long", "h0", (0, 1, 2), queue="a")
+        .run("short", "h0", (3,), queue="a")
+        .queues(QueueTree.build([team("a", 4)]))
+        .build()
+    )
+    running = tuple(
+        replace(r, progress=progress) if r.id == "long" else r for r in snapshot.running
+    )
+    return replace(snapshot, running=running)
+
+
 @ENGINES
 @pytest.mark.parametrize(
     ("unsaved_s", "evicted"),
@@ -303,19 +319,7 @@ def test_a_tier_eviction_pays_for_the_work_since_the_last_checkpoint(
     # gains 2, net 0.5, over those 7,200 s 3,600, against 1.5 x (60 s restart + unsaved):
     # 90 when it has just checkpointed, 4,590 when it ran 50 minutes since.
     progress = RunProgress(expected_remaining_s=7200.0, unsaved_s=unsaved_s, restart_s=60.0)
-    snapshot = (
-        cluster()
-        .node("h0", H100, count=4)
-        .run("long", "h0", (0, 1, 2), queue="a")
-        .run("short", "h0", (3,), queue="a")
-        .queues(QueueTree.build([team("a", 4)]))
-        .build()
-    )
-    snapshot = served(snapshot, long=LONG, short=THETA / 10)
-    running = tuple(
-        replace(r, progress=progress) if r.id == "long" else r for r in snapshot.running
-    )
-    snapshot = replace(snapshot, running=running)
+    snapshot = served(_long_and_short(progress), long=LONG, short=THETA / 10)
     decision = decide(snapshot, [gang("new", gpus=2, queue="a")], engine=engine)
     assert decision.admitted_ids == ({"new"} if evicted else set())
     assert [p.gang_id for p in decision.preemptions] == (["long"] if evicted else [])
@@ -326,18 +330,7 @@ def test_a_priority_eviction_is_not_priced_for_lost_work(engine: Engine) -> None
     # The same victim, 50 minutes since its checkpoint and (no longer job having finished yet)
     # expected to end at once: a gang of higher priority evicts it all the same.
     progress = RunProgress(expected_remaining_s=0.0, unsaved_s=3000.0, restart_s=60.0)
-    snapshot = (
-        cluster()
-        .node("h0", H100, count=4)
-        .run("long", "h0", (0, 1, 2), queue="a")
-        .run("short", "h0", (3,), queue="a")
-        .queues(QueueTree.build([team("a", 4)]))
-        .build()
-    )
-    running = tuple(
-        replace(r, progress=progress) if r.id == "long" else r for r in snapshot.running
-    )
-    snapshot = replace(snapshot, running=running)
+    snapshot = _long_and_short(progress)
     decision = decide(snapshot, [gang("new", gpus=2, priority=1, queue="a")], engine=engine)
     assert decision.admitted_ids == {"new"}
     assert [p.gang_id for p in decision.preemptions] == ["long"]
