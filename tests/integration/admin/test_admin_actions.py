@@ -114,6 +114,29 @@ def test_whatif_agrees_with_the_scheduler(kube: Kube, ns: str, admin: tuple[Admi
     assert {f"low-{i}" for i in range(4) if _preempted(kube, ns, f"low-{i}")} == victims
 
 
+def _budget(kube: Kube, ns: str, job: str, pods: int) -> None:
+    """A PodDisruptionBudget keeping all `pods` of TrainingJob `job`, once the disruption
+    controller has counted them (no disruption allowed)."""
+    policy = client.PolicyV1Api(kube.core.api_client)
+    body: Any = {
+        "metadata": {"name": job},
+        "spec": {
+            "minAvailable": pods,
+            "selector": {"matchLabels": {"gpufleet.io/trainingjob": job}},
+        },
+    }
+    policy.create_namespaced_pod_disruption_budget(ns, body)
+    wait_for(
+        lambda: (
+            (status := policy.read_namespaced_pod_disruption_budget(job, ns).status)
+            and status.current_healthy == pods
+            and status.disruptions_allowed == 0
+        ),
+        "the budget counted",
+        60,
+    )
+
+
 def test_whatif_never_names_a_victim_a_budget_protects(
     kube: Kube, ns: str, admin: tuple[AdminApi, str]
 ) -> None:
@@ -124,24 +147,7 @@ def test_whatif_never_names_a_victim_a_budget_protects(
         kube.create_job(ns, training_job(f"low-{i}", 1, 4, "T4", priority=10 + i))
     for i in range(4):
         _running(kube, ns, f"low-{i}", 1)
-    policy = client.PolicyV1Api(kube.core.api_client)
-    body: Any = {
-        "metadata": {"name": "low-0"},
-        "spec": {
-            "minAvailable": 1,
-            "selector": {"matchLabels": {"gpufleet.io/trainingjob": "low-0"}},
-        },
-    }
-    policy.create_namespaced_pod_disruption_budget(ns, body)
-    wait_for(
-        lambda: (
-            (status := policy.read_namespaced_pod_disruption_budget("low-0", ns).status)
-            and status.current_healthy == 1
-            and status.disruptions_allowed == 0
-        ),
-        "the budget counted",
-        60,
-    )
+    _budget(kube, ns, "low-0", 1)
     urgent = training_job("urgent", 1, 4, "T4", priority=500)
     urgent["metadata"]["namespace"] = ns
     with api.client(token) as http:
@@ -231,22 +237,7 @@ def test_drain_keeps_a_disruption_budget(kube: Kube, ns: str, admin: tuple[Admin
     kube.create_job(ns, training_job("movable", 1, 4, "L4"))  # one whole L4 node
     guarded = _running(kube, ns, "guarded", 2)
     movable = _running(kube, ns, "movable", 1)
-    policy = client.PolicyV1Api(kube.core.api_client)
-    body: Any = {
-        "metadata": {"name": "guarded"},
-        "spec": {
-            "minAvailable": 2,
-            "selector": {"matchLabels": {"gpufleet.io/trainingjob": "guarded"}},
-        },
-    }
-    policy.create_namespaced_pod_disruption_budget(ns, body)
-    wait_for(
-        lambda: (
-            policy.read_namespaced_pod_disruption_budget("guarded", ns).status.current_healthy == 2
-        ),
-        "the budget counted",
-        60,
-    )
+    _budget(kube, ns, "guarded", 2)
     guarded_node = guarded[0]["spec"]["nodeName"]
     movable_node = movable[0]["spec"]["nodeName"]
     try:
