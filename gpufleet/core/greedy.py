@@ -54,6 +54,8 @@ class Memo:
         self.allowed: dict[str, frozenset[int] | None] = {}
         self.running_values: dict[str, float] = {}
         self._cuts: dict[tuple[str, str, int], MigLayout] = {}
+        # `keeps` per (type, profile, layout): many empty GPUs share a layout.
+        self._keeps: dict[tuple[str, str, MigLayout], bool] = {}
         # MIG slices asked for per (type, profile): running replicas plus pending gangs noted.
         self._slice_demand: Counter[tuple[str, str]] | None = None
         self._pending_profiles: Counter[str] = Counter()
@@ -66,6 +68,7 @@ class Memo:
                 self._noted.add(gang.id)
                 self._pending_profiles[gang.mig_profile] += gang.replicas_max
                 self._cuts.clear()
+                self._keeps.clear()
 
     def slice_demand(self, state: ClusterState, gpu_type: str) -> Counter[str]:
         """Expected demand per MIG profile on a type: what runs there plus what is pending."""
@@ -99,10 +102,13 @@ class Memo:
         if layout is None:
             return False
         gpu_type = state.node_type[n]
-        gpu = state.catalog[gpu_type]
-        demand = with_profile(self.slice_demand(state, gpu_type), profile, 1)
-        target = self.cut(state, gpu_type, profile)
-        return layout_use(gpu, layout, demand) >= layout_use(gpu, target, demand)
+        key = (gpu_type, profile, layout)
+        if key not in self._keeps:
+            gpu = state.catalog[gpu_type]
+            demand = with_profile(self.slice_demand(state, gpu_type), profile, 1)
+            target = self.cut(state, gpu_type, profile)
+            self._keeps[key] = layout_use(gpu, layout, demand) >= layout_use(gpu, target, demand)
+        return self._keeps[key]
 
     def maximal(
         self, state: ClusterState, gpu_type: str, profiles: frozenset[str]
