@@ -27,7 +27,7 @@ from gpufleet.scheduler.disruption import Obj, gang_blocked
 from gpufleet.scheduler.power_marks import PowerMarks
 from gpufleet.scheduler.repartition import hide_reconfiguring
 
-__all__ = ["budget_protected", "decision_view"]
+__all__ = ["blocked_by_budget", "budget_protected", "decision_view"]
 
 
 def decision_view(
@@ -54,13 +54,7 @@ def budget_protected(
     blocked = {
         gid
         for gid in gangs
-        if budgets is None
-        or gang_blocked(
-            [f.pod for k in view.running_pods.get(gid, ()) if (f := view.facts.get(k))],
-            budgets,
-            {},
-        )
-        is not None
+        if budgets is None or blocked_by_budget(view, gid, budgets, {}) is not None
     }
     if not blocked:
         return view
@@ -69,3 +63,12 @@ def budget_protected(
         replace(g, disruptable=False) if g.id in blocked else g for g in snapshot.running
     )
     return replace(view, snapshot=replace(snapshot, running=running))
+
+
+def blocked_by_budget(
+    view: ClusterView, gid: str, budgets: Sequence[Obj], spent: dict[str, int]
+) -> str | None:
+    """Why a budget would refuse to let all of running gang `gid`'s pods go now, given the
+    disruptions already `spent` per budget (`disruption.gang_blocked`); None when it would not."""
+    pods = [f.pod for k in view.running_pods.get(gid, ()) if (f := view.facts.get(k))]
+    return gang_blocked(pods, budgets, spent)

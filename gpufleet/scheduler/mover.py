@@ -50,9 +50,9 @@ from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
 from gpufleet.scheduler.cycle_report import CycleReport
-from gpufleet.scheduler.decision_view import budget_protected
+from gpufleet.scheduler.decision_view import blocked_by_budget, budget_protected
 from gpufleet.scheduler.deletions import Deletions
-from gpufleet.scheduler.disruption import Obj, gang_blocked
+from gpufleet.scheduler.disruption import Obj
 from gpufleet.scheduler.heal import Notify
 from gpufleet.scheduler.pods import pod_annotations
 
@@ -156,13 +156,6 @@ class GangMover:
             log.warning("cycle=%d cannot read PodDisruptionBudgets, no move: %s", cycle, exc)
             return None
 
-    @staticmethod
-    def _blocked(
-        gid: str, view: ClusterView, budgets: Sequence[Obj], spent: dict[str, int]
-    ) -> str | None:
-        pods = [f.pod for k in view.running_pods.get(gid, ()) if (f := view.facts.get(k))]
-        return gang_blocked(pods, budgets, spent)
-
     def protect(self, view: ClusterView, cycle: int) -> ClusterView:
         """`view` with each gang the core could move (its progress known) not `disruptable`
         when a PodDisruptionBudget would not let all of its pods go now; all of them when
@@ -198,7 +191,7 @@ class GangMover:
             gid = move.gang_id
             keys = view.running_pods[gid]
             running = next(g for g in view.snapshot.running if g.id == gid)
-            why = self._blocked(gid, view, budgets, spent)
+            why = blocked_by_budget(view, gid, budgets, spent)
             if why is not None:
                 self._skipped(gid, view, move.placement.gpu_type, why, report.cycle)
                 continue
