@@ -8,11 +8,16 @@ estimate follows the arrivals the scheduler has seen and never anything else. Wi
 change, and a new process (a restart, or a standby taking over the Lease) starts from them: the
 prior from history. Without one, or before anything was kept, it starts empty (no estimate, no
 fragmentation term) until gangs have been seen.
+
+The admin API's what-if reads a running scheduler's tracker from another thread
+(`with_arrivals`): the estimate as the scheduler's next cycle would make it, with the gangs it
+has not counted yet counted, and nothing counted or kept for it.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -23,7 +28,7 @@ from gpufleet.core.demand import Gang
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.workload import ArrivalCounts
 
-__all__ = ["WINDOW_TASKS", "ArrivalTracker", "CountsStore"]
+__all__ = ["WINDOW_TASKS", "ArrivalTracker", "CountsStore", "with_counts"]
 
 log = logging.getLogger("gpufleet.scheduler")
 
@@ -64,18 +69,25 @@ class ArrivalTracker:
         self._clock = clock
         self._saved_at: float | None = None
         self._unsaved = False
+        # Guards `counts` and `_seen` (the admin API reads them from its own threads).
+        self._lock = threading.Lock()
+
+    def _new(self, gangs: Iterable[Gang]) -> list[Gang]:
+        """The gangs not counted before; `<gang>#rest` (the rest of a partly bound gang) is
+        part of a gang already counted. Under the lock."""
+        return [g for g in gangs if g.id not in self._seen and "#" not in g.id]
 
     def observe(self, gangs: Iterable[Gang]) -> None:
-        """Count the gangs not seen before; `<gang>#rest` (the rest of a partly bound gang) is
-        part of a gang already counted. Keeps the counts in the store when due."""
-        new = [g for g in gangs if g.id not in self._seen and "#" not in g.id]
-        for gang in new:
-            self._seen[gang.id] = None
-        while len(self._seen) > self._remember:
-            self._seen.popitem(last=False)
-        if new:
-            self.counts = self.counts.observed_gangs(new)
-            self._unsaved = True
+        """Count the gangs not seen before. Keeps the counts in the store when due."""
+        with self._lock:
+            new = self._new(gangs)
+            for gang in new:
+                self._seen[gang.id] = None
+            while len(self._seen) > self._remember:
+                self._seen.popitem(last=False)
+            if new:
+                self.counts = self.counts.observed_gangs(new)
+                self._unsaved = True
         self._save_when_due()
 
     def _save_when_due(self) -> None:
@@ -94,5 +106,17 @@ class ArrivalTracker:
 
     def with_estimate(self, snapshot: Snapshot) -> Snapshot:
         """`snapshot` with the estimate so far (unchanged while nothing has been seen)."""
-        estimate = self.counts.estimate()
-        return replace(snapshot, workload=estimate) if estimate.shapes else snapshot
+        return with_counts(snapshot, self.counts)
+
+    def with_arrivals(self, snapshot: Snapshot, gangs: Iterable[Gang]) -> Snapshot:
+        """`snapshot` with the estimate `observe(gangs)` then `with_estimate` would give, with
+        nothing counted (a read for another thread: the admin API's what-if)."""
+        with self._lock:
+            new, counts = self._new(gangs), self.counts
+        return with_counts(snapshot, counts.observed_gangs(new) if new else counts)
+
+
+def with_counts(snapshot: Snapshot, counts: ArrivalCounts) -> Snapshot:
+    """`snapshot` with the estimate of `counts` (unchanged while nothing has been counted)."""
+    estimate = counts.estimate()
+    return replace(snapshot, workload=estimate) if estimate.shapes else snapshot

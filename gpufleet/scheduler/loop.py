@@ -8,7 +8,9 @@ phase is a small collaborator with its own state (the module named after each):
               with the workload estimate from the pending gangs seen so far (arrivals), the
               progress of gangs that may be moved (progress), those of them a
               PodDisruptionBudget protects, the GPUs reserved for moved gangs (mover),
-              and the service the gangs of queues have received (attained)
+              and the service the gangs of queues have received (attained); these steps and
+              those of phase 3 are taken in the order stateful_steps.py gives, which the
+              admin API's what-if follows too
   2 heal      (heal, partial) restart, as whole gangs, gangs with a pod on a failed or
               vanished node (paused while every node is NotReady, slowed while most of a
               zone's are: the node-lifecycle controller's zone rule); find gangs left
@@ -51,7 +53,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang
@@ -78,12 +79,12 @@ from gpufleet.scheduler.lending import decide as decide_lending
 from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.mig_request import MigRequester
 from gpufleet.scheduler.mover import GangMover, ObjectNotify
-from gpufleet.scheduler.offer import cap_identical, heads
 from gpufleet.scheduler.partial import PartialGangs, partial_gangs
 from gpufleet.scheduler.power_marks import PowerMarks, booting_messages
 from gpufleet.scheduler.progress import ProgressTracker
 from gpufleet.scheduler.queue_objects import QueueStatusWriter
 from gpufleet.scheduler.repartition import request_layouts
+from gpufleet.scheduler.stateful_steps import LoopSteps, offer, remembered
 from gpufleet.scheduler.victims import VictimEvictor, victims_still_shown
 from gpufleet.scheduler.waiting import WaitingReasons, pending_messages
 
@@ -188,22 +189,19 @@ class Scheduler:
         if read is None:
             return report
         state, view = read
-        self.progress.observe(view.facts.values())
-        view = self.progress.attach(self.mover.hold(view))
-        view = self.attained.attach(view, policy)
-        if policy.moves.enabled:  # gangs a PodDisruptionBudget protects are not moved
-            view = self.mover.protect(view, self.cycle)
+        # The steps that use what this scheduler remembers, in the order the admin API's
+        # what-if takes them too (stateful_steps.py): moved gangs' reservations, progress,
+        # attained service, moves a budget forbids, the workload estimate.
+        steps = LoopSteps(
+            self.progress, self.mover, self.arrivals, self.settings.cap_identical_above, self.cycle
+        )
+        view = remembered(view, policy, steps, self.attained)
         timer.done("snapshot")
-        # Every pending gang counts, offered or not (arrivals.py): the estimate sees them all.
-        self.arrivals.observe(pg.gang for pg in view.pending)
-        view = replace(view, snapshot=self.arrivals.with_estimate(view.snapshot))
         settling, partial = self._heal(state, view, report)  # 2
         timer.done("heal")
-        offered, waiting = heads(view, state, settling)  # 3
-        offered, capped = cap_identical(
-            offered, view.snapshot, policy.allow_preemption, self.settings.cap_identical_above
-        )
-        offered, reserved, reserved_by_id = self.mover.take(view, offered)
+        chosen = offer(view, state, settling, policy, steps)  # 3
+        offered, waiting, capped = chosen.gangs, chosen.waiting, chosen.capped
+        reserved, reserved_by_id = chosen.reserved, chosen.reserved_by_id
         timer.done("heads")
         outcome = self._decide(view, offered, policy, report)  # 4
         if outcome is None:

@@ -31,6 +31,10 @@ or when they are still there `move_reserve_s` plus twice their grace period afte
 began: the gang is then placed like any other. It is kept in memory only: after a scheduler
 restart the recreated gang is placed by the core (the move is still counted by the operator,
 and the per-hour limit is read from the pods).
+
+Steps 2 and 3 are pure functions (`held`, `taken`) over the reservations, which the mover
+replaces whole rather than changing in place: the admin API's what-if, beside the scheduler,
+reads `reservations` from its own threads and takes both steps without keeping anything.
 """
 
 from __future__ import annotations
@@ -138,11 +142,18 @@ class GangMover:
         self.wall = wall
         self.notify = notify  # on the scheduler's Lease
         self.notify_on = notify_on  # on the moved gang's job
+        # Never changed in place, only replaced whole: the admin API reads it from its own
+        # threads (`reservations`).
         self._reserved: dict[str, Reservation] = {}
 
     @property
     def reserved(self) -> dict[str, GangPlacement]:
         return {gid: r.placement for gid, r in self._reserved.items()}
+
+    @property
+    def reservations(self) -> Mapping[str, Reservation]:
+        """The reservations now (a mapping no one changes: see `_reserved`)."""
+        return self._reserved
 
     def _budgets(
         self, gangs: Collection[str], view: ClusterView, cycle: int
@@ -199,12 +210,13 @@ class GangMover:
             first = view.facts.get(keys[0])
             checkpoint = None if first is None else Checkpoint.read(pod_annotations(first.pod))
             grace = 0 if checkpoint is None else checkpoint.grace_s
-            self._reserved[gid] = Reservation(
+            reservation = Reservation(
                 move.placement,
                 frozenset((k, uids[k]) for k in keys if k in uids),
                 running,
                 exit_by=self.clock() + 2 * grace + self.reserve_s,
             )
+            self._reserved = {**self._reserved, gid: reservation}
             message = _message(move)
             failed = self.binder.delete_marked(
                 keys, move_marker(self.wall()), names.MOVED_REASON, message
@@ -234,57 +246,16 @@ class GangMover:
             except Exception:  # an Event is a report: never let it stop the cycle
                 log.exception("cycle=%d posting the %s Event failed", cycle, MOVE_BLOCKED)
 
-    def _old_left(self, reservation: Reservation, view: ClusterView) -> bool:
-        for key, uid in reservation.old:
-            f = view.facts.get(key)
-            if f is not None and f.pod["metadata"].get("uid") == uid:
-                return True
-        return False
-
     def hold(self, view: ClusterView) -> ClusterView:
         """`view` with every reservation's GPUs held by `<gang>#moving` (GPUs the gang's old
         pods still hold aside); drops reservations that expired or were taken."""
         if not self._reserved:
             return view
-        snapshot, now = view.snapshot, self.clock()
-        extra: list[RunningGang] = []
-        for gid, reservation in list(self._reserved.items()):
-            placement = reservation.placement
-            old_left = self._old_left(reservation, view)
-            if not old_left and reservation.expires is None:
-                reservation = self._reserved[gid] = replace(
-                    reservation, expires=now + self.reserve_s
-                )
-            whole, slices = snapshot.occupied(excluding=(gid,))
-            own, own_slices = snapshot.occupied(
-                excluding=[g.id for g in snapshot.running if g.id != gid]
-            )
-            gone = any(not snapshot.has_node(r.node) for r in placement.replicas)
-            taken = any(_conflicts(r, whole, slices) for r in placement.replicas)
-            expired = (
-                reservation.expires < now if reservation.expires is not None
-                else reservation.exit_by < now
-            )  # fmt: skip
-            if gone or taken or expired:
-                log.info("reservation of moved gang %s dropped (%s)", gid,
-                         "node gone" if gone else "GPUs taken" if taken else "expired")  # fmt: skip
-                del self._reserved[gid]
-                continue
-            shown = [r for r in placement.replicas if not _conflicts(r, own, own_slices)]
-            if shown:
-                extra.append(
-                    RunningGang(
-                        f"{gid}{RESERVED_SUFFIX}",
-                        placement.gpu_type,
-                        tuple(shown),
-                        priority=reservation.running.priority,
-                        preemptible=False,
-                        queue=reservation.running.queue,
-                    )
-                )
-        if not extra:
-            return view
-        return replace(view, snapshot=replace(snapshot, running=(*snapshot.running, *extra)))
+        view, kept, dropped = held(self._reserved, view, self.clock(), self.reserve_s)
+        for gid, why in dropped.items():
+            log.info("reservation of moved gang %s dropped (%s)", gid, why)
+        self._reserved = kept
+        return view
 
     def take(
         self, view: ClusterView, offered: Sequence[PendingGang]
@@ -294,20 +265,96 @@ class GangMover:
         the reservation, not the settling of the deletion, says when), by gang id."""
         if not self._reserved:
             return list(offered), [], {}
-        placements: list[GangPlacement] = []
-        by_id: dict[str, PendingGang] = {}
-        for pg in view.pending:
-            reservation = self._reserved.get(pg.gang.id)
-            if reservation is None or self._old_left(reservation, view):
-                continue
-            if len(pg.pods) != len(reservation.placement.replicas):
-                del self._reserved[pg.gang.id]  # not the gang that was moved: place it anew
-                continue
-            placements.append(reservation.placement)
-            by_id[pg.gang.id] = pg
-            del self._reserved[pg.gang.id]
-        waiting = set(self._reserved) | set(by_id)
-        return [pg for pg in offered if pg.gang.id not in waiting], placements, by_id
+        offer = taken(self._reserved, view, offered)
+        self._reserved = offer.reserved
+        return offer.offered, offer.placements, offer.by_id
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """What `taken` leaves: the gangs to offer, the reserved placements to bind now (by gang
+    id), and the reservations that remain."""
+
+    offered: list[PendingGang]
+    placements: list[GangPlacement]
+    by_id: dict[str, PendingGang]
+    reserved: dict[str, Reservation]
+
+
+def taken(
+    reserved: Mapping[str, Reservation], view: ClusterView, offered: Sequence[PendingGang]
+) -> Taken:
+    """`GangMover.take` on the reservations `reserved`, without changing them (pure: the mover
+    keeps `Taken.reserved`, the admin API's what-if only looks)."""
+    left = dict(reserved)
+    placements: list[GangPlacement] = []
+    by_id: dict[str, PendingGang] = {}
+    for pg in view.pending:
+        reservation = left.get(pg.gang.id)
+        if reservation is None or _old_left(reservation, view):
+            continue
+        del left[pg.gang.id]
+        if len(pg.pods) != len(reservation.placement.replicas):
+            continue  # not the gang that was moved: place it anew
+        placements.append(reservation.placement)
+        by_id[pg.gang.id] = pg
+    waiting = set(left) | set(by_id)
+    return Taken([pg for pg in offered if pg.gang.id not in waiting], placements, by_id, left)
+
+
+def _old_left(reservation: Reservation, view: ClusterView) -> bool:
+    """Whether a pod deleted for the move is still there."""
+    for key, uid in reservation.old:
+        f = view.facts.get(key)
+        if f is not None and f.pod["metadata"].get("uid") == uid:
+            return True
+    return False
+
+
+def held(
+    reserved: Mapping[str, Reservation], view: ClusterView, now: float, reserve_s: float
+) -> tuple[ClusterView, dict[str, Reservation], dict[str, str]]:
+    """`view` with every reservation's GPUs held by `<gang>#moving` (GPUs the gang's old pods
+    still hold aside); the reservations kept (with when they expire, once their old pods are
+    gone), and gang -> why its reservation ends (expired, or its GPUs or nodes taken). Pure:
+    `GangMover.hold` keeps the result, the admin API's what-if only looks."""
+    snapshot = view.snapshot
+    kept: dict[str, Reservation] = {}
+    dropped: dict[str, str] = {}
+    extra: list[RunningGang] = []
+    for gid, reservation in reserved.items():
+        placement = reservation.placement
+        if not _old_left(reservation, view) and reservation.expires is None:
+            reservation = replace(reservation, expires=now + reserve_s)
+        whole, slices = snapshot.occupied(excluding=(gid,))
+        own, own_slices = snapshot.occupied(
+            excluding=[g.id for g in snapshot.running if g.id != gid]
+        )
+        gone = any(not snapshot.has_node(r.node) for r in placement.replicas)
+        taken = any(_conflicts(r, whole, slices) for r in placement.replicas)
+        expired = (
+            reservation.expires < now if reservation.expires is not None
+            else reservation.exit_by < now
+        )  # fmt: skip
+        if gone or taken or expired:
+            dropped[gid] = "node gone" if gone else "GPUs taken" if taken else "expired"
+            continue
+        kept[gid] = reservation
+        shown = [r for r in placement.replicas if not _conflicts(r, own, own_slices)]
+        if shown:
+            extra.append(
+                RunningGang(
+                    f"{gid}{RESERVED_SUFFIX}",
+                    placement.gpu_type,
+                    tuple(shown),
+                    priority=reservation.running.priority,
+                    preemptible=False,
+                    queue=reservation.running.queue,
+                )
+            )
+    if extra:
+        view = replace(view, snapshot=replace(snapshot, running=(*snapshot.running, *extra)))
+    return view, kept, dropped
 
 
 def _message(move: Move) -> str:

@@ -14,11 +14,16 @@ progress (the core's `RunProgress`), from its pods and the clock.
 
 Only gangs whose demand the snapshot carries (`cluster_view`: movable gangs) get progress; an
 elastic job's growth units carry the job as their demand and get none.
+
+The admin API's what-if reads a running scheduler's tracker from another thread: it takes a
+`copy()` (made under the tracker's lock) and observes and attaches on that, never on the
+scheduler's own.
 """
 
 from __future__ import annotations
 
 import bisect
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -71,13 +76,28 @@ class ProgressTracker:
         self.wall = wall
         self._lengths: list[float] = []  # sorted
         self._seen: OrderedDict[str, None] = OrderedDict()  # gang runs counted (by pod uid)
+        # Guards the two above: the admin API copies them from its own threads.
+        self._lock = threading.Lock()
 
     @property
     def lengths(self) -> list[float]:
-        return list(self._lengths)
+        with self._lock:
+            return list(self._lengths)
+
+    def copy(self) -> ProgressTracker:
+        """A tracker that knows what this one knows now, and is independent of it."""
+        other = ProgressTracker(self.restart_s, self.wall)
+        with self._lock:
+            other._lengths = list(self._lengths)
+            other._seen = OrderedDict(self._seen)
+        return other
 
     def observe(self, facts: Iterable[PodFacts]) -> None:
         """Count the run of each gang whose rank-0 pod is seen Succeeded (once per pod uid)."""
+        with self._lock:
+            self._observe(facts)
+
+    def _observe(self, facts: Iterable[PodFacts]) -> None:
         for f in facts:
             if not (f.terminal and f.ours and f.gang_label and f.rank[0] == 0):
                 continue
@@ -102,8 +122,11 @@ class ProgressTracker:
         if not any(_movable(g) for g in snapshot.running):
             return view
         now = self.wall()
+        lengths = self.lengths
         running = tuple(
-            self._with_progress(g, view.running_pods, view.facts, now) if _movable(g) else g
+            self._with_progress(g, view.running_pods, view.facts, now, lengths)
+            if _movable(g)
+            else g
             for g in snapshot.running
         )
         return replace(view, snapshot=replace(snapshot, running=running))
@@ -114,6 +137,7 @@ class ProgressTracker:
         members: Mapping[str, tuple[str, ...]],
         facts: Mapping[str, PodFacts],
         now: datetime,
+        lengths: list[float],
     ) -> RunningGang:
         gang_pods = [facts[k].pod for k in members.get(gang.id, ()) if k in facts]
         starts = [started_at(p) for p in gang_pods]
@@ -126,7 +150,7 @@ class ProgressTracker:
         ran = max(0.0, (now - max(known)).total_seconds())
         recent = sum(1 for t in read_move_times(first) if t > now - _HOUR)
         progress = RunProgress(
-            expected_remaining_s=expected_remaining(self._lengths, ran),
+            expected_remaining_s=expected_remaining(lengths, ran),
             unsaved_s=unsaved_s(ran, checkpoint.interval_s),
             restart_s=self.restart_s + checkpoint.grace_s,
             recent_moves=recent,
