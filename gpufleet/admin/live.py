@@ -5,7 +5,9 @@ Inside `gpufleet operator` the API reads the very cache the scheduler decides fr
 the core's input with the scheduler's `ViewBuilder` from the same state (GPUQueues and
 namespace labels included), so the fleet it shows and the snapshot a what-if decides on are the
 scheduler's. TrainingJobs and ServingJobs come from informers of their own (their status
-carries phase, usage and conditions).
+carries phase, usage and conditions). What the scheduler remembers from cycle to cycle (job
+progress, moved gangs' reservations, the workload estimate) a what-if reads through `steps`:
+the scheduler's own beside it, what the cluster shows standalone (`gpufleet.admin.steps`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from kubernetes import client
 
+from gpufleet.admin.steps import Standalone, StepsSource
 from gpufleet.model.contract import names
 from gpufleet.model.crd_common import API_GROUP, API_VERSION
 from gpufleet.model.gpus import Catalog
@@ -28,7 +31,9 @@ from gpufleet.scheduler.binder import list_budgets
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
 from gpufleet.scheduler.cluster_view import ClusterView, ViewBuilder
 from gpufleet.scheduler.decision_view import budget_protected
+from gpufleet.scheduler.estimate_store import EstimateStore
 from gpufleet.scheduler.informer import Informer
+from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.runtime import cache_informers
 
 Obj = dict[str, Any]
@@ -98,6 +103,7 @@ class LiveFleet:
         also_ready: Callable[[], bool] = lambda: True,
         scheduler_name: str = names.SCHEDULER_NAME,
         read_budgets: Callable[[Iterable[str]], list[Obj]] | None = None,
+        steps: StepsSource | None = None,
     ) -> None:
         self.cache = cache
         # The PodDisruptionBudgets of some namespaces, read when a what-if needs them (None:
@@ -112,22 +118,35 @@ class LiveFleet:
         self._builder = ViewBuilder(catalog, scheduler_name)
         # The service the gangs of queues have received, for the service tier of a what-if.
         self.attained = AttainedService(catalog)
+        # The scheduler's stateful steps, for what-ifs (without one: a tracker of its own, the
+        # default settings' cap, no estimate and no reservations known).
+        self.steps: StepsSource = steps or Standalone(SchedulerSettings(name=scheduler_name))
         self._lock = threading.Lock()
 
     @classmethod
     def standalone(
-        cls, api: client.ApiClient, catalog: Catalog, scheduler_name: str = names.SCHEDULER_NAME
+        cls,
+        api: client.ApiClient,
+        catalog: Catalog,
+        settings: SchedulerSettings | None = None,
+        estimate_namespace: str | None = None,
     ) -> LiveFleet:
-        """A cache of its own, fed like the scheduler's, plus the jobs."""
+        """A cache of its own, fed like the scheduler's, plus the jobs; the pods of the
+        scheduler `settings.name` are the scheduler's. A what-if reads the workload estimate
+        that scheduler keeps in its ConfigMap in `estimate_namespace` (None: none)."""
+        settings = settings or SchedulerSettings()
         stop = threading.Event()
         cache = SchedulerCache()
         jobs = JobStore()
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         informers = cache_informers(core, custom, cache, stop) + job_informers(api, jobs, stop)
         budgets = functools.partial(list_budgets, api)
+        store = None
+        if estimate_namespace is not None and settings.estimate_configmap:
+            store = EstimateStore(core, estimate_namespace, settings.estimate_configmap)
         return cls(
-            cache, jobs, catalog, informers, stop, scheduler_name=scheduler_name,
-            read_budgets=budgets,
+            cache, jobs, catalog, informers, stop, scheduler_name=settings.name,
+            read_budgets=budgets, steps=Standalone(settings, store),
         )  # fmt: skip
 
     @classmethod
@@ -138,13 +157,17 @@ class LiveFleet:
         catalog: Catalog,
         cache_ready: Callable[[], bool],
         scheduler_name: str = names.SCHEDULER_NAME,
+        steps: StepsSource | None = None,
     ) -> LiveFleet:
-        """Reading the running scheduler's cache; only the jobs are watched here."""
+        """Reading the running scheduler's cache (and, through `steps`, its trackers); only
+        the jobs are watched here."""
         stop = threading.Event()
         jobs = JobStore()
         informers = job_informers(api, jobs, stop)
         budgets = functools.partial(list_budgets, api)
-        return cls(cache, jobs, catalog, informers, stop, cache_ready, scheduler_name, budgets)
+        return cls(
+            cache, jobs, catalog, informers, stop, cache_ready, scheduler_name, budgets, steps
+        )
 
     def start(self, sync_timeout: float | None = 60.0) -> None:
         """Start the informers and wait until they synced (None: do not wait; `ready()`

@@ -96,9 +96,14 @@ class AdminServer(StartStop):
 def run_standalone(api: client.ApiClient, settings: Settings) -> int:
     """Serve in the foreground until SIGINT/SIGTERM, with the fleet metrics on /metrics: the
     `admin` group's API over the fleet of the scheduler `scheduler.name`, whose policy starts
-    from the `placement` group."""
+    from the `placement` group (its what-ifs read the workload estimate that scheduler keeps in
+    the `lease` namespace)."""
     context = build_context(
-        api, settings.admin, placement=settings.placement, scheduler_name=settings.scheduler.name
+        api,
+        settings.admin,
+        placement=settings.placement,
+        scheduler=settings.scheduler,
+        lease=settings.lease,
     )
     REGISTRY.register(FleetCollector(context.live, context.fleet_memo))
     server = uvicorn.Server(uvicorn_config(context))

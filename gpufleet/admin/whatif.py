@@ -2,14 +2,29 @@
 
 The manifest's pods are built as the operator would build them and added, unbound, to the
 scheduler's cache state; the scheduler's `ViewBuilder` turns that into the core's snapshot and
-pending gangs (with the GPUQueues, their quotas and namespace selectors), and the scheduler's
-snapshot steps follow (`scheduler.decision_view`: over-committed nodes and nodes being
-reconfigured closed, gangs a PodDisruptionBudget protects never victims; then the service each
-queued gang has received). `gpufleet.core.place` decides with the live policy over every gang
-the scheduler would offer now (`scheduler.offer.heads`: the manifest's and those already
-waiting, which compete for the same GPUs). The answer is the decision for the
-manifest's gangs: where, on which type, at whose expense, after which MIG repartitions, or why
-they would wait.
+pending gangs (with the GPUQueues, their quotas and namespace selectors). Then the scheduler's
+own steps follow, in the order of its cycle and through the same functions:
+- its stateless snapshot steps (`scheduler.decision_view`): over-committed nodes and nodes
+  being reconfigured closed, gangs a PodDisruptionBudget protects never victims (the budgets
+  read, where the scheduler learns them from the evictions a budget refused);
+- its stateful snapshot steps (`scheduler.stateful_steps.remembered`): the GPUs reserved for
+  moved gangs held, the progress of the running gangs that checkpoint (without which the core
+  neither prices the work a service-tier eviction throws away nor plans moves), the service
+  each queued gang has received, the online workload estimate with the manifest's gangs counted;
+- its offer (`scheduler.stateful_steps.offer`): the heads (the manifest's gangs and those
+  already waiting, which compete for the same GPUs; the victims of earlier preemptions still
+  shown are settling), of many identical gangs only as many as could fit plus one, and not the
+  gangs waiting for a reserved placement.
+What the scheduler remembers (`LiveFleet.steps`, `gpufleet.admin.steps`) is read, never
+changed: beside the scheduler, from its own trackers; standalone, from what the cluster shows
+(the moved gangs' reservations are then unknown). `gpufleet.core.place` decides with the live
+policy over the gangs offered. The answer is the decision for the manifest's gangs: where, on
+which type, at whose expense, after which MIG repartitions, or why they would wait, in the
+words the scheduler would write on their pods (`waiting.pending_messages`: a gang held back
+behind an identical one takes that gang's reason).
+
+Not taken: the heal phase (nothing is restarted), lending asleep standbys' GPUs, and the moves
+the core plans are not reported.
 """
 
 from __future__ import annotations
@@ -33,13 +48,15 @@ from gpufleet.core.demand import Gang
 from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
 from gpufleet.model.contract.assignment import format_layout
+from gpufleet.model.contract.reasons import PendingNote
 from gpufleet.model.servingjob import ServingJob
 from gpufleet.model.trainingjob import TrainingJob
 from gpufleet.scheduler import pods
 from gpufleet.scheduler.cluster_view import ClusterView
 from gpufleet.scheduler.decision_view import decision_view
-from gpufleet.scheduler.offer import heads
+from gpufleet.scheduler.stateful_steps import offer, remembered
 from gpufleet.scheduler.victims import victims_still_shown
+from gpufleet.scheduler.waiting import pending_messages
 
 
 def what_if(
@@ -56,16 +73,20 @@ def what_if(
         raise ProblemError(
             409, f"{job.kind} {namespace}/{name} exists already; a what-if is for a new job"
         )
-    # The scheduler's phase 1 after the cache is read: the same steps (budgets read rather
-    # than learned from refused evictions), then the service a queue's gangs have received.
-    state = observed.state
-    view = decision_view(observed.view, state, policy, functools.partial(protected, live))
-    view = live.attained.attach(view, policy)
     ours = sorted({pods.gang_id(p) for p in extra})
-    offered, _ = heads(view, state, victims_still_shown(state, view.facts))
-    gangs: list[Gang] = [pg.gang for pg in offered]
+    # The scheduler's phase 1 after the cache is read: the same stateless steps (budgets read
+    # rather than learned from refused evictions), then its stateful ones, read not changed.
+    state = observed.state
+    steps = live.steps.look(ours)
+    view = decision_view(observed.view, state, policy, functools.partial(protected, live))
+    view = remembered(view, policy, steps, live.attained)
+    # Phase 3 (nothing here is being deleted but the victims still shown).
+    offered = offer(view, state, victims_still_shown(state, view.facts), policy, steps)
+    gangs: list[Gang] = [pg.gang for pg in offered.gangs]
     decision = place(view.snapshot, gangs, policy) if gangs else Decision()
-    outcomes = [_outcome(gid, decision, view) for gid in ours]
+    # Why each gang would wait, as the scheduler would write it on its pods.
+    why = pending_messages(offered.waiting, offered.capped, decision, {}, {}, view.eligibility)
+    outcomes = [_outcome(gid, decision, view, why.get(gid)) for gid in ours]
     return WhatIfPublic(
         job=ref,
         placed=all(o.placed for o in outcomes),
@@ -90,14 +111,14 @@ def _victims(decision: Decision, gang: str, view: ClusterView) -> list[VictimPub
     return out
 
 
-def _outcome(gang: str, decision: Decision, view: ClusterView) -> GangOutcomePublic:
+def _outcome(
+    gang: str, decision: Decision, view: ClusterView, why: str | None
+) -> GangOutcomePublic:
     placement = decision.placement(gang)
     if placement is None:
-        pending = decision.pending_for(gang)
-        if pending is not None:
-            waiting = ReasonPublic(reason=pending.reason.value, message=pending.message)
-        elif gang in view.held:
-            waiting = ReasonPublic(reason="GangNotReady", message=view.held[gang])
+        note = PendingNote.parse(why) if why is not None else None
+        if note is not None and note.reason is not None:
+            waiting = ReasonPublic(reason=note.reason.value, message=note.detail)
         else:
             waiting = ReasonPublic(reason="NotOffered", message="the scheduler would not offer it")
         return GangOutcomePublic(

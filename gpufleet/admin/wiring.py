@@ -22,11 +22,12 @@ from gpufleet.admin.fleet import FleetMemo
 from gpufleet.admin.live import LiveFleet
 from gpufleet.admin.nodes import NodeActions
 from gpufleet.admin.policy import PolicyStore, parser
-from gpufleet.model.contract import names
+from gpufleet.admin.steps import BesideScheduler
 from gpufleet.model.gpus import Catalog, load_catalog
+from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.policy_watch import LivePolicy, PolicyWatch
 from gpufleet.scheduler.runtime import SchedulerRuntime
-from gpufleet.settings import AdminSettings, PlacementSettings
+from gpufleet.settings import AdminSettings, LeaseSettings, PlacementSettings
 
 log = logging.getLogger("gpufleet.admin")
 
@@ -62,6 +63,7 @@ def admin_view(api: client.ApiClient, scheduler: SchedulerRuntime) -> AdminView:
         views.catalog,
         lambda: all(i.synced.is_set() for i in informers),
         views.scheduler_name,
+        BesideScheduler(scheduler.scheduler),  # its trackers, for what-ifs (read only)
     )
     return AdminView(live, FleetMemo())
 
@@ -73,16 +75,23 @@ def build_context(
     catalog: Catalog | None = None,
     placement: PlacementSettings | None = None,
     policy: PolicyWatch | None = None,
-    scheduler_name: str = names.SCHEDULER_NAME,
+    scheduler: SchedulerSettings | None = None,
+    lease: LeaseSettings | None = None,
 ) -> AdminContext:
     """The context of an API talking to the cluster of `api`. Without `live`, with informers
     of its own (started by the app's lifespan), the policy ConfigMap's among them, counting the
-    pods of the scheduler `scheduler_name` as the scheduler's; inside the operator, the
-    scheduler's view (which knows its name) and policy watch are passed in."""
+    pods of the scheduler `scheduler.name` as the scheduler's and reading the workload estimate
+    it keeps in the `lease` namespace; inside the operator, the scheduler's view (which knows
+    its name and its trackers) and policy watch are passed in."""
     owns = live is None
     watch = policy or policy_watch(settings, placement or PlacementSettings())
     if live is None:
-        live = LiveFleet.standalone(api, catalog or load_catalog(), scheduler_name)
+        live = LiveFleet.standalone(
+            api,
+            catalog or load_catalog(),
+            scheduler or SchedulerSettings(),
+            (lease or LeaseSettings()).namespace,
+        )
         live.informers.append(watch.informer(client.CoreV1Api(api), live.stop_event))
     return AdminContext(
         settings=settings,

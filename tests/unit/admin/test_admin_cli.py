@@ -137,7 +137,7 @@ def test_gpufleet_admin_reads_the_settings_root_as_the_operator_does(tmp_path: P
 
     api = client.ApiClient(client.Configuration(host=UNREACHABLE))
     ctx = build_context(
-        api, settings.admin, placement=settings.placement, scheduler_name=settings.scheduler.name
+        api, settings.admin, placement=settings.placement, scheduler=settings.scheduler
     )
     assert ctx.policy.current().name == "energy"
     # The view counts the pods naming that scheduler as the scheduler's (pending gangs here).

@@ -3,7 +3,8 @@
 - a gang that fits is placed whole on one GPU type, with replicas on nodes and GPUs;
 - a high-priority gang on a full pool names the preemptible gangs it would evict, as jobs;
 - a MIG replica that needs a repartition lists the MIG change;
-- one that cannot fit says why, with the core's reason code;
+- one that cannot fit says why, as the scheduler would write it on its pods (the core's
+  reason, with the node filters that left nodes out);
 - a ServingJob is one gang per replica;
 - it decides with the GPUQueues, as the scheduler does: QuotaExceeded beyond a queue's quota,
   QueueNotFound for a missing queue, and the service tier (a fresh gang of a queue takes the
@@ -11,6 +12,9 @@
 - it takes the scheduler's snapshot steps (scheduler/decision_view.py): a gang a
   PodDisruptionBudget protects is never named as a victim, and when the budgets cannot be read
   no gang is;
+- and its stateful ones (scheduler/stateful_steps.py): with the running gangs' progress, a
+  service-tier eviction must pay for the work it throws away, so a served gang 300 s past its
+  hourly checkpoint is not named as a victim of a fresh gang (one without a checkpoint is);
 - invalid manifests are refused by the CRD models (422 naming the field), an existing job with
   409, and the cluster's pods and jobs are unchanged afterwards.
 """
@@ -18,6 +22,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -34,6 +39,8 @@ from admin_fakes import (
 from httpx import Client
 
 from gpufleet.admin.live import LiveFleet
+from gpufleet.model.contract import names
+from gpufleet.model.contract.timestamps import format_time
 
 
 def manifest(name: str, **spec: Any) -> dict[str, Any]:
@@ -158,7 +165,9 @@ def test_a_gang_that_cannot_fit_says_why(http: Client) -> None:
     assert not doc["placed"]
     assert doc["gangs"][0]["waiting"] == {
         "reason": "ReplicaExceedsNode",
-        "message": "needs 16 x H100-80GB on one node; the largest node has 8 GPUs",
+        # The scheduler's message: the core's, with the node filters that left nodes out.
+        "message": "needs 16 x H100-80GB on one node; the largest node has 8 GPUs "
+        "(NodeUnschedulable: 1 node is cordoned)",
     }
 
 
@@ -260,3 +269,43 @@ def test_a_fresh_gang_takes_the_gpus_of_a_served_one_of_its_queue(live: LiveFlee
     assert gang["placed"], gang
     (victim,) = gang["preempts"]
     assert victim["job"]["namespace"] == "team-b" and victim["job"]["name"].startswith("low-")
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "evicted"),
+    [
+        # An hourly checkpoint: the eviction would throw away all 300 s run so far, more
+        # than the fresh gang's gain pays back before the served gang is expected to end.
+        pytest.param("interval=3600", False, id="lost-work-not-paid-back"),
+        # Without a checkpoint the scheduler knows no progress: the disruption weight alone.
+        pytest.param(None, True, id="no-progress"),
+    ],
+)
+def test_a_tier_eviction_pays_for_the_victims_lost_work(
+    live: LiveFleet, checkpoint: str | None, evicted: bool
+) -> None:
+    # The busy H100s are held by gangs of the queue `default` for 300 s: 2400 GPU-s each, past
+    # the service tier (1800), so a fresh gang of the queue and of their priority may evict one
+    # if that pays for the work it throws away (borrowing.restarts_paid_back) - which needs
+    # their progress (scheduler/progress.py), as the scheduler gives it.
+    started = format_time(datetime.now(UTC) - timedelta(seconds=300))
+    pods = []
+    for pod in live.cache.state().pods:
+        pod = dict(pod, status={"phase": "Running", "startTime": started})
+        if checkpoint is not None:
+            annotations = pod["metadata"]["annotations"]
+            pod["metadata"] = {**pod["metadata"], "annotations": {**annotations,
+                               names.CHECKPOINT: checkpoint}}  # fmt: skip
+        pods.append(pod)
+    live.cache.replace_pods(pods)
+    quota = {"apiVersion": "gpufleet.io/v1alpha1", "kind": "GPUQueue",
+             "metadata": {"name": "default"},
+             "spec": {"quotas": [{"gpuType": "H100-80GB", "nominal": 24}]}}  # fmt: skip
+    live.cache.replace_queues([quota])
+    body = manifest("fresh", replicas=1, gpusPerReplica=8, queue="default",
+                    gpuTypes=[{"name": "H100-80GB"}])  # fmt: skip
+    with served(context(live)) as http:
+        (gang,) = http.post("/api/v1/whatif", headers=auth(), json=body).json()["gangs"]
+    assert gang["placed"] == evicted and bool(gang["preempts"]) == evicted, gang
+    if not evicted:
+        assert gang["waiting"]["reason"] != "NotOffered", gang
