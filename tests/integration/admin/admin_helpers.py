@@ -23,7 +23,7 @@ from gpufleet.admin.wiring import build_context
 from gpufleet.model.contract import names
 from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.scheduler.runtime import api_client
-from gpufleet.settings import AdminSettings
+from gpufleet.settings import AdminSettings, PlacementSettings
 from gpufleet.testing.operator import Kube, wait_for
 
 # Every route of the admin API, and only the reading ones.
@@ -32,16 +32,23 @@ READER_RULES = READER_ONLY
 
 
 class AdminApi:
-    """The admin API on a free loopback port with a self-signed certificate."""
+    """A standalone admin API (`gpufleet admin`: informers of its own) on a free loopback port
+    with a self-signed certificate, its policy starting from `placement`."""
 
-    def __init__(self, sandbox: Sandbox, state: Path, **settings_: Any) -> None:
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        state: Path,
+        placement: PlacementSettings | None = None,
+        **settings_: Any,
+    ) -> None:
         cert, key = ensure_self_signed(state / "tls")
         self.cert = cert
         settings = AdminSettings(
             port=0, tls_cert_file=cert, tls_key_file=key, token_cache_ttl_s=2, **settings_
         )
         self.api = api_client(str(sandbox.kubeconfig))
-        self.context = build_context(self.api, settings)
+        self.context = build_context(self.api, settings, placement=placement)
         self.server = AdminServer(self.context)
 
     def __enter__(self) -> AdminApi:
