@@ -106,7 +106,7 @@ def offer(
 
 
 class LoopSteps:
-    """The scheduler's own steps: they update its trackers and reservations. `cycle()` gives the
+    """The scheduler's own steps: they update its trackers and reservations. `cycle` is the
     cycle number (for the mover's log lines)."""
 
     def __init__(
