@@ -120,7 +120,9 @@ def test_examples_reach_running_and_the_misfit_says_why(
 
     reasons = {e["reason"] for e in kube.events(ns, "llama-finetune")}
     assert {"Queued", "Running"} <= reasons
-    assert invariants.check(kube.core) == []
+    # The preempted example may still be bound again pod by pod (its Running status can lag
+    # its eviction): a gang caught between two bindings is read again until whole.
+    assert invariants.final_check(kube.core) == []
 
 
 def test_deleting_a_job_removes_everything_it_owned(kube: Kube, ns: str) -> None:
