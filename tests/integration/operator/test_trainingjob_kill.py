@@ -36,7 +36,10 @@ def assert_clean(kube: Kube, ns: str, job: str, replicas: int) -> None:
     assert invariants.duplicate_workers(everything) == []
     # A gang the kill left partly bound (or partly evicted) is completed or restarted whole
     # by the next cycles of the restarted scheduler, not at the instant the job turns Running.
-    wait_for(lambda: invariants.check(kube.core) == [], "no partly bound gang", 10)
+    # Up to 30 s, beyond the checkers' own bound for a new leader (invariants.TAKEOVER_S of
+    # taking the Lease, then 3 s for its bindings); one clean read ends the wait, and a read
+    # between two bindings only reads again.
+    wait_for(lambda: invariants.check(kube.core) == [], "no partly bound gang", 30)
 
 
 KillPoint = Callable[[Kube, str], object]
