@@ -365,7 +365,9 @@ def test_a_burst_borrows_gpus_from_preemptible_training_only(
         readmitted = kube.condition(ns, "lend", "Preempted")
         assert readmitted is not None and readmitted["reason"] == "Readmitted", readmitted
         assert kube.phase(ns, "keep") == "Running" and uids("keep") == keep_uids
-        assert invariants.check(kube.core) == []
+        # The borrower may be bound again pod by pod (one more scale-up preempts it again):
+        # a gang caught between two bindings is read again until whole.
+        assert invariants.final_check(kube.core) == []
 
 
 def test_standby_replicas_wake_before_new_ones_are_created(
