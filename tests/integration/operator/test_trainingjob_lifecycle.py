@@ -17,9 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
+from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.power import capped_power_w
 from gpufleet.sandbox.control_plane import Sandbox
+from gpufleet.settings import OperatorSettings
 from gpufleet.testing import invariants
 from gpufleet.testing.operator import Kube, wait_for
 
@@ -218,18 +220,30 @@ def test_success_then_ttl_deletes_the_job(kube: Kube, ns: str) -> None:
 def test_status_accounts_gpu_time_and_energy(kube: Kube, ns: str) -> None:
     kube.create_job(ns, job("meter", replicas=2))
     wait_for(lambda: kube.phase(ns, "meter") == "Running", "Running")
-    began = time.monotonic()
-    time.sleep(4)
+    time.sleep(6)
+    # The accounting charges each running pod from its status.startTime (as the cluster
+    # recorded it, in whole seconds) to the operator's check that sees it no longer running.
+    pods = kube.pods(ns)
+    assert len(pods) == 2 and all(p["status"].get("phase") == "Running" for p in pods)
+    started = [parse_time(p["status"].get("startTime")) for p in pods]
+    assert all(s is not None for s in started)
+    stopped = time.time()  # the workers ran at least until here
     for rank in range(2):
         kube.core.patch_namespaced_pod_status(
             f"meter-worker-{rank}", ns, {"status": {"phase": "Succeeded"}}
         )
-    ran = time.monotonic() - began
     wait_for(lambda: kube.phase(ns, "meter") == "Succeeded", "Succeeded")
     status = (kube.job(ns, "meter") or {})["status"]
-    # Two T4 workers for `ran` seconds; each pass charges up to one tick late or early, and
-    # the pods were Running up to one pass before the job's phase said so.
-    assert 2 * (ran - 2) <= status["gpuSeconds"] <= 2 * (ran + 2)
+    read = time.time()  # every charge in `status` was made before here
+    # One T4 per worker. Upper bound: no pass charges past its own clock, so a worker is charged
+    # at most from its start to this read (the status rounds to 0.1). Lower bound: a worker is
+    # charged at least to its stop, less one operator tick (a check that acted last saw it
+    # running a tick before it stopped) and the whole second the operator's clock is
+    # truncated to.
+    early = OperatorSettings().tick_s + 1.0  # the operator runs with the default tick
+    at_least = sum(stopped - s.timestamp() - early for s in started if s is not None)
+    at_most = sum(read - s.timestamp() for s in started if s is not None)
+    assert at_least <= status["gpuSeconds"] <= at_most + 0.05, (at_least, at_most)
     watts = capped_power_w(load_catalog()["T4"], None)
     assert status["estimatedEnergyJoules"] == pytest.approx(status["gpuSeconds"] * watts, abs=5)
     assert status["usageAccountedTime"]
