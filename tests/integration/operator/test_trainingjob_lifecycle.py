@@ -115,7 +115,7 @@ def test_examples_reach_running_and_the_misfit_says_why(
             and c
         ),
         "the core's reason on the job that cannot fit",
-        15,
+        60,  # a scheduler cycle, the reason's write and an operator pass: not what is measured
     )
     assert admitted["status"] == "False"
     assert admitted["message"].startswith("ReplicaExceedsNode: needs 16 x H100-80GB on one node")
