@@ -8,7 +8,11 @@ the decision, and reports:
 - an admitted non-preemptible gang that borrows what a reclaim might need back (neither within
   nominal all the way up nor on capacity no queue is promised);
 - a preemption across queues that is not a reclaim: the victim's queue did not borrow the
-  victim's resource, or the winner's queue would go above its own nominal quota;
+  victim's resource, or the winner's queue would go above its own nominal quota. The engine
+  decides each reclaim on its working account, after the evictions and placements it made
+  earlier in the same decision, an order the decision does not keep; so the victim's queue is
+  judged on the most it can have held then (its usage before plus all its placements) and the
+  winner's on the least (its usage before less all its evicted gangs);
 - inside one queue, a preemption of a gang of equal or higher priority (but an elastic job's
   growth unit may go for a gang of its own priority: rebalance.py);
 - a gang of an unusable queue, with a priority outside its queue's range, or from a namespace
@@ -105,17 +109,14 @@ def quota_problems(
         resource, amount = _charge(held)
         before.setdefault(_home(tree, held.queue), Counter())[resource] += amount
     old = _Account(tree, before)
-    for pre in decision.preemptions:
-        victim, winner = running.get(pre.gang_id), gangs.get(pre.for_gang)
-        if victim is None or winner is None:
-            continue  # validate.py reports unknown gangs
-        problems.extend(_preemption_problems(tree, old, victim, winner, tier_gpu_s))
     after: Usage = {k: Counter(v) for k, v in before.items()}
     for pre in decision.preemptions:
         gone = running.get(pre.gang_id)
         if gone is not None:
             resource, amount = _charge(gone)
             after[_home(tree, gone.queue)][resource] -= amount
+    least = _Account(tree, {k: Counter(v) for k, v in after.items()})
+    most: Usage = {k: Counter(v) for k, v in before.items()}
     for placement in decision.placements:
         gang = gangs.get(placement.gang_id)
         if gang is None:
@@ -132,6 +133,14 @@ def quota_problems(
         resource = resource_key(placement.gpu_type, gang.mig_profile)
         amount = gang.gpus_needed(placement.replica_count)
         after.setdefault(_home(tree, gang.queue), Counter())[resource] += amount
+        most.setdefault(_home(tree, gang.queue), Counter())[resource] += amount
+    for pre in decision.preemptions:
+        victim, winner = running.get(pre.gang_id), gangs.get(pre.for_gang)
+        if victim is None or winner is None:
+            continue  # validate.py reports unknown gangs
+        problems.extend(
+            _preemption_problems(tree, _Account(tree, most), least, victim, winner, tier_gpu_s)
+        )
     new = _Account(tree, after)
     resources = sorted({r for usage in after.values() for r in usage})
     for resource in resources:
@@ -149,8 +158,15 @@ def quota_problems(
 
 
 def _preemption_problems(
-    tree: QueueTree, old: _Account, victim: RunningGang, winner: Gang, tier_gpu_s: float | None
+    tree: QueueTree,
+    most: _Account,
+    least: _Account,
+    victim: RunningGang,
+    winner: Gang,
+    tier_gpu_s: float | None,
 ) -> list[str]:
+    """`most`/`least`: the most and the least each queue can have held when the engine took
+    this preemption (module docstring)."""
     vq, wq = _home(tree, victim.queue), _home(tree, winner.queue)
     if vq == wq:
         # An elastic job's growth unit may go for a gang of its own priority (rebalance.py).
@@ -165,11 +181,11 @@ def _preemption_problems(
     resource, _ = _charge(victim)
     if vq is not None:
         nominal = tree.queues[vq].quota(resource).nominal
-        if old.subtree(vq, resource) <= nominal:
+        if most.subtree(vq, resource) <= nominal:
             out.append(f"{victim.id} reclaimed though queue {vq} did not borrow {resource}")
     need = resource_key(victim.gpu_type, winner.mig_profile)
     amount = winner.gpus_needed(winner.replicas_min)
-    if old.subtree(wq, need) + amount > tree.queues[wq].quota(need).nominal:
+    if least.subtree(wq, need) + amount > tree.queues[wq].quota(need).nominal:
         out.append(f"{victim.id} reclaimed for {winner.id}, beyond queue {wq}'s nominal")
     return out
 

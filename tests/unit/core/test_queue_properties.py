@@ -136,7 +136,12 @@ def test_reclaim_takes_borrowers_only_for_gangs_within_nominal(
     snapshot, pending = case
     assert snapshot.queues is not None
     decision = place(snapshot, pending, Policy(solver=SolverSettings(engine=Engine.GREEDY)))
-    before = QueueGate(snapshot, aging_s=3600.0).book
+    # The engine takes each reclaim on its account after the decision's earlier steps, whose
+    # order the decision does not keep: the victim's queue borrowed at most with every
+    # placement made, the winner's queue was entitled at least with every eviction made.
+    gate = QueueGate(snapshot, aging_s=3600.0)
+    least = gate.after(replace(decision, placements=()), pending).book
+    most = gate.after(replace(decision, preemptions=()), pending).book
     running = {r.id: r for r in snapshot.running}
     winners = {g.id: g for g in pending}
     for pre in decision.preemptions:
@@ -146,9 +151,9 @@ def test_reclaim_takes_borrowers_only_for_gangs_within_nominal(
             continue
         assert victim.queue != winner.queue and winner.queue is not None
         charge = running_charge(victim)
-        assert before.borrowing(victim.queue or "", charge.resource)
+        assert most.borrowing(victim.queue or "", charge.resource)
         need = resource_key(victim.gpu_type, winner.mig_profile)
-        assert before.entitled(winner.queue, need, winner.gpus_needed(winner.replicas_min))
+        assert least.entitled(winner.queue, need, winner.gpus_needed(winner.replicas_min))
 
 
 @FAST
@@ -209,4 +214,38 @@ def test_the_validator_catches_quota_breaches() -> None:
     )
     assert "a9 preempted inside its queue for a2 of no higher priority" in decision_problems(
         within, [small], by_priority
+    )
+
+
+def test_the_validator_judges_a_reclaim_on_the_account_of_its_turn() -> None:
+    """A decision in which queue b first evicts its own low-priority gang (for p1) and then,
+    back within its nominal 2, reclaims a's borrowed GPU (for p0): both engines' decision on
+    this cluster (found by hypothesis). Judged on the usage before the decision (b held 4),
+    the reclaim looked beyond b's nominal; one that does go beyond it is still reported."""
+    tree = QueueTree.build(
+        [QueueSpec("a", quotas={"L4": Quota(0)}), QueueSpec("b", quotas={"L4": Quota(2)})]
+    )
+    snapshot = (
+        cluster()
+        .node("n0", "L4", 8)
+        .run("r0-0", "n0", (0,), queue="a")
+        .run("r0-1", "n0", (1, 2, 3, 4), queue="b")
+        .run("r0-5", "n0", (5,), preemptible=False, queue="a")
+        .run("r0-6", "n0", (6, 7), preemptible=False, queue="a")
+        .queues(tree)
+        .build()
+    )
+    pending = [gang("p0", "L4", gpus=1, queue="b"), gang("p1", "L4", gpus=1, queue="b", priority=3)]
+    decision = Decision(
+        placements=(
+            GangPlacement("p0", "L4", (ReplicaPlacement("n0", (0,)),)),
+            GangPlacement("p1", "L4", (ReplicaPlacement("n0", (1,)),)),
+        ),
+        preemptions=(Preemption("r0-0", "p0", reclaim=True), Preemption("r0-1", "p1")),
+    )
+    assert decision_problems(snapshot, pending, decision) == []
+    # Without p1's eviction b stays at 4 held: the reclaim for p0 goes beyond its nominal.
+    alone = Decision(placements=decision.placements[:1], preemptions=decision.preemptions[:1])
+    assert "r0-0 reclaimed for p0, beyond queue b's nominal" in decision_problems(
+        snapshot, pending[:1], alone
     )
