@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from gpufleet.model.contract import names
 from gpufleet.testing import invariants
 from gpufleet.testing.invariants import ALWAYS_LEADING, PartialGangClock, Term
+from tests.unit.testing.checker_fakes import Clock, Reads
 
 GANG = "gang chaos/g: 1 live pods bound, the gang needs 2"
 PARTIAL = {"chaos/g": GANG}
@@ -170,52 +171,25 @@ def pod(name: str, node: str | None) -> dict[str, Any]:
     }
 
 
-class FakeCore:
-    """The two lists of `read_cluster`, one state per read."""
-
-    def __init__(self, states: list[list[dict[str, Any]]]) -> None:
-        self.states = states
-        self.reads = 0
-
-    def list_node(self, **_: Any) -> Any:
-        return SimpleNamespace(data=json.dumps({"items": []}).encode())
-
-    def list_pod_for_all_namespaces(self, **_: Any) -> Any:
-        items = self.states[min(self.reads, len(self.states) - 1)]
-        self.reads += 1
-        return SimpleNamespace(data=json.dumps({"items": items}).encode())
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.t += seconds
-
-
 def test_final_check_reads_again_a_gang_caught_between_its_bindings() -> None:
     # The soak's one-off "gang j00323: 1 live pods bound, the gang needs 2" at its final check,
     # a single read, of a gang being bound in its last minute.
-    core = FakeCore([[pod("g-0", "n0"), pod("g-1", None)], [pod("g-0", "n0"), pod("g-1", "n1")]])
+    core = Reads([pod("g-0", "n0"), pod("g-1", None)], [pod("g-0", "n0"), pod("g-1", "n1")])
     clock = Clock()
-    assert invariants.check(FakeCore(core.states)) == [GANG]  # type: ignore[arg-type]
+    assert invariants.check(Reads(*core.states)) == [GANG]  # type: ignore[arg-type]
     found = invariants.final_check(core, sleep=clock.sleep, clock=clock)  # type: ignore[arg-type]
     assert found == [] and core.reads == 2
 
 
 def test_final_check_reports_a_gang_partly_bound_for_the_grace() -> None:
-    core = FakeCore([[pod("g-0", "n0"), pod("g-1", None)]])
+    core = Reads([pod("g-0", "n0"), pod("g-1", None)])
     clock = Clock()
     found = invariants.final_check(core, sleep=clock.sleep, clock=clock)  # type: ignore[arg-type]
     assert found == [GANG] and 7 <= core.reads <= 9
 
 
 def test_settled_checker_reads_the_term_and_judges_by_it() -> None:
-    core = FakeCore([[pod("g-0", "n0"), pod("g-1", None)]])
+    core = Reads([pod("g-0", "n0"), pod("g-1", None)])
     clock = Clock()
 
     def term() -> Term:  # l1 killed at 1000 s; l2 takes over at 1005 s, renews every 5 s

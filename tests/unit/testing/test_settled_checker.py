@@ -6,12 +6,11 @@ their failures depend on it."""
 
 from __future__ import annotations
 
-import json
-from types import SimpleNamespace
 from typing import Any
 
 from gpufleet.model.contract import names
 from gpufleet.testing import invariants
+from tests.unit.testing.checker_fakes import Clock, Reads
 
 NODE = {"metadata": {"name": "n0"}, "status": {"allocatable": {names.WHOLE_GPU_RESOURCE: "4"}}}
 GANG = "gang t/g: 1 live pods bound, the gang needs 2"
@@ -40,32 +39,9 @@ def pod(name: str, node: str | None, gpus: str = "", **labels: str) -> dict[str,
     }
 
 
-class Cluster:
-    """`read_cluster`'s two lists: node n0 (4 GPUs), and one list of pods per read (the last
-    one repeats)."""
-
-    def __init__(self, *reads: list[dict[str, Any]]) -> None:
-        self.reads = list(reads)
-        self.count = 0
-
-    def list_node(self, **_: Any) -> Any:
-        return SimpleNamespace(data=json.dumps({"items": [NODE]}).encode())
-
-    def list_pod_for_all_namespaces(self, **_: Any) -> Any:
-        items = self.reads[min(self.count, len(self.reads) - 1)]
-        self.count += 1
-        return SimpleNamespace(data=json.dumps({"items": items}).encode())
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.t += seconds
+def cluster_of(*reads: list[dict[str, Any]]) -> Reads:
+    """Node n0 (4 GPUs) and one list of pods per read (the last one repeats)."""
+    return Reads(*reads, nodes=(NODE,))
 
 
 IN_G = {names.GANG_LABEL: "g"}
@@ -77,27 +53,27 @@ RANK = {names.TRAININGJOB_LABEL: "job", names.RANK_LABEL: "0"}
 DUPLICATE = [pod("job-0", None, **RANK), pod("job-0-again", None, **RANK)]
 
 
-def settled(cluster: Cluster, clock: Clock) -> invariants.SettledChecker:
+def settled(cluster: Reads, clock: Clock) -> invariants.SettledChecker:
     return invariants.SettledChecker(cluster, grace=3, clock=clock)  # type: ignore[arg-type]
 
 
 def test_the_settled_checker_reports_a_gpu_held_twice_on_its_first_read() -> None:
-    found = settled(Cluster(TWICE), Clock()).check()
+    found = settled(cluster_of(TWICE), Clock()).check()
     assert found == ["n0 gpu0 held by t/a, t/b"]
 
 
 def test_the_settled_checker_reports_an_over_committed_node_on_its_first_read() -> None:
-    found = settled(Cluster(OVER), Clock()).check()
+    found = settled(cluster_of(OVER), Clock()).check()
     assert found == ["n0: 5 x nvidia.com/gpu in use, 4 allocatable"]
 
 
 def test_the_settled_checker_reports_a_rank_with_two_live_pods_on_its_first_read() -> None:
-    assert settled(Cluster(DUPLICATE), Clock()).check() == ["t/job rank 0: 2 pods"]
+    assert settled(cluster_of(DUPLICATE), Clock()).check() == ["t/job rank 0: 2 pods"]
 
 
 def test_the_settled_checker_lets_a_partly_bound_gang_wait_for_its_grace_only() -> None:
     clock = Clock()
-    checker = settled(Cluster(HALF), clock)
+    checker = settled(cluster_of(HALF), clock)
     seen = []
     for _ in range(8):  # every second for 8 s, the gang partly bound throughout
         seen.append(checker.check())
@@ -108,7 +84,7 @@ def test_the_settled_checker_lets_a_partly_bound_gang_wait_for_its_grace_only() 
 
 def test_the_settled_checker_passes_a_gang_whole_within_its_grace() -> None:
     clock = Clock()
-    checker = settled(Cluster(HALF, WHOLE), clock)
+    checker = settled(cluster_of(HALF, WHOLE), clock)
     assert checker.check() == []
     clock.sleep(1.0)
     assert checker.check() == []
@@ -116,7 +92,7 @@ def test_the_settled_checker_passes_a_gang_whole_within_its_grace() -> None:
 
 def test_final_check_keeps_a_double_booking_a_later_read_no_longer_shows() -> None:
     # Read 1: GPU 0 held twice, the gang half bound (so it reads again); read 2: all clean.
-    cluster = Cluster([*TWICE, *HALF], WHOLE)
+    cluster = cluster_of([*TWICE, *HALF], WHOLE)
     clock = Clock()
     found = invariants.final_check(cluster, sleep=clock.sleep, clock=clock)  # type: ignore[arg-type]
-    assert found == ["n0 gpu0 held by t/a, t/b"] and cluster.count == 2
+    assert found == ["n0 gpu0 held by t/a, t/b"] and cluster.reads == 2
