@@ -258,14 +258,7 @@ def test_a_fresh_gang_takes_the_gpus_of_a_served_one_of_its_queue(live: LiveFlee
     # the service tier, so a fresh gang of the queue and of their priority may take their GPUs.
     started = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}
     live.cache.replace_pods([dict(p, status=started) for p in live.cache.state().pods])
-    quota = {"apiVersion": "gpufleet.io/v1alpha1", "kind": "GPUQueue",
-             "metadata": {"name": "default"},
-             "spec": {"quotas": [{"gpuType": "H100-80GB", "nominal": 24}]}}  # fmt: skip
-    live.cache.replace_queues([quota])
-    body = manifest("fresh", replicas=1, gpusPerReplica=8, queue="default",
-                    gpuTypes=[{"name": "H100-80GB"}])  # fmt: skip
-    with served(context(live)) as http:
-        (gang,) = http.post("/api/v1/whatif", headers=auth(), json=body).json()["gangs"]
+    gang = _fresh_gang_of_default(live)
     assert gang["placed"], gang
     (victim,) = gang["preempts"]
     assert victim["job"]["namespace"] == "team-b" and victim["job"]["name"].startswith("low-")
@@ -298,6 +291,14 @@ def test_a_tier_eviction_pays_for_the_victims_lost_work(
                                names.CHECKPOINT: checkpoint}}  # fmt: skip
         pods.append(pod)
     live.cache.replace_pods(pods)
+    gang = _fresh_gang_of_default(live)
+    assert gang["placed"] == evicted and bool(gang["preempts"]) == evicted, gang
+    if not evicted:
+        assert gang["waiting"]["reason"] != "NotOffered", gang
+
+
+def _fresh_gang_of_default(live: LiveFleet) -> dict[str, Any]:
+    """The what-if's answer for a fresh 8-GPU H100 gang of the queue `default` (24 H100)."""
     quota = {"apiVersion": "gpufleet.io/v1alpha1", "kind": "GPUQueue",
              "metadata": {"name": "default"},
              "spec": {"quotas": [{"gpuType": "H100-80GB", "nominal": 24}]}}  # fmt: skip
@@ -306,6 +307,4 @@ def test_a_tier_eviction_pays_for_the_victims_lost_work(
                     gpuTypes=[{"name": "H100-80GB"}])  # fmt: skip
     with served(context(live)) as http:
         (gang,) = http.post("/api/v1/whatif", headers=auth(), json=body).json()["gangs"]
-    assert gang["placed"] == evicted and bool(gang["preempts"]) == evicted, gang
-    if not evicted:
-        assert gang["waiting"]["reason"] != "NotOffered", gang
+    return dict(gang)
