@@ -27,7 +27,9 @@ held-out windows (`--set heldout`) were added later, unseen by every change befo
 are reported separately from the scoring windows. The held-out windows were then used to
 diagnose why a rule failed on them (bench/README.md, Queues, twelfth pass), so they are seen
 from then on; the fresh windows (`--set fresh`) were added in the thirteenth pass (2026-12-05)
-as the unseen set for the change made from that diagnosis.
+as the unseen set for the change made from that diagnosis. Of them, 2017-11-18 seed 2 was then
+used to diagnose the owed gangs it shows (fourteenth pass: the quota monitor and the reclaim,
+no rule chosen on it), so that window is seen from then on; 2017-11-04 and 2017-11-28 are not.
 
 Usage: `python bench/queue_bench.py [--set scoring|tuning|heldout|fresh] [--windows D1,D2]
 [--seeds 0,1] [--jobs N] [--load K] [--history-days D] [--engine greedy|cpsat] [--type-delay SHARE]
