@@ -23,8 +23,9 @@ which type, at whose expense, after which MIG repartitions, or why they would wa
 words the scheduler would write on their pods (`waiting.pending_messages`: a gang held back
 behind an identical one takes that gang's reason).
 
-Not taken: the heal phase (nothing is restarted), lending asleep standbys' GPUs, and the moves
-the core plans are not reported.
+The decision is the scheduler's (`scheduler.lending.decide`): with asleep standbys, their GPUs
+are lent to preemptible gangs of lower priority. Not taken: the heal phase (nothing is
+restarted); the moves the core plans are not reported.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from gpufleet.model.trainingjob import TrainingJob
 from gpufleet.scheduler import pods
 from gpufleet.scheduler.cluster_view import ClusterView
 from gpufleet.scheduler.decision_view import decision_view
+from gpufleet.scheduler.lending import decide as decide_lending
 from gpufleet.scheduler.stateful_steps import offer, remembered
 from gpufleet.scheduler.victims import victims_still_shown
 from gpufleet.scheduler.waiting import pending_messages
@@ -83,7 +85,9 @@ def what_if(
     # Phase 3 (nothing here is being deleted but the victims still shown).
     offered = offer(view, state, victims_still_shown(state, view.facts), policy, steps)
     gangs: list[Gang] = [pg.gang for pg in offered.gangs]
-    decision = place(view.snapshot, gangs, policy) if gangs else Decision()
+    # As the scheduler decides: asleep standbys' GPUs lent to preemptible gangs of lower
+    # priority (scheduler/lending.py).
+    decision = decide_lending(view, gangs, policy, place).decision if gangs else Decision()
     # Why each gang would wait, as the scheduler would write it on its pods.
     why = pending_messages(offered.waiting, offered.capped, decision, {}, {}, view.eligibility)
     outcomes = [_outcome(gid, decision, view, why.get(gid)) for gid in ours]

@@ -40,6 +40,7 @@ from httpx import Client
 
 from gpufleet.admin.live import LiveFleet
 from gpufleet.model.contract import names
+from gpufleet.model.contract.standby import ASLEEP
 from gpufleet.model.contract.timestamps import format_time
 
 
@@ -308,3 +309,26 @@ def _fresh_gang_of_default(live: LiveFleet) -> dict[str, Any]:
     with served(context(live)) as http:
         (gang,) = http.post("/api/v1/whatif", headers=auth(), json=body).json()["gangs"]
     return dict(gang)
+
+
+def test_a_preemptible_gang_borrows_an_asleep_standbys_gpus() -> None:
+    # h100-0's 8 GPUs are held by an asleep standby of priority 5: the scheduler lends them to
+    # preemptible gangs of lower priority (lending.decide); every other whole H100 is busy.
+    jobs, pods = _busy_h100()
+    asleep = training_job("asleep", "team-b", replicas=1, gpus=8, priority=5, phase="Running")
+    (pod,) = [bind(p, "h100-0", "0,1,2,3,4,5,6,7", "H100-80GB") for p in job_pods(asleep)]
+    pod["metadata"]["annotations"][names.STANDBY] = ASLEEP
+    jobs[0], pods = asleep, [pod, *(p for p in pods if p["spec"]["nodeName"] != "h100-0")]
+    nodes = sandbox_nodes()
+    for node in nodes:
+        if node["metadata"]["name"] == "h100-mig-0":
+            node.setdefault("spec", {})["unschedulable"] = True
+    body = manifest("borrower", replicas=1, gpusPerReplica=8, gpuTypes=[{"name": "H100-80GB"}])
+    with served(context(live_fleet(nodes, pods, jobs))) as http:
+        (gang,) = http.post("/api/v1/whatif", headers=auth(), json=body).json()["gangs"]
+    assert gang["placed"] and gang["replicas"][0]["node"] == "h100-0", gang
+    assert gang["preempts"] == []
+    body["spec"]["preemptible"] = False  # only preemptible gangs borrow
+    with served(context(live_fleet(nodes, pods, jobs))) as http:
+        (gang,) = http.post("/api/v1/whatif", headers=auth(), json=body).json()["gangs"]
+    assert not gang["placed"], gang
