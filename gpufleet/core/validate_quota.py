@@ -134,13 +134,12 @@ def quota_problems(
         amount = gang.gpus_needed(placement.replica_count)
         after.setdefault(_home(tree, gang.queue), Counter())[resource] += amount
         most.setdefault(_home(tree, gang.queue), Counter())[resource] += amount
+    highest = _Account(tree, most)
     for pre in decision.preemptions:
         victim, winner = running.get(pre.gang_id), gangs.get(pre.for_gang)
         if victim is None or winner is None:
             continue  # validate.py reports unknown gangs
-        problems.extend(
-            _preemption_problems(tree, _Account(tree, most), least, victim, winner, tier_gpu_s)
-        )
+        problems.extend(_preemption_problems(tree, highest, least, victim, winner, tier_gpu_s))
     new = _Account(tree, after)
     resources = sorted({r for usage in after.values() for r in usage})
     for resource in resources:
