@@ -198,6 +198,16 @@ class Kube:
         body: Any = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
         self.core.create_namespace(body)
 
+    def create_queue(self, name: str, gpu_type: str, nominal: int) -> None:
+        """A GPUQueue with a nominal quota of `nominal` GPUs of `gpu_type`."""
+        body: Any = {
+            "apiVersion": "gpufleet.io/v1alpha1",
+            "kind": "GPUQueue",
+            "metadata": {"name": name},
+            "spec": {"quotas": [{"gpuType": gpu_type, "nominal": nominal}]},
+        }
+        self.custom.create_cluster_custom_object("gpufleet.io", "v1alpha1", "gpuqueues", body)
+
     def create_job(self, namespace: str, manifest: dict[str, Any]) -> None:
         self.custom.create_namespaced_custom_object(
             "gpufleet.io", "v1alpha1", namespace, "trainingjobs", manifest

@@ -35,7 +35,6 @@ from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_
 THETA = 8.0  # GPU-seconds: half a second of the long job's 16 GPUs
 GPUS = 16  # every T4 of the default fleet: 4 nodes x 4
 QUEUE = f"steps-{uuid.uuid4().hex[:6]}"
-GROUP, VERSION = "gpufleet.io", "v1alpha1"
 
 
 class Apis:
@@ -63,13 +62,7 @@ def served(
     sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[OperatorProcess, str, Path]]:
     """The operator with the service tier, serving the admin API; the module's queue."""
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "GPUQueue",
-        "metadata": {"name": QUEUE},
-        "spec": {"quotas": [{"gpuType": "T4", "nominal": GPUS}]},
-    }
-    kube.custom.create_cluster_custom_object(GROUP, VERSION, "gpuqueues", body)
+    kube.create_queue(QUEUE, "T4", GPUS)
     folder = tmp_path_factory.mktemp("operator")
     cert, key = ensure_self_signed(folder / "tls")
     config = folder / "settings.yaml"

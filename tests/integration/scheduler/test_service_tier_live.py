@@ -38,7 +38,6 @@ pytestmark = pytest.mark.integration
 THETA = 8.0  # GPU-seconds: half a second of the long job's 16 GPUs
 GPUS = 16  # every T4 of the default fleet: 4 nodes x 4
 QUEUE = f"tier-{uuid.uuid4().hex[:6]}"
-GROUP, VERSION = "gpufleet.io", "v1alpha1"
 SETTINGS = f"""\
 placement:
   service_tier_gpu_s: {THETA}
@@ -50,13 +49,7 @@ def operator(
     sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
     """This module's operator, with a small service tier threshold; the module's queue."""
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "GPUQueue",
-        "metadata": {"name": QUEUE},
-        "spec": {"quotas": [{"gpuType": "T4", "nominal": GPUS}]},
-    }
-    kube.custom.create_cluster_custom_object(GROUP, VERSION, "gpuqueues", body)
+    kube.create_queue(QUEUE, "T4", GPUS)
     folder = tmp_path_factory.mktemp("operator")
     try:
         with configured_operator(sandbox.kubeconfig, kube, folder, SETTINGS) as proc:
