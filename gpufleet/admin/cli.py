@@ -259,6 +259,7 @@ def show_whatif(doc: dict[str, Any]) -> str:
         if not gang["placed"]:
             waiting = gang["waiting"]
             lines.append(f"  {gang['gang']}: waits: {waiting['reason']}: {waiting['message']}")
+            lines += _moved_for(gang)
             continue
         where = "; ".join(
             f"{r['node']} GPU {','.join(map(str, r['gpus']))}"
@@ -271,7 +272,17 @@ def show_whatif(doc: dict[str, Any]) -> str:
         for change in gang["migChanges"]:
             layout = ",".join(change["layout"]) if change["layout"] else "MIG off"
             lines.append(f"    repartitions {change['node']} GPU {change['gpu']} to {layout}")
+        lines += _moved_for(gang)
     return "\n".join(lines)
+
+
+def _moved_for(gang: dict[str, Any]) -> list[str]:
+    """The running gangs moved to make room for `gang` (absent from older servers' answers)."""
+    return [
+        f"    moves {m['gang']} from {','.join(m['fromNodes'])} ({m['fromGpuType']}) to "
+        f"{','.join(m['toNodes'])} ({m['gpuType']}), {m['delayS']:.0f}s later"
+        for m in gang.get("moves") or ()
+    ]
 
 
 def show_drain(doc: dict[str, Any]) -> str:

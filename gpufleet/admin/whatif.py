@@ -21,11 +21,18 @@ changed: beside the scheduler, from its own trackers; standalone, from what the 
 policy over the gangs offered. The answer is the decision for the manifest's gangs: where, on
 which type, at whose expense, after which MIG repartitions, or why they would wait, in the
 words the scheduler would write on their pods (`waiting.pending_messages`: a gang held back
-behind an identical one takes that gang's reason).
+behind an identical one takes that gang's reason), and the running gangs the decision moves
+to make room for a gang (the core's `Move`s with `for_gang`: an evacuation of the node
+reserved for it, or a relocation so that a reclaim can clear a node for it; the gang waits in
+this decision and takes the node in a following one): from where to where, the price the core
+charged (seconds later the moved gang is expected to finish) and the message of the event the
+scheduler writes when it moves a gang (`mover.move_message`).
 
 The decision is the scheduler's (`scheduler.lending.decide`): with asleep standbys, their GPUs
 are lent to preemptible gangs of lower priority. Not taken: the heal phase (nothing is
-restarted); the moves the core plans are not reported.
+restarted). Not reported: the moves made for no gang of the manifest (to a faster type, to
+refill a type's reserve, or for another waiting gang), and the mover's own checks when it
+carries a move out (a disruption budget that refuses the deletion then skips it).
 """
 
 from __future__ import annotations
@@ -39,12 +46,13 @@ from gpufleet.admin.models.jobs import ReasonPublic
 from gpufleet.admin.models.whatif import (
     GangOutcomePublic,
     MigChangePublic,
+    MovePublic,
     PlacedReplicaPublic,
     VictimPublic,
     WhatIfPublic,
 )
 from gpufleet.admin.workloads import job_ref, manifest_pods
-from gpufleet.core.decision import Decision
+from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.demand import Gang
 from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
@@ -56,6 +64,7 @@ from gpufleet.scheduler import pods
 from gpufleet.scheduler.cluster_view import ClusterView
 from gpufleet.scheduler.decision_view import decision_view
 from gpufleet.scheduler.lending import decide as decide_lending
+from gpufleet.scheduler.mover import move_message
 from gpufleet.scheduler.stateful_steps import offer, remembered
 from gpufleet.scheduler.victims import victims_still_shown
 from gpufleet.scheduler.waiting import pending_messages
@@ -115,6 +124,40 @@ def _victims(decision: Decision, gang: str, view: ClusterView) -> list[VictimPub
     return out
 
 
+def _replicas(placement: GangPlacement) -> list[PlacedReplicaPublic]:
+    return [
+        PlacedReplicaPublic(node=r.node, gpus=list(r.gpus), mig_slice=str(r.mig) if r.mig else None)
+        for r in placement.replicas
+    ]
+
+
+def _moves(decision: Decision, gang: str, view: ClusterView) -> list[MovePublic]:
+    """The running gangs the decision moves to make room for `gang` (`Move.for_gang`)."""
+    running = {g.id: g for g in view.snapshot.running}
+    out = []
+    for move in decision.moves:
+        if move.for_gang != gang:
+            continue
+        keys = sorted(set(view.running_pods.get(move.gang_id, ())))
+        first = view.facts.get(keys[0]) if keys else None
+        now = running.get(move.gang_id)
+        out.append(
+            MovePublic(
+                gang=move.gang_id,
+                job=job_ref(first.pod) if first is not None else None,
+                pods=keys,
+                from_gpu_type=move.from_type,
+                gpu_type=move.placement.gpu_type,
+                from_nodes=sorted({r.node for r in now.replicas}) if now is not None else [],
+                to_nodes=sorted({r.node for r in move.placement.replicas}),
+                replicas=_replicas(move.placement),
+                delay_s=max(0.0, -move.gain_s),
+                reason=move_message(move),
+            )
+        )
+    return sorted(out, key=lambda m: m.gang)
+
+
 def _outcome(
     gang: str, decision: Decision, view: ClusterView, why: str | None
 ) -> GangOutcomePublic:
@@ -127,7 +170,7 @@ def _outcome(
             waiting = ReasonPublic(reason="NotOffered", message="the scheduler would not offer it")
         return GangOutcomePublic(
             gang=gang, placed=False, gpus=0, replicas=[], preempts=[], mig_changes=[],
-            waiting=waiting,
+            waiting=waiting, moves=_moves(decision, gang, view),
         )  # fmt: skip
     used = {(r.node, g) for r in placement.replicas for g in r.gpus}
     changes = [
@@ -144,13 +187,9 @@ def _outcome(
         placed=True,
         gpu_type=placement.gpu_type,
         gpus=sum(1 if r.mig is not None else len(r.gpus) for r in placement.replicas),
-        replicas=[
-            PlacedReplicaPublic(
-                node=r.node, gpus=list(r.gpus), mig_slice=str(r.mig) if r.mig else None
-            )
-            for r in placement.replicas
-        ],
+        replicas=_replicas(placement),
         power_cap_w=placement.power_cap_w,
         preempts=_victims(decision, gang, view),
         mig_changes=changes,
+        moves=_moves(decision, gang, view),
     )

@@ -217,7 +217,7 @@ class GangMover:
                 exit_by=self.clock() + 2 * grace + self.reserve_s,
             )
             self._reserved = {**self._reserved, gid: reservation}
-            message = _message(move)
+            message = move_message(move)
             failed = self.binder.delete_marked(
                 keys, move_marker(self.wall()), names.MOVED_REASON, message
             )
@@ -357,8 +357,9 @@ def held(
     return view, kept, dropped
 
 
-def _message(move: Move) -> str:
-    """Why a gang moved, for its event: faster, to empty a node, or to refill a reserve."""
+def move_message(move: Move) -> str:
+    """Why a gang moved, for its event (and the admin API's what-if, which reports the moves
+    made for a gang in these words): faster, to empty a node, or to refill a reserve."""
     where = f"moved to {move.placement.gpu_type} (from {move.from_type})"
     if move.for_gang is not None:
         return (

@@ -43,6 +43,36 @@ class MigChangePublic(PublicModel):
     )
 
 
+class MovePublic(PublicModel):
+    """A running gang the scheduler would restart, whole, elsewhere to make room for this
+    gang (an evacuation of the node reserved for it, or a relocation so that a reclaim can
+    clear a node for it). The gang itself waits in this decision and takes the freed node in
+    a following one."""
+
+    gang: str = Field(description="The moved gang, as namespace/gang.")
+    job: JobRef | None = Field(default=None, description="Its TrainingJob or ServingJob.")
+    pods: list[str] = Field(
+        description="Its pods that would be deleted and made again, as namespace/name."
+    )
+    from_gpu_type: str = Field(description="The GPU type it runs on now.")
+    gpu_type: str = Field(description="The GPU type it would run on after the move.")
+    from_nodes: list[str] = Field(description="The nodes it runs on now.")
+    to_nodes: list[str] = Field(description="The nodes it would run on after the move.")
+    replicas: list[PlacedReplicaPublic] = Field(
+        description="Where each of its replicas would run after the move."
+    )
+    delay_s: float = Field(
+        ge=0,
+        description="Seconds later it is expected to finish: the price the core charged "
+        "for the move (its restart, the work since its last checkpoint, and any slowdown on "
+        "the new GPU type).",
+    )
+    reason: str = Field(
+        description="Why it would move, in the words of the event the scheduler writes on "
+        "its job when it moves it."
+    )
+
+
 class GangOutcomePublic(PublicModel):
     """The decision for one gang of the job (a TrainingJob is one gang; each ServingJob
     replica is a gang of its own)."""
@@ -59,6 +89,11 @@ class GangOutcomePublic(PublicModel):
     )
     waiting: ReasonPublic | None = Field(
         default=None, description="Why it would wait; absent when placed."
+    )
+    moves: list[MovePublic] = Field(
+        default_factory=list,
+        description="Running gangs moved to make room for it, while it waits for the node "
+        "they free (empty when none is).",
     )
 
 
