@@ -287,25 +287,61 @@ def _relocation(
             gpus = sum(len(_on_node(b, state.nodes[n].name)) for b in blocked)
             options.append((gpus, len(blocked), n, blocked))
     for _, _, n, blocked in sorted(options, key=lambda o: o[:3]):
-        trial = state.copy()
-        name = trial.nodes[n].name
-        trial.take_whole(n, trial.whole_mode_gpus(n))  # nothing else lands on the node
-        steps: list[_Step] = []
-        for gang in blocked:
-            freed = _on_node(gang, name)
-            release_gang(trial, gang)
-            trial.take_whole(n, freed)
-            step = _cheapest(trial, gang, policy, memo, pricing)
-            if step is None:
-                break
-            commit(trial, step.plan, policy)
-            steps.append(step)
-        if len(steps) < len(blocked):
+        steps = _moves_off(state, n, wide, blocked, excluded, policy, memo, pricing)
+        if steps is None:
             continue
         gain = max(s.gang.progress.expected_remaining_s for s in steps if s.gang.progress)
         if sum(s.loss_s for s in steps) < gain:
             return n, steps
     return None
+
+
+def _moves_off(
+    state: ClusterState,
+    n: int,
+    wide: Gang,
+    blocked: list[RunningGang],
+    excluded: frozenset[str],
+    policy: Policy,
+    memo: Memo,
+    pricing: Pricing,
+) -> list[_Step] | None:
+    """The cheapest moves of `blocked` off node `n` after which a reclaim clears it for `wide`;
+    None when one cannot move or the node still would not clear. A move takes its gang's
+    charge off the type, and that can bring its queue back within nominal there, making its
+    other gangs on the node unevictable (fresh window 2017-11-18 seed 2: one of a queue's two
+    one-GPU gangs on an H100 node was moved, the queue stopped borrowing H100s, and seven
+    8-GPU gangs owed their nominal H100 quota waited 140 s for a node no reclaim could clear):
+    such gangs are moved too, up to `MAX_RELOCATED` in all."""
+    chosen = list(blocked)
+    while True:
+        trial = state.copy()
+        name = trial.nodes[n].name
+        trial.take_whole(n, trial.whole_mode_gpus(n))  # nothing else lands on the node
+        steps: list[_Step] = []
+        for gang in chosen:
+            freed = _on_node(gang, name)
+            release_gang(trial, gang)
+            trial.take_whole(n, freed)
+            step = _cheapest(trial, gang, policy, memo, pricing)
+            if step is None:
+                return None
+            commit(trial, step.plan, policy)
+            steps.append(step)
+        after = state.copy()
+        for step in steps:
+            release_gang(after, step.gang)
+            commit(after, step.plan, policy)
+        more = _blockers(after, n, wide, excluded, frozenset(g.id for g in chosen))
+        if more is None:
+            return None
+        if not more:
+            return steps
+        if len(chosen) + len(more) > MAX_RELOCATED or not all(
+            _movable(b, wide, policy) for b in more
+        ):
+            return None
+        chosen += more
 
 
 def _blocking(
@@ -315,12 +351,28 @@ def _blocking(
     other gang there it may (evicting a borrower can bring its queue back to its nominal
     quota, after which that queue's other gangs stay); empty when the node's GPUs would not
     hold `wide` even without them."""
+    return _blockers(state, n, wide, excluded) or []
+
+
+def _blockers(
+    state: ClusterState,
+    n: int,
+    wide: Gang,
+    excluded: frozenset[str],
+    moved: frozenset[str] = frozenset(),
+) -> list[RunningGang] | None:
+    """`_blocking`, None instead of empty when the node would not hold `wide` even without
+    them; gangs in `moved` are already off the node in `state` (moves of this decision)."""
     gate = state.gate
     assert gate is not None
     name = state.nodes[n].name
-    on_node = [g for g in state.snapshot.running if any(r.node == name for r in g.replicas)]
+    on_node = [
+        g
+        for g in state.snapshot.running
+        if g.id not in moved and any(r.node == name for r in g.replicas)
+    ]
     if any(g.id in excluded for g in on_node):
-        return []  # already leaving in this decision: its GPUs are not free yet
+        return None  # already leaving in this decision: its GPUs are not free yet
     trial = state.copy()
     blocked: list[RunningGang] = []
     for gang in sorted(on_node, key=lambda g: (gate.victim_key(g, wide), g.id)):
@@ -331,4 +383,4 @@ def _blocking(
             blocked.append(gang)
     free = len(trial.whole_mode_gpus(n))
     held = sum(len(_on_node(b, name)) for b in blocked)
-    return blocked if free + held >= wide.gpus_needed(wide.replicas_min) else []
+    return blocked if free + held >= wide.gpus_needed(wide.replicas_min) else None
