@@ -41,6 +41,31 @@ capacity elsewhere (their queue keeps what it uses), priced and limited as an ev
 when the sum of the moves' losses is below the largest remaining time among them (the wait they
 impose). The node's freed GPUs are kept for the rest of the decision, and in the next decision
 the gang, still owed, reclaims the node from its borrowers.
+
+Reclaim with moves, in one decision (`reclaim_with_moves`). The relocation above leaves the
+gang waiting a decision, and its moves can undo their own premise: a gang moved to another type
+takes its queue's charge off the type, which can bring that queue back within nominal there and
+make its other gangs on the node unevictable; the freed GPU can also be given to a fresh gang of
+a borrowing queue before the reclaim comes (fresh window 2017-11-18 seed 2: seven 8-GPU gangs
+owed their queue's nominal H100 quota waited 140 s while every H100 node held, besides
+borrowers, a gang that a reclaim stopping at the borrower's nominal quota may not take). So,
+before the relocation, a gang still owed its nominal quota (one node, whole GPUs) is given a
+node in the same decision: on a node of a type where its queue is entitled, the gangs a reclaim
+may take are evicted (`QueueGate.may_evict`, in order, so a queue is reclaimed only while it
+still borrows), and the few left (at most `MAX_RELOCATED`, each movable as an evacuation) are
+moved to GPUs *of the same type* elsewhere: free ones, or ones freed by reclaiming more
+borrowed gangs of the type (the same rule: only while their queue borrows, only for a gang
+within nominal). A move to the same type leaves every queue's usage of the type as it was, so
+it cannot change what a reclaim may take; its price is its restart and unsaved work, and the
+moves are made only when those add up to less than the longest remaining time among the moved
+gangs (as above: gangs about to end are waited for); otherwise the moves are not weighed
+against the gang's wait, as the owed gang's start is the queue's guarantee, as for any
+reclaim, and the moved gangs keep their quota and GPUs of their type. The node with the
+fewest moves (then the fewest GPUs moved, then reclaimed) is chosen. The decision carries the
+evictions (`Preemption.reclaim`), the moves (`Move.for_gang`, the placed gang) and the
+placement together; the gang's GPUs are the victims' and the moved gangs' old ones, so the
+simulator stops moved gangs before placing, and the live scheduler binds the gang only once
+they are gone, as after any preemption.
 """
 
 from __future__ import annotations
@@ -48,19 +73,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from gpufleet.core.decision import Move
+from gpufleet.core.decision import GangPlacement, Move, Preemption
 from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.greedy import Memo, Plan, commit, eligible_nodes, plan_gang, usable_types
 from gpufleet.core.moves import move_gain_s
 from gpufleet.core.policy import Policy
-from gpufleet.core.preempt import release_gang
+from gpufleet.core.preempt import release_gang, retake, retake_all
 from gpufleet.core.pricing import Pricing
 from gpufleet.core.queues import resource_key
 from gpufleet.core.snapshot import RunningGang
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import base_throughput
 
-__all__ = ["plan_evacuations", "plan_reclaim_moves"]
+__all__ = ["Cleared", "plan_evacuations", "plan_reclaim_moves", "reclaim_with_moves"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,3 +409,275 @@ def _blockers(
     free = len(trial.whole_mode_gpus(n))
     held = sum(len(_on_node(b, name)) for b in blocked)
     return blocked if free + held >= wide.gpus_needed(wide.replicas_min) else None
+
+
+MAX_CLEARED_TRIALS = 4  # candidate nodes tried in full per owed gang (reclaim_with_moves)
+
+
+@dataclass(frozen=True, slots=True)
+class Cleared:
+    """A gang owed its nominal quota, placed on a node a reclaim with moves cleared for it."""
+
+    placement: GangPlacement
+    preemptions: tuple[Preemption, ...]
+    moves: tuple[Move, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Clearing:
+    victims: list[RunningGang]  # in the order evicted
+    steps: list[_Step]  # the same-type moves
+    plan: Plan  # the owed gang's, on the node
+
+
+def reclaim_with_moves(
+    state: ClusterState,
+    owed: Sequence[Gang],
+    excluded: frozenset[str],
+    policy: Policy,
+    memo: Memo,
+    waiting: Sequence[Gang] = (),
+) -> list[Cleared]:
+    """Place gangs owed their nominal quota by reclaiming and moving, in one decision (module
+    docstring, "Reclaim with moves"); mutates `state` for each one placed. `owed`: waiting
+    gangs in the queues' order (those not within nominal, or whose types nobody borrows, are
+    passed over); at most `policy.max_preempting_gangs` of them are tried. `excluded`: gangs
+    already evicted or moved by this decision (gone from `state`); `waiting`: as
+    `plan_evacuations`."""
+    gate = state.gate
+    if gate is None or not policy.moves.enabled or not policy.allow_preemption:
+        return []
+    pricing = Pricing(state, policy, waiting)
+    out: list[Cleared] = []
+    gone = set(excluded)
+    tried = 0
+    for wide in owed:
+        if tried >= policy.max_preempting_gangs:
+            break
+        if not _one_node(wide):
+            continue
+        types = usable_types(state, wide, policy, memo)
+        if gate.reclaim_note(wide, types) is None:
+            continue
+        tried += 1
+        found = _clearing(state, wide, types, frozenset(gone), policy, memo, pricing)
+        if found is None:
+            continue
+        for victim in found.victims:
+            release_gang(state, victim)
+        for step in found.steps:
+            release_gang(state, step.gang)
+        moves = []
+        for step in found.steps:
+            placement = commit(state, step.plan, policy)
+            moves.append(
+                Move(step.gang.id, step.gang.gpu_type, placement, -step.loss_s, for_gang=wide.id)
+            )
+        placed = commit(state, found.plan, policy)
+        preemptions = tuple(
+            Preemption(v.id, wide.id, reclaim=True) for v in sorted(found.victims, key=_id)
+        )
+        gone.update(v.id for v in found.victims)
+        gone.update(m.gang_id for m in moves)
+        out.append(Cleared(placed, preemptions, tuple(moves)))
+    return out
+
+
+def _id(gang: RunningGang) -> str:
+    return gang.id
+
+
+def _clearing(
+    state: ClusterState,
+    wide: Gang,
+    types: Sequence[str],
+    excluded: frozenset[str],
+    policy: Policy,
+    memo: Memo,
+    pricing: Pricing,
+) -> _Clearing | None:
+    """The evictions and same-type moves that clear a node for `wide`, and its plan there:
+    candidate nodes ranked by the moves they need, then the GPUs moved, then the GPUs
+    reclaimed; the first `MAX_CLEARED_TRIALS` tried in full. None when no node clears."""
+    gate = state.gate
+    assert gate is not None
+    need = wide.gpus_needed(wide.replicas_min)
+    home = gate.book.home(wide.queue)
+    allowed = eligible_nodes(state, wide, memo)
+    options: list[tuple[int, int, int, int, list[RunningGang], list[RunningGang]]] = []
+    for gpu_type in types:
+        if not gate.book.entitled(home, resource_key(gpu_type, wide.mig_profile), need):
+            continue
+        for n in state.nodes_by_type.get(gpu_type, []):
+            node = state.nodes[n]
+            if node.gpu_count < need or (allowed is not None and n not in allowed):
+                continue
+            split = _split(state, n, wide, excluded)
+            if split is None:
+                continue
+            victims, blockers = split
+            if len(blockers) > MAX_RELOCATED or not all(
+                _movable(b, wide, policy) for b in blockers
+            ):
+                continue
+            moved = sum(len(_on_node(b, node.name)) for b in blockers)
+            reclaimed = sum(len(_on_node(v, node.name)) for v in victims)
+            options.append((len(blockers), moved, reclaimed, n, victims, blockers))
+    options.sort(key=lambda o: o[:4])
+    for _, _, _, n, victims, blockers in options[:MAX_CLEARED_TRIALS]:
+        found = _clear(state, n, wide, victims, blockers, excluded, policy, memo, pricing)
+        if found is not None:
+            return found
+    return None
+
+
+def _split(
+    state: ClusterState, n: int, wide: Gang, excluded: frozenset[str]
+) -> tuple[list[RunningGang], list[RunningGang]] | None:
+    """The gangs on node `n` a reclaim for `wide` evicts (in the order it would, each only while
+    its queue still borrows) and those left; None when the node would not hold `wide` even
+    emptied, or when nothing there would be evicted or moved (preemption's case)."""
+    gate = state.gate
+    assert gate is not None
+    name = state.nodes[n].name
+    on_node = [
+        g
+        for g in state.snapshot.running
+        if g.id not in excluded and any(r.node == name for r in g.replicas)
+    ]
+    free = len(state.whole_mode_gpus(n))
+    held = sum(len(_on_node(g, name)) for g in on_node)
+    need = wide.gpus_needed(wide.replicas_min)
+    if free >= need or free + held < need:
+        return None
+    account = gate.copy()
+    victims: list[RunningGang] = []
+    blockers: list[RunningGang] = []
+    for gang in sorted(on_node, key=lambda g: (gate.victim_key(g, wide), g.id)):
+        if account.is_reclaim(gang, wide) and account.may_evict(gang, wide):
+            account.free(gang)
+            victims.append(gang)
+        else:
+            blockers.append(gang)
+    # Victims the node does not need once the blockers are gone stay, latest first.
+    spare = free + held - need
+    for victim in reversed(list(victims)):
+        gpus = len(_on_node(victim, name))
+        if gpus <= spare:
+            victims.remove(victim)
+            spare -= gpus
+    return victims, blockers
+
+
+def _clear(
+    state: ClusterState,
+    n: int,
+    wide: Gang,
+    victims: list[RunningGang],
+    blockers: list[RunningGang],
+    excluded: frozenset[str],
+    policy: Policy,
+    memo: Memo,
+    pricing: Pricing,
+) -> _Clearing | None:
+    """Try clearing node `n` on a copy of `state`: evict `victims`, plan `wide` there, move each
+    blocker to its type elsewhere (reclaiming more of the type when no GPUs are free)."""
+    trial = state.copy()
+    gate = trial.gate
+    assert gate is not None
+    for gang in [*victims, *blockers]:
+        if gang in victims and not gate.may_evict(gang, wide):
+            return None
+        release_gang(trial, gang)
+    plan = plan_gang(trial, wide, trial.node_type[n], policy, memo, within=frozenset({n}))
+    if plan is None:
+        return None
+    kept = [(trial.node_index[r.node], r.gpus) for r in plan.replicas]
+    for node, gpus in kept:
+        trial.take_whole(node, gpus)  # the gang's, while the moved gangs find room
+    taken = list(victims)
+    steps: list[_Step] = []
+    gone = excluded | {g.id for g in victims} | {g.id for g in blockers}
+    for blocker in sorted(blockers, key=_id):
+        found = _same_type(trial, blocker, wide, gone, policy, memo, pricing)
+        if found is None:
+            return None
+        more, step = found
+        taken += more
+        gone |= {g.id for g in more}
+        commit(trial, step.plan, policy)
+        steps.append(step)
+    if steps:
+        gain = max(s.gang.progress.expected_remaining_s for s in steps if s.gang.progress)
+        if sum(s.loss_s for s in steps) >= gain:
+            return None  # they end before their restarts would be done: the gang waits
+    return _Clearing(taken, steps, plan)
+
+
+def _same_type(
+    state: ClusterState,
+    gang: RunningGang,
+    wide: Gang,
+    gone: frozenset[str] | set[str],
+    policy: Policy,
+    memo: Memo,
+    pricing: Pricing,
+) -> tuple[list[RunningGang], _Step] | None:
+    """`gang`'s new placement on its own type (its GPUs already released in `state`): on free
+    GPUs, else on GPUs freed by reclaiming other gangs of the type for `wide` (fewest GPUs
+    first, each only while its queue borrows; those then not needed are put back). The gangs
+    reclaimed and the move; None when there is no room."""
+    assert gang.demand is not None
+    gate = state.gate
+    assert gate is not None
+    count = len(gang.replicas)
+    demand = replace(gang.demand, queue=gang.queue, replicas_min=count, replicas_max=count)
+    gpu_type = gang.gpu_type
+    loss = _loss(gang, gpu_type, state)
+
+    def fits() -> Plan | None:
+        plan = plan_gang(state, demand, gpu_type, policy, memo)
+        if plan is None or plan.repartitions:
+            return None
+        if pricing.active:
+            price = pricing.move_price(
+                state, demand, gpu_type, plan.replicas, plan.repartitions, gang.replicas
+            )
+            if price.reserved > 0:
+                return None  # room the expected workload keeps, as moves.py
+        return plan
+
+    plan = fits()
+    if plan is not None:
+        return [], _Step(gang, plan, loss)
+    candidates = sorted(
+        (
+            r
+            for r in state.snapshot.running
+            if r.id not in gone and r.gpu_type == gpu_type and r.id != gang.id
+        ),
+        key=lambda r: (sum(len(p.gpus) for p in r.replicas), gate.victim_key(r, wide), r.id),
+    )
+    released: list[RunningGang] = []
+    for victim in candidates:
+        if not gate.is_reclaim(victim, wide) or not gate.may_evict(victim, wide):
+            continue
+        release_gang(state, victim)
+        released.append(victim)
+        plan = fits()
+        if plan is not None:
+            break
+        if len(released) >= MAX_RELOCATED:
+            break
+    if plan is None:
+        retake_all(state, released)
+        return None
+    for victim in reversed(released[:-1]):  # put back those not needed
+        retake(state, victim)
+        again = fits()
+        if again is None:
+            release_gang(state, victim)
+        else:
+            released.remove(victim)
+            plan = again
+    return released, _Step(gang, plan, loss)

@@ -462,10 +462,16 @@ def plan_mig(
 
 
 def plan_gang(
-    state: ClusterState, gang: Gang, gpu_type: str, policy: Policy, layouts: Memo
+    state: ClusterState,
+    gang: Gang,
+    gpu_type: str,
+    policy: Policy,
+    layouts: Memo,
+    within: frozenset[int] | None = None,
 ) -> Plan | None:
     """A feasible placement of `gang` on `gpu_type` in the current state, or None. With
-    queues, also within its queue's quota (an elastic gang is cut to the replicas it allows)."""
+    queues, also within its queue's quota (an elastic gang is cut to the replicas it allows).
+    `within`: whole GPUs only on these nodes (a node cleared for the gang: evacuation.py)."""
     gate = state.gate
     if gate is not None and not gate.allows(gang, gpu_type, gang.replicas_min):
         return None
@@ -473,7 +479,10 @@ def plan_gang(
     if gang.mig_profile is not None:
         plan = plan_mig(state, gang, gpu_type, policy, layouts)
     else:
-        plan = _plan_whole(state, gang, gpu_type, eligible_nodes(state, gang, layouts))
+        allowed = eligible_nodes(state, gang, layouts)
+        if within is not None:
+            allowed = within if allowed is None else allowed & within
+        plan = _plan_whole(state, gang, gpu_type, allowed)
     if plan is not None and gate is not None and len(plan.replicas) > gang.replicas_min:
         del plan.replicas[gate.replicas_allowed(gang, gpu_type, len(plan.replicas)) :]
     return plan

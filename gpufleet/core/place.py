@@ -7,14 +7,16 @@ preemption for what is still stuck; 3 with the CP-SAT engine, re-solve with the 
 free GPUs plus the preempted ones (the gangs that preempted must be admitted), warm-started by
 the greedy decision, preempt again for what is left, and keep the better-scoring decision
 (greedy's when the solver finds nothing in time); skipped with the opt-in
-`SolverSettings.skip_when_greedy_admits_all` when greedy admits everything, and when more
-gangs are pending than `SolverSettings.max_gangs` (the solver finds nothing in time there); 4
-explain every gang left pending; 5 move running gangs to faster types where the expected gain
-is worth the restart (moves.py), on the capacity the decision leaves free, and move the few
-small gangs off a node reserved for an aged wide gang where that costs them less than the
-wide gang's wait (evacuation.py), and the few gangs that alone keep a reclaim from clearing a
-node for a gang owed its nominal quota (evacuation.py), and flexible gangs off a type whose
-single-type reserve demand confined to it has spent (refill.py); 6 with
+`SolverSettings.skip_when_greedy_admits_all` when greedy admits everything, and when more gangs
+are pending than `SolverSettings.max_gangs` (the solver finds nothing in time there); with
+queues, place a gang still owed its nominal quota on a node that reclaims plus moves of the few
+gangs no reclaim may take, to GPUs of their type elsewhere, clear (evacuation.py's reclaim with
+moves); 4 explain every gang left pending; 5 move running gangs to faster types where the
+expected gain is worth the restart (moves.py), on the capacity the decision leaves free, and
+move the few small gangs off a node reserved for an aged wide gang where that costs them less
+than the wide gang's wait (evacuation.py), and the few gangs that alone keep a reclaim from
+clearing a node for a gang owed its nominal quota (evacuation.py), and flexible gangs off a
+type whose single-type reserve demand confined to it has spent (refill.py); 6 with
 `PowerCapRule.spare_only`, lift the caps the policy added on GPU types left without spare
 capacity (spare_caps.py); 7 return the decision in a canonical order so equal inputs give equal
 decisions.
@@ -44,7 +46,7 @@ from gpufleet.core.decision import (
     SolveStats,
 )
 from gpufleet.core.demand import Gang
-from gpufleet.core.evacuation import plan_evacuations, plan_reclaim_moves
+from gpufleet.core.evacuation import plan_evacuations, plan_reclaim_moves, reclaim_with_moves
 from gpufleet.core.explain import explain
 from gpufleet.core.greedy import Memo, greedy_order, place_greedy, usable_types
 from gpufleet.core.moves import plan_moves
@@ -126,13 +128,40 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
         best = replace(best, stats=stats)
     admitted = best.admitted_ids
     waiting = [g for g in pending if g.id not in admitted]
+    # Gangs owed their nominal quota on nodes no reclaim alone clears: reclaim and move.
+    cleared = (
+        []
+        if initial.gate is None
+        else reclaim_with_moves(
+            best_state,
+            greedy_order(waiting, best_state),
+            frozenset(p.gang_id for p in best.preemptions),
+            policy,
+            memo,
+            waiting,
+        )
+    )
+    if cleared:
+        best = replace(
+            best,
+            placements=tuple(
+                sorted([*best.placements, *(c.placement for c in cleared)], key=_gang_id)
+            ),
+            preemptions=tuple(
+                sorted([*best.preemptions, *(p for c in cleared for p in c.preemptions)],
+                       key=_gang_id)
+            ),
+        )  # fmt: skip
+        admitted = best.admitted_ids
+        waiting = [g for g in pending if g.id not in admitted]
     if initial.gate is None:
         reasons = [explain(initial, g, policy, memo) for g in waiting] + refused
     else:
         reasons = queue_reasons(initial, best, pending, waiting, policy, memo) + refused
     # Moves of running gangs to faster types, on what the decision leaves free.
     evicted = frozenset(p.gang_id for p in best.preemptions)
-    moves = plan_moves(best_state, evicted, policy, memo, waiting)
+    moves = [m for c in cleared for m in c.moves]
+    moves += plan_moves(best_state, evicted | {m.gang_id for m in moves}, policy, memo, waiting)
     owed = {p.gang_id for p in reasons if p.reason is PendingReason.WAITING_FOR_RECLAIM}
     moves += plan_reclaim_moves(
         best_state,
@@ -237,6 +266,10 @@ def _reservations(
         for node, gpus in gate.reserved
         if node in gate.reserved_for and gate.reserved_for[node].id in left
     ]
+
+
+def _gang_id(item: GangPlacement | Preemption) -> str:
+    return item.gang_id
 
 
 def _held(gang_id: str, hold: BootHold) -> Pending:

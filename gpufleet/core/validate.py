@@ -72,9 +72,12 @@ def decision_problems(
             problems.append(f"{mover.id} moved without its demand and progress")
         same = move.placement.gpu_type == mover.gpu_type
         if move.for_gang is not None:
-            # An evacuation (evacuation.py): for a gang left waiting, to another placement.
-            if move.for_gang not in gangs or move.for_gang in placed_ids:
-                problems.append(f"{mover.id} moved for {move.for_gang}, which is not waiting")
+            # An evacuation (evacuation.py): for a pending gang, to another placement; for a
+            # gang placed in this decision (a reclaim with moves) only to the same type.
+            if move.for_gang not in gangs:
+                problems.append(f"{mover.id} moved for {move.for_gang}, which is not pending")
+            elif move.for_gang in placed_ids and not same:
+                problems.append(f"{mover.id} moved off its type for placed {move.for_gang}")
             if move.from_type != mover.gpu_type or move.placement.replicas == mover.replicas:
                 problems.append(f"{mover.id} evacuated to where it runs")
         elif move.for_reserve is not None:

@@ -27,8 +27,9 @@ gang also carries the service its job has received so far (GPUs x run time over 
 `attained_gpu_s`: a pending gang its earlier runs, a running one its current run too), which the
 core's service tier ranks gangs of one queue by.
 
-Applying a decision: preemptions first, then MIG repartitions (the GPU is usable after
-`mig_repartition_s`), then placements, then moves (the gang restarts on its new placement). A
+Applying a decision: preemptions first, then the moved gangs stop, then MIG repartitions (the
+GPU is usable after `mig_repartition_s`), then placements, then the moved gangs restart on their
+new placements (a gang placed by a reclaim with moves takes the moved gangs' old GPUs). A
 placement with fewer replicas than the gang's minimum (only the kube-like baseline makes those)
 holds its GPUs without running; the rest of the gang stays pending, and after `gang_timeout_s`
 the partial gang gives up its GPUs and is re-queued at the back (a stand-in for a rendezvous
@@ -794,6 +795,12 @@ class Simulation:
             if job.state in (_State.RUNNING, _State.STARTING):  # not preempted whole as well
                 kept = tuple(r for i, r in enumerate(job.replicas) if i not in indices)
                 self._resize(job, kept)
+        # Moves are simultaneous: one may take GPUs another gives up (the core plans them in
+        # turn), and a gang placed by a reclaim with moves (core/evacuation.py) takes the GPUs
+        # of the gangs moved for it, so every moved gang stops before anything is placed and
+        # restarts after.
+        for move in decision.moves:
+            self._stop_moved(move)
         for rep in decision.repartitions:
             self.cluster.repartition(rep.node, rep.gpu, rep.new_layout)
             self._gpu_ready[(rep.node, rep.gpu)] = self.now + s.mig_repartition_s
@@ -851,10 +858,6 @@ class Simulation:
                     self._start_running(job)
             for node in touched:
                 self._refresh_node_power(node)
-        # Moves are simultaneous: one may take GPUs another gives up (the core plans them in
-        # turn), so every moved gang stops before any restarts.
-        for move in decision.moves:
-            self._stop_moved(move)
         for move in decision.moves:
             self._restart_moved(move)
 

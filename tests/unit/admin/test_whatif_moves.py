@@ -6,12 +6,13 @@ A100 nodes. a0: six one-GPU jobs of `ones` (nominal 0, all borrowed) and two of 
 (nominal 1: it borrows one GPU, so a reclaim may take one of them and then must stop); a1: an
 8-GPU job of `full`; a2: a 4-GPU job of `full` and four free GPUs. Every job checkpoints on a
 signal and has run for two hours. An 8-GPU job of `lender` (nominal 8) is owed its quota, but
-no reclaim can free a node: the core moves one `keeper` job to a2, and the job waits
-(WaitingForReclaim) to reclaim a0 in a following decision.
+no reclaim alone can free a node: the core reclaims a0's borrowed GPUs (the six `ones` jobs
+and one `keeper` job), moves the other `keeper` job to a2 and places the job on a0, in one
+decision (core/evacuation.py, reclaim with moves).
 
-- the what-if's answer names that move: the moved gang and its job and pods, its GPU type,
-  from a0 to a2, the price the core charged (the restart: same type, nothing unsaved) and the
-  message of the scheduler's event;
+- the what-if's answer names that move beside the evictions: the moved gang and its job and
+  pods, its GPU type, from a0 to a2, the price the core charged (the restart: same type, nothing
+  unsaved) and the message of the scheduler's event;
 - beside a scheduler, the scheduler given the job moves the very gang, with that message;
 - over HTTP the field is `moves`, camelCase, empty for a gang placed without moving anyone,
   and optional in the published schema (older answers had no such field); `gpufleet whatif`
@@ -114,12 +115,13 @@ def test_the_move_made_for_the_gang_is_the_schedulers() -> None:
 
     answer = what_if(beside, job, GREEDY, "greedy")
     (gang,) = answer.gangs
-    assert not gang.placed and gang.waiting is not None, gang
-    assert gang.waiting.reason == "WaitingForReclaim", gang.waiting
-    assert gang.preempts == []
+    assert gang.placed and {r.node for r in gang.replicas} == {"a0"}, gang
     (move,) = gang.moves
     moved = move.gang.split("/")[1]
     assert moved in {"keep-0", "keep-1"}, move
+    kept = "keep-1" if moved == "keep-0" else "keep-0"
+    victims = {v.gang.split("/")[1] for v in gang.preempts}
+    assert victims == {*(f"one-{k}" for k in range(6)), kept}, victims
     assert move.job is not None and (move.job.namespace, move.job.name) == (NS, moved)
     assert move.pods == [f"{NS}/{moved}-worker-0"]
     assert (move.from_gpu_type, move.gpu_type) == (A100, A100)
@@ -156,7 +158,7 @@ def test_the_answer_carries_the_moves_as_json(http: Any) -> None:
     doc = http.post("/api/v1/whatif", headers=auth(), json=_manifest("lender", 8, "lender"))
     assert doc.status_code == 200, doc.text
     (gang,) = doc.json()["gangs"]
-    assert not gang["placed"] and gang["waiting"]["reason"] == "WaitingForReclaim", gang
+    assert gang["placed"] and len(gang["preempts"]) == 7, gang
     (move,) = gang["moves"]
     moved = move["gang"].split("/")[1]
     assert move == {
@@ -172,7 +174,7 @@ def test_the_answer_carries_the_moves_as_json(http: Any) -> None:
         "reason": _message(),
     }
     printed = show_whatif(doc.json()).splitlines()
-    assert printed[2] == f"    moves {NS}/{moved} from a0 ({A100}) to a2 ({A100}), 62s later"
+    assert f"    moves {NS}/{moved} from a0 ({A100}) to a2 ({A100}), 62s later" in printed
     # A gang placed on free GPUs moves no one.
     small = http.post("/api/v1/whatif", headers=auth(), json=_manifest("small", 2, "full"))
     (gang,) = small.json()["gangs"]

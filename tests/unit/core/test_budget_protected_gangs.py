@@ -73,11 +73,12 @@ def test_a_reserved_node_with_a_protected_gang_is_not_evacuated() -> None:
     assert "x1" not in {m.gang_id for m in decision.moves}
 
 
-def test_a_reclaim_relocation_moves_no_protected_gang() -> None:
-    snap = reclaim_case.snapshot()
+@pytest.mark.parametrize("a2_free", [False, True], ids=["relocation", "reclaim-with-moves"])
+def test_a_reclaim_relocation_moves_no_protected_gang(a2_free: bool) -> None:
+    snap = reclaim_case.snapshot(a2_free=a2_free)
     lender = reclaim_case.lender()
-    (move,) = decide(snap, [lender]).moves
-    assert move.gang_id.startswith("keep-")
+    moves = decide(snap, [lender]).moves
+    assert moves and all(m.gang_id.startswith("keep-") for m in moves)
     decision = decide(protect(snap, "keep-0", "keep-1"), [lender])
     assert decision.moves == () and decision.preemptions == ()
     assert decision.admitted_ids == set()

@@ -23,7 +23,7 @@ from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, SolverSettings
 from gpufleet.core.queues import QueueSpec, QueueTree, Quota, resource_key
 from gpufleet.core.quota import running_charge
-from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
+from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress, Snapshot
 from gpufleet.core.validate import decision_problems
 from tests.unit.core.placement_builders import ClusterBuilder, cluster, gang
 from tests.unit.core.test_placement_properties import FAST, TYPES, clusters, gangs
@@ -112,13 +112,56 @@ def contended(draw: st.DrawFn) -> tuple[Snapshot, list[Gang]]:
     return builder.queues(tree).build(), pending
 
 
+@st.composite
+def blocked(draw: st.DrawFn) -> tuple[Snapshot, list[Gang]]:
+    """`contended`'s shape where reclaims and moves meet (evacuation.py, reclaim with moves):
+    full 8-GPU nodes of gangs of one to four GPUs of queues with small nominal quotas, every
+    running gang's progress known (so it may be moved), and a lender with no gang running,
+    whose 8-GPU one-node gang is within its nominal 8 (often no reclaim alone clears a node
+    for it; in about one case in six the decision places it with moves)."""
+    gpu_type = "H100-80GB"
+    specs = [QueueSpec("lender", None, 1.0, {gpu_type: Quota(8)})]
+    for name in NAMES[: draw(st.integers(2, 4))]:
+        specs.append(QueueSpec(name, None, 1.0, {gpu_type: Quota(draw(st.integers(0, 3)))}))
+    tree = QueueTree.build(specs)
+    builder = cluster()
+    for n in range(draw(st.integers(2, 3))):
+        builder.node(f"n{n}", gpu_type, 8)
+        g = 0
+        while g < 8:
+            size = min(draw(st.sampled_from((1, 1, 2, 4))), 8 - g)
+            builder.run(
+                f"r{n}-{g}",
+                f"n{n}",
+                tuple(range(g, g + size)),
+                preemptible=draw(st.integers(0, 9)) > 0,
+                queue=draw(st.sampled_from([s.name for s in specs[1:]])),
+            )
+            g += size
+    for n in range(draw(st.integers(0, 1))):  # sometimes a node with free GPUs
+        builder.node(f"f{n}", gpu_type, 8)
+        for g in range(draw(st.integers(4, 7))):
+            builder.run(f"f{n}-{g}", f"f{n}", (g,), queue=draw(st.sampled_from(NAMES[:2])))
+    snapshot = builder.queues(tree).build()
+    running = []
+    for r in snapshot.running:
+        gpus = sum(len(p.gpus) for p in r.replicas)
+        demand = gang(r.id, gpu_type, gpus=gpus, priority=r.priority, queue=r.queue)
+        remaining = draw(st.sampled_from((30.0, 3600.0, 3600.0, 36000.0)))
+        running.append(replace(r, demand=demand, progress=RunProgress(remaining)))
+    pending = [gang("owed", gpu_type, gpus=8, queue="lender")]
+    if draw(st.booleans()):
+        pending.append(gang("p1", gpu_type, gpus=1, queue=draw(st.sampled_from(NAMES[:2]))))
+    return replace(snapshot, running=tuple(running)), pending
+
+
 def usage_after(snapshot: Snapshot, pending: list[Gang], decision: Decision) -> QueueGate:
     gate = QueueGate(snapshot, aging_s=3600.0)
     return gate.after(decision, pending)
 
 
 @FAST
-@given(case=contended() | queued(), engine=st.sampled_from(list(Engine)))
+@given(case=contended() | queued() | blocked(), engine=st.sampled_from(list(Engine)))
 def test_every_decision_keeps_the_queue_rules(
     case: tuple[Snapshot, list[Gang]], engine: Engine
 ) -> None:
@@ -129,7 +172,7 @@ def test_every_decision_keeps_the_queue_rules(
 
 
 @FAST
-@given(case=contended() | queued())
+@given(case=contended() | queued() | blocked())
 def test_reclaim_takes_borrowers_only_for_gangs_within_nominal(
     case: tuple[Snapshot, list[Gang]],
 ) -> None:
@@ -154,6 +197,33 @@ def test_reclaim_takes_borrowers_only_for_gangs_within_nominal(
         assert most.borrowing(victim.queue or "", charge.resource)
         need = resource_key(victim.gpu_type, winner.mig_profile)
         assert least.entitled(winner.queue, need, winner.gpus_needed(winner.replicas_min))
+
+
+@FAST
+@given(case=blocked())
+def test_moves_made_with_a_reclaim_keep_every_queues_usage(
+    case: tuple[Snapshot, list[Gang]],
+) -> None:
+    """A gang placed by a reclaim with moves: its gangs moved stay on their type (so every
+    queue keeps its usage of it), off the placed gang's GPUs, not evicted; its evictions are
+    reclaims; the decision keeps every rule and is the same for the same input."""
+    snapshot, pending = case
+    decision = place(snapshot, pending, Policy(solver=SolverSettings(engine=Engine.GREEDY)))
+    assert decision_problems(snapshot, pending, decision) == []
+    running = {r.id: r for r in snapshot.running}
+    placed = {p.gang_id: p for p in decision.placements}
+    evicted = {p.gang_id for p in decision.preemptions}
+    for move in decision.moves:
+        if move.for_gang not in placed:
+            continue
+        moved = running[move.gang_id]
+        assert move.placement.gpu_type == moved.gpu_type and move.gang_id not in evicted
+        spots = {(r.node, g) for r in placed[move.for_gang].replicas for g in r.gpus}
+        assert not spots & {(r.node, g) for r in move.placement.replicas for g in r.gpus}
+        assert all(p.reclaim for p in decision.preemptions if p.for_gang == move.for_gang)
+    assert place(snapshot, list(pending), Policy(solver=SolverSettings(engine=Engine.GREEDY))) == (
+        decision
+    )
 
 
 @FAST

@@ -126,6 +126,39 @@ def test_moves_of_one_decision_are_simultaneous(catalog: Catalog, profile: Gavel
     assert all(r.completion_s is not None for r in recs.values())
 
 
+def test_a_gang_placed_where_a_gang_moves_for_it_starts_in_that_decision(
+    catalog: Catalog, profile: GavelProfile
+) -> None:
+    """A reclaim with moves (core/evacuation.py): job c is placed on the H100s job a gives up
+    by moving, in the same decision, to the other H100s; the moved gang stops first."""
+
+    def placed(gid: str, gpu_type: str, node: str, gpus: tuple[int, ...]) -> GangPlacement:
+        return GangPlacement(gid, gpu_type, tuple(ReplicaPlacement(node, (g,)) for g in gpus))
+
+    def decide(snapshot: Snapshot, pending: Sequence[Gang], pol: Policy) -> Decision:
+        if [g.id for g in pending] == ["a"]:
+            return Decision(placements=(placed("a", H100, "h-0", (0, 1)),))
+        if [g.id for g in pending] == ["c"]:
+            return Decision(
+                placements=(placed("c", H100, "h-0", (0, 1)),),
+                moves=(Move("a", H100, placed("a", H100, "h-0", (2, 3)), -60.0, for_gang="c"),),
+            )
+        return Decision()
+
+    jobs = [job("a", 0.0, 1000.0, 2), job("c", 50.0, 1000.0, 2)]
+    sim = Simulation(
+        SimCluster(FLEET, catalog),
+        jobs,
+        SimPolicy("scripted", decide, Policy()),
+        SpeedModel(catalog, profile, {H100: 4, T4: 4}),
+        SimSettings(restart_cost_s=60.0),
+    )
+    recs = {r.job_id: r for r in sim.run().jobs}
+    assert (recs["a"].moves, recs["c"].moves) == (1, 0)
+    assert recs["c"].first_start_s == pytest.approx(50.0)
+    assert all(r.completion_s is not None for r in recs.values())
+
+
 def test_interval_checkpoints_lose_progress_on_preemption(
     catalog: Catalog, profile: GavelProfile
 ) -> None:
