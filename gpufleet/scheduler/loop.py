@@ -26,7 +26,7 @@ phase is a small collaborator with its own state (the module named after each):
               preemptible gangs of lower priority
   5 preempt   (victims) evict victim gangs whole through the Eviction API, or none of them
               when their PodDisruptionBudgets do not allow it; the preemptor waits until the
-              pods are gone
+              pods are gone, and so does a gang placed on GPUs of gangs moved for it (mover)
   6 mig       (repartition) ask nodes for the core's new MIG layouts; the gangs needing them
               wait
   7 complete  (partial) a partly bound gang whose rest the core placed is completed by phase
@@ -78,7 +78,7 @@ from gpufleet.scheduler.lending import Lending
 from gpufleet.scheduler.lending import decide as decide_lending
 from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.mig_request import MigRequester
-from gpufleet.scheduler.mover import GangMover, ObjectNotify
+from gpufleet.scheduler.mover import GangMover, ObjectNotify, waits_for_moves
 from gpufleet.scheduler.partial import PartialGangs, partial_gangs
 from gpufleet.scheduler.power_marks import PowerMarks, booting_messages
 from gpufleet.scheduler.progress import ProgressTracker
@@ -209,6 +209,7 @@ class Scheduler:
         decision = outcome.decision
         timer.done("decide")
         held = self.victims.evict(decision, view, state, report)  # 5
+        held = waits_for_moves(decision) | held
         timer.done("preempt")
         held |= request_layouts(decision, view, state, self.mig, self.cache, report)  # 6
         timer.done("mig")

@@ -49,6 +49,7 @@ from gpufleet.core.decision import Decision, GangPlacement, Move
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang
 from gpufleet.model.contract import names
 from gpufleet.model.contract.moves import Checkpoint, move_marker
+from gpufleet.model.contract.reasons import SchedulerReason, pending_text
 from gpufleet.model.mig import MigPlacement
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import SchedulerCache
@@ -63,11 +64,28 @@ from gpufleet.scheduler.pods import pod_annotations
 log = logging.getLogger("gpufleet.scheduler")
 
 RESERVED_SUFFIX = "#moving"
+# A gang placed on the GPUs of gangs moved for it (a reclaim with moves: core/evacuation.py).
+MOVED_FOR_MESSAGE = pending_text(
+    SchedulerReason.PREEMPTING, "waiting for the gangs moved to make room for it to exit"
+)
 MOVE_BLOCKED = "MoveBlockedByDisruptionBudget"  # Event reason of a move a budget stopped
 
 # Posts an Event about an object: (its reference as an Event's involvedObject, type, reason,
 # message).
 ObjectNotify = Callable[[Mapping[str, str], str, str, str], None]
+
+
+def waits_for_moves(decision: Decision) -> dict[str, str]:
+    """Gangs the decision places on GPUs of gangs it moves for them (`Move.for_gang` of a
+    placed gang: core/evacuation.py's reclaim with moves) -> why they wait: they are not bound
+    this cycle but offered again once the moved gangs' pods are gone, as a preemptor waits
+    for its victims."""
+    placed = decision.admitted_ids
+    return {
+        m.for_gang: MOVED_FOR_MESSAGE
+        for m in decision.moves
+        if m.for_gang is not None and m.for_gang in placed
+    }
 
 
 def job_reference(pod: Obj) -> dict[str, str]:

@@ -1,20 +1,22 @@
 """The what-if names the move the scheduler makes to clear a node for a gang owed its queue's
-nominal quota, against the sandbox with `gpufleet operator` running (moves priced with a 1 s
-restart) and serving the admin API beside its scheduler.
+nominal quota (core/evacuation.py, reclaim with moves), against the sandbox with `gpufleet
+operator` running (moves priced with a 1 s restart) and serving the admin API beside its
+scheduler.
 
 The four T4 nodes (4 GPUs each), after tests/unit/core/test_queue_reclaim_relocation.py:
 t4-0 holds two one-GPU jobs of `ones` (nominal 0, borrowed) and two of `keeper` (nominal 1: it
 borrows one GPU), which checkpoint on a signal; t4-1 a 4-GPU job of `full`, t4-2 and t4-3 a
 3-GPU job of `full` each (nominal 11), and one free GPU each. A 4-GPU job of `lender` (nominal
-4) is owed its quota, but a reclaim could free at most 3 GPUs of any node: the core moves one
-`keeper` job to a free GPU of t4-2 or t4-3, and the lender waits (WaitingForReclaim).
+4) is owed its quota, but a reclaim alone could free at most 3 GPUs of any node: in one
+decision the core reclaims the `ones` jobs and one `keeper` job, moves the other `keeper` job to
+a free GPU of t4-2 or t4-3, and places the lender on t4-0.
 
-- the what-if names that move: the moved gang, from t4-0 to another T4 node, the price (the
-  1 s restart and the 1 s checkpoint grace) and the message of the scheduler's event; a job that
-  fits on a free GPU moves no one (`moves` empty);
+- the what-if names that move beside the evictions: the moved gang, from t4-0 to another T4
+  node, the price (the 1 s restart and the 1 s checkpoint grace) and the message of the
+  scheduler's event; a job that fits on a free GPU moves no one (`moves` empty);
 - given the lender, the scheduler moves the very gang: its pod is deleted with that message on
   its DisruptionTarget condition (no other gang is moved) and made again on the node and GPUs
-  the what-if named.
+  the what-if named; the lender, bound once the moved and evicted pods are gone, runs on t4-0.
 """
 
 from __future__ import annotations
@@ -217,10 +219,13 @@ def test_whatif_names_the_move_the_scheduler_makes(kube: Kube, ns: str, http: ht
     assert response.status_code == 200, response.text
     (gang,) = response.json()["gangs"]
     print(f"[what-if moves] {gang}")
-    assert not gang["placed"] and gang["waiting"]["reason"] == "WaitingForReclaim", gang
+    assert gang["placed"] and {r["node"] for r in gang["replicas"]} == {"t4-0"}, gang
     (move,) = gang["moves"]
     moved = move["job"]["name"]
     assert moved in {"keep-0", "keep-1"} and move["gang"] == f"{ns}/{moved}", move
+    kept = "keep-1" if moved == "keep-0" else "keep-0"
+    victims = {v["job"]["name"] for v in gang["preempts"]}
+    assert victims == {"ones-0", "ones-1", kept}, gang
     assert move["fromNodes"] == ["t4-0"] and move["toNodes"][0] in {"t4-2", "t4-3"}, move
     assert (move["fromGpuType"], move["gpuType"]) == (T4, T4)
     assert move["delayS"] == pytest.approx(RESTART + GRACE)
@@ -254,3 +259,6 @@ def test_whatif_names_the_move_the_scheduler_makes(kube: Kube, ns: str, http: ht
     assert pod["spec"]["nodeName"] == replica["node"], pod["spec"]["nodeName"]
     assigned = pod["metadata"]["annotations"][names.ASSIGNED_GPUS]
     assert assigned == ",".join(map(str, replica["gpus"])), assigned
+    # The lender runs on the node the what-if named.
+    (runs,) = wait_for(lambda: _bound(kube, ns, "lender"), "the lender running", 90)
+    assert runs["spec"]["nodeName"] == "t4-0", runs["spec"]["nodeName"]

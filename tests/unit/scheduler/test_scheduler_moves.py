@@ -4,7 +4,8 @@ move deletes its pods (marked, with their own grace) and reserves the new placem
 else is placed on the reserved GPUs, and the recreated pods are bound to them; the per-hour
 limit is read from the pods' move times; gangs without a checkpoint, or not preemptible, are
 never moved; an evacuation (a move for a waiting gang) and a refill (a move that keeps GPUs of a
-type free) are carried out the same way."""
+type free) are carried out the same way; a gang placed on GPUs of gangs moved for it waits for
+them to go."""
 
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from gpufleet.core.decision import Decision
+from gpufleet.core.decision import Decision, GangPlacement, Move
 from gpufleet.core.demand import Gang
 from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
-from gpufleet.core.snapshot import Snapshot
+from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
 from gpufleet.model.contract import names
 from gpufleet.model.contract.timestamps import format_time
 from gpufleet.scheduler.cache import SchedulerCache
@@ -118,6 +119,29 @@ def test_a_move_for_another_reason_is_carried_out_as_a_move_and_says_why(
     (message,) = binder.move_messages
     assert says in message
     assert "75s later" in message
+
+
+def test_a_gang_placed_where_gangs_move_for_it_waits_for_them_to_go() -> None:
+    # A reclaim with moves (core/evacuation.py): the core places `wide` on the GPUs `long`
+    # gives up by moving for it. Those are still held by long's pods, so wide is not bound
+    # this cycle; it waits, as a preemptor waits for its victims, while the move goes ahead.
+    def decide(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decision:
+        if not any(g.id == "ns/wide" for g in pending):
+            return place(snapshot, pending, policy)
+        l4 = GangPlacement("ns/wide", "L4", (ReplicaPlacement("l4-0", (0, 1, 2, 3)),))
+        a100 = GangPlacement("ns/long", "A100-80GB", (ReplicaPlacement("a100-0", (0, 1, 2, 3)),))
+        return Decision(
+            placements=(l4,), moves=(Move("ns/long", "L4", a100, -60.0, for_gang="ns/wide"),)
+        )
+
+    wide = PodBuilder("wide-0", "ns").gang("wide", 1, 0).gpus(4).annotate(names.GPU_TYPES, "L4")
+    cache, binder = SchedulerCache(), FakeBinder()
+    load(cache, nodes(), [long_pod(), wide.obj()])
+    sched = scheduler(cache, binder, clock=Clock(), decide=decide)
+    report = sched.run_cycle()
+    assert report.moved == ["ns/long"]
+    assert "ns/wide-0" not in binder.bound
+    assert "moved to make room for it" in report.pending["ns/wide"]
 
 
 def test_reserved_gpus_are_shown_held_and_not_twice() -> None:
