@@ -7,21 +7,28 @@ passes it on to the operator as it is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
-from gpufleet.core.snapshot import ReplicaPlacement
+from gpufleet.core.snapshot import ReplicaPlacement, RunningGang
 from gpufleet.model.contract.reasons import PendingReason as PendingReason
 from gpufleet.model.mig import MigLayout
 
 
 @dataclass(frozen=True, slots=True)
 class GangPlacement:
-    """An admitted gang: its GPU type, every replica's GPUs and an optional power cap."""
+    """An admitted gang: its GPU type, every replica's GPUs and an optional power cap.
+
+    `waits_for`: the running gangs this decision evicts for other gangs (`Preemption.for_gang`
+    is not this gang) whose GPUs the placement takes, sorted. The gang preempts none of them;
+    it starts once they have exited (the live scheduler holds its pods until their pods are
+    gone). Its own victims are its preemptions and are not listed (`victim_waits`)."""
 
     gang_id: str
     gpu_type: str
     replicas: tuple[ReplicaPlacement, ...]
     power_cap_w: float | None = None
+    waits_for: tuple[str, ...] = ()
 
     @property
     def replica_count(self) -> int:
@@ -109,3 +116,29 @@ class Decision:
     @property
     def admitted_ids(self) -> frozenset[str]:
         return frozenset(p.gang_id for p in self.placements)
+
+
+def victim_waits(decision: Decision, running: Sequence[RunningGang]) -> Decision:
+    """`decision` with each placement's `waits_for` set: the gangs it evicts for another gang
+    whose GPUs (whole, or the GPU of a MIG slice) the placement takes."""
+    if not decision.preemptions:
+        return decision
+    by_id = {r.id: r for r in running}
+    held: dict[tuple[str, int], set[str]] = {}
+    for pre in decision.preemptions:
+        victim = by_id.get(pre.gang_id)
+        for replica in () if victim is None else victim.replicas:
+            for g in replica.gpus:
+                held.setdefault((replica.node, g), set()).add(pre.gang_id)
+    own: dict[str, set[str]] = {}
+    for pre in decision.preemptions:
+        own.setdefault(pre.for_gang, set()).add(pre.gang_id)
+    placements = []
+    for p in decision.placements:
+        victims: set[str] = set()
+        for replica in p.replicas:
+            for g in replica.gpus:
+                victims |= held.get((replica.node, g), set())
+        victims -= own.get(p.gang_id, set())
+        placements.append(replace(p, waits_for=tuple(sorted(victims))))
+    return replace(decision, placements=tuple(placements))

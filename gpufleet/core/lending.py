@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from gpufleet.core.decision import Decision
+from gpufleet.core.decision import Decision, victim_waits
 from gpufleet.core.demand import Gang
 from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
@@ -126,4 +126,6 @@ def place_with_lending(
         repartitions=(*first.repartitions, *second.repartitions),
         pending=tuple(p for p in first.pending if p.gang_id not in taken),
     )
+    # Step 2 saw step 1's victims gone: a borrower on their GPUs waits for them too.
+    decision = victim_waits(decision, snapshot.running)
     return LendingDecision(decision, tuple(borrowed))

@@ -44,6 +44,7 @@ from gpufleet.core.decision import (
     Preemption,
     Repartition,
     SolveStats,
+    victim_waits,
 )
 from gpufleet.core.demand import Gang
 from gpufleet.core.evacuation import plan_evacuations, plan_reclaim_moves, reclaim_with_moves
@@ -360,8 +361,9 @@ def _assemble(
     preemptions: Sequence[Preemption],
     stats: SolveStats,
 ) -> Decision:
-    """A decision in canonical order (sorted by gang id, node and GPU)."""
-    return Decision(
+    """A decision in canonical order (sorted by gang id, node and GPU), each placement saying
+    which other gangs' victims it waits for (`victim_waits`)."""
+    decision = Decision(
         placements=tuple(placements[k] for k in sorted(placements)),
         repartitions=tuple(
             Repartition(state.nodes[n].name, g, old, new) for n, g, old, new in state.repartitions()
@@ -369,3 +371,4 @@ def _assemble(
         preemptions=tuple(sorted(preemptions, key=lambda p: p.gang_id)),
         stats=stats,
     )
+    return victim_waits(decision, state.snapshot.running)

@@ -33,6 +33,7 @@ The what-if steps here (`release_gang`, `retake`, `try_plan`, `release_until_fit
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from functools import partial
 
 from gpufleet.core.borrowing import jobs_of, restarts_paid_back, victim_key
@@ -259,9 +260,22 @@ def preempt_for_pending(
         )
     jobs = jobs_of(state.snapshot.running)
     gate = state.gate
+    freed = {
+        (p.node, g)
+        for r in state.snapshot.running
+        if r.id in evicted
+        for p in r.replicas
+        for g in p.gpus
+    }
     for gang in greedy_order(pending, state):
+        # GPUs freed by a victim evicted for an earlier gang and not needed by it: the gang
+        # waits for that victim (GangPlacement.waits_for) rather than evicting one of its own.
+        plan = _on_freed(state, gang, freed, policy, layouts)
+        if plan is not None:
+            placed[gang.id] = commit(state, plan, policy)
+            continue
         if tried >= max_gangs:
-            break
+            continue
         types = set(usable_types(state, gang, policy, layouts))
         allowed = eligible_nodes(state, gang, layouts)
         candidates = [
@@ -303,7 +317,27 @@ def preempt_for_pending(
             reclaim = gate is not None and gate.is_reclaim(victim, gang)
             tier = gate is not None and gate.by_tier(victim, gang)
             preemptions.append(Preemption(victim.id, gang.id, reclaim, tier))
+            freed.update((p.node, g) for p in victim.replicas for g in p.gpus)
     return placed, preemptions
+
+
+def _on_freed(
+    state: ClusterState,
+    gang: Gang,
+    freed: AbstractSet[tuple[str, int]],
+    policy: Policy,
+    layouts: Memo,
+) -> Plan | None:
+    """`gang`'s plan in the working state without a victim of its own, when it takes some of
+    the GPUs `freed` (node name, GPU) by this decision's victims; None otherwise. A gang that
+    fits only on other GPUs (reservations lifted for preemption, quota the victims gave back)
+    is left to the victim search as before."""
+    if not freed:
+        return None
+    plan = try_plan(state, gang, policy, layouts)
+    if plan is None or not any((r.node, g) in freed for r in plan.replicas for g in r.gpus):
+        return None
+    return plan
 
 
 def _plan_value(state: ClusterState, plan: Plan, policy: Policy) -> float:

@@ -6,14 +6,14 @@ without the engine's data structures, and returns every violation it finds as a 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from gpufleet.core.borrowing import growth_job
 from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.policy import SERVICE_TIER_GPU_S
-from gpufleet.core.snapshot import Snapshot
+from gpufleet.core.snapshot import RunningGang, Snapshot
 from gpufleet.core.validate_quota import quota_problems
 from gpufleet.model.mig import MigLayout, layout_problem
 
@@ -157,8 +157,36 @@ def decision_problems(
                         problems.append(f"slice {r.mig} on {key} oversubscribed by {gang.id}")
                     slices.add((r.node, g, r.mig))
                     used_gpus.add(key)
+    problems.extend(_wait_problems(running, decision))
     problems.extend(quota_problems(snapshot, pending, decision, tier_gpu_s))
     return problems
+
+
+def _wait_problems(running: Mapping[str, RunningGang], decision: Decision) -> list[str]:
+    """A placement on GPUs of a gang evicted for another gang waits for it (`waits_for`), and
+    waits only for such gangs: otherwise its pods would be bound onto GPUs still busy, or held
+    for a gang that frees none of its GPUs."""
+    for_gang = {p.gang_id: p.for_gang for p in decision.preemptions}
+    out: list[str] = []
+    for placement in decision.placements:
+        spots = {(r.node, g) for r in placement.replicas for g in r.gpus}
+        takes = {
+            gid
+            for gid, winner in for_gang.items()
+            if winner != placement.gang_id
+            and gid in running
+            and any((r.node, g) in spots for r in running[gid].replicas for g in r.gpus)
+        }
+        out.extend(
+            f"{placement.gang_id} takes GPUs of {gid}, evicted for {for_gang[gid]}, "
+            "without waiting for it"
+            for gid in sorted(takes - set(placement.waits_for))
+        )
+        out.extend(
+            f"{placement.gang_id} waits for {gid}, which frees none of its GPUs for it"
+            for gid in sorted(set(placement.waits_for) - takes)
+        )
+    return out
 
 
 def _placement_problems(

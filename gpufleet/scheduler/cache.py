@@ -45,6 +45,9 @@ class Nomination:
     # so only the uid tells the victim from its replacement.
     victims: frozenset[tuple[str, str]]
     expires: float
+    # Why it waits, when not for victims of its own (a gang given GPUs of another gang's
+    # victims: `GangPlacement.waits_for`); None: the usual preemptor's message.
+    message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,15 +285,20 @@ class SchedulerCache:
             }
 
     def nominate(
-        self, gang: str, victims: frozenset[str], uids: Mapping[str, str] | None = None
+        self,
+        gang: str,
+        victims: frozenset[str],
+        uids: Mapping[str, str] | None = None,
+        message: str | None = None,
     ) -> None:
         """`gang` waits until the pods `victims` are gone: the pods with these keys and the
         `uids` taken before they were evicted (a worker evicted and recreated under the same
-        name meanwhile is not a victim), or, without `uids`, the pods as they are now."""
+        name meanwhile is not a victim), or, without `uids`, the pods as they are now;
+        `message`: why it waits, when not the preemptor's usual one."""
         known = self.uids(victims) if uids is None else uids
         marked = frozenset((k, known[k]) for k in victims if k in known)
         with self._lock:
-            self._nominations[gang] = Nomination(marked, self._clock() + self._ttl)
+            self._nominations[gang] = Nomination(marked, self._clock() + self._ttl, message)
 
     def request_mig(self, node: str, config: str, gangs: frozenset[str]) -> None:
         with self._lock:

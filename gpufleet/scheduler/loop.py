@@ -27,6 +27,7 @@ phase is a small collaborator with its own state (the module named after each):
   5 preempt   (victims) evict victim gangs whole through the Eviction API, or none of them
               when their PodDisruptionBudgets do not allow it; the preemptor waits until the
               pods are gone, and so does a gang placed on GPUs of gangs moved for it (mover)
+              or given GPUs of another gang's victims (`GangPlacement.waits_for`)
   6 mig       (repartition) ask nodes for the core's new MIG layouts; the gangs needing them
               wait
   7 complete  (partial) a partly bound gang whose rest the core placed is completed by phase

@@ -1,6 +1,7 @@
 """Phase 3 of the cycle: which pending gangs are offered to the core (the heads).
 
-Not offered: gangs waiting for the preemption victims they asked for to exit or for a MIG
+Not offered: gangs waiting for the preemption victims they asked for (or, given GPUs of victims
+evicted for other gangs, those victims: `GangPlacement.waits_for`) to exit or for a MIG
 reconfiguration they need, gangs still settling (restarted, rolled back or preempted: their
 pods this process deleted are not gone and recreated yet), and of many identical gangs all but
 as many as could fit plus one (`cap_identical`).
@@ -34,7 +35,7 @@ def heads(
     for pg in view.pending:
         gid = pg.gang.id
         if gid in state.nominations:
-            waiting[gid] = PREEMPTING_MESSAGE
+            waiting[gid] = state.nominations[gid].message or PREEMPTING_MESSAGE
         elif gid in mig_waits:
             waiting[gid] = pending_text(
                 SchedulerReason.MIG, f"waiting for MIG reconfiguration of node {mig_waits[gid]}"

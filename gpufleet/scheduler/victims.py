@@ -7,6 +7,11 @@ offered to the core as not preemptible for `retry` seconds, so the next decision
 other room. If the API still refuses an eviction midway (another client used the budget since
 the check), evictions stop there; see disruption.py for that residual race.
 
+A placed gang given GPUs of victims evicted for other gangs (`GangPlacement.waits_for`: the core
+let it wait for them instead of evicting one more) is held the same way until their pods are
+gone, and is not bound in this cycle; when their eviction does not go ahead it waits for the
+next decision.
+
 Each evicted pod is marked with its cause (`model.contract.reasons`): a gang the core evicted
 for the service tier (`Preemption.service_tier`: a gang of its own queue and priority with less
 service, core/service_tier.py) is marked so, and its job says so; any other victim was
@@ -23,7 +28,7 @@ from dataclasses import replace
 from gpufleet.core.borrowing import growth_job
 from gpufleet.core.decision import Decision
 from gpufleet.model.contract import names
-from gpufleet.model.contract.reasons import PendingReason, pending_text
+from gpufleet.model.contract.reasons import PendingReason, SchedulerReason, pending_text
 from gpufleet.scheduler import pods
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
@@ -109,7 +114,8 @@ class VictimEvictor:
         except Exception as exc:  # no budgets known: no eviction this cycle
             log.warning("cycle=%d cannot read PodDisruptionBudgets: %s", report.cycle, exc)
             unread = pending_text(PendingReason.BUDGET, "cannot read PodDisruptionBudgets")
-            return dict.fromkeys(victims_of, unread)
+            waiters = [p.gang_id for p in decision.placements if p.waits_for]
+            return dict.fromkeys([*victims_of, *waiters], unread)
         current = {pods.pod_key(p): p for p in state.pods}
         growth = {g.id for g in view.snapshot.running if growth_job(g) is not None}
         # The core says which evictions are the service tier's (Preemption.service_tier).
@@ -117,6 +123,9 @@ class VictimEvictor:
         held: dict[str, str] = {}
         spent: dict[str, int] = {}
         until = self.clock() + self.retry
+        # Victim gang -> its pods evicted now, and their uids before the evictions.
+        gone: dict[str, frozenset[str]] = {}
+        uids: dict[str, str] = {}
         for gang, victims in sorted(victims_of.items()):
             keys = keys_of[gang]
             why = gang_blocked([current[k] for k in keys if k in current], budgets, spent)
@@ -128,10 +137,54 @@ class VictimEvictor:
                 self._stop(gang, victims, message, until)
                 held[gang] = message
                 continue
-            held[gang] = self._evict_gang(
-                gang, victims, view.running_pods, until, report, growth, served
+            held[gang], evicted = self._evict_gang(
+                gang, victims, view.running_pods, until, report, growth, served, uids
             )
+            gone.update(
+                (v, frozenset(k for k in view.running_pods.get(v, ()) if k in evicted))
+                for v in victims
+            )
+        held.update(self._wait_for_victims(decision, held, gone, uids, report))
         return held
+
+    def _wait_for_victims(
+        self,
+        decision: Decision,
+        held: Mapping[str, str],
+        gone: Mapping[str, frozenset[str]],
+        uids: Mapping[str, str],
+        report: CycleReport,
+    ) -> dict[str, str]:
+        """Hold each placed gang that takes GPUs of victims evicted for other gangs
+        (`GangPlacement.waits_for`) until their pods are gone, as a preemptor waits for its own
+        (with them, when it preempted too); gang -> why it waits. Its pods are never bound onto
+        GPUs a victim's pod still holds in its grace period. When a victim's eviction was
+        stopped (a budget), the gang waits for the next decision."""
+        out: dict[str, str] = {}
+        victims_of = [(p.gang_id, p.for_gang) for p in decision.preemptions]
+        for placement in decision.placements:
+            gang, waits = placement.gang_id, placement.waits_for
+            if not waits:
+                continue
+            names = ", ".join(waits)
+            if not all(v in gone for v in waits):
+                out[gang] = pending_text(
+                    SchedulerReason.PREEMPTING,
+                    f"its GPUs are {names}'s, whose preemption for another gang did not go ahead",
+                )
+                continue
+            if gang in held and held[gang] != PREEMPTING_MESSAGE:
+                continue  # its own preemption was stopped: it waits for the next decision
+            own = (k for v, winner in victims_of if winner == gang for k in gone.get(v, ()))
+            keys = frozenset(k for v in waits for k in gone[v]) | frozenset(own)
+            message = pending_text(
+                SchedulerReason.PREEMPTING,
+                f"waiting for {names}, preempted for another gang, to exit from its GPUs",
+            )
+            self.cache.nominate(gang, keys, uids, message)
+            log.info("cycle=%d gang %s waits for %s to exit", report.cycle, gang, names)
+            out[gang] = message
+        return out
 
     def _evict_gang(
         self,
@@ -142,8 +195,10 @@ class VictimEvictor:
         report: CycleReport,
         growth: Collection[str],
         served: Collection[tuple[str, str]],
-    ) -> str:
-        """Evict the victims' pods for `gang`; its pending message. Victims that are all
+        uids: dict[str, str],
+    ) -> tuple[str, frozenset[str]]:
+        """Evict the victims' pods for `gang`; its pending message and the pods evicted (their
+        uids before the evictions added to `uids`). Victims that are all
         elastic jobs' growth units (replicas beyond a job's minimum, worth their step of its
         scaling curve) are said to be given to `gang`: it may be of their priority
         (core/rebalance.py). Victims evicted for the service tier (`served`) are marked so."""
@@ -159,7 +214,8 @@ class VictimEvictor:
         by_tier = {k for v in victims if (v, gang) in served for k in members.get(v, ())}
         # The victims' uids before the evictions: the operator recreates an evicted worker
         # under the same name while the other evictions are still going on.
-        uids = self.cache.uids(keys)
+        before = self.cache.uids(keys)
+        uids.update(before)
         results = self.binder.evict_pods(
             [k for k in keys if k not in by_tier], names.PREEMPTED_REASON, message
         )
@@ -169,10 +225,10 @@ class VictimEvictor:
             )
         refused = {k: e for k, e in results.items() if e is not None}
         evicted = frozenset(k for k, e in results.items() if e is None)
-        self.cache.nominate(gang, evicted, uids)
+        self.cache.nominate(gang, evicted, before)
         report.preempted.extend(victims)
         if not refused:
-            return PREEMPTING_MESSAGE
+            return PREEMPTING_MESSAGE, evicted
         first = sorted(refused.values())[0]
         log.warning(
             "cycle=%d gang %s: %d of %d evictions refused after the budget check (%s)",
@@ -182,7 +238,7 @@ class VictimEvictor:
             PendingReason.BUDGET, f"{len(refused)} of {len(keys)} evictions refused: {first}"
         )
         self._stop(gang, victims, why, until)
-        return why
+        return why, evicted
 
     def _stop(self, gang: str, victims: list[str], message: str, until: float) -> None:
         self._protected.update(dict.fromkeys(victims, until))

@@ -45,6 +45,7 @@ from gpufleet.core.decision import (
     Preemption,
     Repartition,
     SolveStats,
+    victim_waits,
 )
 from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.policy import Policy
@@ -235,7 +236,7 @@ def to_decision(
     preemptions: Sequence[Preemption] = (),
     engine: str = "baseline",
 ) -> Decision:
-    return Decision(
+    decision = Decision(
         placements=tuple(placements.values()),
         repartitions=tuple(
             Repartition(state.nodes[n].name, g, old, new) for n, g, old, new in state.repartitions()
@@ -243,6 +244,7 @@ def to_decision(
         preemptions=tuple(preemptions),
         stats=SolveStats(engine, "HEURISTIC"),
     )
+    return victim_waits(decision, state.snapshot.running)
 
 
 def gang_gpus(gang: Gang) -> int:
