@@ -1,0 +1,62 @@
+"""The live loop and a gang given GPUs of another gang's victim (`GangPlacement.waits_for`):
+on one 8-GPU node, `high` (priority 10, 4 GPUs) evicts `low` (two workers of 4 GPUs) and the
+core gives `mid` (priority 0, 4 GPUs: it could evict nothing) the 4 GPUs high does not need.
+mid is held, unbound, until low's pods are gone, with its own reason, and bound with high then;
+when a budget stops low's eviction, mid is not bound either (its GPUs stay busy)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler_builders import NodeBuilder, PodBuilder
+from test_scheduler_cycle import gang, make
+from test_scheduler_disruption import budget
+
+from gpufleet.model.contract import names
+
+
+def _low() -> list[dict[str, Any]]:
+    return [
+        PodBuilder(f"low-{i}")
+        .gpus(4)
+        .gang("low", 2, i)
+        .bound("h0", gpus="0,1,2,3" if i == 0 else "4,5,6,7")
+        .annotate(names.PRIORITY, "1")
+        .obj()
+        for i in range(2)
+    ]
+
+
+def _pending() -> list[dict[str, Any]]:
+    return gang("high", 1, 4, **{names.PRIORITY: "10"}) + gang("mid", 1, 4)
+
+
+def test_a_gang_given_a_victims_gpus_is_bound_only_once_the_victim_is_gone() -> None:
+    low = _low()
+    sched, cache, binder, _ = make([NodeBuilder("h0").obj()], low + _pending())
+    report = sched.run_cycle()
+    assert report.preempted == ["default/low"]  # low alone: mid evicts nothing
+    assert binder.bound == {}
+    waits = "WaitingForPreemption: waiting for default/low, preempted for another gang"
+    assert report.pending["default/mid"].startswith(waits)
+    # Victims still shown: neither gang is offered, bound or evicting.
+    binder.evicted.clear()
+    report = sched.run_cycle()
+    assert report.bound == [] and binder.evicted == []
+    assert report.pending["default/mid"].startswith(waits)
+    assert report.pending["default/high"].startswith("WaitingForPreemption: waiting for the gangs")
+    for pod in low:
+        cache.pod_event("DELETED", pod)
+    assert sorted(sched.run_cycle().bound) == ["default/high", "default/mid"]
+
+
+def test_a_gang_waiting_for_a_victim_a_budget_keeps_is_not_bound() -> None:
+    sched, cache, binder, _ = make([NodeBuilder("h0").obj()], _low() + _pending())
+    binder.budgets = [budget("keep-one", 1, {"matchLabels": {names.GANG_LABEL: "low"}})]
+    report = sched.run_cycle()
+    assert report.preempted == [] and binder.evicted == [] and binder.bound == {}
+    assert report.pending["default/mid"] == (
+        "WaitingForPreemption: its GPUs are default/low's, whose preemption for another gang "
+        "did not go ahead"
+    )
+    assert "default/mid" not in cache.state().nominations  # decided again next cycle
