@@ -29,7 +29,9 @@ core's service tier ranks gangs of one queue by.
 
 Applying a decision: preemptions first, then the moved gangs stop, then MIG repartitions (the
 GPU is usable after `mig_repartition_s`), then placements, then the moved gangs restart on their
-new placements (a gang placed by a reclaim with moves takes the moved gangs' old GPUs). A
+new placements (a gang placed by a reclaim with moves takes the moved gangs' old GPUs). Evicted
+gangs leave at once (no grace period), so a placement that waits for another gang's victim
+(`GangPlacement.waits_for`) starts as that victim's preemptor does, once it has gone. A
 placement with fewer replicas than the gang's minimum (only the kube-like baseline makes those)
 holds its GPUs without running; the rest of the gang stays pending, and after `gang_timeout_s`
 the partial gang gives up its GPUs and is re-queued at the back (a stand-in for a rendezvous
