@@ -26,6 +26,14 @@ each refused on value, and a node a pure reclaim would clear was never tried (th
 owed its quota: bench/README.md, Queues, ninth and tenth passes). Every what-if is undone when
 not taken.
 
+A stuck gang that fits, without a victim of its own, on GPUs freed by a victim evicted earlier
+in the same decision for another gang (and not needed by it) is placed there instead of
+evicting one more victim (`_on_freed`): it waits for that victim to exit, which the decision
+says on its placement (`GangPlacement.waits_for`, set by place.py) and the live scheduler
+honours by holding the gang until the victim's pods are gone. Before, such a gang evicted a
+victim of its own while the freed GPUs stayed idle (a reclaim of another queue's borrowed GPU
+beside three idle GPUs of its own queue's victim).
+
 The what-if steps here (`release_gang`, `retake`, `try_plan`, `release_until_fits`,
 `put_back_unneeded`) are shared: rebalance.py releases and puts back growth units the same way.
 """
@@ -332,12 +340,18 @@ def _on_freed(
     the GPUs `freed` (node name, GPU) by this decision's victims; None otherwise. A gang that
     fits only on other GPUs (reservations lifted for preemption, quota the victims gave back)
     is left to the victim search as before."""
-    if not freed:
-        return None
+    if not any(_has_room(state, state.node_index[node], g) for node, g in freed):
+        return None  # every freed GPU is taken already: no plan to try
     plan = try_plan(state, gang, policy, layouts)
     if plan is None or not any((r.node, g) in freed for r in plan.replicas for g in r.gpus):
         return None
     return plan
+
+
+def _has_room(state: ClusterState, n: int, g: int) -> bool:
+    """Whether GPU `g` of node `n` is empty, or has a MIG instance free, in the state."""
+    layout = state.layout[n][g]
+    return g in state.empty[n] or (layout is not None and len(state.used_inst[n][g]) < len(layout))
 
 
 def _plan_value(state: ClusterState, plan: Plan, policy: Policy) -> float:
