@@ -1,8 +1,9 @@
 """The live loop and a gang given GPUs of another gang's victim (`GangPlacement.waits_for`):
-on one 8-GPU node, `high` (priority 10, 4 GPUs) evicts `low` (two workers of 4 GPUs) and the
-core gives `mid` (priority 0, 4 GPUs: it could evict nothing) the 4 GPUs high does not need.
-mid is held, unbound, until low's pods are gone, with its own reason, and bound with high then;
-when a budget stops low's eviction, mid is not bound either (its GPUs stay busy)."""
+two full 8-GPU nodes; `high` (priority 10, 4 GPUs) evicts `low` (priority 1, two workers of 4
+GPUs on h0) and the core gives `mid` (priority 5, 4 GPUs) the 4 GPUs high does not need
+instead of evicting `other` (priority 2, 8 GPUs on h1). mid is held, unbound, until low's pods
+are gone, with its own reason, and bound with high then; when a budget stops low's eviction,
+mid is not bound either (its GPUs stay busy)."""
 
 from __future__ import annotations
 
@@ -27,15 +28,24 @@ def _low() -> list[dict[str, Any]]:
     ]
 
 
+def _other() -> dict[str, Any]:
+    b = PodBuilder("other-0").gpus(8).gang("other", 1, 0).annotate(names.PRIORITY, "2")
+    return b.bound("h1", gpus="0,1,2,3,4,5,6,7").obj()
+
+
 def _pending() -> list[dict[str, Any]]:
-    return gang("high", 1, 4, **{names.PRIORITY: "10"}) + gang("mid", 1, 4)
+    mid = gang("mid", 1, 4, **{names.PRIORITY: "5"})
+    return [_other(), *gang("high", 1, 4, **{names.PRIORITY: "10"}), *mid]
+
+
+NODES = [NodeBuilder("h0").obj(), NodeBuilder("h1").obj()]
 
 
 def test_a_gang_given_a_victims_gpus_is_bound_only_once_the_victim_is_gone() -> None:
     low = _low()
-    sched, cache, binder, _ = make([NodeBuilder("h0").obj()], low + _pending())
+    sched, cache, binder, _ = make(NODES, low + _pending())
     report = sched.run_cycle()
-    assert report.preempted == ["default/low"]  # low alone: mid evicts nothing
+    assert report.preempted == ["default/low"]  # low alone: not other for mid
     assert binder.bound == {}
     waits = "WaitingForPreemption: waiting for default/low, preempted for another gang"
     assert report.pending["default/mid"].startswith(waits)
@@ -51,7 +61,7 @@ def test_a_gang_given_a_victims_gpus_is_bound_only_once_the_victim_is_gone() -> 
 
 
 def test_a_gang_waiting_for_a_victim_a_budget_keeps_is_not_bound() -> None:
-    sched, cache, binder, _ = make([NodeBuilder("h0").obj()], _low() + _pending())
+    sched, cache, binder, _ = make(NODES, _low() + _pending())
     binder.budgets = [budget("keep-one", 1, {"matchLabels": {names.GANG_LABEL: "low"}})]
     report = sched.run_cycle()
     assert report.preempted == [] and binder.evicted == [] and binder.bound == {}
