@@ -276,13 +276,13 @@ def preempt_for_pending(
         for g in p.gpus
     }
     for gang in greedy_order(pending, state):
+        if tried >= max_gangs:
+            break
         # GPUs freed by a victim evicted for an earlier gang and not needed by it: the gang
         # waits for that victim (GangPlacement.waits_for) rather than evicting one of its own.
         plan = _on_freed(state, gang, freed, policy, layouts)
         if plan is not None:
             placed[gang.id] = commit(state, plan, policy)
-            continue
-        if tried >= max_gangs:
             continue
         types = set(usable_types(state, gang, policy, layouts))
         allowed = eligible_nodes(state, gang, layouts)
