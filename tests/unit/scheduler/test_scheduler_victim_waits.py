@@ -7,12 +7,18 @@ mid is not bound either (its GPUs stay busy)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from scheduler_builders import NodeBuilder, PodBuilder
 from test_scheduler_cycle import gang, make
 from test_scheduler_disruption import budget
 
+from gpufleet.core.decision import Decision
+from gpufleet.core.demand import Gang
+from gpufleet.core.place import place
+from gpufleet.core.policy import Engine, Policy, SolverSettings
+from gpufleet.core.snapshot import Snapshot
 from gpufleet.model.contract import names
 
 
@@ -70,3 +76,27 @@ def test_a_gang_waiting_for_a_victim_a_budget_keeps_is_not_bound() -> None:
         "did not go ahead"
     )
     assert "default/mid" not in cache.state().nominations  # decided again next cycle
+
+
+def test_a_gang_cpsat_puts_on_a_victims_gpus_is_not_bound_while_they_are_busy() -> None:
+    """The default engine, CP-SAT, sees greedy's victims' GPUs free and may give them to any
+    gang: here mid (priority 0, no victim of its own) gets the 4 GPUs of low that high does not
+    need. Before, the loop bound mid at once onto GPUs low's pods still held."""
+    low = _low()
+    mid = gang("mid", 1, 4)
+    policy = Policy(solver=SolverSettings(engine=Engine.CPSAT))
+
+    def decide(snapshot: Snapshot, pending: Sequence[Gang], _: Policy) -> Decision:
+        return place(snapshot, pending, policy)
+
+    sched, cache, binder, _ = make(
+        [NodeBuilder("h0").obj()],
+        low + gang("high", 1, 4, **{names.PRIORITY: "10"}) + mid,
+        decide=decide,
+    )
+    report = sched.run_cycle()
+    assert report.preempted == ["default/low"] and binder.bound == {}
+    assert report.pending["default/mid"].startswith("WaitingForPreemption: waiting for default/low")
+    for pod in low:
+        cache.pod_event("DELETED", pod)
+    assert sorted(sched.run_cycle().bound) == ["default/high", "default/mid"]
