@@ -269,6 +269,13 @@ def show_whatif(doc: dict[str, Any]) -> str:
         lines.append(f"  {gang['gang']}: {gang['gpus']} x {gang['gpuType']} on {where}")
         for victim in gang["preempts"]:
             lines.append(f"    preempts {victim['gang']} ({len(victim['pods'])} pods)")
+        awaited = gang.get("waitsFor") or []  # absent from older servers' answers
+        if awaited:
+            evicted_for = sorted({g for a in awaited for g in a["forGang"]})
+            lines.append(
+                f"    waits for {', '.join(a['gang'] for a in awaited)} to exit "
+                f"(evicted for {', '.join(evicted_for)})"
+            )
         for change in gang["migChanges"]:
             layout = ",".join(change["layout"]) if change["layout"] else "MIG off"
             lines.append(f"    repartitions {change['node']} GPU {change['gpu']} to {layout}")

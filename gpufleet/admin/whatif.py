@@ -26,7 +26,9 @@ to make room for a gang (the core's `Move`s with `for_gang`: an evacuation of th
 reserved for it, or a relocation so that a reclaim can clear a node for it; the gang waits in
 this decision and takes the node in a following one): from where to where, the price the core
 charged (seconds later the moved gang is expected to finish) and the message of the event the
-scheduler writes when it moves a gang (`mover.move_message`).
+scheduler writes when it moves a gang (`mover.move_message`); and the gangs the same decision
+evicts for other gangs whose GPUs a placed gang takes (the core's `GangPlacement.waits_for`:
+the scheduler holds the gang until their pods are gone, `victims._wait_for_victims`).
 
 The decision is the scheduler's (`scheduler.lending.decide`): with asleep standbys, their GPUs
 are lent to preemptible gangs of lower priority. Not taken: the heal phase (nothing is
@@ -44,6 +46,7 @@ from gpufleet.admin.live import LiveFleet, protected
 from gpufleet.admin.models.common import JobRef
 from gpufleet.admin.models.jobs import ReasonPublic
 from gpufleet.admin.models.whatif import (
+    AwaitedVictimPublic,
     GangOutcomePublic,
     MigChangePublic,
     MovePublic,
@@ -124,6 +127,34 @@ def _victims(decision: Decision, gang: str, view: ClusterView) -> list[VictimPub
     return out
 
 
+def _awaited(
+    decision: Decision, placement: GangPlacement, view: ClusterView
+) -> list[AwaitedVictimPublic]:
+    """The gangs the decision evicts for other gangs whose GPUs `placement` takes, as the core
+    set them on it (`GangPlacement.waits_for`)."""
+    waits = set(placement.waits_for)
+    pods_of: dict[str, list[str]] = {}
+    for_gangs: dict[str, set[str]] = {}
+    for p in decision.preemptions:
+        if p.gang_id not in waits:
+            continue
+        base = p.gang_id.split("#")[0]  # a split or opportunistic part of a gang
+        pods_of.setdefault(base, []).extend(view.running_pods.get(p.gang_id, ()))
+        for_gangs.setdefault(base, set()).add(p.for_gang)
+    out = []
+    for base, keys in sorted(pods_of.items()):
+        first = view.facts.get(keys[0]) if keys else None
+        out.append(
+            AwaitedVictimPublic(
+                gang=base,
+                job=job_ref(first.pod) if first is not None else None,
+                pods=sorted(set(keys)),
+                for_gang=sorted(for_gangs[base]),
+            )
+        )
+    return out
+
+
 def _replicas(placement: GangPlacement) -> list[PlacedReplicaPublic]:
     return [
         PlacedReplicaPublic(node=r.node, gpus=list(r.gpus), mig_slice=str(r.mig) if r.mig else None)
@@ -192,4 +223,5 @@ def _outcome(
         preempts=_victims(decision, gang, view),
         mig_changes=changes,
         moves=_moves(decision, gang, view),
+        waits_for=_awaited(decision, placement, view),
     )

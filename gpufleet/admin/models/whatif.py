@@ -33,6 +33,19 @@ class VictimPublic(PublicModel):
     pods: list[str] = Field(description="The pods that would be evicted, as namespace/name.")
 
 
+class AwaitedVictimPublic(PublicModel):
+    """A running gang the decision evicts for another gang, on whose GPUs this gang would be
+    placed: it names no victim of its own for them, and the scheduler holds its pods until
+    that gang's pods are gone."""
+
+    gang: str = Field(description="The evicted gang, as namespace/gang.")
+    job: JobRef | None = Field(default=None, description="Its TrainingJob or ServingJob.")
+    pods: list[str] = Field(description="Its pods that would be evicted, as namespace/name.")
+    for_gang: list[str] = Field(
+        description="The gangs it would be evicted for, as namespace/gang (not this gang)."
+    )
+
+
 class MigChangePublic(PublicModel):
     """A GPU whose MIG layout would change first."""
 
@@ -94,6 +107,12 @@ class GangOutcomePublic(PublicModel):
         default_factory=list,
         description="Running gangs moved to make room for it, while it waits for the node "
         "they free (empty when none is).",
+    )
+    waits_for: list[AwaitedVictimPublic] = Field(
+        default_factory=list,
+        description="Running gangs the same decision evicts for other gangs, whose GPUs it "
+        "would take: it starts once their pods are gone (empty when it needs no such wait; "
+        "its own victims are in preempts).",
     )
 
 
