@@ -58,9 +58,10 @@ class MigChangePublic(PublicModel):
 
 class MovePublic(PublicModel):
     """A running gang the scheduler would restart, whole, elsewhere to make room for this
-    gang (an evacuation of the node reserved for it, or a relocation so that a reclaim can
-    clear a node for it). The gang itself waits in this decision and takes the freed node in
-    a following one."""
+    gang: an evacuation of the node reserved for it, or a relocation so that a reclaim can
+    clear a node for it. After a move to GPUs of the moved gang's own type the gang is placed
+    in the same decision (bound once the moved pods are gone); otherwise it waits and takes
+    the freed node in a following decision."""
 
     gang: str = Field(description="The moved gang, as namespace/gang.")
     job: JobRef | None = Field(default=None, description="Its TrainingJob or ServingJob.")
@@ -105,8 +106,8 @@ class GangOutcomePublic(PublicModel):
     )
     moves: list[MovePublic] = Field(
         default_factory=list,
-        description="Running gangs moved to make room for it, while it waits for the node "
-        "they free (empty when none is).",
+        description="Running gangs moved to make room for it (empty when none is): it is "
+        "placed once they are gone, or waits for the node they free.",
     )
     waits_for: list[AwaitedVictimPublic] = Field(
         default_factory=list,
