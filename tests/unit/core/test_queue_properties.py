@@ -27,6 +27,7 @@ from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress, S
 from gpufleet.core.validate import decision_problems
 from tests.unit.core.placement_builders import ClusterBuilder, cluster, gang
 from tests.unit.core.test_placement_properties import FAST, TYPES, clusters, gangs
+from tests.unit.core.test_victim_waits import reclaim_in_turn_case
 
 NAMES = ("a", "b", "c", "d")
 
@@ -292,20 +293,7 @@ def test_the_validator_judges_a_reclaim_on_the_account_of_its_turn() -> None:
     back within its nominal 2, reclaims a's borrowed GPU (for p0): both engines' decision on
     this cluster (found by hypothesis). Judged on the usage before the decision (b held 4),
     the reclaim looked beyond b's nominal; one that does go beyond it is still reported."""
-    tree = QueueTree.build(
-        [QueueSpec("a", quotas={"L4": Quota(0)}), QueueSpec("b", quotas={"L4": Quota(2)})]
-    )
-    snapshot = (
-        cluster()
-        .node("n0", "L4", 8)
-        .run("r0-0", "n0", (0,), queue="a")
-        .run("r0-1", "n0", (1, 2, 3, 4), queue="b")
-        .run("r0-5", "n0", (5,), preemptible=False, queue="a")
-        .run("r0-6", "n0", (6, 7), preemptible=False, queue="a")
-        .queues(tree)
-        .build()
-    )
-    pending = [gang("p0", "L4", gpus=1, queue="b"), gang("p1", "L4", gpus=1, queue="b", priority=3)]
+    snapshot, pending = reclaim_in_turn_case()
     decision = Decision(
         placements=(
             GangPlacement("p0", "L4", (ReplicaPlacement("n0", (0,)),)),

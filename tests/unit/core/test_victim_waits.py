@@ -16,7 +16,7 @@ from gpufleet.core.validate import decision_problems
 from tests.unit.core.placement_builders import checked_decision, cluster, gang
 
 
-def _two_queues() -> tuple[Snapshot, list[Gang]]:
+def reclaim_in_turn_case() -> tuple[Snapshot, list[Gang]]:
     """Queue b holds 4 GPUs (nominal 2) in one low-priority gang r0-1; a borrows GPU 0 (r0-0).
     b's priority-3 gang p1 evicts r0-1, whose 4 GPUs p1 needs 1 of; b's p0 then fits on the
     3 others without reclaiming a's GPU (the decision of
@@ -42,7 +42,7 @@ def _two_queues() -> tuple[Snapshot, list[Gang]]:
 def test_a_gang_waits_for_another_gangs_victim_instead_of_evicting_one_more(
     engine: Engine,
 ) -> None:
-    snapshot, pending = _two_queues()
+    snapshot, pending = reclaim_in_turn_case()
     decision = checked_decision(snapshot, pending, engine)
     assert decision.admitted_ids == {"p0", "p1"}
     # One eviction (b's own gang for p1), not a's borrowed GPU for p0 as well.
@@ -55,7 +55,7 @@ def test_a_gang_waits_for_another_gangs_victim_instead_of_evicting_one_more(
 
 
 def test_the_validator_wants_a_gang_on_another_gangs_victim_to_wait_for_it() -> None:
-    snapshot, pending = _two_queues()
+    snapshot, pending = reclaim_in_turn_case()
     p1 = GangPlacement("p1", "L4", (ReplicaPlacement("n0", (1,)),))
     evict = (Preemption("r0-1", "p1"),)
     on_victim = GangPlacement("p0", "L4", (ReplicaPlacement("n0", (2,)),))
@@ -77,7 +77,7 @@ def test_the_validator_wants_a_gang_on_another_gangs_victim_to_wait_for_it() -> 
 
 
 def test_victim_waits_names_other_gangs_victims_under_a_placement() -> None:
-    snapshot, _ = _two_queues()
+    snapshot, _ = reclaim_in_turn_case()
     decision = Decision(
         placements=(
             GangPlacement("p0", "L4", (ReplicaPlacement("n0", (0, 2)),)),
