@@ -22,9 +22,10 @@ from gpufleet.admin.tls import ensure_self_signed
 from gpufleet.admin.wiring import build_context
 from gpufleet.model.contract import names
 from gpufleet.sandbox.control_plane import Sandbox
+from gpufleet.sandbox.processes import free_port
 from gpufleet.scheduler.runtime import api_client
 from gpufleet.settings import AdminSettings, PlacementSettings
-from gpufleet.testing.operator import Kube, wait_for
+from gpufleet.testing.operator import Kube, OperatorProcess, wait_for
 
 # Every route of the admin API, and only the reading ones.
 ADMIN_RULES = USER_RULES
@@ -188,3 +189,29 @@ def restore_mig_configs(kube: Kube, namespace: str, before: dict[str, str | None
         )
 
     wait_for(applied, f"MIG layouts of {sorted(changed)} restored", 60)
+
+
+@contextlib.contextmanager
+def operator_serving_admin(
+    sandbox: Sandbox, kube: Kube, folder: Path, settings_yaml: str
+) -> Iterator[tuple[OperatorProcess, str, Path]]:
+    """`gpufleet operator` with the settings file `settings_yaml`, serving the admin API over a
+    self-signed certificate on a free port: the process, the API's URL and the certificate."""
+    cert, key = ensure_self_signed(folder / "tls")
+    config = folder / "settings.yaml"
+    config.write_text(settings_yaml)
+    port = free_port()
+    proc = OperatorProcess(
+        sandbox.kubeconfig,
+        folder / "operator.log",
+        kube.coordination,
+        f"--config={config}",
+        f"--admin-port={port}",
+        f"--admin-tls-cert={cert}",
+        f"--admin-tls-key={key}",
+    )
+    try:
+        proc.start(timeout=180)  # a start imports the admin API's stack too: slow when loaded
+        yield proc, f"https://127.0.0.1:{port}", cert
+    finally:
+        proc.stop()

@@ -31,14 +31,12 @@ from typing import Any
 
 import httpx
 import pytest
-from admin_helpers import ADMIN_RULES, accounts, wait_settled
+from admin_helpers import ADMIN_RULES, accounts, operator_serving_admin, wait_settled
 from kubernetes import watch
 
-from gpufleet.admin.tls import ensure_self_signed
 from gpufleet.model.contract import names
 from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.sandbox.control_plane import Sandbox
-from gpufleet.sandbox.processes import free_port
 from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 
 T4 = "T4"
@@ -60,24 +58,11 @@ def served(
     for name, nominal in QUEUES.items():
         kube.create_queue(queue(name), T4, nominal)
     folder = tmp_path_factory.mktemp("operator")
-    cert, key = ensure_self_signed(folder / "tls")
-    config = folder / "settings.yaml"
-    config.write_text(f"scheduler:\n  move_restart_s: {RESTART}\n")
-    port = free_port()
-    proc = OperatorProcess(
-        sandbox.kubeconfig,
-        folder / "operator.log",
-        kube.coordination,
-        f"--config={config}",
-        f"--admin-port={port}",
-        f"--admin-tls-cert={cert}",
-        f"--admin-tls-key={key}",
-    )
     try:
-        proc.start(timeout=180)  # a start imports the admin API's stack too
-        yield proc, f"https://127.0.0.1:{port}", cert
+        settings = f"scheduler:\n  move_restart_s: {RESTART}\n"
+        with operator_serving_admin(sandbox, kube, folder, settings) as process:
+            yield process
     finally:
-        proc.stop()
         for name in QUEUES:
             sandbox.kubectl("delete", "gq", queue(name), "--ignore-not-found", check=False)
 

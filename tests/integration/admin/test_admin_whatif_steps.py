@@ -21,14 +21,12 @@ from typing import Any
 
 import httpx
 import pytest
-from admin_helpers import ADMIN_RULES, AdminApi, accounts, wait_settled
+from admin_helpers import ADMIN_RULES, AdminApi, accounts, operator_serving_admin, wait_settled
 
-from gpufleet.admin.tls import ensure_self_signed
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import PendingNote
 from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.sandbox.control_plane import Sandbox
-from gpufleet.sandbox.processes import free_port
 from gpufleet.settings import PlacementSettings
 from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 
@@ -64,25 +62,11 @@ def served(
     """The operator with the service tier, serving the admin API; the module's queue."""
     kube.create_queue(QUEUE, "T4", GPUS)
     folder = tmp_path_factory.mktemp("operator")
-    cert, key = ensure_self_signed(folder / "tls")
-    config = folder / "settings.yaml"
-    config.write_text(f"placement:\n  service_tier_gpu_s: {THETA}\n")
-    port = free_port()
-    proc = OperatorProcess(
-        sandbox.kubeconfig,
-        folder / "operator.log",
-        kube.coordination,
-        f"--config={config}",
-        f"--admin-port={port}",
-        f"--admin-tls-cert={cert}",
-        f"--admin-tls-key={key}",
-    )
     try:
-        # A start imports the admin API's stack too: slow on a loaded machine.
-        proc.start(timeout=180)
-        yield proc, f"https://127.0.0.1:{port}", cert
+        settings = f"placement:\n  service_tier_gpu_s: {THETA}\n"
+        with operator_serving_admin(sandbox, kube, folder, settings) as process:
+            yield process
     finally:
-        proc.stop()
         sandbox.kubectl("delete", "gq", QUEUE, "--ignore-not-found", check=False)
 
 
