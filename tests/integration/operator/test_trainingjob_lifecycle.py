@@ -149,8 +149,15 @@ def test_gpu_type_no_node_has_is_explained(kube: Kube, ns: str) -> None:
         "NoNodesOfAcceptableType: no schedulable node has V100-32GB GPUs"
     )
     assert kube.phase(ns, "volta") == "Queued"
-    warnings = [e for e in kube.events(ns, "volta") if e["type"] == "Warning"]
-    assert any(e["reason"] == "NoNodesOfAcceptableType" for e in warnings)
+
+    def warned() -> bool:
+        return any(
+            e["type"] == "Warning" and e["reason"] == "NoNodesOfAcceptableType"
+            for e in kube.events(ns, "volta")
+        )
+
+    # kopf posts events from a background queue, so the event may follow the condition.
+    wait_for(warned, "a NoNodesOfAcceptableType Warning event", 30)
 
 
 def test_rejected_pod_template_fails_with_the_api_servers_message(kube: Kube, ns: str) -> None:
