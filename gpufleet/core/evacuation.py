@@ -190,10 +190,16 @@ def _evacuate(
         commit(state, step.plan, policy)
         steps.append(step)
         short -= len(freed)
-    gain = max(s.gang.progress.expected_remaining_s for s in steps if s.gang.progress)
-    if short > 0 or sum(s.loss_s for s in steps) >= gain:
+    if short > 0 or not _paid_back(steps):
         return None
     return steps
+
+
+def _paid_back(steps: Sequence[_Step]) -> bool:
+    """Whether the moves' restarts and unsaved work add up to less than the longest remaining
+    time among the moved gangs (the wait they impose); otherwise the gang waits for them."""
+    gain = max(s.gang.progress.expected_remaining_s for s in steps if s.gang.progress)
+    return sum(s.loss_s for s in steps) < gain
 
 
 def _on_node(gang: RunningGang, name: str) -> list[int]:
@@ -315,8 +321,7 @@ def _relocation(
         steps = _moves_off(state, n, wide, blocked, excluded, policy, memo, pricing)
         if steps is None:
             continue
-        gain = max(s.gang.progress.expected_remaining_s for s in steps if s.gang.progress)
-        if sum(s.loss_s for s in steps) < gain:
+        if _paid_back(steps):
             return n, steps
     return None
 
@@ -607,10 +612,8 @@ def _clear(
         gone |= {g.id for g in more}
         commit(trial, step.plan, policy)
         steps.append(step)
-    if steps:
-        gain = max(s.gang.progress.expected_remaining_s for s in steps if s.gang.progress)
-        if sum(s.loss_s for s in steps) >= gain:
-            return None  # they end before their restarts would be done: the gang waits
+    if steps and not _paid_back(steps):
+        return None  # they end before their restarts would be done: the gang waits
     return _Clearing(taken, steps, plan)
 
 
