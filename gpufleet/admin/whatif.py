@@ -41,6 +41,7 @@ carries a move out (a disruption budget that refuses the deletion then skips it)
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
 
 from gpufleet.admin.errors import ProblemError
 from gpufleet.admin.live import LiveFleet, protected
@@ -56,7 +57,7 @@ from gpufleet.admin.models.whatif import (
     WhatIfPublic,
 )
 from gpufleet.admin.workloads import job_ref, manifest_pods
-from gpufleet.core.decision import Decision, GangPlacement
+from gpufleet.core.decision import Decision, GangPlacement, Preemption
 from gpufleet.core.demand import Gang
 from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
@@ -113,19 +114,36 @@ def what_if(
     )
 
 
-def _victims(decision: Decision, gang: str, view: ClusterView) -> list[VictimPublic]:
-    by_gang: dict[str, list[str]] = {}
+def _evicted(
+    decision: Decision, view: ClusterView, chosen: Callable[[Preemption], bool]
+) -> list[tuple[str, JobRef | None, list[str], list[str]]]:
+    """The gangs of the `chosen` preemptions, parts folded into their gang: (gang, its job,
+    its pods, the gangs it is evicted for)."""
+    pods_of: dict[str, list[str]] = {}
+    for_gangs: dict[str, set[str]] = {}
     for p in decision.preemptions:
-        if p.for_gang != gang:
+        if not chosen(p):
             continue
         base = p.gang_id.split("#")[0]  # a split or opportunistic part of a gang
-        by_gang.setdefault(base, []).extend(view.running_pods.get(p.gang_id, ()))
-    out = []
-    for base, keys in sorted(by_gang.items()):
-        first = view.facts.get(keys[0]) if keys else None
-        job = job_ref(first.pod) if first is not None else None
-        out.append(VictimPublic(gang=base, job=job, pods=sorted(set(keys))))
-    return out
+        pods_of.setdefault(base, []).extend(view.running_pods.get(p.gang_id, ()))
+        for_gangs.setdefault(base, set()).add(p.for_gang)
+    return [
+        (base, _job(view, keys), sorted(set(keys)), sorted(for_gangs[base]))
+        for base, keys in sorted(pods_of.items())
+    ]
+
+
+def _job(view: ClusterView, keys: Sequence[str]) -> JobRef | None:
+    """The job of the pods `keys` (from the first one's owner)."""
+    first = view.facts.get(keys[0]) if keys else None
+    return job_ref(first.pod) if first is not None else None
+
+
+def _victims(decision: Decision, gang: str, view: ClusterView) -> list[VictimPublic]:
+    return [
+        VictimPublic(gang=base, job=job, pods=pods)
+        for base, job, pods, _ in _evicted(decision, view, lambda p: p.for_gang == gang)
+    ]
 
 
 def _awaited(
@@ -134,26 +152,10 @@ def _awaited(
     """The gangs the decision evicts for other gangs whose GPUs `placement` takes, as the core
     set them on it (`GangPlacement.waits_for`)."""
     waits = set(placement.waits_for)
-    pods_of: dict[str, list[str]] = {}
-    for_gangs: dict[str, set[str]] = {}
-    for p in decision.preemptions:
-        if p.gang_id not in waits:
-            continue
-        base = p.gang_id.split("#")[0]  # a split or opportunistic part of a gang
-        pods_of.setdefault(base, []).extend(view.running_pods.get(p.gang_id, ()))
-        for_gangs.setdefault(base, set()).add(p.for_gang)
-    out = []
-    for base, keys in sorted(pods_of.items()):
-        first = view.facts.get(keys[0]) if keys else None
-        out.append(
-            AwaitedVictimPublic(
-                gang=base,
-                job=job_ref(first.pod) if first is not None else None,
-                pods=sorted(set(keys)),
-                for_gang=sorted(for_gangs[base]),
-            )
-        )
-    return out
+    return [
+        AwaitedVictimPublic(gang=base, job=job, pods=pods, for_gang=for_gang)
+        for base, job, pods, for_gang in _evicted(decision, view, lambda p: p.gang_id in waits)
+    ]
 
 
 def _replicas(placement: GangPlacement) -> list[PlacedReplicaPublic]:
@@ -171,12 +173,11 @@ def _moves(decision: Decision, gang: str, view: ClusterView) -> list[MovePublic]
         if move.for_gang != gang:
             continue
         keys = sorted(set(view.running_pods.get(move.gang_id, ())))
-        first = view.facts.get(keys[0]) if keys else None
         now = running.get(move.gang_id)
         out.append(
             MovePublic(
                 gang=move.gang_id,
-                job=job_ref(first.pod) if first is not None else None,
+                job=_job(view, keys),
                 pods=keys,
                 from_gpu_type=move.from_type,
                 gpu_type=move.placement.gpu_type,
