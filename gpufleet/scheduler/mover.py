@@ -78,8 +78,9 @@ ObjectNotify = Callable[[Mapping[str, str], str, str, str], None]
 def waits_for_moves(decision: Decision) -> dict[str, str]:
     """Gangs the decision places on GPUs of gangs it moves for them (`Move.for_gang` of a
     placed gang: core/evacuation.py's reclaim with moves) -> why they wait: they are not bound
-    this cycle but offered again once the moved gangs' pods are gone, as a preemptor waits
-    for its victims."""
+    this cycle. The reclaim's victims keep such a gang from being offered until their pods are
+    gone (`VictimEvictor`); the moved gangs' pods are not part of that wait, so a later decision
+    sees them wherever they are still shown and does not place onto their GPUs."""
     placed = decision.admitted_ids
     return {
         m.for_gang: MOVED_FOR_MESSAGE
