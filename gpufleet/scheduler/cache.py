@@ -14,7 +14,7 @@ import copy
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -39,14 +39,16 @@ class Assumption:
 
 @dataclass(frozen=True, slots=True)
 class Nomination:
-    """A gang that preempted victims waits until their pods are gone."""
+    """A gang that preempted victims waits until their pods are gone (and, placed on GPUs of
+    gangs moved for it, until the moved gangs' deleted pods are gone too)."""
 
-    # (pod key, uid): the operator recreates an evicted worker under the same name at once,
-    # so only the uid tells the victim from its replacement.
+    # (pod key, uid): the operator recreates an evicted (or moved) worker under the same name
+    # at once, so only the uid tells the victim from its replacement.
     victims: frozenset[tuple[str, str]]
     expires: float
     # Why it waits, when not for victims of its own (a gang given GPUs of another gang's
-    # victims: `GangPlacement.waits_for`); None: the usual preemptor's message.
+    # victims: `GangPlacement.waits_for`, or of gangs moved for it: `mover.py`); None: the
+    # usual preemptor's message.
     message: str | None = None
 
 
@@ -299,6 +301,24 @@ class SchedulerCache:
         marked = frozenset((k, known[k]) for k in victims if k in known)
         with self._lock:
             self._nominations[gang] = Nomination(marked, self._clock() + self._ttl, message)
+
+    def nominate_also(
+        self, gang: str, pods: Collection[tuple[str, str]], message: str, for_s: float = 0.0
+    ) -> None:
+        """`gang` waits until the pods `pods` ((pod key, uid), taken before they were deleted)
+        are gone as well as those it waits for already (its nomination, if any), and says
+        `message`; the wait lasts `for_s` seconds from now, or the usual time if longer, and
+        never ends sooner than the nomination it extends. Without a nomination and `pods`,
+        nothing to wait for: the gang is offered to the next decision."""
+        with self._lock:
+            was = self._nominations.get(gang)
+            if was is None and not pods:
+                return
+            expires = self._clock() + max(self._ttl, for_s)
+            if was is not None:
+                expires = max(expires, was.expires)
+            victims = frozenset(pods) | (frozenset() if was is None else was.victims)
+            self._nominations[gang] = Nomination(victims, expires, message)
 
     def request_mig(self, node: str, config: str, gangs: frozenset[str]) -> None:
         with self._lock:

@@ -38,7 +38,9 @@ phase is a small collaborator with its own state (the module named after each):
               the assumptions keep its GPUs taken); if any binding of a gang fails, phase 0 of
               a later cycle rolls the gang back (never a partial gang); then (mover) each
               move of the decision that the budgets, read again, still allow deletes its
-              gang's pods with their grace period and reserves its new placement
+              gang's pods with their grace period and reserves its new placement (not the
+              moves made for a gang whose preemption did not go ahead); a gang placed on GPUs
+              of gangs moved for it waits for their deleted pods too
   9 power     (power_marks) opt-in idle-node power-down: the core's power plan after the
               decision, written as node marks (cordon and label); gangs that fit only on
               switched-off nodes wake them and wait for their boot
@@ -223,7 +225,7 @@ class Scheduler:
         held |= dict.fromkeys(waits, "waiting for a standby to be lent")
         placed = [p for p in decision.placements if p.gang_id not in held]
         self.bindings.send([*placed, *reserved], by_id | reserved_by_id, report, borrows)
-        self.mover.start(decision, view, report)
+        held |= self.mover.start(decision, view, report, self.victims.stopped)
         timer.done("bind")
         report.pending = pending_messages(
             waiting, capped, decision, held, self.victims.blocked, view.eligibility

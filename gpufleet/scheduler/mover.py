@@ -32,6 +32,17 @@ began: the gang is then placed like any other. It is kept in memory only: after 
 restart the recreated gang is placed by the core (the move is still counted by the operator,
 and the per-hour limit is read from the pods).
 
+A gang the decision places on GPUs of gangs it moves for it (`Move.for_gang` of a placed gang:
+core/evacuation.py's reclaim with moves) is not bound that cycle (`waits_for_moves`); once the
+moves are started it is nominated on the moved gangs' deleted pods, beside its reclaim victims'
+pods (victims.py), and is not offered again until all of them are gone, nor for longer than
+the moved gangs' reservations wait for their old pods: no decision is made for it while they
+linger, and the one made once they are gone finds its GPUs free. If one of those moves does
+not go ahead (a budget refused it, the budgets could not be read), its GPUs will not be free:
+it waits only for the pods that are going (its victims', those of its other moves), if any,
+then for the next decision. The moves made for a gang whose own preemption did not go ahead
+are not started: it is decided again.
+
 Steps 2 and 3 are pure functions (`held`, `taken`) over the reservations, which the mover
 replaces whole rather than changing in place: the admin API's what-if, beside the scheduler,
 reads `reservations` from its own threads and takes both steps without keeping anything.
@@ -78,15 +89,20 @@ ObjectNotify = Callable[[Mapping[str, str], str, str, str], None]
 def waits_for_moves(decision: Decision) -> dict[str, str]:
     """Gangs the decision places on GPUs of gangs it moves for them (`Move.for_gang` of a
     placed gang: core/evacuation.py's reclaim with moves) -> why they wait: they are not bound
-    this cycle. The reclaim's victims keep such a gang from being offered until their pods are
-    gone (`VictimEvictor`); the moved gangs' pods are not part of that wait, so a later decision
-    sees them wherever they are still shown and does not place onto their GPUs."""
+    this cycle. Once the moves are started, `GangMover.start` nominates such a gang on the
+    moved gangs' deleted pods beside its victims' (`VictimEvictor`): it is not offered again
+    until all of them are gone."""
+    return {gang: MOVED_FOR_MESSAGE for gang in _moves_for_placed(decision)}
+
+
+def _moves_for_placed(decision: Decision) -> dict[str, list[Move]]:
+    """Gang placed by the decision -> the moves it makes for it, for the gangs with any."""
     placed = decision.admitted_ids
-    return {
-        m.for_gang: MOVED_FOR_MESSAGE
-        for m in decision.moves
-        if m.for_gang is not None and m.for_gang in placed
-    }
+    out: dict[str, list[Move]] = {}
+    for m in decision.moves:
+        if m.for_gang is not None and m.for_gang in placed:
+            out.setdefault(m.for_gang, []).append(m)
+    return out
 
 
 def job_reference(pod: Obj) -> dict[str, str]:
@@ -195,9 +211,17 @@ class GangMover:
             return view
         return budget_protected(view, movable, self._budgets(movable, view, cycle))
 
-    def start(self, decision: Decision, view: ClusterView, report: CycleReport) -> None:
+    def start(
+        self,
+        decision: Decision,
+        view: ClusterView,
+        report: CycleReport,
+        stopped: Collection[str] = (),
+    ) -> dict[str, str]:
         """Delete each moved gang's pods (marked, with their grace period) unless a budget now
-        forbids it; reserve its new placement."""
+        forbids it; reserve its new placement. Moves made for a gang in `stopped` (placed, but
+        its victims' evictions did not go ahead: it is decided again) are not started. Returns
+        gang placed on GPUs of gangs moved for it -> why it waits (`_wait_for_moves`)."""
         # A move onto GPUs the decision also repartitions waits: the new layout is applied
         # by the node, later (the next decisions see the gang where it runs and may move it).
         cut = {(r.node, r.gpu) for r in decision.repartitions}
@@ -209,13 +233,18 @@ class GangMover:
             and not any((r.node, ix) in cut for r in move.placement.replicas for ix in r.gpus)
             and any(g.id == move.gang_id for g in view.snapshot.running)
         ]
-        if not todo:
-            return
+        for move in [m for m in todo if m.for_gang is not None and m.for_gang in stopped]:
+            log.info(
+                "cycle=%d gang %s: move for %s not started: its preemption did not go ahead",
+                report.cycle, move.gang_id, move.for_gang,
+            )  # fmt: skip
+        todo = [m for m in todo if m.for_gang is None or m.for_gang not in stopped]
+        started: dict[str, Reservation] = {}
         # Read again: budgets change between the snapshot and now (another client's eviction,
         # a budget created since); moves of one cycle draw on a shared budget in turn.
-        budgets = self._budgets([m.gang_id for m in todo], view, report.cycle)
-        if budgets is None:
-            return
+        budgets = self._budgets([m.gang_id for m in todo], view, report.cycle) if todo else ()
+        if budgets is None:  # unreadable (logged): no move this cycle
+            todo, budgets = [], ()
         spent: dict[str, int] = {}
         for move in todo:
             gid = move.gang_id
@@ -236,6 +265,7 @@ class GangMover:
                 exit_by=self.clock() + 2 * grace + self.reserve_s,
             )
             self._reserved = {**self._reserved, gid: reservation}
+            started[gid] = reservation
             message = move_message(move)
             failed = self.binder.delete_marked(
                 keys, move_marker(self.wall()), names.MOVED_REASON, message
@@ -245,6 +275,58 @@ class GangMover:
             log.info("cycle=%d gang %s: %s", report.cycle, gid, message)
             if failed:
                 log.warning("cycle=%d gang %s: deleting %s failed", report.cycle, gid, failed)
+        return self._wait_for_moves(decision, started, stopped, report.cycle)
+
+    def _wait_for_moves(
+        self,
+        decision: Decision,
+        started: Mapping[str, Reservation],
+        stopped: Collection[str],
+        cycle: int,
+    ) -> dict[str, str]:
+        """Nominate each gang placed on GPUs of gangs moved for it on the moved gangs' deleted
+        pods, beside the victims' pods it waits for already (`VictimEvictor`): it is not offered
+        again, so no decision is made for it, until all of them are gone; then it is decided
+        afresh, on a snapshot where its GPUs are free (and the moved gangs' new ones reserved
+        for them). The wait lasts as long as the moved gangs' reservations wait for their old
+        pods. Gang -> why it waits. When one of its moves did not go ahead (a budget, the
+        budgets unreadable), its placement will not be free: it waits only for the pods that
+        are going (its victims', those of its other moves that started), if any, then for the
+        next decision. Gangs in `stopped` (their victims' evictions did not go ahead) keep the
+        reason the evictions gave."""
+        out: dict[str, str] = {}
+        placements = {p.gang_id: p for p in decision.placements}
+        for gang, moves in sorted(_moves_for_placed(decision).items()):
+            if gang in stopped:
+                continue
+            moved = ", ".join(sorted(m.gang_id for m in moves))
+            own = sorted(p.gang_id for p in decision.preemptions if p.for_gang == gang)
+            others = placements[gang].waits_for
+            going = [started[m.gang_id] for m in moves if m.gang_id in started]
+            old = frozenset(pod for r in going for pod in r.old)
+            wait_s = max((r.exit_by for r in going), default=0.0) - self.clock()
+            left = [m.gang_id for m in moves if m.gang_id not in started]
+            if left:
+                when = " once the pods it waits for are gone" if old or own or others else ""
+                message = pending_text(
+                    SchedulerReason.PREEMPTING,
+                    f"its GPUs are {', '.join(sorted(left))}'s, whose move to make room for it "
+                    f"did not go ahead; it is decided again{when}",
+                )
+            else:
+                parts = [f"{moved} (moved to make room for it)"]
+                if own:
+                    parts.append(f"{', '.join(own)} (preempted for it)")
+                if others:
+                    parts.append(f"{', '.join(others)} (preempted for another gang)")
+                message = pending_text(
+                    SchedulerReason.PREEMPTING,
+                    f"waiting for {' and '.join(parts)} to exit from its GPUs",
+                )
+            self.cache.nominate_also(gang, old, message, wait_s)
+            log.info("cycle=%d gang %s: %s", cycle, gang, message)
+            out[gang] = message
+        return out
 
     def _skipped(self, gid: str, view: ClusterView, gpu_type: str, why: str, cycle: int) -> None:
         """Log a move a budget stopped; an Event on the job (its user sees it there) and on

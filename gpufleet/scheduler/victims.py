@@ -10,7 +10,8 @@ the check), evictions stop there; see disruption.py for that residual race.
 A placed gang given GPUs of victims evicted for other gangs (`GangPlacement.waits_for`: the core
 let it wait for them instead of evicting one more) is held the same way until their pods are
 gone, and is not bound in this cycle; when their eviction does not go ahead it waits for the
-next decision.
+next decision. The placed gangs whose evictions (their own or those they wait for) did not go
+ahead are `stopped`: the mover does not start the moves the decision made for them.
 
 Each evicted pod is marked with its cause (`model.contract.reasons`): a gang the core evicted
 for the service tier (`Preemption.service_tier`: a gang of its own queue and priority with less
@@ -42,9 +43,10 @@ log = logging.getLogger("gpufleet.scheduler")
 
 
 def victims_still_shown(state: CachedState, facts: Mapping[str, PodFacts]) -> set[str]:
-    """Gangs this process preempted whose evicted pods the watch still shows: the operator
-    recreates an evicted worker under the same name at once, and that new pod beside the old
-    members still shown bound is not the rest of a partly bound gang."""
+    """Gangs this process preempted (or moved for a gang placed in their stead) whose evicted
+    (deleted) pods the watch still shows: the operator recreates such a worker under the same
+    name at once, and that new pod beside the old members still shown bound is not the rest of
+    a partly bound gang."""
     out: set[str] = set()
     for nomination in state.nominations.values():
         for key, uid in nomination.victims:
@@ -72,6 +74,10 @@ class VictimEvictor:
         self._protected: dict[str, float] = {}
         # Preemptor -> (its pending message, until when).
         self._blocked: dict[str, tuple[str, float]] = {}
+        # The placed gangs of the last decision whose evictions (their own victims', or those
+        # of the victims they wait for) did not all go ahead: they are decided again, so the
+        # moves made for them are not started (mover.py).
+        self.stopped: frozenset[str] = frozenset()
 
     @property
     def blocked(self) -> dict[str, str]:
@@ -97,7 +103,8 @@ class VictimEvictor:
         self, decision: Decision, view: ClusterView, state: CachedState, report: CycleReport
     ) -> dict[str, str]:
         """Evict each preemptor's victim gangs, all of them or none; preemptor -> why it
-        waits."""
+        waits. Sets `stopped`."""
+        self.stopped = frozenset()
         victims_of: dict[str, list[str]] = defaultdict(list)
         for p in decision.preemptions:
             victims_of[p.for_gang].append(p.gang_id)
@@ -115,6 +122,7 @@ class VictimEvictor:
             log.warning("cycle=%d cannot read PodDisruptionBudgets: %s", report.cycle, exc)
             unread = pending_text(PendingReason.BUDGET, "cannot read PodDisruptionBudgets")
             waiters = [p.gang_id for p in decision.placements if p.waits_for]
+            self.stopped = frozenset([*victims_of, *waiters])
             return dict.fromkeys([*victims_of, *waiters], unread)
         current = {pods.pod_key(p): p for p in state.pods}
         growth = {g.id for g in view.snapshot.running if growth_job(g) is not None}
@@ -144,7 +152,11 @@ class VictimEvictor:
                 (v, frozenset(k for k in view.running_pods.get(v, ()) if k in evicted))
                 for v in victims
             )
-        held.update(self._wait_for_victims(decision, held, gone, uids, report))
+        # Preemptors whose evictions a budget stopped (before or midway), then placed gangs
+        # whose awaited victims' evictions did not go ahead.
+        stopped = {g for g, why in held.items() if why != PREEMPTING_MESSAGE}
+        held.update(self._wait_for_victims(decision, held, gone, uids, report, stopped))
+        self.stopped = frozenset(stopped)
         return held
 
     def _wait_for_victims(
@@ -154,12 +166,13 @@ class VictimEvictor:
         gone: Mapping[str, frozenset[str]],
         uids: Mapping[str, str],
         report: CycleReport,
+        stopped: set[str],
     ) -> dict[str, str]:
         """Hold each placed gang that takes GPUs of victims evicted for other gangs
         (`GangPlacement.waits_for`) until their pods are gone, as a preemptor waits for its own
         (with them, when it preempted too); gang -> why it waits. Its pods are never bound onto
         GPUs a victim's pod still holds in its grace period. When a victim's eviction was
-        stopped (a budget), the gang waits for the next decision."""
+        stopped (a budget), the gang waits for the next decision (and is added to `stopped`)."""
         out: dict[str, str] = {}
         victims_of = [(p.gang_id, p.for_gang) for p in decision.preemptions]
         for placement in decision.placements:
@@ -168,6 +181,7 @@ class VictimEvictor:
                 continue
             names = ", ".join(waits)
             if not all(v in gone for v in waits):
+                stopped.add(gang)
                 out[gang] = pending_text(
                     SchedulerReason.PREEMPTING,
                     f"its GPUs are {names}'s, whose preemption for another gang did not go ahead",

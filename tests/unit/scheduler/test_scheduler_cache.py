@@ -68,6 +68,29 @@ def test_nomination_lasts_while_a_victim_exists() -> None:
     assert cache.state().nominations == {}
 
 
+def test_a_nomination_extended_lasts_while_any_of_its_pods_exists() -> None:
+    # A gang placed on GPUs of gangs moved for it waits for the moved pods beside its victims.
+    clock = Clock()
+    cache = SchedulerCache(assume_ttl=30.0, clock=clock)
+    victim = PodBuilder("v").gpus(1).bound("h0", gpus="0").obj()
+    moved = PodBuilder("m").gpus(1).bound("h0", gpus="1").obj()
+    moved["metadata"]["uid"] = "uid-m"
+    cache.replace_pods([victim, moved])
+    cache.nominate("default/hi", frozenset({"default/v"}))
+    cache.nominate_also("default/hi", {("default/m", "uid-m")}, "waiting for m", 100.0)
+    nomination = cache.state().nominations["default/hi"]
+    assert nomination.message == "waiting for m" and nomination.expires == 100.0
+    assert {k for k, _ in nomination.victims} == {"default/v", "default/m"}
+    cache.pod_event("DELETED", victim)
+    clock.t = 60.0  # past the usual wait, within the one asked for
+    assert "default/hi" in cache.state().nominations
+    cache.pod_event("DELETED", moved)
+    assert cache.state().nominations == {}
+    # Nothing to wait for: no nomination is made.
+    cache.nominate_also("default/lo", (), "decided again")
+    assert cache.state().nominations == {}
+
+
 def test_mig_request_lasts_until_the_config_is_applied() -> None:
     cache = SchedulerCache()
     node = NodeBuilder("a0", "A100-80GB").mig("gpufleet-x", "pending").obj()
