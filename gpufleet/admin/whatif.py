@@ -24,8 +24,9 @@ words the scheduler would write on their pods (`waiting.pending_messages`: a gan
 behind an identical one takes that gang's reason), and the running gangs the decision moves
 to make room for a gang (the core's `Move`s with `for_gang`: an evacuation of the node
 reserved for it, or a relocation so that a reclaim can clear a node for it; the gang is placed
-in the same decision after same-type moves, else it waits and takes the node in a following
-one): from where to where, the price the core
+in the same decision after same-type moves, and the scheduler binds it once the moved gangs'
+and the victims' pods are gone (`mover.GangMover.start`), else it waits and takes the node in a
+following one): from where to where, the price the core
 charged (seconds later the moved gang is expected to finish) and the message of the event the
 scheduler writes when it moves a gang (`mover.move_message`); and the gangs the same decision
 evicts for other gangs whose GPUs a placed gang takes (the core's `GangPlacement.waits_for`:
