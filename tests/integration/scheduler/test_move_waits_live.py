@@ -1,0 +1,217 @@
+"""A gang placed by a reclaim with moves (core/evacuation.py) waits for the moved gang's deleted
+pod as well as for its victims' pods, on the sandbox, through `gpufleet operator` as a real
+process (moves priced with a 1 s restart) and the sandbox's real API server.
+
+The fleet of tests/integration/admin/test_admin_whatif_moves.py: the four T4 nodes (4 GPUs
+each). t4-0 holds two one-GPU jobs of `ones` (nominal 0, borrowed) and two of `keeper`
+(nominal 1: it borrows one GPU), which checkpoint on a signal; t4-1 a 4-GPU job of `full`,
+t4-2 and t4-3 a 3-GPU job of `full` each (nominal 11), and one free GPU each. A 4-GPU job of
+`lender` (nominal 4) is owed its quota: in one decision the core reclaims the `ones` jobs and
+one `keeper` job, moves the other `keeper` job to t4-2 or t4-3 and places the lender on t4-0.
+
+A finalizer keeps both keepers' pods in the API once deleted (the sandbox's kwok deletes pods at
+once, which would leave no grace period to watch). Once the victims are gone and only the moved
+keeper's old pod lingers, the lender is not bound, its pod says it waits for that gang (by
+name), and nothing else is evicted; once that pod is gone too, the lender runs on t4-0 and the
+moved keeper on the node the decision moved it to. No GPU is double-booked.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from gpufleet.model.contract import names
+from gpufleet.model.contract.timestamps import parse_time
+from gpufleet.sandbox.control_plane import Sandbox
+from gpufleet.testing import invariants
+from gpufleet.testing.operator import (
+    Kube,
+    OperatorProcess,
+    configured_operator,
+    training_job,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+T4 = "T4"
+GRACE = 1  # seconds the keeper jobs take to save on SIGTERM
+RESTART = 1.0  # scheduler.move_restart_s of this module's operator
+SUFFIX = uuid.uuid4().hex[:6]
+QUEUES = {"lender": 4, "ones": 0, "keeper": 1, "full": 11}  # nominal T4 GPUs
+LINGER = "gpufleet.io/test-linger"  # a finalizer that keeps a deleted pod shown
+
+
+def queue(name: str) -> str:
+    return f"mw-{name}-{SUFFIX}"
+
+
+@pytest.fixture(scope="module")
+def operator(
+    sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """This module's operator (moves priced with a 1 s restart); the queues."""
+    for name, nominal in QUEUES.items():
+        kube.create_queue(queue(name), T4, nominal)
+    folder = tmp_path_factory.mktemp("operator")
+    try:
+        settings = f"scheduler:\n  move_restart_s: {RESTART}\n"
+        with configured_operator(sandbox.kubeconfig, kube, folder, settings) as proc:
+            yield proc
+    finally:
+        for name in QUEUES:
+            sandbox.kubectl("delete", "gq", queue(name), "--ignore-not-found", check=False)
+
+
+def _job(name: str, of: str, gpus: int, node: str | None = None) -> dict[str, Any]:
+    """One worker of `gpus` T4 in queue `of`, on `node` when given; keeper jobs checkpoint."""
+    job = training_job(name, replicas=1, gpus=gpus, gpu_type=T4)
+    spec = job["spec"]
+    spec["queue"] = queue(of)
+    spec["template"]["spec"]["terminationGracePeriodSeconds"] = GRACE
+    if node is not None:
+        spec["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    if of == "keeper":
+        spec["checkpoint"] = {"onSignal": True, "gracePeriodSeconds": GRACE}
+    return job
+
+
+def _pods(kube: Kube, ns: str, job: str) -> list[dict[str, Any]]:
+    return kube.pods(ns, f"{names.TRAININGJOB_LABEL}={job}")
+
+
+def _bound(kube: Kube, ns: str, job: str) -> list[dict[str, Any]]:
+    """The job's pods bound, started and not being deleted."""
+    return [
+        p
+        for p in _pods(kube, ns, job)
+        if p["spec"].get("nodeName")
+        and (p.get("status") or {}).get("startTime")
+        and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def _running(kube: Kube, ns: str, jobs: list[str]) -> dict[str, dict[str, Any]]:
+    """Each job's started pod once every one of `jobs` has one (empty before)."""
+    out = {}
+    for name in jobs:
+        pods = _bound(kube, ns, name)
+        if len(pods) != 1:
+            return {}
+        out[name] = pods[0]
+    return out
+
+
+def _uids(pods: dict[str, dict[str, Any]]) -> dict[str, str]:
+    return {job: str(pod["metadata"]["uid"]) for job, pod in pods.items()}
+
+
+def _linger(kube: Kube, ns: str, pod: str, hold: bool) -> None:
+    """Keep the pod in the API after its deletion, or let it go."""
+    body = {"metadata": {"finalizers": [LINGER] if hold else None}}
+    kube.core.patch_namespaced_pod(pod, ns, body)
+
+
+def _deleting(kube: Kube, ns: str, pod: dict[str, Any]) -> dict[str, Any] | None:
+    """`pod` as the API shows it now, if it is being deleted."""
+    meta = pod["metadata"]
+    for p in kube.pods(ns, f"{names.TRAININGJOB_LABEL}={meta['labels'][names.TRAININGJOB_LABEL]}"):
+        if p["metadata"]["uid"] == meta["uid"] and p["metadata"].get("deletionTimestamp"):
+            return p
+    return None
+
+
+def _gone(kube: Kube, ns: str, pod: dict[str, Any]) -> bool:
+    job = pod["metadata"]["labels"][names.TRAININGJOB_LABEL]
+    return all(p["metadata"]["uid"] != pod["metadata"]["uid"] for p in _pods(kube, ns, job))
+
+
+def _why(kube: Kube, ns: str, job: str) -> str:
+    """The message of the PodScheduled condition of the job's pod (empty without one)."""
+    for pod in _pods(kube, ns, job):
+        for c in (pod.get("status") or {}).get("conditions") or []:
+            if c["type"] == "PodScheduled" and c.get("message"):
+                return str(c["message"])
+    return ""
+
+
+def test_the_gang_waits_for_the_moved_gangs_pod_then_runs_where_it_was_placed(
+    kube: Kube, ns: str
+) -> None:
+    # The fixed jobs, and fillers of the lender's queue on the GPUs that must end up free, so
+    # that the ones and keeper jobs can only start on t4-0.
+    fixed = {"full-1": ("full", 4, "t4-1"), "full-2": ("full", 3, "t4-2"),
+             "full-3": ("full", 3, "t4-3"), "fill-2": ("lender", 1, "t4-2"),
+             "fill-3": ("lender", 1, "t4-3")}  # fmt: skip
+    for name, (of, gpus, node) in fixed.items():
+        kube.create_job(ns, _job(name, of, gpus, node))
+    wait_for(lambda: _running(kube, ns, list(fixed)), "the fixed jobs running", 60)
+    small = {"ones-0": "ones", "ones-1": "ones", "keep-0": "keeper", "keep-1": "keeper"}
+    for name, of in small.items():
+        kube.create_job(ns, _job(name, of, 1))
+    started = wait_for(lambda: _running(kube, ns, list(small)), "the small jobs running", 60)
+    assert {p["spec"]["nodeName"] for p in started.values()} == {"t4-0"}, started
+    for name in ("fill-2", "fill-3"):
+        kube.delete_job(ns, name)
+    wait_for(
+        lambda: not any(_pods(kube, ns, n) for n in ("fill-2", "fill-3")), "the fillers gone", 30
+    )
+    # The keepers have run longer than a move costs them (restart and grace): worth moving.
+    latest = max(parse_time(p["status"]["startTime"]) for p in started.values())
+    assert latest is not None
+    wait_for(
+        lambda: (datetime.now(UTC) - latest).total_seconds() > 3 * (RESTART + GRACE),
+        "the keepers past a move's price",
+        30,
+    )
+    keepers = {name: started[name] for name in ("keep-0", "keep-1")}
+    others = _uids(_running(kube, ns, ["full-1", "full-2", "full-3"]))
+    for pod in keepers.values():
+        _linger(kube, ns, pod["metadata"]["name"], hold=True)
+    try:
+        kube.create_job(ns, _job("lender", "lender", 4))
+
+        def both_deleted() -> dict[str, dict[str, Any]]:
+            now = {name: _deleting(kube, ns, pod) for name, pod in keepers.items()}
+            return {n: p for n, p in now.items() if p is not None} if all(now.values()) else {}
+
+        deleted = wait_for(both_deleted, "both keepers' pods deleted", 60)
+        moved = [
+            name
+            for name, pod in deleted.items()
+            if (pod["metadata"].get("annotations") or {}).get(names.DISRUPTED_BY)
+            == names.MOVED_REASON
+        ]
+        assert len(moved) == 1, deleted
+        (mover,) = moved
+        (victim,) = set(keepers) - {mover}
+        # The victims go: the ones jobs' pods at once, the evicted keeper's once let go.
+        _linger(kube, ns, keepers[victim]["metadata"]["name"], hold=False)
+        for name in ("ones-0", "ones-1", victim):
+            wait_for(lambda n=name: _gone(kube, ns, started[n]), f"{name}'s pod gone", 30)
+        # Only the moved keeper's old pod is left: the lender waits for it, by name, unbound.
+        waits = f"waiting for {ns}/{mover} (moved to make room for it)"
+        wait_for(lambda: waits in _why(kube, ns, "lender"), "the lender's reason", 30)
+        for _ in range(25):
+            assert _bound(kube, ns, "lender") == []
+            assert _deleting(kube, ns, keepers[mover]) is not None
+            assert _uids(_running(kube, ns, list(others))) == others
+            time.sleep(0.2)
+        assert waits in _why(kube, ns, "lender")
+        assert invariants.check(kube.core) == []
+    finally:
+        for pod in keepers.values():
+            if not _gone(kube, ns, pod):
+                _linger(kube, ns, pod["metadata"]["name"], hold=False)
+    (runs,) = wait_for(lambda: _bound(kube, ns, "lender"), "the lender running", 60)
+    assert runs["spec"]["nodeName"] == "t4-0", runs["spec"]["nodeName"]
+    (again,) = wait_for(lambda: _bound(kube, ns, mover), f"{mover} running again", 60)
+    assert again["spec"]["nodeName"] in {"t4-2", "t4-3"}, again["spec"]["nodeName"]
+    assert _uids(_running(kube, ns, list(others))) == others
+    assert invariants.check(kube.core) == []
