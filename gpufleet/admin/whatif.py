@@ -6,7 +6,9 @@ pending gangs (with the GPUQueues, their quotas and namespace selectors). Then t
 own steps follow, in the order of its cycle and through the same functions:
 - its stateless snapshot steps (`scheduler.decision_view`): over-committed nodes and nodes
   being reconfigured closed, gangs a PodDisruptionBudget protects never victims (the budgets
-  read, where the scheduler learns them from the evictions a budget refused);
+  read, where the scheduler learns them from the evictions a budget refused), the GPUs planned
+  for gangs waiting for their victims to exit held for them (`scheduler.nominated`, from the
+  nominations in the scheduler's cache);
 - its stateful snapshot steps (`scheduler.stateful_steps.remembered`): the GPUs reserved for
   moved gangs held, the progress of the running gangs that checkpoint (without which the core
   neither prices the work a service-tier eviction throws away nor plans moves), the service
@@ -14,7 +16,7 @@ own steps follow, in the order of its cycle and through the same functions:
 - its offer (`scheduler.stateful_steps.offer`): the heads (the manifest's gangs and those
   already waiting, which compete for the same GPUs; the victims of earlier preemptions still
   shown are settling), of many identical gangs only as many as could fit plus one, and not the
-  gangs waiting for a reserved placement.
+  gangs waiting for a reserved placement or bound to their held one.
 What the scheduler remembers (`LiveFleet.steps`, `gpufleet.admin.steps`) is read, never
 changed: beside the scheduler, from its own trackers; standalone, from what the cluster shows
 (the moved gangs' reservations are then unknown). `gpufleet.core.place` decides with the live

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from gpufleet.core.decision import GangPlacement
 from gpufleet.model.contract import names
 from gpufleet.model.contract.assignment import MigState
 from gpufleet.model.migparted import MIG_APPLIED_ANNOTATION
@@ -50,6 +51,14 @@ class Nomination:
     # victims: `GangPlacement.waits_for`, or of gangs moved for it: `mover.py`); None: the
     # usual preemptor's message.
     message: str | None = None
+    # The placement the decision planned for it: its GPUs are held for it while it waits, and
+    # it is bound there once the pods are gone if they are still free (nominated.py); None:
+    # nothing held, it is decided afresh.
+    placement: GangPlacement | None = None
+    # The pods are all gone (set by `SchedulerCache.state`): the gang is no longer kept from
+    # the core; a nomination with a placement stays until it expires or the gang is bound, so
+    # the loop finds the placement (one without is dropped).
+    ready: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,24 +301,33 @@ class SchedulerCache:
         victims: frozenset[str],
         uids: Mapping[str, str] | None = None,
         message: str | None = None,
+        placement: GangPlacement | None = None,
     ) -> None:
         """`gang` waits until the pods `victims` are gone: the pods with these keys and the
         `uids` taken before they were evicted (a worker evicted and recreated under the same
         name meanwhile is not a victim), or, without `uids`, the pods as they are now;
-        `message`: why it waits, when not the preemptor's usual one."""
+        `message`: why it waits, when not the preemptor's usual one; `placement`: the GPUs
+        held for it meanwhile (nominated.py)."""
         known = self.uids(victims) if uids is None else uids
         marked = frozenset((k, known[k]) for k in victims if k in known)
+        expires = self._clock() + self._ttl
         with self._lock:
-            self._nominations[gang] = Nomination(marked, self._clock() + self._ttl, message)
+            self._nominations[gang] = Nomination(marked, expires, message, placement)
 
     def nominate_also(
-        self, gang: str, pods: Collection[tuple[str, str]], message: str, for_s: float = 0.0
+        self,
+        gang: str,
+        pods: Collection[tuple[str, str]],
+        message: str,
+        for_s: float = 0.0,
+        placement: GangPlacement | None = None,
     ) -> None:
         """`gang` waits until the pods `pods` ((pod key, uid), taken before they were deleted)
         are gone as well as those it waits for already (its nomination, if any), and says
         `message`; the wait lasts `for_s` seconds from now, or the usual time if longer, and
-        never ends sooner than the nomination it extends. Without a nomination and `pods`,
-        nothing to wait for: the gang is offered to the next decision."""
+        never ends sooner than the nomination it extends. `placement` replaces the GPUs held
+        for it (None: none). Without a nomination and `pods`, nothing to wait for: the gang is
+        offered to the next decision."""
         with self._lock:
             was = self._nominations.get(gang)
             if was is None and not pods:
@@ -318,7 +336,7 @@ class SchedulerCache:
             if was is not None:
                 expires = max(expires, was.expires)
             victims = frozenset(pods) | (frozenset() if was is None else was.victims)
-            self._nominations[gang] = Nomination(victims, expires, message)
+            self._nominations[gang] = Nomination(victims, expires, message, placement)
 
     def request_mig(self, node: str, config: str, gangs: frozenset[str]) -> None:
         with self._lock:
@@ -367,8 +385,11 @@ class SchedulerCache:
                     key in self._pods and self._pods[key]["metadata"].get("uid", "") == uid
                     for key, uid in nomination.victims
                 )
-                if not alive or nomination.expires < now:
+                if nomination.expires < now or not (alive or nomination.placement):
                     del self._nominations[gang]
+                elif not alive and not nomination.ready:  # held for at most a TTL more
+                    expires = min(nomination.expires, now + self._ttl)
+                    self._nominations[gang] = replace(nomination, ready=True, expires=expires)
             for node_name, request in list(self._mig_requests.items()):
                 node = self._nodes.get(node_name)
                 if node is None or request.expires < now or mig_applied(node, request.config):

@@ -12,7 +12,9 @@ The scheduler's snapshot phase (loop.py, phase 1) and the admin API's what-if bo
    scheduler learns them from the evictions a budget refused (`VictimEvictor.without_protected`);
    a what-if, which evicts nothing, reads the budgets instead (`budget_protected`), as the mover
    does for the gangs it could move. A gang a budget protects is thus never named as a victim:
-   the scheduler would not evict it, and would pick another victim or wait.
+   the scheduler would not evict it, and would pick another victim or wait;
+5. the GPUs planned for each nominated gang (waiting for its victims, or gangs moved for it,
+   to exit) that no pod holds are held for it (`nominated.hold`), so no other gang takes them.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from gpufleet.core.policy import Policy
 from gpufleet.scheduler.cache import CachedState
 from gpufleet.scheduler.cluster_view import ClusterView, hide_overcommitted
 from gpufleet.scheduler.disruption import Obj, gang_blocked
+from gpufleet.scheduler.nominated import hold
 from gpufleet.scheduler.power_marks import PowerMarks
 from gpufleet.scheduler.repartition import hide_reconfiguring
 
@@ -37,12 +40,12 @@ def decision_view(
     protect: Callable[[ClusterView], ClusterView],
     power: PowerMarks | None = None,
 ) -> ClusterView:
-    """`view` (built from `state`) as the core decides on it (module docstring, steps 1-4)."""
+    """`view` (built from `state`) as the core decides on it (module docstring, steps 1-5)."""
     view = hide_overcommitted(view)
     if power is not None:
         view = power.hide_marked(view, power.marks(state.nodes), policy)
     view = hide_reconfiguring(view, state)
-    return protect(view)
+    return hold(protect(view), state.nominations)
 
 
 def budget_protected(

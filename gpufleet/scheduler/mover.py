@@ -37,8 +37,9 @@ core/evacuation.py's reclaim with moves) is not bound that cycle (`waits_for_mov
 moves are started it is nominated on the moved gangs' deleted pods, beside its reclaim victims'
 pods (victims.py), and is not offered again until all of them are gone, nor for longer than
 the moved gangs' reservations wait for their old pods: no decision is made for it while they
-linger, and the one made once they are gone finds its GPUs free. If one of those moves does
-not go ahead (a budget refused it, the budgets could not be read), its GPUs will not be free:
+linger; the GPUs of its placement are held for it meanwhile, and it is bound there once they
+are gone, if they are still free (nominated.py). If one of those moves does not go ahead (a
+budget refused it, the budgets could not be read), its GPUs will not be free: nothing is held,
 it waits only for the pods that are going (its victims', those of its other moves), if any,
 then for the next decision. The moves made for a gang whose own preemption did not go ahead
 are not started: it is decided again.
@@ -286,14 +287,14 @@ class GangMover:
     ) -> dict[str, str]:
         """Nominate each gang placed on GPUs of gangs moved for it on the moved gangs' deleted
         pods, beside the victims' pods it waits for already (`VictimEvictor`): it is not offered
-        again, so no decision is made for it, until all of them are gone; then it is decided
-        afresh, on a snapshot where its GPUs are free (and the moved gangs' new ones reserved
-        for them). The wait lasts as long as the moved gangs' reservations wait for their old
-        pods. Gang -> why it waits. When one of its moves did not go ahead (a budget, the
-        budgets unreadable), its placement will not be free: it waits only for the pods that
-        are going (its victims', those of its other moves that started), if any, then for the
-        next decision. Gangs in `stopped` (their victims' evictions did not go ahead) keep the
-        reason the evictions gave."""
+        again, so no decision is made for it, until all of them are gone; its placement's
+        GPUs are held for it meanwhile, and it is then bound there if they are still free, else
+        decided afresh (nominated.py). The wait lasts as long as the moved gangs' reservations
+        wait for their old pods. Gang -> why it waits. When one of its moves did not go ahead
+        (a budget, the budgets unreadable), its placement will not be free: nothing is held, it
+        waits only for the pods that are going (its victims', those of its other moves that
+        started), if any, then for the next decision. Gangs in `stopped` (their victims'
+        evictions did not go ahead) keep the reason the evictions gave."""
         out: dict[str, str] = {}
         placements = {p.gang_id: p for p in decision.placements}
         for gang, moves in sorted(_moves_for_placed(decision).items()):
@@ -323,7 +324,9 @@ class GangMover:
                     SchedulerReason.PREEMPTING,
                     f"waiting for {' and '.join(parts)} to exit from its GPUs",
                 )
-            self.cache.nominate_also(gang, old, message, wait_s)
+            # Its planned GPUs are held while it waits, unless a move did not go ahead.
+            planned = None if left else placements[gang]
+            self.cache.nominate_also(gang, old, message, wait_s, planned)
             log.info("cycle=%d gang %s: %s", cycle, gang, message)
             out[gang] = message
         return out

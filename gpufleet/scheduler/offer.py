@@ -34,8 +34,9 @@ def heads(
     offered: list[PendingGang] = []
     for pg in view.pending:
         gid = pg.gang.id
-        if gid in state.nominations:
-            waiting[gid] = state.nominations[gid].message or PREEMPTING_MESSAGE
+        nomination = state.nominations.get(gid)
+        if nomination is not None and not nomination.ready:
+            waiting[gid] = nomination.message or PREEMPTING_MESSAGE
         elif gid in mig_waits:
             waiting[gid] = pending_text(
                 SchedulerReason.MIG, f"waiting for MIG reconfiguration of node {mig_waits[gid]}"

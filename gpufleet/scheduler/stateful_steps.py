@@ -19,7 +19,9 @@ Phase 3, after the heal phase (which the what-if does not take: it restarts noth
 7. of many identical gangs only as many as could fit, plus one (`offer.cap_identical`, past
    `cap_identical_above` offered gangs);
 8. `take`: gangs with a reserved placement are not offered; once their old pods are gone they
-   are bound there (`mover.taken`).
+   are bound there (`mover.taken`);
+9. a nominated gang whose wait ended, its planned placement still free and held for it, is
+   bound there rather than offered (`nominated.ready`).
 The loop's steps (`LoopSteps`) update the scheduler's trackers; the admin API's
 (`gpufleet.admin.steps`) only read them, or what the cluster shows when it runs standalone.
 """
@@ -37,6 +39,7 @@ from gpufleet.scheduler.attained import AttainedService
 from gpufleet.scheduler.cache import CachedState
 from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
 from gpufleet.scheduler.mover import GangMover
+from gpufleet.scheduler.nominated import ready
 from gpufleet.scheduler.offer import cap_identical, heads
 from gpufleet.scheduler.progress import ProgressTracker
 
@@ -80,7 +83,8 @@ def remembered(
 class Offer:
     """Phase 3's outcome: the gangs offered to the core; gang -> why it is not offered (those
     that say why); gang -> the identical gang offered in its place (capped); the reserved
-    placements of moved gangs to bind now, and those gangs by id."""
+    placements of moved gangs and the planned placements of nominated gangs whose wait ended
+    to bind now, and those gangs by id."""
 
     gangs: list[PendingGang]
     waiting: dict[str, str]
@@ -96,13 +100,14 @@ def offer(
     policy: Policy,
     steps: StatefulSteps,
 ) -> Offer:
-    """Phase 3: the gangs to offer the core (steps 6-8)."""
+    """Phase 3: the gangs to offer the core (steps 6-9)."""
     offered, waiting = heads(view, state, settling)
     offered, capped = cap_identical(
         offered, view.snapshot, policy.allow_preemption, steps.cap_identical_above
     )
     offered, reserved, reserved_by_id = steps.take(view, offered)
-    return Offer(offered, waiting, capped, reserved, reserved_by_id)
+    offered, planned, planned_by_id = ready(view, state.nominations, offered)
+    return Offer(offered, waiting, capped, [*reserved, *planned], reserved_by_id | planned_by_id)
 
 
 class LoopSteps:

@@ -10,8 +10,10 @@ the check), evictions stop there; see disruption.py for that residual race.
 A placed gang given GPUs of victims evicted for other gangs (`GangPlacement.waits_for`: the core
 let it wait for them instead of evicting one more) is held the same way until their pods are
 gone, and is not bound in this cycle; when their eviction does not go ahead it waits for the
-next decision. The placed gangs whose evictions (their own or those they wait for) did not go
-ahead are `stopped`: the mover does not start the moves the decision made for them.
+next decision. While a preemptor or such a gang waits, the GPUs of its planned placement are
+held for it, and it is bound there once the pods are gone (nominated.py). The placed gangs
+whose evictions (their own or those they wait for) did not go ahead are `stopped`: the mover
+does not start the moves the decision made for them.
 
 Each evicted pod is marked with its cause (`model.contract.reasons`): a gang the core evicted
 for the service tier (`Preemption.service_tier`: a gang of its own queue and priority with less
@@ -146,7 +148,7 @@ class VictimEvictor:
                 held[gang] = message
                 continue
             held[gang], evicted = self._evict_gang(
-                gang, victims, view.running_pods, until, report, growth, served, uids
+                decision, gang, victims, view.running_pods, until, report, growth, served, uids
             )
             gone.update(
                 (v, frozenset(k for k in view.running_pods.get(v, ()) if k in evicted))
@@ -195,13 +197,14 @@ class VictimEvictor:
                 SchedulerReason.PREEMPTING,
                 f"waiting for {names}, preempted for another gang, to exit from its GPUs",
             )
-            self.cache.nominate(gang, keys, uids, message)
+            self.cache.nominate(gang, keys, uids, message, placement)
             log.info("cycle=%d gang %s waits for %s to exit", report.cycle, gang, names)
             out[gang] = message
         return out
 
     def _evict_gang(
         self,
+        decision: Decision,
         gang: str,
         victims: list[str],
         members: Mapping[str, tuple[str, ...]],
@@ -215,7 +218,9 @@ class VictimEvictor:
         uids before the evictions added to `uids`). Victims that are all
         elastic jobs' growth units (replicas beyond a job's minimum, worth their step of its
         scaling curve) are said to be given to `gang`: it may be of their priority
-        (core/rebalance.py). Victims evicted for the service tier (`served`) are marked so."""
+        (core/rebalance.py). Victims evicted for the service tier (`served`) are marked so.
+        `gang` is nominated on the evicted pods; when none was refused, with its placement in
+        `decision`, whose GPUs are held for it meanwhile (nominated.py)."""
         if all(v in growth for v in victims):
             message = f"elastic replica beyond the job's minimum, given to gang {gang}"
         else:
@@ -239,7 +244,8 @@ class VictimEvictor:
             )
         refused = {k: e for k, e in results.items() if e is not None}
         evicted = frozenset(k for k, e in results.items() if e is None)
-        self.cache.nominate(gang, evicted, before)
+        planned = None if refused else decision.placement(gang)
+        self.cache.nominate(gang, evicted, before, placement=planned)
         report.preempted.extend(victims)
         if not refused:
             return PREEMPTING_MESSAGE, evicted
