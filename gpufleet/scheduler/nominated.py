@@ -16,11 +16,12 @@ Only placements on whole GPUs are held: one on MIG instances may need a new layo
 asked for once the pods are gone (repartition.py), so such a gang is decided afresh then.
 
 Once the pods are gone (`Nomination.ready`), the gang is bound to its planned placement if
-every GPU of it is free and its nodes still take pods (`ready`), through the same
-assume-then-bind batch as the core's placements, the way the mover binds a moved gang to its
-reservation; otherwise nothing is held and it is offered to the core, decided afresh. The
-hold ends with the nomination: when it expires (a TTL after the pods are gone at most), when
-the gang is bound or no longer pending, or when a new nomination replaces it. Nominations are
+every GPU of it is free, its nodes still take pods and it has a pod for each replica (`ready`),
+through the same assume-then-bind batch as the core's placements, the way the mover binds a
+moved gang to its reservation; otherwise nothing is held and it is offered to the core,
+decided afresh. The hold ends with the nomination: when it expires (a TTL after the pods are
+gone at most), when the gang is bound or no longer pending, or when a new nomination replaces
+it. Nominations are
 kept in memory only: after a restart nothing is held and every gang is decided afresh on what
 the cluster shows.
 
@@ -58,20 +59,29 @@ def _free_part(placement: GangPlacement, snapshot: Snapshot) -> list[ReplicaPlac
     return out
 
 
+def _bindable(pg: PendingGang, placement: GangPlacement) -> bool:
+    """Whether `pg`'s pods can be bound to `placement` as they are: a pod for each replica (an
+    elastic gang placed with fewer replicas than it has pods is decided afresh)."""
+    return len(pg.pods) == len(placement.replicas)
+
+
 def hold(view: ClusterView, nominations: Mapping[str, Nomination]) -> ClusterView:
     """`view` with the free GPUs of each pending nominated gang's planned placement held by
     `<gang>#nominated`; once its pods are gone, the whole placement or nothing (when a GPU of
     it is taken, the gang is decided afresh)."""
-    pending = {pg.gang.id: pg.gang for pg in view.pending}
+    pending = {pg.gang.id: pg for pg in view.pending}
     extra: list[RunningGang] = []
     snapshot = view.snapshot
     for gid, nomination in sorted(nominations.items()):
-        placement, gang = nomination.placement, pending.get(gid)
-        if placement is None or gang is None or any(r.mig for r in placement.replicas):
+        placement, pg = nomination.placement, pending.get(gid)
+        if placement is None or pg is None or any(r.mig for r in placement.replicas):
             continue
         shown = _free_part(placement, snapshot)
-        if nomination.ready and shown != list(placement.replicas):
-            continue
+        if nomination.ready and not (
+            shown == list(placement.replicas) and _bindable(pg, placement)
+        ):
+            continue  # decided afresh: nothing held from it
+        gang = pg.gang
         if shown:
             extra.append(
                 RunningGang(
@@ -109,7 +119,7 @@ def ready(
             or placement is None
             or shown is None
             or shown.replicas != placement.replicas
-            or len(pg.pods) != len(placement.replicas)
+            or not _bindable(pg, placement)
         ):
             left.append(pg)
             continue

@@ -7,6 +7,7 @@ not bound (the gang is decided afresh), and the admin API's what-if sees the hel
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from scheduler_builders import NodeBuilder, PodBuilder
@@ -16,12 +17,13 @@ from test_scheduler_cycle import gang
 from gpufleet.admin.live import JobStore, LiveFleet
 from gpufleet.admin.steps import BesideScheduler
 from gpufleet.admin.whatif import what_if
+from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.model.contract import names
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.trainingjob import TrainingJob
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.loop import Scheduler
-from gpufleet.scheduler.nominated import HELD_SUFFIX, hold
+from gpufleet.scheduler.nominated import HELD_SUFFIX, hold, ready
 
 TTL = 30.0
 
@@ -121,3 +123,22 @@ def test_the_what_if_beside_the_scheduler_sees_the_held_gpus() -> None:
     # Before: placed on the GPUs v1 freed.
     assert not outcome.placed and outcome.waiting is not None
     assert outcome.waiting.reason == "InsufficientFreeGpus"
+
+
+def test_a_gang_with_more_pods_than_planned_replicas_is_decided_afresh() -> None:
+    # An elastic gang placed with fewer replicas than it has pods (or the rest of one) is not
+    # bound to its plan once its wait ends: nothing is held from the core deciding it then.
+    sched, cache, _, _, victims = _start()
+    cache.pod_event("DELETED", victims[1])
+    state = cache.state()
+    (nomination,) = state.nominations.values()
+    assert nomination.ready and nomination.placement is not None
+    whole = nomination.placement.replicas[0]
+    halves = (ReplicaPlacement("h0", whole.gpus[:4]), ReplicaPlacement("h0", whole.gpus[4:]))
+    split = replace(nomination, placement=replace(nomination.placement, replicas=halves))
+    view = sched.views.build_state(state)
+    assert hold(view, {"default/high": nomination}).snapshot.running[-1].id.endswith(HELD_SUFFIX)
+    shown = hold(view, {"default/high": split})
+    assert not any(g.id.endswith(HELD_SUFFIX) for g in shown.snapshot.running)
+    offered = [pg for pg in view.pending if pg.gang.id == "default/high"]
+    assert ready(shown, {"default/high": split}, offered)[1] == []
