@@ -91,6 +91,19 @@ TARGETS: dict[str, tuple[float, str]] = {
     "quota_violations": (0.0, "max"),
 }
 
+# Idle GPU-seconds over the arrival span as shares of its capacity (tenant_metrics.py): all idle
+# GPUs, those while some gang waits, those with a waiting gang that fits their count, and those
+# with one that fits node by node, and the last two counted only after a decision (not while a
+# change awaits the next cycle). Reported per policy and as gpufleet's minus kueue's.
+IDLE_FIGURES: dict[str, str] = {
+    "idle": "idle",
+    "idle_while_waiting": "idle, a gang waits",
+    "idle_with_demand": "idle with demand",
+    "idle_placeable": "idle, placeable",
+    "idle_with_demand_decided": "with demand, after a decision",
+    "idle_placeable_decided": "placeable, after a decision",
+}
+
 
 def _window_date(text: str) -> str:
     try:
@@ -190,6 +203,8 @@ def sample(window: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         "avg_jct_vs_kueue": gf["avg_jct_h"] / kq["avg_jct_h"],
         "quota_violations": float(gf["violations"]),
     }
+    # Idle GPUs as shares of the capacity over the arrival span: gpufleet's minus kueue's.
+    idle_gap = {key: gf[key] - kq[key] for key in IDLE_FIGURES}
     tenants = sorted({j.queue for j in work.jobs})
     return {
         "window": window,
@@ -199,6 +214,7 @@ def sample(window: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         "history": history,
         "reports": reports,
         "ratios": ratios,
+        "idle_vs_kueue": idle_gap,
     }
 
 
@@ -209,6 +225,43 @@ def _met(key: str, value: float) -> bool:
 
 def _worst(key: str, values: list[float]) -> float:
     return min(values) if TARGETS[key][1] == "min" else max(values)
+
+
+def _print_idle(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """The idle-GPU table per sample and policy, then gpufleet's minus kueue's over the
+    samples; returns that summary."""
+    print(
+        "\n## Idle GPUs (GPU-seconds / (fleet GPUs x span from the first to the last "
+        "arrival); with demand: a waiting gang accepting the type needs at most its idle GPUs; "
+        "placeable: and fits on them node by node)\n"
+    )
+    labels = " | ".join(IDLE_FIGURES.values())
+    print(f"| window | seed | policy | util. | {labels} | with demand by type |")
+    print("|---" * (5 + len(IDLE_FIGURES)) + "|")
+    for s in samples:
+        for name, r in s["reports"].items():
+            by_type = ", ".join(f"{t} {v:.3f}" for t, v in r["idle_with_demand_by_type"].items())
+            figures = " | ".join(f"{r[key]:.3f}" for key in IDLE_FIGURES)
+            print(
+                f"| {s['window']} | {s['seed']} | {name} | {r['utilisation']:.3f} | {figures} "
+                f"| {by_type or '-'} |"
+            )
+    print("\n| gpufleet - kueue | median | max | samples gpufleet <= kueue |")
+    print("|---|---|---|---|")
+    out: dict[str, dict[str, float]] = {}
+    for key, label in IDLE_FIGURES.items():
+        gaps = [s["idle_vs_kueue"][key] for s in samples]
+        out[key] = {
+            "median": statistics.median(gaps),
+            "max": max(gaps),
+            "not_above": sum(1 for g in gaps if g <= 0),
+            "samples": len(gaps),
+        }
+        print(
+            f"| {label} | {out[key]['median']:+.4f} | {out[key]['max']:+.4f} "
+            f"| {out[key]['not_above']} of {len(gaps)} |"
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -244,6 +297,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"| {r['violations']} ({r['limit_decisions']} / {r['owed_gangs']}) "
                 f"| {r['preemptions']} | {r['wall_s']:.0f} |"
             )
+    idle_summary = _print_idle(samples)
     summary: dict[str, dict[str, Any]] = {}
     print("\n## Targets (gpufleet vs kueue)\n")
     print("| target | limit | median | worst | met in samples |")
@@ -283,6 +337,7 @@ def _run(args: argparse.Namespace) -> int:
             "fleet": FLEET,
         },
         "targets": summary,
+        "idle_vs_kueue": idle_summary,
         "samples": samples,
     }
     print(json.dumps(doc, default=str))

@@ -78,6 +78,12 @@ when the fleet is full; the gangs passed to one decision are the oldest of each 
 turn (each queue's head is always seen, as Kueue's heads are), not the oldest overall. An
 `on_cycle` observer sees the snapshot and the waiting gangs after each decision (quota
 monitors; it cannot change anything).
+
+Observing: an `on_event` observer sees, after every event (each time the integrators are
+re-levelled), the idle GPUs (nothing allocated) of each type per node that is on, the gangs
+waiting whole (not part-held), and whether a cycle is pending (the state awaits it) or the
+state is the last decision's outcome, for metrics of the timeline between decisions
+(`tenant_metrics.IdleMonitor`); like `on_cycle` it cannot change anything.
 """
 
 from __future__ import annotations
@@ -86,7 +92,7 @@ import bisect
 import heapq
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Protocol
@@ -108,7 +114,15 @@ from gpufleet.sim.results import Integrator, JobRecord, SimResult
 from gpufleet.sim.speed import SpeedModel
 from gpufleet.sim.traces.common import TraceJob
 
-__all__ = ["CycleObserver", "PlaceFn", "SimPolicy", "SimSettings", "Simulation", "gang_for_job"]
+__all__ = [
+    "CycleObserver",
+    "EventObserver",
+    "PlaceFn",
+    "SimPolicy",
+    "SimSettings",
+    "Simulation",
+    "gang_for_job",
+]
 
 
 class PlaceFn(Protocol):
@@ -124,6 +138,22 @@ class CycleObserver(Protocol):
 
     def __call__(self, now: float, snapshot: Snapshot, waiting: Sequence[Gang]) -> None:
         """Observe the state after one decision."""
+        ...
+
+
+class EventObserver(Protocol):
+    """Called after every event with the time, the idle GPUs per node of each type (nodes that
+    are on), the gangs waiting whole, and whether the state is a decision's outcome (no cycle
+    pending; False: a change awaits the next cycle)."""
+
+    def __call__(
+        self,
+        now: float,
+        idle: Mapping[str, Sequence[int]],
+        waiting: Sequence[Gang],
+        decided: bool,
+    ) -> None:
+        """Observe the state after one event."""
         ...
 
 
@@ -263,6 +293,7 @@ class Simulation:
         settings: SimSettings | None = None,
         on_progress: Callable[[int, int], None] | None = None,
         on_cycle: CycleObserver | None = None,
+        on_event: EventObserver | None = None,
     ) -> None:
         self.cluster = cluster
         self.policy = policy
@@ -270,6 +301,7 @@ class Simulation:
         self.settings = settings or SimSettings()
         self.on_progress = on_progress
         self.on_cycle = on_cycle
+        self.on_event = on_event
         self._queues = self.settings.queues
         fleet_types = [
             cluster.catalog[n] for n in sorted({p.gpu_type for p in cluster.pool_of.values()})
@@ -406,6 +438,17 @@ class Simulation:
         waiting = 1.0 if self._blocked and self._waiting else 0.0
         self._wait.set(t, waiting)
         self._unalloc_wait.set(t, waiting * self.cluster.free_share())
+        if self.on_event is not None:
+            self._observe(self.on_event)
+
+    def _observe(self, observer: EventObserver) -> None:
+        """Show an `on_event` observer the idle GPUs and the gangs waiting whole."""
+        idle: dict[str, list[int]] = {}
+        for node, count in self.cluster.idle_gpus().items():
+            if node not in self._unschedulable:
+                idle.setdefault(self._type_of_node[node], []).append(count)
+        waiting = [j.gang for j in self._waiting.values() if not j.replicas]
+        observer(self.now, idle, waiting, self._cycle_at is None)
 
     def _advance(self, job: _Job) -> None:
         """Bring a running job's remaining work and GPU-seconds up to now."""

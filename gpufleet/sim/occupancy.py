@@ -143,6 +143,11 @@ class SimCluster:
         """Unallocated GPU capacity, in GPUs (a free MIG instance counts its compute share)."""
         return self.total_gpus - self.allocated_share
 
+    def idle_gpus(self) -> dict[str, int]:
+        """GPUs with nothing allocated on them (no whole-GPU replica, no MIG instance), per
+        node."""
+        return {n.name: len(self._ledger.free_gpus(i)) for i, n in enumerate(self._ledger.nodes)}
+
     def is_empty(self, node: str) -> bool:
         """True when no gang holds anything on `node`."""
         return self.node_share[node] <= 1e-9

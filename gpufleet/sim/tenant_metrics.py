@@ -33,15 +33,32 @@ Definitions (N = tenants with at least one job in the replay, C = the fleet's GP
   fleet the plain figure rises when jobs run on slow types (the same work keeps GPUs busy for
   longer), so it favours a heterogeneity-blind policy for being slow; the work figure counts
   the work done, which is what keeping the fleet busy is for.
+* **Idle GPU-seconds with demand** (`IdleMonitor`, from the engine's `on_event` hook after every
+  event), over the same span, as fractions of C x span. A GPU is *idle* when nothing is
+  allocated on it (no replica, no MIG instance; a GPU held by a gang that is restarting is
+  allocated, not idle) and its node is on. A *waiting gang* is one waiting whole (not part-
+  held), of any queue, quotas ignored. Idle GPUs of a type T count *with demand* while some
+  waiting whole-GPU gang accepting T needs at most T's idle GPUs (replicas_min x GPUs per
+  replica; all of T's idle GPUs then count), and *placeable* while some such gang also fits
+  on them node by node (each replica on one node, a same-node gang all on one; NVLink domains,
+  node restrictions and MIG gangs are not checked). Also reported: all idle GPU-seconds, and
+  those while any gang waits (whether or not it fits). Between them they split the fleet's
+  time: 1 = busy + held while starting + idle with demand + idle while only gangs that do not
+  fit wait + idle while nothing waits (without MIG). Idle with demand is capacity a policy left
+  unused while work it could have started waited (a cycle's latency, a hold, a quota, a
+  reservation, a type preference); the rest is idle because no waiting gang could use it. The
+  idle GPU-seconds with demand are split by whether the state was a decision's outcome or a
+  change (an arrival, a completion) waiting for the next cycle (at most `cycle_s`, 10 s): the
+  first part is what the policy chose to leave idle, the second the cycle's latency.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from gpufleet.core.demand import Gang
+from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.queues import QueueTree, resource_key
 from gpufleet.core.quota import QuotaBook, running_charge
 from gpufleet.core.snapshot import Snapshot
@@ -52,9 +69,14 @@ from gpufleet.sim.speed import SpeedModel
 from gpufleet.sim.traces.common import TraceJob
 
 __all__ = [
+    "IdleMonitor",
+    "IdleSeconds",
+    "IdleStep",
     "QuotaMonitor",
     "TenantReport",
     "TenantRow",
+    "gang_fits_idle",
+    "idle_gpu_seconds",
     "isolated_time_s",
     "jain_index",
     "tenant_report",
@@ -173,6 +195,112 @@ class QuotaMonitor:
         return state
 
 
+def gang_fits_idle(gang: Gang, idle: Sequence[int], *, node_by_node: bool) -> bool:
+    """Whether `gang` (its minimum) could start on idle GPUs whose per-node counts are `idle`
+    (of one type it accepts): by their count, or with `node_by_node` replica by replica on the
+    nodes (a same-node gang all on one). MIG gangs never fit: whole GPUs only (module
+    docstring)."""
+    if gang.uses_mig:
+        return False
+    per_replica = gang.gpus_per_replica
+    need = gang.gpus_needed(gang.replicas_min)
+    if not node_by_node:
+        return sum(idle) >= need
+    if gang.topology is Topology.SAME_NODE:
+        return any(n >= need for n in idle)
+    return sum(n // per_replica for n in idle) >= gang.replicas_min
+
+
+@dataclass(frozen=True)
+class IdleStep:
+    """The fleet from `t` until the next step: idle GPUs per GPU type, whether some gang
+    waited, the idle GPUs per type with demand (by count) and placeable (node by node), and
+    whether the state is a decision's outcome (False: a change awaits the next cycle)."""
+
+    t: float
+    idle: Mapping[str, int]
+    waiting: bool
+    with_demand: Mapping[str, int]
+    placeable: Mapping[str, int]
+    decided: bool = True
+
+
+@dataclass(frozen=True)
+class IdleSeconds:
+    """Idle GPU-seconds over a span, split as the module docstring says; `*_decided`: the
+    part after a decision (the rest awaited the next cycle)."""
+
+    idle: float
+    while_waiting: float
+    with_demand: float
+    placeable: float
+    with_demand_decided: float
+    placeable_decided: float
+    with_demand_by_type: Mapping[str, float]
+
+
+def idle_gpu_seconds(steps: Sequence[IdleStep], start: float, end: float) -> IdleSeconds:
+    """Integrate the steps (in time order; each holds until the next, the last until `end`)
+    over [start, end]; before the first step nothing counts."""
+    idle = waiting = demand = placeable = demand_decided = placeable_decided = 0.0
+    by_type: dict[str, float] = {}
+    for i, step in enumerate(steps):
+        until = steps[i + 1].t if i + 1 < len(steps) else end
+        dt = min(until, end) - max(step.t, start)
+        if dt <= 0:
+            continue
+        total = sum(step.idle.values())
+        idle += total * dt
+        waiting += total * dt if step.waiting else 0.0
+        fits = sum(step.with_demand.values()) * dt
+        placed = sum(step.placeable.values()) * dt
+        demand += fits
+        placeable += placed
+        if step.decided:
+            demand_decided += fits
+            placeable_decided += placed
+        for gpu_type, n in step.with_demand.items():
+            by_type[gpu_type] = by_type.get(gpu_type, 0.0) + n * dt
+    return IdleSeconds(idle, waiting, demand, placeable, demand_decided, placeable_decided, by_type)
+
+
+class IdleMonitor:
+    """Records the idle GPUs and the demand for them after every event (an `EventObserver`
+    of the engine; module docstring); `steps` keeps one step per change."""
+
+    def __init__(self) -> None:
+        self.steps: list[IdleStep] = []
+
+    def __call__(
+        self,
+        now: float,
+        idle: Mapping[str, Sequence[int]],
+        waiting: Sequence[Gang],
+        decided: bool,
+    ) -> None:
+        # One gang per shape decides as well as all of them (the check reads nothing else).
+        shapes: dict[tuple[object, ...], Gang] = {}
+        for gang in waiting:
+            key = (gang.type_names(), gang.replicas_min, gang.gpus_per_replica)
+            shapes.setdefault((*key, gang.topology, gang.mig_profile), gang)
+        counts = {t: sum(nodes) for t, nodes in idle.items()}
+        with_demand: dict[str, int] = {}
+        placeable: dict[str, int] = {}
+        for gpu_type, nodes in idle.items():
+            if not counts[gpu_type]:
+                continue
+            takers = [g for g in shapes.values() if gpu_type in g.type_names()]
+            if any(gang_fits_idle(g, nodes, node_by_node=False) for g in takers):
+                with_demand[gpu_type] = counts[gpu_type]
+            if any(gang_fits_idle(g, nodes, node_by_node=True) for g in takers):
+                placeable[gpu_type] = counts[gpu_type]
+        step = IdleStep(now, counts, bool(waiting), with_demand, placeable, decided)
+        if self.steps and self.steps[-1].t == now:
+            self.steps[-1] = step  # several events at one instant: the last state holds
+        elif not self.steps or self.steps[-1] != replace(step, t=self.steps[-1].t):
+            self.steps.append(step)  # else no change: the last step goes on
+
+
 @dataclass(frozen=True)
 class TenantRow:
     """One tenant's figures in one replay."""
@@ -205,6 +333,14 @@ class TenantReport:
     owed_gangs: int
     owed_decisions: int
     examples: tuple[str, ...] = field(default=())
+    # Idle GPU-seconds over the arrival span / (C x span) (module docstring); NaN unmeasured.
+    idle: float = math.nan
+    idle_while_waiting: float = math.nan
+    idle_with_demand: float = math.nan
+    idle_placeable: float = math.nan
+    idle_with_demand_decided: float = math.nan
+    idle_placeable_decided: float = math.nan
+    idle_with_demand_by_type: Mapping[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -221,6 +357,13 @@ class TenantReport:
             "limit_decisions": self.limit_decisions,
             "owed_gangs": self.owed_gangs,
             "owed_decisions": self.owed_decisions,
+            "idle": self.idle,
+            "idle_while_waiting": self.idle_while_waiting,
+            "idle_with_demand": self.idle_with_demand,
+            "idle_placeable": self.idle_placeable,
+            "idle_with_demand_decided": self.idle_with_demand_decided,
+            "idle_placeable_decided": self.idle_placeable_decided,
+            "idle_with_demand_by_type": dict(self.idle_with_demand_by_type),
             "tenants": {
                 r.tenant: {"jobs": r.jobs, "avg_jct_h": r.avg_jct_h, "rho": r.rho}
                 for r in self.rows
@@ -235,8 +378,10 @@ def tenant_report(
     fleet_gpus: Mapping[str, int],
     monitor: QuotaMonitor,
     shares: Mapping[str, float],
+    idle: IdleMonitor | None = None,
 ) -> TenantReport:
-    """The per-tenant metrics of one replay (module docstring)."""
+    """The per-tenant metrics of one replay (module docstring); the idle GPU figures when
+    `idle` watched the replay."""
     by_id = {j.job_id: j for j in jobs}
     tenants = sorted({j.queue for j in jobs})
     n = len(tenants)
@@ -262,7 +407,7 @@ def tenant_report(
     # No tenant finished a job (e.g. every job is beyond its queue's limit): no rho to rank.
     worst = max(scored, key=lambda r: (r.rho, r.tenant)) if scored else None
     summary = summarise(result)
-    return TenantReport(
+    report = TenantReport(
         policy=result.policy,
         rows=tuple(rows),
         avg_jct_h=float(summary["avg_jct_h"]),
@@ -278,4 +423,20 @@ def tenant_report(
         owed_gangs=len(monitor.owed_gangs),
         owed_decisions=monitor.owed_decisions,
         examples=tuple(monitor.examples),
+    )
+    capacity = result.fleet_gpus * (result.last_arrival_s - result.start_s)
+    if idle is None or capacity <= 0:
+        return report
+    seconds = idle_gpu_seconds(idle.steps, result.start_s, result.last_arrival_s)
+    return replace(
+        report,
+        idle=seconds.idle / capacity,
+        idle_while_waiting=seconds.while_waiting / capacity,
+        idle_with_demand=seconds.with_demand / capacity,
+        idle_placeable=seconds.placeable / capacity,
+        idle_with_demand_decided=seconds.with_demand_decided / capacity,
+        idle_placeable_decided=seconds.placeable_decided / capacity,
+        idle_with_demand_by_type={
+            t: v / capacity for t, v in sorted(seconds.with_demand_by_type.items())
+        },
     )

@@ -26,7 +26,7 @@ from gpufleet.sim.occupancy import SimCluster
 from gpufleet.sim.policies import ROUND_S
 from gpufleet.sim.results import SimResult
 from gpufleet.sim.runner import Workload, speed_model
-from gpufleet.sim.tenant_metrics import QuotaMonitor, TenantReport, tenant_report
+from gpufleet.sim.tenant_metrics import IdleMonitor, QuotaMonitor, TenantReport, tenant_report
 from gpufleet.sim.tenants import TenantSetup, fleet_gpus_by_type
 
 __all__ = ["TENANT_POLICIES", "TenantRun", "make_tenant_policy", "run_tenants"]
@@ -110,9 +110,12 @@ def run_tenants(
     )
     monitor = QuotaMonitor(setup.tree)
     sim_settings = replace(settings or SimSettings(), queues=setup.tree)
-    sim = Simulation(cluster, workload.jobs, policy, speed, sim_settings, on_cycle=monitor)
+    idle = IdleMonitor()
+    sim = Simulation(
+        cluster, workload.jobs, policy, speed, sim_settings, on_cycle=monitor, on_event=idle
+    )
     clock.sim = sim
     result = sim.run()
     fleet_gpus = fleet_gpus_by_type(fleet)
-    report = tenant_report(result, workload.jobs, speed, fleet_gpus, monitor, setup.shares)
+    report = tenant_report(result, workload.jobs, speed, fleet_gpus, monitor, setup.shares, idle)
     return TenantRun(result, report)
