@@ -1,0 +1,169 @@
+"""Idle GPU-seconds with demand (`tenant_metrics.IdleMonitor`) against hand-computed values.
+
+Aspects: whether a waiting gang fits idle GPUs by their count, node by node (replica by
+replica; a same-node gang on one node) and never as a MIG gang; the integral of a hand-built
+timeline (steps clipped to the span, the last step held to its end, idle GPUs of a type counted
+only while a waiting gang fits them, the part after a decision apart from the part awaiting the
+next cycle); the monitor's steps from the engine's calls (one per change, the last state of one
+instant); replays: a queue held at its borrowing limit leaves idle GPUs its waiting gang fits
+(nonzero after a decision, for gpufleet and the Kueue-like baseline alike), an arrival waits
+for the next cycle with every GPU idle (nonzero, none of it after a decision), and watching a
+replay does not change it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.core.demand import Gang, Topology, TypeOption
+from gpufleet.core.queues import QueueSpec, QueueTree, Quota
+from gpufleet.model.fleet import FleetSpec, NodePoolSpec
+from gpufleet.model.gpus import Catalog
+from gpufleet.sim.engine import SimSettings, Simulation
+from gpufleet.sim.gavel_profiles import GavelProfile
+from gpufleet.sim.occupancy import SimCluster
+from gpufleet.sim.runner import Workload, speed_model
+from gpufleet.sim.tenant_metrics import IdleMonitor, IdleStep, gang_fits_idle, idle_gpu_seconds
+from gpufleet.sim.tenant_run import SimClock, make_tenant_policy, run_tenants
+from gpufleet.sim.tenants import TenantSetup
+from gpufleet.sim.traces.common import TraceJob
+
+MODEL = "ResNet-50 (batch size 64)"
+V100 = "V100-32GB"
+FLEET = FleetSpec(node_pools=[NodePoolSpec(name="v", count=2, gpu_type=V100, gpus_per_node=8)])
+
+
+def _gang(gid: str, replicas: int, per_replica: int = 1, **kw: object) -> Gang:
+    return Gang(
+        id=gid,
+        acceptable=(TypeOption("A"),),
+        replicas_min=replicas,
+        replicas_max=replicas,
+        gpus_per_replica=per_replica,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_a_gang_fits_idle_gpus_by_count_or_node_by_node() -> None:
+    spread = [3, 3]  # 6 idle GPUs on two nodes
+    two_by_two = _gang("g", 2, per_replica=2)
+    assert gang_fits_idle(two_by_two, spread, node_by_node=False)
+    assert gang_fits_idle(two_by_two, spread, node_by_node=True)  # one replica per node
+    four_by_one_node = _gang("h", 1, per_replica=4)
+    assert gang_fits_idle(four_by_one_node, spread, node_by_node=False)
+    assert not gang_fits_idle(four_by_one_node, spread, node_by_node=True)  # no node has 4
+    same_node = _gang("s", 4, topology=Topology.SAME_NODE)
+    assert not gang_fits_idle(same_node, spread, node_by_node=True)
+    assert gang_fits_idle(same_node, [4, 1], node_by_node=True)
+    assert not gang_fits_idle(_gang("big", 7), spread, node_by_node=False)
+    mig = _gang("m", 1, mig_profile="1g.10gb")
+    assert not gang_fits_idle(mig, spread, node_by_node=False)  # whole GPUs only
+
+
+def test_a_hand_built_timeline_integrates_to_hand_computed_seconds() -> None:
+    steps = [
+        # Before the span: only its part from 10 s counts.
+        IdleStep(0.0, {"A": 4, "B": 2}, True, {"A": 4}, {"A": 4}, decided=False),
+        # A decision left 4 A and 2 B idle, a gang that fits A by count only waits.
+        IdleStep(20.0, {"A": 4, "B": 2}, True, {"A": 4}, {}, decided=True),
+        # Nothing fits: a gang waits, no GPU counts with demand.
+        IdleStep(50.0, {"A": 1, "B": 2}, True, {}, {}, decided=True),
+        # Nothing waits; the last step holds to the end of the span (100 s), not beyond.
+        IdleStep(80.0, {"A": 3, "B": 0}, False, {}, {}, decided=True),
+    ]
+    got = idle_gpu_seconds(steps, start=10.0, end=100.0)
+    assert got.idle == pytest.approx(6 * 10 + 6 * 30 + 3 * 30 + 3 * 20)
+    assert got.while_waiting == pytest.approx(6 * 10 + 6 * 30 + 3 * 30)
+    assert got.with_demand == pytest.approx(4 * 10 + 4 * 30)  # must be nonzero
+    assert got.placeable == pytest.approx(4 * 10)
+    assert got.with_demand_decided == pytest.approx(4 * 30)
+    assert got.placeable_decided == 0.0
+    assert got.with_demand_by_type == {"A": pytest.approx(160.0)}
+    assert idle_gpu_seconds([], 0.0, 100.0).idle == 0.0
+
+
+def test_the_monitor_counts_a_type_while_a_waiting_gang_fits_it() -> None:
+    monitor = IdleMonitor()
+    two_on_a = _gang("g", 2)  # accepts A only
+    three_on_one_node = _gang("h", 1, per_replica=3)
+    monitor(0.0, {"A": [1, 1], "B": [8]}, [two_on_a], False)
+    monitor(0.0, {"A": [1, 1], "B": [8]}, [two_on_a], True)  # same instant: the last holds
+    monitor(5.0, {"A": [1, 1], "B": [8]}, [two_on_a], True)  # no change: no new step
+    monitor(9.0, {"A": [1, 1], "B": [8]}, [three_on_one_node], True)
+    monitor(12.0, {"A": [0, 1], "B": [8]}, [two_on_a, two_on_a], True)
+    assert [s.t for s in monitor.steps] == [0.0, 9.0, 12.0]
+    first, second, third = monitor.steps
+    assert first.decided and first.waiting
+    assert first.idle == {"A": 2, "B": 8}
+    assert first.with_demand == first.placeable == {"A": 2}  # B is not accepted
+    assert second.with_demand == {} and second.placeable == {}  # 3 GPUs > 2 idle
+    assert third.with_demand == {} and third.waiting
+
+
+def _job(jid: str, queue: str, arrival: float, work: float, gpus: int) -> TraceJob:
+    return TraceJob(
+        jid, arrival, work, replicas=gpus, gpus_per_replica=1, model=MODEL, queue=queue,
+        same_node=gpus > 1,
+    )  # fmt: skip
+
+
+def _setup() -> TenantSetup:
+    # c may use 4 V100s and never borrow; a has the other 12.
+    specs = [
+        QueueSpec("a", quotas={V100: Quota(12)}),
+        QueueSpec("c", quotas={V100: Quota(4, borrowing_limit=0)}),
+    ]
+    return TenantSetup(QueueTree.build(specs), {"a": 0.75, "c": 0.25}, None)
+
+
+@pytest.mark.parametrize("policy", ["gpufleet", "kueue"])
+def test_a_queue_at_its_limit_leaves_idle_gpus_its_gang_fits(
+    catalog: Catalog, profile: GavelProfile, policy: str
+) -> None:
+    jobs = [
+        _job("c1", "c", 0.0, 1000.0, 4),
+        _job("c2", "c", 0.0, 1000.0, 4),  # waits for c1: c's limit, with 12 GPUs idle
+        _job("a1", "a", 2000.0, 100.0, 1),  # the last arrival ends the span
+    ]
+    run = run_tenants(policy, FLEET, Workload("test", jobs, profile, catalog), _setup())
+    rec = {r.job_id: r for r in run.result.jobs}
+    assert rec["c2"].first_start_s == 1000.0  # V100 speed 1: c1 ran 1,000 s
+    capacity = 16 * 2000.0
+    report = run.report
+    assert report.idle == pytest.approx(12 * 2000.0 / capacity)
+    assert report.idle_while_waiting == pytest.approx(12 * 1000.0 / capacity)
+    assert report.idle_with_demand == pytest.approx(12 * 1000.0 / capacity)
+    assert report.idle_placeable == pytest.approx(12 * 1000.0 / capacity)
+    assert report.idle_with_demand_decided == pytest.approx(12 * 1000.0 / capacity)
+    assert report.idle_with_demand_by_type == {V100: pytest.approx(0.375)}
+
+
+def test_an_arrival_waits_for_the_next_cycle_with_every_gpu_idle(
+    catalog: Catalog, profile: GavelProfile
+) -> None:
+    jobs = [_job("x", "a", 5.0, 50.0, 1), _job("y", "a", 100.0, 50.0, 1)]
+    run = run_tenants("kueue", FLEET, Workload("test", jobs, profile, catalog), _setup())
+    capacity = 16 * 95.0
+    # x waits from 5 s to the cycle at 10 s with all 16 GPUs idle; nothing else waits.
+    assert run.report.idle_with_demand == pytest.approx(16 * 5.0 / capacity)
+    assert run.report.idle_with_demand_decided == 0.0
+    assert run.report.idle == pytest.approx((16 * 95.0 - 50.0) / capacity)
+
+
+def test_watching_a_replay_does_not_change_it(catalog: Catalog, profile: GavelProfile) -> None:
+    jobs = [_job(f"j{i}", "ac"[i % 2], 40.0 * i, 300.0 + 50 * i, 1 + i % 4) for i in range(12)]
+    workload = Workload("test", jobs, profile, catalog)
+    outcomes = []
+    for observer in (None, IdleMonitor()):
+        sim = Simulation(
+            SimCluster(FLEET, catalog),
+            jobs,
+            make_tenant_policy("gpufleet", SimClock()),
+            speed_model(FLEET, workload),
+            SimSettings(queues=_setup().tree),
+            on_event=observer,
+        )
+        result = sim.run()
+        outcomes.append([(r.job_id, r.first_start_s, r.completion_s) for r in result.jobs])
+    assert outcomes[0] == outcomes[1]
+    assert all(done is not None for _, _, done in outcomes[0])
