@@ -93,15 +93,16 @@ TARGETS: dict[str, tuple[float, str]] = {
 
 # Idle GPU-seconds over the arrival span as shares of its capacity (tenant_metrics.py): all idle
 # GPUs, those while some gang waits, those with a waiting gang that fits their count, and those
-# with one that fits node by node, and the last two counted only after a decision (not while a
-# change awaits the next cycle). Reported per policy and as gpufleet's minus kueue's.
+# with one that fits node by node, and of the last two those a decision left so (not those freed
+# or wanted since, awaiting the next cycle). Reported per policy and as gpufleet's minus kueue's;
+# "held" = 1 - utilisation - idle: GPUs allocated to gangs not running (restarting, starting).
 IDLE_FIGURES: dict[str, str] = {
     "idle": "idle",
     "idle_while_waiting": "idle, a gang waits",
     "idle_with_demand": "idle with demand",
     "idle_placeable": "idle, placeable",
-    "idle_with_demand_decided": "with demand, after a decision",
-    "idle_placeable_decided": "placeable, after a decision",
+    "idle_with_demand_left": "with demand, left by a decision",
+    "idle_placeable_left": "placeable, left by a decision",
 }
 
 
@@ -236,14 +237,15 @@ def _print_idle(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
         "placeable: and fits on them node by node)\n"
     )
     labels = " | ".join(IDLE_FIGURES.values())
-    print(f"| window | seed | policy | util. | {labels} | with demand by type |")
-    print("|---" * (5 + len(IDLE_FIGURES)) + "|")
+    print(f"| window | seed | policy | util. | held | {labels} | with demand by type |")
+    print("|---" * (6 + len(IDLE_FIGURES)) + "|")
     for s in samples:
         for name, r in s["reports"].items():
             by_type = ", ".join(f"{t} {v:.3f}" for t, v in r["idle_with_demand_by_type"].items())
             figures = " | ".join(f"{r[key]:.3f}" for key in IDLE_FIGURES)
             print(
-                f"| {s['window']} | {s['seed']} | {name} | {r['utilisation']:.3f} | {figures} "
+                f"| {s['window']} | {s['seed']} | {name} | {r['utilisation']:.3f} "
+                f"| {1.0 - r['utilisation'] - r['idle']:.3f} | {figures} "
                 f"| {by_type or '-'} |"
             )
     print("\n| gpufleet - kueue | median | max | samples gpufleet <= kueue |")

@@ -46,10 +46,11 @@ Definitions (N = tenants with at least one job in the replay, C = the fleet's GP
   time: 1 = busy + held while starting + idle with demand + idle while only gangs that do not
   fit wait + idle while nothing waits (without MIG). Idle with demand is capacity a policy left
   unused while work it could have started waited (a cycle's latency, a hold, a quota, a
-  reservation, a type preference); the rest is idle because no waiting gang could use it. The
-  idle GPU-seconds with demand are split by whether the state was a decision's outcome or a
-  change (an arrival, a completion) waiting for the next cycle (at most `cycle_s`, 10 s): the
-  first part is what the policy chose to leave idle, the second the cycle's latency.
+  reservation, a type preference); the rest is idle because no waiting gang could use it.
+  *Left by a decision*: the idle GPUs with demand (or placeable) right after a decision, counted
+  until the next one. Between two decisions no GPU is taken and no waiting gang leaves, so those
+  GPUs stay idle with demand; what is added meanwhile (GPUs freed, gangs arrived) awaits the
+  next cycle (at most `cycle_s`, 10 s, after the change): the cycle's latency, not a choice.
 """
 
 from __future__ import annotations
@@ -214,35 +215,36 @@ def gang_fits_idle(gang: Gang, idle: Sequence[int], *, node_by_node: bool) -> bo
 @dataclass(frozen=True)
 class IdleStep:
     """The fleet from `t` until the next step: idle GPUs per GPU type, whether some gang
-    waited, the idle GPUs per type with demand (by count) and placeable (node by node), and
-    whether the state is a decision's outcome (False: a change awaits the next cycle)."""
+    waited, the idle GPUs per type with demand (by count) and placeable (node by node), and of
+    those the ones the last decision left so (module docstring)."""
 
     t: float
     idle: Mapping[str, int]
     waiting: bool
     with_demand: Mapping[str, int]
     placeable: Mapping[str, int]
-    decided: bool = True
+    left_with_demand: Mapping[str, int] = field(default_factory=dict)
+    left_placeable: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class IdleSeconds:
-    """Idle GPU-seconds over a span, split as the module docstring says; `*_decided`: the
-    part after a decision (the rest awaited the next cycle)."""
+    """Idle GPU-seconds over a span, split as the module docstring says; `left_*`: the part
+    left by a decision (the rest awaited the next cycle)."""
 
     idle: float
     while_waiting: float
     with_demand: float
     placeable: float
-    with_demand_decided: float
-    placeable_decided: float
+    left_with_demand: float
+    left_placeable: float
     with_demand_by_type: Mapping[str, float]
 
 
 def idle_gpu_seconds(steps: Sequence[IdleStep], start: float, end: float) -> IdleSeconds:
     """Integrate the steps (in time order; each holds until the next, the last until `end`)
     over [start, end]; before the first step nothing counts."""
-    idle = waiting = demand = placeable = demand_decided = placeable_decided = 0.0
+    idle = waiting = demand = placeable = left_demand = left_placeable = 0.0
     by_type: dict[str, float] = {}
     for i, step in enumerate(steps):
         until = steps[i + 1].t if i + 1 < len(steps) else end
@@ -252,16 +254,13 @@ def idle_gpu_seconds(steps: Sequence[IdleStep], start: float, end: float) -> Idl
         total = sum(step.idle.values())
         idle += total * dt
         waiting += total * dt if step.waiting else 0.0
-        fits = sum(step.with_demand.values()) * dt
-        placed = sum(step.placeable.values()) * dt
-        demand += fits
-        placeable += placed
-        if step.decided:
-            demand_decided += fits
-            placeable_decided += placed
+        demand += sum(step.with_demand.values()) * dt
+        placeable += sum(step.placeable.values()) * dt
+        left_demand += sum(step.left_with_demand.values()) * dt
+        left_placeable += sum(step.left_placeable.values()) * dt
         for gpu_type, n in step.with_demand.items():
             by_type[gpu_type] = by_type.get(gpu_type, 0.0) + n * dt
-    return IdleSeconds(idle, waiting, demand, placeable, demand_decided, placeable_decided, by_type)
+    return IdleSeconds(idle, waiting, demand, placeable, left_demand, left_placeable, by_type)
 
 
 class IdleMonitor:
@@ -270,6 +269,8 @@ class IdleMonitor:
 
     def __init__(self) -> None:
         self.steps: list[IdleStep] = []
+        # Right after the last decision: idle GPUs per type with demand, and placeable.
+        self._left: tuple[dict[str, int], dict[str, int]] = ({}, {})
 
     def __call__(
         self,
@@ -294,7 +295,21 @@ class IdleMonitor:
                 with_demand[gpu_type] = counts[gpu_type]
             if any(gang_fits_idle(g, nodes, node_by_node=True) for g in takers):
                 placeable[gpu_type] = counts[gpu_type]
-        step = IdleStep(now, counts, bool(waiting), with_demand, placeable, decided)
+        if decided:
+            self._left = (with_demand, placeable)
+        # Until the next decision they stay idle with demand (module docstring); `min` only
+        # guards that.
+        left_demand = {t: min(n, with_demand.get(t, 0)) for t, n in self._left[0].items()}
+        left_placeable = {t: min(n, placeable.get(t, 0)) for t, n in self._left[1].items()}
+        step = IdleStep(
+            now,
+            counts,
+            bool(waiting),
+            with_demand,
+            placeable,
+            {t: n for t, n in left_demand.items() if n},
+            {t: n for t, n in left_placeable.items() if n},
+        )
         if self.steps and self.steps[-1].t == now:
             self.steps[-1] = step  # several events at one instant: the last state holds
         elif not self.steps or self.steps[-1] != replace(step, t=self.steps[-1].t):
@@ -338,8 +353,8 @@ class TenantReport:
     idle_while_waiting: float = math.nan
     idle_with_demand: float = math.nan
     idle_placeable: float = math.nan
-    idle_with_demand_decided: float = math.nan
-    idle_placeable_decided: float = math.nan
+    idle_with_demand_left: float = math.nan
+    idle_placeable_left: float = math.nan
     idle_with_demand_by_type: Mapping[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
@@ -361,8 +376,8 @@ class TenantReport:
             "idle_while_waiting": self.idle_while_waiting,
             "idle_with_demand": self.idle_with_demand,
             "idle_placeable": self.idle_placeable,
-            "idle_with_demand_decided": self.idle_with_demand_decided,
-            "idle_placeable_decided": self.idle_placeable_decided,
+            "idle_with_demand_left": self.idle_with_demand_left,
+            "idle_placeable_left": self.idle_placeable_left,
             "idle_with_demand_by_type": dict(self.idle_with_demand_by_type),
             "tenants": {
                 r.tenant: {"jobs": r.jobs, "avg_jct_h": r.avg_jct_h, "rho": r.rho}
@@ -434,8 +449,8 @@ def tenant_report(
         idle_while_waiting=seconds.while_waiting / capacity,
         idle_with_demand=seconds.with_demand / capacity,
         idle_placeable=seconds.placeable / capacity,
-        idle_with_demand_decided=seconds.with_demand_decided / capacity,
-        idle_placeable_decided=seconds.placeable_decided / capacity,
+        idle_with_demand_left=seconds.left_with_demand / capacity,
+        idle_placeable_left=seconds.left_placeable / capacity,
         idle_with_demand_by_type={
             t: v / capacity for t, v in sorted(seconds.with_demand_by_type.items())
         },

@@ -3,12 +3,12 @@
 Aspects: whether a waiting gang fits idle GPUs by their count, node by node (replica by
 replica; a same-node gang on one node) and never as a MIG gang; the integral of a hand-built
 timeline (steps clipped to the span, the last step held to its end, idle GPUs of a type counted
-only while a waiting gang fits them, the part after a decision apart from the part awaiting the
+only while a waiting gang fits them, the part a decision left apart from the part awaiting the
 next cycle); the monitor's steps from the engine's calls (one per change, the last state of one
-instant); replays: a queue held at its borrowing limit leaves idle GPUs its waiting gang fits
-(nonzero after a decision, for gpufleet and the Kueue-like baseline alike), an arrival waits
-for the next cycle with every GPU idle (nonzero, none of it after a decision), and watching a
-replay does not change it.
+instant, what the last decision left carried until the next one); replays: a queue held at its
+borrowing limit leaves idle GPUs its waiting gang fits (nonzero, left by a decision, for
+gpufleet and the Kueue-like baseline alike), an arrival waits for the next cycle with every GPU
+idle (nonzero, none of it left by a decision), and watching a replay does not change it.
 """
 
 from __future__ import annotations
@@ -62,23 +62,26 @@ def test_a_gang_fits_idle_gpus_by_count_or_node_by_node() -> None:
 
 def test_a_hand_built_timeline_integrates_to_hand_computed_seconds() -> None:
     steps = [
-        # Before the span: only its part from 10 s counts.
-        IdleStep(0.0, {"A": 4, "B": 2}, True, {"A": 4}, {"A": 4}, decided=False),
-        # A decision left 4 A and 2 B idle, a gang that fits A by count only waits.
-        IdleStep(20.0, {"A": 4, "B": 2}, True, {"A": 4}, {}, decided=True),
+        # Before the span: only its part from 10 s counts. A gang fits 4 idle A, awaiting the
+        # next cycle (no decision left them so).
+        IdleStep(0.0, {"A": 4, "B": 2}, True, {"A": 4}, {"A": 4}),
+        # A decision left 4 A placeable and 2 B that fit a waiting gang by count only.
+        IdleStep(
+            20.0, {"A": 4, "B": 2}, True, {"A": 4, "B": 2}, {"A": 4}, {"A": 4, "B": 2}, {"A": 4}
+        ),
         # Nothing fits: a gang waits, no GPU counts with demand.
-        IdleStep(50.0, {"A": 1, "B": 2}, True, {}, {}, decided=True),
+        IdleStep(50.0, {"A": 1, "B": 2}, True, {}, {}),
         # Nothing waits; the last step holds to the end of the span (100 s), not beyond.
-        IdleStep(80.0, {"A": 3, "B": 0}, False, {}, {}, decided=True),
+        IdleStep(80.0, {"A": 3, "B": 0}, False, {}, {}),
     ]
     got = idle_gpu_seconds(steps, start=10.0, end=100.0)
     assert got.idle == pytest.approx(6 * 10 + 6 * 30 + 3 * 30 + 3 * 20)
     assert got.while_waiting == pytest.approx(6 * 10 + 6 * 30 + 3 * 30)
-    assert got.with_demand == pytest.approx(4 * 10 + 4 * 30)  # must be nonzero
-    assert got.placeable == pytest.approx(4 * 10)
-    assert got.with_demand_decided == pytest.approx(4 * 30)
-    assert got.placeable_decided == 0.0
-    assert got.with_demand_by_type == {"A": pytest.approx(160.0)}
+    assert got.with_demand == pytest.approx(4 * 10 + 6 * 30)  # must be nonzero
+    assert got.placeable == pytest.approx(4 * 10 + 4 * 30)
+    assert got.left_with_demand == pytest.approx(6 * 30)
+    assert got.left_placeable == pytest.approx(4 * 30)
+    assert got.with_demand_by_type == {"A": pytest.approx(160.0), "B": pytest.approx(60.0)}
     assert idle_gpu_seconds([], 0.0, 100.0).idle == 0.0
 
 
@@ -86,18 +89,24 @@ def test_the_monitor_counts_a_type_while_a_waiting_gang_fits_it() -> None:
     monitor = IdleMonitor()
     two_on_a = _gang("g", 2)  # accepts A only
     three_on_one_node = _gang("h", 1, per_replica=3)
-    monitor(0.0, {"A": [1, 1], "B": [8]}, [two_on_a], False)
+    monitor(0.0, {"A": [1, 1], "B": [8]}, [two_on_a], False)  # an arrival awaits the cycle
     monitor(0.0, {"A": [1, 1], "B": [8]}, [two_on_a], True)  # same instant: the last holds
-    monitor(5.0, {"A": [1, 1], "B": [8]}, [two_on_a], True)  # no change: no new step
-    monitor(9.0, {"A": [1, 1], "B": [8]}, [three_on_one_node], True)
+    monitor(2.0, {"A": [1, 1], "B": [8]}, [two_on_a], True)  # no change: no new step
+    monitor(3.0, {"A": [2, 1], "B": [8]}, [two_on_a], False)  # one more A freed
+    monitor(9.0, {"A": [2, 1], "B": [8]}, [three_on_one_node], True)
     monitor(12.0, {"A": [0, 1], "B": [8]}, [two_on_a, two_on_a], True)
-    assert [s.t for s in monitor.steps] == [0.0, 9.0, 12.0]
-    first, second, third = monitor.steps
-    assert first.decided and first.waiting
-    assert first.idle == {"A": 2, "B": 8}
-    assert first.with_demand == first.placeable == {"A": 2}  # B is not accepted
-    assert second.with_demand == {} and second.placeable == {}  # 3 GPUs > 2 idle
-    assert third.with_demand == {} and third.waiting
+    assert [s.t for s in monitor.steps] == [0.0, 3.0, 9.0, 12.0]
+    decided, freed, by_count, too_few = monitor.steps
+    assert decided.idle == {"A": 2, "B": 8} and decided.waiting
+    assert decided.with_demand == decided.placeable == {"A": 2}  # B is not accepted
+    assert decided.left_with_demand == decided.left_placeable == {"A": 2}
+    # The freed GPU awaits the next cycle: 3 with demand, the decision left 2 of them.
+    assert freed.with_demand == freed.placeable == {"A": 3}
+    assert freed.left_with_demand == freed.left_placeable == {"A": 2}
+    # 3 GPUs on one node: they fit the count of 3 idle A, not one node of them.
+    assert by_count.with_demand == by_count.left_with_demand == {"A": 3}
+    assert by_count.placeable == by_count.left_placeable == {}
+    assert too_few.with_demand == {} and too_few.left_with_demand == {} and too_few.waiting
 
 
 def _job(jid: str, queue: str, arrival: float, work: float, gpus: int) -> TraceJob:
@@ -134,7 +143,7 @@ def test_a_queue_at_its_limit_leaves_idle_gpus_its_gang_fits(
     assert report.idle_while_waiting == pytest.approx(12 * 1000.0 / capacity)
     assert report.idle_with_demand == pytest.approx(12 * 1000.0 / capacity)
     assert report.idle_placeable == pytest.approx(12 * 1000.0 / capacity)
-    assert report.idle_with_demand_decided == pytest.approx(12 * 1000.0 / capacity)
+    assert report.idle_with_demand_left == pytest.approx(12 * 1000.0 / capacity)
     assert report.idle_with_demand_by_type == {V100: pytest.approx(0.375)}
 
 
@@ -146,7 +155,7 @@ def test_an_arrival_waits_for_the_next_cycle_with_every_gpu_idle(
     capacity = 16 * 95.0
     # x waits from 5 s to the cycle at 10 s with all 16 GPUs idle; nothing else waits.
     assert run.report.idle_with_demand == pytest.approx(16 * 5.0 / capacity)
-    assert run.report.idle_with_demand_decided == 0.0
+    assert run.report.idle_with_demand_left == 0.0
     assert run.report.idle == pytest.approx((16 * 95.0 - 50.0) / capacity)
 
 
