@@ -97,6 +97,7 @@ TARGETS: dict[str, tuple[float, str]] = {
 # or wanted since, awaiting the next cycle). Reported per policy and as gpufleet's minus kueue's;
 # "held" = 1 - utilisation - idle: GPUs allocated to gangs not running (restarting, starting).
 IDLE_FIGURES: dict[str, str] = {
+    "held": "held",
     "idle": "idle",
     "idle_while_waiting": "idle, a gang waits",
     "idle_with_demand": "idle with demand",
@@ -196,6 +197,8 @@ def sample(window: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
             service_tier_gpu_s=args.service_tier_gpu_s or None,
         )
         reports[name] = run.report.as_dict() | {"wall_s": time.perf_counter() - t0}
+    for r in reports.values():
+        r["held"] = 1.0 - r["utilisation"] - r["idle"]  # without MIG: busy + held + idle = 1
     gf, kq = reports["gpufleet"], reports["kueue"]
     ratios = {
         "utilisation_vs_kueue": gf["utilisation"] / kq["utilisation"],
@@ -234,18 +237,17 @@ def _print_idle(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     print(
         "\n## Idle GPUs (GPU-seconds / (fleet GPUs x span from the first to the last "
         "arrival); with demand: a waiting gang accepting the type needs at most its idle GPUs; "
-        "placeable: and fits on them node by node)\n"
+        "placeable: and fits on them node by node; held: allocated to gangs not running)\n"
     )
     labels = " | ".join(IDLE_FIGURES.values())
-    print(f"| window | seed | policy | util. | held | {labels} | with demand by type |")
-    print("|---" * (6 + len(IDLE_FIGURES)) + "|")
+    print(f"| window | seed | policy | util. | {labels} | with demand by type |")
+    print("|---" * (5 + len(IDLE_FIGURES)) + "|")
     for s in samples:
         for name, r in s["reports"].items():
             by_type = ", ".join(f"{t} {v:.3f}" for t, v in r["idle_with_demand_by_type"].items())
             figures = " | ".join(f"{r[key]:.3f}" for key in IDLE_FIGURES)
             print(
-                f"| {s['window']} | {s['seed']} | {name} | {r['utilisation']:.3f} "
-                f"| {1.0 - r['utilisation'] - r['idle']:.3f} | {figures} "
+                f"| {s['window']} | {s['seed']} | {name} | {r['utilisation']:.3f} | {figures} "
                 f"| {by_type or '-'} |"
             )
     print("\n| gpufleet - kueue | median | max | samples gpufleet <= kueue |")
