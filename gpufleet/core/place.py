@@ -310,7 +310,7 @@ def _preempt(
     regrow = _take_back_growth(state, pending, placed, stuck, policy)
     lifted = lift_reservations(state)  # preemption comes before a drain (reservation.py)
     placed_now, preemptions = preempt_for_pending(
-        state, stuck, policy, memo, policy.max_preempting_gangs, evicted
+        state, stuck, policy, memo, policy.max_preempting_gangs, evicted, lifted
     )
     # Then elastic jobs' growth that adds less than a stuck gang would (rebalance.py).
     still = [g for g in stuck if g.id not in placed_now]

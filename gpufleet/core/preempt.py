@@ -32,7 +32,12 @@ evicting one more victim (`_on_freed`): it waits for that victim to exit, which 
 says on its placement (`GangPlacement.waits_for`, set by place.py) and the live scheduler
 honours by holding the gang until the victim's pods are gone. Before, such a gang evicted a
 victim of its own while the freed GPUs stayed idle (a reclaim of another queue's borrowed GPU
-beside three idle GPUs of its own queue's victim).
+beside three idle GPUs of its own queue's victim). Likewise a stuck gang that fits, without a
+victim of its own, on queue quota those victims gave back (their queue borrows less, or they
+were its own queue's gangs), on GPUs free already, is placed there (`_on_quota`): before, it
+evicted one more gang to make room its queue's account already had. Such a plan leaves alone
+the reserved GPUs lifted for this pass (a drain gives way only to a gang that evicts:
+reservation.py), and names the victims whose GPUs it takes, if any, like the one above.
 
 The what-if steps here (`release_gang`, `retake`, `try_plan`, `release_until_fits`,
 `put_back_unneeded`) are shared: rebalance.py releases and puts back growth units the same way.
@@ -44,6 +49,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from functools import partial
 
+from gpufleet.core.admission import QueueGate
 from gpufleet.core.borrowing import jobs_of, restarts_paid_back, victim_key
 from gpufleet.core.decision import GangPlacement, Preemption
 from gpufleet.core.demand import Gang
@@ -58,6 +64,7 @@ from gpufleet.core.greedy import (
 )
 from gpufleet.core.objective import running_value
 from gpufleet.core.policy import Policy
+from gpufleet.core.reservation import kept_while
 from gpufleet.core.snapshot import RunningGang
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import gang_value
@@ -252,9 +259,12 @@ def preempt_for_pending(
     layouts: Memo,
     max_gangs: int,
     already_evicted: frozenset[str] = frozenset(),
+    lifted: Sequence[tuple[int, tuple[int, ...]]] = (),
 ) -> tuple[dict[str, GangPlacement], list[Preemption]]:
     """Place stuck gangs by evicting victims; mutates `state`. Gangs in `already_evicted` are
-    gone from the state already and are not victims again."""
+    gone from the state already and are not victims again. `lifted`: the reserved GPUs given
+    back for this pass (reservation.lift_reservations), kept from a gang placed on quota
+    other gangs' victims gave back (`_on_quota`)."""
     placed: dict[str, GangPlacement] = {}
     preemptions: list[Preemption] = []
     evicted: set[str] = set(already_evicted)
@@ -268,6 +278,9 @@ def preempt_for_pending(
         )
     jobs = jobs_of(state.snapshot.running)
     gate = state.gate
+    # The queues' account before this pass evicts anything: a gang that fits its quota now
+    # and did not then fits on quota this pass's victims gave back (`_on_quota`).
+    start = None if gate is None else gate.copy()
     freed = {
         (p.node, g)
         for r in state.snapshot.running
@@ -281,6 +294,10 @@ def preempt_for_pending(
         # GPUs freed by a victim evicted for an earlier gang and not needed by it: the gang
         # waits for that victim (GangPlacement.waits_for) rather than evicting one of its own.
         plan = _on_freed(state, gang, freed, policy, layouts)
+        if plan is None and start is not None and preemptions:
+            # Quota given back by those victims (their queue borrows less, or it is the
+            # gang's own queue): the gang uses it, and no victim of its own, where it fits.
+            plan = _on_quota(state, gang, start, lifted, policy, layouts)
         if plan is not None:
             placed[gang.id] = commit(state, plan, policy)
             continue
@@ -338,14 +355,41 @@ def _on_freed(
 ) -> Plan | None:
     """`gang`'s plan in the working state without a victim of its own, when it takes some of
     the GPUs `freed` (node name, GPU) by this decision's victims; None otherwise. A gang that
-    fits only on other GPUs (reservations lifted for preemption, quota the victims gave back)
-    is left to the victim search as before."""
+    fits only on other GPUs (reservations lifted for preemption, quota the victims gave back:
+    `_on_quota`) is not placed here."""
     if not any(_has_room(state, state.node_index[node], g) for node, g in freed):
         return None  # every freed GPU is taken already: no plan to try
     plan = try_plan(state, gang, policy, layouts)
     if plan is None or not any((r.node, g) in freed for r in plan.replicas for g in r.gpus):
         return None
     return plan
+
+
+def _on_quota(
+    state: ClusterState,
+    gang: Gang,
+    start: QueueGate,
+    lifted: Sequence[tuple[int, tuple[int, ...]]],
+    policy: Policy,
+    layouts: Memo,
+) -> Plan | None:
+    """`gang`'s plan in the working state without a victim of its own, on a type whose quota
+    it fits now but did not fit in `start` (the account before this pass evicted anything:
+    placements since then only take quota, so the victims' evictions gave it back), with the
+    `lifted` reserved GPUs kept (a drain gives way only to a gang that evicts); None otherwise.
+    The plan may take GPUs of those victims too (then `waits_for` names them)."""
+    need = gang.replicas_min
+    types = [
+        t for t in usable_types(state, gang, policy, layouts) if not start.allows(gang, t, need)
+    ]
+    if not types:
+        return None
+    with kept_while(state, lifted):
+        for gpu_type in types:
+            plan = plan_gang(state, gang, gpu_type, policy, layouts)
+            if plan is not None:
+                return plan
+    return None
 
 
 def _has_room(state: ClusterState, n: int, g: int) -> bool:

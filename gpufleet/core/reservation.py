@@ -24,13 +24,15 @@ queues; the greedy pass makes the reservations and CP-SAT starts from a state wi
 taken, so both engines keep the node free. A reservation never stands in the way of preemption:
 the reserved GPUs are given back while stuck gangs look for victims (a queue's reclaim of its
 nominal quota, or a higher priority, comes before a drain) and taken again, where still free,
-after.
+after. A gang that needs no victim of its own there, placed on queue quota other gangs' victims
+gave back (preempt.py), plans with them kept (`kept_while`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.snapshot import ReplicaPlacement
@@ -38,6 +40,7 @@ from gpufleet.core.state import ClusterState
 
 __all__ = [
     "MAX_RESERVED",
+    "kept_while",
     "lift_reservations",
     "renew_reservations",
     "reservable",
@@ -118,11 +121,39 @@ def lift_reservations(state: ClusterState) -> list[tuple[int, tuple[int, ...]]]:
     return lifted
 
 
+def _still_free(
+    state: ClusterState, lifted: Sequence[tuple[int, tuple[int, ...]]]
+) -> list[tuple[int, tuple[int, ...]]]:
+    """The lifted GPUs that are still empty and in whole mode, by node."""
+    out = []
+    for node, gpus in lifted:
+        free = tuple(g for g in gpus if g in state.empty[node] and state.layout[node][g] is None)
+        if free:
+            out.append((node, free))
+    return out
+
+
+@contextmanager
+def kept_while(
+    state: ClusterState, lifted: Sequence[tuple[int, tuple[int, ...]]]
+) -> Iterator[None]:
+    """Take the lifted GPUs that are still free for the duration (a plan made inside leaves
+    the drains' GPUs alone), and give them back after."""
+    kept = _still_free(state, lifted)
+    for node, gpus in kept:
+        state.take_whole(node, gpus)
+    try:
+        yield
+    finally:
+        for node, gpus in kept:
+            state.release(ReplicaPlacement(state.nodes[node].name, gpus))
+
+
 def renew_reservations(state: ClusterState, lifted: Sequence[tuple[int, tuple[int, ...]]]) -> None:
     """Reserve again the lifted GPUs that are still free (preemption placed nothing there)."""
     gate = state.gate
-    for node, gpus in lifted:
-        free = tuple(g for g in gpus if g in state.empty[node] and state.layout[node][g] is None)
-        if free and gate is not None:
-            state.take_whole(node, free)
-            gate.reserved.append((node, free))
+    if gate is None:
+        return
+    for node, free in _still_free(state, lifted):
+        state.take_whole(node, free)
+        gate.reserved.append((node, free))
