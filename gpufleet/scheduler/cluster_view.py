@@ -5,14 +5,21 @@ instance they were bound to; pods of other schedulers only say how many GPUs (or
 profile) they use, so they are given the lowest free whole GPUs or the first free instance of
 their profile on their node. Those pods are never preemptible (gpufleet does not evict work it
 does not own). Pending pods of gpufleet are grouped into gangs; a gang is offered to the core only
-once all of its pods exist.
+once all of its pods exist, so it has been pending since its latest pod was created: its
+`waited_s` (the queues' aging and node reservations, the type delay's patience) counts from that
+pod's `creationTimestamp` to the builder's wall clock, at least 0 (a clock skewed behind). The
+operator recreates an evicted or moved job's workers as new pods, so a gang's wait starts again
+at its eviction (Kueue's default requeue timestamp, `Eviction`); a gang of bare pods counts
+from its own pods. A running job's room to grow (`<gang>#rest` past its size) never waits:
+growth is opportunistic, as in the simulator.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from gpufleet.core.borrowing import elastic_units
@@ -22,6 +29,7 @@ from gpufleet.core.state import ClusterState
 from gpufleet.model.contract import names
 from gpufleet.model.contract.lending import borrowed_from, loan_gpus
 from gpufleet.model.contract.moves import Checkpoint
+from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.model.gpus import Catalog
 from gpufleet.model.inventory import Node
 from gpufleet.scheduler import pods
@@ -210,15 +218,22 @@ class ViewBuilder:
     so an unchanged object is the very same dict as in the last cycle. Keyed by identity
     (with the object kept alive, so an id is never reused while remembered), this reuses: the
     facts of each pod, the core `Node` of each node, the placements found for the pods of a
-    node, each running gang, and each pending gang. A cycle then costs a few passes over the
-    pods instead of re-reading every pod's JSON, which for 1,000 pods was most of the cycle.
+    node, each running gang, and each pending gang (with its wait, copied again when its whole
+    seconds change). A cycle then costs a few passes over the pods instead of re-reading every
+    pod's JSON, which for 1,000 pods was most of the cycle.
     Every memo is rebuilt from the current objects each cycle, so nothing stale survives.
     The result equals `build_view` on the same input (tested).
     """
 
-    def __init__(self, catalog: Catalog, scheduler_name: str = names.SCHEDULER_NAME) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        scheduler_name: str = names.SCHEDULER_NAME,
+        wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
         self.catalog = catalog
         self.scheduler_name = scheduler_name  # pods naming it are this scheduler's
+        self.wall = wall  # the pending gangs' waits count to its reading (module docstring)
         self._facts: dict[int, PodFacts] = {}
         # node name -> (raw node, mig configs, core node)
         self._nodes: dict[str, tuple[Mapping[str, Any], Mapping[str, Any], Node | None]] = {}
@@ -250,6 +265,12 @@ class ViewBuilder:
         self._pending: dict[
             str,
             tuple[tuple[Pod, ...], tuple[int, bool, str | None, frozenset[str]], PendingGang | str],
+        ] = {}
+        # gang -> (its pending gang as built, since when it waits, its nodes and whole seconds
+        # waited, the gang offered with them): copied again only when one of those changes.
+        self._waits: dict[
+            str,
+            tuple[PendingGang, datetime | None, tuple[frozenset[str] | None, int], PendingGang],
         ] = {}
         self._eligibility = Eligibility()
         self._trees = QueueTrees()
@@ -345,6 +366,36 @@ class ViewBuilder:
         self._running = new
         return gangs, members
 
+    def _with_waits(
+        self,
+        pending: list[PendingGang],
+        outcomes: Mapping[str, Outcome],
+        facts: Mapping[str, PodFacts],
+    ) -> list[PendingGang]:
+        """`pending` with each gang's allowed nodes and its wait at the wall clock's reading, in
+        whole seconds (the creation times' resolution; module docstring)."""
+        now = self.wall()
+        old, new = self._waits, {}
+        out: list[PendingGang] = []
+        for pg in pending:
+            allowed = outcomes[pg.gang.id].allowed
+            seen = old.get(pg.gang.id)
+            if seen is not None and seen[0] is not pg:
+                seen = None
+            since = _since(pg, facts) if seen is None else seen[1]
+            waited = 0 if since is None else max(0, int((now - since).total_seconds()))
+            if seen is not None and seen[2][0] is allowed and seen[2][1] == waited:
+                made = seen[3]
+            elif allowed is None and not waited:
+                made = pg
+            else:
+                gang = replace(pg.gang, allowed_nodes=allowed, waited_s=float(waited))
+                made = PendingGang(gang, pg.pods)
+            new[pg.gang.id] = (pg, since, (allowed, waited), made)
+            out.append(made)
+        self._waits = new
+        return out
+
     def build_state(self, state: CachedState, extra_pods: Sequence[Pod] = ()) -> ClusterView:
         """The core's input from the cache's `state` as the scheduler decides on it: its
         nodes, pods (plus `extra_pods`, as if they existed: the admin API's what-ifs), MIG
@@ -428,12 +479,7 @@ class ViewBuilder:
         firsts |= {gid: f.pod for gid, f in movable.items()}
         outcomes, free = self._eligibility.evaluate(gpu_nodes, facts, firsts)
         snapshot = _with_demands(catalog, snapshot, movable, outcomes, present)
-        pending = [
-            pg
-            if outcomes[pg.gang.id].allowed is None
-            else PendingGang(replace(pg.gang, allowed_nodes=outcomes[pg.gang.id].allowed), pg.pods)
-            for pg in pending
-        ]
+        pending = self._with_waits(pending, outcomes, facts)
         return ClusterView(
             snapshot,
             tuple(pending),
@@ -446,6 +492,16 @@ class ViewBuilder:
             outcomes,
             free,
         )
+
+
+def _since(pg: PendingGang, facts: Mapping[str, PodFacts]) -> datetime | None:
+    """Since when `pg` has been pending: its latest pod's creation; None (no wait) for a job's
+    room to grow or when a pod says no creation time (module docstring)."""
+    if pg.gang.grows_from:
+        return None
+    created = [parse_time(facts[k].pod["metadata"].get("creationTimestamp")) for k in pg.pods]
+    stamps = [t for t in created if t is not None]
+    return max(stamps) if stamps and len(stamps) == len(created) else None
 
 
 def _node_holders(
@@ -624,10 +680,12 @@ def build_view(
     mig_configs: Mapping[str, Any],
     queues: Iterable[Mapping[str, Any]] | None = None,
     namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+    wall: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> ClusterView:
-    """The core's input for one cycle, from scratch. `all_pods` already includes assumed
-    bindings. The live loop keeps a `ViewBuilder` instead, which reuses unchanged parts."""
-    return ViewBuilder(catalog).build(
+    """The core's input for one cycle, from scratch, the waits counted to `wall`'s reading.
+    `all_pods` already includes assumed bindings. The live loop keeps a `ViewBuilder` instead,
+    which reuses unchanged parts."""
+    return ViewBuilder(catalog, wall=wall).build(
         nodes, all_pods, mig_configs, queues=queues, namespace_labels=namespace_labels
     )
 

@@ -56,6 +56,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang
@@ -133,6 +134,7 @@ class Scheduler:
         queue_status: QueueStatusWriter | None = None,
         notify: Notify | None = None,
         notify_on: ObjectNotify | None = None,
+        wall: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.cache = cache
         self.mig = mig
@@ -144,7 +146,8 @@ class Scheduler:
         self.may_act = may_act
         self.cycle = 0
         # Reuses, cycle to cycle, what it read of objects that did not change (cluster_view.py).
-        self.views = ViewBuilder(catalog, settings.name)
+        # The wall clock reads the objects' times (pending gangs' waits, runs' service, progress).
+        self.views = ViewBuilder(catalog, settings.name, wall)
         deletions = Deletions(clock, settings.node_failure_grace_s + _DELETION_LINGER_S)
         self.deletions = deletions
         rule = DisruptionRule(
@@ -158,8 +161,8 @@ class Scheduler:
         self.partial = PartialGangs(binder, deletions, settings.partial_grace_s, clock)
         self.victims = VictimEvictor(cache, binder, clock, settings.budget_retry_s)
         self.bindings = InflightBindings(cache, binder, deletions)
-        self.progress = ProgressTracker(settings.move_restart_s)
-        self.attained = AttainedService(catalog)  # for the service tier inside queues
+        self.progress = ProgressTracker(settings.move_restart_s, wall)
+        self.attained = AttainedService(catalog, wall)  # for the service tier inside queues
         self.mover = GangMover(
             cache,
             binder,

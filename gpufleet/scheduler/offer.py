@@ -51,9 +51,10 @@ def cap_identical(
 ) -> tuple[list[PendingGang], dict[str, str]]:
     """Offer the core only as many of a set of identical gangs as could fit, plus one.
 
-    Gangs equal in everything but their id (1,000 single-GPU pods, say) are interchangeable,
-    and the core places them in id order; a gang that needs `k` whole GPUs can be admitted at
-    most `free // k` times, where `free` counts the GPUs of its acceptable types on schedulable
+    Gangs equal in everything but their id and wait (1,000 single-GPU pods, say) are
+    interchangeable, and the core places them longest waiting first, then in id order (so
+    those are the ones kept); a gang that needs `k` whole GPUs can be admitted at most
+    `free // k` times, where `free` counts the GPUs of its acceptable types on schedulable
     nodes that no running or assumed pod holds (a bound that only overestimates: placement
     rules never add room). Offering the rest would only make the core explain again, each
     cycle, why each of them does not fit, which for 900 waiting gangs was most of a decision.
@@ -70,10 +71,11 @@ def cap_identical(
     lowest = min((r.priority for r in snapshot.running if r.preemptible), default=None)
     classes: dict[Gang, list[PendingGang]] = defaultdict(list)
     for pg in offered:
-        classes[replace(pg.gang, id="")].append(pg)
+        classes[replace(pg.gang, id="", waited_s=0.0)].append(pg)
     keep: set[str] = set()
     capped: dict[str, str] = {}
     for shape, members in classes.items():
+        members.sort(key=lambda pg: (-pg.gang.waited_s, pg.gang.id))  # the core's order
         limit = len(members)
         preempts = may_preempt and lowest is not None and lowest < shape.priority
         rest = members[0].gang.id.endswith("#rest")  # phase 7 needs the core's answer
