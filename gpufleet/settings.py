@@ -41,6 +41,7 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
 from gpufleet.core.policy import (
+    QUEUE_AGING_S,
     SERVICE_TIER_GPU_S,
     Engine,
     MoveRule,
@@ -232,10 +233,18 @@ class PlacementSettings(_Group):
         "and may preempt one that has received more (least attained service first); never "
         "over a higher priority, never across queues. 0: no service tier.",
     )
+    queue_aging_s: float = Field(
+        QUEUE_AGING_S,
+        gt=0,
+        description="With GPUQueues: a job pending this many seconds (since its pods were "
+        "created, i.e. since it was submitted or last evicted) goes before the queues' "
+        "fair-share order, and one needing many GPUs on one node that fits nowhere has a node "
+        "reserved for it.",
+    )
 
     def policy(self) -> Policy:
         """The core's `Policy`: the preset with the solver settings, power-down rule, move rule,
-        service tier and weight overrides."""
+        service tier, queue aging and weight overrides."""
         policy = preset_policy(
             self.preset, self.solver.solver_settings(), power_down=self.power_down.rule()
         )
@@ -243,6 +252,7 @@ class PlacementSettings(_Group):
             policy,
             moves=self.moves.rule(),
             service_tier_gpu_s=self.service_tier_gpu_s or None,  # 0: no tier
+            queue_aging_s=self.queue_aging_s,
         )
         overrides = {k: v for k, v in self.weights.model_dump().items() if v is not None}
         if not overrides:

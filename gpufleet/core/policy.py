@@ -164,6 +164,8 @@ class SolverSettings:
 # The default `Policy.service_tier_gpu_s`: half an hour of one GPU (chosen on the queue
 # bench's tuning windows, bench/README.md, Queues, "Service tier").
 SERVICE_TIER_GPU_S = 1800.0
+# The default `Policy.queue_aging_s`: an hour.
+QUEUE_AGING_S = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +182,7 @@ class Policy:
     power_down: PowerDownRule = field(default_factory=PowerDownRule)
     # With queues: a gang pending this long goes ahead of the fair-share order of its tier
     # (starvation protection, fairshare.py).
-    queue_aging_s: float = 3600.0
+    queue_aging_s: float = QUEUE_AGING_S
     moves: MoveRule = field(default_factory=MoveRule)
     # With queues: the service tier's threshold theta, in GPU-seconds of attained service
     # (`Gang.attained_gpu_s`, `RunningGang.attained_gpu_s`). Inside one queue, among gangs of

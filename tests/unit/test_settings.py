@@ -19,6 +19,7 @@ import pytest
 
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
 from gpufleet.core.policy import (
+    QUEUE_AGING_S,
     SERVICE_TIER_GPU_S,
     Engine,
     MoveRule,
@@ -349,3 +350,11 @@ def test_the_service_tier_is_the_cores_default_and_zero_turns_it_off() -> None:
     assert load(environ={env: "0"}).placement.policy().service_tier_gpu_s is None
     with pytest.raises(SettingsError, match=env):
         load(environ={env: "-1"})
+
+
+def test_the_queue_aging_is_the_cores_default_and_must_be_positive() -> None:
+    assert load(environ={}).placement.policy().queue_aging_s == QUEUE_AGING_S
+    env = "GPUFLEET_PLACEMENT__QUEUE_AGING_S"
+    assert load(environ={env: "600"}).placement.policy().queue_aging_s == 600.0
+    with pytest.raises(SettingsError, match=env):
+        load(environ={env: "0"})
