@@ -27,6 +27,10 @@ gang also carries the service its job has received so far (GPUs x run time over 
 `attained_gpu_s`: a pending gang its earlier runs, a running one its current run too), which the
 core's service tier ranks gangs of one queue by.
 
+Waiting: a gang waits (`Gang.waited_s`, and its place in line) from its arrival, or from its
+last eviction (a preempted gang, or a partial one that gave up its GPUs), as the live scheduler
+counts from its recreated pods' creation and Kueue requeues an evicted workload by default.
+
 Applying a decision: preemptions first, then the moved gangs stop, then MIG repartitions (the
 GPU is usable after `mig_repartition_s`), then placements, then the moved gangs restart on their
 new placements (a gang placed by a reclaim with moves takes the moved gangs' old GPUs). Evicted
@@ -834,6 +838,9 @@ class Simulation:
                 self._lose_unsaved(job)
                 self._release(job)
                 job.record.preemptions += 1
+                # Waits again from its eviction, as live (its pods are recreated then), and
+                # is requeued there (Kueue's default requeue timestamp, Eviction).
+                job.queue_key = self.now
                 self._to_waiting(job)
         for jid, indices in sorted(shrink.items()):
             job = self.jobs[jid]

@@ -7,10 +7,11 @@ Kueue (kubernetes-sigs/kueue, ClusterQueues in one cohort, one ResourceFlavor pe
 * **Quota.** A ClusterQueue's nominal quota per flavor, borrowing what other queues of the
   cohort leave unused. The arithmetic is the core's `QuotaBook`, the same rules the core
   enforces, so both sides are held to one definition of "within quota".
-* **Order.** BestEffortFIFO: each queue's workloads in arrival order (as the engine passes
-  them); every round takes the head of each queue, and the heads go in Kueue's order (those
-  that fit without borrowing first, then higher priority, then older); a head that does not
-  fit is set aside and its queue's next workload becomes the head.
+* **Order.** BestEffortFIFO: each queue's workloads in arrival order, an evicted one from its
+  eviction (Kueue's default requeue timestamp; as the engine passes them); every round takes
+  the head of each queue, and the heads go in Kueue's order (those that fit without borrowing
+  first, then higher priority, then older); a head that does not fit is set aside and its
+  queue's next workload becomes the head.
 * **Flavors.** Heterogeneity-blind flavor fungibility: the flavors are tried in one fixed order
   for every workload, the fleet's types from the highest catalogue throughput down (how an
   administrator lists the best GPUs first), and a workload takes the first flavor where its

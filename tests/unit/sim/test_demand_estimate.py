@@ -5,18 +5,21 @@ Aspects: a prior from past jobs counts the shapes of their gangs on the fleet's 
 there are past jobs, at most the estimate's window (none: no prior); the engine's online estimate
 starts from the prior (worth `workload_prior_tasks` tasks) and adds every arrival, and the
 snapshot a policy sees carries only arrivals up to the decision (nothing from the future); each
-pending gang carries how long it has waited since it was queued.
+pending gang carries how long it has waited since it was queued, an evicted one since its
+eviction (as the live scheduler counts from its recreated pods, and Kueue requeues it).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang
+from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.workload import TaskShape, WorkloadEstimate
@@ -157,3 +160,27 @@ def test_pending_gangs_carry_their_waiting_time(catalog: Catalog, profile: Gavel
         arrival = 0.0 if gang_id == "a" else 5.0
         assert waited == pytest.approx(now - arrival)
     assert max(w for _, g, w in seen if g == "b") >= 90.0
+
+
+def test_an_evicted_gang_waits_from_its_eviction(catalog: Catalog, profile: GavelProfile) -> None:
+    seen: list[tuple[float, str, float]] = []
+
+    def record(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decision:
+        for g in pending:
+            seen.append((sim.now, g.id, g.waited_s))
+        return place(snapshot, pending, policy)
+
+    fleet = FleetSpec(
+        node_pools=[NodePoolSpec(name="v", count=1, gpu_type="V100-32GB", gpus_per_node=1)]
+    )
+    # "a" runs from t=0; "b", of a higher priority, evicts it at t=50 and runs to t=150.
+    jobs = [job("a", 1, None), replace(job("b", 1, None, arrival=50.0), priority=1)]
+    sim = Simulation(
+        SimCluster(fleet, catalog), jobs, SimPolicy("rec", record), SpeedModel(catalog, profile)
+    )
+    assert sim.run().unfinished == 0
+    evicted = min(now for now, g, _ in seen if g == "b")
+    again = [(now, w) for now, g, w in seen if g == "a" and now > evicted]
+    assert again, seen
+    for now, waited in again:
+        assert waited == pytest.approx(now - evicted)  # not now - 0 (its arrival)
