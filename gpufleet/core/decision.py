@@ -20,9 +20,11 @@ class GangPlacement:
     """An admitted gang: its GPU type, every replica's GPUs and an optional power cap.
 
     `waits_for`: the running gangs this decision evicts for other gangs (`Preemption.for_gang`
-    is not this gang) whose GPUs the placement takes, sorted. The gang preempts none of them;
-    it starts once they have exited (the live scheduler holds its pods until their pods are
-    gone). Its own victims are its preemptions and are not listed (`victim_waits`)."""
+    is not this gang) whose GPUs the placement takes, and, for a gang placed on queue quota
+    those victims gave back, the victims on its GPU type (preempt.py `_waits_for_quota`),
+    sorted. The gang preempts none of them; it starts once they have exited (the live
+    scheduler holds its pods until their pods are gone). Its own victims are its preemptions
+    and are not listed (`victim_waits`)."""
 
     gang_id: str
     gpu_type: str
@@ -120,7 +122,8 @@ class Decision:
 
 def victim_waits(decision: Decision, running: Sequence[RunningGang]) -> Decision:
     """`decision` with each placement's `waits_for` set: the gangs it evicts for another gang
-    whose GPUs (whole, or the GPU of a MIG slice) the placement takes."""
+    whose GPUs (whole, or the GPU of a MIG slice) the placement takes, added to those it names
+    already (the victims whose queue quota it uses: preempt.py `_waits_for_quota`)."""
     if not decision.preemptions:
         return decision
     by_id = {r.id: r for r in running}
@@ -135,7 +138,7 @@ def victim_waits(decision: Decision, running: Sequence[RunningGang]) -> Decision
         own.setdefault(pre.for_gang, set()).add(pre.gang_id)
     placements = []
     for p in decision.placements:
-        victims: set[str] = set()
+        victims = set(p.waits_for)
         for replica in p.replicas:
             for g in replica.gpus:
                 victims |= held.get((replica.node, g), set())

@@ -53,7 +53,7 @@ from gpufleet.core.greedy import Memo, greedy_order, place_greedy, usable_types
 from gpufleet.core.moves import plan_moves
 from gpufleet.core.objective import evaluate
 from gpufleet.core.policy import Engine, Policy
-from gpufleet.core.preempt import preempt_for_pending
+from gpufleet.core.preempt import preempt_for_pending, quota_waits
 from gpufleet.core.rebalance import shrink_for_pending
 from gpufleet.core.refill import plan_refills
 from gpufleet.core.reservation import lift_reservations, renew_reservations, with_reservations
@@ -155,6 +155,9 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
         )  # fmt: skip
         admitted = best.admitted_ids
         waiting = [g for g in pending if g.id not in admitted]
+    if initial.gate is not None:
+        # A gang on quota the victims give back waits for them too, whichever engine placed it.
+        best = quota_waits(initial.gate, pending, best, snapshot.running)
     if initial.gate is None:
         reasons = [explain(initial, g, policy, memo) for g in waiting] + refused
     else:

@@ -37,7 +37,10 @@ victim of its own, on queue quota those victims gave back (their queue borrows l
 were its own queue's gangs), on GPUs free already, is placed there (`_on_quota`): before, it
 evicted one more gang to make room its queue's account already had. Such a plan leaves alone
 the reserved GPUs lifted for this pass (a drain gives way only to a gang that evicts:
-reservation.py), and names the victims whose GPUs it takes, if any, like the one above.
+reservation.py), and waits for the victims whose GPUs it takes, if any, like the one above,
+and for those whose quota it uses (`quota_waits`, applied to the finished decision whichever
+engine made it: a placement bound at once must fit the queues' account while every victim still
+runs).
 
 The what-if steps here (`release_gang`, `retake`, `try_plan`, `release_until_fits`,
 `put_back_unneeded`) are shared: rebalance.py releases and puts back growth units the same way.
@@ -47,11 +50,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import replace
 from functools import partial
 
 from gpufleet.core.admission import QueueGate
 from gpufleet.core.borrowing import jobs_of, restarts_paid_back, victim_key
-from gpufleet.core.decision import GangPlacement, Preemption
+from gpufleet.core.decision import Decision, GangPlacement, Preemption
 from gpufleet.core.demand import Gang
 from gpufleet.core.greedy import (
     Memo,
@@ -346,6 +350,51 @@ def preempt_for_pending(
     return placed, preemptions
 
 
+def quota_waits(
+    gate: QueueGate, pending: Sequence[Gang], decision: Decision, running: Sequence[RunningGang]
+) -> Decision:
+    """`decision` with each placement that relies on queue quota this decision's victims give
+    back also waiting for them (`GangPlacement.waits_for`), whichever engine made it. `gate`:
+    the queues' account before the decision. The placements of gangs that evict no victim of
+    their own are charged to it in queue order (`QueueGate.order`); one that does not fit it
+    in its turn waits for every gang the decision evicts (for other gangs) that runs on its
+    GPU type, a queue's quota being per type. So the placements bound at once fit the account
+    as it is while the victims still run in their grace period (the queues are never over
+    their limits), and the others start once those victims are gone, as Kueue admits a
+    preemptor only after its victims are evicted. It may wait for more victims than the quota
+    strictly needs, never for one that gives back nothing on its type. A preemptor waits for
+    its own victims already (they are its preemptions) and is not charged; moves are left out
+    of the account."""
+    if not decision.preemptions:
+        return decision
+    account = gate.copy()
+    by_id = {g.id: g for g in pending}
+    preemptors = {p.for_gang for p in decision.preemptions}
+    placed = {p.gang_id: p for p in decision.placements}
+    gangs = [by_id[g] for g in placed if g in by_id and g not in preemptors]
+    victims = {p.gang_id for p in decision.preemptions}
+    on_type: dict[str, set[str]] = {}
+    for r in running:
+        if r.id in victims:
+            on_type.setdefault(r.gpu_type, set()).add(r.id)
+    waits: dict[str, tuple[str, ...]] = {}
+    for gang in account.order(gangs):
+        placement = placed[gang.id]
+        if account.allows(gang, placement.gpu_type, placement.replica_count):
+            account.take(gang, placement.gpu_type, placement.replica_count)
+            continue
+        quota = on_type.get(placement.gpu_type, set())
+        waits[gang.id] = tuple(sorted(quota | set(placement.waits_for)))
+    if not waits:
+        return decision
+    return replace(
+        decision,
+        placements=tuple(
+            replace(p, waits_for=waits.get(p.gang_id, p.waits_for)) for p in decision.placements
+        ),
+    )
+
+
 def _on_freed(
     state: ClusterState,
     gang: Gang,
@@ -377,7 +426,8 @@ def _on_quota(
     it fits now but did not fit in `start` (the account before this pass evicted anything:
     placements since then only take quota, so the victims' evictions gave it back), with the
     `lifted` reserved GPUs kept (a drain gives way only to a gang that evicts); None otherwise.
-    The plan may take GPUs of those victims too (then `waits_for` names them)."""
+    The gang waits for the victims whose quota it uses (`quota_waits`) and for those whose
+    GPUs the plan takes, if any (`victim_waits`)."""
     need = gang.replicas_min
     types = [
         t for t in usable_types(state, gang, policy, layouts) if not start.allows(gang, t, need)

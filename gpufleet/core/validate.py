@@ -164,27 +164,33 @@ def decision_problems(
 
 def _wait_problems(running: Mapping[str, RunningGang], decision: Decision) -> list[str]:
     """A placement on GPUs of a gang evicted for another gang waits for it (`waits_for`), and
-    waits only for such gangs: otherwise its pods would be bound onto GPUs still busy, or held
-    for a gang that frees none of its GPUs."""
+    waits only for gangs evicted for another gang that free its GPUs or ran on its GPU type
+    (whose queue quota it may use: preempt.py `_waits_for_quota`): otherwise its pods would be
+    bound onto GPUs still busy, or held for a gang that gives it neither GPUs nor quota."""
     for_gang = {p.gang_id: p.for_gang for p in decision.preemptions}
     out: list[str] = []
     for placement in decision.placements:
         spots = {(r.node, g) for r in placement.replicas for g in r.gpus}
-        takes = {
+        others = {
             gid
             for gid, winner in for_gang.items()
-            if winner != placement.gang_id
-            and gid in running
-            and any((r.node, g) in spots for r in running[gid].replicas for g in r.gpus)
+            if winner != placement.gang_id and gid in running
         }
+        takes = {
+            gid
+            for gid in others
+            if any((r.node, g) in spots for r in running[gid].replicas for g in r.gpus)
+        }
+        quota = {gid for gid in others if running[gid].gpu_type == placement.gpu_type}
         out.extend(
             f"{placement.gang_id} takes GPUs of {gid}, evicted for {for_gang[gid]}, "
             "without waiting for it"
             for gid in sorted(takes - set(placement.waits_for))
         )
         out.extend(
-            f"{placement.gang_id} waits for {gid}, which frees none of its GPUs for it"
-            for gid in sorted(set(placement.waits_for) - takes)
+            f"{placement.gang_id} waits for {gid}, which frees none of its GPUs and none of "
+            "its type's quota for it"
+            for gid in sorted(set(placement.waits_for) - takes - quota)
         )
     return out
 

@@ -4,16 +4,23 @@ other gangs uses it, without a victim of its own (preempt.py `_on_quota`).
 Before, only a gang that took some of those victims' GPUs was placed without an eviction; one
 that fitted on other free GPUs once the victims' queue borrowed less (or its own queue held
 less) went on to the victim search and evicted one more gang.
+
+Such a gang waits for the victims whose quota it uses (`GangPlacement.waits_for`, preempt.py
+`quota_waits`), whichever engine placed it: before, its waits were empty when it took none of
+their GPUs, and the live scheduler bound it at once while they still ran in their grace period
+(its queues over their account).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpufleet.core.admission import QueueGate
-from gpufleet.core.decision import GangPlacement, Preemption
+from gpufleet.core.decision import Decision, GangPlacement, Preemption
 from gpufleet.core.demand import Gang
 from gpufleet.core.greedy import Memo, greedy_order, place_greedy
 from gpufleet.core.policy import Engine, Policy, SolverSettings
@@ -21,6 +28,7 @@ from gpufleet.core.preempt import preempt_for_pending, release_gang, try_plan
 from gpufleet.core.queues import QueueSpec, QueueTree, Quota
 from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
 from gpufleet.core.state import ClusterState
+from gpufleet.core.validate import decision_problems
 from tests.unit.core.placement_builders import checked_decision, cluster, gang
 from tests.unit.core.test_placement_properties import FAST
 
@@ -63,7 +71,39 @@ def test_a_gang_uses_the_quota_another_queues_reclaim_gives_back(engine: Engine)
     assert decision.admitted_ids == {"pa", "pb"}
     # One reclaim (v, for pa); x's v2 stays. Before, pb reclaimed v2 as well.
     assert decision.preemptions == (Preemption("v", "pa", reclaim=True),)
-    assert decision.placement("pb") == GangPlacement("pb", "L4", (ReplicaPlacement("n1", (7,)),))
+    # On free GPUs, but on the quota v gives back: pb waits for v to exit (before, it was
+    # bound at once while v ran in its grace period, its queues over their account).
+    assert decision.placement("pb") == GangPlacement(
+        "pb", "L4", (ReplicaPlacement("n1", (7,)),), waits_for=("v",)
+    )
+
+
+@pytest.mark.parametrize("engine", [Engine.GREEDY, Engine.CPSAT])
+def test_a_gang_on_given_back_quota_waits_whichever_engine_places_it(engine: Engine) -> None:
+    # pb free to go anywhere: CP-SAT, which sees greedy's victims gone, places it itself (on
+    # a GPU free already); before, its waits were empty there and it was bound at once.
+    snapshot, pending = kept_case()
+    pending = [replace(g, allowed_nodes=None) for g in pending]
+    decision = checked_decision(snapshot, pending, engine)
+    assert decision.preemptions == (Preemption("v", "pa", reclaim=True),)
+    pb = decision.placement("pb")
+    assert pb is not None and pb.waits_for == ("v",)
+    pa = decision.placement("pa")
+    assert pa is not None and pa.waits_for == ()  # its own victim is its preemption
+
+
+def test_the_validator_accepts_a_wait_for_a_victim_whose_quota_a_gang_uses() -> None:
+    snapshot, pending = kept_case()
+    pa = GangPlacement("pa", "L4", (ReplicaPlacement("n0", (0, 1, 2, 3)),))
+    pb = GangPlacement("pb", "L4", (ReplicaPlacement("n1", (7,)),))
+    evict = (Preemption("v", "pa", reclaim=True),)
+    waiting = Decision(placements=(pa, replace(pb, waits_for=("v",))), preemptions=evict)
+    assert decision_problems(snapshot, pending, waiting) == []
+    # A wait for a gang the decision does not evict (x's v2, which stays) is still wrong.
+    unrelated = Decision(placements=(pa, replace(pb, waits_for=("v2",))), preemptions=evict)
+    assert decision_problems(snapshot, pending, unrelated) == [
+        "pb waits for v2, which frees none of its GPUs and none of its type's quota for it"
+    ]
 
 
 def own_queue_case() -> tuple[Snapshot, list[Gang]]:
@@ -102,7 +142,10 @@ def test_a_gang_uses_the_quota_its_own_queues_eviction_gives_back(engine: Engine
     assert decision.admitted_ids == {"p0", "p1"}
     # Before, p0 evicted b's r1 too (priority 0 under its 2) and took its GPU.
     assert decision.preemptions == (Preemption("r0", "p1"),)
-    assert decision.placement("p0") == GangPlacement("p0", "L4", (ReplicaPlacement("n1", (7,)),))
+    # p0 uses b's quota r0's eviction gives back: it waits for r0.
+    assert decision.placement("p0") == GangPlacement(
+        "p0", "L4", (ReplicaPlacement("n1", (7,)),), waits_for=("r0",)
+    )
 
 
 def with_gate(snapshot: Snapshot, policy: Policy) -> ClusterState:
@@ -190,7 +233,18 @@ def test_decisions_with_given_back_quota_keep_the_rules(
     case: tuple[Snapshot, list[Gang]], engine: Engine
 ) -> None:
     snapshot, pending = case
-    checked_decision(snapshot, pending, engine)
+    decision = checked_decision(snapshot, pending, engine)
+    # The placements bound at once (no victim of their own, nothing to wait for) fit the
+    # account as it is before any victim exits: the queues are never over it meanwhile.
+    gate = QueueGate(snapshot, Policy().queue_aging_s)
+    preemptors = {p.for_gang for p in decision.preemptions}
+    by_id = {g.id: g for g in pending}
+    for p in decision.placements:
+        if p.gang_id in preemptors or p.waits_for:
+            continue
+        g = by_id[p.gang_id]
+        assert gate.allows(g, p.gpu_type, p.replica_count), p.gang_id
+        gate.take(g, p.gpu_type, p.replica_count)
 
 
 # About one example in a hundred has a gang that fits only on quota given back (more

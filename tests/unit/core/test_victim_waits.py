@@ -72,7 +72,7 @@ def test_the_validator_wants_a_gang_on_another_gangs_victim_to_wait_for_it() -> 
         placements=(replace(on_victim, waits_for=("r0-1",)), own), preemptions=evict
     )
     assert decision_problems(snapshot, pending, mistaken) == [
-        "p1 waits for r0-1, which frees none of its GPUs for it"
+        "p1 waits for r0-1, which frees none of its GPUs and none of its type's quota for it"
     ]
 
 
