@@ -31,8 +31,9 @@ and the victims' pods are gone (`mover.GangMover.start`), else it waits and take
 following one): from where to where, the price the core
 charged (seconds later the moved gang is expected to finish) and the message of the event the
 scheduler writes when it moves a gang (`mover.move_message`); and the gangs the same decision
-evicts for other gangs whose GPUs a placed gang takes (the core's `GangPlacement.waits_for`:
-the scheduler holds the gang until their pods are gone, `victims._wait_for_victims`).
+evicts for other gangs whose GPUs (or queue quota) a placed gang takes (the core's
+`GangPlacement.waits_for`: the scheduler holds the gang until their pods are gone,
+`victims._wait_for_victims`).
 
 The decision is the scheduler's (`scheduler.lending.decide`): with asleep standbys, their GPUs
 are lent to preemptible gangs of lower priority. Not taken: the heal phase (nothing is
@@ -152,8 +153,8 @@ def _victims(decision: Decision, gang: str, view: ClusterView) -> list[VictimPub
 def _awaited(
     decision: Decision, placement: GangPlacement, view: ClusterView
 ) -> list[AwaitedVictimPublic]:
-    """The gangs the decision evicts for other gangs whose GPUs `placement` takes, as the core
-    set them on it (`GangPlacement.waits_for`)."""
+    """The gangs the decision evicts for other gangs whose GPUs (or queue quota) `placement`
+    takes, as the core set them on it (`GangPlacement.waits_for`)."""
     waits = set(placement.waits_for)
     return [
         AwaitedVictimPublic(gang=base, job=job, pods=pods, for_gang=for_gang)
