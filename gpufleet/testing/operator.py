@@ -23,6 +23,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.lifecycle import StartStop
+from gpufleet.model.contract import names
 from gpufleet.sandbox.processes import free_port
 from gpufleet.scheduler.lease import DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE
 from gpufleet.testing import invariants
@@ -247,6 +248,31 @@ class Kube:
         )
         items: list[dict[str, Any]] = json.loads(raw.data)["items"]
         return items
+
+    def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        """The TrainingJob `job`'s pods, as the API shows them (those being deleted too)."""
+        return self.pods(namespace, f"{names.TRAININGJOB_LABEL}={job}")
+
+    def bound(self, namespace: str, job: str, started: bool = False) -> list[dict[str, Any]]:
+        """`job`'s pods bound to a node and not being deleted (`started`: and started)."""
+        return [
+            p
+            for p in self.job_pods(namespace, job)
+            if p["spec"].get("nodeName")
+            and not p["metadata"].get("deletionTimestamp")
+            and (not started or (p.get("status") or {}).get("startTime"))
+        ]
+
+    def one_started_each(self, namespace: str, jobs: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Each one-pod job's started pod, once every one of `jobs` has exactly one (empty
+        before)."""
+        out = {}
+        for job in jobs:
+            pods = self.bound(namespace, job, started=True)
+            if len(pods) != 1:
+                return {}
+            out[job] = pods[0]
+        return out
 
     def phase(self, namespace: str, name: str) -> str | None:
         job = self.job(namespace, name)

@@ -56,16 +56,9 @@ def admin(
         yield api, token
 
 
-def _bound(kube: Kube, ns: str, job: str) -> list[dict[str, Any]]:
-    pods = kube.pods(ns, f"gpufleet.io/trainingjob={job}")
-    return [
-        p for p in pods if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
-    ]
-
-
 def _running(kube: Kube, ns: str, job: str, replicas: int) -> list[dict[str, Any]]:
     return wait_for(
-        lambda: (pods := _bound(kube, ns, job)) and len(pods) == replicas and pods,
+        lambda: (pods := kube.bound(ns, job)) and len(pods) == replicas and pods,
         f"{job} bound",
         90,
     )
@@ -160,7 +153,7 @@ def test_whatif_never_names_a_victim_a_budget_protects(
     _running(kube, ns, "urgent", 1)
     wait_for(lambda: _preempted(kube, ns, "low-1"), "low-1 preempted", 60)
     assert not _preempted(kube, ns, "low-0")
-    assert {p["metadata"]["uid"] for p in _bound(kube, ns, "low-0")}, "low-0 still bound"
+    assert {p["metadata"]["uid"] for p in kube.bound(ns, "low-0")}, "low-0 still bound"
 
 
 def _queue(name: str, t4: int, **quota: Any) -> dict[str, Any]:
@@ -251,13 +244,13 @@ def test_drain_keeps_a_disruption_budget(kube: Kube, ns: str, admin: tuple[Admin
         (gang,) = [g for g in moved["gangs"] if g["gang"] == f"{ns}/movable"]
         assert gang["outcome"] == "evicted" and moved["complete"]
         # The budget held: both guarded pods are still bound where they were.
-        assert {p["metadata"]["uid"] for p in _bound(kube, ns, "guarded")} == {
+        assert {p["metadata"]["uid"] for p in kube.bound(ns, "guarded")} == {
             p["metadata"]["uid"] for p in guarded
         }
         # The movable gang runs again, on another node.
         again = wait_for(
             lambda: [
-                p for p in _bound(kube, ns, "movable")
+                p for p in kube.bound(ns, "movable")
                 if p["metadata"]["uid"] != movable[0]["metadata"]["uid"]
             ],
             "movable placed again",

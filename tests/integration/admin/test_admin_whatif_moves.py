@@ -106,28 +106,6 @@ def _job(name: str, of: str, gpus: int, node: str | None = None) -> dict[str, An
     return job
 
 
-def _bound(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
-    pods = kube.pods(ns, f"{names.TRAININGJOB_LABEL}={name}")
-    return [
-        p
-        for p in pods
-        if p["spec"].get("nodeName")
-        and (p.get("status") or {}).get("startTime")
-        and not p["metadata"].get("deletionTimestamp")
-    ]
-
-
-def _running(kube: Kube, ns: str, jobs: list[str]) -> dict[str, dict[str, Any]]:
-    """Each job's started pod once every one of `jobs` has one (empty before)."""
-    out = {}
-    for name in jobs:
-        pods = _bound(kube, ns, name)
-        if len(pods) != 1:
-            return {}
-        out[name] = pods[0]
-    return out
-
-
 class PodWatch:
     """Every watch event of the namespace's pods, collected on a thread until closed."""
 
@@ -174,11 +152,11 @@ def test_whatif_names_the_move_the_scheduler_makes(kube: Kube, ns: str, http: ht
              "fill-3": ("lender", 1, "t4-3")}  # fmt: skip
     for name, (of, gpus, node) in fixed.items():
         kube.create_job(ns, _job(name, of, gpus, node))
-    wait_for(lambda: _running(kube, ns, list(fixed)), "the fixed jobs running", 60)
+    wait_for(lambda: kube.one_started_each(ns, list(fixed)), "the fixed jobs running", 60)
     small = {"ones-0": "ones", "ones-1": "ones", "keep-0": "keeper", "keep-1": "keeper"}
     for name, of in small.items():
         kube.create_job(ns, _job(name, of, 1))
-    started = wait_for(lambda: _running(kube, ns, list(small)), "the small jobs running", 60)
+    started = wait_for(lambda: kube.one_started_each(ns, list(small)), "the small jobs running", 60)
     assert {p["spec"]["nodeName"] for p in started.values()} == {"t4-0"}, started
     for name in ("fill-2", "fill-3"):
         kube.delete_job(ns, name)
@@ -236,7 +214,7 @@ def test_whatif_names_the_move_the_scheduler_makes(kube: Kube, ns: str, http: ht
     old = started[moved]["metadata"]["uid"]
 
     def again() -> dict[str, Any] | None:
-        pods = [p for p in _bound(kube, ns, moved) if p["metadata"]["uid"] != old]
+        pods = [p for p in kube.bound(ns, moved, started=True) if p["metadata"]["uid"] != old]
         return pods[0] if pods else None
 
     pod = wait_for(again, f"{moved} running again", 60)
@@ -245,5 +223,5 @@ def test_whatif_names_the_move_the_scheduler_makes(kube: Kube, ns: str, http: ht
     assigned = pod["metadata"]["annotations"][names.ASSIGNED_GPUS]
     assert assigned == ",".join(map(str, replica["gpus"])), assigned
     # The lender runs on the node the what-if named.
-    (runs,) = wait_for(lambda: _bound(kube, ns, "lender"), "the lender running", 90)
+    (runs,) = wait_for(lambda: kube.bound(ns, "lender", started=True), "the lender running", 90)
     assert runs["spec"]["nodeName"] == "t4-0", runs["spec"]["nodeName"]

@@ -25,7 +25,6 @@ from kubernetes import client
 from test_moves_live import (
     CORDONED,
     SETTINGS,
-    bound_pods,
     fill_fast_gpus,
     movable,
     settled_invariants,
@@ -80,8 +79,8 @@ def test_a_job_under_a_budget_at_zero_is_not_moved(kube: Kube, ns: str) -> None:
     kube.create_job(ns, movable(FREE))
     wait_running(kube, ns, GUARDED, "L4")
     wait_running(kube, ns, FREE, "L4")
-    (guarded_pod,) = bound_pods(kube, ns, GUARDED)
-    (free_pod,) = bound_pods(kube, ns, FREE)
+    (guarded_pod,) = kube.bound(ns, GUARDED)
+    (free_pod,) = kube.bound(ns, FREE)
 
     # minAvailable as a number: the disruption controller then needs no scale subresource on
     # the pods' owner (the TrainingJob) to compute the budget.
@@ -107,7 +106,7 @@ def test_a_job_under_a_budget_at_zero_is_not_moved(kube: Kube, ns: str) -> None:
 
     kube.delete_job(ns, "fill-a100")
     wait_running(kube, ns, FREE, "A100-80GB")
-    (moved,) = bound_pods(kube, ns, FREE)
+    (moved,) = kube.bound(ns, FREE)
     assert moved["metadata"]["uid"] != free_pod["metadata"]["uid"]
     assert status(kube, ns, FREE).get("moves") == 1
 
@@ -139,7 +138,7 @@ def test_a_job_under_a_budget_at_zero_is_not_moved(kube: Kube, ns: str) -> None:
 def test_the_skipped_move_event_is_listed_with_the_trainingjob(kube: Kube, ns: str) -> None:
     kube.create_job(ns, movable(GUARDED))
     wait_running(kube, ns, GUARDED)
-    (pod,) = bound_pods(kube, ns, GUARDED)
+    (pod,) = kube.bound(ns, GUARDED)
     text = f"gang {ns}/{GUARDED}: move to A100-80GB skipped: PodDisruptionBudget {ns}/x allows 0"
     object_events(kube.core)(job_reference(pod), "Normal", MOVE_BLOCKED, text)
     job = kube.job(ns, GUARDED) or {}

@@ -82,32 +82,6 @@ def _job(name: str, of: str, gpus: int, node: str | None = None) -> dict[str, An
     return job
 
 
-def _pods(kube: Kube, ns: str, job: str) -> list[dict[str, Any]]:
-    return kube.pods(ns, f"{names.TRAININGJOB_LABEL}={job}")
-
-
-def _bound(kube: Kube, ns: str, job: str) -> list[dict[str, Any]]:
-    """The job's pods bound, started and not being deleted."""
-    return [
-        p
-        for p in _pods(kube, ns, job)
-        if p["spec"].get("nodeName")
-        and (p.get("status") or {}).get("startTime")
-        and not p["metadata"].get("deletionTimestamp")
-    ]
-
-
-def _running(kube: Kube, ns: str, jobs: list[str]) -> dict[str, dict[str, Any]]:
-    """Each job's started pod once every one of `jobs` has one (empty before)."""
-    out = {}
-    for name in jobs:
-        pods = _bound(kube, ns, name)
-        if len(pods) != 1:
-            return {}
-        out[name] = pods[0]
-    return out
-
-
 def _uids(pods: dict[str, dict[str, Any]]) -> dict[str, str]:
     return {job: str(pod["metadata"]["uid"]) for job, pod in pods.items()}
 
@@ -129,12 +103,12 @@ def _deleting(kube: Kube, ns: str, pod: dict[str, Any]) -> dict[str, Any] | None
 
 def _gone(kube: Kube, ns: str, pod: dict[str, Any]) -> bool:
     job = pod["metadata"]["labels"][names.TRAININGJOB_LABEL]
-    return all(p["metadata"]["uid"] != pod["metadata"]["uid"] for p in _pods(kube, ns, job))
+    return all(p["metadata"]["uid"] != pod["metadata"]["uid"] for p in kube.job_pods(ns, job))
 
 
 def _why(kube: Kube, ns: str, job: str) -> str:
     """The message of the PodScheduled condition of the job's pod (empty without one)."""
-    for pod in _pods(kube, ns, job):
+    for pod in kube.job_pods(ns, job):
         for c in (pod.get("status") or {}).get("conditions") or []:
             if c["type"] == "PodScheduled" and c.get("message"):
                 return str(c["message"])
@@ -151,16 +125,16 @@ def test_the_gang_waits_for_the_moved_gangs_pod_then_runs_where_it_was_placed(
              "fill-3": ("lender", 1, "t4-3")}  # fmt: skip
     for name, (of, gpus, node) in fixed.items():
         kube.create_job(ns, _job(name, of, gpus, node))
-    wait_for(lambda: _running(kube, ns, list(fixed)), "the fixed jobs running", 60)
+    wait_for(lambda: kube.one_started_each(ns, list(fixed)), "the fixed jobs running", 60)
     small = {"ones-0": "ones", "ones-1": "ones", "keep-0": "keeper", "keep-1": "keeper"}
     for name, of in small.items():
         kube.create_job(ns, _job(name, of, 1))
-    started = wait_for(lambda: _running(kube, ns, list(small)), "the small jobs running", 60)
+    started = wait_for(lambda: kube.one_started_each(ns, list(small)), "the small jobs running", 60)
     assert {p["spec"]["nodeName"] for p in started.values()} == {"t4-0"}, started
     for name in ("fill-2", "fill-3"):
         kube.delete_job(ns, name)
     wait_for(
-        lambda: not any(_pods(kube, ns, n) for n in ("fill-2", "fill-3")), "the fillers gone", 30
+        lambda: not any(kube.job_pods(ns, n) for n in ("fill-2", "fill-3")), "the fillers gone", 30
     )
     # The keepers have run longer than a move costs them (restart and grace): worth moving.
     latest = max(parse_time(p["status"]["startTime"]) for p in started.values())
@@ -171,7 +145,7 @@ def test_the_gang_waits_for_the_moved_gangs_pod_then_runs_where_it_was_placed(
         30,
     )
     keepers = {name: started[name] for name in ("keep-0", "keep-1")}
-    others = _uids(_running(kube, ns, ["full-1", "full-2", "full-3"]))
+    others = _uids(kube.one_started_each(ns, ["full-1", "full-2", "full-3"]))
     for pod in keepers.values():
         _linger(kube, ns, pod["metadata"]["name"], hold=True)
     try:
@@ -199,9 +173,9 @@ def test_the_gang_waits_for_the_moved_gangs_pod_then_runs_where_it_was_placed(
         waits = f"waiting for {ns}/{mover} (moved to make room for it)"
         wait_for(lambda: waits in _why(kube, ns, "lender"), "the lender's reason", 30)
         for _ in range(25):
-            assert _bound(kube, ns, "lender") == []
+            assert kube.bound(ns, "lender", started=True) == []
             assert _deleting(kube, ns, keepers[mover]) is not None
-            assert _uids(_running(kube, ns, list(others))) == others
+            assert _uids(kube.one_started_each(ns, list(others))) == others
             time.sleep(0.2)
         assert waits in _why(kube, ns, "lender")
         assert invariants.check(kube.core) == []
@@ -209,9 +183,9 @@ def test_the_gang_waits_for_the_moved_gangs_pod_then_runs_where_it_was_placed(
         for pod in keepers.values():
             if not _gone(kube, ns, pod):
                 _linger(kube, ns, pod["metadata"]["name"], hold=False)
-    (runs,) = wait_for(lambda: _bound(kube, ns, "lender"), "the lender running", 60)
+    (runs,) = wait_for(lambda: kube.bound(ns, "lender", started=True), "the lender running", 60)
     assert runs["spec"]["nodeName"] == "t4-0", runs["spec"]["nodeName"]
-    (again,) = wait_for(lambda: _bound(kube, ns, mover), f"{mover} running again", 60)
+    (again,) = wait_for(lambda: kube.bound(ns, mover, started=True), f"{mover} running again", 60)
     assert again["spec"]["nodeName"] in {"t4-2", "t4-3"}, again["spec"]["nodeName"]
-    assert _uids(_running(kube, ns, list(others))) == others
+    assert _uids(kube.one_started_each(ns, list(others))) == others
     assert invariants.check(kube.core) == []

@@ -89,14 +89,6 @@ def wait_running(kube: Kube, ns: str, name: str, gpu_type: str | None = None) ->
         raise AssertionError(f"{exc}; status: {status(kube, ns, name)}") from None
 
 
-def bound_pods(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
-    return [
-        p
-        for p in kube.pods(ns, f"{names.TRAININGJOB_LABEL}={name}")
-        if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
-    ]
-
-
 class PodEvents:
     """Every watch event of the namespace's pods, collected on a thread until closed."""
 
@@ -148,7 +140,7 @@ def test_a_long_job_moves_once_to_faster_gpus(kube: Kube, ns: str) -> None:
     fill_fast_gpus(kube, ns)
     kube.create_job(ns, movable("long"))
     wait_running(kube, ns, "long", "L4")
-    first = bound_pods(kube, ns, "long")
+    first = kube.bound(ns, "long")
     assert len(first) == 1
     assert first[0]["spec"]["terminationGracePeriodSeconds"] == GRACE_S
     assert first[0]["metadata"]["annotations"][names.CHECKPOINT] == f"signal={GRACE_S}"
@@ -163,7 +155,7 @@ def test_a_long_job_moves_once_to_faster_gpus(kube: Kube, ns: str) -> None:
         def moved() -> bool:
             clean()
             st = status(kube, ns, "long")
-            pods_now = bound_pods(kube, ns, "long")
+            pods_now = kube.bound(ns, "long")
             return (
                 st.get("moves") == 1
                 and st.get("phase") == "Running"
@@ -177,7 +169,7 @@ def test_a_long_job_moves_once_to_faster_gpus(kube: Kube, ns: str) -> None:
         events.close()
     st = status(kube, ns, "long")
     assert len(st["moveTimes"]) == 1
-    new = bound_pods(kube, ns, "long")[0]
+    new = kube.bound(ns, "long")[0]
     assert new["spec"]["nodeName"].startswith("a100-")
     assert new["metadata"]["annotations"][names.MOVE_TIMES] == st["moveTimes"][0]
     # The old pod was deleted gracefully, marked as moved, with the checkpoint grace.
@@ -195,7 +187,7 @@ def test_a_long_job_moves_once_to_faster_gpus(kube: Kube, ns: str) -> None:
     deadline = time.monotonic() + 20.0
     while time.monotonic() < deadline:
         clean()
-        pods_now = bound_pods(kube, ns, "long")
+        pods_now = kube.bound(ns, "long")
         assert [p["metadata"]["uid"] for p in pods_now] == [new["metadata"]["uid"]]
         time.sleep(0.5)
     assert status(kube, ns, "long").get("moves") == 1

@@ -14,30 +14,15 @@ taken), and hi is bound there once it is gone. No GPU is double-booked.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
 
-from gpufleet.model.contract import names
 from gpufleet.testing import invariants
 from gpufleet.testing.operator import Kube, training_job, wait_for
 
 pytestmark = pytest.mark.integration
 
 LINGER = "gpufleet.io/test-linger"  # a finalizer that keeps v2's evicted pod shown
-
-
-def _pods(kube: Kube, ns: str, job: str) -> list[dict[str, Any]]:
-    return kube.pods(ns, f"{names.TRAININGJOB_LABEL}={job}")
-
-
-def _bound(kube: Kube, ns: str, job: str) -> list[dict[str, Any]]:
-    """The job's pods bound and not being deleted."""
-    return [
-        p
-        for p in _pods(kube, ns, job)
-        if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
-    ]
 
 
 def _on(kube: Kube, ns: str, node: str) -> list[str]:
@@ -63,8 +48,8 @@ def test_gpus_a_victim_freed_are_held_for_the_waiting_preemptor(kube: Kube, ns: 
         kube.create_job(ns, training_job(job, 1, gpus=2, gpu_type="T4", priority=1))
     for job in ("v1", "v2"):
         wait_for(lambda j=job: kube.phase(ns, j) == "Running", f"{job} Running", 60)
-    (v1,) = _bound(kube, ns, "v1")
-    (v2,) = _bound(kube, ns, "v2")
+    (v1,) = kube.bound(ns, "v1")
+    (v2,) = kube.bound(ns, "v2")
     node = v2["spec"]["nodeName"]
     assert v1["spec"]["nodeName"] == node
     v1_uid, v2_name, v2_uid = v1["metadata"]["uid"], v2["metadata"]["name"], v2["metadata"]["uid"]
@@ -82,19 +67,19 @@ def test_gpus_a_victim_freed_are_held_for_the_waiting_preemptor(kube: Kube, ns: 
 
         wait_for(v1_gone_v2_evicted, "v1's pod gone, v2's evicted and kept", 60)
         kube.create_job(ns, training_job("small", 1, gpus=2, gpu_type="T4", priority=0))
-        wait_for(lambda: _pods(kube, ns, "small"), "small's pod", 30)
+        wait_for(lambda: kube.job_pods(ns, "small"), "small's pod", 30)
         # While v2's pod is in the API, the 2 GPUs v1 freed stay free for hi: neither small nor
         # v1's recreated worker is bound there, nor hi.
         for _ in range(25):
             assert _on(kube, ns, node) == []
-            assert _bound(kube, ns, "hi") == [] and _bound(kube, ns, "small") == []
+            assert kube.bound(ns, "hi") == [] and kube.bound(ns, "small") == []
             time.sleep(0.2)
         assert invariants.check(kube.core) == []
     finally:
         _linger(kube, ns, v2_name, hold=False)
-    wait_for(lambda: _bound(kube, ns, "hi"), "hi bound", 60)
-    (placed,) = _bound(kube, ns, "hi")
+    wait_for(lambda: kube.bound(ns, "hi"), "hi bound", 60)
+    (placed,) = kube.bound(ns, "hi")
     assert placed["spec"]["nodeName"] == node
-    assert _bound(kube, ns, "small") == []  # the fleet is full again
+    assert kube.bound(ns, "small") == []  # the fleet is full again
     wait_for(lambda: kube.phase(ns, "hi") == "Running", "hi Running", 30)
     assert invariants.check(kube.core) == []

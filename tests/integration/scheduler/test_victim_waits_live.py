@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from gpufleet.model.contract import names
 from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.testing import invariants
 from gpufleet.testing.operator import Kube, training_job, wait_for
@@ -46,19 +45,6 @@ def _job(name: str, queue: str, gpus: int, priority: int) -> dict[str, Any]:
     manifest = training_job(name, 1, gpus=gpus, gpu_type="T4", priority=priority)
     manifest["spec"]["queue"] = queue
     return manifest
-
-
-def _pods(kube: Kube, ns: str, job: str) -> list[dict[str, Any]]:
-    return kube.pods(ns, f"{names.TRAININGJOB_LABEL}={job}")
-
-
-def _bound(kube: Kube, ns: str, job: str) -> list[dict[str, Any]]:
-    """The job's pods bound and not being deleted."""
-    return [
-        p
-        for p in _pods(kube, ns, job)
-        if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
-    ]
 
 
 def _uids(pods: list[dict[str, Any]]) -> set[str]:
@@ -87,42 +73,42 @@ def test_a_gang_on_another_gangs_victims_gpus_waits_for_its_pod_to_go(
         kube.create_job(ns, _job(job, queue, 2, 5 if queue == QUEUE_B else 0))
     for job in ("b3", "w2"):
         wait_for(lambda j=job: kube.phase(ns, j) == "Running", f"{job} Running", 60)
-    lenders = {job: _uids(_bound(kube, ns, job)) for job in ("w1", "w2")}
+    lenders = {job: _uids(kube.bound(ns, job)) for job in ("w1", "w2")}
     assert all(len(u) == 1 for u in lenders.values())
-    (victim,) = _bound(kube, ns, "v")
+    (victim,) = kube.bound(ns, "v")
     victim_name, victim_node = victim["metadata"]["name"], victim["spec"]["nodeName"]
     victim_uid = victim["metadata"]["uid"]
 
     # y waits: queue b is at its nominal quota and the fleet is full.
     kube.create_job(ns, _job("y", QUEUE_B, 2, 0))
-    wait_for(lambda: _pods(kube, ns, "y"), "y's pod", 30)
+    wait_for(lambda: kube.job_pods(ns, "y"), "y's pod", 30)
     time.sleep(3.0)  # a few scheduler cycles
-    assert _bound(kube, ns, "y") == []
-    assert {job: _uids(_bound(kube, ns, job)) for job in lenders} == lenders
+    assert kube.bound(ns, "y") == []
+    assert {job: _uids(kube.bound(ns, job)) for job in lenders} == lenders
 
     _linger(kube, ns, victim_name, hold=True)
     try:
         kube.create_job(ns, _job("x", QUEUE_B, 2, 3))
 
         def evicted() -> bool:
-            pods = [p for p in _pods(kube, ns, "v") if p["metadata"]["uid"] == victim_uid]
+            pods = [p for p in kube.job_pods(ns, "v") if p["metadata"]["uid"] == victim_uid]
             return bool(pods and pods[0]["metadata"].get("deletionTimestamp"))
 
         wait_for(evicted, "v's pod evicted", 60)
         # While v's pod is in the API it holds its GPUs: neither x (its preemptor) nor y (given
         # the GPUs x does not need) is bound, and a's gangs are not reclaimed for y.
         for _ in range(25):
-            assert {job: _uids(_bound(kube, ns, job)) for job in lenders} == lenders
-            assert _bound(kube, ns, "x") == [] and _bound(kube, ns, "y") == []
+            assert {job: _uids(kube.bound(ns, job)) for job in lenders} == lenders
+            assert kube.bound(ns, "x") == [] and kube.bound(ns, "y") == []
             time.sleep(0.2)
         assert invariants.check(kube.core) == []
     finally:
         _linger(kube, ns, victim_name, hold=False)
     for job in ("x", "y"):
-        wait_for(lambda j=job: _bound(kube, ns, j), f"{job} bound", 60)
-    (placed,) = _bound(kube, ns, "y")
+        wait_for(lambda j=job: kube.bound(ns, j), f"{job} bound", 60)
+    (placed,) = kube.bound(ns, "y")
     assert placed["spec"]["nodeName"] == victim_node  # the GPUs v's eviction freed
     # Queue a's gangs were not reclaimed: y waited for v instead.
-    assert {job: _uids(_bound(kube, ns, job)) for job in lenders} == lenders
+    assert {job: _uids(kube.bound(ns, job)) for job in lenders} == lenders
     wait_for(lambda: kube.phase(ns, "y") == "Running", "y Running", 30)
     assert invariants.check(kube.core) == []
