@@ -186,7 +186,8 @@ class VictimEvictor:
                 stopped.add(gang)
                 out[gang] = pending_text(
                     SchedulerReason.PREEMPTING,
-                    f"its GPUs are {names}'s, whose preemption for another gang did not go ahead",
+                    f"it takes the GPUs or the queue quota of {names}, whose preemption for "
+                    "another gang did not go ahead",
                 )
                 continue
             if gang in held and held[gang] != PREEMPTING_MESSAGE:
@@ -195,7 +196,8 @@ class VictimEvictor:
             keys = frozenset(k for v in waits for k in gone[v]) | frozenset(own)
             message = pending_text(
                 SchedulerReason.PREEMPTING,
-                f"waiting for {names}, preempted for another gang, to exit from its GPUs",
+                f"waiting for {names}, preempted for another gang, to exit: it takes their "
+                "GPUs or the queue quota they give back",
             )
             self.cache.nominate(gang, keys, uids, message, placement)
             log.info("cycle=%d gang %s waits for %s to exit", report.cycle, gang, names)

@@ -111,9 +111,9 @@ class GangOutcomePublic(PublicModel):
     )
     waits_for: list[AwaitedVictimPublic] = Field(
         default_factory=list,
-        description="Running gangs the same decision evicts for other gangs, whose GPUs it "
-        "would take: it starts once their pods are gone (empty when it needs no such wait; "
-        "its own victims are in preempts).",
+        description="Running gangs the same decision evicts for other gangs, whose GPUs or "
+        "queue quota of its GPU type it would take: it starts once their pods are gone (empty "
+        "when it needs no such wait; its own victims are in preempts).",
     )
 
 

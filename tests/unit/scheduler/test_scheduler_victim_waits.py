@@ -72,8 +72,8 @@ def test_a_gang_waiting_for_a_victim_a_budget_keeps_is_not_bound() -> None:
     report = sched.run_cycle()
     assert report.preempted == [] and binder.evicted == [] and binder.bound == {}
     assert report.pending["default/mid"] == (
-        "WaitingForPreemption: its GPUs are default/low's, whose preemption for another gang "
-        "did not go ahead"
+        "WaitingForPreemption: it takes the GPUs or the queue quota of default/low, whose "
+        "preemption for another gang did not go ahead"
     )
     assert "default/mid" not in cache.state().nominations  # decided again next cycle
 
