@@ -21,7 +21,7 @@ class GangPlacement:
 
     `waits_for`: the running gangs this decision evicts for other gangs (`Preemption.for_gang`
     is not this gang) whose GPUs the placement takes, and, for a gang placed on queue quota
-    those victims gave back, the victims on its GPU type (preempt.py `_waits_for_quota`),
+    those victims gave back, the victims on its GPU type (preempt.py `quota_waits`),
     sorted. The gang preempts none of them; it starts once they have exited (the live
     scheduler holds its pods until their pods are gone). Its own victims are its preemptions
     and are not listed (`victim_waits`)."""
@@ -123,7 +123,7 @@ class Decision:
 def victim_waits(decision: Decision, running: Sequence[RunningGang]) -> Decision:
     """`decision` with each placement's `waits_for` set: the gangs it evicts for another gang
     whose GPUs (whole, or the GPU of a MIG slice) the placement takes, added to those it names
-    already (the victims whose queue quota it uses: preempt.py `_waits_for_quota`)."""
+    already (the victims whose queue quota it uses: preempt.py `quota_waits`)."""
     if not decision.preemptions:
         return decision
     by_id = {r.id: r for r in running}

@@ -155,12 +155,11 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
         )  # fmt: skip
         admitted = best.admitted_ids
         waiting = [g for g in pending if g.id not in admitted]
-    if initial.gate is not None:
-        # A gang on quota the victims give back waits for them too, whichever engine placed it.
-        best = quota_waits(initial.gate, pending, best, snapshot.running)
     if initial.gate is None:
         reasons = [explain(initial, g, policy, memo) for g in waiting] + refused
     else:
+        # A gang on quota the victims give back waits for them too, whichever engine placed it.
+        best = quota_waits(initial.gate, pending, best, snapshot.running)
         reasons = queue_reasons(initial, best, pending, waiting, policy, memo) + refused
     # Moves of running gangs to faster types, on what the decision leaves free.
     evicted = frozenset(p.gang_id for p in best.preemptions)

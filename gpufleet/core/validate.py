@@ -165,7 +165,7 @@ def decision_problems(
 def _wait_problems(running: Mapping[str, RunningGang], decision: Decision) -> list[str]:
     """A placement on GPUs of a gang evicted for another gang waits for it (`waits_for`), and
     waits only for gangs evicted for another gang that free its GPUs or ran on its GPU type
-    (whose queue quota it may use: preempt.py `_waits_for_quota`): otherwise its pods would be
+    (whose queue quota it may use: preempt.py `quota_waits`): otherwise its pods would be
     bound onto GPUs still busy, or held for a gang that gives it neither GPUs nor quota."""
     for_gang = {p.gang_id: p.for_gang for p in decision.preemptions}
     out: list[str] = []
