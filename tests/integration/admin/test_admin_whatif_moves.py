@@ -3,7 +3,7 @@ nominal quota (core/evacuation.py, reclaim with moves), against the sandbox with
 operator` running (moves priced with a 1 s restart) and serving the admin API beside its
 scheduler.
 
-The four T4 nodes (4 GPUs each), after tests/unit/core/test_queue_reclaim_relocation.py:
+The scene of `gpufleet.testing.move_scene`, after tests/unit/core/test_queue_reclaim_relocation.py:
 t4-0 holds two one-GPU jobs of `ones` (nominal 0, borrowed) and two of `keeper` (nominal 1: it
 borrows one GPU), which checkpoint on a signal; t4-1 a 4-GPU job of `full`, t4-2 and t4-3 a
 3-GPU job of `full` each (nominal 11), and one free GPU each. A 4-GPU job of `lender` (nominal
@@ -25,7 +25,6 @@ import ssl
 import threading
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +34,12 @@ from admin_helpers import ADMIN_RULES, accounts, operator_serving_admin, wait_se
 from kubernetes import watch
 
 from gpufleet.model.contract import names
-from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.sandbox.control_plane import Sandbox
-from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
+from gpufleet.testing.move_scene import GRACE, RESTART, SETTINGS, T4, MoveScene
+from gpufleet.testing.operator import Kube, OperatorProcess, wait_for
 
-T4 = "T4"
-GRACE = 1  # seconds the keeper jobs take to save on SIGTERM
-RESTART = 1.0  # scheduler.move_restart_s of this module's operator
 SUFFIX = uuid.uuid4().hex[:6]
-QUEUES = {"lender": 4, "ones": 0, "keeper": 1, "full": 11}  # nominal T4 GPUs
-
-
-def queue(name: str) -> str:
-    return f"{name}-{SUFFIX}"
+SCENE = MoveScene(f"{SUFFIX}-")
 
 
 @pytest.fixture(scope="module")
@@ -55,16 +47,12 @@ def served(
     sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[OperatorProcess, str, Path]]:
     """The operator (moves priced with a 1 s restart) serving the admin API; the queues."""
-    for name, nominal in QUEUES.items():
-        kube.create_queue(queue(name), T4, nominal)
     folder = tmp_path_factory.mktemp("operator")
-    try:
-        settings = f"scheduler:\n  move_restart_s: {RESTART}\n"
-        with operator_serving_admin(sandbox, kube, folder, settings) as process:
-            yield process
-    finally:
-        for name in QUEUES:
-            sandbox.kubectl("delete", "gq", queue(name), "--ignore-not-found", check=False)
+    with (
+        SCENE.queues(sandbox, kube),
+        operator_serving_admin(sandbox, kube, folder, SETTINGS) as process,
+    ):
+        yield process
 
 
 @pytest.fixture(scope="module")
@@ -91,19 +79,6 @@ def _ready(client: httpx.Client) -> bool:
         return client.get("/readyz").status_code == 200
     except httpx.HTTPError:
         return False
-
-
-def _job(name: str, of: str, gpus: int, node: str | None = None) -> dict[str, Any]:
-    """One worker of `gpus` T4 in queue `of`, on `node` when given; keeper jobs checkpoint."""
-    job = training_job(name, replicas=1, gpus=gpus, gpu_type=T4)
-    spec = job["spec"]
-    spec["queue"] = queue(of)
-    spec["template"]["spec"]["terminationGracePeriodSeconds"] = GRACE
-    if node is not None:
-        spec["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
-    if of == "keeper":
-        spec["checkpoint"] = {"onSignal": True, "gracePeriodSeconds": GRACE}
-    return job
 
 
 class PodWatch:
@@ -145,38 +120,9 @@ class PodWatch:
 
 
 def test_whatif_names_the_move_the_scheduler_makes(kube: Kube, ns: str, http: httpx.Client) -> None:
-    # The fixed jobs, and fillers of the lender's queue on the GPUs that must end up free, so
-    # that the ones and keeper jobs can only start on t4-0.
-    fixed = {"full-1": ("full", 4, "t4-1"), "full-2": ("full", 3, "t4-2"),
-             "full-3": ("full", 3, "t4-3"), "fill-2": ("lender", 1, "t4-2"),
-             "fill-3": ("lender", 1, "t4-3")}  # fmt: skip
-    for name, (of, gpus, node) in fixed.items():
-        kube.create_job(ns, _job(name, of, gpus, node))
-    wait_for(lambda: kube.one_started_each(ns, list(fixed)), "the fixed jobs running", 60)
-    small = {"ones-0": "ones", "ones-1": "ones", "keep-0": "keeper", "keep-1": "keeper"}
-    for name, of in small.items():
-        kube.create_job(ns, _job(name, of, 1))
-    started = wait_for(lambda: kube.one_started_each(ns, list(small)), "the small jobs running", 60)
-    assert {p["spec"]["nodeName"] for p in started.values()} == {"t4-0"}, started
-    for name in ("fill-2", "fill-3"):
-        kube.delete_job(ns, name)
-    wait_for(
-        lambda: (
-            not any(kube.pods(ns, f"{names.TRAININGJOB_LABEL}={n}") for n in ("fill-2", "fill-3"))
-        ),
-        "the fillers gone",
-        30,
-    )
-    # The keepers have run longer than a move costs them (restart and grace): worth moving.
-    latest = max(parse_time(p["status"]["startTime"]) for p in started.values())
-    assert latest is not None
-    wait_for(
-        lambda: (datetime.now(UTC) - latest).total_seconds() > 3 * (RESTART + GRACE),
-        "the keepers past a move's price",
-        30,
-    )
+    started = SCENE.set_up(kube, ns)
 
-    lender = _job("lender", "lender", 4)
+    lender = SCENE.job("lender", "lender", 4)
     lender["metadata"]["namespace"] = ns
     response = http.post("/api/v1/whatif", json=lender)
     assert response.status_code == 200, response.text
@@ -197,7 +143,7 @@ def test_whatif_names_the_move_the_scheduler_makes(kube: Kube, ns: str, http: ht
         f"expected to finish {RESTART + GRACE:.0f}s later"
     )
     # A job that fits on a free GPU moves no one.
-    fits = _job("fits", "full", 1)
+    fits = SCENE.job("fits", "full", 1)
     fits["metadata"]["namespace"] = ns
     (other,) = http.post("/api/v1/whatif", json=fits).json()["gangs"]
     assert other["placed"] and other["moves"] == [], other

@@ -2,12 +2,13 @@
 pod as well as for its victims' pods, on the sandbox, through `gpufleet operator` as a real
 process (moves priced with a 1 s restart) and the sandbox's real API server.
 
-The fleet of tests/integration/admin/test_admin_whatif_moves.py: the four T4 nodes (4 GPUs
-each). t4-0 holds two one-GPU jobs of `ones` (nominal 0, borrowed) and two of `keeper`
-(nominal 1: it borrows one GPU), which checkpoint on a signal; t4-1 a 4-GPU job of `full`,
-t4-2 and t4-3 a 3-GPU job of `full` each (nominal 11), and one free GPU each. A 4-GPU job of
-`lender` (nominal 4) is owed its quota: in one decision the core reclaims the `ones` jobs and
-one `keeper` job, moves the other `keeper` job to t4-2 or t4-3 and places the lender on t4-0.
+The scene of `gpufleet.testing.move_scene` (the what-if's moves test starts from it too): the
+four T4 nodes (4 GPUs each). t4-0 holds two one-GPU jobs of `ones` (nominal 0, borrowed) and
+two of `keeper` (nominal 1: it borrows one GPU), which checkpoint on a signal; t4-1 a 4-GPU
+job of `full`, t4-2 and t4-3 a 3-GPU job of `full` each (nominal 11), and one free GPU each. A
+4-GPU job of `lender` (nominal 4) is owed its quota: in one decision the core reclaims the
+`ones` jobs and one `keeper` job, moves the other `keeper` job to t4-2 or t4-3 and places the
+lender on t4-0.
 
 A finalizer keeps both keepers' pods in the API once deleted (the sandbox's kwok deletes pods at
 once, which would leave no grace period to watch). Once the victims are gone and only the moved
@@ -21,35 +22,25 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from gpufleet.model.contract import names
-from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.testing import invariants
+from gpufleet.testing.move_scene import SETTINGS, MoveScene
 from gpufleet.testing.operator import (
     Kube,
     OperatorProcess,
     configured_operator,
-    training_job,
     wait_for,
 )
 
 pytestmark = pytest.mark.integration
 
-T4 = "T4"
-GRACE = 1  # seconds the keeper jobs take to save on SIGTERM
-RESTART = 1.0  # scheduler.move_restart_s of this module's operator
-SUFFIX = uuid.uuid4().hex[:6]
-QUEUES = {"lender": 4, "ones": 0, "keeper": 1, "full": 11}  # nominal T4 GPUs
+SCENE = MoveScene(f"mw-{uuid.uuid4().hex[:6]}-")
 LINGER = "gpufleet.io/test-linger"  # a finalizer that keeps a deleted pod shown
-
-
-def queue(name: str) -> str:
-    return f"mw-{name}-{SUFFIX}"
 
 
 @pytest.fixture(scope="module")
@@ -57,29 +48,12 @@ def operator(
     sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
     """This module's operator (moves priced with a 1 s restart); the queues."""
-    for name, nominal in QUEUES.items():
-        kube.create_queue(queue(name), T4, nominal)
     folder = tmp_path_factory.mktemp("operator")
-    try:
-        settings = f"scheduler:\n  move_restart_s: {RESTART}\n"
-        with configured_operator(sandbox.kubeconfig, kube, folder, settings) as proc:
-            yield proc
-    finally:
-        for name in QUEUES:
-            sandbox.kubectl("delete", "gq", queue(name), "--ignore-not-found", check=False)
-
-
-def _job(name: str, of: str, gpus: int, node: str | None = None) -> dict[str, Any]:
-    """One worker of `gpus` T4 in queue `of`, on `node` when given; keeper jobs checkpoint."""
-    job = training_job(name, replicas=1, gpus=gpus, gpu_type=T4)
-    spec = job["spec"]
-    spec["queue"] = queue(of)
-    spec["template"]["spec"]["terminationGracePeriodSeconds"] = GRACE
-    if node is not None:
-        spec["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
-    if of == "keeper":
-        spec["checkpoint"] = {"onSignal": True, "gracePeriodSeconds": GRACE}
-    return job
+    with (
+        SCENE.queues(sandbox, kube),
+        configured_operator(sandbox.kubeconfig, kube, folder, SETTINGS) as proc,
+    ):
+        yield proc
 
 
 def _uids(pods: dict[str, dict[str, Any]]) -> dict[str, str]:
@@ -118,38 +92,13 @@ def _why(kube: Kube, ns: str, job: str) -> str:
 def test_the_gang_waits_for_the_moved_gangs_pod_then_runs_where_it_was_placed(
     kube: Kube, ns: str
 ) -> None:
-    # The fixed jobs, and fillers of the lender's queue on the GPUs that must end up free, so
-    # that the ones and keeper jobs can only start on t4-0.
-    fixed = {"full-1": ("full", 4, "t4-1"), "full-2": ("full", 3, "t4-2"),
-             "full-3": ("full", 3, "t4-3"), "fill-2": ("lender", 1, "t4-2"),
-             "fill-3": ("lender", 1, "t4-3")}  # fmt: skip
-    for name, (of, gpus, node) in fixed.items():
-        kube.create_job(ns, _job(name, of, gpus, node))
-    wait_for(lambda: kube.one_started_each(ns, list(fixed)), "the fixed jobs running", 60)
-    small = {"ones-0": "ones", "ones-1": "ones", "keep-0": "keeper", "keep-1": "keeper"}
-    for name, of in small.items():
-        kube.create_job(ns, _job(name, of, 1))
-    started = wait_for(lambda: kube.one_started_each(ns, list(small)), "the small jobs running", 60)
-    assert {p["spec"]["nodeName"] for p in started.values()} == {"t4-0"}, started
-    for name in ("fill-2", "fill-3"):
-        kube.delete_job(ns, name)
-    wait_for(
-        lambda: not any(kube.job_pods(ns, n) for n in ("fill-2", "fill-3")), "the fillers gone", 30
-    )
-    # The keepers have run longer than a move costs them (restart and grace): worth moving.
-    latest = max(parse_time(p["status"]["startTime"]) for p in started.values())
-    assert latest is not None
-    wait_for(
-        lambda: (datetime.now(UTC) - latest).total_seconds() > 3 * (RESTART + GRACE),
-        "the keepers past a move's price",
-        30,
-    )
+    started = SCENE.set_up(kube, ns)
     keepers = {name: started[name] for name in ("keep-0", "keep-1")}
     others = _uids(kube.one_started_each(ns, ["full-1", "full-2", "full-3"]))
     for pod in keepers.values():
         _linger(kube, ns, pod["metadata"]["name"], hold=True)
     try:
-        kube.create_job(ns, _job("lender", "lender", 4))
+        kube.create_job(ns, SCENE.job("lender", "lender", 4))
 
         def both_deleted() -> dict[str, dict[str, Any]]:
             now = {name: _deleting(kube, ns, pod) for name, pod in keepers.items()}
