@@ -8,7 +8,8 @@ own steps follow, in the order of its cycle and through the same functions:
   being reconfigured closed, gangs a PodDisruptionBudget protects never victims (the budgets
   read, where the scheduler learns them from the evictions a budget refused), the GPUs planned
   for gangs waiting for their victims to exit held for them (`scheduler.nominated`, from the
-  nominations in the scheduler's cache);
+  nominations in the scheduler's cache: a gang of higher priority may take them, which evicts
+  nothing, so the holds it takes are not among its victims, `nominated.taken`);
 - its stateful snapshot steps (`scheduler.stateful_steps.remembered`): the GPUs reserved for
   moved gangs held, the progress of the running gangs that checkpoint (without which the core
   neither prices the work a service-tier eviction throws away nor plans moves), the service
@@ -74,6 +75,7 @@ from gpufleet.scheduler.cluster_view import ClusterView
 from gpufleet.scheduler.decision_view import decision_view
 from gpufleet.scheduler.lending import decide as decide_lending
 from gpufleet.scheduler.mover import move_message
+from gpufleet.scheduler.nominated import taken
 from gpufleet.scheduler.stateful_steps import offer, remembered
 from gpufleet.scheduler.victims import victims_still_shown
 from gpufleet.scheduler.waiting import pending_messages
@@ -106,6 +108,8 @@ def what_if(
     # As the scheduler decides: asleep standbys' GPUs lent to preemptible gangs of lower
     # priority (scheduler/lending.py).
     decision = decide_lending(view, gangs, policy, place).decision if gangs else Decision()
+    # A waiting gang's held GPUs the decision gives to a gang are taken, not evicted.
+    decision, _ = taken(decision)
     # Why each gang would wait, as the scheduler would write it on its pods.
     why = pending_messages(offered.waiting, offered.capped, decision, {}, {}, view.eligibility)
     outcomes = [_outcome(gid, decision, view, why.get(gid)) for gid in ours]

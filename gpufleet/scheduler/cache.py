@@ -338,6 +338,23 @@ class SchedulerCache:
             victims = frozenset(pods) | (frozenset() if was is None else was.victims)
             self._nominations[gang] = Nomination(victims, expires, message, placement)
 
+    def nominated_placement(self, gang: str) -> GangPlacement | None:
+        """The placement held for `gang` while it waits (None: not nominated, or none)."""
+        with self._lock:
+            nomination = self._nominations.get(gang)
+            return None if nomination is None else nomination.placement
+
+    def release_hold(self, gang: str, message: str) -> bool:
+        """Hold nothing more for `gang` (another gang took its GPUs: nominated.py): it waits
+        for the pods it waits for, saying `message`, then is decided afresh. Whether it held
+        a placement."""
+        with self._lock:
+            nomination = self._nominations.get(gang)
+            if nomination is None or nomination.placement is None:
+                return False
+            self._nominations[gang] = replace(nomination, placement=None, message=message)
+            return True
+
     def request_mig(self, node: str, config: str, gangs: frozenset[str]) -> None:
         with self._lock:
             self._mig_requests[node] = MigRequest(config, gangs, self._clock() + 4 * self._ttl)

@@ -14,7 +14,8 @@ The scheduler's snapshot phase (loop.py, phase 1) and the admin API's what-if bo
    does for the gangs it could move. A gang a budget protects is thus never named as a victim:
    the scheduler would not evict it, and would pick another victim or wait;
 5. the GPUs planned for each nominated gang (waiting for its victims, or gangs moved for it,
-   to exit) that no pod holds are held for it (`nominated.hold`), so no other gang takes them.
+   to exit) that no pod holds are held for it (`nominated.hold`), so no gang takes them but
+   one that could preempt it, which evicts nothing (`nominated.taken`).
 """
 
 from __future__ import annotations

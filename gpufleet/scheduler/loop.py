@@ -27,7 +27,9 @@ phase is a small collaborator with its own state (the module named after each):
   5 preempt   (victims) evict victim gangs whole through the Eviction API, or none of them
               when their PodDisruptionBudgets do not allow it; the preemptor waits until the
               pods are gone, and so does a gang placed on GPUs of gangs moved for it (mover)
-              or given GPUs of another gang's victims (`GangPlacement.waits_for`)
+              or given GPUs of another gang's victims (`GangPlacement.waits_for`); a
+              waiting gang's held GPUs the decision gave to another gang evict nothing
+              (nominated.py): once that gang goes ahead, the held gang is decided again
   6 mig       (repartition) ask nodes for the core's new MIG layouts; the gangs needing them
               wait
   7 complete  (partial) a partly bound gang whose rest the core placed is completed by phase
@@ -56,9 +58,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 
-from gpufleet.core.decision import Decision
+from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.demand import Gang
 from gpufleet.core.lending import LendingDecision
 from gpufleet.core.place import place
@@ -83,6 +86,7 @@ from gpufleet.scheduler.lending import decide as decide_lending
 from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.mig_request import MigRequester
 from gpufleet.scheduler.mover import GangMover, ObjectNotify, waits_for_moves
+from gpufleet.scheduler.nominated import give_up, taken
 from gpufleet.scheduler.partial import PartialGangs, partial_gangs
 from gpufleet.scheduler.power_marks import PowerMarks, booting_messages
 from gpufleet.scheduler.progress import ProgressTracker
@@ -212,7 +216,9 @@ class Scheduler:
         outcome = self._decide(view, offered, policy, report)  # 4
         if outcome is None:
             return report
-        decision = outcome.decision
+        # Holds of nominated gangs the core gave to other gangs evict nothing (nominated.py).
+        decision, took = taken(outcome.decision)
+        outcome = replace(outcome, decision=decision)
         timer.done("decide")
         held = self.victims.evict(decision, view, state, report)  # 5
         held = waits_for_moves(decision) | held
@@ -229,6 +235,17 @@ class Scheduler:
         placed = [p for p in decision.placements if p.gang_id not in held]
         self.bindings.send([*placed, *reserved], by_id | reserved_by_id, report, borrows)
         held |= self.mover.start(decision, view, report, self.victims.stopped)
+        if state.nominations:  # waiting gangs whose planned GPUs went to another gang
+            given = give_up(
+                self.cache,
+                state.nominations,
+                took,
+                self._going(decision, [*placed, *reserved]),
+                {pg.gang.id: pg.gang.priority for pg in view.pending},
+            )
+            for gid, message in given.items():
+                log.info("cycle=%d gang %s: %s", self.cycle, gid, message)
+            waiting |= given
         timer.done("bind")
         report.pending = pending_messages(
             waiting, capped, decision, held, self.victims.blocked, view.eligibility
@@ -300,6 +317,17 @@ class Scheduler:
             log.exception("cycle=%d decision failed; retrying next cycle", self.cycle)
             report.error = f"decide: {exc}"
             return None
+
+    def _going(
+        self, decision: Decision, bound: Sequence[GangPlacement]
+    ) -> dict[str, GangPlacement]:
+        """The placements of the gangs that go ahead: `bound` now, or nominated with their
+        placement in `decision` to wait for pods to exit (victims.py, mover.py)."""
+        going = {p.gang_id: p for p in bound}
+        for p in decision.placements:
+            if p.gang_id not in going and self.cache.nominated_placement(p.gang_id) == p:
+                going[p.gang_id] = p
+        return going
 
     def _log(self, report: CycleReport, total: float) -> None:
         if not report.acted:

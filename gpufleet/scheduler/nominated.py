@@ -5,57 +5,99 @@ for another gang whose GPUs it takes, gangs moved for it: victims.py, mover.py) 
 (`cache.Nomination`) with the placement the decision planned for it. While it waits, the GPUs
 of that placement no running pod holds (those some of its victims have freed already: one
 victim's pods gone and another's in their grace period, a victim that exited early) are shown
-to the core as held by `<gang>#nominated`, a running gang of its priority and queue that no
-one may preempt (`hold`), so no other gang is placed or bound there meanwhile: the preemptor
-does not find its GPUs taken after evicting for nothing. A higher-priority gang does not take
-them either (unlike kube-scheduler's nominated pods, which yield to higher priority): the hold
-lasts only as long as the nomination (its victims' grace period, bounded by its expiry), as
-the mover's reservations of moved gangs, which are not preemptible either.
+to the core as held by `<gang>#nominated`, a running gang of its priority and queue (`hold`),
+so no gang that could not evict it is placed or bound there meanwhile: the preemptor does not
+find its GPUs taken after evicting for nothing.
 
-Only placements on whole GPUs are held: one on MIG instances may need a new layout, which is
-asked for once the pods are gone (repartition.py), so such a gang is decided afresh then.
+A gang that could evict it may take them, as kube-scheduler lets a pod of higher priority be
+scheduled onto the resources nominated for a lower-priority pod: the hold is preemptible while
+the gang waits, under the core's rules for any running gang: a gang of higher priority, or
+with queues another queue's reclaim of quota the held gang's queue borrows (never a gang of
+its queue and priority: the hold has received no service, so the service tier does not take
+it). Taking a hold evicts nothing: `taken` removes it from the decision's preemptions (and
+from the victims a placement waits for, its GPUs being free already), and once a gang that
+took it goes ahead (bound, or nominated itself), `give_up` drops the held gang's placement: it
+keeps waiting for the pods it waits for, which are going anyway, says which gang took its
+GPUs, and is then decided afresh. A hold whose wait has ended is bound in the same cycle
+(`ready`) and is not preemptible then: the one decision never gives its GPUs twice.
 
-Once the pods are gone (`Nomination.ready`), the gang is bound to its planned placement if
-every GPU of it is free, its nodes still take pods and it has a pod for each replica (`ready`),
-through the same assume-then-bind batch as the core's placements, the way the mover binds a
-moved gang to its reservation; otherwise nothing is held and it is offered to the core,
+A placement on MIG instances is held instance by instance: those the GPU's layout has now and
+no one holds. An instance of a layout still to be made (the decision repartitions the GPU once
+the victims are gone: repartition.py), like a whole GPU still in MIG mode, cannot be shown held
+(the core's ledger only holds what the layout has), so it is not; such a gang is decided afresh
+once its pods are gone, and the layout is asked for then.
+
+Once the pods are gone (`Nomination.ready`), the gang is bound to its planned placement if it
+passes the checks a placement of the core passes before it is bound: every GPU of it free, its
+nodes taking pods (cordoned, NotReady, switched off or being reconfigured nodes do not), each
+node among those its pods may use (`Gang.allowed_nodes`: taints, node selector and affinity,
+one replica's CPU, memory and ephemeral storage: eligibility.py), its replicas together within
+each node's free CPU, memory and ephemeral storage, and a pod for each replica (`ready`). It
+is bound through the same assume-then-bind batch as the core's placements, the way the mover
+binds a moved gang to its reservation, and what it takes of each node's CPU and memory is
+taken from what the same cycle's placements see (`ClusterView.free`, which the loop's
+`eligibility.overcommitted` reads). Otherwise nothing is held and it is offered to the core,
 decided afresh. The hold ends with the nomination: when it expires (a TTL after the pods are
-gone at most), when the gang is bound or no longer pending, or when a new nomination replaces
-it. Nominations are
-kept in memory only: after a restart nothing is held and every gang is decided afresh on what
-the cluster shows.
+gone at most), when the gang is bound or no longer pending, when a new nomination replaces it,
+or when another gang takes it. Nominations are kept in memory only: after a restart nothing is
+held and every gang is decided afresh on what the cluster shows.
 
-Both steps are pure functions of the cache's state: the admin API's what-if takes them too
-(through `decision_view` and `stateful_steps.offer`).
+`hold`, `ready` and `taken` are pure functions of the cache's state and the decision: the admin
+API's what-if takes them too (through `decision_view`, `stateful_steps.offer` and `taken`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 
-from gpufleet.core.decision import GangPlacement
-from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
-from gpufleet.scheduler.cache import Nomination
+from gpufleet.core.decision import Decision, GangPlacement
+from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress, Snapshot
+from gpufleet.model.contract.reasons import SchedulerReason, pending_text
+from gpufleet.model.mig import MigPlacement
+from gpufleet.scheduler.cache import Nomination, SchedulerCache
 from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
+from gpufleet.scheduler.eligibility import Resources
 
-__all__ = ["HELD_SUFFIX", "hold", "ready"]
+__all__ = ["HELD_SUFFIX", "TakenHold", "give_up", "hold", "ready", "taken"]
 
 HELD_SUFFIX = "#nominated"
 
+# A hold runs nothing: taking it loses no work and restarts nothing (borrowing.lost_work_gpu_s).
+_NOTHING_RUNS = RunProgress(expected_remaining_s=0.0, unsaved_s=0.0, restart_s=0.0)
 
-def _free_part(placement: GangPlacement, snapshot: Snapshot) -> list[ReplicaPlacement]:
-    """The parts of `placement`'s replicas that no running gang holds, on nodes that take
-    pods, GPU by GPU."""
-    whole, slices = snapshot.occupied()
-    taken = whole | {(n, g) for n, g, _ in slices}
+
+Slice = tuple[str, int, MigPlacement]
+
+
+def _free_part(
+    placement: GangPlacement,
+    snapshot: Snapshot,
+    whole: Collection[tuple[str, int]],
+    slices: Collection[Slice],
+) -> list[ReplicaPlacement]:
+    """The parts of `placement`'s replicas that are free, on nodes that take pods: its whole
+    GPUs in whole mode that no one holds (`whole`: GPUs held whole or partly), GPU by GPU,
+    and its MIG instances that the GPU's layout has now and no one holds (`slices`); an
+    instance of a layout still to be made, or a whole GPU still in MIG mode, is not free."""
     out: list[ReplicaPlacement] = []
     for r in placement.replicas:
         if not snapshot.has_node(r.node) or not snapshot.node(r.node).schedulable:
             continue
-        gpus = tuple(ix for ix in r.gpus if (r.node, ix) not in taken)
-        if gpus:
-            out.append(ReplicaPlacement(r.node, gpus))
+        gpus = snapshot.node(r.node).gpus
+        if r.mig is not None:
+            (ix,) = r.gpus
+            layout = gpus[ix].mig_layout if ix < len(gpus) else None
+            if layout is not None and r.mig in layout and (r.node, ix, r.mig) not in slices:
+                out.append(r)
+            continue
+        free = tuple(
+            ix
+            for ix in r.gpus
+            if ix < len(gpus) and gpus[ix].mig_layout is None and (r.node, ix) not in whole
+        )
+        if free:
+            out.append(ReplicaPlacement(r.node, free))
     return out
 
 
@@ -65,45 +107,111 @@ def _bindable(pg: PendingGang, placement: GangPlacement) -> bool:
     return len(pg.pods) == len(placement.replicas)
 
 
+def _asks(view: ClusterView, gid: str, placement: GangPlacement) -> dict[str, Resources]:
+    """Node -> the CPU, memory and ephemeral storage `placement`'s replicas ask of it (each
+    replica one pod of gang `gid`'s requests)."""
+    outcome = view.eligibility.get(gid)
+    requests = Resources() if outcome is None else outcome.requests
+    out: dict[str, Resources] = {}
+    for r in placement.replicas:
+        out[r.node] = out.get(r.node, Resources()) + requests
+    return out
+
+
+def _fits(pg: PendingGang, asks: Mapping[str, Resources], free: Mapping[str, Resources]) -> bool:
+    """Whether `pg`'s pods pass the node filters a placement of the core passes on the nodes
+    of `asks` (`Gang.allowed_nodes`), and fit together in their `free` CPU, memory and
+    ephemeral storage (`eligibility.overcommitted`'s check)."""
+    allowed = pg.gang.allowed_nodes
+    if allowed is not None and not allowed.issuperset(asks):
+        return False
+    return not any(want.short_of(free.get(node, Resources())) for node, want in asks.items())
+
+
+def _claimed(view: ClusterView, nomination: Nomination) -> set[str]:
+    """The running gangs with a pod `nomination` waits for (its victims, or gangs moved for
+    it, in their grace period)."""
+
+    def waited_for(key: str) -> bool:
+        f = view.facts.get(key)
+        return f is not None and (key, f.pod["metadata"].get("uid", "")) in nomination.victims
+
+    return {gid for gid, keys in view.running_pods.items() if any(map(waited_for, keys))}
+
+
 def hold(view: ClusterView, nominations: Mapping[str, Nomination]) -> ClusterView:
     """`view` with the free GPUs of each pending nominated gang's planned placement held by
-    `<gang>#nominated`; once its pods are gone, the whole placement or nothing (when a GPU of
-    it is taken, the gang is decided afresh)."""
+    `<gang>#nominated` (module docstring), higher priority first: a GPU two placements plan is
+    held for the first (a gang of higher priority that evicted a victim again, whose GPUs
+    another gang waits for too). While the gang waits, its hold is preemptible and loses no
+    work (a taker prefers it to a running gang of its priority), and the gangs it waits for
+    are shown at its priority if below (their GPUs are planned for it: only a gang that may
+    take its hold may take those, evicting nothing sooner); once its pods are gone, the whole
+    placement or nothing (when a GPU of it is taken, or the placement no longer passes the
+    node filters or fits the nodes' CPU and memory, the gang is decided afresh), and what it
+    takes of its nodes' CPU and memory no longer free for the cycle's other placements."""
     pending = {pg.gang.id: pg for pg in view.pending}
     extra: list[RunningGang] = []
     snapshot = view.snapshot
-    for gid, nomination in sorted(nominations.items()):
-        placement, pg = nomination.placement, pending.get(gid)
-        if placement is None or pg is None or any(r.mig for r in placement.replicas):
-            continue
-        shown = _free_part(placement, snapshot)
-        if nomination.ready and not (
-            shown == list(placement.replicas) and _bindable(pg, placement)
-        ):
-            continue  # decided afresh: nothing held from it
-        gang = pg.gang
+    whole, slices = snapshot.occupied()
+    taken = whole | {(n, g) for n, g, _ in slices}  # GPUs held whole or partly
+    free = dict(view.free)
+    raised: dict[str, int] = {}
+    held = [
+        (pg, nomination)
+        for gid, nomination in nominations.items()
+        if (pg := pending.get(gid)) is not None and nomination.placement is not None
+    ]
+    held.sort(key=lambda item: (-item[0].gang.priority, item[0].gang.id))
+    for pg, nomination in held:
+        gid, gang, placement = pg.gang.id, pg.gang, nomination.placement
+        assert placement is not None
+        shown = _free_part(placement, snapshot, taken, slices)
+        if nomination.ready:
+            asks = _asks(view, gid, placement)
+            if not (
+                shown == list(placement.replicas)
+                and _bindable(pg, placement)
+                and _fits(pg, asks, free)
+            ):
+                continue  # decided afresh: nothing held from it
+            for node, want in asks.items():  # bound this cycle (`ready`)
+                free[node] = free.get(node, Resources()) - want
+        else:
+            for claimed in _claimed(view, nomination):
+                raised[claimed] = max(raised.get(claimed, gang.priority), gang.priority)
         if shown:
+            taken |= {(r.node, ix) for r in shown for ix in r.gpus}
+            slices |= {(r.node, r.gpus[0], r.mig) for r in shown if r.mig is not None}
             extra.append(
                 RunningGang(
                     f"{gid}{HELD_SUFFIX}",
                     placement.gpu_type,
                     tuple(shown),
                     priority=gang.priority,
-                    preemptible=False,
+                    # Bound this cycle once its wait has ended: no other gang may take it then.
+                    preemptible=not nomination.ready,
+                    progress=None if nomination.ready else _NOTHING_RUNS,
                     queue=gang.queue,
                 )
             )
-    if not extra:
+    if not extra and not raised:
         return view
-    return replace(view, snapshot=replace(snapshot, running=(*snapshot.running, *extra)))
+    running = tuple(
+        replace(g, priority=raised[g.id]) if raised.get(g.id, g.priority) > g.priority else g
+        for g in snapshot.running
+    )
+    running = (*running, *extra)
+    return replace(view, snapshot=replace(snapshot, running=running), free=free)
 
 
 def ready(
     view: ClusterView, nominations: Mapping[str, Nomination], offered: Sequence[PendingGang]
 ) -> tuple[list[PendingGang], list[GangPlacement], dict[str, PendingGang]]:
     """The `offered` gangs but those whose wait ended with their whole planned placement held
-    for them (`hold`: every GPU free, its nodes taking pods); those placements, to bind now;
-    and those gangs by id."""
+    for them (`hold`: every GPU free, its nodes taking pods and passing the node filters, its
+    pods fitting their CPU and memory); those placements, to bind now; and those gangs by
+    id."""
     held = {g.id: g for g in view.snapshot.running if g.id.endswith(HELD_SUFFIX)}
     left: list[PendingGang] = []
     placements: list[GangPlacement] = []
@@ -126,3 +234,91 @@ def ready(
         placements.append(placement)
         by_id[gid] = pg
     return left, placements, by_id
+
+
+@dataclass(frozen=True, slots=True)
+class TakenHold:
+    """A nominated gang's hold the core took: for gang `by` (a `reclaim` of quota the held
+    gang's queue borrows, else a gang of higher rank), and `also` the gangs placed on its GPUs
+    or the quota it gave back that would have waited for it (`GangPlacement.waits_for`)."""
+
+    gang: str
+    by: str
+    reclaim: bool = False
+    also: tuple[str, ...] = ()
+
+    @property
+    def takers(self) -> tuple[str, ...]:
+        return (self.by, *self.also)
+
+
+def taken(decision: Decision) -> tuple[Decision, list[TakenHold]]:
+    """`decision` without the holds it takes: they are not evicted (nothing runs there) and
+    no gang waits for them (their GPUs are free already); and those holds."""
+    holds = {p.gang_id: p for p in decision.preemptions if p.gang_id.endswith(HELD_SUFFIX)}
+    if not holds:
+        return decision, []
+    also: dict[str, list[str]] = {h: [] for h in holds}
+    placements = []
+    for placement in decision.placements:
+        waits = tuple(w for w in placement.waits_for if w not in holds)
+        for w in placement.waits_for:
+            if w in holds:
+                also[w].append(placement.gang_id)
+        placements.append(
+            placement if waits == placement.waits_for else replace(placement, waits_for=waits)
+        )
+    out = replace(
+        decision,
+        placements=tuple(placements),
+        preemptions=tuple(p for p in decision.preemptions if p.gang_id not in holds),
+    )
+    return out, [
+        TakenHold(h.removesuffix(HELD_SUFFIX), p.for_gang, p.reclaim, tuple(also[h]))
+        for h, p in sorted(holds.items())
+    ]
+
+
+def _gpus(placement: GangPlacement) -> set[tuple[str, int]]:
+    return {(r.node, ix) for r in placement.replicas for ix in r.gpus}
+
+
+def give_up(
+    cache: SchedulerCache,
+    nominations: Mapping[str, Nomination],
+    holds: Sequence[TakenHold],
+    going: Mapping[str, GangPlacement],
+    priorities: Mapping[str, int],
+) -> dict[str, str]:
+    """Drop the planned placement of each waiting nominated gang (of `nominations`, the
+    cycle's) that a gang going ahead took: one bound now or nominated with its placement to
+    wait for its own victims (`going`: gang -> that placement), on GPUs of its plan (its hold,
+    or the victims it waits for, evicted again) or on what its hold gave back (`holds`: the
+    quota of a hold taken for another gang). The held gang keeps waiting for its pods, which
+    are going anyway, then is decided afresh, as kube-scheduler clears the nominations of
+    lower-priority pods on a node a preemptor is nominated to. Gang -> its pending message.
+    A hold whose takers all stay pending (their evictions stopped by a budget, say) stays."""
+    used = {g: _gpus(p) for g, p in going.items()}
+    out: dict[str, str] = {}
+    for gid, nomination in sorted(nominations.items()):
+        plan = nomination.placement
+        if plan is None or nomination.ready or gid in going:
+            continue
+        mine = _gpus(plan)
+        takers = {g for g, gpus in used.items() if gpus & mine}
+        takers |= {t for h in holds if h.gang == gid for t in h.takers if t in going}
+        if not takers:
+            continue
+        names = ", ".join(sorted(takers))
+        own = priorities.get(gid, 0)
+        if any(priorities.get(t, 0) > own for t in takers):
+            took = f"higher-priority gang {names} took the GPUs planned for it"
+        else:
+            took = f"gang {names} took the GPUs planned for it, reclaiming quota its queue borrows"
+        message = pending_text(
+            SchedulerReason.PREEMPTING,
+            f"{took}; it is decided again once the pods it waits for have exited",
+        )
+        if cache.release_hold(gid, message):
+            out[gid] = message
+    return out

@@ -20,8 +20,9 @@ Phase 3, after the heal phase (which the what-if does not take: it restarts noth
    `cap_identical_above` offered gangs);
 8. `take`: gangs with a reserved placement are not offered; once their old pods are gone they
    are bound there (`mover.taken`);
-9. a nominated gang whose wait ended, its planned placement still free and held for it, is
-   bound there rather than offered (`nominated.ready`).
+9. a nominated gang whose wait ended, its planned placement still free, passing the node
+   filters and fitting the nodes' CPU and memory, held for it, is bound there rather than
+   offered (`nominated.ready`).
 The loop's steps (`LoopSteps`) update the scheduler's trackers; the admin API's
 (`gpufleet.admin.steps`) only read them, or what the cluster shows when it runs standalone.
 """
