@@ -128,15 +128,15 @@ def _fits(pg: PendingGang, asks: Mapping[str, Resources], free: Mapping[str, Res
     return not any(want.short_of(free.get(node, Resources())) for node, want in asks.items())
 
 
-def _claimed(view: ClusterView, nomination: Nomination) -> set[str]:
+def _claimed(view: ClusterView, nomination: Nomination, owner: Mapping[str, str]) -> set[str]:
     """The running gangs with a pod `nomination` waits for (its victims, or gangs moved for
-    it, in their grace period)."""
-
-    def waited_for(key: str) -> bool:
+    it, in their grace period); `owner`: pod key -> its running gang."""
+    out: set[str] = set()
+    for key, uid in nomination.victims:
         f = view.facts.get(key)
-        return f is not None and (key, f.pod["metadata"].get("uid", "")) in nomination.victims
-
-    return {gid for gid, keys in view.running_pods.items() if any(map(waited_for, keys))}
+        if key in owner and f is not None and f.pod["metadata"].get("uid", "") == uid:
+            out.add(owner[key])
+    return out
 
 
 def hold(view: ClusterView, nominations: Mapping[str, Nomination]) -> ClusterView:
@@ -157,6 +157,7 @@ def hold(view: ClusterView, nominations: Mapping[str, Nomination]) -> ClusterVie
     taken = whole | {(n, g) for n, g, _ in slices}  # GPUs held whole or partly
     free = dict(view.free)
     raised: dict[str, int] = {}
+    owner: dict[str, str] | None = None  # pod key -> its running gang, once needed
     held = [
         (pg, nomination)
         for gid, nomination in nominations.items()
@@ -178,7 +179,9 @@ def hold(view: ClusterView, nominations: Mapping[str, Nomination]) -> ClusterVie
             for node, want in asks.items():  # bound this cycle (`ready`)
                 free[node] = free.get(node, Resources()) - want
         else:
-            for claimed in _claimed(view, nomination):
+            if owner is None:
+                owner = {k: g for g, keys in view.running_pods.items() for k in keys}
+            for claimed in _claimed(view, nomination, owner):
                 raised[claimed] = max(raised.get(claimed, gang.priority), gang.priority)
         if shown:
             taken |= {(r.node, ix) for r in shown for ix in r.gpus}
