@@ -20,11 +20,11 @@ class GangPlacement:
     """An admitted gang: its GPU type, every replica's GPUs and an optional power cap.
 
     `waits_for`: the running gangs this decision evicts for other gangs (`Preemption.for_gang`
-    is not this gang) whose GPUs the placement takes, and, for a gang placed on queue quota
-    those victims gave back, the victims on its GPU type (preempt.py `quota_waits`),
-    sorted. The gang preempts none of them; it starts once they have exited (the live
-    scheduler holds its pods until their pods are gone). Its own victims are its preemptions
-    and are not listed (`victim_waits`)."""
+    is not this gang) whose GPUs the placement takes, and, for a gang placed (or a preemptor)
+    on queue quota those victims give back, the fewest of them on its GPU type whose quota it
+    needs (preempt.py `quota_waits`), sorted. The gang preempts none of them; it starts once
+    they have exited (the live scheduler holds its pods until their pods are gone). Its own
+    victims are its preemptions and are not listed (`victim_waits`)."""
 
     gang_id: str
     gpu_type: str

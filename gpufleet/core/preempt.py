@@ -39,8 +39,9 @@ evicted one more gang to make room its queue's account already had. Such a plan 
 the reserved GPUs lifted for this pass (a drain gives way only to a gang that evicts:
 reservation.py), and waits for the victims whose GPUs it takes, if any, like the one above,
 and for those whose quota it uses (`quota_waits`, applied to the finished decision whichever
-engine made it: a placement bound at once must fit the queues' account while every victim still
-runs).
+engine made it: a placement, a preemptor's too, starts only when the queues' account holds it
+with the victims it waits for gone and the others still running, so it waits for the fewest
+victims that make it fit, not every victim on its type).
 
 The what-if steps here (`release_gang`, `retake`, `try_plan`, `release_until_fits`,
 `put_back_unneeded`) are shared: rebalance.py releases and puts back growth units the same way.
@@ -50,8 +51,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
+from itertools import combinations
 
 from gpufleet.core.admission import QueueGate
 from gpufleet.core.borrowing import jobs_of, restarts_paid_back, victim_key
@@ -68,6 +70,7 @@ from gpufleet.core.greedy import (
 )
 from gpufleet.core.objective import running_value
 from gpufleet.core.policy import Policy
+from gpufleet.core.quota import running_charge
 from gpufleet.core.reservation import kept_while
 from gpufleet.core.snapshot import RunningGang
 from gpufleet.core.state import ClusterState
@@ -354,45 +357,137 @@ def quota_waits(
     gate: QueueGate, pending: Sequence[Gang], decision: Decision, running: Sequence[RunningGang]
 ) -> Decision:
     """`decision` with each placement that relies on queue quota this decision's victims give
-    back also waiting for them (`GangPlacement.waits_for`), whichever engine made it. `gate`:
-    the queues' account before the decision. The placements of gangs that evict no victim of
-    their own are charged to it in queue order (`QueueGate.order`); one that does not fit it
-    in its turn waits for every gang the decision evicts (for other gangs) that runs on its
-    GPU type, a queue's quota being per type. So the placements bound at once fit the account
-    as it is while the victims still run in their grace period (the queues are never over
-    their limits), and the others start once those victims are gone, as Kueue admits a
-    preemptor only after its victims are evicted. It may wait for more victims than the quota
-    strictly needs, never for one that gives back nothing on its type. A preemptor waits for
-    its own victims already (they are its preemptions) and is not charged; moves are left out
-    of the account."""
+    back also waiting for them (`GangPlacement.waits_for`), whichever engine made it, as Kueue
+    admits a preemptor only after its victims are evicted. `gate`: the queues' account before
+    the decision (every victim still runs).
+
+    A placement starts once every gang it awaits has gone: its own victims (a preemptor's) and
+    its `waits_for`. First the gangs that evict nothing are charged to the account in queue
+    order (`QueueGate.order`); those that fit are bound at once. Then the others, preemptors
+    too, in the same order: each awaits, besides what it awaits already, the fewest victims on
+    its GPU type (a queue's quota is per type) with which it fits the account in every state it
+    can start in (`_fewest`): those victims gone, and any of the earlier waiting placements on
+    its resource started (with what they await gone) or not. So whichever victims have exited,
+    the placements started then fit the account: the last of them in this order was checked
+    in that state. No queue goes over its limits while victims run in their grace period, and
+    a gang does not wait for a victim whose quota it does not need.
+
+    A gang of no queue fits at once. A placement that does not fit even with every victim on
+    its type gone (the engine charged in another order), or that would have to be checked with
+    more than `MAX_WAITERS_COMBINED` earlier placements each started or not, awaits, if it
+    evicts nothing, every victim on its type (the decision's own account covers it), and if it
+    is a preemptor, its own victims only (as before these checks). Moves are left out of the
+    account."""
     if not decision.preemptions:
         return decision
     account = gate.copy()
     by_id = {g.id: g for g in pending}
-    preemptors = {p.for_gang for p in decision.preemptions}
-    placed = {p.gang_id: p for p in decision.placements}
-    gangs = [by_id[g] for g in placed if g in by_id and g not in preemptors]
-    victims = {p.gang_id for p in decision.preemptions}
-    on_type: dict[str, set[str]] = {}
-    for r in running:
-        if r.id in victims:
-            on_type.setdefault(r.gpu_type, set()).add(r.id)
-    waits: dict[str, tuple[str, ...]] = {}
-    for gang in account.order(gangs):
+    own: dict[str, set[str]] = {}
+    for p in decision.preemptions:
+        own.setdefault(p.for_gang, set()).add(p.gang_id)
+    placed = {p.gang_id: p for p in decision.placements if p.gang_id in by_id}
+    victims = [r for r in running if any(r.id in mine for mine in own.values())]
+    later: list[Gang] = []
+    for gang in account.order([by_id[g] for g in placed]):
         placement = placed[gang.id]
-        if account.allows(gang, placement.gpu_type, placement.replica_count):
+        if gang.id not in own and account.allows(gang, placement.gpu_type, placement.replica_count):
             account.take(gang, placement.gpu_type, placement.replica_count)
-            continue
-        quota = on_type.get(placement.gpu_type, set())
-        waits[gang.id] = tuple(sorted(quota | set(placement.waits_for)))
-    if not waits:
-        return decision
+        else:
+            later.append(gang)
+    waits: dict[str, tuple[str, ...]] = {}
+    earlier: list[_Waiter] = []
+    for gang in later:
+        placement = placed[gang.id]
+        mine = own.get(gang.id, set())
+        waiter = _Waiter(gang, placement, frozenset(mine | set(placement.waits_for)))
+        others = [r for r in victims if r.gpu_type == placement.gpu_type and r.id not in mine]
+        awaits = _fewest(account, earlier, waiter, others)
+        if awaits is None:  # no set found (docstring): as before
+            awaits = waiter.awaits if mine else waiter.awaits | {r.id for r in others}
+        waits[gang.id] = tuple(sorted(awaits - mine))
+        earlier.append(replace(waiter, awaits=awaits))
     return replace(
         decision,
         placements=tuple(
             replace(p, waits_for=waits.get(p.gang_id, p.waits_for)) for p in decision.placements
         ),
     )
+
+
+# The earlier waiting placements on its resource that a placement's quota check may see either
+# started or not (`_fewest` tries every combination); past this many it is not checked.
+MAX_WAITERS_COMBINED = 6
+
+
+@dataclass(frozen=True, slots=True)
+class _Waiter:
+    """A placement that starts after victims have gone (`quota_waits`): every gang it awaits
+    (its own victims, its `waits_for`)."""
+
+    gang: Gang
+    placement: GangPlacement
+    awaits: frozenset[str]
+
+    def take(self, account: QueueGate) -> None:
+        account.take(self.gang, self.placement.gpu_type, self.placement.replica_count)
+
+    def fits(self, account: QueueGate) -> bool:
+        return account.allows(self.gang, self.placement.gpu_type, self.placement.replica_count)
+
+
+def _fewest(
+    account: QueueGate,
+    earlier: Sequence[_Waiter],
+    waiter: _Waiter,
+    others: Sequence[RunningGang],
+) -> frozenset[str] | None:
+    """What `waiter` must await so that its gang fits `account` in every state it can start in
+    (`quota_waits`): what it awaits already, then `others` added, those giving back most of its
+    resource first (then by id), until it fits, and those it turns out not to need dropped again
+    (the last added first); None when it does not fit with all of them gone."""
+    resource = account.charge(
+        waiter.gang, waiter.placement.gpu_type, waiter.placement.replica_count
+    ).resource
+    near = [
+        w for w in earlier if account.charge(w.gang, w.placement.gpu_type, 1).resource == resource
+    ]  # placements on other resources share no limit with it
+
+    def fits(gone: frozenset[str]) -> bool:
+        surely = [w for w in near if w.awaits <= gone]  # started whenever it starts
+        maybe = [w for w in near if not w.awaits <= gone]
+        if len(maybe) > MAX_WAITERS_COMBINED:
+            return False
+        for size in range(len(maybe) + 1):
+            for started in combinations(maybe, size):
+                trial = account.copy()
+                for victim in sorted(gone.union(*(w.awaits for w in started))):
+                    trial.book.free(victim)
+                for w in (*surely, *started):
+                    w.take(trial)
+                if not waiter.fits(trial):
+                    return False
+        return True
+
+    gone = waiter.awaits
+    added: list[str] = []
+    for victim in sorted(others, key=partial(_given_back, resource)):
+        if fits(gone):
+            break
+        gone |= {victim.id}
+        added.append(victim.id)
+    else:
+        if not fits(gone):
+            return None
+    for victim_id in reversed(added):
+        if fits(gone - {victim_id}):
+            gone -= {victim_id}
+    return gone
+
+
+def _given_back(resource: str, victim: RunningGang) -> tuple[bool, int, str]:
+    """Sort key: victims giving back `resource`, the most first, then by id."""
+    charge = running_charge(victim)
+    return (charge.resource != resource, -charge.amount, victim.id)
 
 
 def _on_freed(

@@ -1,0 +1,131 @@
+"""Which victims a placement on queue quota given back waits for (preempt.py `quota_waits`).
+
+Before, a gang that fitted only on quota this decision's victims give back waited for every
+victim on its GPU type, though one of them gave back enough; a preemptor was never checked, so
+one that used the quota another gang's victim gives back started as soon as its own victims
+had gone, its queue over its limit meanwhile.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.core.decision import GangPlacement, Preemption
+from gpufleet.core.demand import Gang
+from gpufleet.core.policy import Engine
+from gpufleet.core.queues import QueueSpec, QueueTree, Quota
+from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
+from tests.unit.core.placement_builders import checked_decision, cluster, gang
+
+
+def two_reclaims_case(*extra: Gang) -> tuple[Snapshot, list[Gang]]:
+    """Three 8-GPU L4 nodes. Queues a and c (nominal 8 each) lend nothing; b and x have no
+    nominal quota. x borrows the 8 GPUs no queue is promised: v (n0's 0-3) and w (n1's 0-3);
+    a's and c's gangs, not preemptible, hold n0's and n1's 4-7; n2 is idle. The cluster's
+    account is full (a's 8 kept + c's 8 + x's 8 = 24). a's pa (4 GPUs, on n0) reclaims v and
+    c's pc (4 GPUs, on n1) reclaims w; either eviction gives back 4 of the account, and b's
+    gangs on n2 fit it with that (`extra`: b's gangs; by default one of 1 GPU)."""
+    tree = QueueTree.build(
+        [
+            QueueSpec("a", quotas={"L4": Quota(8, lending_limit=0)}),
+            QueueSpec("b", quotas={"L4": Quota(0)}),
+            QueueSpec("c", quotas={"L4": Quota(8, lending_limit=0)}),
+            QueueSpec("x", quotas={"L4": Quota(0)}),
+        ]
+    )
+    snapshot = (
+        cluster()
+        .node("n0", "L4", 8)
+        .node("n1", "L4", 8)
+        .node("n2", "L4", 8)
+        .run("v", "n0", (0, 1, 2, 3), queue="x")
+        .run("ra", "n0", (4, 5, 6, 7), preemptible=False, queue="a")
+        .run("w", "n1", (0, 1, 2, 3), queue="x")
+        .run("rc", "n1", (4, 5, 6, 7), preemptible=False, queue="c")
+        .queues(tree)
+        .build()
+    )
+    pending = [
+        gang("pa", "L4", gpus=4, queue="a", allowed={"n0"}),
+        gang("pc", "L4", gpus=4, queue="c", allowed={"n1"}),
+        *(extra or (gang("pb", "L4", gpus=1, queue="b"),)),
+    ]
+    return snapshot, pending
+
+
+RECLAIMS = (Preemption("v", "pa", reclaim=True), Preemption("w", "pc", reclaim=True))
+PA = GangPlacement("pa", "L4", (ReplicaPlacement("n0", (0, 1, 2, 3)),))
+PC = GangPlacement("pc", "L4", (ReplicaPlacement("n1", (0, 1, 2, 3)),))
+
+
+@pytest.mark.parametrize("engine", [Engine.GREEDY, Engine.CPSAT])
+def test_a_gang_waits_only_for_the_victims_whose_quota_it_needs(engine: Engine) -> None:
+    snapshot, pending = two_reclaims_case()
+    decision = checked_decision(snapshot, pending, engine)
+    assert decision.preemptions == RECLAIMS
+    # v alone gives back room for pb's 1 GPU (25 -> 21 of 24): pb waits for v, not also for
+    # w as before (every victim on its type).
+    pb = decision.placement("pb")
+    assert pb is not None and pb.gpu_type == "L4" and pb.waits_for == ("v",)
+    assert decision.placement("pa") == PA  # a preemptor waits for its own victims only
+    assert decision.placement("pc") == PC
+
+
+@pytest.mark.parametrize("engine", [Engine.GREEDY, Engine.CPSAT])
+def test_two_gangs_on_given_back_quota_wait_for_one_victim_each(engine: Engine) -> None:
+    # Two 4-GPU gangs of b: each needs one victim's quota and both need both. pb1 waits for v;
+    # pb2, which would not fit with pb1 also started on v's quota, waits for w (whichever of
+    # them goes first, the account holds: 8 + 8 + 4 + 4 = 24). Before, both waited for both.
+    snapshot, pending = two_reclaims_case(
+        gang("pb1", "L4", gpus=4, queue="b"), gang("pb2", "L4", gpus=4, queue="b")
+    )
+    decision = checked_decision(snapshot, pending, engine)
+    assert decision.preemptions == RECLAIMS
+    waits = {p.gang_id: p.waits_for for p in decision.placements}
+    assert waits == {"pa": (), "pc": (), "pb1": ("v",), "pb2": ("w",)}
+
+
+def preemptor_case() -> tuple[Snapshot, list[Gang]]:
+    """Queue b (nominal 3, borrowing limit 2) holds its ceiling of 5: r0 (n0's 0-3) and r1
+    (n1's 0), both priority 0; a's gangs, not preemptible, fill the rest but n1's GPU 7. b's
+    priority-4 p1 (3 GPUs, on n0) evicts r0, which gives back one GPU of b's quota more than
+    p1 takes; b's priority-3 p2 (2 GPUs, on n1) then evicts r1 for its GPU and fits b's
+    ceiling with that GPU of r0's too (5 - 4 - 1 + 3 + 2 = 5)."""
+    tree = QueueTree.build(
+        [
+            QueueSpec("a", quotas={"L4": Quota(11)}),
+            QueueSpec("b", quotas={"L4": Quota(3, borrowing_limit=2)}),
+        ]
+    )
+    snapshot = (
+        cluster()
+        .node("n0", "L4", 8)
+        .node("n1", "L4", 8)
+        .run("r0", "n0", (0, 1, 2, 3), queue="b")
+        .run("a0", "n0", (4, 5, 6, 7), preemptible=False, queue="a")
+        .run("r1", "n1", (0,), queue="b")
+        .run("a1", "n1", (1, 2, 3, 4, 5, 6), preemptible=False, queue="a")
+        .queues(tree)
+        .build()
+    )
+    pending = [
+        gang("p1", "L4", gpus=3, queue="b", priority=4, allowed={"n0"}),
+        gang("p2", "L4", gpus=2, queue="b", priority=3, allowed={"n1"}),
+    ]
+    return snapshot, pending
+
+
+@pytest.mark.parametrize("engine", [Engine.GREEDY, Engine.CPSAT])
+def test_a_preemptor_on_another_gangs_given_back_quota_waits_for_that_victim(
+    engine: Engine,
+) -> None:
+    snapshot, pending = preemptor_case()
+    decision = checked_decision(snapshot, pending, engine)
+    assert decision.preemptions == (Preemption("r0", "p1"), Preemption("r1", "p2"))
+    # Started once r1 had gone but r0 still ran, p2 would put b at 6 of its 5: it waits for
+    # r0 too. Before, it waited for its own victim only.
+    assert decision.placement("p2") == GangPlacement(
+        "p2", "L4", (ReplicaPlacement("n1", (0, 7)),), waits_for=("r0",)
+    )
+    p1 = decision.placement("p1")
+    assert p1 is not None and p1.waits_for == ()
