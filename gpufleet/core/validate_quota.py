@@ -5,6 +5,11 @@ the decision, and reports:
 - a queue (or the cluster) over its limit after the decision when the decision made it worse:
   own usage + the children's E (usage, at least what they keep and do not lend) against
   nominal + borrowing limit, and outside-queue usage + the top-level E's against capacity;
+- the same while victims still run: with the placements bound at once (they wait for no
+  victim), and once the victims a placement waits for (its own and its `waits_for`) have gone
+  and the others still run, with every placement bound by then. A gang that fits only on quota
+  the victims give back must wait for them (preempt.py `quota_waits`); before any wait was
+  checked, one bound at once kept its queue over its limit for the victims' grace period;
 - an admitted non-preemptible gang that borrows what a reclaim might need back (neither within
   nominal all the way up nor on capacity no queue is promised);
 - a preemption across queues that is not a reclaim: the victim's queue did not borrow the
@@ -22,7 +27,7 @@ the decision, and reports:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from gpufleet.core.borrowing import growth_job
 from gpufleet.core.decision import Decision
@@ -144,6 +149,7 @@ def quota_problems(
     resources = sorted({r for usage in after.values() for r in usage})
     for resource in resources:
         problems.extend(_limit_problems(snapshot, tree, old, new, resource))
+    problems.extend(_start_problems(snapshot, tree, old, before, gangs, running, decision))
     for placement in decision.placements:
         admitted = gangs.get(placement.gang_id)
         if admitted is None or admitted.preemptible or _home(tree, admitted.queue) is None:
@@ -154,6 +160,68 @@ def quota_problems(
                 f"non-preemptible {admitted.id} borrows {resource} that may be reclaimed"
             )
     return problems
+
+
+def _start_problems(
+    snapshot: Snapshot,
+    tree: QueueTree,
+    old: _Account,
+    before: Usage,
+    gangs: Mapping[str, Gang],
+    running: Mapping[str, RunningGang],
+    decision: Decision,
+) -> list[str]:
+    """The queues' limits while victims still run. A placement is bound once every gang it
+    waits for has gone (its own victims, if it preempted, and its `waits_for`); one waiting for
+    none, at once. At each such moment (no victim gone yet, then each placement's set of
+    awaited victims gone), with the placements whose awaited victims are all gone bound, no
+    queue may be over a limit the decision made it exceed: a gang that fits only on quota the
+    victims give back must wait for them (preempt.py `quota_waits`). The moment every victim
+    has gone is the decision's own account, judged above."""
+    if not decision.preemptions:
+        return []
+    own: dict[str, set[str]] = {}
+    for pre in decision.preemptions:
+        own.setdefault(pre.for_gang, set()).add(pre.gang_id)
+    victims = frozenset(p.gang_id for p in decision.preemptions)
+    awaits = {  # a wait for a gang not evicted frees nothing (validate.py reports it)
+        p.gang_id: (frozenset(own.get(p.gang_id, set()) | set(p.waits_for)) & victims, p)
+        for p in decision.placements
+        if p.gang_id in gangs
+    }
+    moments: set[frozenset[str]] = {gone for gone, _ in awaits.values() if not victims <= gone}
+    moments.add(frozenset())
+    out: list[str] = []
+    for gone in sorted(moments, key=lambda m: (len(m), sorted(m))):
+        usage: Usage = {k: Counter(v) for k, v in before.items()}
+        for victim_id in gone:
+            victim = running.get(victim_id)
+            if victim is not None:
+                resource, amount = _charge(victim)
+                usage[_home(tree, victim.queue)][resource] -= amount
+        bound: dict[str, list[str]] = {}  # resource -> gangs bound by this moment
+        for gang_id, (awaited, placement) in awaits.items():
+            if not awaited <= gone:
+                continue
+            gang = gangs[gang_id]
+            resource = resource_key(placement.gpu_type, gang.mig_profile)
+            amount = gang.gpus_needed(placement.replica_count)
+            usage.setdefault(_home(tree, gang.queue), Counter())[resource] += amount
+            bound.setdefault(resource, []).append(gang_id)
+        account = _Account(tree, usage)
+        when = (
+            "bound at once, while the victims still run"
+            if not gone
+            else f"bound once {', '.join(sorted(gone))} {'has' if len(gone) == 1 else 'have'} "
+            "gone, while other victims still run"
+        )
+        for resource, ids in sorted(bound.items()):
+            out.extend(
+                f"{', '.join(sorted(ids))} {when}: {problem} (a gang waits for the victims "
+                "whose GPUs or queue quota it takes: waits_for)"
+                for problem in _limit_problems(snapshot, tree, old, account, resource)
+            )
+    return out
 
 
 def _preemption_problems(

@@ -1,20 +1,25 @@
-"""Which victims a placement on queue quota given back waits for (preempt.py `quota_waits`).
+"""Which victims a placement on queue quota given back waits for (preempt.py `quota_waits`),
+and the validator's rule that no placement starts while the victims whose quota it needs run.
 
 Before, a gang that fitted only on quota this decision's victims give back waited for every
 victim on its GPU type, though one of them gave back enough; a preemptor was never checked, so
 one that used the quota another gang's victim gives back started as soon as its own victims
-had gone, its queue over its limit meanwhile.
+had gone, its queue over its limit meanwhile; and the validator accepted a placement bound at
+once on given-back quota (only a property test checked that it waited).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from gpufleet.core.decision import GangPlacement, Preemption
+from gpufleet.core.decision import Decision, GangPlacement, Preemption
 from gpufleet.core.demand import Gang
 from gpufleet.core.policy import Engine
 from gpufleet.core.queues import QueueSpec, QueueTree, Quota
 from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
+from gpufleet.core.validate import decision_problems
 from tests.unit.core.placement_builders import checked_decision, cluster, gang
 
 
@@ -85,6 +90,39 @@ def test_two_gangs_on_given_back_quota_wait_for_one_victim_each(engine: Engine) 
     assert waits == {"pa": (), "pc": (), "pb1": ("v",), "pb2": ("w",)}
 
 
+def test_the_validator_wants_a_gang_on_given_back_quota_to_wait() -> None:
+    snapshot, pending = two_reclaims_case()
+    pb = GangPlacement("pb", "L4", (ReplicaPlacement("n2", (0,)),))
+    waiting = Decision(placements=(PA, replace(pb, waits_for=("v",)), PC), preemptions=RECLAIMS)
+    assert decision_problems(snapshot, pending, waiting) == []
+    # Bound at once, pb would put the account at 25 of 24 while v and w run in their grace
+    # period. Before, the validator accepted it.
+    rushed = Decision(placements=(PA, pb, PC), preemptions=RECLAIMS)
+    assert decision_problems(snapshot, pending, rushed) == [
+        "pb bound at once, while the victims still run: cluster over its L4 capacity: 25 > 24 "
+        "(a gang waits for the victims whose GPUs or queue quota it takes: waits_for)"
+    ]
+
+
+def test_the_validator_wants_gangs_sharing_a_victims_quota_to_wait_for_more() -> None:
+    # pb1 and pb2 both on v's quota: once v has gone they start with pa, 28 of 24.
+    snapshot, pending = two_reclaims_case(
+        gang("pb1", "L4", gpus=4, queue="b"), gang("pb2", "L4", gpus=4, queue="b")
+    )
+    pb1 = GangPlacement("pb1", "L4", (ReplicaPlacement("n2", (0, 1, 2, 3)),), waits_for=("v",))
+    pb2 = GangPlacement("pb2", "L4", (ReplicaPlacement("n2", (4, 5, 6, 7)),))
+    shared = Decision(
+        placements=(PA, pb1, replace(pb2, waits_for=("v",)), PC), preemptions=RECLAIMS
+    )
+    assert decision_problems(snapshot, pending, shared) == [
+        "pa, pb1, pb2 bound once v has gone, while other victims still run: cluster over its "
+        "L4 capacity: 28 > 24 (a gang waits for the victims whose GPUs or queue quota it "
+        "takes: waits_for)"
+    ]
+    apart = Decision(placements=(PA, pb1, replace(pb2, waits_for=("w",)), PC), preemptions=RECLAIMS)
+    assert decision_problems(snapshot, pending, apart) == []
+
+
 def preemptor_case() -> tuple[Snapshot, list[Gang]]:
     """Queue b (nominal 3, borrowing limit 2) holds its ceiling of 5: r0 (n0's 0-3) and r1
     (n1's 0), both priority 0; a's gangs, not preemptible, fill the rest but n1's GPU 7. b's
@@ -129,3 +167,18 @@ def test_a_preemptor_on_another_gangs_given_back_quota_waits_for_that_victim(
     )
     p1 = decision.placement("p1")
     assert p1 is not None and p1.waits_for == ()
+
+
+def test_the_validator_wants_a_preemptor_to_wait_for_the_quota_it_uses() -> None:
+    snapshot, pending = preemptor_case()
+    p1 = GangPlacement("p1", "L4", (ReplicaPlacement("n0", (0, 1, 2)),))
+    p2 = GangPlacement("p2", "L4", (ReplicaPlacement("n1", (0, 7)),))
+    evict = (Preemption("r0", "p1"), Preemption("r1", "p2"))
+    own_only = Decision(placements=(p1, p2), preemptions=evict)
+    assert decision_problems(snapshot, pending, own_only) == [
+        "p2 bound once r1 has gone, while other victims still run: queue b over its L4 "
+        "limit: 6 > 5 (a gang waits for the victims whose GPUs or queue quota it takes: "
+        "waits_for)"
+    ]
+    waiting = Decision(placements=(p1, replace(p2, waits_for=("r0",))), preemptions=evict)
+    assert decision_problems(snapshot, pending, waiting) == []

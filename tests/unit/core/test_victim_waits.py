@@ -61,10 +61,13 @@ def test_the_validator_wants_a_gang_on_another_gangs_victim_to_wait_for_it() -> 
     on_victim = GangPlacement("p0", "L4", (ReplicaPlacement("n0", (2,)),))
     waiting = Decision(placements=(replace(on_victim, waits_for=("r0-1",)), p1), preemptions=evict)
     assert decision_problems(snapshot, pending, waiting) == []
-    # Bound at once, p0 would share GPU 2 with r0-1's pod in its grace period.
+    # Bound at once, p0 would share GPU 2 with r0-1's pod in its grace period (the cluster's
+    # 8 GPUs holding 9 meanwhile).
     rushed = Decision(placements=(on_victim, p1), preemptions=evict)
     assert decision_problems(snapshot, pending, rushed) == [
-        "p0 takes GPUs of r0-1, evicted for p1, without waiting for it"
+        "p0 takes GPUs of r0-1, evicted for p1, without waiting for it",
+        "p0 bound at once, while the victims still run: cluster over its L4 capacity: 9 > 8 "
+        "(a gang waits for the victims whose GPUs or queue quota it takes: waits_for)",
     ]
     # Waiting for a gang that frees none of its GPUs (or for its own victim) is wrong too.
     own = GangPlacement("p1", "L4", (ReplicaPlacement("n0", (1,)),), waits_for=("r0-1",))
