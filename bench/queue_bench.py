@@ -33,7 +33,8 @@ no rule chosen on it), so that window is seen from then on; 2017-11-04 and 2017-
 
 Usage: `python bench/queue_bench.py [--set scoring|tuning|heldout|fresh] [--windows D1,D2]
 [--seeds 0,1] [--jobs N] [--load K] [--history-days D] [--engine greedy|cpsat] [--type-delay SHARE]
-[--aging-s S] [--service-tier-gpu-s S] [--weights equal|share] [--policies gpufleet,kueue,...]`;
+[--aging-s S] [--service-tier-gpu-s S] [--requeue-timestamp eviction|creation]
+[--weights equal|share] [--policies gpufleet,kueue,...]`;
 the last line printed is
 one JSON object. `--policies` must include gpufleet and kueue (the targets compare them).
 """
@@ -57,7 +58,7 @@ from gpufleet.cliargs import (
     positive_float,
     positive_int,
 )
-from gpufleet.core.policy import SERVICE_TIER_GPU_S, Engine, TypeDelay
+from gpufleet.core.policy import SERVICE_TIER_GPU_S, Engine, Policy, RequeueTimestamp, TypeDelay
 from gpufleet.model.fleet import load_fleet
 from gpufleet.model.input_error import InputError
 from gpufleet.sim.runner import load_workload
@@ -164,6 +165,13 @@ def _parser() -> argparse.ArgumentParser:
         help="gpufleet: the service tier's threshold in GPU-seconds (core "
         f"Policy.service_tier_gpu_s; default the core's, {SERVICE_TIER_GPU_S:g}; 0: no tier)",
     )
+    parser.add_argument(
+        "--requeue-timestamp",
+        choices=[r.value for r in RequeueTimestamp],
+        default=None,
+        help="gpufleet: where an evicted gang goes back in line (core "
+        "Policy.requeue_timestamp; default the core's); kueue always requeues by eviction",
+    )
     parser.add_argument("--weights", choices=WEIGHTS, default="equal", help="queue weights")
     parser.add_argument(
         "--policies", type=_policy_list, default=list(TENANT_POLICIES), help="comma-separated"
@@ -195,6 +203,9 @@ def sample(window: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
             type_delay=TypeDelay(args.type_delay) if args.type_delay > 0 else None,
             aging_s=args.aging_s,
             service_tier_gpu_s=args.service_tier_gpu_s or None,
+            requeue_timestamp=RequeueTimestamp(args.requeue_timestamp)
+            if args.requeue_timestamp
+            else None,
         )
         reports[name] = run.report.as_dict() | {"wall_s": time.perf_counter() - t0}
     for r in reports.values():
@@ -283,7 +294,8 @@ def _run(args: argparse.Namespace) -> int:
         f"## Queues on Philly: {args.jobs} jobs per window, load x{args.load:g}, "
         f"{FLEET}, quotas from the {args.history_days:g} days before each window, "
         f"engine {args.engine}, type delay {args.type_delay:g}, aging {args.aging_s or 3600:g} s, "
-        f"service tier {args.service_tier_gpu_s:g} GPU-s, {args.weights} weights\n"
+        f"service tier {args.service_tier_gpu_s:g} GPU-s, requeue timestamp "
+        f"{args.requeue_timestamp or Policy().requeue_timestamp.value}, {args.weights} weights\n"
     )
     print(
         "| window | seed | tenants | policy | avg JCT (h) | util. (arrivals) | work util. "
@@ -336,6 +348,7 @@ def _run(args: argparse.Namespace) -> int:
             "type_delay": args.type_delay,
             "aging_s": args.aging_s,
             "service_tier_gpu_s": args.service_tier_gpu_s,
+            "requeue_timestamp": args.requeue_timestamp or Policy().requeue_timestamp.value,
             "weights": args.weights,
             "policies": args.policies,
             "fleet": FLEET,

@@ -262,16 +262,16 @@ class _Model:
     # Gangs that must run (they preempted) are left out: they are admitted whatever the order.
     def _build_fifo(self, gangs: Sequence[Gang]) -> None:
         # Alike but for id, wait and service: admitted in the queue's order, the service tier's
-        # fresh gangs first (service_tier.py), then the longest waiting.
+        # fresh gangs first (service_tier.py), then the earliest in line (`Gang.in_line_s`).
         gate = self.state.gate
         alike: dict[Gang, list[Gang]] = {}
         for gang in gangs:
             if gang.id in self.by_gang and gang.id not in self.forced:
-                key = replace(gang, id="", waited_s=0.0, attained_gpu_s=0.0)
+                key = replace(gang, id="", waited_s=0.0, queued_s=None, attained_gpu_s=0.0)
                 alike.setdefault(key, []).append(gang)
         for same in alike.values():
             same.sort(
-                key=lambda g: (-(gate.rank(g)[1] if gate is not None else 0), -g.waited_s, g.id)
+                key=lambda g: (-(gate.rank(g)[1] if gate is not None else 0), -g.in_line_s, g.id)
             )
             for first, then in itertools.pairwise(same):
                 self.model.add(

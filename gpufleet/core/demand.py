@@ -56,6 +56,11 @@ class Gang:
     # for a job that never ran. Inside a queue it ranks the gang below same-priority fresh
     # gangs once it reaches `Policy.service_tier_gpu_s` (service_tier.py).
     attained_gpu_s: float = 0.0
+    # How long the gang has held its place in line, when that is not its wait: with the
+    # requeue timestamp `creation` (`Policy.requeue_timestamp`), an evicted gang's time since
+    # its job was created. None: its place in line is its wait (`waited_s`). It orders gangs
+    # of one queue (and alike gangs) only; aging, reservations and the type delay read waits.
+    queued_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.acceptable:
@@ -70,6 +75,8 @@ class Gang:
             raise ValueError(f"gang {self.id}: priority must be >= 0")
         if self.waited_s < 0:
             raise ValueError(f"gang {self.id}: waited_s must be >= 0")
+        if self.queued_s is not None and not self.queued_s >= self.waited_s:
+            raise ValueError(f"gang {self.id}: queued_s must be >= waited_s")
         if not self.attained_gpu_s >= 0:  # also refuses NaN
             raise ValueError(f"gang {self.id}: attained_gpu_s must be >= 0")
         if self.max_slowdown is not None and not 0 < self.max_slowdown < 1:
@@ -87,6 +94,12 @@ class Gang:
                 f"gang {self.id}: scaling needs a positive throughput for each replica count up to "
                 "grows_from + replicas_max, relative to one replica (the first is 1)"
             )
+
+    @property
+    def in_line_s(self) -> float:
+        """How long the gang has held its place in line: the longer, the earlier it goes among
+        otherwise equal gangs (its `queued_s`, else its wait)."""
+        return self.waited_s if self.queued_s is None else self.queued_s
 
     @property
     def uses_mig(self) -> bool:

@@ -28,9 +28,13 @@ Pending gangs are offered to placement in max-min order (progressive filling): g
 queue's nominal quota covers first (the guarantee), then the rest; within each tier the queue
 with the lowest rho goes next, and its rho grows by the gang's best-case throughput before the
 next pick. Inside a queue: higher priority first, then the service tier (less attained service
-first: service_tier.py), then longer waiting, then larger. Aging: a
+first: service_tier.py), then earlier in line (`Gang.in_line_s`: the longer waiting, or with
+the requeue timestamp `creation` an evicted gang by its job's creation), then larger. Aging: a
 gang that has waited `aging_s` or longer goes ahead of every gang of its tier that has not,
-oldest first, so a queue that is always above its share still gets its long-waiting work in.
+earliest in line first, so a queue that is always above its share still gets its long-waiting
+work in. Aging reads the wait (`waited_s`, since the gang's eviction if it was evicted), never
+the place in line: an evicted gang with an old place in line is not aged at once (it would go
+before the fair-share order at once and could evict its evictor: preemption thrash).
 """
 
 from __future__ import annotations
@@ -193,7 +197,7 @@ def _reference(
 
 def _within_queue(gang: Gang, tier_gpu_s: float | None) -> tuple[float, ...]:
     priority, tier = rank(gang, tier_gpu_s)
-    return (-priority, -tier, -gang.waited_s, -gang.gpus_needed(gang.replicas_min))
+    return (-priority, -tier, -gang.in_line_s, -gang.gpus_needed(gang.replicas_min))
 
 
 def order_pending(
@@ -232,7 +236,7 @@ def order_pending(
     rho = {q: s.rho for q, s in shares.items()}
     for level in (0, 1):
         aged = [g for g in pending if tier[g.id] == level and g.waited_s >= aging_s]
-        out.extend(sorted(aged, key=lambda g: (-g.waited_s, g.id)))
+        out.extend(sorted(aged, key=lambda g: (-g.in_line_s, g.id)))
         heads: list[tuple[float, str]] = []
         lines: dict[str, list[Gang]] = {}
         for home, members in queues.items():

@@ -527,13 +527,13 @@ def commit_priced(
 
 
 def greedy_order(gangs: Sequence[Gang], state: ClusterState | None = None) -> list[Gang]:
-    """Priority first, then larger gangs first, then the longest waiting (first come, first
-    served among equals), then id for determinism; with queues, the queues' fair-share order
-    (fairshare.py)."""
+    """Priority first, then larger gangs first, then the earliest in line (`Gang.in_line_s`:
+    first come, first served among equals), then id for determinism; with queues, the queues'
+    fair-share order (fairshare.py)."""
     if state is not None and state.gate is not None:
         return state.gate.order(gangs)
     return sorted(
-        gangs, key=lambda g: (-g.priority, -g.gpus_needed(g.replicas_min), -g.waited_s, g.id)
+        gangs, key=lambda g: (-g.priority, -g.gpus_needed(g.replicas_min), -g.in_line_s, g.id)
     )
 
 

@@ -11,6 +11,20 @@ class Engine(StrEnum):
     GREEDY = "greedy"
 
 
+class RequeueTimestamp(StrEnum):
+    """Where an evicted gang goes back in line (Kueue's `requeuingStrategy.timestamp`).
+
+    EVICTION: at the back, from its eviction (its wait starts again, Kueue's default).
+    CREATION: where its job's creation put it, so it goes before the gangs of its queue
+    submitted after it. Either way its `Gang.waited_s` (queue aging, node reservations, the
+    type delay's patience) counts from its eviction: only its place in line changes
+    (`Gang.queued_s`, set by the callers that build gangs: the live view and the simulator).
+    """
+
+    EVICTION = "eviction"
+    CREATION = "creation"
+
+
 @dataclass(frozen=True, slots=True)
 class Weights:
     """Relative weights of the objective terms (all >= 0).
@@ -192,6 +206,9 @@ class Policy:
     # team's long ones. The tier never lifts a gang over a higher priority and is never
     # compared across queues; outside queues it does nothing. None: no tier (priority only).
     service_tier_gpu_s: float | None = SERVICE_TIER_GPU_S
+    # Where an evicted gang goes back in line (`RequeueTimestamp`). The core does not read it:
+    # the callers that build the gangs (the live view, the simulator) set `Gang.queued_s` by it.
+    requeue_timestamp: RequeueTimestamp = RequeueTimestamp.EVICTION
 
     def __post_init__(self) -> None:
         if self.service_tier_gpu_s is not None and not self.service_tier_gpu_s > 0:

@@ -71,11 +71,11 @@ def cap_identical(
     lowest = min((r.priority for r in snapshot.running if r.preemptible), default=None)
     classes: dict[Gang, list[PendingGang]] = defaultdict(list)
     for pg in offered:
-        classes[replace(pg.gang, id="", waited_s=0.0)].append(pg)
+        classes[replace(pg.gang, id="", waited_s=0.0, queued_s=None)].append(pg)
     keep: set[str] = set()
     capped: dict[str, str] = {}
     for shape, members in classes.items():
-        members.sort(key=lambda pg: (-pg.gang.waited_s, pg.gang.id))  # the core's order
+        members.sort(key=lambda pg: (-pg.gang.in_line_s, pg.gang.id))  # the core's order
         limit = len(members)
         preempts = may_preempt and lowest is not None and lowest < shape.priority
         rest = members[0].gang.id.endswith("#rest")  # phase 7 needs the core's answer

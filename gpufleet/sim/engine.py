@@ -27,9 +27,13 @@ gang also carries the service its job has received so far (GPUs x run time over 
 `attained_gpu_s`: a pending gang its earlier runs, a running one its current run too), which the
 core's service tier ranks gangs of one queue by.
 
-Waiting: a gang waits (`Gang.waited_s`, and its place in line) from its arrival, or from its
-last eviction (a preempted gang, or a partial one that gave up its GPUs), as the live scheduler
-counts from its recreated pods' creation and Kueue requeues an evicted workload by default.
+Waiting: a gang waits (`Gang.waited_s`) from its arrival, or from its last eviction (a
+preempted gang, or a partial one that gave up its GPUs), as the live scheduler counts from its
+recreated pods' creation. Its place in line follows the policy's requeue timestamp
+(`Policy.requeue_timestamp`), as live: with `eviction` (the default, Kueue's default) it is its
+wait, so an evicted gang goes to the back; with `creation` an evicted gang keeps its arrival's
+place (`Gang.queued_s`: the time since its arrival), both in the order its queue's gangs go in
+and in which of the waiting gangs a decision sees (`max_pending`, oldest first).
 
 Applying a decision: preemptions first, then the moved gangs stop, then MIG repartitions (the
 GPU is usable after `mig_repartition_s`), then placements, then the moved gangs restart on their
@@ -105,7 +109,7 @@ from gpufleet.core.borrowing import elastic_units
 from gpufleet.core.decision import Decision, Move
 from gpufleet.core.demand import Gang, Topology, TypeOption
 from gpufleet.core.moves import expected_remaining, unsaved_s
-from gpufleet.core.policy import Policy
+from gpufleet.core.policy import Policy, RequeueTimestamp
 from gpufleet.core.power_down import NodePower, PowerState, boot_waits, plan_power
 from gpufleet.core.queues import QueueTree
 from gpufleet.core.scaling import linear, refine
@@ -338,6 +342,8 @@ class Simulation:
         self._forced = False
         self._blocked = False  # the last cycle left at least one gang pending
         self._waiting: dict[str, _Job] = {}
+        # An evicted gang keeps its arrival's place in line (module docstring, Waiting).
+        self._by_creation = policy.policy.requeue_timestamp is RequeueTimestamp.CREATION
         self._elastic = [j for j in self.jobs.values() if j.gang.elastic]
         self._rests: dict[str, _Job] = {}  # pending `<job>#rest` gangs of the last decision
         self._units: dict[str, tuple[_Job, int]] = {}  # growth units: job, replica index
@@ -598,13 +604,17 @@ class Simulation:
 
     # ----- the scheduling cycle ----------------------------------------------------------------
 
+    def _in_line_since(self, job: _Job) -> float:
+        """Since when `job` has held its place in line (module docstring, Waiting)."""
+        return job.trace.arrival_s if self._by_creation else job.queue_key
+
     def _oldest_waiting(self) -> list[_Job]:
         """The waiting jobs one decision sees: the oldest `max_pending`, or with queues the
         oldest of each queue in turn (see the module docstring), oldest first."""
         limit = self.settings.max_pending
 
         def age(j: _Job) -> tuple[float, int]:
-            return (j.queue_key, j.seq)
+            return (self._in_line_since(j), j.seq)
 
         if self._queues is None or len(self._waiting) <= limit:
             return heapq.nsmallest(limit, self._waiting.values(), key=age)
@@ -630,12 +640,15 @@ class Simulation:
                 rest = gang.replicas_min - len(job.replicas)
                 gang = replace(gang, replicas_min=rest, replicas_max=rest)
             waited = max(0.0, self.now - job.queue_key)
+            in_line = max(waited, self.now - self._in_line_since(job))
             if not job.replicas:
                 gang = self._refined(job)
             served = self._attained_gpu_s(job)
             if self._queues is not None and served > 0:
                 # The service of its earlier runs, for the core's service tier.
                 gang = replace(gang, attained_gpu_s=served)
+            if in_line > waited:  # an evicted gang with the requeue timestamp `creation`
+                gang = replace(gang, queued_s=in_line)
             out.append(replace(gang, waited_s=waited) if waited > 0 else gang)
         return out
 
@@ -838,8 +851,8 @@ class Simulation:
                 self._lose_unsaved(job)
                 self._release(job)
                 job.record.preemptions += 1
-                # Waits again from its eviction, as live (its pods are recreated then), and
-                # is requeued there (Kueue's default requeue timestamp, Eviction).
+                # Waits again from its eviction, as live (its pods are recreated then); its
+                # place in line is there too unless the policy requeues by creation.
                 job.queue_key = self.now
                 self._to_waiting(job)
         for jid, indices in sorted(shrink.items()):

@@ -16,7 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpufleet.core.place import place
-from gpufleet.core.policy import SERVICE_TIER_GPU_S, Engine, SolverSettings, TypeDelay
+from gpufleet.core.policy import (
+    SERVICE_TIER_GPU_S,
+    Engine,
+    Policy,
+    RequeueTimestamp,
+    SolverSettings,
+    TypeDelay,
+)
 from gpufleet.core.presets import preset_policy
 from gpufleet.model.fleet import FleetSpec
 from gpufleet.sim.baselines import GavelTenantPolicy
@@ -43,21 +50,27 @@ def make_tenant_policy(
     type_delay: TypeDelay | None = None,
     aging_s: float | None = None,
     service_tier_gpu_s: float | None = SERVICE_TIER_GPU_S,
+    requeue_timestamp: RequeueTimestamp | None = None,
 ) -> SimPolicy:
     """A policy of `TENANT_POLICIES`. For gpufleet only: `engine` and `seed` are the core's
     solver settings, `type_delay` its delay scheduling across GPU types (off by default),
     `aging_s` its queue aging (`Policy.queue_aging_s`, 1 h by default) and
     `service_tier_gpu_s` its service tier's threshold (`Policy.service_tier_gpu_s`, the core's
-    default; None: no tier)."""
+    default; None: no tier) and `requeue_timestamp` where an evicted gang goes back in line
+    (`Policy.requeue_timestamp`; None: the core's default). The Kueue-like baseline always
+    requeues by eviction, Kueue's default (`waitForPodsReady.requeuingStrategy.timestamp`)."""
     if name == "gpufleet":
         solver = SolverSettings(engine=engine, seed=seed)
         policy = preset_policy("balanced", solver, type_delay)
         policy = replace(policy, service_tier_gpu_s=service_tier_gpu_s)
         if aging_s is not None:
             policy = replace(policy, queue_aging_s=aging_s)
+        if requeue_timestamp is not None:
+            policy = replace(policy, requeue_timestamp=requeue_timestamp)
         return SimPolicy(name=name, place=place, policy=policy)
     if name == "kueue":
-        return SimPolicy(name=name, place=KueueLikePolicy())
+        kueue = Policy(requeue_timestamp=RequeueTimestamp.EVICTION)
+        return SimPolicy(name=name, place=KueueLikePolicy(), policy=kueue)
     if name == "gavel-tenants":
         return SimPolicy(name=name, place=GavelTenantPolicy(clock), round_s=ROUND_S)
     raise ValueError(f"unknown tenant policy {name!r}; choose from {', '.join(TENANT_POLICIES)}")
@@ -93,6 +106,7 @@ def run_tenants(
     type_delay: TypeDelay | None = None,
     aging_s: float | None = None,
     service_tier_gpu_s: float | None = SERVICE_TIER_GPU_S,
+    requeue_timestamp: RequeueTimestamp | None = None,
 ) -> TenantRun:
     """Replay `workload` with `setup`'s queues under the named policy and score it (the
     gpufleet-only settings as `make_tenant_policy` takes them)."""
@@ -107,6 +121,7 @@ def run_tenants(
         type_delay=type_delay,
         aging_s=aging_s,
         service_tier_gpu_s=service_tier_gpu_s,
+        requeue_timestamp=requeue_timestamp,
     )
     monitor = QuotaMonitor(setup.tree)
     sim_settings = replace(settings or SimSettings(), queues=setup.tree)
