@@ -42,11 +42,13 @@ from pydantic_settings.sources.utils import parse_env_vars
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
 from gpufleet.core.policy import (
     QUEUE_AGING_S,
+    REQUEUE_TIMESTAMP,
     SERVICE_TIER_GPU_S,
     Engine,
     MoveRule,
     Policy,
     PowerDownRule,
+    RequeueTimestamp,
     SolverSettings,
     Weights,
 )
@@ -241,10 +243,18 @@ class PlacementSettings(_Group):
         "fair-share order, and one needing many GPUs on one node that fits nowhere has a node "
         "reserved for it.",
     )
+    requeue_timestamp: RequeueTimestamp = Field(
+        REQUEUE_TIMESTAMP,
+        description="Where an evicted job goes back in line among its queue's jobs (Kueue's "
+        "requeuingStrategy.timestamp): eviction, at the back (its place counts from its "
+        "recreated pods); creation, where its submission put it (the TrainingJob's "
+        "creationTimestamp, which the operator writes on its pods; bare pods: their earliest "
+        "creation). Either way queue aging counts from the eviction.",
+    )
 
     def policy(self) -> Policy:
         """The core's `Policy`: the preset with the solver settings, power-down rule, move rule,
-        service tier, queue aging and weight overrides."""
+        service tier, queue aging, requeue timestamp and weight overrides."""
         policy = preset_policy(
             self.preset, self.solver.solver_settings(), power_down=self.power_down.rule()
         )
@@ -253,6 +263,7 @@ class PlacementSettings(_Group):
             moves=self.moves.rule(),
             service_tier_gpu_s=self.service_tier_gpu_s or None,  # 0: no tier
             queue_aging_s=self.queue_aging_s,
+            requeue_timestamp=self.requeue_timestamp,
         )
         overrides = {k: v for k, v in self.weights.model_dump().items() if v is not None}
         if not overrides:

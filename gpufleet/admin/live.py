@@ -23,6 +23,7 @@ from typing import Any
 from kubernetes import client
 
 from gpufleet.admin.steps import Standalone, StepsSource
+from gpufleet.core.policy import RequeueTimestamp
 from gpufleet.model.contract import names
 from gpufleet.model.crd_common import API_GROUP, API_VERSION
 from gpufleet.model.gpus import Catalog
@@ -188,12 +189,17 @@ class LiveFleet:
     def ready(self) -> bool:
         return all(i.synced.is_set() for i in self.informers) and self._also_ready()
 
-    def observe(self, extra_pods: Sequence[Obj] = ()) -> Observed:
-        """The cluster now; `extra_pods` are added as if they existed (what-ifs)."""
+    def observe(
+        self,
+        extra_pods: Sequence[Obj] = (),
+        requeue: RequeueTimestamp = RequeueTimestamp.EVICTION,
+    ) -> Observed:
+        """The cluster now; `extra_pods` are added as if they existed (what-ifs); `requeue`
+        is the policy's requeue timestamp (the pending gangs' places in line)."""
         state = self.cache.state()
         jobs = self.jobs.items()
         with self._lock:  # the builder's memo is not thread-safe
-            view = self._builder.build_state(state, extra_pods)
+            view = self._builder.build_state(state, extra_pods, requeue)
         return Observed(state, view, jobs, self.catalog, self.scheduler_name)
 
 

@@ -90,7 +90,7 @@ def what_if(
         raise ProblemError(422, "metadata.name is required: the job's pods are named after it")
     ref = JobRef(namespace=namespace, kind=job.kind, name=name)
     extra = manifest_pods(job, namespace, live.scheduler_name)
-    observed = live.observe(extra)
+    observed = live.observe(extra, policy.requeue_timestamp)
     if (namespace, job.kind, name) in observed.jobs:
         raise ProblemError(
             409, f"{job.kind} {namespace}/{name} exists already; a what-if is for a new job"

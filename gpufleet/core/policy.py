@@ -180,6 +180,9 @@ class SolverSettings:
 SERVICE_TIER_GPU_S = 1800.0
 # The default `Policy.queue_aging_s`: an hour.
 QUEUE_AGING_S = 3600.0
+# The default `Policy.requeue_timestamp`: Kueue's default (bench/README.md, Queues, "Requeue
+# timestamp", compares the two on the tuning windows).
+REQUEUE_TIMESTAMP = RequeueTimestamp.EVICTION
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +211,7 @@ class Policy:
     service_tier_gpu_s: float | None = SERVICE_TIER_GPU_S
     # Where an evicted gang goes back in line (`RequeueTimestamp`). The core does not read it:
     # the callers that build the gangs (the live view, the simulator) set `Gang.queued_s` by it.
-    requeue_timestamp: RequeueTimestamp = RequeueTimestamp.EVICTION
+    requeue_timestamp: RequeueTimestamp = REQUEUE_TIMESTAMP
 
     def __post_init__(self) -> None:
         if self.service_tier_gpu_s is not None and not self.service_tier_gpu_s > 0:

@@ -5,7 +5,8 @@ Worker i is the pod `<job>-worker-<i>` with hostname `<job>-worker-<i>` in the s
 address is known before the pod exists. Names are deterministic: a restarted operator that
 creates a pod again gets AlreadyExists instead of a duplicate. The scheduling wishes of the job
 travel as pod annotations that gpufleet's scheduler reads (gpufleet.model.contract), with what
-its status says the scheduler needs: its recent moves and its ended runs' service.
+its status says the scheduler needs: its recent moves and its ended runs' service; and when the
+job was created, so its recreated pods keep its place in line (`submitted` module).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from gpufleet.model.contract import names
 from gpufleet.model.contract.moves import checkpoint_annotations, move_times_annotations
 from gpufleet.model.contract.scaling import DIGITS, scaling_annotations
 from gpufleet.model.contract.service import attained_annotations
+from gpufleet.model.contract.submitted import submitted_annotations
 from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.model.contract.wishes import wish_annotations
 from gpufleet.model.crd_common import API_GROUP, API_VERSION
@@ -150,6 +152,7 @@ def worker_pod(
         **scheduling_annotations(spec),
         **move_annotations(job),
         **attained_annotations(_attained(job.status)),
+        **submitted_annotations(parse_time(job.created)),
         **scaling_annotations(scaling_curve(spec, throughput_reports(job.status))),
     }
     pod_spec["schedulerName"] = scheduler_name

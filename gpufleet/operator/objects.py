@@ -53,6 +53,7 @@ class TrainingJobObject:
     template: Obj  # the workers' pod template as written
     status: Obj = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)  # the job's own
+    created: str | None = None  # its creationTimestamp, as the API server wrote it
 
     @classmethod
     def of(cls, body: Obj) -> TrainingJobObject:
@@ -64,6 +65,7 @@ class TrainingJobObject:
             raw["template"],
             body.get("status") or {},
             body["metadata"].get("annotations") or {},
+            body["metadata"].get("creationTimestamp"),
         )
 
 

@@ -9,9 +9,16 @@ once all of its pods exist, so it has been pending since its latest pod was crea
 `waited_s` (the queues' aging and node reservations, the type delay's patience) counts from that
 pod's `creationTimestamp` to the builder's wall clock, at least 0 (a clock skewed behind). The
 operator recreates an evicted or moved job's workers as new pods, so a gang's wait starts again
-at its eviction (Kueue's default requeue timestamp, `Eviction`); a gang of bare pods counts
-from its own pods. A running job's room to grow (`<gang>#rest` past its size) never waits:
-growth is opportunistic, as in the simulator.
+at its eviction; a gang of bare pods counts from its own pods. Its place in line follows the
+policy's requeue timestamp (`Policy.requeue_timestamp`, passed to `build`): with `eviction`
+(the default, Kueue's default) it is that wait, so an evicted gang goes to the back; with
+`creation` a gang is in line since its job was submitted, which the operator writes on every
+pod it creates (the TrainingJob's `creationTimestamp`, `gpufleet.io/submitted-at`: the pods
+alone tell, so the scheduler reads no jobs and the annotation survives the pods' recreation),
+or for pods without it since the gang's earliest pod's creation; the gang's `queued_s` is that
+time when it exceeds the wait (an evicted or moved gang), in whole seconds. A running job's
+room to grow (`<gang>#rest` past its size) never waits: growth is opportunistic, as in the
+simulator.
 """
 
 from __future__ import annotations
@@ -24,11 +31,13 @@ from typing import Any
 
 from gpufleet.core.borrowing import elastic_units
 from gpufleet.core.demand import Gang, TypeOption
+from gpufleet.core.policy import RequeueTimestamp
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.core.state import ClusterState
 from gpufleet.model.contract import names
 from gpufleet.model.contract.lending import borrowed_from, loan_gpus
 from gpufleet.model.contract.moves import Checkpoint
+from gpufleet.model.contract.submitted import read_submitted
 from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.model.gpus import Catalog
 from gpufleet.model.inventory import Node
@@ -266,11 +275,17 @@ class ViewBuilder:
             str,
             tuple[tuple[Pod, ...], tuple[int, bool, str | None, frozenset[str]], PendingGang | str],
         ] = {}
-        # gang -> (its pending gang as built, since when it waits, its nodes and whole seconds
-        # waited, the gang offered with them): copied again only when one of those changes.
+        # gang -> (its pending gang as built, since when it waits and since when it is in line
+        # by creation, its nodes, whole seconds waited and in line (None: as waited), the gang
+        # offered with them): copied again only when one of those changes.
         self._waits: dict[
             str,
-            tuple[PendingGang, datetime | None, tuple[frozenset[str] | None, int], PendingGang],
+            tuple[
+                PendingGang,
+                tuple[datetime | None, datetime | None],
+                tuple[frozenset[str] | None, int, int | None],
+                PendingGang,
+            ],
         ] = {}
         self._eligibility = Eligibility()
         self._trees = QueueTrees()
@@ -371,42 +386,63 @@ class ViewBuilder:
         pending: list[PendingGang],
         outcomes: Mapping[str, Outcome],
         facts: Mapping[str, PodFacts],
+        requeue: RequeueTimestamp,
     ) -> list[PendingGang]:
-        """`pending` with each gang's allowed nodes and its wait at the wall clock's reading, in
-        whole seconds (the creation times' resolution; module docstring)."""
+        """`pending` with each gang's allowed nodes, its wait and (requeued by creation) its
+        time in line at the wall clock's reading, in whole seconds (the creation times'
+        resolution; module docstring)."""
         now = self.wall()
         old, new = self._waits, {}
         out: list[PendingGang] = []
+        by_creation = requeue is RequeueTimestamp.CREATION
         for pg in pending:
             allowed = outcomes[pg.gang.id].allowed
             seen = old.get(pg.gang.id)
             if seen is not None and seen[0] is not pg:
                 seen = None
-            since = _since(pg, facts) if seen is None else seen[1]
+            stamps = (_since(pg, facts), _in_line_since(pg, facts)) if seen is None else seen[1]
+            since, line_since = stamps
             waited = 0 if since is None else max(0, int((now - since).total_seconds()))
-            if seen is not None and seen[2][0] is allowed and seen[2][1] == waited:
+            queued = None
+            if by_creation and line_since is not None:
+                in_line = max(0, int((now - line_since).total_seconds()))
+                queued = in_line if in_line > waited else None
+            inputs = (allowed, waited, queued)
+            if seen is not None and seen[2][0] is allowed and seen[2][1:] == inputs[1:]:
                 made = seen[3]
-            elif allowed is None and not waited:
+            elif allowed is None and not waited and queued is None:
                 made = pg
             else:
-                gang = replace(pg.gang, allowed_nodes=allowed, waited_s=float(waited))
+                gang = replace(
+                    pg.gang,
+                    allowed_nodes=allowed,
+                    waited_s=float(waited),
+                    queued_s=None if queued is None else float(queued),
+                )
                 made = PendingGang(gang, pg.pods)
-            new[pg.gang.id] = (pg, since, (allowed, waited), made)
+            new[pg.gang.id] = (pg, stamps, inputs, made)
             out.append(made)
         self._waits = new
         return out
 
-    def build_state(self, state: CachedState, extra_pods: Sequence[Pod] = ()) -> ClusterView:
+    def build_state(
+        self,
+        state: CachedState,
+        extra_pods: Sequence[Pod] = (),
+        requeue: RequeueTimestamp = RequeueTimestamp.EVICTION,
+    ) -> ClusterView:
         """The core's input from the cache's `state` as the scheduler decides on it: its
         nodes, pods (plus `extra_pods`, as if they existed: the admin API's what-ifs), MIG
-        configs, GPUQueues and namespace labels. The live loop and the admin API both build
-        here, so a what-if sees the quotas the scheduler sees."""
+        configs, GPUQueues and namespace labels; `requeue` is the policy's requeue timestamp.
+        The live loop and the admin API both build here, so a what-if sees the quotas (and
+        the places in line) the scheduler sees."""
         return self.build(
             state.nodes,
             [*state.pods, *extra_pods] if extra_pods else state.pods,
             state.mig_configs,
             queues=state.queues,
             namespace_labels=state.namespace_labels,
+            requeue=requeue,
         )
 
     def build(
@@ -417,11 +453,13 @@ class ViewBuilder:
         facts: Mapping[str, PodFacts] | None = None,
         queues: Iterable[Mapping[str, Any]] | None = None,
         namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+        requeue: RequeueTimestamp = RequeueTimestamp.EVICTION,
     ) -> ClusterView:
         """The core's input for one cycle. `all_pods` already includes assumed bindings;
         `facts` are `self.facts(all_pods)` when the caller has them already; `queues` are the
         GPUQueue objects (None: no queues, no quotas); `namespace_labels` the namespaces'
-        labels, for the queues' namespace selectors."""
+        labels, for the queues' namespace selectors; `requeue` the policy's requeue timestamp
+        (`Policy.requeue_timestamp`: where an evicted gang's place in line is)."""
         catalog = self.catalog
         core_nodes = self._core_nodes(nodes, mig_configs)
         if facts is None:
@@ -479,7 +517,7 @@ class ViewBuilder:
         firsts |= {gid: f.pod for gid, f in movable.items()}
         outcomes, free = self._eligibility.evaluate(gpu_nodes, facts, firsts)
         snapshot = _with_demands(catalog, snapshot, movable, outcomes, present)
-        pending = self._with_waits(pending, outcomes, facts)
+        pending = self._with_waits(pending, outcomes, facts, requeue)
         return ClusterView(
             snapshot,
             tuple(pending),
@@ -502,6 +540,20 @@ def _since(pg: PendingGang, facts: Mapping[str, PodFacts]) -> datetime | None:
     created = [parse_time(facts[k].pod["metadata"].get("creationTimestamp")) for k in pg.pods]
     stamps = [t for t in created if t is not None]
     return max(stamps) if stamps and len(stamps) == len(created) else None
+
+
+def _in_line_since(pg: PendingGang, facts: Mapping[str, PodFacts]) -> datetime | None:
+    """Since when `pg` is in line by its job's creation: when its pods say the job was
+    submitted (the operator's `submitted-at`), else its earliest pod's creation; None for a
+    job's room to grow or when no pod says (module docstring)."""
+    if pg.gang.grows_from:
+        return None
+    metas = [facts[k].pod["metadata"] for k in pg.pods]
+    said = [t for m in metas if (t := read_submitted(m.get("annotations") or {})) is not None]
+    if said:
+        return min(said)
+    created = [t for m in metas if (t := parse_time(m.get("creationTimestamp"))) is not None]
+    return min(created, default=None)
 
 
 def _node_holders(
@@ -681,12 +733,18 @@ def build_view(
     queues: Iterable[Mapping[str, Any]] | None = None,
     namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
     wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+    requeue: RequeueTimestamp = RequeueTimestamp.EVICTION,
 ) -> ClusterView:
     """The core's input for one cycle, from scratch, the waits counted to `wall`'s reading.
     `all_pods` already includes assumed bindings. The live loop keeps a `ViewBuilder` instead,
     which reuses unchanged parts."""
     return ViewBuilder(catalog, wall=wall).build(
-        nodes, all_pods, mig_configs, queues=queues, namespace_labels=namespace_labels
+        nodes,
+        all_pods,
+        mig_configs,
+        queues=queues,
+        namespace_labels=namespace_labels,
+        requeue=requeue,
     )
 
 

@@ -273,7 +273,7 @@ class Scheduler:
         an object cannot be read: a bad object must not stop scheduling."""
         try:
             state = self.cache.state()
-            view = self.views.build_state(state)
+            view = self.views.build_state(state, requeue=policy.requeue_timestamp)
         except Exception as exc:
             log.exception("cycle=%d snapshot failed; retrying next cycle", self.cycle)
             report.error = f"snapshot: {exc}"

@@ -20,12 +20,14 @@ import pytest
 from gpufleet.core.autoscaling_settings import AutoscalerSettings
 from gpufleet.core.policy import (
     QUEUE_AGING_S,
+    REQUEUE_TIMESTAMP,
     SERVICE_TIER_GPU_S,
     Engine,
     MoveRule,
     Policy,
     PowerCapRule,
     PowerDownRule,
+    RequeueTimestamp,
     SolverSettings,
     Weights,
 )
@@ -358,3 +360,12 @@ def test_the_queue_aging_is_the_cores_default_and_must_be_positive() -> None:
     assert load(environ={env: "600"}).placement.policy().queue_aging_s == 600.0
     with pytest.raises(SettingsError, match=env):
         load(environ={env: "0"})
+
+
+def test_the_requeue_timestamp_is_the_cores_default_and_one_of_two() -> None:
+    assert load(environ={}).placement.policy().requeue_timestamp is REQUEUE_TIMESTAMP
+    env = "GPUFLEET_PLACEMENT__REQUEUE_TIMESTAMP"
+    policy = load(environ={env: "creation"}).placement.policy()
+    assert policy.requeue_timestamp is RequeueTimestamp.CREATION
+    with pytest.raises(SettingsError, match=env):
+        load(environ={env: "arrival"})

@@ -1,13 +1,15 @@
 """Worker pods and the headless Service built from a TrainingJob: names, ranks, PyTorch
-rendezvous variables, GPU/MIG requests, the GPU taint's toleration, scheduler hints, owner
-references."""
+rendezvous variables, GPU/MIG requests, the GPU taint's toleration, scheduler hints (the job's
+submission time among them), owner references."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from gpufleet.model.contract import names
 from gpufleet.model.contract.moves import Checkpoint, read_move_times
+from gpufleet.model.contract.submitted import read_submitted
 from gpufleet.model.trainingjob import TrainingJobSpec
 from gpufleet.operator import children
 from gpufleet.operator.children import JOB_LABEL, MASTER_PORT, min_replicas, replica_count
@@ -168,3 +170,15 @@ def test_checkpoint_and_move_times_reach_the_scheduler() -> None:
 
     plain = worker_pod(job(), 0)["metadata"]["annotations"]
     assert names.CHECKPOINT not in plain and Checkpoint.read(plain) is None
+
+
+def test_every_worker_says_when_its_job_was_submitted() -> None:
+    manifest = job()
+    manifest["metadata"]["creationTimestamp"] = "2026-12-05T10:00:00Z"
+    for index in range(3):
+        pod = worker_pod(manifest, index)
+        annotations = pod["metadata"]["annotations"]
+        assert annotations[names.SUBMITTED_AT] == "2026-12-05T10:00:00Z"
+        assert read_submitted(annotations) == datetime(2026, 12, 5, 10, tzinfo=UTC)
+    # A job not created yet (a what-if's manifest) says nothing.
+    assert names.SUBMITTED_AT not in worker_pod(job(), 0)["metadata"]["annotations"]
