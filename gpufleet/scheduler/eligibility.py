@@ -17,21 +17,24 @@ The scheduler offers the core a gang with `allowed_nodes` set to the nodes that 
 all do, so that the common case costs the core nothing), and the pending reason names the
 filters and counts. Several replicas, or several gangs of one decision, on one node could still
 exceed its CPU or memory: `overcommitted` finds such gangs in a decision, and the loop holds
-them back for a cycle. Pure functions of pod and node
-dicts; the per-node and per-pod parsing is memoised by object identity, as in `cluster_view.py`.
+them back for a cycle. A placement bound without the core (a nominated gang's at the end of its
+wait, a moved gang's reserved one: nominated.py, mover.py) passes the same checks (`asks`,
+`misfit`), and what it takes is taken from the nodes' free resources first (`deduct`). Pure
+functions of pod and node dicts; the per-node and per-pod parsing is memoised by object
+identity, as in `cluster_view.py`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Final
 
 from kubernetes.utils.quantity import parse_quantity
 
-from gpufleet.core.decision import Decision
+from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.scheduler.pods import Pod, PodFacts
 
 Obj = Mapping[str, Any]
@@ -384,6 +387,58 @@ class Eligibility:
         return outcomes, free
 
 
+def asks(placement: GangPlacement, outcomes: Mapping[str, Outcome]) -> dict[str, Resources]:
+    """Node -> the CPU, memory and ephemeral storage `placement`'s replicas ask of it, each
+    replica one pod of its gang's requests (`outcomes`: gang id -> its eligibility)."""
+    outcome = outcomes.get(placement.gang_id)
+    requests = Resources() if outcome is None else outcome.requests
+    out: dict[str, Resources] = {}
+    for replica in placement.replicas:
+        out[replica.node] = out.get(replica.node, Resources()) + requests
+    return out
+
+
+def _shortfall(want: Mapping[str, Resources], free: Mapping[str, Resources]) -> str | None:
+    """Why pods asking `want` of their nodes do not fit together in the nodes' `free` CPU,
+    memory and ephemeral storage (the first node short, by name); None when they fit."""
+    short = {
+        node: names
+        for node, r in want.items()
+        if (names := r.short_of(free.get(node, Resources())))
+    }
+    if not short:
+        return None
+    node, names = sorted(short.items())[0]
+    what = ", ".join(names)
+    return f"{RESOURCES_FIT}: its pods together need more {what} than {node} has to spare"
+
+
+def misfit(
+    allowed: Collection[str] | None,
+    want: Mapping[str, Resources],
+    free: Mapping[str, Resources],
+) -> str | None:
+    """Why pods asking `want` of their nodes (`asks`) may not be bound there as they are: a
+    node not among the nodes they may use (`allowed`, `Gang.allowed_nodes`: taints, node
+    selector and affinity, one pod's CPU, memory and ephemeral storage; None: all), or the
+    pods together short of a node's `free` resources (`overcommitted`'s check); None when they
+    pass the filters a placement of the core passes before it is bound."""
+    if allowed is not None:
+        out = sorted(node for node in want if node not in allowed)
+        if out:
+            return (
+                f"its pods may no longer use {', '.join(out)} (a taint they do not tolerate, "
+                "their node selector or affinity, or one pod's CPU, memory or ephemeral storage)"
+            )
+    return _shortfall(want, free)
+
+
+def deduct(free: dict[str, Resources], want: Mapping[str, Resources]) -> None:
+    """Take what pods bound now ask of their nodes (`want`) from the nodes' `free` resources."""
+    for node, r in want.items():
+        free[node] = free.get(node, Resources()) - r
+
+
 def overcommitted(
     decision: Decision,
     outcomes: Mapping[str, Outcome],
@@ -401,23 +456,12 @@ def overcommitted(
         outcome = outcomes.get(placement.gang_id)
         if placement.gang_id in skipped or outcome is None or outcome.requests.empty:
             continue
-        want: dict[str, Resources] = {}
-        for replica in placement.replicas:
-            want[replica.node] = want.get(replica.node, Resources()) + outcome.requests
-        short = {
-            node: r.short_of(left.get(node, Resources()))
-            for node, r in want.items()
-            if r.short_of(left.get(node, Resources()))
-        }
-        if short:
-            node, names = sorted(short.items())[0]
-            out[placement.gang_id] = (
-                f"{RESOURCES_FIT}: its pods together need more {', '.join(names)} than {node} "
-                "has to spare"
-            )
+        want = asks(placement, outcomes)
+        why = _shortfall(want, left)
+        if why is not None:
+            out[placement.gang_id] = why
             continue
-        for node, r in want.items():
-            left[node] = left.get(node, Resources()) - r
+        deduct(left, want)
     return out
 
 
@@ -428,7 +472,10 @@ __all__ = [
     "Outcome",
     "Resources",
     "Toleration",
+    "asks",
     "constraints",
+    "deduct",
+    "misfit",
     "overcommitted",
     "pod_requests",
     "static_rejection",

@@ -24,13 +24,22 @@ A move goes in three steps, one per cycle that sees it:
    GPUs the old pods still hold are not shown twice.
 3. `take` (before the decision): once the gang's recreated pods are all pending and no old pod
    is left, they are bound to the reserved placement (through the same assume-then-bind batch
-   as the core's placements) instead of being offered to the core.
+   as the core's placements) instead of being offered to the core, if they pass the checks a
+   placement of the core passes before it is bound (`hold` makes them that cycle):
+   its nodes take pods (not cordoned, NotReady, switched off or being reconfigured), are among
+   the nodes the pods may use (`Gang.allowed_nodes`: taints, node selector and affinity, one
+   pod's CPU, memory and ephemeral storage) and have the CPU, memory and ephemeral storage the
+   pods ask together to spare (`eligibility.misfit`, as for nominated gangs: nominated.py).
+   What they take is taken from the view's free resources, so the same cycle's placements on
+   the node are checked against what is left (`eligibility.overcommitted`). A gang that fails
+   the checks loses its reservation and is offered to the core, decided afresh: placed
+   elsewhere, or pending with the core's reason (which names the taint or the resource).
 A reservation ends when its gang is bound, when something else holds one of its GPUs (a pod of
-another scheduler, say) or a node of it is gone, `move_reserve_s` after its old pods are gone,
-or when they are still there `move_reserve_s` plus twice their grace period after the move
-began: the gang is then placed like any other. It is kept in memory only: after a scheduler
-restart the recreated gang is placed by the core (the move is still counted by the operator,
-and the per-hour limit is read from the pods).
+another scheduler, say) or a node of it is gone, when its recreated pods fail the checks,
+`move_reserve_s` after its old pods are gone, or when they are still there `move_reserve_s`
+plus twice their grace period after the move began: the gang is then placed like any other. It
+is kept in memory only: after a scheduler restart the recreated gang is placed by the core (the
+move is still counted by the operator, and the per-hour limit is read from the pods).
 
 A gang the decision places on GPUs of gangs it moves for it (`Move.for_gang` of a placed gang:
 core/evacuation.py's reclaim with moves) is not bound that cycle (`waits_for_moves`); once the
@@ -58,7 +67,7 @@ from datetime import UTC, datetime
 from functools import partial
 
 from gpufleet.core.decision import Decision, GangPlacement, Move
-from gpufleet.core.snapshot import ReplicaPlacement, RunningGang
+from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.model.contract import names
 from gpufleet.model.contract.moves import Checkpoint, move_marker
 from gpufleet.model.contract.reasons import SchedulerReason, pending_text
@@ -70,6 +79,7 @@ from gpufleet.scheduler.cycle_report import CycleReport
 from gpufleet.scheduler.decision_view import blocked_by_budget, budget_protected
 from gpufleet.scheduler.deletions import Deletions
 from gpufleet.scheduler.disruption import Obj
+from gpufleet.scheduler.eligibility import asks, deduct, misfit
 from gpufleet.scheduler.heal import Notify
 from gpufleet.scheduler.pods import pod_annotations
 
@@ -352,12 +362,14 @@ class GangMover:
 
     def hold(self, view: ClusterView) -> ClusterView:
         """`view` with every reservation's GPUs held by `<gang>#moving` (GPUs the gang's old
-        pods still hold aside); drops reservations that expired or were taken."""
+        pods still hold aside), and the CPU and memory of those bound this cycle taken; drops
+        reservations that expired or were taken, and those whose recreated pods fail the
+        checks a placement of the core passes (`held`)."""
         if not self._reserved:
             return view
         view, kept, dropped = held(self._reserved, view, self.clock(), self.reserve_s)
         for gid, why in dropped.items():
-            log.info("reservation of moved gang %s dropped (%s)", gid, why)
+            log.info("moved gang %s: reservation dropped: %s; it is decided afresh", gid, why)
         self._reserved = kept
         return view
 
@@ -420,15 +432,22 @@ def held(
 ) -> tuple[ClusterView, dict[str, Reservation], dict[str, str]]:
     """`view` with every reservation's GPUs held by `<gang>#moving` (GPUs the gang's old pods
     still hold aside); the reservations kept (with when they expire, once their old pods are
-    gone), and gang -> why its reservation ends (expired, or its GPUs or nodes taken). Pure:
-    `GangMover.hold` keeps the result, the admin API's what-if only looks."""
+    gone), and gang -> why its reservation ends (expired, its GPUs or nodes taken, or, when its
+    recreated pods are to be bound now, a check a placement of the core passes failed: `_closed`,
+    `eligibility.misfit`). What the pods bound now (`taken`) take of their nodes' CPU, memory
+    and ephemeral storage is taken from the view's `free` resources, which the cycle's other
+    placements are checked against (`eligibility.overcommitted`). Pure: `GangMover.hold` keeps
+    the result, the admin API's what-if only looks."""
     snapshot = view.snapshot
+    pending = {pg.gang.id: pg for pg in view.pending}
+    free = dict(view.free)
     kept: dict[str, Reservation] = {}
     dropped: dict[str, str] = {}
     extra: list[RunningGang] = []
     for gid, reservation in reserved.items():
         placement = reservation.placement
-        if not _old_left(reservation, view) and reservation.expires is None:
+        old_left = _old_left(reservation, view)
+        if not old_left and reservation.expires is None:
             reservation = replace(reservation, expires=now + reserve_s)
         whole, slices = snapshot.occupied(excluding=(gid,))
         own, own_slices = snapshot.occupied(
@@ -443,6 +462,15 @@ def held(
         if gone or taken or expired:
             dropped[gid] = "node gone" if gone else "GPUs taken" if taken else "expired"
             continue
+        pg = pending.get(gid)
+        if not old_left and pg is not None and len(pg.pods) == len(placement.replicas):
+            # Bound this cycle (`taken`): only if a placement of the core could be.
+            want = asks(placement, view.eligibility)
+            why = _closed(placement, snapshot) or misfit(pg.gang.allowed_nodes, want, free)
+            if why is not None:
+                dropped[gid] = why
+                continue
+            deduct(free, want)
         kept[gid] = reservation
         shown = [r for r in placement.replicas if not _conflicts(r, own, own_slices)]
         if shown:
@@ -458,7 +486,16 @@ def held(
             )
     if extra:
         view = replace(view, snapshot=replace(snapshot, running=(*snapshot.running, *extra)))
+    if free != view.free:
+        view = replace(view, free=free)
     return view, kept, dropped
+
+
+def _closed(placement: GangPlacement, snapshot: Snapshot) -> str | None:
+    """Why a node of `placement` takes no pods now (cordoned, NotReady, switched off or being
+    reconfigured: the core's `schedulable`); None when all of them do."""
+    closed = sorted({r.node for r in placement.replicas if not snapshot.node(r.node).schedulable})
+    return f"{', '.join(closed)} takes no pods now (cordoned, NotReady or off)" if closed else None
 
 
 def move_message(move: Move) -> str:

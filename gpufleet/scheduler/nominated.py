@@ -57,7 +57,7 @@ from gpufleet.model.contract.reasons import SchedulerReason, pending_text
 from gpufleet.model.mig import MigPlacement
 from gpufleet.scheduler.cache import Nomination, SchedulerCache
 from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
-from gpufleet.scheduler.eligibility import Resources
+from gpufleet.scheduler.eligibility import asks, deduct, misfit
 
 __all__ = ["HELD_SUFFIX", "TakenHold", "give_up", "hold", "ready", "taken"]
 
@@ -107,27 +107,6 @@ def _bindable(pg: PendingGang, placement: GangPlacement) -> bool:
     return len(pg.pods) == len(placement.replicas)
 
 
-def _asks(view: ClusterView, gid: str, placement: GangPlacement) -> dict[str, Resources]:
-    """Node -> the CPU, memory and ephemeral storage `placement`'s replicas ask of it (each
-    replica one pod of gang `gid`'s requests)."""
-    outcome = view.eligibility.get(gid)
-    requests = Resources() if outcome is None else outcome.requests
-    out: dict[str, Resources] = {}
-    for r in placement.replicas:
-        out[r.node] = out.get(r.node, Resources()) + requests
-    return out
-
-
-def _fits(pg: PendingGang, asks: Mapping[str, Resources], free: Mapping[str, Resources]) -> bool:
-    """Whether `pg`'s pods pass the node filters a placement of the core passes on the nodes
-    of `asks` (`Gang.allowed_nodes`), and fit together in their `free` CPU, memory and
-    ephemeral storage (`eligibility.overcommitted`'s check)."""
-    allowed = pg.gang.allowed_nodes
-    if allowed is not None and not allowed.issuperset(asks):
-        return False
-    return not any(want.short_of(free.get(node, Resources())) for node, want in asks.items())
-
-
 def _claimed(view: ClusterView, nomination: Nomination, owner: Mapping[str, str]) -> set[str]:
     """The running gangs with a pod `nomination` waits for (its victims, or gangs moved for
     it, in their grace period); `owner`: pod key -> its running gang."""
@@ -169,15 +148,14 @@ def hold(view: ClusterView, nominations: Mapping[str, Nomination]) -> ClusterVie
         assert placement is not None
         shown = _free_part(placement, snapshot, taken, slices)
         if nomination.ready:
-            asks = _asks(view, gid, placement)
+            want = asks(placement, view.eligibility)
             if not (
                 shown == list(placement.replicas)
                 and _bindable(pg, placement)
-                and _fits(pg, asks, free)
+                and misfit(gang.allowed_nodes, want, free) is None
             ):
                 continue  # decided afresh: nothing held from it
-            for node, want in asks.items():  # bound this cycle (`ready`)
-                free[node] = free.get(node, Resources()) - want
+            deduct(free, want)  # bound this cycle (`ready`)
         else:
             if owner is None:
                 owner = {k: g for g, keys in view.running_pods.items() for k in keys}

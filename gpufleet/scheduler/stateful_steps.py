@@ -19,7 +19,8 @@ Phase 3, after the heal phase (which the what-if does not take: it restarts noth
 7. of many identical gangs only as many as could fit, plus one (`offer.cap_identical`, past
    `cap_identical_above` offered gangs);
 8. `take`: gangs with a reserved placement are not offered; once their old pods are gone they
-   are bound there (`mover.taken`);
+   are bound there (`mover.taken`), if it passes the node filters and fits the nodes' CPU and
+   memory (checked by step 1, `mover.held`: else the gang is offered, decided afresh);
 9. a nominated gang whose wait ended, its planned placement still free, passing the node
    filters and fitting the nodes' CPU and memory, held for it, is bound there rather than
    offered (`nominated.ready`).

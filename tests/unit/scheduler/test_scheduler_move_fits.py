@@ -1,0 +1,132 @@
+"""A moved gang's recreated pods are bound to its reserved placement only if a placement of the
+core could be bound there: its node still takes them (not cordoned, no taint they do not
+tolerate, their CPU to spare), and what they take of the node's CPU is counted before the
+cycle's other placements. Otherwise the reservation is dropped and the gang is decided afresh,
+with the core's pending reason when it fits nowhere.
+
+`long` (one pod, 4 GPUs, 6 CPUs) runs on the L4 node and moves to the A100 node (8 GPUs,
+10 CPUs); its old pod goes, and the operator recreates it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufleet.model.contract import names
+from gpufleet.scheduler.cache import SchedulerCache
+from gpufleet.scheduler.loop import Scheduler
+from gpufleet.scheduler.mover import held
+from tests.unit.scheduler.scheduler_builders import NodeBuilder, PodBuilder
+from tests.unit.scheduler.scheduler_fakes import Clock, FakeBinder, load, scheduler
+from tests.unit.scheduler.test_scheduler_moves import long_pod
+
+
+def _cpu(obj: dict[str, Any], cpu: str) -> dict[str, Any]:
+    obj["spec"]["containers"][0]["resources"]["requests"] = {"cpu": cpu}
+    return obj
+
+
+def _node(
+    name: str, gpu_type: str, gpus: int, taint: bool = False, cordon: bool = False
+) -> dict[str, Any]:
+    b = NodeBuilder(name, gpu_type, gpus)
+    node = (b.cordoned() if cordon else b).obj()
+    node["status"]["allocatable"] = {"cpu": "10", "memory": "1Ti", "ephemeral-storage": "1Ti"}
+    if taint:
+        node["spec"]["taints"] = [{"key": "maintenance", "effect": "NoSchedule"}]
+    return node
+
+
+def _nodes(taint: bool = False, cordon: bool = False) -> list[dict[str, Any]]:
+    return [_node("l4-0", "L4", 4), _node("a100-0", "A100-80GB", 8, taint, cordon)]
+
+
+def _moved() -> tuple[Scheduler, SchedulerCache, FakeBinder, Clock]:
+    """long moved to the A100 node, its old pod gone, not yet recreated."""
+    cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
+    load(cache, _nodes(), [_cpu(long_pod(), "6")])
+    sched = scheduler(cache, binder, clock=clock)
+    assert sched.run_cycle().moved == ["ns/long"]
+    assert sched.mover.reserved["ns/long"].replicas[0].node == "a100-0"
+    load(cache, _nodes(), [])
+    clock.t += 1
+    sched.run_cycle()
+    assert "ns/long" in sched.mover.reserved
+    return sched, cache, binder, clock
+
+
+def _recreated() -> dict[str, Any]:
+    return _cpu(long_pod(uid="u2", bound=False), "6")
+
+
+def _foreign(name: str, node: str, cpu: str, gpus: str | None = None) -> dict[str, Any]:
+    b = PodBuilder(name, "ns").scheduler("default-scheduler")
+    if gpus is not None:
+        b = b.gpus(len(gpus.split(",")))
+    return _cpu(b.bound(node, gpus).obj(), cpu)
+
+
+def test_a_moved_gang_is_not_bound_on_a_node_now_short_of_cpu() -> None:
+    sched, cache, binder, clock = _moved()
+    # Another scheduler's pod without GPUs takes 8 of the A100 node's 10 CPUs meanwhile.
+    load(cache, _nodes(), [_foreign("web", "a100-0", "8"), _recreated()])
+    clock.t += 1
+    report = sched.run_cycle()
+    # Before: bound on its reserved A100 GPUs, asking the node for 6 CPUs it no longer had.
+    # Now the reservation is dropped and the core places it afresh: back on the free L4s.
+    assert "ns/long" not in sched.mover.reserved
+    assert report.bound == ["ns/long"] and binder.bound["ns/long-0"].node == "l4-0"
+
+
+def test_a_moved_gang_is_not_bound_on_a_node_tainted_during_the_move() -> None:
+    sched, cache, binder, clock = _moved()
+    # The A100 node is tainted meanwhile, and a pod of another scheduler took the L4s: the gang
+    # fits nowhere, and its pods say why.
+    l4s = _foreign("l4-user", "l4-0", "1", gpus="0,1,2,3")
+    load(cache, _nodes(taint=True), [l4s, _recreated()])
+    clock.t += 1
+    report = sched.run_cycle()
+    # Before: bound on the tainted node, which a placement of the core never is.
+    assert report.bound == [] and binder.bound == {}
+    assert "ns/long" not in sched.mover.reserved
+    assert "TaintToleration" in report.pending["ns/long"]
+    assert "maintenance" in report.pending["ns/long"]
+
+
+def test_a_moved_gang_is_not_bound_on_a_node_cordoned_during_the_move() -> None:
+    sched, cache, binder, clock = _moved()
+    load(cache, _nodes(cordon=True), [_recreated()])
+    clock.t += 1
+    report = sched.run_cycle()
+    # Before: bound on the cordoned node. Now placed afresh, on the free L4s.
+    assert "ns/long" not in sched.mover.reserved
+    assert report.bound == ["ns/long"] and binder.bound["ns/long-0"].node == "l4-0"
+
+
+def test_a_fresh_gang_beside_a_moved_gang_bound_now_counts_its_cpu() -> None:
+    sched, cache, binder, clock = _moved()
+    # A gang arriving as long's pod is recreated fits the A100 node's other 4 GPUs and, alone,
+    # its 10 CPUs; with long's 6 CPUs bound in the same cycle it does not: it waits.
+    late = PodBuilder("late-0", "ns").gang("late", 1, 0).gpus(4)
+    late = late.annotate(names.GPU_TYPES, "A100-80GB")
+    load(cache, _nodes(), [_recreated(), _cpu(late.obj(), "6")])
+    clock.t += 1
+    report = sched.run_cycle()
+    # Before: both bound, 12 CPUs asked of 10.
+    assert report.bound == ["ns/long"] and set(binder.bound) == {"ns/long-0"}
+    assert binder.bound["ns/long-0"].node == "a100-0"
+    assert "NodeResourcesFit" in report.pending["ns/late"]
+
+
+def test_held_says_why_a_reservation_is_dropped_and_takes_the_cpu_of_one_kept() -> None:
+    sched, cache, _, clock = _moved()
+    reserved = sched.mover.reservations
+    load(cache, _nodes(), [_recreated()])
+    view = sched.views.build(cache.state().nodes, cache.state().pods, {})
+    shown, kept, dropped = held(reserved, view, clock(), 60.0)
+    assert set(kept) == {"ns/long"} and dropped == {}
+    assert shown.free["a100-0"].cpu == view.free["a100-0"].cpu - 6000
+    load(cache, _nodes(), [_foreign("web", "a100-0", "8"), _recreated()])
+    view = sched.views.build(cache.state().nodes, cache.state().pods, {})
+    shown, kept, dropped = held(reserved, view, clock(), 60.0)
+    assert kept == {} and shown.free == view.free
+    assert "a100-0" in dropped["ns/long"]
