@@ -95,14 +95,17 @@ TARGETS: dict[str, tuple[float, str]] = {
 # Idle GPU-seconds over the arrival span as shares of its capacity (tenant_metrics.py): all idle
 # GPUs, those while some gang waits, those with a waiting gang that fits their count, and those
 # with one that fits node by node, and of the last two those a decision left so (not those freed
-# or wanted since, awaiting the next cycle). Reported per policy and as gpufleet's minus kueue's;
-# "held" = 1 - utilisation - idle: GPUs allocated to gangs not running (restarting, starting).
+# or wanted since, awaiting the next cycle); and those with one that would fit them gathered on
+# whole nodes ("placeable if packed": minus the placeable ones, the fragmented part). Reported
+# per policy and as gpufleet's minus kueue's; "held" = 1 - utilisation - idle: GPUs allocated to
+# gangs not running (restarting, starting).
 IDLE_FIGURES: dict[str, str] = {
     "held": "held",
     "idle": "idle",
     "idle_while_waiting": "idle, a gang waits",
     "idle_with_demand": "idle with demand",
     "idle_placeable": "idle, placeable",
+    "idle_packable": "idle, placeable if packed",
     "idle_with_demand_left": "with demand, left by a decision",
     "idle_placeable_left": "placeable, left by a decision",
 }

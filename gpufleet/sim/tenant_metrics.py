@@ -41,12 +41,18 @@ Definitions (N = tenants with at least one job in the replay, C = the fleet's GP
   waiting whole-GPU gang accepting T needs at most T's idle GPUs (replicas_min x GPUs per
   replica; all of T's idle GPUs then count), and *placeable* while some such gang also fits
   on them node by node (each replica on one node, a same-node gang all on one; NVLink domains,
-  node restrictions and MIG gangs are not checked). Also reported: all idle GPU-seconds, and
-  those while any gang waits (whether or not it fits). Between them they split the fleet's
-  time: 1 = busy + held while starting + idle with demand + idle while only gangs that do not
-  fit wait + idle while nothing waits (without MIG). Idle with demand is capacity a policy left
-  unused while work it could have started waited (a cycle's latency, a hold, a quota, a
-  reservation, a type preference); the rest is idle because no waiting gang could use it.
+  node restrictions and MIG gangs are not checked), and *placeable if packed* while some such
+  gang would fit them gathered on whole nodes of the type (its largest node's GPUs each, the
+  rest on one more node): placeable if packed but not placeable is idle capacity split over
+  partly used nodes (fragmentation, which a packing rule or a move could give back); with demand
+  but not placeable if packed is mostly capacity whose waiting gangs' shape no node of the type
+  holds (an 8-GPU one-node gang on 4-GPU nodes: no rule can use it for them). Also reported:
+  all idle GPU-seconds, and those while any gang waits (whether or not it fits). Between them
+  they split the fleet's time: 1 = busy + held while starting + idle with demand + idle while
+  only gangs that do not fit wait + idle while nothing waits (without MIG). Idle with demand is
+  capacity a policy left unused while work it could have started waited (a cycle's latency, a
+  hold, a quota, a reservation, a type preference); the rest is idle because no waiting gang
+  could use it.
   *Left by a decision*: the idle GPUs with demand (or placeable) right after a decision, counted
   until the next one. Between two decisions no GPU is taken and no waiting gang leaves, so those
   GPUs stay idle with demand; what is added meanwhile (GPUs freed, gangs arrived) awaits the
@@ -80,6 +86,7 @@ __all__ = [
     "idle_gpu_seconds",
     "isolated_time_s",
     "jain_index",
+    "packed",
     "tenant_report",
 ]
 
@@ -212,11 +219,20 @@ def gang_fits_idle(gang: Gang, idle: Sequence[int], *, node_by_node: bool) -> bo
     return sum(n // per_replica for n in idle) >= gang.replicas_min
 
 
+def packed(idle: int, node_gpus: int) -> list[int]:
+    """`idle` GPUs gathered on as few nodes of `node_gpus` GPUs as hold them, per node."""
+    if node_gpus < 1:
+        raise ValueError("a node holds at least one GPU")
+    whole, rest = divmod(idle, node_gpus)
+    return [node_gpus] * whole + ([rest] if rest else [])
+
+
 @dataclass(frozen=True)
 class IdleStep:
     """The fleet from `t` until the next step: idle GPUs per GPU type, whether some gang
-    waited, the idle GPUs per type with demand (by count) and placeable (node by node), and of
-    those the ones the last decision left so (module docstring)."""
+    waited, the idle GPUs per type with demand (by count) and placeable (node by node), of
+    those the ones the last decision left so, and those placeable if packed (module
+    docstring)."""
 
     t: float
     idle: Mapping[str, int]
@@ -225,6 +241,7 @@ class IdleStep:
     placeable: Mapping[str, int]
     left_with_demand: Mapping[str, int] = field(default_factory=dict)
     left_placeable: Mapping[str, int] = field(default_factory=dict)
+    packable: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -239,12 +256,13 @@ class IdleSeconds:
     left_with_demand: float
     left_placeable: float
     with_demand_by_type: Mapping[str, float]
+    packable: float = 0.0
 
 
 def idle_gpu_seconds(steps: Sequence[IdleStep], start: float, end: float) -> IdleSeconds:
     """Integrate the steps (in time order; each holds until the next, the last until `end`)
     over [start, end]; before the first step nothing counts."""
-    idle = waiting = demand = placeable = left_demand = left_placeable = 0.0
+    idle = waiting = demand = placeable = left_demand = left_placeable = packable = 0.0
     by_type: dict[str, float] = {}
     for i, step in enumerate(steps):
         until = steps[i + 1].t if i + 1 < len(steps) else end
@@ -258,16 +276,22 @@ def idle_gpu_seconds(steps: Sequence[IdleStep], start: float, end: float) -> Idl
         placeable += sum(step.placeable.values()) * dt
         left_demand += sum(step.left_with_demand.values()) * dt
         left_placeable += sum(step.left_placeable.values()) * dt
+        packable += sum(step.packable.values()) * dt
         for gpu_type, n in step.with_demand.items():
             by_type[gpu_type] = by_type.get(gpu_type, 0.0) + n * dt
-    return IdleSeconds(idle, waiting, demand, placeable, left_demand, left_placeable, by_type)
+    return IdleSeconds(
+        idle, waiting, demand, placeable, left_demand, left_placeable, by_type, packable
+    )
 
 
 class IdleMonitor:
     """Records the idle GPUs and the demand for them after every event (an `EventObserver`
-    of the engine; module docstring); `steps` keeps one step per change."""
+    of the engine; module docstring); `steps` keeps one step per change. `node_gpus`: the
+    GPUs of each type's largest node, for the idle GPUs placeable if packed (a type it does not
+    name counts none)."""
 
-    def __init__(self) -> None:
+    def __init__(self, node_gpus: Mapping[str, int] | None = None) -> None:
+        self.node_gpus = dict(node_gpus or {})
         self.steps: list[IdleStep] = []
         # Right after the last decision: idle GPUs per type with demand, and placeable.
         self._left: tuple[dict[str, int], dict[str, int]] = ({}, {})
@@ -287,6 +311,7 @@ class IdleMonitor:
         counts = {t: sum(nodes) for t, nodes in idle.items()}
         with_demand: dict[str, int] = {}
         placeable: dict[str, int] = {}
+        packable: dict[str, int] = {}
         for gpu_type, nodes in idle.items():
             if not counts[gpu_type]:
                 continue
@@ -295,6 +320,10 @@ class IdleMonitor:
                 with_demand[gpu_type] = counts[gpu_type]
             if any(gang_fits_idle(g, nodes, node_by_node=True) for g in takers):
                 placeable[gpu_type] = counts[gpu_type]
+            size = self.node_gpus.get(gpu_type, 0)
+            gathered = packed(counts[gpu_type], size) if size else []
+            if any(gang_fits_idle(g, gathered, node_by_node=True) for g in takers):
+                packable[gpu_type] = counts[gpu_type]
         if decided:
             self._left = (with_demand, placeable)
         # Until the next decision they stay idle with demand (module docstring); `min` only
@@ -309,6 +338,7 @@ class IdleMonitor:
             placeable,
             {t: n for t, n in left_demand.items() if n},
             {t: n for t, n in left_placeable.items() if n},
+            packable,
         )
         if self.steps and self.steps[-1].t == now:
             self.steps[-1] = step  # several events at one instant: the last state holds
@@ -355,6 +385,7 @@ class TenantReport:
     idle_placeable: float = math.nan
     idle_with_demand_left: float = math.nan
     idle_placeable_left: float = math.nan
+    idle_packable: float = math.nan
     idle_with_demand_by_type: Mapping[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
@@ -378,6 +409,7 @@ class TenantReport:
             "idle_placeable": self.idle_placeable,
             "idle_with_demand_left": self.idle_with_demand_left,
             "idle_placeable_left": self.idle_placeable_left,
+            "idle_packable": self.idle_packable,
             "idle_with_demand_by_type": dict(self.idle_with_demand_by_type),
             "tenants": {
                 r.tenant: {"jobs": r.jobs, "avg_jct_h": r.avg_jct_h, "rho": r.rho}
@@ -451,6 +483,7 @@ def tenant_report(
         idle_placeable=seconds.placeable / capacity,
         idle_with_demand_left=seconds.left_with_demand / capacity,
         idle_placeable_left=seconds.left_placeable / capacity,
+        idle_packable=seconds.packable / capacity,
         idle_with_demand_by_type={
             t: v / capacity for t, v in sorted(seconds.with_demand_by_type.items())
         },

@@ -125,7 +125,10 @@ def run_tenants(
     )
     monitor = QuotaMonitor(setup.tree)
     sim_settings = replace(settings or SimSettings(), queues=setup.tree)
-    idle = IdleMonitor()
+    node_gpus: dict[str, int] = {}
+    for pool in fleet.node_pools:
+        node_gpus[pool.gpu_type] = max(node_gpus.get(pool.gpu_type, 0), pool.gpus_per_node)
+    idle = IdleMonitor(node_gpus)
     sim = Simulation(
         cluster, workload.jobs, policy, speed, sim_settings, on_cycle=monitor, on_event=idle
     )

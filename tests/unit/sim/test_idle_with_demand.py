@@ -1,7 +1,9 @@
 """Idle GPU-seconds with demand (`tenant_metrics.IdleMonitor`) against hand-computed values.
 
 Aspects: whether a waiting gang fits idle GPUs by their count, node by node (replica by
-replica; a same-node gang on one node) and never as a MIG gang; the integral of a hand-built
+replica; a same-node gang on one node) and never as a MIG gang; idle GPUs gathered on whole
+nodes and those a waiting gang fits once so packed (fragmented, against a shape no node of the
+type holds); the integral of a hand-built
 timeline (steps clipped to the span, the last step held to its end, idle GPUs of a type counted
 only while a waiting gang fits them, the part a decision left apart from the part awaiting the
 next cycle); the monitor's steps from the engine's calls (one per change, the last state of one
@@ -23,7 +25,13 @@ from gpufleet.sim.engine import SimSettings, Simulation
 from gpufleet.sim.gavel_profiles import GavelProfile
 from gpufleet.sim.occupancy import SimCluster
 from gpufleet.sim.runner import Workload, speed_model
-from gpufleet.sim.tenant_metrics import IdleMonitor, IdleStep, gang_fits_idle, idle_gpu_seconds
+from gpufleet.sim.tenant_metrics import (
+    IdleMonitor,
+    IdleStep,
+    gang_fits_idle,
+    idle_gpu_seconds,
+    packed,
+)
 from gpufleet.sim.tenant_run import SimClock, make_tenant_policy, run_tenants
 from gpufleet.sim.tenants import TenantSetup
 from gpufleet.sim.traces.common import TraceJob
@@ -109,6 +117,43 @@ def test_the_monitor_counts_a_type_while_a_waiting_gang_fits_it() -> None:
     assert too_few.with_demand == {} and too_few.left_with_demand == {} and too_few.waiting
 
 
+def test_idle_gpus_gathered_on_whole_nodes() -> None:
+    assert packed(11, 4) == [4, 4, 3]
+    assert packed(8, 8) == [8]
+    assert packed(0, 8) == []
+    with pytest.raises(ValueError):
+        packed(3, 0)
+
+
+def test_the_monitor_counts_idle_gpus_a_waiting_gang_fits_once_packed() -> None:
+    monitor = IdleMonitor({"A": 8, "T": 4})
+    wide = Gang(
+        id="w",
+        acceptable=(TypeOption("A"), TypeOption("T")),
+        replicas_min=8,
+        replicas_max=8,
+        gpus_per_replica=1,
+        topology=Topology.SAME_NODE,
+    )
+    # 9 idle A on three nodes, 8 idle T on two full 4-GPU nodes: the one-node gang of 8 fits
+    # neither as it is; packed, A's 9 make a whole node of 8, T's nodes never hold 8.
+    monitor(0.0, {"A": [3, 3, 3], "T": [4, 4]}, [wide], True)
+    # Once an A node is empty the gang fits it as it is: placeable, and so placeable if packed.
+    monitor(5.0, {"A": [8, 1], "T": [4, 4]}, [wide], True)
+    fragmented, whole = monitor.steps
+    assert fragmented.with_demand == {"A": 9, "T": 8}
+    assert fragmented.placeable == {}
+    assert fragmented.packable == {"A": 9}
+    assert whole.placeable == whole.packable == {"A": 9}
+    got = idle_gpu_seconds(monitor.steps, 0.0, 10.0)
+    assert got.packable == pytest.approx(9 * 10.0)
+    assert got.placeable == pytest.approx(9 * 5.0)
+    # Without node sizes nothing counts as placeable if packed.
+    plain = IdleMonitor()
+    plain(0.0, {"A": [3, 3, 3]}, [wide], True)
+    assert plain.steps[0].packable == {}
+
+
 def _job(jid: str, queue: str, arrival: float, work: float, gpus: int) -> TraceJob:
     return TraceJob(
         jid, arrival, work, replicas=gpus, gpus_per_replica=1, model=MODEL, queue=queue,
@@ -143,6 +188,7 @@ def test_a_queue_at_its_limit_leaves_idle_gpus_its_gang_fits(
     assert report.idle_while_waiting == pytest.approx(12 * 1000.0 / capacity)
     assert report.idle_with_demand == pytest.approx(12 * 1000.0 / capacity)
     assert report.idle_placeable == pytest.approx(12 * 1000.0 / capacity)
+    assert report.idle_packable == pytest.approx(12 * 1000.0 / capacity)  # the fleet's nodes
     assert report.idle_with_demand_left == pytest.approx(12 * 1000.0 / capacity)
     assert report.idle_with_demand_by_type == {V100: pytest.approx(0.375)}
 
