@@ -47,6 +47,7 @@ phase is a small collaborator with its own state (the module named after each):
               decision, written as node marks (cordon and label); gangs that fit only on
               switched-off nodes wake them and wait for their boot
  10 explain   (waiting) write each waiting gang's reason into its pods' PodScheduled condition
+              (a moved gang whose reservation was dropped adds why, while it waits: mover)
  11 queues    (queue_objects) write the GPUQueues' status (usage, borrowing, lending, pending, fair
               share) where it changed
 A failed snapshot or decision logs and waits for the next cycle instead of raising.
@@ -250,6 +251,8 @@ class Scheduler:
         report.pending = pending_messages(
             waiting, capped, decision, held, self.victims.blocked, view.eligibility
         )
+        # A moved gang whose reservation was dropped (mover.hold) says why, while it waits.
+        report.pending = self.mover.explain(report.pending)
         if self.power is not None:  # 9
             placed_ids = {p.gang_id for p in decision.placements}
             still = [pg.gang for pg in offered if pg.gang.id not in placed_ids]

@@ -33,7 +33,8 @@ A move goes in three steps, one per cycle that sees it:
    What they take is taken from the view's free resources, so the same cycle's placements on
    the node are checked against what is left (`eligibility.overcommitted`). A gang that fails
    the checks loses its reservation and is offered to the core, decided afresh: placed
-   elsewhere, or pending with the core's reason (which names the taint or the resource).
+   elsewhere, or pending with the core's reason (which names the taint or the resource),
+   to which its pods add, while it stays pending, why the reservation was dropped (`explain`).
 A reservation ends when its gang is bound, when something else holds one of its GPUs (a pod of
 another scheduler, say) or a node of it is gone, when its recreated pods fail the checks,
 `move_reserve_s` after its old pods are gone, or when they are still there `move_reserve_s`
@@ -191,6 +192,9 @@ class GangMover:
         # Never changed in place, only replaced whole: the admin API reads it from its own
         # threads (`reservations`).
         self._reserved: dict[str, Reservation] = {}
+        # Gang -> why its reservation was dropped, said on its pods while it stays pending
+        # (`explain`): the core's reason alone would not say it had a placement.
+        self._dropped: dict[str, str] = {}
 
     @property
     def reserved(self) -> dict[str, GangPlacement]:
@@ -370,8 +374,21 @@ class GangMover:
         view, kept, dropped = held(self._reserved, view, self.clock(), self.reserve_s)
         for gid, why in dropped.items():
             log.info("moved gang %s: reservation dropped: %s; it is decided afresh", gid, why)
+            self._dropped[gid] = dropped_text(self._reserved[gid].placement, why)
         self._reserved = kept
         return view
+
+    def explain(self, pending: Mapping[str, str]) -> dict[str, str]:
+        """`pending` (gang -> why it waits this cycle: `waiting.pending_messages`) with why its
+        move's reservation was dropped (`hold`) added to the message of each gang whose
+        reservation was, for as long as it stays pending; a gang bound, running again or gone
+        is forgotten."""
+        if not self._dropped:
+            return dict(pending)
+        self._dropped = {g: d for g, d in self._dropped.items() if g in pending}
+        return {
+            g: f"{m}; {self._dropped[g]}" if g in self._dropped else m for g, m in pending.items()
+        }
 
     def take(
         self, view: ClusterView, offered: Sequence[PendingGang]
@@ -489,6 +506,13 @@ def held(
     if free != view.free:
         view = replace(view, free=free)
     return view, kept, dropped
+
+
+def dropped_text(placement: GangPlacement, why: str) -> str:
+    """What a gang's pending message adds once its move's reservation (`placement`) was dropped
+    for `why` (`held`): the core's reason alone says only why it fits nowhere now."""
+    nodes = ", ".join(sorted({r.node for r in placement.replicas}))
+    return f"its move's reservation on {nodes} was dropped: {why}"
 
 
 def _closed(placement: GangPlacement, snapshot: Snapshot) -> str | None:

@@ -90,6 +90,16 @@ def test_a_moved_gang_is_not_bound_on_a_node_tainted_during_the_move() -> None:
     assert "ns/long" not in sched.mover.reserved
     assert "TaintToleration" in report.pending["ns/long"]
     assert "maintenance" in report.pending["ns/long"]
+    # Its pods say too that it had a placement, and why that was dropped, while it waits.
+    dropped = "its move's reservation on a100-0 was dropped: its pods may no longer use a100-0"
+    assert dropped in report.pending["ns/long"]
+    clock.t += 1
+    assert dropped in sched.run_cycle().pending["ns/long"]
+    # Once the L4s are free it is placed there, and the reason is forgotten.
+    load(cache, _nodes(taint=True), [_recreated()])
+    clock.t += 1
+    assert sched.run_cycle().bound == ["ns/long"]
+    assert sched.mover.explain({"ns/long": "Unschedulable: x"}) == {"ns/long": "Unschedulable: x"}
 
 
 def test_a_moved_gang_is_not_bound_on_a_node_cordoned_during_the_move() -> None:
