@@ -248,8 +248,9 @@ class PlacementSettings(_Group):
         description="Where an evicted job goes back in line among its queue's jobs (Kueue's "
         "requeuingStrategy.timestamp): eviction, at the back (its place counts from its "
         "recreated pods); creation, where its submission put it (the TrainingJob's "
-        "creationTimestamp, which the operator writes on its pods; bare pods: their earliest "
-        "creation). Either way queue aging counts from the eviction.",
+        "creationTimestamp, which the operator writes on its worker pods; ServingJob replicas: "
+        "their own creation; bare pods: their earliest creation). Either way queue aging counts "
+        "from the eviction.",
     )
 
     def policy(self) -> Policy:

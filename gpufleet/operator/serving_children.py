@@ -7,7 +7,10 @@ selected by), name gpufleet's scheduler, request whole GPUs or one MIG slice, an
 job's wishes (acceptable GPU types, priority, preemptible) as the annotations the scheduler reads
 (gpufleet.model.contract). A pod without a gang label is a gang of one: every replica is placed
 on its own. The pods of a pool whose spec lists standbys also carry the readiness gate
-`gpufleet.io/awake` (`model.contract.standby`), which the operator sets.
+`gpufleet.io/awake` (`model.contract.standby`), which the operator sets. The pods do not carry
+the job's submission time (`gpufleet.io/submitted-at`, which TrainingJob workers carry): one
+template serves every replica, and a replica added by the autoscaler is new demand, in line from
+its own creation (`model.contract.submitted`).
 
 Replicas are not part of the template: they belong to the autoscaler, which writes the scale of
 the Deployment. `pool_replicas` only enforces what the spec itself says (create at

@@ -13,7 +13,7 @@ at its eviction; a gang of bare pods counts from its own pods. Its place in line
 policy's requeue timestamp (`Policy.requeue_timestamp`, passed to `build`): with `eviction`
 (the default, Kueue's default) it is that wait, so an evicted gang goes to the back; with
 `creation` a gang is in line since its job was submitted, which the operator writes on every
-pod it creates (the TrainingJob's `creationTimestamp`, `gpufleet.io/submitted-at`: the pods
+TrainingJob worker (the job's `creationTimestamp`, `gpufleet.io/submitted-at`: the pods
 alone tell, so the scheduler reads no jobs and the annotation survives the pods' recreation),
 or for pods without it since the gang's earliest pod's creation; the gang's `queued_s` is that
 time when it exceeds the wait (an evicted or moved gang), in whole seconds. A running job's

@@ -36,9 +36,10 @@ MOVE_TIMES: Final = "gpufleet.io/move-times"
 # operator from the job's status so the service tier outlives restarts and preemptions.
 ATTAINED: Final = "gpufleet.io/attained-gpu-seconds"
 # When the gang's job was submitted (RFC 3339; a TrainingJob's creationTimestamp), written by the
-# operator on every pod it creates, so a gang whose pods are recreated after an eviction keeps
-# its place in line with the requeue timestamp `creation` (`submitted` module). Any controller
-# may write it on its pods; without it a gang is in line since its earliest pod's creation.
+# operator on every TrainingJob worker pod it creates, so a gang whose pods are recreated after
+# an eviction keeps its place in line with the requeue timestamp `creation` (`submitted` module;
+# not on a ServingJob's replicas, which it says why). Any controller may write it on its pods;
+# without it a gang is in line since its earliest pod's creation.
 SUBMITTED_AT: Final = "gpufleet.io/submitted-at"
 
 # Elastic jobs' scaling (`scaling` module). The job (or its owner) reports its throughput on

@@ -7,6 +7,15 @@ The operator writes its TrainingJob's `creationTimestamp` on every worker pod it
 jobs), and any controller may do the same for its pods. Reading is lenient, as for the wishes:
 a missing or unreadable value reads as unknown (`read_submitted` returns None), and the
 scheduler then counts from the gang's earliest pod's creation.
+
+Only TrainingJob workers carry it, not a ServingJob's replicas (operator/serving_children.py).
+They are a Deployment's pods, each a gang of one, all built from the pool's one template: the
+job's creation time would be on every replica alike, so a replica the autoscaler adds long after
+the job was created (new demand, not a requeued gang) would be in line ahead of every job its
+queue received since; and the Deployment recreates an evicted replica as a new pod that nothing
+tells apart from a scale-up (besides, serving replicas are not preemptible unless their job
+says so). A serving replica is thus in line from its own pod's creation, with either requeue
+timestamp.
 """
 
 from __future__ import annotations

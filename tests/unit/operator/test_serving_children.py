@@ -1,8 +1,8 @@
 """Deployments built from a ServingJob: one per pool, names, selector labels, owner reference,
 scheduler name, GPU/MIG requests, the scheduler's annotations (read back with the scheduler's
-own readers), the role variable, the awake readiness gate on the pools that list standbys (with
-autoscaling on or off, next to the user's own gates), the spec's replica bounds, and drift
-detection that ignores replicas."""
+own readers; no submission time, unlike a TrainingJob's workers), the role variable, the awake
+readiness gate on the pools that list standbys (with autoscaling on or off, next to the user's
+own gates), the spec's replica bounds, and drift detection that ignores replicas."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from gpufleet.model.contract import names
+from gpufleet.model.contract.submitted import read_submitted
 from gpufleet.model.servingjob import PoolSpec
 from gpufleet.operator import serving_children as sc
 from gpufleet.operator.objects import ServingJobObject
@@ -133,6 +134,17 @@ def test_pod_template_is_for_the_gpufleet_scheduler() -> None:
     assert preemptible(pod) is False  # the CRD's default for serving
     assert [t.gpu_type for t in gpu_types(pod) or ()] == ["H100-80GB"]
     assert pod["metadata"]["annotations"]["a"] == "b"
+
+
+def test_replicas_carry_no_submission_time() -> None:
+    # Unlike a TrainingJob's workers (test_operator_children.py): a replica is in line from its
+    # own pod's creation, so one the autoscaler adds is not ahead of jobs submitted before it.
+    manifest = job()
+    manifest["metadata"]["creationTimestamp"] = "2026-12-05T10:00:00Z"
+    for pool in ("prefill", "decode"):
+        annotations = pod_of(deployment(manifest, pool, 3))["metadata"]["annotations"]
+        assert names.SUBMITTED_AT not in annotations
+        assert read_submitted(annotations) is None
 
 
 def test_pools_with_standbys_carry_the_awake_readiness_gate() -> None:
