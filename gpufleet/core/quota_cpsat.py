@@ -73,13 +73,23 @@ class _ResourceQuota:
         self.bound += sum(
             o.gang.gpus_needed(o.gang.replicas_max) for opts in homes.values() for o in opts
         )
+        # A queue's nominal quota may exceed the fleet (nodes gone, or quotas set ahead of
+        # them), and the variables at least a nominal quota must reach it.
+        nominal = max((q.quota(resource).nominal for q in tree.queues.values()), default=0)
+        self.bound = max(self.bound, nominal)
         self.touched = {name for home in homes if home != ROOT for name in tree.path(home)}
         self.added: dict[str, Any] = {}  # queue -> what its subtree's options add
 
     def build(self) -> None:
+        book, resource = self.book, self.resource
         tops = [self._level(t) for t in self.tree.kids(None)]
-        outside = self.book.outside(self.resource) + self._own(ROOT)
-        self.model.add(outside + _sum(tops) <= self.book.capacity(self.resource))
+        outside = book.outside(resource) + self._own(ROOT)
+        now = book.outside(resource) + sum(
+            book.effective(t, resource) for t in self.tree.kids(None)
+        )
+        # Gangs outside any queue are not held to the queues' account (QueueGate.allows).
+        every = _sum([o.amount for home, opts in self.homes.items() if home != ROOT for o in opts])
+        self._at_most(outside + _sum(tops), now, book.capacity(resource), every)
         for home, opts in sorted(self.homes.items()):
             for o in opts:
                 if home != ROOT and not o.gang.preemptible:
@@ -100,11 +110,24 @@ class _ResourceQuota:
         inner += _sum([self._level(k) for k in kids])
         self.added[name] = self._own(name) + _sum([self.added[k] for k in kids if k in self.added])
         if quota.borrowing_limit is not None:
-            self.model.add(inner <= quota.nominal + quota.borrowing_limit)
+            now = self.book.own[name][resource] if name in self.book.own else 0
+            now += sum(self.book.effective(k, resource) for k in kids)
+            limit = quota.nominal + quota.borrowing_limit
+            self._at_most(inner, now, limit, self.added[name])
         e = self.model.new_int_var(0, self.bound, f"quota[{name},{resource}]")
         self.model.add(e >= inner)
         self.model.add(e >= quota.kept)
         return e
+
+    def _at_most(self, load: Any, now: int, limit: int, added: Any) -> None:
+        """load <= limit; when the load is over the limit already (`now`, with nothing
+        admitted: a quota lowered under running gangs, nodes gone, a queue keeping more than
+        the fleet holds), nothing more (`added`), as `QuotaBook.fits` refuses any amount there,
+        instead of a model with no solution at all."""
+        if now > limit:
+            self.model.add(added == 0)
+        else:
+            self.model.add(load <= limit)
 
     def _non_preemptible(self, home: str, option: QuotaOption, outside: Any) -> None:
         model, book, tree, resource = self.model, self.book, self.tree, self.resource
