@@ -20,6 +20,9 @@ Preemption victims are not chosen by the model: greedy's evictions come in as fr
 gangs that must be admitted, and later evictions run after the solve (see place.py).
 Gangs that differ only in id and wait are admitted first come, first served (`_build_fifo`);
 inside a queue, those that differ in attained service too, fresh ones first (service_tier.py).
+With queues, the queues' order (fair share and aging, fairshare.py) holds across queues as
+greedy keeps it: a gang after one greedy admitted is admitted on a type that one may use only
+if that one is admitted too (`_build_queue_order`).
 Gangs restricted to some nodes (`Gang.allowed_nodes`) keep greedy's placement: the model counts
 identical nodes and cannot tell which of them such a gang may use, so their GPUs are taken out
 before it is built, and the repair pass gives those greedy left out another greedy try.
@@ -34,7 +37,7 @@ import functools
 import itertools
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ortools.sat.python import cp_model
@@ -48,6 +51,7 @@ from gpufleet.core.greedy import (
     commit,
     fewest_node_count,
     fewest_nodes,
+    greedy_order,
     place_greedy,
     plan_mig,
     usable_types,
@@ -185,6 +189,8 @@ class _Model:
         policy: Policy,
         layouts: Memo,
         forced: frozenset[str] = frozenset(),
+        line: Sequence[Gang] = (),
+        greedy: Mapping[str, GangPlacement] | None = None,
     ) -> None:
         self.state = state
         self.forced = forced
@@ -200,9 +206,13 @@ class _Model:
         self.slots: list[_SlotExcess] = []
         self.goodput: list[tuple[cp_model.IntVar, _Option, list[tuple[int, int]]]] = []
         self.objective_terms: list[tuple[cp_model.LinearExprT, int]] = []
+        # Per GPU type, "every gang greedy admitted so far in the queues' order is admitted".
+        self.in_line: list[cp_model.IntVar] = []
         self.pricing = Pricing(state, policy, gangs)
         self._build_options(gangs, layouts)
         self._build_fifo(gangs)
+        if state.gate is not None and greedy is not None:
+            self._build_queue_order(line, greedy)
         if state.gate is not None:
             add_quota_constraints(self.model, state.gate, self._quota_options())
         self._build_groups()
@@ -278,6 +288,43 @@ class _Model:
                     sum(o.admit for o in self.by_gang[first.id])
                     >= sum(o.admit for o in self.by_gang[then.id])
                 )
+
+    # --- the queues' order across queues ---------------------------------------------------------
+    # Greedy tries gangs in the queues' order (fairshare.py: tiers of nominal quota, aged gangs
+    # first, then the queue furthest below its fair share) and admits each one that fits what
+    # those before it took. The objective alone would pass over such a gang for gangs behind it
+    # worth more (two 4-GPU gangs of a queue over its share start one more gang than the 8-GPU
+    # gang of a queue under it), so across queues the order was only the hint's. Here a gang
+    # greedy admitted keeps its place in line for the GPU types it may use: a gang behind it is
+    # admitted on one of those types only if it is admitted too (on any of its types). A gang
+    # greedy left pending did not fit what those before it took, as greedy found it; it binds
+    # nothing, and a gang behind it may take what it could not. Growth of running jobs comes
+    # last, as in greedy (`grow_elastic`). Greedy's decision satisfies every such constraint,
+    # so the hint stays a solution. A weighted objective term for the order would have to
+    # outweigh any sum of the terms behind it (weights doubling down the line), which the
+    # integer objective cannot hold for thousands of gangs; the constraint needs one boolean
+    # per admitted gang and type, and one implication per option.
+    def _build_queue_order(self, line: Sequence[Gang], greedy: Mapping[str, GangPlacement]) -> None:
+        m = self.model
+        last: dict[str, cp_model.IntVar] = {}  # type -> its latest "in line" boolean
+        for gang in sorted(line, key=lambda g: g.grows_from > 0):  # stable: the order kept
+            opts = self.by_gang.get(gang.id)
+            if not opts:
+                continue
+            for o in opts:
+                if o.gpu_type in last:
+                    m.add_implication(o.admit, last[o.gpu_type])
+            placed = greedy.get(gang.id)
+            if gang.grows_from or placed is None or _greedy_option(opts, placed) is None:
+                continue
+            admitted = _total(o.admit for o in opts)
+            for t in sorted({o.gpu_type for o in opts}):
+                held = m.new_bool_var(f"in_line[{gang.id},{t}]")
+                m.add(held <= admitted)
+                if t in last:
+                    m.add_implication(held, last[t])
+                last[t] = held
+                self.in_line.append(held)
 
     def _quota_options(self) -> list[QuotaOption]:
         """Each option's use of its queue's quota: GPUs (or MIG slices) when admitted."""
@@ -545,10 +592,9 @@ class _Model:
         reps: dict[int, int] = {}  # option (by id) -> value of its `replicas` expression
         for gang_id, opts in self.by_gang.items():
             placed = greedy.get(gang_id)
+            pick = None if placed is None else _greedy_option(opts, placed)
             for o in opts:
-                chosen = placed is not None and placed.gpu_type == o.gpu_type
-                if chosen and o.fixed_replicas is not None:
-                    chosen = placed is not None and placed.replica_count == o.fixed_replicas
+                chosen = o is pick
                 m.add_hint(o.admit, chosen)
                 count = placed.replica_count if chosen and placed else 0
                 if o.fixed_replicas is not None:
@@ -602,6 +648,8 @@ class _Model:
             m.add_hint(z, final[key])
             extra, existing = self.repartitions[key]
             m.add_hint(extra, max(0, final[key] - existing))
+        for held in self.in_line:  # made only for gangs admitted as greedy placed them
+            m.add_hint(held, True)
         self._hint_derived(reps, counts, final)
 
     def _hint_derived(
@@ -637,6 +685,17 @@ class _Model:
                 for (r0, v0), (r1, v1) in itertools.pairwise(hull)
             )
             m.add_hint(goodput, min(max(0, value), max(v for _, v in hull)))
+
+
+def _greedy_option(opts: Sequence[_Option], placed: GangPlacement) -> _Option | None:
+    """The option that is greedy's placement of the gang (its type and, for a same-node gang,
+    its replica count), if the model has one."""
+    for o in opts:
+        if o.gpu_type != placed.gpu_type:
+            continue
+        if o.fixed_replicas is None or o.fixed_replicas == placed.replica_count:
+            return o
+    return None
 
 
 def _solver(policy: Policy) -> cp_model.CpSolver:
@@ -888,6 +947,8 @@ def _solve(
     """One solve (see `place_cpsat`), with the gangs in `keep` and those restricted to some
     nodes keeping greedy's placement."""
     state = initial.copy()
+    # The queues' order, as greedy tried the gangs (before any of them took GPUs or quota).
+    line = greedy_order(pending, state) if state.gate is not None else []
     victims = {p.gang_id for p in preemptions}
     for running in state.snapshot.running:
         if running.id in victims:
@@ -902,7 +963,7 @@ def _solve(
     for placement in fixed.values():
         _take(state, greedy_state, placement, by_id[placement.gang_id])
     free = [g for g in pending if g.id not in fixed and g.allowed_nodes is None]
-    built = _Model(state, free, policy, layouts, forced - fixed.keys())
+    built = _Model(state, free, policy, layouts, forced - fixed.keys(), line, greedy)
     if not built.options:
         return greedy_state, greedy, SolveStats("greedy", "NOTHING_TO_SOLVE")
     built.hint(greedy_state, greedy)

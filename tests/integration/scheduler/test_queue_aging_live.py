@@ -8,8 +8,10 @@ once it has waited past the aging threshold (10 s here), a job of the idle queue
 arrives and waits too; then one of busy's jobs ends, freeing one node. By fair share the idle
 queue's job would go first (busy holds 12 GPUs, idle none); aged, "old" goes first and takes
 the node, and "young" keeps waiting. (Before the scheduler counted waits, every gang's wait
-was 0 and "young" took the node.) No GPU is double-booked. The greedy engine decides: CP-SAT
-weighs two such gangs of different queues alike and takes either, whatever their order.
+was 0 and "young" took the node.) No GPU is double-booked. Both engines decide it, each with
+its own operator: CP-SAT, the default, weighs two such gangs of different queues alike and took
+either, whatever their order, until it kept the queues' order across queues (cpsat.py
+`_build_queue_order`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,29 +41,46 @@ pytestmark = pytest.mark.integration
 
 AGING_S = 10.0
 SUFFIX = uuid.uuid4().hex[:6]
-BUSY, IDLE = f"busy-{SUFFIX}", f"idle-{SUFFIX}"
-SETTINGS = f"""\
-placement:
-  queue_aging_s: {AGING_S}
-  service_tier_gpu_s: 0
-  solver:
-    engine: greedy
-"""
+
+
+@dataclass(frozen=True)
+class Queues:
+    engine: str
+    busy: str
+    idle: str
+
+
+@pytest.fixture(scope="module", params=["greedy", "cpsat"])
+def queues(request: pytest.FixtureRequest) -> Queues:
+    """The engine that decides, and its two queues (named after it: fresh for each operator)."""
+    engine = request.param
+    return Queues(engine, f"busy-{engine}-{SUFFIX}", f"idle-{engine}-{SUFFIX}")
 
 
 @pytest.fixture(scope="module")
 def operator(
-    sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
+    sandbox: Sandbox,
+    kube: Kube,
+    tmp_path_factory: pytest.TempPathFactory,
+    queues: Queues,
 ) -> Iterator[OperatorProcess]:
-    """This module's operator, with a short queue aging; the module's two queues, no quota."""
-    kube.create_queue(BUSY, "T4", 0)
-    kube.create_queue(IDLE, "T4", 0)
+    """This module's operator for one engine, with a short queue aging; its two queues, no
+    quota."""
+    kube.create_queue(queues.busy, "T4", 0)
+    kube.create_queue(queues.idle, "T4", 0)
+    settings = f"""\
+placement:
+  queue_aging_s: {AGING_S}
+  service_tier_gpu_s: 0
+  solver:
+    engine: {queues.engine}
+"""
     folder = tmp_path_factory.mktemp("operator")
     try:
-        with configured_operator(sandbox.kubeconfig, kube, folder, SETTINGS) as proc:
+        with configured_operator(sandbox.kubeconfig, kube, folder, settings) as proc:
             yield proc
     finally:
-        sandbox.kubectl("delete", "gq", BUSY, IDLE, "--ignore-not-found", check=False)
+        sandbox.kubectl("delete", "gq", queues.busy, queues.idle, "--ignore-not-found", check=False)
 
 
 def job(name: str, queue: str) -> dict[str, Any]:
@@ -89,21 +109,21 @@ def says_why_it_waits(kube: Kube, ns: str, name: str) -> dict[str, Any] | None:
 
 
 def test_an_aged_job_goes_before_the_fair_share_order(
-    kube: Kube, ns: str, sandbox: Sandbox, operator: OperatorProcess
+    kube: Kube, ns: str, sandbox: Sandbox, operator: OperatorProcess, queues: Queues
 ) -> None:
     fillers = [f"fill-{i}" for i in range(4)]
     for name in fillers:
-        kube.create_job(ns, job(name, BUSY))
+        kube.create_job(ns, job(name, queues.busy))
     for name in fillers:
         wait_for(lambda name=name: bound(kube, ns, name), f"{name} bound", 60)
-    kube.create_job(ns, job("old", BUSY))
+    kube.create_job(ns, job("old", queues.busy))
     wait_for(lambda: says_why_it_waits(kube, ns, "old"), "old waits with a reason", 30)
     # Past the aging threshold, counted from old's pod's creation (the sandbox's API server
     # shares this machine's clock; its stamps are whole seconds).
     created = parse_time(live_pods(kube, ns, "old")[0]["metadata"]["creationTimestamp"])
     assert created is not None
     time.sleep(max(0.0, AGING_S + 2 - (datetime.now(UTC) - created).total_seconds()))
-    kube.create_job(ns, job("young", IDLE))
+    kube.create_job(ns, job("young", queues.idle))
     wait_for(lambda: says_why_it_waits(kube, ns, "young"), "young waits with a reason", 30)
     assert not bound(kube, ns, "old")
     kube.delete_job(ns, fillers[0])  # frees one node: room for one of the two
