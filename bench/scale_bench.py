@@ -3,7 +3,8 @@
 `core` (no cluster): `place()` on synthetic 75 %-full fleets of 8-GPU nodes (the instances of
 placement_bench.py) at 5,000 nodes x 5,000 pending gangs, --samples times with a new instance
 each (p50/p99 of wall and CPU time), then a table of time against nodes x gangs and the
-exponents of a least-squares fit `time ~ nodes^a * gangs^b` over it.
+exponents of a least-squares fit `time ~ nodes^a * gangs^b` over it. With --queues K, every
+instance is shared by K GPUQueues (`with_queues`: the fair-share order and aging then decide).
 
 `live`: one private sandbox with a kwok fleet of --nodes 8-GPU nodes (40 % H100, 20 % A100,
 40 % L4; or --fleet FILE) and `gpufleet operator` running, in this order:
@@ -27,6 +28,7 @@ Each result is printed as it is reached; SIGINT (`timeout -s INT`) or the machin
 
     python bench/scale_bench.py core                        # ~10 min on 2 idle cores
     python bench/scale_bench.py core --samples 5 --nodes-list 500,1000,2000 --gangs-list 500,1000
+    python bench/scale_bench.py core --queues 8 ...         # the same, shared by 8 GPUQueues
     python bench/scale_bench.py live --nodes 1000           # drain 5,000 pods on 1,000 nodes
     timeout -s INT 2400 python bench/scale_bench.py live --nodes 5000 --drain-pods 0 --fill 0.9
 
@@ -64,8 +66,11 @@ from gpufleet.cliargs import (
     positive_float,
     positive_int,
 )
+from gpufleet.core.demand import Gang
 from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, SolverSettings
+from gpufleet.core.queues import QueueSpec, QueueTree, Quota
+from gpufleet.core.snapshot import Snapshot
 from gpufleet.model.contract import names
 from gpufleet.model.contract.resources import gpu_resources
 from gpufleet.model.contract.wishes import TypeOption, wish_annotations
@@ -96,9 +101,35 @@ CYCLE_LINE = re.compile(
 # --- core ----------------------------------------------------------------------------------------
 
 
-def timed_place(nodes: int, gangs: int, seed: int, policy: Policy) -> tuple[float, float, str]:
-    """(wall s, CPU s, engine that decided) of one place() on a fresh instance."""
+def with_queues(
+    snapshot: Snapshot, pending: list[Gang], queues: int, seed: int
+) -> tuple[Snapshot, list[Gang]]:
+    """The instance shared by `queues` GPUQueues of equal weight, each with an equal part of
+    every type's GPUs as nominal quota (rounded down): running and pending gangs go to queues at
+    random (so the queues stand at different shares), and a pending gang has waited 0-2 hours
+    (about half of them past the default aging time), so the fair-share order and aging decide."""
+    rng = random.Random(seed)
+    per_type: dict[str, int] = {}
+    for node in snapshot.nodes:
+        per_type[node.gpu_type] = per_type.get(node.gpu_type, 0) + node.gpu_count
+    names_ = [f"q{i}" for i in range(queues)]
+    quotas = {t: Quota(n // queues) for t, n in per_type.items()}
+    tree = QueueTree.build(QueueSpec(q, quotas=quotas) for q in names_)
+    running = tuple(replace(r, queue=rng.choice(names_)) for r in snapshot.running)
+    gangs = [
+        replace(g, queue=rng.choice(names_), waited_s=rng.uniform(0.0, 7200.0)) for g in pending
+    ]
+    return replace(snapshot, running=running, queues=tree), gangs
+
+
+def timed_place(
+    nodes: int, gangs: int, seed: int, policy: Policy, queues: int = 0
+) -> tuple[float, float, str]:
+    """(wall s, CPU s, engine that decided) of one place() on a fresh instance (shared by
+    `queues` queues, `with_queues`, when not 0)."""
     snapshot, pending = make_instance(nodes, gangs, seed=seed)
+    if queues:
+        snapshot, pending = with_queues(snapshot, pending, queues, seed)
     wall, cpu = time.perf_counter(), time.process_time()
     decision = place(snapshot, pending, policy)
     return time.perf_counter() - wall, time.process_time() - cpu, decision.stats.engine
@@ -125,12 +156,14 @@ def run_core(args: Any) -> dict[str, Any]:
     policy = Policy()
     greedy = Policy(solver=replace(SolverSettings(), engine=Engine.GREEDY))
     place(*make_instance(10, 10, seed=0), policy)  # imports and warms OR-Tools, not timed
-    print(f"{args.nodes} nodes x {args.gangs} gangs, {args.samples} instances (s):", flush=True)
+    shared = f", {args.queues} queues" if args.queues else ""
+    print(f"{args.nodes} nodes x {args.gangs} gangs{shared}, {args.samples} instances (s):",
+          flush=True)  # fmt: skip
     target: dict[str, list[float]] = {"wall": [], "cpu": [], "greedy_wall": []}
     engines: dict[str, int] = {}
     for s in range(args.samples):
-        wall, cpu, engine = timed_place(args.nodes, args.gangs, 7000 + s, policy)
-        gwall, _, _ = timed_place(args.nodes, args.gangs, 7000 + s, greedy)
+        wall, cpu, engine = timed_place(args.nodes, args.gangs, 7000 + s, policy, args.queues)
+        gwall, _, _ = timed_place(args.nodes, args.gangs, 7000 + s, greedy, args.queues)
         target["wall"].append(wall)
         target["cpu"].append(cpu)
         target["greedy_wall"].append(gwall)
@@ -147,7 +180,10 @@ def run_core(args: Any) -> dict[str, Any]:
     table = []
     for n in args.nodes_list:
         for g in args.gangs_list:
-            runs = [timed_place(n, g, 100 * n + g + s, policy) for s in range(args.table_samples)]
+            runs = [
+                timed_place(n, g, 100 * n + g + s, policy, args.queues)
+                for s in range(args.table_samples)
+            ]
             wall = statistics.median(r[0] for r in runs)
             cpu = statistics.median(r[1] for r in runs)
             cells.append((n, g, wall))
@@ -164,6 +200,7 @@ def run_core(args: Any) -> dict[str, Any]:
         "nodes": args.nodes,
         "gangs": args.gangs,
         "samples": args.samples,
+        "queues": args.queues,
         "target": summary,
         "target_engines": engines,
         "p99_wall_ok": summary["wall"]["p99"] <= 3.0,
@@ -670,6 +707,8 @@ def main(argv: list[str] | None = None) -> int:
     core.add_argument("--nodes-list", type=sizes, default=[500, 1000, 2000, 5000])
     core.add_argument("--gangs-list", type=sizes, default=[500, 1000, 2000, 5000])
     core.add_argument("--table-samples", type=positive_int, default=3)
+    core.add_argument("--queues", type=non_negative_int, default=0,
+                      help="GPUQueues sharing each instance (0: none)")  # fmt: skip
     live = sub.add_parser("live", prog=PROG, help="a sandbox with the operator running")
     fleet = live.add_mutually_exclusive_group()
     fleet.add_argument("--nodes", type=positive_int, default=1000)
