@@ -81,7 +81,7 @@ from gpufleet.core.policy import Policy
 from gpufleet.core.preempt import release_gang, retake, retake_all
 from gpufleet.core.pricing import Pricing
 from gpufleet.core.queues import resource_key
-from gpufleet.core.snapshot import RunningGang
+from gpufleet.core.snapshot import ReplicaPlacement, RunningGang
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import base_throughput
 
@@ -160,10 +160,8 @@ def _evacuate(
     name = state.nodes[node].name
     candidates = [
         gang
-        for gang in state.snapshot.running
-        if gang.id not in excluded
-        and any(r.node == name for r in gang.replicas)
-        and _movable(gang, wide, policy)
+        for gang in state.running_on(name)
+        if gang.id not in excluded and _movable(gang, wide, policy)
     ]
     free = state.whole_mode_gpus(node)
     short = wide.gpus_needed(wide.replicas_min) - len(free) - reserved
@@ -396,22 +394,24 @@ def _blockers(
     gate = state.gate
     assert gate is not None
     name = state.nodes[n].name
-    on_node = [
-        g
-        for g in state.snapshot.running
-        if g.id not in moved and any(r.node == name for r in g.replicas)
-    ]
+    on_node = [g for g in state.running_on(name) if g.id not in moved]
     if any(g.id in excluded for g in on_node):
         return None  # already leaving in this decision: its GPUs are not free yet
-    trial = state.copy()
+    # The evictions are a what-if on the queues' accounts (copied at the first eviction) and
+    # node n alone (`release_gang` on a copy of the state would free the same GPUs there; no
+    # other node is read).
+    account = gate
     blocked: list[RunningGang] = []
+    released: list[ReplicaPlacement] = []
     for gang in sorted(on_node, key=lambda g: (gate.victim_key(g, wide), g.id)):
-        assert trial.gate is not None
-        if trial.gate.may_evict(gang, wide):
-            release_gang(trial, gang)
+        if account.may_evict(gang, wide):
+            released.extend(gang.replicas)
+            if account is gate:
+                account = gate.copy()
+            account.free(gang)
         else:
             blocked.append(gang)
-    free = len(trial.whole_mode_gpus(n))
+    free = state.whole_mode_free_after(n, released)
     held = sum(len(_on_node(b, name)) for b in blocked)
     return blocked if free + held >= wide.gpus_needed(wide.replicas_min) else None
 
@@ -545,21 +545,19 @@ def _split(
     gate = state.gate
     assert gate is not None
     name = state.nodes[n].name
-    on_node = [
-        g
-        for g in state.snapshot.running
-        if g.id not in excluded and any(r.node == name for r in g.replicas)
-    ]
+    on_node = [g for g in state.running_on(name) if g.id not in excluded]
     free = len(state.whole_mode_gpus(n))
     held = sum(len(_on_node(g, name)) for g in on_node)
     need = wide.gpus_needed(wide.replicas_min)
     if free >= need or free + held < need:
         return None
-    account = gate.copy()
+    account = gate  # copied at the first eviction
     victims: list[RunningGang] = []
     blockers: list[RunningGang] = []
     for gang in sorted(on_node, key=lambda g: (gate.victim_key(g, wide), g.id)):
         if account.is_reclaim(gang, wide) and account.may_evict(gang, wide):
+            if account is gate:
+                account = gate.copy()
             account.free(gang)
             victims.append(gang)
         else:

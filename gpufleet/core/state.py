@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
+from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.model.mig import MigLayout, MigPlacement
 
 if TYPE_CHECKING:
@@ -53,6 +53,8 @@ class ClusterState:
         self.repartitioned: set[tuple[int, int]] = set()
         # Queue accounting of this state (admission.py); None when the snapshot has no queues.
         self.gate: QueueGate | None = None
+        # Snapshot's running gangs per node name (`running_on`), built on first use.
+        self._running_on: dict[str, list[RunningGang]] | None = None
         for gang in snapshot.running:
             for replica in gang.replicas:
                 at = self.node_index.get(replica.node)
@@ -261,6 +263,38 @@ class ClusterState:
         self._move_bucket(n, before, len(self.empty[n]))
 
     # --- queries ----------------------------------------------------------------------------
+
+    def running_on(self, name: str) -> list[RunningGang]:
+        """The snapshot's running gangs with a replica on node `name`, in snapshot order (what
+        the snapshot says, whatever this state has released or taken since). The index is built
+        once and shared by copies, the snapshot being the same."""
+        if self._running_on is None:
+            index: dict[str, list[RunningGang]] = {}
+            for gang in self.snapshot.running:
+                for node in dict.fromkeys(r.node for r in gang.replicas):
+                    index.setdefault(node, []).append(gang)
+            self._running_on = index
+        return self._running_on.get(name, [])
+
+    def whole_mode_free_after(self, n: int, replicas: Iterable[ReplicaPlacement]) -> int:
+        """How many GPUs `whole_mode_gpus(n)` would list had `replicas` been released in turn
+        (`release`), the state left as it is: a release changes only its own node's GPUs, so
+        this reads node n alone instead of releasing on a copy of the whole state."""
+        name = self.nodes[n].name
+        empty = set(self.empty[n])
+        used = [set(s) for s in self.used_inst[n]]
+        for replica in replicas:
+            if replica.node != name:
+                continue
+            for g in replica.gpus:
+                if replica.mig is None:
+                    empty.add(g)
+                else:
+                    used[g].discard(replica.mig)
+                    if not used[g]:
+                        empty.add(g)
+        layout = self.layout[n]
+        return sum(1 for g in empty if layout[g] is None)
 
     def type_nodes(self, gpu_type: str) -> list[list[int]]:
         """Buckets of schedulable nodes of a type by empty-GPU count (empty list if none)."""

@@ -59,6 +59,45 @@ def test_take_and_release_round_trip_and_copy_is_independent() -> None:
     assert [k[0] for k in state.free_instances("H100-80GB", "3g.40gb")] == [1, 1]
 
 
+def test_running_on_lists_each_gang_once_per_node_in_snapshot_order() -> None:
+    snapshot = (
+        cluster()
+        .node("a", "A10", 4)
+        .node("b", "A10", 4)
+        .run("w", "b", (0,))
+        .run("w", "a", (0,))
+        .run("w", "a", (1,))
+        .run("x", "a", (2,))
+        .build()
+    )
+    state = ClusterState(snapshot)
+    twin = state.copy()
+    assert [g.id for g in state.running_on("a")] == ["w", "x"]
+    assert [g.id for g in twin.running_on("b")] == ["w"]
+    assert state.running_on("c") == []
+
+
+def test_whole_mode_free_after_counts_what_releasing_on_a_copy_would() -> None:
+    snapshot = (
+        cluster()
+        .node("a", "A100-80GB", 4, mig={3: layout("3g.40gb@0", "3g.40gb@4")})
+        .node("b", "A100-80GB", 4)
+        .run("w", "a", (0, 1))
+        .run("w", "b", (0,))
+        .run("m", "a", (3,), mig="3g.40gb@0")
+        .build()
+    )
+    state = ClusterState(snapshot)
+    replicas = [r for g in snapshot.running for r in g.replicas]
+    trial = state.copy()
+    for replica in replicas:
+        trial.release(replica)
+    # GPUs 0 and 1 come free in whole mode; GPU 3 empties but keeps its MIG layout.
+    assert state.whole_mode_free_after(0, replicas) == len(trial.whole_mode_gpus(0)) == 3
+    assert state.whole_mode_free_after(1, replicas[:1]) == len(state.whole_mode_gpus(1)) == 3
+    assert state.empty[0] == {2}  # the state itself is left as it is
+
+
 def test_repartition_refuses_a_busy_gpu() -> None:
     state = ClusterState(cluster().node("a", "H100-80GB", 1).run("r", "a", (0,)).build())
     with pytest.raises(ValueError, match="not empty"):
