@@ -253,6 +253,17 @@ class Kube:
         """The TrainingJob `job`'s pods, as the API shows them (those being deleted too)."""
         return self.pods(namespace, f"{names.TRAININGJOB_LABEL}={job}")
 
+    def live_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        """`job`'s pods not being deleted (an evicted job's recreated workers, say)."""
+        return [
+            p for p in self.job_pods(namespace, job) if not p["metadata"].get("deletionTimestamp")
+        ]
+
+    def all_bound(self, namespace: str, job: str) -> bool:
+        """Whether `job` has pods not being deleted and every one of them is bound."""
+        pods = self.live_pods(namespace, job)
+        return bool(pods) and all(p["spec"].get("nodeName") for p in pods)
+
     def bound(self, namespace: str, job: str, started: bool = False) -> list[dict[str, Any]]:
         """`job`'s pods bound to a node and not being deleted (`started`: and started)."""
         return [

@@ -1,7 +1,7 @@
 """A gang of higher priority takes the GPUs held for a waiting preemptor (nominated.py), on the
 sandbox, through `gpufleet operator` as a real process and the sandbox's real API server.
 
-The scene of test_nominated_holds_live: the 16 T4 GPUs of the default fleet are full, f1, f2,
+The scene of gpufleet.testing.hold_scene: the 16 T4 GPUs of the default fleet are full, f1, f2,
 f3 (4 GPUs each, priority 20) and, on the fourth node, v1 and v2 (2 GPUs each, priority 1); hi
 (4 GPUs, priority 10) evicts v1 and v2; v1's pod goes at once, a finalizer keeps v2's. The 2
 GPUs v1 freed are held for hi. Then urgent (2 GPUs, priority 30) arrives: as kube-scheduler
@@ -17,9 +17,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from test_nominated_holds_live import _linger, _on
 
 from gpufleet.testing import invariants
+from gpufleet.testing.hold_scene import HoldScene, on_node
 from gpufleet.testing.operator import Kube, training_job, wait_for
 
 pytestmark = pytest.mark.integration
@@ -42,33 +42,9 @@ def _evicted(kube: Kube, ns: str) -> list[str]:
 
 
 def test_a_higher_priority_gang_takes_the_gpus_held_for_a_waiting_one(kube: Kube, ns: str) -> None:
-    for job in ("f1", "f2", "f3"):
-        kube.create_job(ns, training_job(job, 1, gpus=4, gpu_type="T4", priority=20))
-    for job in ("f1", "f2", "f3"):
-        wait_for(lambda j=job: kube.phase(ns, j) == "Running", f"{job} Running", 60)
-    for job in ("v1", "v2"):
-        kube.create_job(ns, training_job(job, 1, gpus=2, gpu_type="T4", priority=1))
-    for job in ("v1", "v2"):
-        wait_for(lambda j=job: kube.phase(ns, j) == "Running", f"{job} Running", 60)
-    (v1,) = kube.bound(ns, "v1")
-    (v2,) = kube.bound(ns, "v2")
-    node = v2["spec"]["nodeName"]
-    assert v1["spec"]["nodeName"] == node
-    v1_uid, v2_name, v2_uid = v1["metadata"]["uid"], v2["metadata"]["name"], v2["metadata"]["uid"]
-    fulls = {p["metadata"]["uid"] for j in ("f1", "f2", "f3") for p in kube.bound(ns, j)}
-
-    _linger(kube, ns, v2_name, hold=True)
-    try:
-        kube.create_job(ns, training_job("hi", 1, gpus=4, gpu_type="T4", priority=10))
-
-        def v1_gone_v2_evicted() -> bool:
-            uids = {p["metadata"]["uid"]: p for p in kube.pods(ns)}
-            v2_pod = uids.get(v2_uid)
-            return v1_uid not in uids and bool(
-                v2_pod and v2_pod["metadata"].get("deletionTimestamp")
-            )
-
-        wait_for(v1_gone_v2_evicted, "v1's pod gone, v2's evicted and kept", 60)
+    scene = HoldScene.start(kube, ns)
+    node, v2_name = scene.node, scene.v2_name
+    with scene.hi_waiting(kube, ns):
         wait_for(lambda: "WaitingForPreemption" in _why(kube, ns, "hi"), "hi waiting", 30)
         kube.create_job(ns, training_job("urgent", 1, gpus=2, gpu_type="T4", priority=30))
         (placed,) = wait_for(lambda: kube.bound(ns, "urgent"), "urgent bound", 30)
@@ -76,20 +52,18 @@ def test_a_higher_priority_gang_takes_the_gpus_held_for_a_waiting_one(kube: Kube
         assert placed["spec"]["nodeName"] == node
         assert _evicted(kube, ns) == [v2_name]
         assert {p["metadata"]["uid"] for j in ("f1", "f2", "f3") for p in kube.bound(ns, j)} == (
-            fulls
+            scene.fulls
         )
         wait_for(
             lambda: "took the GPUs planned for it" in _why(kube, ns, "hi"), "hi's new reason", 30
         )
         assert "urgent" in _why(kube, ns, "hi")
         assert invariants.check(kube.core) == []
-    finally:
-        _linger(kube, ns, v2_name, hold=False)
-    wait_for(lambda: v2_uid not in {p["metadata"]["uid"] for p in kube.pods(ns)}, "v2 gone", 30)
+    wait_for(lambda: scene.v2_gone(kube, ns), "v2 gone", 30)
     # hi is decided afresh: 2 GPUs free on the node, it needs 4, and urgent and the f's are
     # above it (v1's or v2's recreated worker may take those 2).
     for _ in range(25):
         assert kube.bound(ns, "hi") == []
-        assert any(n.startswith("urgent") for n in _on(kube, ns, node))
+        assert any(n.startswith("urgent") for n in on_node(kube, ns, node))
         time.sleep(0.2)
     assert invariants.check(kube.core) == []

@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 
-from gpufleet.model.contract import names
 from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.testing import invariants
@@ -91,16 +90,6 @@ def job(name: str, queue: str) -> dict[str, Any]:
     return manifest
 
 
-def live_pods(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
-    pods = kube.pods(ns, f"{names.TRAININGJOB_LABEL}={name}")
-    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-
-
-def bound(kube: Kube, ns: str, name: str) -> bool:
-    pods = live_pods(kube, ns, name)
-    return bool(pods) and all(p["spec"].get("nodeName") for p in pods)
-
-
 def says_why_it_waits(kube: Kube, ns: str, name: str) -> dict[str, Any] | None:
     c = kube.condition(ns, name, "Admitted")
     if c and c["status"] == "False" and c["reason"] != "WaitingForScheduler":
@@ -115,20 +104,22 @@ def test_an_aged_job_goes_before_the_fair_share_order(
     for name in fillers:
         kube.create_job(ns, job(name, queues.busy))
     for name in fillers:
-        wait_for(lambda name=name: bound(kube, ns, name), f"{name} bound", 60)
+        wait_for(lambda name=name: kube.all_bound(ns, name), f"{name} bound", 60)
     kube.create_job(ns, job("old", queues.busy))
     wait_for(lambda: says_why_it_waits(kube, ns, "old"), "old waits with a reason", 30)
     # Past the aging threshold, counted from old's pod's creation (the sandbox's API server
     # shares this machine's clock; its stamps are whole seconds).
-    created = parse_time(live_pods(kube, ns, "old")[0]["metadata"]["creationTimestamp"])
+    created = parse_time(kube.live_pods(ns, "old")[0]["metadata"]["creationTimestamp"])
     assert created is not None
     time.sleep(max(0.0, AGING_S + 2 - (datetime.now(UTC) - created).total_seconds()))
     kube.create_job(ns, job("young", queues.idle))
     wait_for(lambda: says_why_it_waits(kube, ns, "young"), "young waits with a reason", 30)
-    assert not bound(kube, ns, "old")
+    assert not kube.all_bound(ns, "old")
     kube.delete_job(ns, fillers[0])  # frees one node: room for one of the two
-    wait_for(lambda: bound(kube, ns, "old") or bound(kube, ns, "young"), "one of them bound", 60)
-    assert bound(kube, ns, "old") and not bound(kube, ns, "young")
+    wait_for(
+        lambda: kube.all_bound(ns, "old") or kube.all_bound(ns, "young"), "one of them bound", 60
+    )
+    assert kube.all_bound(ns, "old") and not kube.all_bound(ns, "young")
     waiting = wait_for(lambda: says_why_it_waits(kube, ns, "young"), "young still waits", 30)
     print(f"[queue aging] old placed first; young waits: {waiting['reason']}: {waiting['message']}")
     assert invariants.check(kube.core) == []

@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from gpufleet.model.contract import names
 from gpufleet.model.contract.submitted import read_submitted
 from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.sandbox.control_plane import Sandbox
@@ -85,18 +84,8 @@ def job(name: str, queue: str, *, priority: int = 0, preemptible: bool = True) -
     return manifest
 
 
-def live_pods(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
-    pods = kube.pods(ns, f"{names.TRAININGJOB_LABEL}={name}")
-    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-
-
-def bound(kube: Kube, ns: str, name: str) -> bool:
-    pods = live_pods(kube, ns, name)
-    return bool(pods) and all(p["spec"].get("nodeName") for p in pods)
-
-
 def pending(kube: Kube, ns: str, name: str) -> list[dict[str, Any]] | None:
-    pods = live_pods(kube, ns, name)
+    pods = kube.live_pods(ns, name)
     return pods if pods and not any(p["spec"].get("nodeName") for p in pods) else None
 
 
@@ -108,30 +97,32 @@ def test_an_evicted_jobs_place_in_line(
         kube.create_job(ns, job(name, queue, preemptible=False))
     kube.create_job(ns, job("first", queue))
     for name in [*fillers, "first"]:
-        wait_for(lambda name=name: bound(kube, ns, name), f"{name} bound", 60)
+        wait_for(lambda name=name: kube.all_bound(ns, name), f"{name} bound", 60)
     time.sleep(1.1)  # creation times are whole seconds: "second" is submitted after "first"
     kube.create_job(ns, job("second", queue))
     wait_for(lambda: pending(kube, ns, "second"), "second waits", 30)
     time.sleep(1.1)  # "first"'s recreated worker is created after "second"'s
     kube.create_job(ns, job("urgent", queue, priority=1))
-    wait_for(lambda: bound(kube, ns, "urgent"), "urgent bound (first evicted)", 60)
+    wait_for(lambda: kube.all_bound(ns, "urgent"), "urgent bound (first evicted)", 60)
     recreated = wait_for(lambda: pending(kube, ns, "first"), "first's worker recreated", 60)
 
     # The recreated worker says when "first" was submitted; it was created after "second"'s.
     submitted = parse_time((kube.job(ns, "first") or {})["metadata"]["creationTimestamp"])
     assert submitted is not None
     assert read_submitted(recreated[0]["metadata"]["annotations"]) == submitted
-    second_pods = live_pods(kube, ns, "second")
+    second_pods = kube.live_pods(ns, "second")
     second_created = parse_time(second_pods[0]["metadata"]["creationTimestamp"])
     first_created = parse_time(recreated[0]["metadata"]["creationTimestamp"])
     assert second_created is not None and first_created is not None
     assert submitted < second_created < first_created
 
     kube.delete_job(ns, "urgent")  # frees one node: room for one of the two
-    wait_for(lambda: bound(kube, ns, "first") or bound(kube, ns, "second"), "one of them bound", 60)
+    wait_for(
+        lambda: kube.all_bound(ns, "first") or kube.all_bound(ns, "second"), "one of them bound", 60
+    )
     winner, loser = ("first", "second") if requeue == "creation" else ("second", "first")
-    assert bound(kube, ns, winner) and not bound(kube, ns, loser), requeue
+    assert kube.all_bound(ns, winner) and not kube.all_bound(ns, loser), requeue
     time.sleep(2.0)  # and it stays so: the other does not evict it back
-    assert bound(kube, ns, winner) and not bound(kube, ns, loser), requeue
+    assert kube.all_bound(ns, winner) and not kube.all_bound(ns, loser), requeue
     print(f"[requeue {requeue}] {winner} placed before {loser}")
     assert invariants.check(kube.core) == []
