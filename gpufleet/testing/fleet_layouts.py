@@ -11,6 +11,7 @@ import json
 
 from gpufleet.model.contract import names
 from gpufleet.model.fleet import load_fleet
+from gpufleet.model.migparted import MIG_APPLIED_ANNOTATION
 from gpufleet.sandbox.control_plane import Sandbox, default_fleet_path
 
 # The config that turns MIG off: what a node of a pool without a `mig:` block goes back to once
@@ -22,7 +23,7 @@ def restore_mig_layouts(sandbox: Sandbox) -> list[str]:
     """Label every node whose layout differs from its pool's with the pool's config again (MIG
     off for pools without one) and wait until the MIG manager applied it; returns the nodes
     changed."""
-    changed = []
+    changed: list[tuple[str, str]] = []
     nodes = json.loads(sandbox.kubectl("get", "nodes", "-o", "json").stdout)["items"]
     labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in nodes}
     for pool in load_fleet(default_fleet_path()).node_pools:
@@ -32,10 +33,16 @@ def restore_mig_layouts(sandbox: Sandbox) -> list[str]:
             if pool.mig is None and current in (None, MIG_OFF):
                 continue  # never partitioned, or already whole again
             if current != wanted:
-                label = f"{names.MIG_CONFIG_LABEL}={wanted}"
-                sandbox.kubectl("label", "--overwrite", "node", name, label)
-                changed.append(name)
-    for name in changed:
-        state = "jsonpath={.metadata.labels.nvidia\\.com/mig\\.config\\.state}=success"
-        sandbox.kubectl("wait", f"--for={state}", "node", name, "--timeout=60s")
-    return changed
+                # The state goes to pending with the config: the node still says `success` for
+                # the layout it has until the MIG manager acts, and waiting on that alone
+                # returned before the layout was given back.
+                config = f"{names.MIG_CONFIG_LABEL}={wanted}"
+                state = f"{names.MIG_STATE_LABEL}=pending"
+                sandbox.kubectl("label", "--overwrite", "node", name, config, state)
+                changed.append((name, wanted))
+    applied = "{.metadata.annotations." + MIG_APPLIED_ANNOTATION.replace(".", "\\.") + "}"
+    done = "{.metadata.labels." + names.MIG_STATE_LABEL.replace(".", "\\.") + "}"
+    for name, wanted in changed:
+        sandbox.kubectl("wait", f"--for=jsonpath={applied}={wanted}", "node", name, "--timeout=60s")
+        sandbox.kubectl("wait", f"--for=jsonpath={done}=success", "node", name, "--timeout=60s")
+    return [name for name, _ in changed]
