@@ -8,7 +8,7 @@ from gpufleet.core.decision import Decision
 from gpufleet.core.demand import EnergyPreference, Gang, Topology, TypeOption
 from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, SolverSettings
-from gpufleet.core.queues import QueueTree
+from gpufleet.core.queues import QueueSpec, QueueTree, Quota
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.core.validate import decision_problems
 from gpufleet.model.gpus import Catalog, load_catalog
@@ -132,4 +132,27 @@ def gang(
         max_slowdown=max_slowdown,
         queue=queue,
         waited_s=waited_s,
+    )
+
+
+def queue_b_at_its_ceiling() -> Snapshot:
+    """Two 8-GPU L4 nodes. Queue b (nominal 3, borrowing limit 2) holds its ceiling of 5: r0
+    (n0's GPUs 0-3) and r1 (n1's GPU 0), both priority 0; queue a's gangs, not preemptible,
+    fill the rest but n1's GPU 7 (the quota-wait tests' scene)."""
+    tree = QueueTree.build(
+        [
+            QueueSpec("a", quotas={"L4": Quota(11)}),
+            QueueSpec("b", quotas={"L4": Quota(3, borrowing_limit=2)}),
+        ]
+    )
+    return (
+        cluster()
+        .node("n0", "L4", 8)
+        .node("n1", "L4", 8)
+        .run("r0", "n0", (0, 1, 2, 3), queue="b")
+        .run("a0", "n0", (4, 5, 6, 7), preemptible=False, queue="a")
+        .run("r1", "n1", (0,), queue="b")
+        .run("a1", "n1", (1, 2, 3, 4, 5, 6), preemptible=False, queue="a")
+        .queues(tree)
+        .build()
     )

@@ -20,7 +20,12 @@ from gpufleet.core.policy import Engine
 from gpufleet.core.queues import QueueSpec, QueueTree, Quota
 from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
 from gpufleet.core.validate import decision_problems
-from tests.unit.core.placement_builders import checked_decision, cluster, gang
+from tests.unit.core.placement_builders import (
+    checked_decision,
+    cluster,
+    gang,
+    queue_b_at_its_ceiling,
+)
 
 
 def two_reclaims_case(*extra: Gang) -> tuple[Snapshot, list[Gang]]:
@@ -129,23 +134,7 @@ def preemptor_case() -> tuple[Snapshot, list[Gang]]:
     priority-4 p1 (3 GPUs, on n0) evicts r0, which gives back one GPU of b's quota more than
     p1 takes; b's priority-3 p2 (2 GPUs, on n1) then evicts r1 for its GPU and fits b's
     ceiling with that GPU of r0's too (5 - 4 - 1 + 3 + 2 = 5)."""
-    tree = QueueTree.build(
-        [
-            QueueSpec("a", quotas={"L4": Quota(11)}),
-            QueueSpec("b", quotas={"L4": Quota(3, borrowing_limit=2)}),
-        ]
-    )
-    snapshot = (
-        cluster()
-        .node("n0", "L4", 8)
-        .node("n1", "L4", 8)
-        .run("r0", "n0", (0, 1, 2, 3), queue="b")
-        .run("a0", "n0", (4, 5, 6, 7), preemptible=False, queue="a")
-        .run("r1", "n1", (0,), queue="b")
-        .run("a1", "n1", (1, 2, 3, 4, 5, 6), preemptible=False, queue="a")
-        .queues(tree)
-        .build()
-    )
+    snapshot = queue_b_at_its_ceiling()
     pending = [
         gang("p1", "L4", gpus=3, queue="b", priority=4, allowed={"n0"}),
         gang("p2", "L4", gpus=2, queue="b", priority=3, allowed={"n1"}),

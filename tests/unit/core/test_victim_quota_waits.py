@@ -29,7 +29,12 @@ from gpufleet.core.queues import QueueSpec, QueueTree, Quota
 from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
 from gpufleet.core.state import ClusterState
 from gpufleet.core.validate import decision_problems
-from tests.unit.core.placement_builders import checked_decision, cluster, gang
+from tests.unit.core.placement_builders import (
+    checked_decision,
+    cluster,
+    gang,
+    queue_b_at_its_ceiling,
+)
 from tests.unit.core.test_placement_properties import FAST
 
 
@@ -114,23 +119,7 @@ def own_queue_case() -> tuple[Snapshot, list[Gang]]:
     r1 (n1's GPU 0), both priority 0; a's gangs, not preemptible, fill the rest but n1's GPU
     7. b's priority-3 p1 (3 GPUs) evicts r0 and takes three of its GPUs; b's priority-2 p0, on
     n1 only, then fits b's ceiling (1 + 3 + 1) on n1's free GPU 7."""
-    tree = QueueTree.build(
-        [
-            QueueSpec("a", quotas={"L4": Quota(11)}),
-            QueueSpec("b", quotas={"L4": Quota(3, borrowing_limit=2)}),
-        ]
-    )
-    snapshot = (
-        cluster()
-        .node("n0", "L4", 8)
-        .node("n1", "L4", 8)
-        .run("r0", "n0", (0, 1, 2, 3), queue="b")
-        .run("a0", "n0", (4, 5, 6, 7), preemptible=False, queue="a")
-        .run("r1", "n1", (0,), queue="b")
-        .run("a1", "n1", (1, 2, 3, 4, 5, 6), preemptible=False, queue="a")
-        .queues(tree)
-        .build()
-    )
+    snapshot = queue_b_at_its_ceiling()
     pending = [
         gang("p1", "L4", gpus=3, queue="b", priority=3),
         gang("p0", "L4", gpus=1, queue="b", priority=2, allowed={"n1"}),
