@@ -16,7 +16,7 @@ from gpufleet.model.contract.timestamps import format_time
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.trainingjob import TrainingJob
 from gpufleet.scheduler.cache import SchedulerCache
-from tests.unit.scheduler.scheduler_builders import NodeBuilder, PodBuilder
+from tests.unit.scheduler.scheduler_builders import NodeBuilder, PodBuilder, job_manifest
 from tests.unit.scheduler.scheduler_fakes import GREEDY, load
 
 
@@ -38,20 +38,7 @@ def worker(gang: str, rank: int, size: int, ago_s: float, node: str | None = Non
 
 
 def idle_job() -> TrainingJob:
-    return TrainingJob.model_validate(
-        {
-            "apiVersion": "gpufleet.io/v1alpha1",
-            "kind": "TrainingJob",
-            "metadata": {"name": "new", "namespace": "ns"},
-            "spec": {
-                "replicas": 1,
-                "gpusPerReplica": 1,
-                "gpuTypes": [{"name": "H100-80GB"}],
-                "queue": "idle",
-                "template": {"spec": {"containers": [{"name": "m", "image": "x"}]}},
-            },
-        }
-    )
+    return job_manifest("new", 1, "H100-80GB", queue="idle")
 
 
 def fleet(pending_ago_s: float) -> LiveFleet:

@@ -47,27 +47,10 @@ from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.mover import held, taken
 from gpufleet.scheduler.progress import ProgressTracker
 from gpufleet.scheduler.stateful_steps import offer, remembered
-from tests.unit.scheduler.scheduler_builders import NodeBuilder, PodBuilder
+from tests.unit.scheduler.scheduler_builders import NodeBuilder, PodBuilder, job_manifest
 from tests.unit.scheduler.scheduler_fakes import GREEDY, Clock, FakeBinder, load, scheduler
 
 TYPES = "A100-80GB=0.5,L4=0.1"
-
-
-def manifest(name: str, gpus: int, gpu_type: str, **spec: Any) -> TrainingJob:
-    return TrainingJob.model_validate(
-        {
-            "apiVersion": "gpufleet.io/v1alpha1",
-            "kind": "TrainingJob",
-            "metadata": {"name": name, "namespace": "ns"},
-            "spec": {
-                "replicas": 1,
-                "gpusPerReplica": gpus,
-                "gpuTypes": [{"name": gpu_type}],
-                "template": {"spec": {"containers": [{"name": "m", "image": "x"}]}},
-                **spec,
-            },
-        }
-    )
 
 
 def pending_pods(job: TrainingJob) -> list[dict[str, Any]]:
@@ -166,10 +149,10 @@ def test_the_gpus_reserved_for_a_moved_gang_are_held_and_kept() -> None:
     (reserved,) = reservations.values()
     assert reserved.expires is None  # the scheduler has not seen the old pod gone yet
 
-    whole = what_if(beside(cache, sched), manifest("whole", 8, "A100-80GB"), GREEDY, "greedy")
+    whole = what_if(beside(cache, sched), job_manifest("whole", 8, "A100-80GB"), GREEDY, "greedy")
     (gang,) = whole.gangs
     assert not gang.placed and gang.waiting is not None, gang  # 4 of the 8 A100s are reserved
-    half = what_if(beside(cache, sched), manifest("half", 4, "A100-80GB"), GREEDY, "greedy")
+    half = what_if(beside(cache, sched), job_manifest("half", 4, "A100-80GB"), GREEDY, "greedy")
     (gang,) = half.gangs
     assert gang.placed and gang.gpu_type == "A100-80GB", gang
     used = {g for r in gang.replicas for g in r.gpus}
@@ -181,7 +164,7 @@ def test_the_gpus_reserved_for_a_moved_gang_are_held_and_kept() -> None:
 def test_progress_and_the_estimate_are_read_from_the_scheduler_and_left_alone() -> None:
     nodes = [NodeBuilder("l4-0", "L4", 4).obj(), NodeBuilder("a100-0", "A100-80GB", 8).obj()]
     cache = SchedulerCache()
-    waiting = pending_pods(manifest("seen", 2, "L4"))
+    waiting = pending_pods(job_manifest("seen", 2, "L4"))
     load(cache, nodes, [moving_pod(), *waiting])
     sched = scheduler(cache, FakeBinder())
     sched.progress = ProgressTracker(60.0)
@@ -191,7 +174,7 @@ def test_progress_and_the_estimate_are_read_from_the_scheduler_and_left_alone() 
 
     live = beside(cache, sched)
     steps = live.steps.look(["ns/new"])
-    extra = pending_pods(manifest("new", 1, "A100-80GB"))
+    extra = pending_pods(job_manifest("new", 1, "A100-80GB"))
     view = live.observe(extra).view
     view = steps.estimate(steps.progress(view))
     (long,) = [g for g in view.snapshot.running if g.id == "ns/long"]
@@ -228,14 +211,14 @@ class Kept:
 def test_standalone_the_estimate_is_the_kept_one_with_the_manifests_gangs() -> None:
     nodes = [NodeBuilder("a100-0", "A100-80GB", 8).obj()]
     cache = SchedulerCache()
-    other = pending_pods(manifest("other", 2, "A100-80GB"))
+    other = pending_pods(job_manifest("other", 2, "A100-80GB"))
     load(cache, nodes, other)
     live = LiveFleet(cache, JobStore(), load_catalog())
     seen = live.observe().view.pending[0].gang
     kept = ArrivalCounts().observed_gangs([seen] * 5)
     store = Kept(kept)
     steps = Standalone(SchedulerSettings(), store).look(["ns/new"])
-    view = live.observe(pending_pods(manifest("new", 1, "A100-80GB"))).view
+    view = live.observe(pending_pods(job_manifest("new", 1, "A100-80GB"))).view
     estimate = steps.estimate(view).snapshot.workload
     new = next(pg.gang for pg in view.pending if pg.gang.id == "ns/new")
     # The kept counts, and the manifest's gang (the other pending gang is in them already).
@@ -264,7 +247,7 @@ def test_a_capped_gang_says_what_the_scheduler_writes(monkeypatch: pytest.Monkey
     nodes = [NodeBuilder("l4-0", "L4", 4).obj()]
     running = PodBuilder("busy-0", "ns").gang("busy", 1, 0).gpus(4).bound("l4-0", "0,1,2,3")
     cache = SchedulerCache()
-    ahead = pending_pods(manifest("ahead", 4, "L4"))
+    ahead = pending_pods(job_manifest("ahead", 4, "L4"))
     load(cache, nodes, [running.annotate(names.ASSIGNED_TYPE, "L4").obj(), *ahead])
     binder = FakeBinder()
     sched = scheduler(cache, binder, cap_identical_above=1)
@@ -276,7 +259,7 @@ def test_a_capped_gang_says_what_the_scheduler_writes(monkeypatch: pytest.Monkey
         return place(snapshot, gangs, policy)
 
     monkeypatch.setattr(whatif, "place", spy)
-    job = manifest("later", 4, "L4")
+    job = job_manifest("later", 4, "L4")
     (gang,) = what_if(beside(cache, sched), job, GREEDY, "greedy").gangs
     assert not gang.placed and gang.waiting is not None
     assert offered == [["ns/ahead"]]  # no room: one of the two offered, its reason shared
@@ -303,7 +286,7 @@ def test_the_trackers_hand_out_copies() -> None:
     load(cache, nodes, [moving_pod()])
     sched = scheduler(cache, FakeBinder(), clock=clock)
     sched.run_cycle()
-    load(cache, nodes, pending_pods(manifest("long", 4, "A100-80GB")))
+    load(cache, nodes, pending_pods(job_manifest("long", 4, "A100-80GB")))
     view = sched.views.build_state(cache.state())
     reservations = dict(sched.mover.reservations)
     shown, kept, dropped = held(reservations, view, clock.t + 1.0, 120.0)

@@ -7,6 +7,7 @@ from typing import Any
 
 from gpufleet.model.contract import names
 from gpufleet.model.gfd import hardware_for
+from gpufleet.model.trainingjob import TrainingJob
 
 
 class NodeBuilder:
@@ -108,3 +109,22 @@ class PodBuilder:
 
     def obj(self) -> dict[str, Any]:
         return copy.deepcopy(self._obj)
+
+
+def job_manifest(name: str, gpus: int, gpu_type: str, **spec: Any) -> TrainingJob:
+    """A one-replica TrainingJob in namespace ns asking `gpus` GPUs of `gpu_type` (`spec`: more
+    spec fields), as the admin API's what-if takes it."""
+    return TrainingJob.model_validate(
+        {
+            "apiVersion": "gpufleet.io/v1alpha1",
+            "kind": "TrainingJob",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {
+                "replicas": 1,
+                "gpusPerReplica": gpus,
+                "gpuTypes": [{"name": gpu_type}],
+                "template": {"spec": {"containers": [{"name": "m", "image": "x"}]}},
+                **spec,
+            },
+        }
+    )

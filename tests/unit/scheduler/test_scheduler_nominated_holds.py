@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 import yaml
-from scheduler_builders import NodeBuilder, PodBuilder
+from scheduler_builders import NodeBuilder, PodBuilder, job_manifest
 from scheduler_fakes import GREEDY, Clock, FakeBinder, load, scheduler
 from test_scheduler_cycle import gang
 
@@ -24,7 +24,6 @@ from gpufleet.admin.whatif import what_if
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.model.contract import names
 from gpufleet.model.gpus import load_catalog
-from gpufleet.model.trainingjob import TrainingJob
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.loop import Scheduler
 from gpufleet.scheduler.nominated import HELD_SUFFIX, hold, ready
@@ -114,19 +113,7 @@ def test_a_planned_placement_taken_meanwhile_is_not_bound() -> None:
 def test_the_what_if_beside_the_scheduler_sees_the_held_gpus() -> None:
     sched, cache, _, _, _ = _start()
     cache.pod_event("DELETED", PodBuilder("small").gpus(4).obj())  # the probe alone
-    job = TrainingJob.model_validate(
-        {
-            "apiVersion": "gpufleet.io/v1alpha1",
-            "kind": "TrainingJob",
-            "metadata": {"name": "probe", "namespace": "ns"},
-            "spec": {
-                "replicas": 1,
-                "gpusPerReplica": 4,
-                "gpuTypes": [{"name": "H100-80GB"}],
-                "template": {"spec": {"containers": [{"name": "m", "image": "x"}]}},
-            },
-        }
-    )
+    job = job_manifest("probe", 4, "H100-80GB")
     live = LiveFleet(cache, JobStore(), load_catalog(), steps=BesideScheduler(sched))
     (outcome,) = what_if(live, job, GREEDY, "greedy").gangs
     # Before: placed on the GPUs v1 freed.

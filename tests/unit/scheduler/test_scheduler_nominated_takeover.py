@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler_builders import PodBuilder
+from scheduler_builders import PodBuilder, job_manifest
 from scheduler_fakes import GREEDY
 from test_scheduler_cycle import gang
 from test_scheduler_nominated_holds import _start
@@ -21,7 +21,6 @@ from gpufleet.core.decision import Decision, GangPlacement, Preemption
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.model.contract import names
 from gpufleet.model.gpus import load_catalog
-from gpufleet.model.trainingjob import TrainingJob
 from gpufleet.scheduler.nominated import HELD_SUFFIX, TakenHold, taken
 
 
@@ -115,31 +114,18 @@ def test_taken_removes_the_holds_from_preemptions_and_waits() -> None:
     assert taken(Decision(preemptions=(Preemption("ns/v", "ns/hi"),)))[1] == []
 
 
-def _probe(priority: int) -> TrainingJob:
-    return TrainingJob.model_validate(
-        {
-            "apiVersion": "gpufleet.io/v1alpha1",
-            "kind": "TrainingJob",
-            "metadata": {"name": "probe", "namespace": "ns"},
-            "spec": {
-                "replicas": 1,
-                "gpusPerReplica": 4,
-                "priority": priority,
-                "gpuTypes": [{"name": "H100-80GB"}],
-                "template": {"spec": {"containers": [{"name": "m", "image": "x"}]}},
-            },
-        }
-    )
-
-
 def test_the_what_if_places_a_higher_priority_probe_on_held_gpus_evicting_nothing() -> None:
     sched, cache, _, _, _ = _start()
     cache.pod_event("DELETED", PodBuilder("small").gpus(4).obj())
     live = LiveFleet(cache, JobStore(), load_catalog(), steps=BesideScheduler(sched))
-    (outcome,) = what_if(live, _probe(20), GREEDY, "greedy").gangs
+    (outcome,) = what_if(
+        live, job_manifest("probe", 4, "H100-80GB", priority=20), GREEDY, "greedy"
+    ).gangs
     assert outcome.placed and outcome.preempts == [] and outcome.waits_for == []
     assert [(r.node, r.gpus) for r in outcome.replicas] == [("h0", [0, 1, 2, 3])]
-    (outcome,) = what_if(live, _probe(10), GREEDY, "greedy").gangs
+    (outcome,) = what_if(
+        live, job_manifest("probe", 4, "H100-80GB", priority=10), GREEDY, "greedy"
+    ).gangs
     assert not outcome.placed
     # The what-if changed nothing: the GPUs are still held for high.
     assert cache.state().nominations["default/high"].placement is not None
