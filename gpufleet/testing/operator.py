@@ -285,6 +285,15 @@ class Kube:
             out[job] = pods[0]
         return out
 
+    def scheduled_message(self, namespace: str, job: str) -> str:
+        """The message of the PodScheduled condition of `job`'s pods: why the scheduler left
+        it pending (the first pod with one; empty without one)."""
+        for pod in self.job_pods(namespace, job):
+            for c in (pod.get("status") or {}).get("conditions") or []:
+                if c["type"] == "PodScheduled" and c.get("message"):
+                    return str(c["message"])
+        return ""
+
     def phase(self, namespace: str, name: str) -> str | None:
         job = self.job(namespace, name)
         return None if job is None else (job.get("status") or {}).get("phase")

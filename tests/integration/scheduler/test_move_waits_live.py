@@ -80,15 +80,6 @@ def _gone(kube: Kube, ns: str, pod: dict[str, Any]) -> bool:
     return all(p["metadata"]["uid"] != pod["metadata"]["uid"] for p in kube.job_pods(ns, job))
 
 
-def _why(kube: Kube, ns: str, job: str) -> str:
-    """The message of the PodScheduled condition of the job's pod (empty without one)."""
-    for pod in kube.job_pods(ns, job):
-        for c in (pod.get("status") or {}).get("conditions") or []:
-            if c["type"] == "PodScheduled" and c.get("message"):
-                return str(c["message"])
-    return ""
-
-
 def test_the_gang_waits_for_the_moved_gangs_pod_then_runs_where_it_was_placed(
     kube: Kube, ns: str
 ) -> None:
@@ -120,13 +111,13 @@ def test_the_gang_waits_for_the_moved_gangs_pod_then_runs_where_it_was_placed(
             wait_for(lambda n=name: _gone(kube, ns, started[n]), f"{name}'s pod gone", 30)
         # Only the moved keeper's old pod is left: the lender waits for it, by name, unbound.
         waits = f"waiting for {ns}/{mover} (moved to make room for it)"
-        wait_for(lambda: waits in _why(kube, ns, "lender"), "the lender's reason", 30)
+        wait_for(lambda: waits in kube.scheduled_message(ns, "lender"), "the lender's reason", 30)
         for _ in range(25):
             assert kube.bound(ns, "lender", started=True) == []
             assert _deleting(kube, ns, keepers[mover]) is not None
             assert _uids(kube.one_started_each(ns, list(others))) == others
             time.sleep(0.2)
-        assert waits in _why(kube, ns, "lender")
+        assert waits in kube.scheduled_message(ns, "lender")
         assert invariants.check(kube.core) == []
     finally:
         for pod in keepers.values():

@@ -25,15 +25,6 @@ from gpufleet.testing.operator import Kube, training_job, wait_for
 pytestmark = pytest.mark.integration
 
 
-def _why(kube: Kube, ns: str, job: str) -> str:
-    """The message of the PodScheduled condition of the job's pod (empty without one)."""
-    for pod in kube.job_pods(ns, job):
-        for c in (pod.get("status") or {}).get("conditions") or []:
-            if c["type"] == "PodScheduled" and c.get("message"):
-                return str(c["message"])
-    return ""
-
-
 def _evicted(kube: Kube, ns: str) -> list[str]:
     """The namespace's pods being deleted (evicted, kept by a finalizer)."""
     return sorted(
@@ -45,7 +36,9 @@ def test_a_higher_priority_gang_takes_the_gpus_held_for_a_waiting_one(kube: Kube
     scene = HoldScene.start(kube, ns)
     node, v2_name = scene.node, scene.v2_name
     with scene.hi_waiting(kube, ns):
-        wait_for(lambda: "WaitingForPreemption" in _why(kube, ns, "hi"), "hi waiting", 30)
+        wait_for(
+            lambda: "WaitingForPreemption" in kube.scheduled_message(ns, "hi"), "hi waiting", 30
+        )
         kube.create_job(ns, training_job("urgent", 1, gpus=2, gpu_type="T4", priority=30))
         (placed,) = wait_for(lambda: kube.bound(ns, "urgent"), "urgent bound", 30)
         # On the 2 GPUs v1 freed, held for hi, while v2's pod is still there.
@@ -55,9 +48,11 @@ def test_a_higher_priority_gang_takes_the_gpus_held_for_a_waiting_one(kube: Kube
             scene.fulls
         )
         wait_for(
-            lambda: "took the GPUs planned for it" in _why(kube, ns, "hi"), "hi's new reason", 30
+            lambda: "took the GPUs planned for it" in kube.scheduled_message(ns, "hi"),
+            "hi's new reason",
+            30,
         )
-        assert "urgent" in _why(kube, ns, "hi")
+        assert "urgent" in kube.scheduled_message(ns, "hi")
         assert invariants.check(kube.core) == []
     wait_for(lambda: scene.v2_gone(kube, ns), "v2 gone", 30)
     # hi is decided afresh: 2 GPUs free on the node, it needs 4, and urgent and the f's are
