@@ -22,7 +22,8 @@ Gangs that differ only in id and wait are admitted first come, first served (`_b
 inside a queue, those that differ in attained service too, fresh ones first (service_tier.py).
 With queues, the queues' order (fair share and aging, fairshare.py) holds across queues as
 greedy keeps it: a gang after one greedy admitted is admitted on a type that one may use only
-if that one is admitted too (`_build_queue_order`).
+if that one is admitted too (`_build_queue_order`). The greedy repair pass after the solve
+(`_repair`) keeps that rule too (kept_order.py).
 Gangs restricted to some nodes (`Gang.allowed_nodes`) keep greedy's placement: the model counts
 identical nodes and cannot tell which of them such a gang may use, so their GPUs are taken out
 before it is built, and the repair pass gives those greedy left out another greedy try.
@@ -56,6 +57,7 @@ from gpufleet.core.greedy import (
     plan_mig,
     usable_types,
 )
+from gpufleet.core.kept_order import closed_types, within_order
 from gpufleet.core.patterns import (
     Item,
     Pattern,
@@ -934,6 +936,35 @@ def place_cpsat(
     return _solve(*args, keep | spread)
 
 
+def _repair(
+    state: ClusterState,
+    pending: Sequence[Gang],
+    placed: dict[str, GangPlacement],
+    line: Sequence[Gang],
+    greedy: Mapping[str, GangPlacement],
+    policy: Policy,
+    layouts: Memo,
+) -> None:
+    """The repair pass: anything the counts could not map onto GPUs, or left out, gets a greedy
+    try, in the queues' order as the model keeps it (kept_order.py: no gang behind a pending
+    one greedy admitted takes a type that one may use). Mutates `state` and `placed`."""
+    left = [g for g in pending if g.id not in placed]
+    closed = closed_types(state, line, greedy, placed, policy, layouts)
+    while left:
+        with within_order(state, left, closed, policy, layouts) as tries:
+            placed.update(place_greedy(state, tries, policy, layouts))
+        # A gang ahead placed now gives its types back: those kept off them try again.
+        before, closed = closed, closed_types(state, line, greedy, placed, policy, layouts)
+        left = [
+            g
+            for g in left
+            if g.id not in placed
+            and not (before.get(g.id, frozenset()) - closed.get(g.id, frozenset())).isdisjoint(
+                usable_types(state, g, policy, layouts)
+            )
+        ]
+
+
 def _solve(
     initial: ClusterState,
     greedy_state: ClusterState,
@@ -947,7 +978,9 @@ def _solve(
     """One solve (see `place_cpsat`), with the gangs in `keep` and those restricted to some
     nodes keeping greedy's placement."""
     state = initial.copy()
-    # The queues' order, as greedy tried the gangs (before any of them took GPUs or quota).
+    # The queues' order, as greedy tried the gangs (before any of them took GPUs or quota);
+    # ordering them here also gives this state's gate the queues' shares of all of them, as
+    # greedy's has (`kept_order.queue_line` would leave it without).
     line = greedy_order(pending, state) if state.gate is not None else []
     victims = {p.gang_id for p in preemptions}
     for running in state.snapshot.running:
@@ -977,8 +1010,7 @@ def _solve(
             SolveStats("greedy-fallback", name, wall_time_s=solver.wall_time),
         )
     placed = _extract(built, solver, state, layouts) | fixed
-    # Repair pass: anything the counts could not map onto GPUs, or left out, gets a greedy try.
-    placed.update(place_greedy(state, [g for g in pending if g.id not in placed], policy, layouts))
+    _repair(state, pending, placed, line, greedy, policy, layouts)
     if not forced <= placed.keys():
         stats = SolveStats("greedy-fallback", f"{name}_UNMAPPED", wall_time_s=solver.wall_time)
         return greedy_state, greedy, stats

@@ -10,9 +10,10 @@ the GPU types it may use: a gang behind it is placed on those types only if it i
 Aspects, with both engines: fair share and aging across queues; a gang ahead that greedy could
 not fit binds nothing (one behind it still takes the free GPUs); the solver still improves on
 greedy where that keeps the order (a gang ahead moved to another type to make room for one
-behind); and a property on random queued clusters: a gang greedy admits is left pending by
-CP-SAT only if no gang behind it in the queues' order is placed on a type it may use, and
-greedy's decision, which hints every boolean of the order, is a solution of the model.
+behind); what runs after the solve keeps the order too (the greedy repair pass: kept_order.py);
+and a property on random queued clusters: a gang greedy admits is left pending by CP-SAT only if
+no gang behind it in the queues' order is placed on a type it may use, and greedy's decision,
+which hints every boolean of the order, is a solution of the model.
 """
 
 from __future__ import annotations
@@ -111,6 +112,38 @@ def test_cpsat_still_places_a_gang_ahead_elsewhere_to_make_room_behind_it() -> N
     assert decision.admitted_ids == {"p1", "r1"}
     p1 = decision.placement("p1")
     assert p1 is not None and p1.gpu_type == A100
+
+
+def speeds(h100: float, a100: float) -> dict[str, float]:
+    return {H100: h100, A100: a100}
+
+
+def test_the_repair_pass_after_the_solve_keeps_a_gang_ahead_its_type() -> None:
+    # One queue; in line by wait: w (8 GPUs, H100 or A100, twice as fast on H100), x (8 H100
+    # GPUs, ten times as fast), a (8 A100 GPUs), b (4 A100 GPUs). h0 (H100) and a0 (A100) are
+    # free, a1 (A100) half held. Greedy: w on h0, x waits, a on a0, b on a1. CP-SAT: w on a0,
+    # x on h0 (worth more); a no longer fits, and the model keeps b, behind it, off A100. The
+    # greedy repair pass after the solve put b on a1's free half, ahead of a.
+    snapshot = (
+        cluster()
+        .node("h0", H100)
+        .node("a0", A100)
+        .node("a1", A100)
+        .run("r0", "a1", (0, 1, 2, 3), queue="q")
+        .queues(QueueTree.build([QueueSpec("q")]))
+        .build()
+    )
+    pending = [
+        gang("w", (H100, A100), gpus=8, queue="q", waited_s=400, throughput=speeds(2, 1)),
+        gang("x", H100, gpus=8, queue="q", waited_s=300, throughput=speeds(10, 0)),
+        gang("a", A100, gpus=8, queue="q", waited_s=200, throughput=speeds(0, 1)),
+        gang("b", A100, gpus=4, queue="q", waited_s=100, throughput=speeds(0, 1)),
+    ]
+    assert queue_line(snapshot, pending) == ["w", "x", "a", "b"]
+    assert checked_decision(snapshot, pending, Engine.GREEDY).admitted_ids == {"w", "a", "b"}
+    decision = checked_decision(snapshot, pending, Engine.CPSAT)
+    assert decision.stats.engine == "cpsat"
+    assert decision.admitted_ids == {"w", "x"}
 
 
 @st.composite
