@@ -23,7 +23,7 @@ inside a queue, those that differ in attained service too, fresh ones first (ser
 With queues, the queues' order (fair share and aging, fairshare.py) holds across queues as
 greedy keeps it: a gang after one greedy admitted is admitted on a type that one may use only
 if that one is admitted too (`_build_queue_order`). The greedy repair pass after the solve
-(`_repair`) keeps that rule too (kept_order.py).
+(`_repair`) and the evictions place.py runs after it keep that rule too (kept_order.py).
 Gangs restricted to some nodes (`Gang.allowed_nodes`) keep greedy's placement: the model counts
 identical nodes and cannot tell which of them such a gang may use, so their GPUs are taken out
 before it is built, and the repair pass gives those greedy left out another greedy try.

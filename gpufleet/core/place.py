@@ -50,6 +50,7 @@ from gpufleet.core.demand import Gang
 from gpufleet.core.evacuation import plan_evacuations, plan_reclaim_moves, reclaim_with_moves
 from gpufleet.core.explain import explain
 from gpufleet.core.greedy import Memo, greedy_order, place_greedy, usable_types
+from gpufleet.core.kept_order import closed_types, queue_line, within_order
 from gpufleet.core.moves import plan_moves
 from gpufleet.core.objective import evaluate
 from gpufleet.core.policy import Engine, Policy
@@ -112,7 +113,11 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
         )
         if stats.engine == "cpsat":
             evicted = frozenset(p.gang_id for p in preemptions)
-            more, later = _preempt(state, pending, placements, policy, memo, evicted)
+            # The evictions for what is still stuck keep the queues' order as the solve did.
+            line = queue_line(start, pending)
+            closed = closed_types(state, line, greedy, placements, policy, memo)
+            with within_order(state, pending, closed, policy, memo) as tried:
+                more, later = _preempt(state, tried, placements, policy, memo, evicted)
             placements.update(more)
             solved = _assemble(state, placements, [*preemptions, *later], stats)
             # Preemption after the solve is a heuristic, so compare the finished decisions;

@@ -10,10 +10,11 @@ the GPU types it may use: a gang behind it is placed on those types only if it i
 Aspects, with both engines: fair share and aging across queues; a gang ahead that greedy could
 not fit binds nothing (one behind it still takes the free GPUs); the solver still improves on
 greedy where that keeps the order (a gang ahead moved to another type to make room for one
-behind); what runs after the solve keeps the order too (the greedy repair pass: kept_order.py);
-and a property on random queued clusters: a gang greedy admits is left pending by CP-SAT only if
-no gang behind it in the queues' order is placed on a type it may use, and greedy's decision,
-which hints every boolean of the order, is a solution of the model.
+behind); what runs after the solve keeps the order too (the greedy repair pass and the evictions
+for the gangs still stuck: kept_order.py); and a property on random queued clusters: a gang
+greedy admits is left pending by CP-SAT only if no gang behind it in the queues' order is placed
+on a type it may use, and greedy's decision, which hints every boolean of the order, is a
+solution of the model.
 """
 
 from __future__ import annotations
@@ -116,6 +117,47 @@ def test_cpsat_still_places_a_gang_ahead_elsewhere_to_make_room_behind_it() -> N
 
 def speeds(h100: float, a100: float) -> dict[str, float]:
     return {H100: h100, A100: a100}
+
+
+def passed_over() -> tuple[Snapshot, list[Gang]]:
+    """In line (one queue, by wait): w (4 GPUs, H100 or A100, twice as fast on H100), x (8 H100
+    GPUs, ten times as fast), a (6 A100 GPUs); then b of queue qb (4 A100 GPUs, priority 1), qb
+    far over its share (two L4 nodes). h0 is a free H100 node; on a0 (A100) qb's r0 runs on 2
+    GPUs. Greedy: w on h0, x waits, a on a0's 6 free GPUs, and b finds no room (evicting r0
+    frees only 2 GPUs). CP-SAT puts w on a0 and x on h0 (worth more), so a, ahead of b, waits."""
+    tree = QueueTree.build([QueueSpec("qa"), QueueSpec("qb")])
+    snapshot = (
+        cluster()
+        .node("h0", H100)
+        .node("a0", A100)
+        .node("l0", "L4")
+        .node("l1", "L4")
+        .run("r0", "a0", (0, 1), queue="qb")
+        .run("r1", "l0", tuple(range(8)), queue="qb", preemptible=False)
+        .run("r2", "l1", tuple(range(8)), queue="qb", preemptible=False)
+        .queues(tree)
+        .build()
+    )
+    pending = [
+        gang("w", (H100, A100), gpus=4, queue="qa", waited_s=AGED + 3, throughput=speeds(2, 1)),
+        gang("x", H100, gpus=8, queue="qa", waited_s=AGED + 2, throughput=speeds(10, 0)),
+        gang("a", A100, gpus=6, queue="qa", waited_s=AGED + 1, throughput=speeds(0, 1)),
+        gang("b", A100, gpus=4, queue="qb", priority=1, throughput=speeds(0, 1)),
+    ]
+    return snapshot, pending
+
+
+def test_a_gang_behind_takes_no_type_after_the_solve_that_a_pending_one_ahead_may_use() -> None:
+    # The model keeps b off A100 while a waits; the evictions for the gangs still stuck after
+    # the solve evicted r0 for b (a0's 2 free GPUs and r0's 2), putting b on the A100 node a
+    # waits for, ahead of it.
+    snapshot, pending = passed_over()
+    assert queue_line(snapshot, pending) == ["w", "x", "a", "b"]
+    assert checked_decision(snapshot, pending, Engine.GREEDY).admitted_ids == {"w", "a"}
+    decision = checked_decision(snapshot, pending, Engine.CPSAT)
+    assert decision.stats.engine == "cpsat"
+    assert decision.admitted_ids == {"w", "x"}
+    assert decision.preemptions == ()
 
 
 def test_the_repair_pass_after_the_solve_keeps_a_gang_ahead_its_type() -> None:
