@@ -19,7 +19,9 @@ filters and counts. Several replicas, or several gangs of one decision, on one n
 exceed its CPU or memory: `overcommitted` finds such gangs in a decision, and the loop holds
 them back for a cycle. A placement bound without the core (a nominated gang's at the end of its
 wait, a moved gang's reserved one: nominated.py, mover.py) passes the same checks (`asks`,
-`misfit`), and what it takes is taken from the nodes' free resources first (`deduct`). Pure
+`misfit`), and what it takes is taken from the nodes' free resources first (`deduct`); while
+a nominated gang waits, what its pods will ask of its planned nodes is kept from the gangs of
+its priority or below (`reserve`, `Outcome.reserved`). Pure
 functions of pod and node dicts; the per-node and per-pod parsing is memoised by object
 identity, as in `cluster_view.py`.
 """
@@ -292,6 +294,9 @@ class Outcome:
     # (filter, detail) -> nodes it excluded
     rejected: Mapping[tuple[str, str], int] = field(default_factory=dict)
     requests: Resources = field(default_factory=Resources)
+    # Node -> what the pods of nominated gangs it may not take from are promised there
+    # (`reserve`): not free for this gang's pods.
+    reserved: Mapping[str, Resources] = field(default_factory=dict)
 
     def summary(self) -> str:
         """`12 nodes with a taint the job does not tolerate: nvidia.com/gpu=present:NoSchedule;
@@ -433,6 +438,60 @@ def misfit(
     return _shortfall(want, free)
 
 
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """The CPU, memory and ephemeral storage a nominated gang's pods will ask of the nodes
+    planned for it (`asks`), kept for it while it waits (nominated.py) from gangs of its
+    priority or below, as kube-scheduler counts a nominated pod's requests on its node for
+    pods of lower or equal priority."""
+
+    gang: str
+    priority: int
+    nodes: Mapping[str, Resources]
+
+
+def reserve(
+    outcome: Outcome,
+    gang: str,
+    priority: int,
+    free: Mapping[str, Resources],
+    reservations: Iterable[Reservation],
+) -> Outcome:
+    """`outcome` of gang `gang` (of `priority`) with the reservations it must leave alone
+    (another gang's, of `priority` or above) in `reserved`, and the nodes where one of its
+    pods no longer fits beside them out of `allowed` (counted as `NodeResourcesFit`); the same
+    object when none applies."""
+    reserved: dict[str, Resources] = {}
+    for r in reservations:
+        if r.gang != gang and r.priority >= priority:
+            for node, want in r.nodes.items():
+                reserved[node] = reserved.get(node, Resources()) + want
+    if not reserved:
+        return outcome
+    allowed = set(free) if outcome.allowed is None else set(outcome.allowed)
+    rejected = Counter(outcome.rejected)
+    out: set[str] = set()
+    for node, want in reserved.items():
+        if node not in allowed or outcome.requests.empty:
+            continue
+        why = resource_rejection(outcome.requests, free.get(node, Resources()) - want)
+        if why is not None:
+            out.add(node)
+            rejected[why] += 1
+    narrowed = frozenset(allowed - out) if out else outcome.allowed
+    return Outcome(narrowed, dict(rejected), outcome.requests, reserved)
+
+
+def available(free: Mapping[str, Resources], outcome: Outcome | None) -> Mapping[str, Resources]:
+    """The nodes' `free` resources less what `outcome`'s gang must leave to nominated gangs
+    (`reserve`)."""
+    if outcome is None or not outcome.reserved:
+        return free
+    out = dict(free)
+    deduct(out, outcome.reserved)
+    return out
+
+
 def deduct(free: dict[str, Resources], want: Mapping[str, Resources]) -> None:
     """Take what pods bound now ask of their nodes (`want`) from the nodes' `free` resources."""
     for node, r in want.items():
@@ -448,7 +507,8 @@ def overcommitted(
     """Gangs of `decision` whose pods, with those of the gangs before them, would ask a node
     for more CPU, memory or ephemeral storage than it has free: gang id -> why. The core
     places GPUs; several replicas on one node can pass the one-replica filter and still not
-    fit together."""
+    fit together. What nominated gangs are promised (`Outcome.reserved`) is not free for a
+    gang that may not take it."""
     left = dict(free)
     out: dict[str, str] = {}
     skipped = set(skip)
@@ -457,7 +517,7 @@ def overcommitted(
         if placement.gang_id in skipped or outcome is None or outcome.requests.empty:
             continue
         want = asks(placement, outcomes)
-        why = _shortfall(want, left)
+        why = _shortfall(want, available(left, outcome))
         if why is not None:
             out[placement.gang_id] = why
             continue
@@ -470,13 +530,16 @@ __all__ = [
     "Eligibility",
     "NodeFacts",
     "Outcome",
+    "Reservation",
     "Resources",
     "Toleration",
     "asks",
+    "available",
     "constraints",
     "deduct",
     "misfit",
     "overcommitted",
     "pod_requests",
+    "reserve",
     "static_rejection",
 ]

@@ -7,7 +7,12 @@ of that placement no running pod holds (those some of its victims have freed alr
 victim's pods gone and another's in their grace period, a victim that exited early) are shown
 to the core as held by `<gang>#nominated`, a running gang of its priority and queue (`hold`),
 so no gang that could not evict it is placed or bound there meanwhile: the preemptor does not
-find its GPUs taken after evicting for nothing.
+find its GPUs taken after evicting for nothing. What its pods will ask of the planned nodes'
+CPU, memory and ephemeral storage is kept for it the same way (`_reserve`): a pending gang of
+its priority or below sees it taken from those nodes' free resources (its allowed nodes and the
+check of its placement: `eligibility.reserve`), as kube-scheduler counts a nominated pod's
+requests on its node for pods of lower or equal priority; the victims' pods still there count
+too until they are gone (kube-scheduler's way, on the safe side).
 
 A gang that could evict it may take them, as kube-scheduler lets a pod of higher priority be
 scheduled onto the resources nominated for a lower-priority pod: the hold is preemptible while
@@ -57,7 +62,7 @@ from gpufleet.model.contract.reasons import SchedulerReason, pending_text
 from gpufleet.model.mig import MigPlacement
 from gpufleet.scheduler.cache import Nomination, SchedulerCache
 from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
-from gpufleet.scheduler.eligibility import asks, deduct, misfit
+from gpufleet.scheduler.eligibility import Reservation, asks, available, deduct, misfit, reserve
 
 __all__ = ["HELD_SUFFIX", "TakenHold", "give_up", "hold", "ready", "taken"]
 
@@ -129,6 +134,7 @@ def hold(view: ClusterView, nominations: Mapping[str, Nomination]) -> ClusterVie
     placement or nothing (when a GPU of it is taken, or the placement no longer passes the
     node filters or fits the nodes' CPU and memory, the gang is decided afresh), and what it
     takes of its nodes' CPU and memory no longer free for the cycle's other placements."""
+    view = _reserve(view, nominations)
     pending = {pg.gang.id: pg for pg in view.pending}
     extra: list[RunningGang] = []
     snapshot = view.snapshot
@@ -149,10 +155,11 @@ def hold(view: ClusterView, nominations: Mapping[str, Nomination]) -> ClusterVie
         shown = _free_part(placement, snapshot, taken, slices)
         if nomination.ready:
             want = asks(placement, view.eligibility)
+            room = available(free, view.eligibility.get(gid))  # less others' reservations
             if not (
                 shown == list(placement.replicas)
                 and _bindable(pg, placement)
-                and misfit(gang.allowed_nodes, want, free) is None
+                and misfit(gang.allowed_nodes, want, room) is None
             ):
                 continue  # decided afresh: nothing held from it
             deduct(free, want)  # bound this cycle (`ready`)
@@ -184,6 +191,40 @@ def hold(view: ClusterView, nominations: Mapping[str, Nomination]) -> ClusterVie
     )
     running = (*running, *extra)
     return replace(view, snapshot=replace(snapshot, running=running), free=free)
+
+
+def _reserve(view: ClusterView, nominations: Mapping[str, Nomination]) -> ClusterView:
+    """`view` with what each waiting nominated gang's pods will ask of its planned nodes
+    (CPU, memory, ephemeral storage) kept from the pending gangs of its priority or below
+    (`eligibility.reserve`: their allowed nodes and the free resources their placements are
+    checked against), as its GPUs are held: a gang placed beside the hold meanwhile does not
+    leave it short at the end of its wait."""
+    reservations = [
+        Reservation(gid, pg.gang.priority, asks(nomination.placement, view.eligibility))
+        for pg in view.pending
+        if (nomination := nominations.get(gid := pg.gang.id)) is not None
+        and nomination.placement is not None
+        and not nomination.ready
+    ]
+    if not reservations:
+        return view
+    outcomes = dict(view.eligibility)
+    pending: list[PendingGang] = []
+    for pg in view.pending:
+        was = outcomes.get(pg.gang.id)
+        if was is None:
+            pending.append(pg)
+            continue
+        now = reserve(was, pg.gang.id, pg.gang.priority, view.free, reservations)
+        if now is was:
+            pending.append(pg)
+            continue
+        outcomes[pg.gang.id] = now
+        if now.allowed == pg.gang.allowed_nodes:
+            pending.append(pg)
+        else:
+            pending.append(PendingGang(replace(pg.gang, allowed_nodes=now.allowed), pg.pods))
+    return replace(view, pending=tuple(pending), eligibility=outcomes)
 
 
 def ready(

@@ -263,3 +263,33 @@ def test_mig_instances_a_victim_freed_are_held_and_bound_to_the_waiting_gang() -
     )
     assert assigned == ["1g.10gb@5", "1g.10gb@6"]
     assert "default/pod:small" in report.pending
+
+
+# -- CPU, memory and ephemeral storage are held with the GPUs -------------------------------------
+
+
+def test_a_gang_is_not_placed_on_the_cpu_a_waiting_preemptor_will_need() -> None:
+    # high plans 6 GPUs and 6 of the node's 10 CPUs; while v2 lingers, late (2 GPUs, 6 CPUs)
+    # would fit the 2 GPUs no one plans, but not beside high's CPUs: it waits, and high is
+    # bound on its plan once v2 is gone.
+    sched, cache, binder, victims = _start_with_cpu(high_gpus=6)
+    cache.pod_event("ADDED", _requests([PodBuilder("late").gpus(2).obj()], "6")[0])
+    report = sched.run_cycle()
+    # Before: late was bound on GPUs 6-7 with 6 CPUs, and high, short of CPU once v2 was
+    # gone, was decided afresh.
+    assert report.bound == [] and binder.bound == {}
+    assert "NodeResourcesFit: 1 node does not have the cpu" in report.pending["default/pod:late"]
+    cache.pod_event("DELETED", victims[1])
+    report = sched.run_cycle()
+    assert report.bound == ["default/high"] and set(binder.bound) == {"default/high-0"}
+
+
+def test_a_higher_priority_gang_may_take_the_cpu_held_for_a_waiting_one() -> None:
+    # As kube-scheduler ignores a lower-priority pod's nomination: a gang that could evict
+    # the held gang is not kept from the CPU planned for it.
+    sched, cache, binder, _ = _start_with_cpu(high_gpus=6)
+    late = PodBuilder("late").gpus(2).annotate(names.PRIORITY, "20").obj()
+    cache.pod_event("ADDED", _requests([late], "6")[0])
+    report = sched.run_cycle()
+    assert report.bound == ["default/pod:late"]
+    assert binder.bound["default/late"].annotations[names.ASSIGNED_GPUS] == "6,7"
