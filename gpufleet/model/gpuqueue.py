@@ -291,6 +291,14 @@ class ResourceUsage(CRDModel):
     pending: int = Field(
         ge=0, description="Asked for by the queue's waiting jobs (their minimum size)."
     )
+    held: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Free GPUs (or slices) held for the queue's jobs (and its children's) that wait for "
+            "their preemption victims to exit; not in `used`, which counts running jobs only."
+        ),
+    )
 
 
 class GPUQueueStatus(CRDModel):

@@ -28,6 +28,11 @@ from gpufleet.scheduler import pods
 
 Obj = dict[str, Any]
 
+# The suffix of the running gang under which a nominated gang's held GPUs are shown to the
+# core (nominated.py); here, not there, so that the queue status (queue_objects.py, which the
+# view builder imports) can tell a hold from usage.
+HELD_SUFFIX = "#nominated"
+
 # The DisruptionTarget reason the API server writes on every pod evicted through its API.
 
 

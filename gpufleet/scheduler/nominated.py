@@ -60,13 +60,11 @@ from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress, Snapshot
 from gpufleet.model.contract.reasons import SchedulerReason, pending_text
 from gpufleet.model.mig import MigPlacement
-from gpufleet.scheduler.cache import Nomination, SchedulerCache
+from gpufleet.scheduler.cache import HELD_SUFFIX, Nomination, SchedulerCache
 from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
 from gpufleet.scheduler.eligibility import Reservation, asks, available, deduct, misfit, reserve
 
 __all__ = ["HELD_SUFFIX", "TakenHold", "give_up", "hold", "ready", "taken"]
-
-HELD_SUFFIX = "#nominated"
 
 # A hold runs nothing: taking it loses no work and restarts nothing (borrowing.lost_work_gpu_s).
 _NOTHING_RUNS = RunProgress(expected_remaining_s=0.0, unsaved_s=0.0, restart_s=0.0)

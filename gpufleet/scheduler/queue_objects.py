@@ -9,13 +9,18 @@ or hand-edited object) is left out and its gangs wait the same way.
 
 After a cycle, `QueueStatusWriter` writes each queue's figures (core/queue_report.py) through
 the status subresource, only for queues whose figures changed, so a quiet cluster causes no
-writes.
+writes. The GPUs held for a gang waiting for its preemption victims to exit (shown to the core
+as a running gang, `<gang>#nominated`: nominated.py) are no usage: they are left out of the
+figures (used, borrowed, lent, running jobs, shares) and shown apart, as `held`, for the
+waiting gang's queue and its ancestors.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,9 +37,11 @@ from gpufleet.core.queues import (
     resource_key,
     split_resource,
 )
-from gpufleet.core.snapshot import Snapshot
+from gpufleet.core.quota import running_charge
+from gpufleet.core.snapshot import RunningGang, Snapshot
 from gpufleet.model.contract.timestamps import format_time
 from gpufleet.model.gpuqueue import GPUQueueConditionType, GPUQueueReason, GPUQueueSpec
+from gpufleet.scheduler.cache import HELD_SUFFIX
 
 log = logging.getLogger("gpufleet.scheduler.queue_objects")
 
@@ -42,7 +49,16 @@ Obj = dict[str, Any]
 # Writes one queue's status: (name, status body) -> None; raises on failure.
 StatusPatch = Callable[[str, Obj], None]
 
-__all__ = ["QueueStatusWriter", "QueueTrees", "namespace_selector", "queue_spec", "status_body"]
+__all__ = [
+    "QueueStatusWriter",
+    "QueueTrees",
+    "held_for_queues",
+    "is_hold",
+    "namespace_selector",
+    "queue_spec",
+    "status_body",
+    "without_holds",
+]
 
 
 def queue_spec(obj: Mapping[str, Any]) -> QueueSpec:
@@ -110,21 +126,35 @@ def _condition(kind: str, ok: bool, reason: str, message: str, now: str) -> Obj:
     }
 
 
-def status_body(figures: QueueFigures, now: str) -> Obj:
-    """The status subresource body of one queue (`now`: the conditions' transition time)."""
+def _entry(resource: str) -> Obj:
+    gpu_type, profile = split_resource(resource)
+    entry: Obj = {"gpuType": gpu_type}
+    if profile is not None:
+        entry["migProfile"] = profile
+    return entry
+
+
+def status_body(figures: QueueFigures, now: str, held: Mapping[str, int] | None = None) -> Obj:
+    """The status subresource body of one queue (`now`: the conditions' transition time;
+    `held`: resource -> GPUs or slices held for its waiting gangs, `held_for_queues`)."""
+    held = held or {}
     rows: list[Obj] = []
     for row in figures.resources:
-        gpu_type, profile = split_resource(row.resource)
-        entry: Obj = {"gpuType": gpu_type}
-        if profile is not None:
-            entry["migProfile"] = profile
+        entry = _entry(row.resource)
         entry.update(
             nominal=row.nominal,
             used=row.used,
             borrowed=row.borrowed,
             lent=row.lent,
             pending=row.pending,
+            held=held.get(row.resource, 0),
         )
+        rows.append(entry)
+    shown = {row.resource for row in figures.resources}
+    for resource in sorted(r for r, n in held.items() if n and r not in shown):
+        # Held on a resource the queue has no quota, usage or demand of otherwise.
+        entry = _entry(resource)
+        entry.update(nominal=0, used=0, borrowed=0, lent=0, pending=0, held=held[resource])
         rows.append(entry)
     if figures.unusable is None:
         active = _condition(
@@ -159,6 +189,35 @@ def status_body(figures: QueueFigures, now: str) -> Obj:
     }
 
 
+def is_hold(gang: RunningGang) -> bool:
+    """Whether a running gang of the snapshot is the hold of a nominated gang (nominated.py)."""
+    return gang.id.endswith(HELD_SUFFIX)
+
+
+def held_for_queues(snapshot: Snapshot) -> dict[str, Counter[str]]:
+    """Queue -> resource -> the GPUs (or slices) held for the waiting gangs of the queue and
+    its children (`is_hold`), counted as `used` counts a running gang's."""
+    out: dict[str, Counter[str]] = {}
+    tree = snapshot.queues
+    if tree is None:
+        return out
+    for gang in snapshot.running:
+        if not is_hold(gang) or gang.queue is None or not tree.usable(gang.queue):
+            continue
+        charge = running_charge(gang)
+        for name in tree.path(gang.queue):
+            out.setdefault(name, Counter())[charge.resource] += charge.amount
+    return out
+
+
+def without_holds(snapshot: Snapshot) -> Snapshot:
+    """`snapshot` without the holds of nominated gangs among its running gangs: a hold is not
+    usage, nor a running job."""
+    if not any(is_hold(g) for g in snapshot.running):
+        return snapshot
+    return replace(snapshot, running=tuple(g for g in snapshot.running if not is_hold(g)))
+
+
 def _comparable(body: Obj) -> Obj:
     """The body without transition times, to tell whether anything changed."""
     conditions = [
@@ -182,14 +241,15 @@ class QueueStatusWriter:
 
     def write(self, snapshot: Snapshot, pending: Sequence[Gang]) -> list[str]:
         """Write what changed; the names of the queues written."""
-        report = queue_report(snapshot, pending)
+        held = held_for_queues(snapshot)
+        report = queue_report(without_holds(snapshot), pending)
         for gone in set(self._written) - set(report):
             del self._written[gone]
         self._since = {k: v for k, v in self._since.items() if k[0] in report}
         stamp = format_time(self._now())
         written: list[str] = []
         for name, figures in sorted(report.items()):
-            body = status_body(figures, stamp)
+            body = status_body(figures, stamp, held.get(name))
             for condition in body["conditions"]:
                 slot = (name, condition["type"])
                 before = self._since.get(slot)

@@ -4,7 +4,8 @@ Aspects: a GPUQueue object becomes the core's `QueueSpec` (quotas keyed by type 
 profile, limits, weight, priority range, parent); an unreadable object is left out (its gangs
 then wait with QueueNotFound); the tree is rebuilt only when an object changed; a pod's queue
 annotation reaches the core's pending and running gangs; the status figures (used, borrowed,
-lent, pending, job counts, conditions) match the running gangs; the writer writes only what
+lent, pending, job counts, conditions) match the running gangs, and GPUs held for a waiting
+gang are shown apart (`held`), not as usage; the writer writes only what
 changed, keeps a condition's transition time while its status holds, and retries a failed write
 at the next cycle.
 """
@@ -17,6 +18,8 @@ from typing import Any
 from gpufleet.core.queue_report import queue_report
 from gpufleet.core.queues import QueueSpec, QueueTree, Quota
 from gpufleet.model.contract import names
+from gpufleet.model.gpuqueue import GPUQueueStatus
+from gpufleet.scheduler.cache import HELD_SUFFIX
 from gpufleet.scheduler.cluster_view import build_view
 from gpufleet.scheduler.queue_objects import QueueStatusWriter, QueueTrees, queue_spec, status_body
 from tests.unit.core.placement_builders import cluster, gang
@@ -166,3 +169,33 @@ def test_status_body_names_why_a_queue_takes_no_jobs() -> None:
     )
     assert active["message"] == "parent gone does not exist"
     assert (over["type"], over["status"]) == ("Oversubscribed", "False")
+
+
+def test_gpus_held_for_a_waiting_gang_are_shown_apart_not_as_usage() -> None:
+    # a1 (queue a) waits for its victims on h0 with the 4 GPUs already free held for it
+    # (nominated.py: a running gang `<gang>#nominated` to the core): no usage of a, nor a
+    # running job, nor what a lends or borrows; `held` says them, for a and its parent.
+    tree = QueueTree.build(
+        [
+            QueueSpec("org", quotas={H100: Quota(16)}),
+            QueueSpec("a", parent="org", quotas={H100: Quota(2)}),
+            QueueSpec("b", parent="org", quotas={H100: Quota(8)}),
+        ]
+    )
+    snapshot = (
+        cluster()
+        .nodes_of("h", H100, 2)
+        .run(f"a1{HELD_SUFFIX}", "h0", (0, 1, 2, 3), priority=5, queue="a")
+        .run("b1", "h1", (0, 1), queue="b")
+        .queues(tree)
+        .build()
+    )
+    writes: dict[str, dict[str, Any]] = {}
+    QueueStatusWriter(writes.__setitem__).write(snapshot, [gang("a1", gpus=4, queue="a")])
+    (a,), (org,) = writes["a"]["resources"], writes["org"]["resources"]
+    # Before: a used 4 GPUs, borrowed 2 and ran one job.
+    assert (a["used"], a["borrowed"], a["held"], a["pending"]) == (0, 0, 4, 4)
+    assert (writes["a"]["runningJobs"], writes["a"]["pendingJobs"]) == (0, 1)
+    assert (org["used"], org["held"]) == (2, 4)
+    assert writes["b"]["resources"][0]["held"] == 0
+    GPUQueueStatus.model_validate(writes["a"])  # the CRD's status model takes it
