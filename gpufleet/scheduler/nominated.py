@@ -26,6 +26,15 @@ keeps waiting for the pods it waits for, which are going anyway, says which gang
 GPUs, and is then decided afresh. A hold whose wait has ended is bound in the same cycle
 (`ready`) and is not preemptible then: the one decision never gives its GPUs twice.
 
+The gangs a nominated gang waits for are exiting (their pods evicted, in their grace period)
+and still shown to the core as running gangs, preemptible: at the waiting gang's priority if
+below, and with no work left to lose (`hold`), so a gang that may take the hold may take their
+GPUs too (it waits for them; evicting pods already going changes nothing) and prefers them to
+a running gang of that priority, whose work it would cut short. They are not made
+non-preemptible: a taker would then evict running work rather than wait for GPUs freed soon.
+The core knows no "freed soon" of its own (an exiting gang still counts as holding its GPUs);
+within the scheduler, this is how an exiting gang is modelled.
+
 A placement on MIG instances is held instance by instance: those the GPU's layout has now and
 no one holds. An instance of a layout still to be made (the decision repartitions the GPU once
 the victims are gone: repartition.py), like a whole GPU still in MIG mode, cannot be shown held
@@ -127,8 +136,10 @@ def hold(view: ClusterView, nominations: Mapping[str, Nomination]) -> ClusterVie
     held for the first (a gang of higher priority that evicted a victim again, whose GPUs
     another gang waits for too). While the gang waits, its hold is preemptible and loses no
     work (a taker prefers it to a running gang of its priority), and the gangs it waits for
-    are shown at its priority if below (their GPUs are planned for it: only a gang that may
-    take its hold may take those, evicting nothing sooner); once its pods are gone, the whole
+    (exiting already) are shown at its priority if below (their GPUs are planned for it: only
+    a gang that may take its hold may take those) and with no work left to lose (evicting
+    them again stops nothing sooner: a taker prefers them to a running gang of that priority,
+    whose work it would cut short); once its pods are gone, the whole
     placement or nothing (when a GPU of it is taken, or the placement no longer passes the
     node filters or fits the nodes' CPU and memory, the gang is decided afresh), and what it
     takes of its nodes' CPU and memory no longer free for the cycle's other placements."""
@@ -184,7 +195,9 @@ def hold(view: ClusterView, nominations: Mapping[str, Nomination]) -> ClusterVie
     if not extra and not raised:
         return view
     running = tuple(
-        replace(g, priority=raised[g.id]) if raised.get(g.id, g.priority) > g.priority else g
+        replace(g, priority=max(g.priority, raised[g.id]), progress=_NOTHING_RUNS)
+        if g.id in raised
+        else g
         for g in snapshot.running
     )
     running = (*running, *extra)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler_builders import PodBuilder, job_manifest
+from scheduler_builders import NodeBuilder, PodBuilder, job_manifest
 from scheduler_fakes import GREEDY
 from test_scheduler_cycle import gang
 from test_scheduler_nominated_holds import _start
@@ -161,3 +161,25 @@ def test_of_two_plans_sharing_gpus_only_the_higher_priority_one_is_held() -> Non
     # Before: both bound on GPUs 4-7.
     assert report.bound == ["default/urgent"] and set(binder.bound) == {"default/urgent-0"}
     assert report.pending["default/high"].startswith("InsufficientFreeGpus")
+
+
+def test_a_taker_takes_an_exiting_victim_before_cutting_a_running_gang_short() -> None:
+    # urgent (priority 20, 8 GPUs) may take high's hold (GPUs 0-3) with v2's GPUs (4-7, v2
+    # exiting, shown at high's priority 10), or evict peer (priority 10, 4 GPUs) on h1 and
+    # take the 4 GPUs free there. Evicting v2 again stops nothing sooner (it is going
+    # anyway): urgent takes h0 and peer runs on.
+    sched, cache, _, _, _ = _start()
+    cache.pod_event("DELETED", PodBuilder("small").gpus(4).obj())
+    cache.node_event("ADDED", NodeBuilder("h1").obj())
+    peer = PodBuilder("peer-0").gpus(4).gang("peer", 1, 0).annotate(names.PRIORITY, "10")
+    cache.pod_event("ADDED", peer.bound("h1", gpus="0,1,2,3").obj())
+    for pod in gang("urgent", 1, 8, **{names.PRIORITY: "20"}):
+        cache.pod_event("ADDED", pod)
+    report = sched.run_cycle()
+    # Before: an exiting victim counted the work of a running one; urgent evicted peer.
+    assert report.preempted == ["default/v2"] and report.bound == []
+    plan = cache.state().nominations["default/urgent"].placement
+    assert plan is not None and {r.node for r in plan.replicas} == {"h0"}
+    assert report.pending["default/high"].startswith(
+        "WaitingForPreemption: higher-priority gang default/urgent took"
+    )
