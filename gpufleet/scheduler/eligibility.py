@@ -468,18 +468,19 @@ def reserve(
                 reserved[node] = reserved.get(node, Resources()) + want
     if not reserved:
         return outcome
-    allowed = set(free) if outcome.allowed is None else set(outcome.allowed)
+    allowed = outcome.allowed
     rejected = Counter(outcome.rejected)
     out: set[str] = set()
     for node, want in reserved.items():
-        if node not in allowed or outcome.requests.empty:
+        if (allowed is not None and node not in allowed) or outcome.requests.empty:
             continue
         why = resource_rejection(outcome.requests, free.get(node, Resources()) - want)
         if why is not None:
             out.add(node)
             rejected[why] += 1
-    narrowed = frozenset(allowed - out) if out else outcome.allowed
-    return Outcome(narrowed, dict(rejected), outcome.requests, reserved)
+    if out:  # None (every node) made a set only when a node is out
+        allowed = frozenset((free.keys() if allowed is None else allowed) - out)
+    return Outcome(allowed, dict(rejected), outcome.requests, reserved)
 
 
 def available(free: Mapping[str, Resources], outcome: Outcome | None) -> Mapping[str, Resources]:
