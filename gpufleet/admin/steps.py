@@ -7,7 +7,9 @@ read from the API's threads:
   under the tracker's lock), which observes the cache's pods as its next cycle would;
 - the GPUs reserved for moved gangs: its `GangMover`'s reservations (a mapping the mover
   replaces whole, never changes), shown held (`mover.held`) and taken (`mover.taken`) without
-  dropping or binding any;
+  dropping or binding any; a gang whose reservation `held` would drop, or the mover dropped
+  in an earlier cycle (`GangMover.dropped`), says why in its pending message, as the
+  scheduler writes it on its pods (`mover.with_dropped`, which `GangMover.explain` uses too);
 - the workload estimate: its `ArrivalTracker`'s counts with the pending gangs it has not counted
   yet (the manifest's among them) counted, nothing kept (`ArrivalTracker.with_arrivals`);
 - the cap on identical gangs: its `scheduler.cap_identical_above`.
@@ -22,7 +24,8 @@ Standalone (`gpufleet admin`, `Standalone`), what the cluster shows:
   the last write are missing from it;
 - the cap on identical gangs: the settings' `scheduler.cap_identical_above`;
 - the GPUs reserved for moved gangs are not knowable (the scheduler keeps them in memory only):
-  they look free, and a gang waiting for its reserved placement is offered like any other.
+  they look free, and a gang waiting for its reserved placement is offered like any other
+  (nor is why a reservation was dropped).
 In both, the moves a PodDisruptionBudget forbids (step 4) need nothing more: the what-if reads
 the budgets of every preemptible running gang before these steps (`live.protected`), and the
 gangs the core could move are among them.
@@ -40,19 +43,27 @@ from gpufleet.scheduler.arrivals import WINDOW_TASKS, CountsStore, with_counts
 from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
 from gpufleet.scheduler.loop import Scheduler
 from gpufleet.scheduler.loop_settings import SchedulerSettings
-from gpufleet.scheduler.mover import Reservation, held, taken
+from gpufleet.scheduler.mover import Reservation, dropped_texts, held, taken, with_dropped
 from gpufleet.scheduler.progress import ProgressTracker
 from gpufleet.scheduler.stateful_steps import StatefulSteps
 
-__all__ = ["BesideScheduler", "ReadSteps", "Standalone", "StepsSource"]
+__all__ = ["BesideScheduler", "ReadSteps", "Standalone", "StepsSource", "WhatIfSteps"]
 
 Estimate = Callable[[ClusterView], ClusterView]
+
+
+class WhatIfSteps(StatefulSteps, Protocol):
+    """The stateful steps, and what the scheduler adds to a waiting gang's reason from them."""
+
+    def explain(self, pending: Mapping[str, str]) -> dict[str, str]:
+        """`pending` (gang -> why it waits) as the scheduler writes it on the pods."""
+        ...
 
 
 class StepsSource(Protocol):
     """Gives each what-if its stateful steps; `arriving`: the ids of the manifest's gangs."""
 
-    def look(self, arriving: Collection[str]) -> StatefulSteps: ...
+    def look(self, arriving: Collection[str]) -> WhatIfSteps: ...
 
 
 class ReadSteps:
@@ -66,6 +77,7 @@ class ReadSteps:
         reservations: Mapping[str, Reservation] | None = None,
         now: float = 0.0,
         reserve_s: float = 0.0,
+        dropped: Mapping[str, str] | None = None,
     ) -> None:
         self.cap_identical_above = cap_identical_above
         self.tracker = tracker
@@ -73,13 +85,21 @@ class ReadSteps:
         self.reservations: Mapping[str, Reservation] = reservations or {}
         self.now = now
         self.reserve_s = reserve_s
+        # Gang -> why its move's reservation was dropped (`GangMover.dropped`), with those
+        # `hold` drops added: what the scheduler's pending messages add (`explain`).
+        self.dropped: Mapping[str, str] = dropped or {}
 
     def hold(self, view: ClusterView) -> ClusterView:
         if not self.reservations:
             return view
         # The reservations the scheduler would keep this cycle are those `take` then sees.
-        view, self.reservations, _ = held(self.reservations, view, self.now, self.reserve_s)
+        reserved = self.reservations
+        view, self.reservations, dropped = held(reserved, view, self.now, self.reserve_s)
+        self.dropped = {**self.dropped, **dropped_texts(reserved, dropped)}
         return view
+
+    def explain(self, pending: Mapping[str, str]) -> dict[str, str]:
+        return with_dropped(pending, self.dropped)
 
     def progress(self, view: ClusterView) -> ClusterView:
         self.tracker.observe(view.facts.values())
@@ -122,6 +142,7 @@ class BesideScheduler:
             mover.reservations,
             mover.clock(),
             mover.reserve_s,
+            mover.dropped,
         )
 
 

@@ -24,7 +24,8 @@ changed: beside the scheduler, from its own trackers; standalone, from what the 
 policy over the gangs offered. The answer is the decision for the manifest's gangs: where, on
 which type, at whose expense, after which MIG repartitions, or why they would wait, in the
 words the scheduler would write on their pods (`waiting.pending_messages`: a gang held back
-behind an identical one takes that gang's reason), and the running gangs the decision moves
+behind an identical one takes that gang's reason; a gang whose moved placement's reservation
+was dropped adds why, `gpufleet.admin.steps`), and the running gangs the decision moves
 to make room for a gang (the core's `Move`s with `for_gang`: an evacuation of the node
 reserved for it, or a relocation so that a reclaim can clear a node for it; the gang is placed
 in the same decision after same-type moves, and the scheduler binds it once the moved gangs'
@@ -110,8 +111,10 @@ def what_if(
     decision = decide_lending(view, gangs, policy, place).decision if gangs else Decision()
     # A waiting gang's held GPUs the decision gives to a gang are taken, not evicted.
     decision, _ = taken(decision)
-    # Why each gang would wait, as the scheduler would write it on its pods.
+    # Why each gang would wait, as the scheduler would write it on its pods (with why its
+    # move's reservation was dropped, if it had one: mover.with_dropped).
     why = pending_messages(offered.waiting, offered.capped, decision, {}, {}, view.eligibility)
+    why = steps.explain(why)
     outcomes = [_outcome(gid, decision, view, why.get(gid)) for gid in ours]
     return WhatIfPublic(
         job=ref,

@@ -193,7 +193,8 @@ class GangMover:
         # threads (`reservations`).
         self._reserved: dict[str, Reservation] = {}
         # Gang -> why its reservation was dropped, said on its pods while it stays pending
-        # (`explain`): the core's reason alone would not say it had a placement.
+        # (`explain`): the core's reason alone would not say it had a placement. Replaced
+        # whole, like `_reserved`: the admin API's what-if reads it (`dropped`).
         self._dropped: dict[str, str] = {}
 
     @property
@@ -204,6 +205,12 @@ class GangMover:
     def reservations(self) -> Mapping[str, Reservation]:
         """The reservations now (a mapping no one changes: see `_reserved`)."""
         return self._reserved
+
+    @property
+    def dropped(self) -> Mapping[str, str]:
+        """Gang -> why its move's reservation was dropped, for the gangs whose pending message
+        says it (`explain`; a mapping no one changes: see `_dropped`)."""
+        return self._dropped
 
     def _budgets(
         self, gangs: Collection[str], view: ClusterView, cycle: int
@@ -374,7 +381,7 @@ class GangMover:
         view, kept, dropped = held(self._reserved, view, self.clock(), self.reserve_s)
         for gid, why in dropped.items():
             log.info("moved gang %s: reservation dropped: %s; it is decided afresh", gid, why)
-            self._dropped[gid] = dropped_text(self._reserved[gid].placement, why)
+        self._dropped = {**self._dropped, **dropped_texts(self._reserved, dropped)}
         self._reserved = kept
         return view
 
@@ -386,9 +393,7 @@ class GangMover:
         if not self._dropped:
             return dict(pending)
         self._dropped = {g: d for g, d in self._dropped.items() if g in pending}
-        return {
-            g: f"{m}; {self._dropped[g]}" if g in self._dropped else m for g, m in pending.items()
-        }
+        return with_dropped(pending, self._dropped)
 
     def take(
         self, view: ClusterView, offered: Sequence[PendingGang]
@@ -513,6 +518,21 @@ def dropped_text(placement: GangPlacement, why: str) -> str:
     for `why` (`held`): the core's reason alone says only why it fits nowhere now."""
     nodes = ", ".join(sorted({r.node for r in placement.replicas}))
     return f"its move's reservation on {nodes} was dropped: {why}"
+
+
+def dropped_texts(
+    reserved: Mapping[str, Reservation], dropped: Mapping[str, str]
+) -> dict[str, str]:
+    """Gang -> what its pending message adds (`dropped_text`), for the reservations among
+    `reserved` that `held` dropped (`dropped`: gang -> why)."""
+    return {gid: dropped_text(reserved[gid].placement, why) for gid, why in dropped.items()}
+
+
+def with_dropped(pending: Mapping[str, str], dropped: Mapping[str, str]) -> dict[str, str]:
+    """`pending` (gang -> why it waits) with, for each gang in `dropped`, what it adds since
+    its move's reservation was dropped (`dropped_texts`). Shared by `GangMover.explain` and the
+    admin API's what-if, so that both say the same."""
+    return {g: f"{m}; {dropped[g]}" if g in dropped else m for g, m in pending.items()}
 
 
 def _closed(placement: GangPlacement, snapshot: Snapshot) -> str | None:

@@ -4,6 +4,8 @@ cache, a real `Scheduler` (the loop's fakes) and the real greedy core:
 - the order: `remembered` and `offer` take the steps as `run_cycle` does (the loop calls them);
 - beside a scheduler, the GPUs reserved for a gang it moved are held: a gang that needs them
   waits, and the reservation is neither dropped nor taken by the what-if;
+- beside a scheduler, a gang whose moved placement's reservation is dropped (its node tainted
+  meanwhile) says why, as the scheduler then writes it on its pods (`mover.with_dropped`);
 - beside a scheduler, progress and the workload estimate are read from its trackers (the
   manifest's gangs counted in the estimate) and neither tracker changes;
 - standalone, the estimate is the one the scheduler keeps in its ConfigMap, with the manifest's
@@ -159,6 +161,40 @@ def test_the_gpus_reserved_for_a_moved_gang_are_held_and_kept() -> None:
     assert used.isdisjoint(reserved.placement.replicas[0].gpus)
     # Read, not changed: the same reservations, not yet expiring.
     assert sched.mover.reservations is reservations and reserved.expires is None
+
+
+def test_a_gang_whose_moves_reservation_is_dropped_says_why_as_the_scheduler_does() -> None:
+    nodes = [NodeBuilder("l4-0", "L4", 4).obj(), NodeBuilder("a100-0", "A100-80GB", 8).obj()]
+    cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
+    load(cache, nodes, [moving_pod()])
+    sched = scheduler(cache, binder, clock=clock)
+    assert sched.run_cycle().moved == ["ns/long"]
+    # The moved gang's old pod is gone and the A100 node is tainted meanwhile: the recreated
+    # pods (here the manifest's, of the same gang) may no longer use their reserved node.
+    tainted = NodeBuilder("a100-0", "A100-80GB", 8).obj()  # a new object, as a watch gives
+    tainted["spec"]["taints"] = [{"key": "maintenance", "effect": "NoSchedule"}]
+    nodes = [nodes[0], tainted]
+    load(cache, nodes, [])
+    reservations = sched.mover.reservations
+    job = job_manifest("long", 4, "A100-80GB")
+    (gang,) = what_if(beside(cache, sched), job, GREEDY, "greedy").gangs
+    assert not gang.placed and gang.waiting is not None, gang
+    dropped = "its move's reservation on a100-0 was dropped: its pods may no longer use a100-0"
+    # Before, the what-if gave the core's reason alone (the taint), without this.
+    assert f"; {dropped} (a taint they do not tolerate" in gang.waiting.message, gang.waiting
+    assert "maintenance" in gang.waiting.message
+    assert sched.mover.reservations is reservations  # read, not dropped
+    # The scheduler, given the gang's pods, drops the reservation and writes the same.
+    load(cache, nodes, pending_pods(job))
+    clock.t += 1
+    sched.run_cycle()
+    assert "ns/long" not in sched.mover.reservations
+    key = pods.pod_key(pending_pods(job)[0])
+    assert binder.marked[key] == f"{gang.waiting.reason}: {gang.waiting.message}"
+    # Dropped in an earlier cycle, it is still said while the gang waits (GangMover.dropped).
+    steps = BesideScheduler(sched).look(["ns/long"])
+    (said,) = steps.explain({"ns/long": "Unschedulable: x"}).values()
+    assert said.startswith(f"Unschedulable: x; {dropped}"), said
 
 
 def test_progress_and_the_estimate_are_read_from_the_scheduler_and_left_alone() -> None:
