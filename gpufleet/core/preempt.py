@@ -362,15 +362,20 @@ def quota_waits(
     the decision (every victim still runs).
 
     A placement starts once every gang it awaits has gone: its own victims (a preemptor's) and
-    its `waits_for`. First the gangs that evict nothing are charged to the account in queue
-    order (`QueueGate.order`); those that fit are bound at once. Then the others, preemptors
-    too, in the same order: each awaits, besides what it awaits already, the fewest victims on
-    its GPU type (a queue's quota is per type) with which it fits the account in every state it
-    can start in (`_fewest`): those victims gone, and any of the earlier waiting placements on
-    its resource started (with what they await gone) or not. So whichever victims have exited,
-    the placements started then fit the account: the last of them in this order was checked
-    in that state. No queue goes over its limits while victims run in their grace period, and
-    a gang does not wait for a victim whose quota it does not need.
+    its `waits_for`. First the gangs that evict nothing and wait for no victim's GPUs are
+    charged to the account in queue order (`QueueGate.order`); those that fit are bound at
+    once. Then the others, preemptors too, in the same order: each awaits, besides what it
+    awaits already, the fewest victims on its GPU type (a queue's quota is per type) with which
+    it fits the account in every state it can start in (`_fewest`): those victims gone, and any
+    of the earlier waiting placements on its resource started (with what they await gone) or
+    not. A preemptible gang also "fits" a state where each level of its queue's path that it
+    would put over its limit was over it before the decision by as much or more (a preemptor
+    taking back its own victims' share of a queue, or of a cluster, over its limit: the
+    validator's rule, validate_quota.py). So whichever victims have exited, the placements
+    started then fit the account or leave it no worse than before: the last of them in this
+    order was checked in that state (validate_quota.py checks every such state). No queue goes
+    over its limits while victims run in their grace period, and a gang does not wait for a
+    victim whose quota it does not need.
 
     A gang of no queue fits at once. A placement that does not fit even with every victim on
     its type gone (the engine charged in another order), or that would have to be checked with
@@ -390,7 +395,10 @@ def quota_waits(
     later: list[Gang] = []
     for gang in account.order([by_id[g] for g in placed]):
         placement = placed[gang.id]
-        if gang.id not in own and account.allows(gang, placement.gpu_type, placement.replica_count):
+        # Bound at once: it evicts nothing and waits for no victim's GPUs (one that does is
+        # not bound before they are gone: charged now, it made later gangs wait for nothing).
+        at_once = gang.id not in own and not placement.waits_for
+        if at_once and account.allows(gang, placement.gpu_type, placement.replica_count):
             account.take(gang, placement.gpu_type, placement.replica_count)
         else:
             later.append(gang)
@@ -401,7 +409,7 @@ def quota_waits(
         mine = own.get(gang.id, set())
         waiter = _Waiter(gang, placement, frozenset(mine | set(placement.waits_for)))
         others = [r for r in victims if r.gpu_type == placement.gpu_type and r.id not in mine]
-        awaits = _fewest(account, earlier, waiter, others)
+        awaits = _fewest(account, earlier, waiter, others, gate)
         if awaits is None:  # no set found (docstring): as before
             awaits = waiter.awaits if mine else waiter.awaits | {r.id for r in others}
         waits[gang.id] = tuple(sorted(awaits - mine))
@@ -431,8 +439,19 @@ class _Waiter:
     def take(self, account: QueueGate) -> None:
         account.take(self.gang, self.placement.gpu_type, self.placement.replica_count)
 
-    def fits(self, account: QueueGate) -> bool:
-        return account.allows(self.gang, self.placement.gpu_type, self.placement.replica_count)
+    def fits(self, account: QueueGate, before: QueueGate) -> bool:
+        """Whether it may start in the state `account`: it fits there, or (a preemptible gang)
+        leaves no level of its queue's path that was over its limit `before` the decision
+        more loaded than then, as when a preemptor takes back what its own victims held in a
+        queue over its limit: a wait for other victims would buy nothing the validator
+        asks (validate_quota.py)."""
+        gang, gpu_type, count = self.gang, self.placement.gpu_type, self.placement.replica_count
+        if account.allows(gang, gpu_type, count):
+            return True
+        if gang.queue is None or not gang.preemptible or not account.tree.usable(gang.queue):
+            return False  # a non-preemptible gang is held to the account (borrowing.py)
+        charge = account.charge(gang, gpu_type, count)
+        return account.book.no_worse(gang.queue, charge.resource, charge.amount, before.book)
 
 
 def _fewest(
@@ -440,8 +459,10 @@ def _fewest(
     earlier: Sequence[_Waiter],
     waiter: _Waiter,
     others: Sequence[RunningGang],
+    before: QueueGate,
 ) -> frozenset[str] | None:
-    """What `waiter` must await so that its gang fits `account` in every state it can start in
+    """What `waiter` must await so that its gang fits `account` (or makes no level over its
+    limit `before` the decision worse: `_Waiter.fits`) in every state it can start in
     (`quota_waits`): what it awaits already, then `others` added, those giving back most of its
     resource first (then by id), until it fits, and those it turns out not to need dropped again
     (the last added first); None when it does not fit with all of them gone."""
@@ -464,7 +485,7 @@ def _fewest(
                     trial.book.free(victim)
                 for w in (*surely, *started):
                     w.take(trial)
-                if not waiter.fits(trial):
+                if not waiter.fits(trial, before):
                     return False
         return True
 

@@ -179,6 +179,18 @@ class QuotaBook:
             return False
         return preemptible or self._safe_unreclaimable(queue, resource, amount)
 
+    def no_worse(self, queue: str, resource: str, amount: int, than: QuotaBook) -> bool:
+        """`amount` more of `resource` in `queue` leaves each level from the queue up to the
+        cluster within its limit or no more loaded than in `than` (the account before a
+        decision, over the same tree): a level over its limit already is not made worse
+        (preempt.py `quota_waits`, the rule validate_quota.py holds decisions to)."""
+        now = self._levels(queue, resource, amount)
+        then = than._levels(queue, resource, 0)
+        return all(
+            load <= limit or load <= old
+            for (_, load, limit), (_, old, _) in zip(now, then, strict=True)
+        )
+
     def _safe_unreclaimable(self, queue: str, resource: str, amount: int) -> bool:
         """Within nominal all the way up, or only capacity that no queue is promised."""
         path = self.tree.path(queue)

@@ -6,6 +6,11 @@ victim on its GPU type, though one of them gave back enough; a preemptor was nev
 one that used the quota another gang's victim gives back started as soon as its own victims
 had gone, its queue over its limit meanwhile; and the validator accepted a placement bound at
 once on given-back quota (only a property test checked that it waited).
+
+Then, a preemptor in a queue (or a cluster) over its limit before the decision, which its start
+leaves no worse, still waited for other gangs' victims until the account was under the limit;
+and a gang waiting for a victim's GPUs was charged as if bound at once, so a gang on free GPUs
+found the account full and waited for victims too.
 """
 
 from __future__ import annotations
@@ -171,3 +176,96 @@ def test_the_validator_wants_a_preemptor_to_wait_for_the_quota_it_uses() -> None
     ]
     waiting = Decision(placements=(p1, replace(p2, waits_for=("r0",))), preemptions=evict)
     assert decision_problems(snapshot, pending, waiting) == []
+
+
+def over_capacity_case() -> tuple[Snapshot, list[Gang]]:
+    """Two 4-GPU L4 nodes, 8 GPUs, and an account of 12: queues a and c (nominal 4 each) keep
+    all of theirs (lend nothing), b (nominal 0) borrows 4 it could no longer have: v1 and v2
+    (2 GPUs each, on n0). c's rc holds n1. a's pa (2 GPUs, on n0) reclaims v1 and v2 (the
+    account comes down to 8); c's pc (priority 1, 4 GPUs, on n1) evicts c's own rc and takes
+    its GPUs: started once rc has gone, the account is 12 again, over the capacity as before
+    the decision but no higher."""
+    tree = QueueTree.build(
+        [
+            QueueSpec("a", quotas={"L4": Quota(4, lending_limit=0)}),
+            QueueSpec("b", quotas={"L4": Quota(0)}),
+            QueueSpec("c", quotas={"L4": Quota(4, lending_limit=0)}),
+        ]
+    )
+    snapshot = (
+        cluster()
+        .node("n0", "L4", 4)
+        .node("n1", "L4", 4)
+        .run("v1", "n0", (0, 1), queue="b")
+        .run("v2", "n0", (2, 3), queue="b")
+        .run("rc", "n1", (0, 1, 2, 3), queue="c")
+        .queues(tree)
+        .build()
+    )
+    pending = [
+        gang("pa", "L4", gpus=2, queue="a", priority=5, allowed={"n0"}),
+        gang("pc", "L4", gpus=4, queue="c", priority=1, allowed={"n1"}),
+    ]
+    return snapshot, pending
+
+
+@pytest.mark.parametrize("engine", [Engine.GREEDY, Engine.CPSAT])
+def test_a_preemptor_keeping_an_over_limit_account_where_it_was_waits_for_no_more(
+    engine: Engine,
+) -> None:
+    snapshot, pending = over_capacity_case()
+    decision = checked_decision(snapshot, pending, engine)
+    assert set(decision.preemptions) == {
+        Preemption("v1", "pa", reclaim=True),
+        Preemption("v2", "pa", reclaim=True),
+        Preemption("rc", "pc"),
+    }
+    # Before, pc also waited for pa's victims v1 and v2: the account, over the capacity before
+    # the decision, let it in only with them gone, though its start makes nothing worse
+    # (the validator's rule: a limit exceeded already may not be exceeded further).
+    pc = decision.placement("pc")
+    assert pc is not None and pc.replicas == (ReplicaPlacement("n1", (0, 1, 2, 3)),)
+    assert pc.waits_for == ()
+
+
+def one_free_gpu_case() -> tuple[Snapshot, list[Gang]]:
+    """Two 4-GPU L4 nodes, one GPU free (n0's 3): a (nominal 4) holds 4, not preemptible, and x
+    (nominal 0) borrows 3 (v, n1's 0-2), so the account is at 7 of 8. b (nominal 4): pre
+    (2 GPUs, on n1) reclaims v, gpu (1 GPU, on n1) takes v's third GPU and waits for it, and
+    free (1 GPU, on n0) takes the free GPU: the account holds it at once (8 of 8)."""
+    tree = QueueTree.build(
+        [
+            QueueSpec("a", quotas={"L4": Quota(4)}),
+            QueueSpec("b", quotas={"L4": Quota(4)}),
+            QueueSpec("x", quotas={"L4": Quota(0)}),
+        ]
+    )
+    snapshot = (
+        cluster()
+        .node("n0", "L4", 4)
+        .node("n1", "L4", 4)
+        .run("ra", "n0", (0, 1, 2), preemptible=False, queue="a")
+        .run("v", "n1", (0, 1, 2), queue="x")
+        .run("ra2", "n1", (3,), preemptible=False, queue="a")
+        .queues(tree)
+        .build()
+    )
+    pending = [
+        gang("pre", "L4", gpus=2, queue="b", priority=5, allowed={"n1"}),
+        gang("gpu", "L4", gpus=1, queue="b", priority=4, allowed={"n1"}),
+        gang("free", "L4", gpus=1, queue="b", priority=3, allowed={"n0"}),
+    ]
+    return snapshot, pending
+
+
+@pytest.mark.parametrize("engine", [Engine.GREEDY, Engine.CPSAT])
+def test_a_gang_waiting_for_a_victims_gpus_is_not_counted_as_bound_at_once(
+    engine: Engine,
+) -> None:
+    snapshot, pending = one_free_gpu_case()
+    decision = checked_decision(snapshot, pending, engine)
+    assert decision.preemptions == (Preemption("v", "pre", reclaim=True),)
+    waits = {p.gang_id: p.waits_for for p in decision.placements}
+    # Before, gpu (which waits for v's GPU) was charged to the account as bound at once, so
+    # free found the account full and waited for v too, beside an idle GPU.
+    assert waits == {"pre": (), "gpu": ("v",), "free": ()}
