@@ -6,8 +6,10 @@ the decision, and reports:
   own usage + the children's E (usage, at least what they keep and do not lend) against
   nominal + borrowing limit, and outside-queue usage + the top-level E's against capacity;
 - the same while victims still run: with the placements bound at once (they wait for no
-  victim), and once the victims a placement waits for (its own and its `waits_for`) have gone
-  and the others still run, with every placement bound by then. A gang that fits only on quota
+  victim), and once the victims some placements wait for (their own and their `waits_for`)
+  have gone and the others still run, with every placement bound by then: victims exit in
+  any order, so every union of the placements' awaited sets is such a moment (up to
+  `MAX_MOMENT_SETS` distinct sets; past that each set alone). A gang that fits only on quota
   the victims give back must wait for them (preempt.py `quota_waits`); before any wait was
   checked, one bound at once kept its queue over its limit for the victims' grace period;
 - an admitted non-preemptible gang that borrows what a reclaim might need back (neither within
@@ -37,7 +39,12 @@ from gpufleet.core.queues import QueueTree, resource_key, split_resource
 from gpufleet.core.service_tier import rank
 from gpufleet.core.snapshot import RunningGang, Snapshot
 
-__all__ = ["quota_problems"]
+__all__ = ["MAX_MOMENT_SETS", "quota_problems", "start_moments"]
+
+# Distinct awaited victim sets whose every union is checked as a moment (`start_moments`):
+# 2**10 moments at most. The scheduler combines at most 7 (preempt.py MAX_WAITERS_COMBINED
+# earlier placements and the one it checks) on one resource.
+MAX_MOMENT_SETS = 10
 
 Usage = dict[str | None, Counter[str]]  # queue (None: outside) -> own usage per resource
 
@@ -173,11 +180,12 @@ def _start_problems(
 ) -> list[str]:
     """The queues' limits while victims still run. A placement is bound once every gang it
     waits for has gone (its own victims, if it preempted, and its `waits_for`); one waiting for
-    none, at once. At each such moment (no victim gone yet, then each placement's set of
-    awaited victims gone), with the placements whose awaited victims are all gone bound, no
-    queue may be over a limit the decision made it exceed: a gang that fits only on quota the
-    victims give back must wait for them (preempt.py `quota_waits`). The moment every victim
-    has gone is the decision's own account, judged above."""
+    none, at once. At each such moment (`start_moments`: no victim gone yet, then the victims
+    of any placements' awaited sets gone, the others running), with the placements whose
+    awaited victims are all gone bound, no queue may be over a limit the decision made it
+    exceed: a gang that fits only on quota the victims give back must wait for them (preempt.py
+    `quota_waits`). The moment every victim has gone is the decision's own account, judged
+    above."""
     if not decision.preemptions:
         return []
     own: dict[str, set[str]] = {}
@@ -189,8 +197,7 @@ def _start_problems(
         for p in decision.placements
         if p.gang_id in gangs
     }
-    moments: set[frozenset[str]] = {gone for gone, _ in awaits.values() if not victims <= gone}
-    moments.add(frozenset())
+    moments = start_moments([gone for gone, _ in awaits.values()], victims)
     out: list[str] = []
     for gone in sorted(moments, key=lambda m: (len(m), sorted(m))):
         usage: Usage = {k: Counter(v) for k, v in before.items()}
@@ -222,6 +229,23 @@ def _start_problems(
                 for problem in _limit_problems(snapshot, tree, old, account, resource)
             )
     return out
+
+
+def start_moments(
+    awaited: Sequence[frozenset[str]], victims: frozenset[str]
+) -> set[frozenset[str]]:
+    """The sets of gone victims to check placements' starts at (`_start_problems`): none gone,
+    and every union of the `awaited` sets short of all `victims` (which the decision's own
+    account covers). Any other set of gone victims binds the same placements as the union of
+    the awaited sets inside it, with no fewer victims gone, so no queue holds more then.
+    Past `MAX_MOMENT_SETS` distinct sets, each set alone (no union)."""
+    sets = sorted({a for a in awaited if a and not victims <= a}, key=sorted)
+    if len(sets) > MAX_MOMENT_SETS:
+        return {frozenset(), *sets}
+    moments: set[frozenset[str]] = {frozenset()}
+    for one in sets:
+        moments |= {m | one for m in moments}
+    return {m for m in moments if not victims <= m}
 
 
 def _preemption_problems(

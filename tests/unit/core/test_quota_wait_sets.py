@@ -10,7 +10,9 @@ once on given-back quota (only a property test checked that it waited).
 Then, a preemptor in a queue (or a cluster) over its limit before the decision, which its start
 leaves no worse, still waited for other gangs' victims until the account was under the limit;
 and a gang waiting for a victim's GPUs was charged as if bound at once, so a gang on free GPUs
-found the account full and waited for victims too.
+found the account full and waited for victims too. And the validator checked a start with
+each placement's awaited victims gone alone, not with several placements' (victims exit in any
+order).
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from dataclasses import replace
 
 import pytest
 
+from gpufleet.core.admission import QueueGate
 from gpufleet.core.decision import Decision, GangPlacement, Preemption
 from gpufleet.core.demand import Gang
 from gpufleet.core.policy import Engine
+from gpufleet.core.preempt import quota_waits
 from gpufleet.core.queues import QueueSpec, QueueTree, Quota
 from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
 from gpufleet.core.validate import decision_problems
@@ -269,3 +273,62 @@ def test_a_gang_waiting_for_a_victims_gpus_is_not_counted_as_bound_at_once(
     # Before, gpu (which waits for v's GPU) was charged to the account as bound at once, so
     # free found the account full and waited for v too, beside an idle GPU.
     assert waits == {"pre": (), "gpu": ("v",), "free": ()}
+
+
+def union_case() -> tuple[Snapshot, list[Gang], Decision]:
+    """Queue b (nominal 0, borrowing limit 2) borrows 1 GPU: u. a's pa reclaims u and x's v,
+    c's pc reclaims x's w; b's pb1 waits for v and pb2 for w (1 GPU each, on free GPUs of n1).
+    With v gone b holds u and pb1 (2 of 2), with w gone u and pb2; with v and w gone but u
+    still running, u, pb1 and pb2: 3 of 2."""
+    tree = QueueTree.build(
+        [
+            QueueSpec("a", quotas={"L4": Quota(8)}),
+            QueueSpec("b", quotas={"L4": Quota(0, borrowing_limit=2)}),
+            QueueSpec("c", quotas={"L4": Quota(8)}),
+            QueueSpec("x", quotas={"L4": Quota(0)}),
+        ]
+    )
+    snapshot = (
+        cluster()
+        .node("n0", "L4", 8)
+        .node("n1", "L4", 8)
+        .run("u", "n0", (0,), queue="b")
+        .run("v", "n0", (1,), queue="x")
+        .run("w", "n0", (2,), queue="x")
+        .queues(tree)
+        .build()
+    )
+    pending = [
+        gang("pa", "L4", gpus=1, queue="a"),
+        gang("pc", "L4", gpus=1, queue="c"),
+        gang("pb1", "L4", gpus=1, queue="b"),
+        gang("pb2", "L4", gpus=1, queue="b"),
+    ]
+
+    def on_n1(name: str, gpu: int, *waits: str) -> GangPlacement:
+        return GangPlacement(name, "L4", (ReplicaPlacement("n1", (gpu,)),), waits_for=waits)
+
+    decision = Decision(
+        placements=(on_n1("pa", 0), on_n1("pc", 1), on_n1("pb1", 2, "v"), on_n1("pb2", 3, "w")),
+        preemptions=(
+            Preemption("u", "pa", reclaim=True),
+            Preemption("v", "pa", reclaim=True),
+            Preemption("w", "pc", reclaim=True),
+        ),
+    )
+    return snapshot, pending, decision
+
+
+def test_the_validator_checks_starts_once_several_placements_victims_have_gone() -> None:
+    snapshot, pending, decision = union_case()
+    # Before, it checked each placement's own awaited set alone ({u, v}, {v}, {w}) and
+    # accepted this decision; v and w can exit before u.
+    assert decision_problems(snapshot, pending, decision) == [
+        "pb1, pb2, pc bound once v, w have gone, while other victims still run: queue b over "
+        "its L4 limit: 3 > 2 (a gang waits for the victims whose GPUs or queue quota it takes: "
+        "waits_for)"
+    ]
+    # The scheduler's waits (quota_waits) check that state: pb2 waits for u too.
+    waited = quota_waits(QueueGate(snapshot, 3600.0), pending, decision, snapshot.running)
+    assert {p.gang_id: p.waits_for for p in waited.placements}["pb2"] == ("u", "w")
+    assert decision_problems(snapshot, pending, waited) == []

@@ -14,9 +14,10 @@ their GPUs, and the live scheduler bound it at once while they still ran in thei
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import combinations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gpufleet.core.admission import QueueGate
@@ -229,6 +230,79 @@ def test_decisions_with_given_back_quota_keep_the_rules(
     # placement can start: at once (no victim of its own, nothing to wait for), before any
     # victim exits, and once the victims it waits for have gone, the others still running.
     checked_decision(snapshot, pending, engine)
+
+
+def _limits_broken_once_gone(
+    snapshot: Snapshot, pending: list[Gang], decision: Decision, gone: frozenset[str]
+) -> list[str]:
+    """The queues' limits the decision breaks while exactly the victims `gone` have gone and
+    the others still run, the placements whose awaited victims are all gone bound: the
+    validator's judgement of a decision made of just that (its own account, no waits)."""
+    own: dict[str, set[str]] = {}
+    for p in decision.preemptions:
+        own.setdefault(p.for_gang, set()).add(p.gang_id)
+    bound = tuple(
+        replace(p, waits_for=())
+        for p in decision.placements
+        if own.get(p.gang_id, set()) | set(p.waits_for) <= gone
+    )
+    state = Decision(
+        placements=bound, preemptions=tuple(p for p in decision.preemptions if p.gang_id in gone)
+    )
+    return [
+        problem
+        for problem in decision_problems(snapshot, pending, state)
+        if problem.startswith(("queue ", "cluster ")) and " over its " in problem
+    ]
+
+
+@st.composite
+def waiting_decisions(draw: st.DrawFn) -> tuple[Snapshot, list[Gang], Decision]:
+    """A fleet of `kept_fleets` and a decision over it, its GPUs aside (only the queues'
+    account is judged here): up to six running gangs evicted, each for a placed gang, and
+    each placement waiting for one random victim (so that none starts at once and the order
+    the victims exit in matters)."""
+    snapshot, pending = draw(kept_fleets())
+    running = sorted(r.id for r in snapshot.running)
+    assume(len(running) >= 3)
+    victims = draw(st.lists(st.sampled_from(running), min_size=3, max_size=6, unique=True))
+    placed = draw(st.lists(st.sampled_from(pending), min_size=1, unique_by=lambda g: g.id))
+    one = st.lists(st.sampled_from(victims), min_size=1, max_size=1).map(tuple)
+    placements = tuple(
+        GangPlacement(
+            g.id,
+            "L4",
+            (ReplicaPlacement("n0", tuple(range(g.gpus_per_replica))),),
+            waits_for=draw(one),
+        )
+        for g in placed
+    )
+    preemptions = tuple(
+        Preemption(v, draw(st.sampled_from(placed)).id, reclaim=True) for v in victims
+    )
+    return snapshot, pending, Decision(placements=placements, preemptions=preemptions)
+
+
+# About one example in a hundred breaks a limit only once several placements' victims
+# have gone (`test_quota_wait_sets.py` has one such case); each example is cheap.
+@settings(parent=FAST, max_examples=300)
+@given(case=waiting_decisions())
+def test_the_validator_checks_every_order_the_victims_can_exit_in(
+    case: tuple[Snapshot, list[Gang], Decision],
+) -> None:
+    """Victims exit in any order: a decision breaks no queue's limit at any set of victims
+    gone short of all of them (every subset tried) exactly when the validator reports no
+    start problem. Before, it checked each placement's awaited set alone."""
+    snapshot, pending, decision = case
+    victims = sorted({p.gang_id for p in decision.preemptions})
+    broken = [
+        problem
+        for size in range(len(victims))
+        for gone in combinations(victims, size)
+        for problem in _limits_broken_once_gone(snapshot, pending, decision, frozenset(gone))
+    ]
+    starts = [p for p in decision_problems(snapshot, pending, decision) if " bound " in p]
+    assert bool(broken) == bool(starts), (broken, starts)
 
 
 # About one example in a hundred has a gang that fits only on quota given back (more
