@@ -53,7 +53,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from functools import partial
-from itertools import combinations
 
 from gpufleet.core.admission import QueueGate
 from gpufleet.core.borrowing import jobs_of, restarts_paid_back, victim_key
@@ -378,11 +377,11 @@ def quota_waits(
     victim whose quota it does not need.
 
     A gang of no queue fits at once. A placement that does not fit even with every victim on
-    its type gone (the engine charged in another order), or that would have to be checked with
-    more than `MAX_WAITERS_COMBINED` earlier placements each started or not, awaits, if it
-    evicts nothing, every victim on its type (the decision's own account covers it), and if it
-    is a preemptor, its own victims only (as before these checks). Moves are left out of the
-    account."""
+    its type gone (the engine charged in another order), or that would have to be checked in
+    more than `MAX_START_STATES` states (unions of earlier placements' awaited sets), awaits,
+    if it evicts nothing, every victim on its type (the decision's own account covers it), and
+    if it is a preemptor, its own victims only (as before these checks). Moves are left out of
+    the account."""
     if not decision.preemptions:
         return decision
     account = gate.copy()
@@ -422,9 +421,10 @@ def quota_waits(
     )
 
 
-# The earlier waiting placements on its resource that a placement's quota check may see either
-# started or not (`_fewest` tries every combination); past this many it is not checked.
-MAX_WAITERS_COMBINED = 6
+# The states a placement's quota check tries (`_fewest`: every union of the earlier waiting
+# placements' awaited sets); past this many it is not checked. 2**6: six placements awaiting
+# different victims, or more sharing or nesting theirs.
+MAX_START_STATES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,19 +474,23 @@ def _fewest(
     ]  # placements on other resources share no limit with it
 
     def fits(gone: frozenset[str]) -> bool:
-        surely = [w for w in near if w.awaits <= gone]  # started whenever it starts
-        maybe = [w for w in near if not w.awaits <= gone]
-        if len(maybe) > MAX_WAITERS_COMBINED:
-            return False
-        for size in range(len(maybe) + 1):
-            for started in combinations(maybe, size):
-                trial = account.copy()
-                for victim in sorted(gone.union(*(w.awaits for w in started))):
-                    trial.book.free(victim)
-                for w in (*surely, *started):
+        # The victims gone when it starts: `gone` and any earlier placements' awaited sets; the
+        # placements whose sets are all gone then have started (any other set of victims gone
+        # starts the same placements with more victims gone, which only gives quota back).
+        states = {gone}
+        for awaits in sorted({w.awaits - gone for w in near} - {frozenset()}, key=sorted):
+            states |= {state | awaits for state in states}
+            if len(states) > MAX_START_STATES:
+                return False
+        for state in sorted(states, key=sorted):
+            trial = account.copy()
+            for victim in sorted(state):
+                trial.book.free(victim)
+            for w in near:
+                if w.awaits <= state:
                     w.take(trial)
-                if not waiter.fits(trial, before):
-                    return False
+            if not waiter.fits(trial, before):
+                return False
         return True
 
     gone = waiter.awaits

@@ -42,8 +42,8 @@ from gpufleet.core.snapshot import RunningGang, Snapshot
 __all__ = ["MAX_MOMENT_SETS", "quota_problems", "start_moments"]
 
 # Distinct awaited victim sets whose every union is checked as a moment (`start_moments`):
-# 2**10 moments at most. The scheduler combines at most 7 (preempt.py MAX_WAITERS_COMBINED
-# earlier placements and the one it checks) on one resource.
+# 2**10 moments at most. The scheduler checks a placement in at most 64 such states
+# (preempt.py MAX_START_STATES) on one resource.
 MAX_MOMENT_SETS = 10
 
 Usage = dict[str | None, Counter[str]]  # queue (None: outside) -> own usage per resource

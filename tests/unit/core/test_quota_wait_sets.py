@@ -332,3 +332,49 @@ def test_the_validator_checks_starts_once_several_placements_victims_have_gone()
     waited = quota_waits(QueueGate(snapshot, 3600.0), pending, decision, snapshot.running)
     assert {p.gang_id: p.waits_for for p in waited.placements}["pb2"] == ("u", "w")
     assert decision_problems(snapshot, pending, waited) == []
+
+
+@pytest.mark.parametrize("engine", [Engine.GREEDY, Engine.CPSAT])
+def test_many_gangs_sharing_a_victims_quota_are_checked_by_the_states_they_make(
+    engine: Engine,
+) -> None:
+    # Three 16-GPU L4 nodes, the account full (a's 16 kept + c's 16 + x's 16 = 48): a's pa and
+    # c's pc (8 GPUs each) reclaim x's v and w, which give back 8 each; b's sixteen 1-GPU gangs
+    # on n2 wait for v (eight of them) or w (the other eight).
+    tree = QueueTree.build(
+        [
+            QueueSpec("a", quotas={"L4": Quota(16, lending_limit=0)}),
+            QueueSpec("b", quotas={"L4": Quota(0)}),
+            QueueSpec("c", quotas={"L4": Quota(16, lending_limit=0)}),
+            QueueSpec("x", quotas={"L4": Quota(0)}),
+        ]
+    )
+    half, rest = tuple(range(8)), tuple(range(8, 16))
+    snapshot = (
+        cluster()
+        .node("n0", "L4", 16)
+        .node("n1", "L4", 16)
+        .node("n2", "L4", 16)
+        .run("v", "n0", half, queue="x")
+        .run("ra", "n0", rest, preemptible=False, queue="a")
+        .run("w", "n1", half, queue="x")
+        .run("rc", "n1", rest, preemptible=False, queue="c")
+        .queues(tree)
+        .build()
+    )
+    bs = [gang(f"pb{i:02d}", "L4", gpus=1, queue="b", allowed={"n2"}) for i in range(1, 17)]
+    pending = [
+        gang("pa", "L4", gpus=8, queue="a", allowed={"n0"}),
+        gang("pc", "L4", gpus=8, queue="c", allowed={"n1"}),
+        *bs,
+    ]
+    decision = checked_decision(snapshot, pending, engine)
+    assert decision.preemptions == (
+        Preemption("v", "pa", reclaim=True),
+        Preemption("w", "pc", reclaim=True),
+    )
+    waits = {p.gang_id: p.waits_for for p in decision.placements if p.gang_id.startswith("pb")}
+    # Before, the gangs after the eighth saw eight earlier ones (all awaiting v) each started
+    # or not, past the bound of six, and waited for every victim on the type (v and w): now
+    # those eight make two states (v gone or not), and they wait for w alone.
+    assert waits == {g.id: ("v",) if int(g.id[2:]) <= 8 else ("w",) for g in bs}
