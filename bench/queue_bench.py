@@ -34,7 +34,7 @@ no rule chosen on it), so that window is seen from then on; 2017-11-04 and 2017-
 Usage: `python bench/queue_bench.py [--set scoring|tuning|heldout|fresh] [--windows D1,D2]
 [--seeds 0,1] [--jobs N] [--load K] [--history-days D] [--engine greedy|cpsat] [--type-delay SHARE]
 [--aging-s S] [--service-tier-gpu-s S] [--requeue-timestamp eviction|creation]
-[--weights equal|share] [--policies gpufleet,kueue,...]`;
+[--checkpoint-interval S] [--weights equal|share] [--policies gpufleet,kueue,...]`;
 the last line printed is
 one JSON object. `--policies` must include gpufleet and kueue (the targets compare them).
 """
@@ -61,6 +61,7 @@ from gpufleet.cliargs import (
 from gpufleet.core.policy import SERVICE_TIER_GPU_S, Engine, Policy, RequeueTimestamp, TypeDelay
 from gpufleet.model.fleet import load_fleet
 from gpufleet.model.input_error import InputError
+from gpufleet.sim.engine import SimSettings
 from gpufleet.sim.runner import load_workload
 from gpufleet.sim.simulate_command import default_fleet_path
 from gpufleet.sim.tenant_run import TENANT_POLICIES, run_tenants
@@ -175,6 +176,15 @@ def _parser() -> argparse.ArgumentParser:
         help="gpufleet: where an evicted gang goes back in line (core "
         "Policy.requeue_timestamp; default the core's); kueue always requeues by eviction",
     )
+    parser.add_argument(
+        "--checkpoint-interval",
+        type=non_negative_float,
+        default=0.0,
+        metavar="S",
+        help="both policies: jobs checkpoint every S seconds of run time, so an evicted job "
+        "redoes the work since its last checkpoint (SimSettings.checkpoint_interval_s); "
+        "default 0: they checkpoint on the eviction's signal and lose nothing",
+    )
     parser.add_argument("--weights", choices=WEIGHTS, default="equal", help="queue weights")
     parser.add_argument(
         "--policies", type=_policy_list, default=list(TENANT_POLICIES), help="comma-separated"
@@ -203,6 +213,7 @@ def sample(window: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
             setup,
             engine=Engine(args.engine),
             seed=seed,
+            settings=SimSettings(checkpoint_interval_s=args.checkpoint_interval or None),
             type_delay=TypeDelay(args.type_delay) if args.type_delay > 0 else None,
             aging_s=args.aging_s,
             service_tier_gpu_s=args.service_tier_gpu_s or None,
@@ -292,12 +303,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     windows = args.windows or list(WINDOW_SETS[args.window_set])
+    interval = args.checkpoint_interval
+    checkpoint = f"every {interval:g} s" if interval else "on signal"
     samples = [sample(w, s, args) for w in windows for s in args.seeds]
     print(
         f"## Queues on Philly: {args.jobs} jobs per window, load x{args.load:g}, "
         f"{FLEET}, quotas from the {args.history_days:g} days before each window, "
         f"engine {args.engine}, type delay {args.type_delay:g}, aging {args.aging_s or 3600:g} s, "
-        f"service tier {args.service_tier_gpu_s:g} GPU-s, requeue timestamp "
+        f"service tier {args.service_tier_gpu_s:g} GPU-s, checkpoint "
+        f"{checkpoint}, "
+        f"requeue timestamp "
         f"{args.requeue_timestamp or Policy().requeue_timestamp.value}, {args.weights} weights\n"
     )
     print(
@@ -352,6 +367,7 @@ def _run(args: argparse.Namespace) -> int:
             "aging_s": args.aging_s,
             "service_tier_gpu_s": args.service_tier_gpu_s,
             "requeue_timestamp": args.requeue_timestamp or Policy().requeue_timestamp.value,
+            "checkpoint_interval_s": args.checkpoint_interval,
             "weights": args.weights,
             "policies": args.policies,
             "fleet": FLEET,
