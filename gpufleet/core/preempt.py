@@ -9,7 +9,9 @@ queue's gangs of lower rank (priority, then the service tier: service_tier.py) a
 borrowers (a reclaim), the borrowers first.
 
 Victims are released one victim set at a time (`_victim_sets`): the best candidates whatever
-their node, then (when that fails) the candidates of one node at a time (`_victim_groups`).
+their node, then (when that fails) the candidates of one node at a time (`_victim_groups`), then
+the best candidates of one GPU type at a time (a multi-node gang whose cheapest candidates are
+on another type it accepts: `_by_type`).
 Within a set they are released one at a time until the gang fits; then those that turn out
 unnecessary are put back, and the eviction happens only if the gang's objective value beats
 what the victims lose plus the disruption cost and, for each victim the service tier evicts
@@ -53,6 +55,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from functools import partial
+from itertools import chain
 
 from gpufleet.core.admission import QueueGate
 from gpufleet.core.borrowing import jobs_of, restarts_paid_back, victim_key
@@ -203,9 +206,11 @@ def _victim_sets(
 ) -> Iterator[list[RunningGang]]:
     """The victim sets tried for `gang`, in turn: `_victim_groups` of the candidates; with
     queues (`is_reclaim` given), first those of the reclaim candidates alone, then those of all
-    candidates. A set already tried or empty is skipped (a set's outcome depends only on the
+    candidates; each pool's groups followed by its first candidates of one GPU type at a time
+    (`_by_type`). A set already tried or empty is skipped (a set's outcome depends only on the
     set: every refused what-if is undone). The bound on what-if work per stuck gang: at most
-    1 + MAX_NODES_PER_GANG sets without queues, 2 x (1 + MAX_NODES_PER_GANG) with them; a set
+    1 + MAX_NODES_PER_GANG + T sets without queues, 2 x (1 + MAX_NODES_PER_GANG + T) with them
+    (T: the gang's usable GPU types); a set
     holds at most max(MAX_VICTIMS_PER_GANG, GPUs needed) victims and costs one release and one
     plan per victim, plus one re-plan per victim put back when the gang fits."""
     gpus = gang.gpus_needed(gang.replicas_min)
@@ -214,11 +219,25 @@ def _victim_sets(
         pools.insert(0, [r for r in candidates if is_reclaim(r)])
     tried: set[tuple[str, ...]] = set()
     for pool in pools:
-        for group in _victim_groups(pool, gpus, free):
+        for group in chain(_victim_groups(pool, gpus, free), _by_type(pool, gpus)):
             key = tuple(r.id for r in group)
             if group and key not in tried:
                 tried.add(key)
                 yield group
+
+
+def _by_type(candidates: Sequence[RunningGang], gpus: int) -> Iterator[list[RunningGang]]:
+    """The first candidates of each GPU type in turn (as many as `_victim_groups`' sets hold):
+    a gang runs on one type, so a set mixing types spends its bound on victims that cannot make
+    room together. Without these, a 16-GPU gang owed its nominal T4 quota, whose first set held
+    the 14 V100 borrowers with the least unsaved work and 2 T4 ones and whose one-node sets
+    cannot hold it on 4-GPU nodes, waited an hour (tuning 2017-10-23, 30-minute checkpoints)."""
+    bound = max(MAX_VICTIMS_PER_GANG, gpus)
+    by_type: dict[str, list[RunningGang]] = {}
+    for victim in candidates:
+        by_type.setdefault(victim.gpu_type, []).append(victim)
+    for gpu_type in sorted(by_type):
+        yield by_type[gpu_type][:bound]
 
 
 def _evict_for(
