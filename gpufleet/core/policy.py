@@ -194,7 +194,8 @@ class Policy:
     # May give empty GPUs a new MIG layout. Switching an empty MIG GPU back to whole for a
     # whole-GPU gang is always allowed (it is a drain-free change on an idle GPU).
     allow_repartition: bool = True
-    max_preempting_gangs: int = 16  # stuck gangs that may evict per decision (bounds the work)
+    max_preempting_gangs: int = 16  # stuck gangs that may evict per decision (bounds the work;
+    # a few more owed their nominal quota are tried past it: preempt.MAX_OWED_GANGS)
     type_delay: TypeDelay = field(default_factory=TypeDelay)
     power_down: PowerDownRule = field(default_factory=PowerDownRule)
     # With queues: a gang pending this long goes ahead of the fair-share order of its tier

@@ -290,7 +290,8 @@ def preempt_for_pending(
     """Place stuck gangs by evicting victims; mutates `state`. Gangs in `already_evicted` are
     gone from the state already and are not victims again. `lifted`: the reserved GPUs given
     back for this pass (reservation.lift_reservations), kept from a gang placed on quota
-    other gangs' victims gave back (`_on_quota`)."""
+    other gangs' victims gave back (`_on_quota`). At most `max_gangs` stuck gangs with
+    candidate victims are tried, then up to `MAX_OWED_GANGS` more owed their nominal quota."""
     placed: dict[str, GangPlacement] = {}
     preemptions: list[Preemption] = []
     evicted: set[str] = set(already_evicted)
