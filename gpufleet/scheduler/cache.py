@@ -33,6 +33,12 @@ Obj = dict[str, Any]
 # view builder imports) can tell a hold from usage.
 HELD_SUFFIX = "#nominated"
 
+
+def is_hold(gang_id: str) -> bool:
+    """Whether a running gang's id (or a preemption's victim) is a nominated gang's hold."""
+    return gang_id.endswith(HELD_SUFFIX)
+
+
 # The DisruptionTarget reason the API server writes on every pod evicted through its API.
 
 

@@ -69,7 +69,7 @@ from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress, Snapshot
 from gpufleet.model.contract.reasons import SchedulerReason, pending_text
 from gpufleet.model.mig import MigPlacement
-from gpufleet.scheduler.cache import HELD_SUFFIX, Nomination, SchedulerCache
+from gpufleet.scheduler.cache import HELD_SUFFIX, Nomination, SchedulerCache, is_hold
 from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
 from gpufleet.scheduler.eligibility import Reservation, asks, available, deduct, misfit, reserve
 
@@ -245,7 +245,7 @@ def ready(
     for them (`hold`: every GPU free, its nodes taking pods and passing the node filters, its
     pods fitting their CPU and memory); those placements, to bind now; and those gangs by
     id."""
-    held = {g.id: g for g in view.snapshot.running if g.id.endswith(HELD_SUFFIX)}
+    held = {g.id: g for g in view.snapshot.running if is_hold(g.id)}
     left: list[PendingGang] = []
     placements: list[GangPlacement] = []
     by_id: dict[str, PendingGang] = {}
@@ -288,7 +288,7 @@ class TakenHold:
 def taken(decision: Decision) -> tuple[Decision, list[TakenHold]]:
     """`decision` without the holds it takes: they are not evicted (nothing runs there) and
     no gang waits for them (their GPUs are free already); and those holds."""
-    holds = {p.gang_id: p for p in decision.preemptions if p.gang_id.endswith(HELD_SUFFIX)}
+    holds = {p.gang_id: p for p in decision.preemptions if is_hold(p.gang_id)}
     if not holds:
         return decision, []
     also: dict[str, list[str]] = {h: [] for h in holds}

@@ -38,10 +38,10 @@ from gpufleet.core.queues import (
     split_resource,
 )
 from gpufleet.core.quota import running_charge
-from gpufleet.core.snapshot import RunningGang, Snapshot
+from gpufleet.core.snapshot import Snapshot
 from gpufleet.model.contract.timestamps import format_time
 from gpufleet.model.gpuqueue import GPUQueueConditionType, GPUQueueReason, GPUQueueSpec
-from gpufleet.scheduler.cache import HELD_SUFFIX
+from gpufleet.scheduler.cache import is_hold
 
 log = logging.getLogger("gpufleet.scheduler.queue_objects")
 
@@ -53,7 +53,6 @@ __all__ = [
     "QueueStatusWriter",
     "QueueTrees",
     "held_for_queues",
-    "is_hold",
     "namespace_selector",
     "queue_spec",
     "status_body",
@@ -189,20 +188,15 @@ def status_body(figures: QueueFigures, now: str, held: Mapping[str, int] | None 
     }
 
 
-def is_hold(gang: RunningGang) -> bool:
-    """Whether a running gang of the snapshot is the hold of a nominated gang (nominated.py)."""
-    return gang.id.endswith(HELD_SUFFIX)
-
-
 def held_for_queues(snapshot: Snapshot) -> dict[str, Counter[str]]:
     """Queue -> resource -> the GPUs (or slices) held for the waiting gangs of the queue and
-    its children (`is_hold`), counted as `used` counts a running gang's."""
+    its children (`cache.is_hold`), counted as `used` counts a running gang's."""
     out: dict[str, Counter[str]] = {}
     tree = snapshot.queues
     if tree is None:
         return out
     for gang in snapshot.running:
-        if not is_hold(gang) or gang.queue is None or not tree.usable(gang.queue):
+        if not is_hold(gang.id) or gang.queue is None or not tree.usable(gang.queue):
             continue
         charge = running_charge(gang)
         for name in tree.path(gang.queue):
@@ -213,9 +207,9 @@ def held_for_queues(snapshot: Snapshot) -> dict[str, Counter[str]]:
 def without_holds(snapshot: Snapshot) -> Snapshot:
     """`snapshot` without the holds of nominated gangs among its running gangs: a hold is not
     usage, nor a running job."""
-    if not any(is_hold(g) for g in snapshot.running):
+    if not any(is_hold(g.id) for g in snapshot.running):
         return snapshot
-    return replace(snapshot, running=tuple(g for g in snapshot.running if not is_hold(g)))
+    return replace(snapshot, running=tuple(g for g in snapshot.running if not is_hold(g.id)))
 
 
 def _comparable(body: Obj) -> Obj:
