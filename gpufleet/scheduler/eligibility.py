@@ -471,8 +471,9 @@ def reserve(
     allowed = outcome.allowed
     rejected = Counter(outcome.rejected)
     out: set[str] = set()
-    for node, want in reserved.items():
-        if (allowed is not None and node not in allowed) or outcome.requests.empty:
+    # Pods asking nothing fit beside any reservation: no node is out, only `reserved` is kept.
+    for node, want in () if outcome.requests.empty else reserved.items():
+        if allowed is not None and node not in allowed:
             continue
         why = resource_rejection(outcome.requests, free.get(node, Resources()) - want)
         if why is not None:
