@@ -30,10 +30,13 @@ from then on; the fresh windows (`--set fresh`) were added in the thirteenth pas
 as the unseen set for the change made from that diagnosis. Of them, 2017-11-18 seed 2 was then
 used to diagnose the owed gangs it shows (fourteenth pass: the quota monitor and the reclaim,
 no rule chosen on it), so that window is seen from then on; 2017-11-04 and 2017-11-28 are not.
+Two sets were added on 2026-12-06: `--set diagnosis` (windows free to look into for why a target
+misses, like tuning) and `--set unseen`, run only once a stop's changes have landed, to report
+on samples no change was chosen or checked on.
 
-Usage: `python bench/queue_bench.py [--set scoring|tuning|heldout|fresh] [--windows D1,D2]
-[--seeds 0,1] [--jobs N] [--load K] [--history-days D] [--engine greedy|cpsat] [--type-delay SHARE]
-[--aging-s S] [--service-tier-gpu-s S] [--requeue-timestamp eviction|creation]
+Usage: `python bench/queue_bench.py [--set scoring|tuning|heldout|fresh|diagnosis|unseen]
+[--windows D1,D2] [--seeds 0,1] [--jobs N] [--load K] [--history-days D] [--engine greedy|cpsat]
+[--type-delay SHARE] [--aging-s S] [--service-tier-gpu-s S] [--requeue-timestamp eviction|creation]
 [--checkpoint-interval S] [--weights equal|share] [--policies gpufleet,kueue,...]`;
 the last line printed is
 one JSON object. `--policies` must include gpufleet and kueue (the targets compare them).
@@ -77,12 +80,16 @@ FLEET = "hetero-256.yaml"
 # reported on that nobody has seen. The fresh windows were added in the thirteenth pass, once
 # the held-out ones had served to diagnose a rule (finish-time fairness): no pass before ran
 # them. No two windows overlap (1,000 jobs span 8-90 trace hours: 2017-11-04 and 2017-11-18
-# start on a Saturday and end before the next window).
+# start on a Saturday and end before the next window). The diagnosis and unseen windows were
+# added on 2026-12-06 from the dates left between the others, checked the same way (arrival
+# spans at 1,000 jobs: 10-19 24 h, 10-26 15 h, 10-27 23 h, 11-11 30 h, 12-04 48 h).
 WINDOW_SETS: dict[str, tuple[str, ...]] = {
     "tuning": ("2017-10-16", "2017-10-23"),
     "scoring": ("2017-11-01", "2017-11-15", "2017-12-01"),
     "heldout": ("2017-11-08", "2017-11-22", "2017-12-08"),
     "fresh": ("2017-11-04", "2017-11-18", "2017-11-28"),
+    "diagnosis": ("2017-10-19", "2017-10-26"),
+    "unseen": ("2017-10-27", "2017-11-11", "2017-12-04"),
 }
 # Target per ratio: (limit, direction); "min" = the ratio must be at least the limit.
 TARGETS: dict[str, tuple[float, str]] = {
