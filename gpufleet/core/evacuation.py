@@ -397,20 +397,19 @@ def _blockers(
     on_node = [g for g in state.running_on(name) if g.id not in moved]
     if any(g.id in excluded for g in on_node):
         return None  # already leaving in this decision: its GPUs are not free yet
-    # The evictions are a what-if on the queues' accounts (copied at the first eviction) and
-    # node n alone (`release_gang` on a copy of the state would free the same GPUs there; no
-    # other node is read).
-    account = gate
+    # The evictions are a what-if on the queues' accounts (undone on leaving) and node n alone
+    # (`release_gang` on a copy of the state would free the same GPUs there; no other node is
+    # read).
     blocked: list[RunningGang] = []
     released: list[ReplicaPlacement] = []
-    for gang in sorted(on_node, key=lambda g: (gate.victim_key(g, wide), g.id)):
-        if account.may_evict(gang, wide):
-            released.extend(gang.replicas)
-            if account is gate:
-                account = gate.copy()
-            account.free(gang)
-        else:
-            blocked.append(gang)
+    order = sorted(on_node, key=lambda g: (gate.victim_key(g, wide), g.id))
+    with gate.book.trial():
+        for gang in order:
+            if gate.may_evict(gang, wide):
+                released.extend(gang.replicas)
+                gate.free(gang)
+            else:
+                blocked.append(gang)
     free = state.whole_mode_free_after(n, released)
     held = sum(len(_on_node(b, name)) for b in blocked)
     return blocked if free + held >= wide.gpus_needed(wide.replicas_min) else None
@@ -551,17 +550,16 @@ def _split(
     need = wide.gpus_needed(wide.replicas_min)
     if free >= need or free + held < need:
         return None
-    account = gate  # copied at the first eviction
     victims: list[RunningGang] = []
     blockers: list[RunningGang] = []
-    for gang in sorted(on_node, key=lambda g: (gate.victim_key(g, wide), g.id)):
-        if account.is_reclaim(gang, wide) and account.may_evict(gang, wide):
-            if account is gate:
-                account = gate.copy()
-            account.free(gang)
-            victims.append(gang)
-        else:
-            blockers.append(gang)
+    order = sorted(on_node, key=lambda g: (gate.victim_key(g, wide), g.id))
+    with gate.book.trial():  # the evictions, a what-if on the queues' accounts
+        for gang in order:
+            if gate.is_reclaim(gang, wide) and gate.may_evict(gang, wide):
+                gate.free(gang)
+                victims.append(gang)
+            else:
+                blockers.append(gang)
     # Victims the node does not need once the blockers are gone stay, latest first.
     spare = free + held - need
     for victim in reversed(list(victims)):

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
@@ -82,6 +83,7 @@ class QuotaBook:
         self.sub: dict[str, Counter[str]] = {}  # queue -> usage of its subtree
         self.held: dict[str, Charge] = {}  # running gang id -> its charge
         self._effective: dict[tuple[str, str], int] = {}
+        self._undo: list[tuple[str, Charge | None]] | None = None  # inside `trial`
         for gang in snapshot.running:
             self.hold(gang.id, running_charge(gang))
 
@@ -91,7 +93,30 @@ class QuotaBook:
         twin.sub = {k: Counter(v) for k, v in self.sub.items()}
         twin.held = dict(self.held)
         twin._effective = dict(self._effective)
+        twin._undo = None
         return twin
+
+    @contextmanager
+    def trial(self) -> Iterator[None]:
+        """A what-if on this book: what is held and freed inside is undone on leaving. For a
+        what-if of a few gangs, far cheaper than a `copy` (evacuation.py asks one per node tried
+        for an owed gang: at 1,000 nodes x 1,000 gangs the copies took a third of a decision)."""
+        if self._undo is not None:
+            raise RuntimeError("quota book trials do not nest")
+        self._undo = []
+        # Entries cached before the first change stay true after the undo (`_add` replaces the
+        # cache rather than editing it, so this dict only gains entries computed before then).
+        cache = self._effective
+        try:
+            yield
+        finally:
+            undo, self._undo = self._undo, None
+            for gang_id, charge in reversed(undo):
+                if charge is None:
+                    self.free(gang_id)
+                else:
+                    self.hold(gang_id, charge)
+            self._effective = cache
 
     # --- capacity and usage ----------------------------------------------------------------
 
@@ -137,12 +162,16 @@ class QuotaBook:
             raise ValueError(f"gang {gang_id} is already counted")
         self.held[gang_id] = charge
         self._add(self.home(charge.queue), charge.resource, charge.amount)
+        if self._undo is not None:
+            self._undo.append((gang_id, None))
 
     def free(self, gang_id: str) -> Charge | None:
         """Stop counting a gang (preempted); its charge, or None when it was not counted."""
         charge = self.held.pop(gang_id, None)
         if charge is not None:
             self._add(self.home(charge.queue), charge.resource, -charge.amount)
+            if self._undo is not None:
+                self._undo.append((gang_id, charge))
         return charge
 
     # --- the checks ------------------------------------------------------------------------

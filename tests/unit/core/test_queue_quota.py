@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.core.queues import QueueSpec, QueueTree, Quota, resource_key, split_resource
-from gpufleet.core.quota import QuotaBook
+from gpufleet.core.quota import Charge, QuotaBook
 from tests.unit.core.placement_builders import cluster
 
 H100 = "H100-80GB"
@@ -120,6 +120,27 @@ def test_a_freed_gang_gives_its_usage_back() -> None:
     b.free("y")
     assert b.fits("a", H100, 8)
     assert b.free("y") is None
+
+
+def test_a_trial_undoes_what_it_freed_and_held() -> None:
+    t = tree(q("dept", 8, borrowing_limit=0), q("t1", 4, parent="dept"), q("t2", 4, parent="dept"))
+    b = book(t, running=(("x", "t1", 6), ("y", "t2", 2)))
+    assert not b.fits("t2", H100, 2)  # the department's ceiling (its cache is filled here)
+    with b.trial():
+        b.free("x")
+        assert b.used("dept", H100) == 2 and b.fits("t2", H100, 2)
+        b.hold("z", Charge("t2", H100, 4))
+        assert b.used("t2", H100) == 6 and not b.fits("t1", H100, 4)
+    assert b.used("dept", H100) == 8 and b.used("t1", H100) == 6 and b.used("t2", H100) == 2
+    assert not b.fits("t2", H100, 2)
+    assert b.free("z") is None and b.free("x") == Charge("t1", H100, 6)
+    with pytest.raises(ValueError), b.trial():  # undone when the trial ends by an error
+        b.free("y")
+        b.hold("y", Charge("t2", H100, 2))
+        b.hold("y", Charge("t2", H100, 2))
+    assert b.used("t2", H100) == 2
+    with b.trial(), pytest.raises(RuntimeError), b.trial():
+        pass
 
 
 def test_non_preemptible_gangs_stay_within_nominal_or_unpromised_capacity() -> None:
