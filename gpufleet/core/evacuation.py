@@ -308,6 +308,8 @@ def _relocation(
         for n in state.nodes_by_type.get(gpu_type, []):
             if state.nodes[n].gpu_count < need or (allowed is not None and n not in allowed):
                 continue
+            if _stuck(state, n, wide, frozenset(), policy, in_queue=False):
+                continue  # (a quick test, most nodes on a busy fleet, before the what-if)
             blocked = _blocking(state, n, wide, excluded)
             if not blocked or len(blocked) > MAX_RELOCATED:
                 continue
@@ -370,6 +372,38 @@ def _moves_off(
         ):
             return None
         chosen += more
+
+
+def _stuck(
+    state: ClusterState,
+    n: int,
+    wide: Gang,
+    gone: frozenset[str],
+    policy: Policy,
+    in_queue: bool,
+) -> bool:
+    """Whether node `n` can be passed over without the what-if on the queues' accounts: a gang
+    there (outside `gone`) that a reclaim for `wide` leaves whatever it evicts first is not
+    movable, or more than `MAX_RELOCATED` are left so. Those gangs are among the blockers
+    `_blockers` (`in_queue` False) or `_split` (True) would find, so such a node is never an
+    option. The accounts decide only whether other queues' gangs may go (their queue still
+    borrows); a gang that may not be disrupted always stays, and one of `wide`'s own queue
+    stays when of no lower rank (`_blockers`, as `QueueGate.may_evict`) or always (`_split`,
+    which evicts by reclaim only)."""
+    gate = state.gate
+    assert gate is not None
+    mine = gate.rank(wide)
+    fixed = 0
+    for gang in state.running_on(state.nodes[n].name):
+        if gang.id in gone:
+            continue
+        may_go = gate.is_reclaim(gang, wide) or (not in_queue and gate.rank(gang) < mine)
+        if gang.preemptible and gang.disruptable and may_go:
+            continue
+        fixed += 1
+        if fixed > MAX_RELOCATED or not _movable(gang, wide, policy):
+            return True
+    return False
 
 
 def _blocking(
@@ -515,6 +549,8 @@ def _clearing(
         for n in state.nodes_by_type.get(gpu_type, []):
             node = state.nodes[n]
             if node.gpu_count < need or (allowed is not None and n not in allowed):
+                continue
+            if _stuck(state, n, wide, excluded, policy, in_queue=True):
                 continue
             split = _split(state, n, wide, excluded)
             if split is None:
