@@ -400,10 +400,12 @@ def quota_waits(
     awaits already, the fewest victims on its GPU type (a queue's quota is per type) with which
     it fits the account in every state it can start in (`_fewest`): those victims gone, and any
     of the earlier waiting placements on its resource started (with what they await gone) or
-    not. A preemptible gang also "fits" a state where each level of its queue's path that it
-    would put over its limit was over it before the decision by as much or more (a preemptor
-    taking back its own victims' share of a queue, or of a cluster, over its limit: the
-    validator's rule, validate_quota.py). So whichever victims have exited, the placements
+    not. A gang also "fits" a state where each level of its queue's path that it would put
+    over its limit was over it before the decision by as much or more (a preemptor taking back
+    its own victims' share of a queue, or of a cluster, over its limit: the validator's rule,
+    validate_quota.py); a non-preemptible one only when it takes nothing a reclaim could want
+    back there either (within nominal all the way up, or capacity no queue is promised:
+    quota.py). So whichever victims have exited, the placements
     started then fit the account or leave it no worse than before: the last of them in this
     order was checked in that state (validate_quota.py checks every such state). No queue goes
     over its limits while victims run in their grace period, and a gang does not wait for a
@@ -473,18 +475,26 @@ class _Waiter:
         account.take(self.gang, self.placement.gpu_type, self.placement.replica_count)
 
     def fits(self, account: QueueGate, before: QueueGate) -> bool:
-        """Whether it may start in the state `account`: it fits there, or (a preemptible gang)
-        leaves no level of its queue's path that was over its limit `before` the decision
-        more loaded than then, as when a preemptor takes back what its own victims held in a
-        queue over its limit: a wait for other victims would buy nothing the validator
-        asks (validate_quota.py)."""
+        """Whether it may start in the state `account`: it fits there, or it leaves no level
+        of its queue's path that was over its limit `before` the decision more loaded than
+        then, as when a preemptor takes back what its own victims held in a queue over its
+        limit: a wait for other victims would buy nothing the validator asks
+        (validate_quota.py). A non-preemptible gang must also take nothing a reclaim could
+        want back in that state (`QuotaBook.safe_unreclaimable`, borrowing.py); held to the
+        strict check instead, one within its nominal quota on a cluster over its capacity
+        before the decision waited for other gangs' victims."""
         gang, gpu_type, count = self.gang, self.placement.gpu_type, self.placement.replica_count
         if account.allows(gang, gpu_type, count):
             return True
-        if gang.queue is None or not gang.preemptible or not account.tree.usable(gang.queue):
-            return False  # a non-preemptible gang is held to the account (borrowing.py)
+        if gang.queue is None or not account.tree.usable(gang.queue):
+            return False
         charge = account.charge(gang, gpu_type, count)
-        return account.book.no_worse(gang.queue, charge.resource, charge.amount, before.book)
+        book = account.book
+        if not book.no_worse(gang.queue, charge.resource, charge.amount, before.book):
+            return False
+        return gang.preemptible or book.safe_unreclaimable(
+            gang.queue, charge.resource, charge.amount
+        )
 
 
 def _fewest(

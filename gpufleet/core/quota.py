@@ -206,7 +206,7 @@ class QuotaBook:
     def fits(self, queue: str, resource: str, amount: int, preemptible: bool = True) -> bool:
         if any(load > limit for _, load, limit in self._levels(queue, resource, amount)):
             return False
-        return preemptible or self._safe_unreclaimable(queue, resource, amount)
+        return preemptible or self.safe_unreclaimable(queue, resource, amount)
 
     def no_worse(self, queue: str, resource: str, amount: int, than: QuotaBook) -> bool:
         """`amount` more of `resource` in `queue` leaves each level from the queue up to the
@@ -220,7 +220,7 @@ class QuotaBook:
             for (_, load, limit), (_, old, _) in zip(now, then, strict=True)
         )
 
-    def _safe_unreclaimable(self, queue: str, resource: str, amount: int) -> bool:
+    def safe_unreclaimable(self, queue: str, resource: str, amount: int) -> bool:
         """Within nominal all the way up, or only capacity that no queue is promised."""
         path = self.tree.path(queue)
         queues = self.tree.queues

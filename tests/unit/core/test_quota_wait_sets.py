@@ -12,7 +12,9 @@ leaves no worse, still waited for other gangs' victims until the account was und
 and a gang waiting for a victim's GPUs was charged as if bound at once, so a gang on free GPUs
 found the account full and waited for victims too. And the validator checked a start with
 each placement's awaited victims gone alone, not with several placements' (victims exit in any
-order).
+order). And a non-preemptible gang was held to the strict check: within its nominal quota, on a
+cluster over its capacity before the decision, it waited for other gangs' victims though its
+start left nothing worse (it still waits where it would borrow what a reclaim could want back).
 """
 
 from __future__ import annotations
@@ -230,6 +232,49 @@ def test_a_preemptor_keeping_an_over_limit_account_where_it_was_waits_for_no_mor
     pc = decision.placement("pc")
     assert pc is not None and pc.replicas == (ReplicaPlacement("n1", (0, 1, 2, 3)),)
     assert pc.waits_for == ()
+
+
+@pytest.mark.parametrize("engine", [Engine.GREEDY, Engine.CPSAT])
+def test_a_non_preemptible_preemptor_within_nominal_waits_for_no_more_either(
+    engine: Engine,
+) -> None:
+    snapshot, pending = over_capacity_case()
+    pending = [replace(g, preemptible=False) if g.id == "pc" else g for g in pending]
+    decision = checked_decision(snapshot, pending, engine)
+    assert {p.gang_id for p in decision.preemptions} == {"v1", "v2", "rc"}
+    # pc stays within c's nominal 4 in every state it can start in, so it takes nothing a
+    # reclaim could want back; only the cluster's account, over the capacity before the
+    # decision, is over a limit, and its start leaves it no worse. Before, a non-preemptible
+    # gang was held to the strict check there and waited for pa's victims v1 and v2 as well.
+    pc = decision.placement("pc")
+    assert pc is not None and pc.waits_for == ()
+
+
+def test_a_non_preemptible_gang_borrowing_while_over_the_limit_still_waits() -> None:
+    # The same scene with c's nominal at 2: pc (4 GPUs) borrows 2 that a reclaim could want
+    # back, which it may take only on capacity no queue is promised; with v1 and v2 still
+    # running the cluster's account is over the capacity, so it waits for them.
+    snapshot, pending = over_capacity_case()
+    assert snapshot.queues is not None
+    specs = [
+        replace(q, quotas={"L4": Quota(2, lending_limit=0)}) if q.name == "c" else q
+        for q in snapshot.queues.queues.values()
+    ]
+    snapshot = replace(snapshot, queues=QueueTree.build(specs))
+    pending = [replace(g, preemptible=False) if g.id == "pc" else g for g in pending]
+    gate = QueueGate(snapshot, aging_s=3600.0)
+    pa = GangPlacement("pa", "L4", (ReplicaPlacement("n0", (0, 1)),))
+    pc = GangPlacement("pc", "L4", (ReplicaPlacement("n1", (0, 1, 2, 3)),))
+    decision = Decision(
+        placements=(pa, pc),
+        preemptions=(
+            Preemption("rc", "pc"),
+            Preemption("v1", "pa", reclaim=True),
+            Preemption("v2", "pa", reclaim=True),
+        ),
+    )
+    waited = quota_waits(gate, pending, decision, snapshot.running)
+    assert waited.placement("pc") == replace(pc, waits_for=("v1", "v2"))
 
 
 def one_free_gpu_case() -> tuple[Snapshot, list[Gang]]:
