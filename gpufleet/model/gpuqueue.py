@@ -295,8 +295,10 @@ class ResourceUsage(CRDModel):
         default=None,
         ge=0,
         description=(
-            "Free GPUs (or slices) held for the queue's jobs (and its children's) that wait for "
-            "their preemption victims to exit; not in `used`, which counts running jobs only."
+            "GPUs (or slices) held for the queue's jobs (and its children's) that do not run "
+            "there yet: free ones kept for a job waiting for its preemption victims to exit, "
+            "and a moved job's new placement until it is bound there; not in `used`, which "
+            "counts running jobs only (a moved job's old pods, while they run)."
         ),
     )
 

@@ -39,6 +39,17 @@ def is_hold(gang_id: str) -> bool:
     return gang_id.endswith(HELD_SUFFIX)
 
 
+# The suffix of the running gang under which a moved gang's reserved placement is shown to the
+# core until the gang is bound there (mover.py); here for the same reason as HELD_SUFFIX.
+RESERVED_SUFFIX = "#moving"
+
+
+def is_kept(gang_id: str) -> bool:
+    """Whether a running gang's id stands for GPUs kept for a gang that does not run there yet
+    (a nominated gang's hold, a moved gang's reservation): no usage, in the queue status."""
+    return is_hold(gang_id) or gang_id.endswith(RESERVED_SUFFIX)
+
+
 # The DisruptionTarget reason the API server writes on every pod evicted through its API.
 
 

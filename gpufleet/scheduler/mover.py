@@ -21,7 +21,8 @@ A move goes in three steps, one per cycle that sees it:
    restart). The new placement is reserved for the gang.
 2. `hold` (every cycle, after the snapshot): the reserved GPUs are shown to the core as held by
    `<gang>#moving`, a running gang no one may preempt, so nothing else is placed there;
-   GPUs the old pods still hold are not shown twice.
+   GPUs the old pods still hold are not shown twice. The GPUQueue status shows the reservation
+   as `held`, not as a second use of the gang's queue (queue_objects.py).
 3. `take` (before the decision): once the gang's recreated pods are all pending and no old pod
    is left, they are bound to the reserved placement (through the same assume-then-bind batch
    as the core's placements) instead of being offered to the core, if they pass the checks a
@@ -74,7 +75,7 @@ from gpufleet.model.contract.moves import Checkpoint, move_marker
 from gpufleet.model.contract.reasons import SchedulerReason, pending_text
 from gpufleet.model.mig import MigPlacement
 from gpufleet.scheduler.binder import Binder
-from gpufleet.scheduler.cache import SchedulerCache
+from gpufleet.scheduler.cache import RESERVED_SUFFIX, SchedulerCache
 from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
 from gpufleet.scheduler.cycle_report import CycleReport
 from gpufleet.scheduler.decision_view import blocked_by_budget, budget_protected
@@ -86,7 +87,6 @@ from gpufleet.scheduler.pods import pod_annotations
 
 log = logging.getLogger("gpufleet.scheduler")
 
-RESERVED_SUFFIX = "#moving"
 # A gang placed on the GPUs of gangs moved for it (a reclaim with moves: core/evacuation.py).
 MOVED_FOR_MESSAGE = pending_text(
     SchedulerReason.PREEMPTING, "waiting for the gangs moved to make room for it to exit"

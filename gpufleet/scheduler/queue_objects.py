@@ -10,9 +10,10 @@ or hand-edited object) is left out and its gangs wait the same way.
 After a cycle, `QueueStatusWriter` writes each queue's figures (core/queue_report.py) through
 the status subresource, only for queues whose figures changed, so a quiet cluster causes no
 writes. The GPUs held for a gang waiting for its preemption victims to exit (shown to the core
-as a running gang, `<gang>#nominated`: nominated.py) are no usage: they are left out of the
-figures (used, borrowed, lent, running jobs, shares) and shown apart, as `held`, for the
-waiting gang's queue and its ancestors.
+as a running gang, `<gang>#nominated`: nominated.py), and those reserved for a moved gang until
+it is bound there (`<gang>#moving`: mover.py; its old pods, while they run, are its usage) are
+no usage: they are left out of the figures (used, borrowed, lent, running jobs, shares) and
+shown apart, as `held`, for the gang's queue and its ancestors: a moved gang is counted once.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from gpufleet.core.quota import running_charge
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.model.contract.timestamps import format_time
 from gpufleet.model.gpuqueue import GPUQueueConditionType, GPUQueueReason, GPUQueueSpec
-from gpufleet.scheduler.cache import is_hold
+from gpufleet.scheduler.cache import is_kept
 
 log = logging.getLogger("gpufleet.scheduler.queue_objects")
 
@@ -190,13 +191,14 @@ def status_body(figures: QueueFigures, now: str, held: Mapping[str, int] | None 
 
 def held_for_queues(snapshot: Snapshot) -> dict[str, Counter[str]]:
     """Queue -> resource -> the GPUs (or slices) held for the waiting gangs of the queue and
-    its children (`cache.is_hold`), counted as `used` counts a running gang's."""
+    its children (`cache.is_kept`: nominated gangs' holds, moved gangs' reservations), counted
+    as `used` counts a running gang's."""
     out: dict[str, Counter[str]] = {}
     tree = snapshot.queues
     if tree is None:
         return out
     for gang in snapshot.running:
-        if not is_hold(gang.id) or gang.queue is None or not tree.usable(gang.queue):
+        if not is_kept(gang.id) or gang.queue is None or not tree.usable(gang.queue):
             continue
         charge = running_charge(gang)
         for name in tree.path(gang.queue):
@@ -205,11 +207,11 @@ def held_for_queues(snapshot: Snapshot) -> dict[str, Counter[str]]:
 
 
 def without_holds(snapshot: Snapshot) -> Snapshot:
-    """`snapshot` without the holds of nominated gangs among its running gangs: a hold is not
-    usage, nor a running job."""
-    if not any(is_hold(g.id) for g in snapshot.running):
+    """`snapshot` without the holds of nominated gangs and the reservations of moved gangs
+    among its running gangs: neither is usage, nor a running job."""
+    if not any(is_kept(g.id) for g in snapshot.running):
         return snapshot
-    return replace(snapshot, running=tuple(g for g in snapshot.running if not is_hold(g.id)))
+    return replace(snapshot, running=tuple(g for g in snapshot.running if not is_kept(g.id)))
 
 
 def _comparable(body: Obj) -> Obj:

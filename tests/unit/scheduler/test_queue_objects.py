@@ -19,7 +19,7 @@ from gpufleet.core.queue_report import queue_report
 from gpufleet.core.queues import QueueSpec, QueueTree, Quota
 from gpufleet.model.contract import names
 from gpufleet.model.gpuqueue import GPUQueueStatus
-from gpufleet.scheduler.cache import HELD_SUFFIX
+from gpufleet.scheduler.cache import HELD_SUFFIX, RESERVED_SUFFIX
 from gpufleet.scheduler.cluster_view import build_view
 from gpufleet.scheduler.queue_objects import QueueStatusWriter, QueueTrees, queue_spec, status_body
 from tests.unit.core.placement_builders import cluster, gang
@@ -199,3 +199,25 @@ def test_gpus_held_for_a_waiting_gang_are_shown_apart_not_as_usage() -> None:
     assert (org["used"], org["held"]) == (2, 4)
     assert writes["b"]["resources"][0]["held"] == 0
     GPUQueueStatus.model_validate(writes["a"])  # the CRD's status model takes it
+
+
+def test_a_moved_gangs_reservation_is_held_not_a_second_use_of_its_queue() -> None:
+    # a1 (queue a) moves from h0 to h1 (mover.py): while its old pod runs, its new placement
+    # is shown to the core as a running gang `a1#moving`. The queue uses a1's 2 GPUs once;
+    # the reservation is shown as `held` (not used, borrowed, a running job).
+    tree = QueueTree.build([QueueSpec("a", quotas={H100: Quota(2)})])
+    snapshot = (
+        cluster()
+        .nodes_of("h", H100, 2)
+        .run("a1", "h0", (0, 1), queue="a")
+        .run(f"a1{RESERVED_SUFFIX}", "h1", (0, 1), priority=0, queue="a")
+        .queues(tree)
+        .build()
+    )
+    writes: dict[str, dict[str, Any]] = {}
+    QueueStatusWriter(writes.__setitem__).write(snapshot, [])
+    (a,) = writes["a"]["resources"]
+    # Before: used 4, borrowed 2, two running jobs.
+    assert (a["used"], a["borrowed"], a["held"]) == (2, 0, 2)
+    assert writes["a"]["runningJobs"] == 1
+    GPUQueueStatus.model_validate(writes["a"])
