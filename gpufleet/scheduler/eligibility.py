@@ -21,7 +21,8 @@ them back for a cycle. A placement bound without the core (a nominated gang's at
 wait, a moved gang's reserved one: nominated.py, mover.py) passes the same checks (`asks`,
 `misfit`), and what it takes is taken from the nodes' free resources first (`deduct`); while
 a nominated gang waits, what its pods will ask of its planned nodes is kept from the gangs of
-its priority or below (`reserve`, `Outcome.reserved`). Pure
+its priority or below, and while a moved gang's old pods exit, what its pods will ask of its
+reserved placement's nodes from every gang (`reserve`, `Outcome.reserved`). Pure
 functions of pod and node dicts; the per-node and per-pod parsing is memoised by object
 identity, as in `cluster_view.py`.
 """
@@ -294,8 +295,8 @@ class Outcome:
     # (filter, detail) -> nodes it excluded
     rejected: Mapping[tuple[str, str], int] = field(default_factory=dict)
     requests: Resources = field(default_factory=Resources)
-    # Node -> what the pods of nominated gangs it may not take from are promised there
-    # (`reserve`): not free for this gang's pods.
+    # Node -> what the pods of nominated gangs it may not take from, and of moved gangs, are
+    # promised there (`reserve`): not free for this gang's pods.
     reserved: Mapping[str, Resources] = field(default_factory=dict)
 
     def summary(self) -> str:
@@ -443,7 +444,8 @@ class Reservation:
     """The CPU, memory and ephemeral storage a nominated gang's pods will ask of the nodes
     planned for it (`asks`), kept for it while it waits (nominated.py) from gangs of its
     priority or below, as kube-scheduler counts a nominated pod's requests on its node for
-    pods of lower or equal priority."""
+    pods of lower or equal priority; and a moved gang's, of its reserved placement's nodes,
+    kept from every gang (mover.py: no gang may take a move's reservation)."""
 
     gang: str
     priority: int
@@ -458,16 +460,17 @@ def reserve(
     reservations: Iterable[Reservation],
 ) -> Outcome:
     """`outcome` of gang `gang` (of `priority`) with the reservations it must leave alone
-    (another gang's, of `priority` or above) in `reserved`, and the nodes where one of its
-    pods no longer fits beside them out of `allowed` (counted as `NodeResourcesFit`); the same
+    (another gang's, of `priority` or above) added to `reserved` (those of an earlier call
+    stay: the nominated gangs' and then the moved gangs'), and the nodes where one of its pods
+    no longer fits beside them all out of `allowed` (counted as `NodeResourcesFit`); the same
     object when none applies."""
-    reserved: dict[str, Resources] = {}
-    for r in reservations:
-        if r.gang != gang and r.priority >= priority:
-            for node, want in r.nodes.items():
-                reserved[node] = reserved.get(node, Resources()) + want
-    if not reserved:
+    added = [r for r in reservations if r.gang != gang and r.priority >= priority]
+    if not added:
         return outcome
+    reserved = dict(outcome.reserved)
+    for r in added:
+        for node, want in r.nodes.items():
+            reserved[node] = reserved.get(node, Resources()) + want
     allowed = outcome.allowed
     rejected = Counter(outcome.rejected)
     out: set[str] = set()
@@ -485,8 +488,8 @@ def reserve(
 
 
 def available(free: Mapping[str, Resources], outcome: Outcome | None) -> Mapping[str, Resources]:
-    """The nodes' `free` resources less what `outcome`'s gang must leave to nominated gangs
-    (`reserve`)."""
+    """The nodes' `free` resources less what `outcome`'s gang must leave to nominated and moved
+    gangs (`reserve`)."""
     if outcome is None or not outcome.reserved:
         return free
     out = dict(free)

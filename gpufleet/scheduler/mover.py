@@ -21,8 +21,12 @@ A move goes in three steps, one per cycle that sees it:
    restart). The new placement is reserved for the gang.
 2. `hold` (every cycle, after the snapshot): the reserved GPUs are shown to the core as held by
    `<gang>#moving`, a running gang no one may preempt, so nothing else is placed there;
-   GPUs the old pods still hold are not shown twice. The GPUQueue status shows the reservation
-   as `held`, not as a second use of the gang's queue (queue_objects.py).
+   GPUs the old pods still hold are not shown twice. What the gang's pods will ask of the
+   reserved nodes' CPU, memory and ephemeral storage (read from the old pods) is kept from
+   every pending gang the same way (`nominated.keep`), so that a gang placed beside the
+   reservation meanwhile does not leave the moved gang short at its rebind. The GPUQueue
+   status shows the reservation as `held`, not as a second use of the gang's queue
+   (queue_objects.py).
 3. `take` (before the decision): once the gang's recreated pods are all pending and no old pod
    is left, they are bound to the reserved placement (through the same assume-then-bind batch
    as the core's placements) instead of being offered to the core, if they pass the checks a
@@ -30,7 +34,9 @@ A move goes in three steps, one per cycle that sees it:
    its nodes take pods (not cordoned, NotReady, switched off or being reconfigured), are among
    the nodes the pods may use (`Gang.allowed_nodes`: taints, node selector and affinity, one
    pod's CPU, memory and ephemeral storage) and have the CPU, memory and ephemeral storage the
-   pods ask together to spare (`eligibility.misfit`, as for nominated gangs: nominated.py).
+   pods ask together to spare, less what waiting nominated gangs it may not take from and
+   other moved gangs are promised there (`eligibility.misfit`, `eligibility.available`, as
+   for nominated gangs: nominated.py).
    What they take is taken from the view's free resources, so the same cycle's placements on
    the node are checked against what is left (`eligibility.overcommitted`). A gang that fails
    the checks loses its reservation and is offered to the core, decided afresh: placed
@@ -64,7 +70,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
 
@@ -81,8 +87,10 @@ from gpufleet.scheduler.cycle_report import CycleReport
 from gpufleet.scheduler.decision_view import blocked_by_budget, budget_protected
 from gpufleet.scheduler.deletions import Deletions
 from gpufleet.scheduler.disruption import Obj
-from gpufleet.scheduler.eligibility import asks, deduct, misfit
+from gpufleet.scheduler.eligibility import Reservation as Kept
+from gpufleet.scheduler.eligibility import Resources, asks, available, deduct, misfit, pod_requests
 from gpufleet.scheduler.heal import Notify
+from gpufleet.scheduler.nominated import keep
 from gpufleet.scheduler.pods import pod_annotations
 
 log = logging.getLogger("gpufleet.scheduler")
@@ -149,6 +157,16 @@ class Reservation:
     # seen gone): a pod stuck terminating must not keep the GPUs reserved for ever.
     exit_by: float
     expires: float | None = None  # set once the old pods are gone
+    # What one of its pods asks of its node (CPU, memory, ephemeral storage), read from its
+    # old pods: kept on the reserved nodes while they exit (`held`).
+    requests: Resources = field(default_factory=Resources)
+
+    def asks(self) -> dict[str, Resources]:
+        """Node -> what the gang's pods will ask of it on the reserved placement."""
+        out: dict[str, Resources] = {}
+        for replica in self.placement.replicas:
+            out[replica.node] = out.get(replica.node, Resources()) + self.requests
+        return out
 
 
 def _conflicts(
@@ -285,6 +303,7 @@ class GangMover:
                 frozenset((k, uids[k]) for k in keys if k in uids),
                 running,
                 exit_by=self.clock() + 2 * grace + self.reserve_s,
+                requests=Resources() if first is None else pod_requests(first.pod),
             )
             self._reserved = {**self._reserved, gid: reservation}
             started[gid] = reservation
@@ -449,6 +468,11 @@ def _old_left(reservation: Reservation, view: ClusterView) -> bool:
     return False
 
 
+# No gang may take a move's reservation (its GPUs are shown held by a gang no one may
+# preempt): what its pods will ask of their nodes is kept from gangs of every priority.
+_NO_TAKER = 2**63
+
+
 def held(
     reserved: Mapping[str, Reservation], view: ClusterView, now: float, reserve_s: float
 ) -> tuple[ClusterView, dict[str, Reservation], dict[str, str]]:
@@ -456,25 +480,26 @@ def held(
     still hold aside); the reservations kept (with when they expire, once their old pods are
     gone), and gang -> why its reservation ends (expired, its GPUs or nodes taken, or, when its
     recreated pods are to be bound now, a check a placement of the core passes failed: `_closed`,
-    `eligibility.misfit`). What the pods bound now (`taken`) take of their nodes' CPU, memory
-    and ephemeral storage is taken from the view's `free` resources, which the cycle's other
-    placements are checked against (`eligibility.overcommitted`). Pure: `GangMover.hold` keeps
-    the result, the admin API's what-if only looks."""
+    `eligibility.misfit`, on the nodes' free resources less what nominated gangs it may not
+    take from and other moved gangs are promised: `eligibility.available`). While a gang's
+    old pods exit, what its pods will ask of the reserved nodes' CPU, memory and ephemeral
+    storage is kept from every pending gang (`nominated.keep`: their allowed nodes and the
+    check of their placements), as its GPUs are held: a gang placed beside the reservation
+    meanwhile does not leave it short at its rebind. What the pods bound now (`taken`) take is
+    taken from the view's `free` resources, which the cycle's other placements are checked
+    against (`eligibility.overcommitted`). Pure: `GangMover.hold` keeps the result, the admin
+    API's what-if only looks."""
     snapshot = view.snapshot
     pending = {pg.gang.id: pg for pg in view.pending}
-    free = dict(view.free)
     kept: dict[str, Reservation] = {}
     dropped: dict[str, str] = {}
-    extra: list[RunningGang] = []
+    now_bound: list[str] = []  # gangs whose recreated pods are bound this cycle (`taken`)
     for gid, reservation in reserved.items():
         placement = reservation.placement
         old_left = _old_left(reservation, view)
         if not old_left and reservation.expires is None:
             reservation = replace(reservation, expires=now + reserve_s)
         whole, slices = snapshot.occupied(excluding=(gid,))
-        own, own_slices = snapshot.occupied(
-            excluding=[g.id for g in snapshot.running if g.id != gid]
-        )
         gone = any(not snapshot.has_node(r.node) for r in placement.replicas)
         taken = any(_conflicts(r, whole, slices) for r in placement.replicas)
         expired = (
@@ -484,16 +509,37 @@ def held(
         if gone or taken or expired:
             dropped[gid] = "node gone" if gone else "GPUs taken" if taken else "expired"
             continue
+        kept[gid] = reservation
         pg = pending.get(gid)
         if not old_left and pg is not None and len(pg.pods) == len(placement.replicas):
-            # Bound this cycle (`taken`): only if a placement of the core could be.
-            want = asks(placement, view.eligibility)
-            why = _closed(placement, snapshot) or misfit(pg.gang.allowed_nodes, want, free)
-            if why is not None:
-                dropped[gid] = why
-                continue
-            deduct(free, want)
-        kept[gid] = reservation
+            now_bound.append(gid)
+    # The resources of the gangs still waiting for their old pods are kept from the others,
+    # those being bound now among them.
+    waiting = [
+        Kept(g, _NO_TAKER, r.asks())
+        for g, r in kept.items()
+        if g not in now_bound and not r.requests.empty
+    ]
+    view = keep(view, waiting)
+    free = dict(view.free)
+    pending = {pg.gang.id: pg for pg in view.pending}
+    for gid in now_bound:
+        # Bound this cycle (`taken`): only if a placement of the core could be.
+        placement = kept[gid].placement
+        want = asks(placement, view.eligibility)
+        room = available(free, view.eligibility.get(gid))
+        why = _closed(placement, snapshot) or misfit(pending[gid].gang.allowed_nodes, want, room)
+        if why is not None:
+            dropped[gid] = why
+            del kept[gid]
+            continue
+        deduct(free, want)
+    extra: list[RunningGang] = []
+    for gid, reservation in kept.items():
+        placement = reservation.placement
+        own, own_slices = snapshot.occupied(
+            excluding=[g.id for g in snapshot.running if g.id != gid]
+        )
         shown = [r for r in placement.replicas if not _conflicts(r, own, own_slices)]
         if shown:
             extra.append(

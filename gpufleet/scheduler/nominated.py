@@ -73,7 +73,7 @@ from gpufleet.scheduler.cache import HELD_SUFFIX, Nomination, SchedulerCache, is
 from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
 from gpufleet.scheduler.eligibility import Reservation, asks, available, deduct, misfit, reserve
 
-__all__ = ["HELD_SUFFIX", "TakenHold", "give_up", "hold", "ready", "taken"]
+__all__ = ["HELD_SUFFIX", "TakenHold", "give_up", "hold", "keep", "ready", "taken"]
 
 # A hold runs nothing: taking it loses no work and restarts nothing (borrowing.lost_work_gpu_s).
 _NOTHING_RUNS = RunProgress(expected_remaining_s=0.0, unsaved_s=0.0, restart_s=0.0)
@@ -217,6 +217,14 @@ def _reserve(view: ClusterView, nominations: Mapping[str, Nomination]) -> Cluste
         and nomination.placement is not None
         and not nomination.ready
     ]
+    return keep(view, reservations)
+
+
+def keep(view: ClusterView, reservations: Sequence[Reservation]) -> ClusterView:
+    """`view` with what `reservations` promise of their nodes' CPU, memory and ephemeral
+    storage kept from the pending gangs that may not take it (`eligibility.reserve`: their
+    allowed nodes and the free resources their placements are checked against). Shared with
+    the mover, whose moved gangs' reservations keep their nodes' resources the same way."""
     if not reservations:
         return view
     outcomes = dict(view.eligibility)

@@ -9,15 +9,19 @@ with the core's pending reason when it fits nowhere.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gpufleet.core.decision import GangPlacement
+from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.model.contract import names
+from gpufleet.model.contract.timestamps import format_time
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.loop import Scheduler
 from gpufleet.scheduler.mover import held
 from tests.unit.scheduler.scheduler_builders import NodeBuilder, PodBuilder
 from tests.unit.scheduler.scheduler_fakes import Clock, FakeBinder, load, scheduler
-from tests.unit.scheduler.test_scheduler_moves import long_pod
+from tests.unit.scheduler.test_scheduler_moves import TYPES, long_pod
 
 
 def _cpu(obj: dict[str, Any], cpu: str) -> dict[str, Any]:
@@ -140,3 +144,74 @@ def test_held_says_why_a_reservation_is_dropped_and_takes_the_cpu_of_one_kept() 
     shown, kept, dropped = held(reserved, view, clock(), 60.0)
     assert kept == {} and shown.free == view.free
     assert "a100-0" in dropped["ns/long"]
+
+
+def _late(priority: int, name: str = "late") -> dict[str, Any]:
+    """A gang of one pod of 4 A100 GPUs asking 6 CPUs."""
+    b = PodBuilder(f"{name}-0", "ns").gang(name, 1, 0).gpus(4)
+    b = b.annotate(names.GPU_TYPES, "A100-80GB")
+    return _cpu(b.annotate(names.PRIORITY, str(priority)).obj(), "6")
+
+
+def test_a_gang_is_not_bound_on_the_cpu_a_moved_gang_will_need() -> None:
+    cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
+    load(cache, _nodes(), [_cpu(long_pod(), "6")])
+    sched = scheduler(cache, binder, clock=clock)
+    assert sched.run_cycle().moved == ["ns/long"]
+    # long's old pod still exits; late (of a higher priority: no gang may take a move's
+    # reservation) fits the A100 node's other 4 GPUs and its 10 CPUs alone, not beside the 6
+    # long's pod will ask there.
+    load(cache, _nodes(), [_cpu(long_pod(), "6"), _late(50)])
+    clock.t += 1
+    report = sched.run_cycle()
+    # Before: late bound on a100-0, and long, short of CPU at its rebind, decided afresh.
+    assert binder.bound == {}
+    assert "NodeResourcesFit" in report.pending["ns/late"]
+    # long's pod is recreated: it is bound on its reservation; late still waits.
+    load(cache, _nodes(), [_recreated(), _late(50)])
+    clock.t += 1
+    assert sched.run_cycle().bound == ["ns/long"]
+    assert binder.bound["ns/long-0"].node == "a100-0"
+
+
+def _pair(uid: str, bound: bool) -> list[dict[str, Any]]:
+    """pair: two pods of 2 GPUs each asking 3 CPUs, like long on the L4 node when `bound`."""
+    out = []
+    for rank, gpus in enumerate(("0,1", "2,3")):
+        b = PodBuilder(f"pair-{rank}", "ns").gang("pair", 2, rank).gpus(2)
+        b = b.annotate(names.GPU_TYPES, TYPES).annotate(names.CHECKPOINT, "signal=2")
+        if bound:
+            b = b.bound("l4-0", gpus).annotate(names.ASSIGNED_TYPE, "L4")
+        pod = _cpu(b.obj(), "3")
+        pod["metadata"]["uid"] = f"{uid}-{rank}"
+        if bound:
+            started = datetime.now(UTC) - timedelta(seconds=600)
+            pod["status"]["startTime"] = format_time(started)
+        out.append(pod)
+    return out
+
+
+def test_a_moved_gang_is_not_bound_on_the_cpu_a_waiting_preemptor_will_need() -> None:
+    cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
+    load(cache, _nodes(), _pair("u1", bound=True))
+    sched = scheduler(cache, binder, clock=clock)
+    assert sched.run_cycle().moved == ["ns/pair"]
+    assert {r.node for r in sched.mover.reserved["ns/pair"].replicas} == {"a100-0"}
+    load(cache, _nodes(), [])  # its old pods gone, not yet recreated
+    clock.t += 1
+    sched.run_cycle()
+    # hi (priority 10) waits for a pod on the A100 node's other 4 GPUs, which are planned for
+    # it, with 5 of the node's 10 CPUs for its pod (nominated.py): pair (priority 0) may not
+    # take them. Each of pair's recreated pods (3 CPUs) fits beside them; both together not.
+    victim = _foreign("x", "a100-0", "0", gpus="4,5,6,7")
+    hi = _cpu(_late(10, "hi"), "5")
+    plan = GangPlacement("ns/hi", "A100-80GB", (ReplicaPlacement("a100-0", (4, 5, 6, 7)),))
+    load(cache, _nodes(), [victim, hi, *_pair("u2", bound=False)])
+    cache.nominate("ns/hi", frozenset({"ns/x"}), placement=plan)
+    clock.t += 1
+    report = sched.run_cycle()
+    # Before: bound on a100-0, 6 CPUs beside hi's 5 of 10. Now its reservation is dropped and
+    # the core places it afresh, on the free L4s.
+    assert "ns/pair" not in sched.mover.reserved
+    assert report.bound == ["ns/pair"], (report.pending, sched.mover.dropped)
+    assert {binder.bound[f"ns/pair-{r}"].node for r in (0, 1)} == {"l4-0"}

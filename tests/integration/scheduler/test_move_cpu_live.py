@@ -1,0 +1,135 @@
+"""The CPU a moved job will ask of its new node is kept for it while its old pod exits
+(mover.held, eligibility.reserve), on the sandbox, through `gpufleet operator` as a real
+process (moves priced with a 1 s restart, no scarcity reserve) and the sandbox's real API server.
+
+Only one plain A100 node takes pods (the others and the MIG nodes are cordoned while the
+module's operator runs); a blocker fills it and another the H100 nodes. `long` (4 GPUs and 100
+of a node's 128 CPUs, faster on A100 than on L4, checkpointing on a signal) starts on L4; once
+the A100 blocker is gone it is moved there. A finalizer keeps its deleted pod shown. `late`
+(4 A100 GPUs and 100 CPUs, pinned to that node) fits the node's 4 other GPUs, but not beside
+long's CPUs: it is not bound while long's old pod exits (before, it was, and long, short of
+CPU at its rebind, lost its reservation), and long is bound on the node once its old pod is
+gone. No GPU is double-booked.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from gpufleet.model.contract import names
+from gpufleet.model.contract.timestamps import parse_time
+from gpufleet.sandbox.control_plane import Sandbox
+from gpufleet.testing import invariants
+from gpufleet.testing.operator import (
+    Kube,
+    OperatorProcess,
+    configured_operator,
+    training_job,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+NODE = "a100-0"
+CORDONED = ("h100-mig-0", "a100-mig-0", "a100-1", "a100-2")
+# Moves priced with a 1 s restart; no reserve keeps the one free A100 node for an 8-GPU gang
+# confined to A100 (the blocker's shape, seen once).
+SETTINGS = """\
+scheduler:
+  move_restart_s: 1
+placement:
+  weights:
+    scarcity: 0
+"""
+LINGER = "gpufleet.io/test-linger"  # a finalizer that keeps long's deleted pod shown
+
+
+@pytest.fixture(scope="module")
+def operator(
+    sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """This module's operator (`SETTINGS`); all A100 nodes but one, and the MIG nodes,
+    cordoned."""
+    folder = tmp_path_factory.mktemp("operator")
+    with configured_operator(sandbox.kubeconfig, kube, folder, SETTINGS, CORDONED) as proc:
+        yield proc
+
+
+def _cpu(job: dict[str, Any], cpu: str) -> dict[str, Any]:
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    container["resources"] = {"requests": {"cpu": cpu}}
+    return job
+
+
+def _long() -> dict[str, Any]:
+    job = _cpu(training_job("long", 1, gpus=4), "100")
+    job["spec"]["gpuTypes"] = [
+        {"name": "A100-80GB", "throughput": 1.0},
+        {"name": "L4", "throughput": 0.1},
+    ]
+    job["spec"]["checkpoint"] = {"onSignal": True, "gracePeriodSeconds": 1}
+    return job
+
+
+def _late() -> dict[str, Any]:
+    job = _cpu(training_job("late", 1, gpus=4, gpu_type="A100-80GB"), "100")
+    job["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODE}
+    return job
+
+
+def _linger(kube: Kube, ns: str, pod: str, hold: bool) -> None:
+    body = {"metadata": {"finalizers": [LINGER] if hold else None}}
+    kube.core.patch_namespaced_pod(pod, ns, body)
+
+
+def _moving(kube: Kube, ns: str, uid: str) -> bool:
+    for p in kube.job_pods(ns, "long"):
+        meta = p["metadata"]
+        if meta["uid"] == uid and meta.get("deletionTimestamp"):
+            return (meta.get("annotations") or {}).get(names.DISRUPTED_BY) == names.MOVED_REASON
+    return False
+
+
+def _gone(kube: Kube, ns: str, uid: str) -> bool:
+    return all(p["metadata"]["uid"] != uid for p in kube.job_pods(ns, "long"))
+
+
+def test_a_gang_is_not_bound_on_the_cpu_a_moved_gang_will_need(kube: Kube, ns: str) -> None:
+    kube.create_job(ns, training_job("fill-h100", 3, gpus=8, gpu_type="H100-80GB", priority=100))
+    kube.create_job(ns, training_job("fill-a100", 1, gpus=8, gpu_type="A100-80GB", priority=100))
+    for job in ("fill-h100", "fill-a100"):
+        wait_for(lambda j=job: kube.phase(ns, j) == "Running", f"{job} running", 60)
+    kube.create_job(ns, _long())
+    (old,) = wait_for(lambda: kube.bound(ns, "long", started=True), "long running", 60)
+    assert old["spec"]["nodeName"].startswith("l4-")
+    uid, pod = old["metadata"]["uid"], old["metadata"]["name"]
+    _linger(kube, ns, pod, hold=True)
+    # Cycles follow events: long must have run longer than a move costs it (restart and
+    # grace) when the A100 node frees, so that moving it is worth it then.
+    started = parse_time(old["status"]["startTime"])
+    assert started is not None
+    wait_for(lambda: (datetime.now(UTC) - started).total_seconds() > 6, "long past a move's price")
+    try:
+        kube.delete_job(ns, "fill-a100")
+        wait_for(lambda: _moving(kube, ns, uid), "long's pod deleted for a move", 60)
+        kube.create_job(ns, _late())
+        wait_for(
+            lambda: "NodeResourcesFit" in kube.scheduled_message(ns, "late"), "late's reason", 30
+        )
+        for _ in range(15):
+            assert kube.bound(ns, "late") == []
+            time.sleep(0.2)
+        assert not _gone(kube, ns, uid)  # its old pod still exits
+        assert invariants.check(kube.core) == []
+    finally:
+        if not _gone(kube, ns, uid):
+            _linger(kube, ns, pod, hold=False)
+    (new,) = wait_for(lambda: kube.bound(ns, "long", started=True), "long running again", 60)
+    assert new["spec"]["nodeName"] == NODE
+    assert kube.bound(ns, "late") == []  # 28 CPUs left beside long's 100
+    assert invariants.check(kube.core) == []
