@@ -299,3 +299,20 @@ def test_snapshot_offers_gangs_with_their_allowed_nodes() -> None:
     assert gangs["ns/pod:anywhere"].allowed_nodes is None
     assert view.eligibility["ns/pod:pinned"].rejected == {("NodeAffinity", "nodeSelector"): 1}
     assert view.free["h0"] == Resources(cpu=16000, memory=64 * 2**30, ephemeral=100 * 2**30)
+
+
+def test_reservations_of_a_later_call_add_to_those_of_an_earlier_one() -> None:
+    # A nominated gang's hold keeps 4 of n0's 10 CPUs (nominated.py), then a moved gang's
+    # reservation 3 more (mover.py): a gang asking 4 CPUs a pod fits beside either alone, not
+    # beside both; both stay in what its placement is checked against (`available`).
+    free = {"n0": Resources(cpu=10_000), "n1": Resources(cpu=10_000)}
+    outcome = eligibility.Outcome(None, {}, Resources(cpu=4_000))
+    hold = eligibility.Reservation("hi", 10, {"n0": Resources(cpu=4_000)})
+    moved = eligibility.Reservation("long", 2**63, {"n0": Resources(cpu=3_000)})
+    first = eligibility.reserve(outcome, "late", 0, free, [hold])
+    assert first.allowed is None
+    both = eligibility.reserve(first, "late", 0, free, [moved])
+    # Before: the second call forgot the hold (reserved 3 CPUs) and n0 stayed allowed.
+    assert both.reserved == {"n0": Resources(cpu=7_000)}
+    assert both.allowed == frozenset({"n1"})
+    assert eligibility.available(free, both)["n0"] == Resources(cpu=3_000)
