@@ -42,6 +42,10 @@ A move goes in three steps, one per cycle that sees it:
    the checks loses its reservation and is offered to the core, decided afresh: placed
    elsewhere, or pending with the core's reason (which names the taint or the resource),
    to which its pods add, while it stays pending, why the reservation was dropped (`explain`).
+A move onto GPUs the same decision frees by evicting reclaim victims (core/evacuation.py: a
+reclaim with moves) keeps its reservation while those victims exit (`Reservation.waits`): their
+GPUs are not shown held twice, are not "taken", and the gang is bound once its old pods and
+those victims' pods are all gone (the wait allows the longer of their grace periods).
 A reservation ends when its gang is bound, when something else holds one of its GPUs (a pod of
 another scheduler, say) or a node of it is gone, when its recreated pods fail the checks,
 `move_reserve_s` after its old pods are gone, or when they are still there `move_reserve_s`
@@ -160,6 +164,10 @@ class Reservation:
     # What one of its pods asks of its node (CPU, memory, ephemeral storage), read from its
     # old pods: kept on the reserved nodes while they exit (`held`).
     requests: Resources = field(default_factory=Resources)
+    # (pod key, uid) of the pods of reclaim victims evicted in the move's decision on GPUs of
+    # the new placement (core/evacuation.py): those GPUs are the move's once they exit, not
+    # taken by another gang; the gang is bound once they are gone too.
+    waits: frozenset[tuple[str, str]] = frozenset()
 
     def asks(self) -> dict[str, Resources]:
         """Node -> what the gang's pods will ask of it on the reserved placement."""
@@ -297,13 +305,19 @@ class GangMover:
             uids = self.cache.uids(keys)
             first = view.facts.get(keys[0])
             checkpoint = None if first is None else Checkpoint.read(pod_annotations(first.pod))
-            grace = 0 if checkpoint is None else checkpoint.grace_s
+            waits = self._victims_on(move, decision, view, stopped)
+            # Its old pods' grace, or its victims' if longer: all must be gone before the bind.
+            grace = max(
+                [0.0 if checkpoint is None else checkpoint.grace_s]
+                + [_grace(view, k) for k, _ in waits]
+            )
             reservation = Reservation(
                 move.placement,
                 frozenset((k, uids[k]) for k in keys if k in uids),
                 running,
                 exit_by=self.clock() + 2 * grace + self.reserve_s,
                 requests=Resources() if first is None else pod_requests(first.pod),
+                waits=waits,
             )
             self._reserved = {**self._reserved, gid: reservation}
             started[gid] = reservation
@@ -317,6 +331,22 @@ class GangMover:
             if failed:
                 log.warning("cycle=%d gang %s: deleting %s failed", report.cycle, gid, failed)
         return self._wait_for_moves(decision, started, stopped, report.cycle)
+
+    def _victims_on(
+        self, move: Move, decision: Decision, view: ClusterView, stopped: Collection[str]
+    ) -> frozenset[tuple[str, str]]:
+        """(pod key, uid) of the pods of the decision's victims (their evictions gone ahead:
+        not for a gang in `stopped`) that hold GPUs of `move`'s new placement."""
+        target = {(r.node, ix) for r in move.placement.replicas for ix in r.gpus}
+        victims = {p.gang_id for p in decision.preemptions if p.for_gang not in stopped}
+        keys = [
+            key
+            for g in view.snapshot.running
+            if g.id in victims and target & {(r.node, ix) for r in g.replicas for ix in r.gpus}
+            for key in view.running_pods.get(g.id, ())
+        ]
+        uids = self.cache.uids(keys)
+        return frozenset((k, uids[k]) for k in keys if k in uids)
 
     def _wait_for_moves(
         self,
@@ -460,12 +490,36 @@ def taken(
 
 
 def _old_left(reservation: Reservation, view: ClusterView) -> bool:
-    """Whether a pod deleted for the move is still there."""
-    for key, uid in reservation.old:
+    """Whether a pod deleted for the move, or of a victim on its new placement, is still
+    there."""
+    return bool(_left(reservation.old, view) or _left(reservation.waits, view))
+
+
+def _left(pods: Collection[tuple[str, str]], view: ClusterView) -> list[str]:
+    """The keys of `pods` ((pod key, uid)) still there."""
+    out = []
+    for key, uid in pods:
         f = view.facts.get(key)
         if f is not None and f.pod["metadata"].get("uid") == uid:
-            return True
-    return False
+            out.append(key)
+    return out
+
+
+def _exiting(reservation: Reservation, view: ClusterView) -> set[str]:
+    """The running gangs of the victims still on the reservation's GPUs (`Reservation.waits`):
+    their GPUs are the move's, not taken."""
+    keys = set(_left(reservation.waits, view))
+    if not keys:
+        return set()
+    return {g for g, pods in view.running_pods.items() if keys.intersection(pods)}
+
+
+def _grace(view: ClusterView, key: str) -> float:
+    """The pod's termination grace period (Kubernetes' default, 30 s, when unset)."""
+    f = view.facts.get(key)
+    spec = {} if f is None else f.pod.get("spec") or {}
+    value = spec.get("terminationGracePeriodSeconds")
+    return 30.0 if value is None else float(value)
 
 
 # No gang may take a move's reservation (its GPUs are shown held by a gang no one may
@@ -478,7 +532,8 @@ def held(
 ) -> tuple[ClusterView, dict[str, Reservation], dict[str, str]]:
     """`view` with every reservation's GPUs held by `<gang>#moving` (GPUs the gang's old pods
     still hold aside); the reservations kept (with when they expire, once their old pods are
-    gone), and gang -> why its reservation ends (expired, its GPUs or nodes taken, or, when its
+    gone), and gang -> why its reservation ends (expired, its GPUs or nodes taken, not by the
+    victims of its decision still exiting from them (`Reservation.waits`), or, when its
     recreated pods are to be bound now, a check a placement of the core passes failed: `_closed`,
     `eligibility.misfit`, on the nodes' free resources less what nominated gangs it may not
     take from and other moved gangs are promised: `eligibility.available`). While a gang's
@@ -494,12 +549,14 @@ def held(
     kept: dict[str, Reservation] = {}
     dropped: dict[str, str] = {}
     now_bound: list[str] = []  # gangs whose recreated pods are bound this cycle (`taken`)
+    shown_by: dict[str, set[str]] = {}  # gang -> the exiting victims on its new placement
     for gid, reservation in reserved.items():
         placement = reservation.placement
         old_left = _old_left(reservation, view)
         if not old_left and reservation.expires is None:
             reservation = replace(reservation, expires=now + reserve_s)
-        whole, slices = snapshot.occupied(excluding=(gid,))
+        exiting = _exiting(reservation, view)
+        whole, slices = snapshot.occupied(excluding=(gid, *exiting))
         gone = any(not snapshot.has_node(r.node) for r in placement.replicas)
         taken = any(_conflicts(r, whole, slices) for r in placement.replicas)
         expired = (
@@ -510,6 +567,7 @@ def held(
             dropped[gid] = "node gone" if gone else "GPUs taken" if taken else "expired"
             continue
         kept[gid] = reservation
+        shown_by[gid] = exiting
         pg = pending.get(gid)
         if not old_left and pg is not None and len(pg.pods) == len(placement.replicas):
             now_bound.append(gid)
@@ -537,8 +595,10 @@ def held(
     extra: list[RunningGang] = []
     for gid, reservation in kept.items():
         placement = reservation.placement
+        # GPUs its old pods, or victims exiting, still hold are not shown twice.
+        mine = {gid, *shown_by[gid]}
         own, own_slices = snapshot.occupied(
-            excluding=[g.id for g in snapshot.running if g.id != gid]
+            excluding=[g.id for g in snapshot.running if g.id not in mine]
         )
         shown = [r for r in placement.replicas if not _conflicts(r, own, own_slices)]
         if shown:

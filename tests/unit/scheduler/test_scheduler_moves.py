@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.core.decision import Decision, GangPlacement, Move
+from gpufleet.core.decision import Decision, GangPlacement, Move, Preemption
 from gpufleet.core.demand import Gang
 from gpufleet.core.place import place
 from gpufleet.core.policy import Policy
@@ -256,3 +256,43 @@ def test_a_reservation_ends_when_the_old_pods_never_go() -> None:
     clock.t += 2
     sched.mover.hold(sched.views.build(cache.state().nodes, cache.state().pods, {}))
     assert sched.mover.reserved == {}
+
+
+def test_a_move_onto_gpus_a_reclaim_frees_keeps_its_reservation_while_the_victim_exits() -> None:
+    # A reclaim with moves (core/evacuation.py): for `wide`, the core evicts `v` from the A100
+    # node and moves `long` onto v's GPUs there. v's pod exits after long's: its GPUs are the
+    # move's, not taken by anyone else; long waits for it, then is bound there.
+    def decide(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decision:
+        if not any(g.id == "ns/wide" for g in pending):
+            return place(snapshot, pending, policy)
+        l4 = GangPlacement("ns/wide", "L4", (ReplicaPlacement("l4-0", (0, 1, 2, 3)),))
+        a100 = GangPlacement("ns/long", "A100-80GB", (ReplicaPlacement("a100-0", (0, 1, 2, 3)),))
+        return Decision(
+            placements=(replace(l4, waits_for=()),),
+            preemptions=(Preemption("ns/v", "ns/wide", reclaim=True),),
+            moves=(Move("ns/long", "L4", a100, -60.0, for_gang="ns/wide"),),
+        )
+
+    victim = PodBuilder("v-0", "ns").gang("v", 1, 0).gpus(4).annotate(names.GPU_TYPES, TYPES)
+    victim = victim.bound("a100-0", "0,1,2,3").annotate(names.ASSIGNED_TYPE, "A100-80GB")
+    v = victim.obj()
+    v["metadata"]["uid"] = "v1"
+    wide = PodBuilder("wide-0", "ns").gang("wide", 1, 0).gpus(4).annotate(names.GPU_TYPES, "L4")
+    cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
+    load(cache, nodes(), [long_pod(), v, wide.obj()])
+    sched = scheduler(cache, binder, clock=clock, decide=decide)
+    report = sched.run_cycle()
+    assert report.moved == ["ns/long"] and report.preempted == ["ns/v"]
+    # long's old pod is gone and recreated; v's still exits.
+    v["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    load(cache, nodes(), [v, wide.obj(), long_pod(uid="u2", bound=False)])
+    clock.t += 1
+    sched.run_cycle()
+    # Before: dropped as "GPUs taken" (v's), and long was decided afresh.
+    assert "ns/long" in sched.mover.reserved, sched.mover.dropped
+    assert "ns/long-0" not in binder.bound
+    load(cache, nodes(), [wide.obj(), long_pod(uid="u2", bound=False)])
+    clock.t += 1
+    sched.run_cycle()
+    bound = binder.bound["ns/long-0"]
+    assert (bound.node, bound.annotations[names.ASSIGNED_GPUS]) == ("a100-0", "0,1,2,3")
