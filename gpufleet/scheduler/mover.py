@@ -44,7 +44,8 @@ A move goes in three steps, one per cycle that sees it:
    to which its pods add, while it stays pending, why the reservation was dropped (`explain`).
 A move onto GPUs the same decision frees by evicting reclaim victims (core/evacuation.py: a
 reclaim with moves) keeps its reservation while those victims exit (`Reservation.waits`): their
-GPUs are not shown held twice, are not "taken", and the gang is bound once its old pods and
+GPUs are not "taken", nor shown held twice (the victims are shown not preemptible instead, so
+that no other gang is given them meanwhile), and the gang is bound once its old pods and
 those victims' pods are all gone (the wait allows the longer of their grace periods).
 A reservation ends when its gang is bound, when something else holds one of its GPUs (a pod of
 another scheduler, say) or a node of it is gone, when its recreated pods fail the checks,
@@ -612,8 +613,15 @@ def held(
                     queue=reservation.running.queue,
                 )
             )
-    if extra:
-        view = replace(view, snapshot=replace(snapshot, running=(*snapshot.running, *extra)))
+    # Victims exiting from a reservation's GPUs are not shown held by it (their GPUs would be
+    # counted twice): they are shown not preemptible instead, so that no gang is given those
+    # GPUs (nominated on them) meanwhile, as none may take the reservation.
+    exiting = set().union(*(shown_by[g] for g in kept))
+    running = tuple(
+        replace(g, preemptible=False) if g.id in exiting else g for g in snapshot.running
+    )
+    if extra or exiting:
+        view = replace(view, snapshot=replace(snapshot, running=(*running, *extra)))
     if free != view.free:
         view = replace(view, free=free)
     return view, kept, dropped

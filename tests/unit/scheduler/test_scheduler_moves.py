@@ -24,7 +24,7 @@ from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
 from gpufleet.model.contract import names
 from gpufleet.model.contract.timestamps import format_time
 from gpufleet.scheduler.cache import SchedulerCache
-from gpufleet.scheduler.mover import RESERVED_SUFFIX
+from gpufleet.scheduler.mover import RESERVED_SUFFIX, held
 from gpufleet.scheduler.progress import ProgressTracker, run_length
 from tests.unit.scheduler.scheduler_builders import NodeBuilder, PodBuilder
 from tests.unit.scheduler.scheduler_fakes import Clock, FakeBinder, load, scheduler
@@ -291,6 +291,12 @@ def test_a_move_onto_gpus_a_reclaim_frees_keeps_its_reservation_while_the_victim
     # Before: dropped as "GPUs taken" (v's), and long was decided afresh.
     assert "ns/long" in sched.mover.reserved, sched.mover.dropped
     assert "ns/long-0" not in binder.bound
+    # Meanwhile v is shown not preemptible, its GPUs not held twice: no gang is given them.
+    view = sched.views.build(cache.state().nodes, cache.state().pods, {})
+    shown, kept, _ = held(sched.mover.reservations, view, clock(), 60.0)
+    running = {g.id: g for g in shown.snapshot.running}
+    assert set(kept) == {"ns/long"} and not running["ns/v"].preemptible
+    assert f"ns/long{RESERVED_SUFFIX}" not in running
     load(cache, nodes(), [wide.obj(), long_pod(uid="u2", bound=False)])
     clock.t += 1
     sched.run_cycle()

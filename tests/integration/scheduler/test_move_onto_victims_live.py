@@ -1,0 +1,144 @@
+"""A gang a reclaim moves onto GPUs of a victim evicted in the same decision keeps its
+reservation there while the victim exits (mover.py, `Reservation.waits`), on the sandbox,
+through `gpufleet operator` as a real process (moves priced with a 1 s restart) and the
+sandbox's real API server.
+
+The scene of `gpufleet.testing.move_scene`, except that the one-GPU fillers on t4-2 and t4-3
+stay, in the `ones` queue (nominal 0: borrowed): no T4 GPU is free. The lender's 4-GPU job is
+owed its quota; the core reclaims the `ones` jobs on t4-0 and one `keeper` job, moves the other
+keeper onto a filler's GPU and reclaims that filler too. A finalizer keeps both fillers' pods
+shown once deleted (and the keepers' until the move is seen). While the evicted filler's pod
+exits, the moved keeper waits for it, its move's reservation kept, and no other gang is given
+that GPU (before, the reservation was dropped as "GPUs taken" and the keeper decided afresh:
+its pods said so, and a job of a queue owed its quota, pinned to that node, reclaimed the GPU);
+once that pod is gone, the keeper runs on the filler's node and the lender on t4-0. No GPU is
+double-booked.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from gpufleet.model.contract import names
+from gpufleet.model.contract.timestamps import parse_time
+from gpufleet.sandbox.control_plane import Sandbox
+from gpufleet.testing import invariants
+from gpufleet.testing.move_scene import GRACE, RESTART, SETTINGS, T4, MoveScene
+from gpufleet.testing.operator import Kube, OperatorProcess, configured_operator, wait_for
+
+pytestmark = pytest.mark.integration
+
+SCENE = MoveScene(f"mv-{uuid.uuid4().hex[:6]}-")
+LINGER = "gpufleet.io/test-linger"  # a finalizer that keeps a deleted pod shown
+FIXED = {"full-1": ("full", 4, "t4-1"), "full-2": ("full", 3, "t4-2"),
+         "full-3": ("full", 3, "t4-3"), "fill-2": ("ones", 1, "t4-2"),
+         "fill-3": ("ones", 1, "t4-3")}  # fmt: skip
+SMALL = {"ones-0": "ones", "ones-1": "ones", "keep-0": "keeper", "keep-1": "keeper"}
+FILLERS = ("fill-2", "fill-3")
+
+
+@pytest.fixture(scope="module")
+def operator(
+    sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """This module's operator (moves priced with a 1 s restart); the queues."""
+    folder = tmp_path_factory.mktemp("operator")
+    kube.create_queue(SCENE.queue("rival"), T4, 1)
+    try:
+        with (
+            SCENE.queues(sandbox, kube),
+            configured_operator(sandbox.kubeconfig, kube, folder, SETTINGS) as proc,
+        ):
+            yield proc
+    finally:
+        sandbox.kubectl("delete", "gq", SCENE.queue("rival"), "--ignore-not-found", check=False)
+
+
+def _set_up(kube: Kube, ns: str) -> dict[str, dict[str, Any]]:
+    """The fixed jobs (fillers kept), then the small ones on t4-0, run past a move's price."""
+    for name, (of, gpus, node) in FIXED.items():
+        kube.create_job(ns, SCENE.job(name, of, gpus, node))
+    wait_for(lambda: kube.one_started_each(ns, list(FIXED)), "the fixed jobs running", 60)
+    for name, of in SMALL.items():
+        kube.create_job(ns, SCENE.job(name, of, 1))
+    started = wait_for(lambda: kube.one_started_each(ns, list(SMALL)), "the small jobs", 60)
+    assert {p["spec"]["nodeName"] for p in started.values()} == {"t4-0"}, started
+    stamps = [parse_time(p["status"]["startTime"]) for p in started.values()]
+    latest = max(t for t in stamps if t is not None)
+    wait_for(
+        lambda: (datetime.now(UTC) - latest).total_seconds() > 3 * (RESTART + GRACE),
+        "the keepers past a move's price",
+        30,
+    )
+    return {**started, **kube.one_started_each(ns, list(FILLERS))}
+
+
+def _linger(kube: Kube, ns: str, pod: str, hold: bool) -> None:
+    body = {"metadata": {"finalizers": [LINGER] if hold else None}}
+    kube.core.patch_namespaced_pod(pod, ns, body)
+
+
+def _now(kube: Kube, ns: str, job: str, uid: str) -> dict[str, Any] | None:
+    """The pod of `job` with `uid`, as the API shows it now (None: gone)."""
+    return next((p for p in kube.job_pods(ns, job) if p["metadata"]["uid"] == uid), None)
+
+
+def _deleted_by(kube: Kube, ns: str, job: str, uid: str) -> str | None:
+    """Why the pod was deleted (its disrupted-by mark), once it is; None before."""
+    pod = _now(kube, ns, job, uid)
+    if pod is None or not pod["metadata"].get("deletionTimestamp"):
+        return None
+    return str((pod["metadata"].get("annotations") or {}).get(names.DISRUPTED_BY, "deleted"))
+
+
+def test_a_gang_moved_onto_a_victims_gpus_waits_for_it_with_its_reservation(
+    kube: Kube, ns: str
+) -> None:
+    started = _set_up(kube, ns)
+    uids = {job: str(pod["metadata"]["uid"]) for job, pod in started.items()}
+    held = (*FILLERS, "keep-0", "keep-1")  # the keepers' only until the move is seen
+    for job in held:
+        _linger(kube, ns, started[job]["metadata"]["name"], hold=True)
+    try:
+        kube.create_job(ns, SCENE.job("lender", "lender", 4))
+
+        def decided() -> tuple[str, str] | None:
+            moved = [k for k in ("keep-0", "keep-1") if _deleted_by(kube, ns, k, uids[k])]
+            evicted = [f for f in FILLERS if _deleted_by(kube, ns, f, uids[f])]
+            marks = {k: _deleted_by(kube, ns, k, uids[k]) for k in moved}
+            movers = [k for k, m in marks.items() if m == names.MOVED_REASON]
+            return (movers[0], evicted[0]) if len(movers) == 1 and len(evicted) == 1 else None
+
+        mover, filler = wait_for(decided, "a keeper moved and a filler evicted", 60)
+        for job in ("keep-0", "keep-1"):
+            _linger(kube, ns, started[job]["metadata"]["name"], hold=False)
+        node = str(started[filler]["spec"]["nodeName"])
+        wait_for(lambda: _now(kube, ns, mover, uids[mover]) is None, f"{mover}'s old pod gone", 30)
+        # A job of a queue owed its nominal quota, pinned to the filler's node, may reclaim
+        # the GPU of the filler (borrowed) but not a move's reservation.
+        kube.create_job(ns, SCENE.job("rival", "rival", 1, node))
+        wait_for(lambda: kube.scheduled_message(ns, "rival"), "the rival's reason", 30)
+        for _ in range(25):  # the keeper waits for the filler's pod, its reservation kept
+            assert "was dropped" not in kube.scheduled_message(ns, mover)
+            assert kube.bound(ns, mover) == [] and kube.bound(ns, "rival") == []
+            assert _now(kube, ns, filler, uids[filler]) is not None
+            time.sleep(0.2)
+        assert invariants.check(kube.core) == []
+    finally:
+        for job in held:
+            if _now(kube, ns, job, uids[job]) is not None:
+                _linger(kube, ns, started[job]["metadata"]["name"], hold=False)
+    # Before: the rival was given the filler's GPU (the reservation dropped as "GPUs taken").
+    (again,) = wait_for(lambda: kube.bound(ns, mover, started=True), f"{mover} running again", 60)
+    assert again["spec"]["nodeName"] == node
+    assert kube.bound(ns, "rival") == []
+    (runs,) = wait_for(lambda: kube.bound(ns, "lender", started=True), "the lender running", 60)
+    assert runs["spec"]["nodeName"] == "t4-0"
+    assert "was dropped" not in kube.scheduled_message(ns, mover)
+    assert invariants.check(kube.core) == []
