@@ -1,6 +1,7 @@
 """The CPU a moved job will ask of its new node is kept for it while its old pod exits
-(mover.held, eligibility.reserve), on the sandbox, through `gpufleet operator` as a real
-process (moves priced with a 1 s restart, no scarcity reserve) and the sandbox's real API server.
+(mover.held, eligibility.reserve), and its rebind leaves a waiting preemptor's CPU alone, on
+the sandbox, through `gpufleet operator` as a real process (moves priced with a 1 s restart,
+no scarcity reserve) and the sandbox's real API server.
 
 Only one plain A100 node takes pods (the others and the MIG nodes are cordoned while the
 module's operator runs); a blocker fills it and another the H100 nodes. `long` (4 GPUs and 100
@@ -9,7 +10,8 @@ the A100 blocker is gone it is moved there. A finalizer keeps its deleted pod sh
 (4 A100 GPUs and 100 CPUs, pinned to that node) fits the node's 4 other GPUs, but not beside
 long's CPUs: it is not bound while long's old pod exits (before, it was, and long, short of
 CPU at its rebind, lost its reservation), and long is bound on the node once its old pod is
-gone. No GPU is double-booked.
+gone. No GPU is double-booked. And a moved gang's rebind is checked against the node's CPU
+less what a waiting preemptor it may not take from is promised there (the second test).
 """
 
 from __future__ import annotations
@@ -132,4 +134,83 @@ def test_a_gang_is_not_bound_on_the_cpu_a_moved_gang_will_need(kube: Kube, ns: s
     (new,) = wait_for(lambda: kube.bound(ns, "long", started=True), "long running again", 60)
     assert new["spec"]["nodeName"] == NODE
     assert kube.bound(ns, "late") == []  # 28 CPUs left beside long's 100
+    assert invariants.check(kube.core) == []
+
+
+def _pinned(job: dict[str, Any]) -> dict[str, Any]:
+    job["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODE}
+    return job
+
+
+def _pods_of(kube: Kube, ns: str, job: str) -> dict[str, str]:
+    """Name -> uid of `job`'s pods now."""
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in kube.job_pods(ns, job)}
+
+
+def test_a_moved_gang_is_not_bound_on_the_cpu_a_waiting_preemptor_will_need(
+    kube: Kube, ns: str
+) -> None:
+    # The A100 node: `fill-a100` (4 GPUs, priority 100) and `v` (4 GPUs, priority 1). `pair`
+    # (2 pods of 2 GPUs and 40 CPUs each, faster on A100) runs on L4. `hi` (4 A100 GPUs, 70
+    # CPUs, priority 10, pinned there) evicts v, whose pod a finalizer keeps: hi waits with 70
+    # of the node's 128 CPUs kept for it. Then fill-a100 goes and pair is moved onto its GPUs.
+    # Each of pair's pods fits beside hi's CPUs, both together (80) do not: once pair's old
+    # pods are gone it is not bound there (before, it was, and hi, short of CPU once v was
+    # gone, was decided afresh and stayed pending); hi is bound there once v's pod is gone.
+    kube.create_job(ns, training_job("fill-h100", 3, gpus=8, gpu_type="H100-80GB", priority=100))
+    fill = training_job("fill-a100", 1, gpus=4, gpu_type="A100-80GB", priority=100)
+    kube.create_job(ns, _pinned(fill))
+    kube.create_job(ns, _pinned(training_job("v", 1, gpus=4, gpu_type="A100-80GB", priority=1)))
+    for job in ("fill-h100", "fill-a100", "v"):
+        wait_for(lambda j=job: kube.phase(ns, j) == "Running", f"{job} running", 60)
+    pair = _cpu(training_job("pair", 2, gpus=2), "40")
+    pair["spec"]["gpuTypes"] = _long()["spec"]["gpuTypes"]
+    pair["spec"]["checkpoint"] = {"onSignal": True, "gracePeriodSeconds": 1}
+    kube.create_job(ns, pair)
+    wait_for(lambda: kube.phase(ns, "pair") == "Running", "pair running", 60)
+    old = _pods_of(kube, ns, "pair")
+    (v,) = kube.bound(ns, "v")
+    held = [(name, "pair") for name in old] + [(v["metadata"]["name"], "v")]
+    for name, _ in held:
+        _linger(kube, ns, name, hold=True)
+    try:
+        hi = training_job("hi", 1, gpus=4, gpu_type="A100-80GB", priority=10)
+        kube.create_job(ns, _pinned(_cpu(hi, "70")))
+        wait_for(
+            lambda: "WaitingForPreemption" in kube.scheduled_message(ns, "hi"), "hi waiting", 30
+        )
+        time.sleep(6)  # pair past a move's price (cycles follow events)
+        kube.delete_job(ns, "fill-a100")
+
+        def moving() -> bool:
+            pods = [p for p in kube.job_pods(ns, "pair") if p["metadata"]["uid"] in old.values()]
+            return len(pods) == 2 and all(
+                (p["metadata"].get("annotations") or {}).get(names.DISRUPTED_BY)
+                == names.MOVED_REASON
+                for p in pods
+            )
+
+        wait_for(moving, "pair's pods deleted for a move", 60)
+        for name in old:  # pair's old pods go; v's stays
+            _linger(kube, ns, name, hold=False)
+        wait_for(
+            lambda: (
+                not set(old.values()) & set(_pods_of(kube, ns, "pair").values())
+                and len(_pods_of(kube, ns, "pair")) == 2
+            ),
+            "pair's pods recreated",
+            30,
+        )
+        for _ in range(15):
+            assert all(p["spec"]["nodeName"] != NODE for p in kube.bound(ns, "pair"))
+            assert kube.bound(ns, "hi") == []
+            time.sleep(0.2)
+        assert invariants.check(kube.core) == []
+    finally:
+        for name, job in held:
+            if name in _pods_of(kube, ns, job):
+                _linger(kube, ns, name, hold=False)
+    (placed,) = wait_for(lambda: kube.bound(ns, "hi"), "hi bound", 60)
+    assert placed["spec"]["nodeName"] == NODE
+    assert all(p["spec"]["nodeName"] != NODE for p in kube.bound(ns, "pair"))
     assert invariants.check(kube.core) == []
