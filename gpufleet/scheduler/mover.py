@@ -95,7 +95,7 @@ from gpufleet.scheduler.disruption import Obj
 from gpufleet.scheduler.eligibility import Reservation as Kept
 from gpufleet.scheduler.eligibility import Resources, asks, available, deduct, misfit, pod_requests
 from gpufleet.scheduler.heal import Notify
-from gpufleet.scheduler.nominated import keep
+from gpufleet.scheduler.nominated import keep, refit
 from gpufleet.scheduler.pods import pod_annotations
 
 log = logging.getLogger("gpufleet.scheduler")
@@ -541,10 +541,12 @@ def held(
     old pods exit, what its pods will ask of the reserved nodes' CPU, memory and ephemeral
     storage is kept from every pending gang (`nominated.keep`: their allowed nodes and the
     check of their placements), as its GPUs are held: a gang placed beside the reservation
-    meanwhile does not leave it short at its rebind. What the pods bound now (`taken`) take is
-    taken from the view's `free` resources, which the cycle's other placements are checked
-    against (`eligibility.overcommitted`). Pure: `GangMover.hold` keeps the result, the admin
-    API's what-if only looks."""
+    meanwhile does not leave it short at its rebind; nor does a nominated gang bound now at the
+    end of its wait, whose hold is dropped (it is decided afresh) when its pods do not fit
+    beside what the moved gangs are promised (`nominated.refit`). What the pods bound now
+    (`taken`) take is taken from the view's `free` resources, which the cycle's other
+    placements are checked against (`eligibility.overcommitted`). Pure: `GangMover.hold` keeps
+    the result, the admin API's what-if only looks."""
     snapshot = view.snapshot
     pending = {pg.gang.id: pg for pg in view.pending}
     kept: dict[str, Reservation] = {}
@@ -573,13 +575,11 @@ def held(
         if not old_left and pg is not None and len(pg.pods) == len(placement.replicas):
             now_bound.append(gid)
     # The resources of the gangs still waiting for their old pods are kept from the others,
-    # those being bound now among them.
-    waiting = [
-        Kept(g, _NO_TAKER, r.asks())
-        for g, r in kept.items()
-        if g not in now_bound and not r.requests.empty
-    ]
-    view = keep(view, waiting)
+    # those being bound now among them. A nominated gang bound now at the end of its wait was
+    # checked before any reservation was known: it may take none, nor those bound now.
+    promised = [Kept(g, _NO_TAKER, r.asks()) for g, r in kept.items() if not r.requests.empty]
+    view = keep(refit(view, promised), [k for k in promised if k.gang not in now_bound])
+    snapshot = view.snapshot  # without the holds `refit` dropped
     free = dict(view.free)
     pending = {pg.gang.id: pg for pg in view.pending}
     for gid in now_bound:

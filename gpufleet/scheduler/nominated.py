@@ -24,7 +24,9 @@ from the victims a placement waits for, its GPUs being free already), and once a
 took it goes ahead (bound, or nominated itself), `give_up` drops the held gang's placement: it
 keeps waiting for the pods it waits for, which are going anyway, says which gang took its
 GPUs, and is then decided afresh. A hold whose wait has ended is bound in the same cycle
-(`ready`) and is not preemptible then: the one decision never gives its GPUs twice.
+(`ready`) and is not preemptible then: the one decision never gives its GPUs twice. Its bind
+is checked again against the moved gangs' reservations once the mover shows them (`refit`):
+no gang may take a move's reservation.
 
 The gangs a nominated gang waits for are exiting (their pods evicted, in their grace period)
 and still shown to the core as running gangs, preemptible: at the waiting gang's priority if
@@ -71,9 +73,17 @@ from gpufleet.model.contract.reasons import SchedulerReason, pending_text
 from gpufleet.model.mig import MigPlacement
 from gpufleet.scheduler.cache import HELD_SUFFIX, Nomination, SchedulerCache, is_hold
 from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
-from gpufleet.scheduler.eligibility import Reservation, asks, available, deduct, misfit, reserve
+from gpufleet.scheduler.eligibility import (
+    Reservation,
+    Resources,
+    asks,
+    available,
+    deduct,
+    misfit,
+    reserve,
+)
 
-__all__ = ["HELD_SUFFIX", "TakenHold", "give_up", "hold", "keep", "ready", "taken"]
+__all__ = ["HELD_SUFFIX", "TakenHold", "give_up", "hold", "keep", "ready", "refit", "taken"]
 
 # A hold runs nothing: taking it loses no work and restarts nothing (borrowing.lost_work_gpu_s).
 _NOTHING_RUNS = RunProgress(expected_remaining_s=0.0, unsaved_s=0.0, restart_s=0.0)
@@ -244,6 +254,48 @@ def keep(view: ClusterView, reservations: Sequence[Reservation]) -> ClusterView:
         else:
             pending.append(PendingGang(replace(pg.gang, allowed_nodes=now.allowed), pg.pods))
     return replace(view, pending=tuple(pending), eligibility=outcomes)
+
+
+def refit(view: ClusterView, reservations: Sequence[Reservation]) -> ClusterView:
+    """`view` without the holds of the nominated gangs bound this cycle (their wait ended:
+    `hold`, which checked them on the nodes' free resources less the nominated gangs'
+    reservations only) whose pods no longer fit beside `reservations` too (the moved gangs',
+    known after `hold`: mover.py), checked again in `hold`'s order: those gangs are decided
+    afresh, and what they took of `free` is given back, so no gang bound at the end of its
+    wait takes what a move's reservation keeps."""
+    if not reservations:
+        return view
+    bound = sorted(
+        (g for g in view.snapshot.running if is_hold(g.id) and not g.preemptible),
+        key=lambda g: (-g.priority, g.id),
+    )
+    if not bound:
+        return view
+    wants = {
+        g.id: asks(
+            GangPlacement(g.id.removesuffix(HELD_SUFFIX), g.gpu_type, g.replicas), view.eligibility
+        )
+        for g in bound
+    }
+    free = dict(view.free)
+    for want in wants.values():  # as before `hold` took them
+        for node, part in want.items():
+            free[node] = free.get(node, Resources()) + part
+    dropped: set[str] = set()
+    for g in bound:
+        gid, want = g.id.removesuffix(HELD_SUFFIX), wants[g.id]
+        room = dict(available(free, view.eligibility.get(gid)))
+        for promise in reservations:
+            if promise.gang != gid:
+                deduct(room, promise.nodes)
+        if misfit(None, want, room) is not None:
+            dropped.add(g.id)
+            continue
+        deduct(free, want)
+    if not dropped:
+        return view
+    running = tuple(g for g in view.snapshot.running if g.id not in dropped)
+    return replace(view, snapshot=replace(view.snapshot, running=running), free=free)
 
 
 def ready(

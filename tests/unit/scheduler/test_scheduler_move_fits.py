@@ -215,3 +215,31 @@ def test_a_moved_gang_is_not_bound_on_the_cpu_a_waiting_preemptor_will_need() ->
     assert "ns/pair" not in sched.mover.reserved
     assert report.bound == ["ns/pair"], (report.pending, sched.mover.dropped)
     assert {binder.bound[f"ns/pair-{r}"].node for r in (0, 1)} == {"l4-0"}
+
+
+def test_a_nominated_gang_is_not_bound_at_the_end_of_its_wait_on_the_cpu_a_move_needs() -> None:
+    cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
+    load(cache, _nodes(), [_cpu(long_pod(), "6")])
+    sched = scheduler(cache, binder, clock=clock)
+    assert sched.run_cycle().moved == ["ns/long"]
+    assert sched.mover.reserved["ns/long"].replicas[0].gpus == (0, 1, 2, 3)
+    # long's old pod still exits. hi's wait for the A100 node's other 4 GPUs has ended (the
+    # pod it waited for is gone): its pod (6 CPUs) fits the node's 10 CPUs alone, not beside
+    # the 6 long's pod will ask there, which no gang may take.
+    hi = _late(10, "hi")
+    plan = GangPlacement("ns/hi", "A100-80GB", (ReplicaPlacement("a100-0", (4, 5, 6, 7)),))
+    load(cache, _nodes(), [_cpu(long_pod(), "6"), hi])
+    cache.nominate("ns/hi", frozenset({"ns/x"}), placement=plan)
+    assert cache.state().nominations["ns/hi"].ready
+    clock.t += 1
+    report = sched.run_cycle()
+    # Before: hi bound on a100-0 at the end of its wait (its check ran before the move's
+    # reservation was kept), and long, short of CPU at its rebind, decided afresh.
+    assert binder.bound == {}, report.bound
+    assert "NodeResourcesFit" in report.pending["ns/hi"]
+    # long's pod is recreated: it is bound on its reservation; hi still waits.
+    load(cache, _nodes(), [_recreated(), hi])
+    clock.t += 1
+    assert sched.run_cycle().bound == ["ns/long"]
+    assert binder.bound["ns/long-0"].node == "a100-0"
+    assert "ns/hi" not in binder.bound
