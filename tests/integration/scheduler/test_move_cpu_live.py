@@ -11,7 +11,9 @@ the A100 blocker is gone it is moved there. A finalizer keeps its deleted pod sh
 long's CPUs: it is not bound while long's old pod exits (before, it was, and long, short of
 CPU at its rebind, lost its reservation), and long is bound on the node once its old pod is
 gone. No GPU is double-booked. And a moved gang's rebind is checked against the node's CPU
-less what a waiting preemptor it may not take from is promised there (the second test).
+less what a waiting preemptor it may not take from is promised there (the second test); a
+nominated gang whose wait ends while a move waits for its old pod is not bound on the CPU the
+move needs (the third: nominated.refit).
 """
 
 from __future__ import annotations
@@ -213,4 +215,63 @@ def test_a_moved_gang_is_not_bound_on_the_cpu_a_waiting_preemptor_will_need(
     (placed,) = wait_for(lambda: kube.bound(ns, "hi"), "hi bound", 60)
     assert placed["spec"]["nodeName"] == NODE
     assert all(p["spec"]["nodeName"] != NODE for p in kube.bound(ns, "pair"))
+    assert invariants.check(kube.core) == []
+
+
+def test_a_nominated_gang_is_not_bound_at_the_end_of_its_wait_on_the_cpu_a_move_needs(
+    kube: Kube, ns: str
+) -> None:
+    # The A100 node: `fill-a100` (4 GPUs, priority 100) and `v` (4 GPUs, priority 1). `long`
+    # (100 CPUs, priority 20) runs on L4. `hi` (4 A100 GPUs, 70 CPUs, priority 10, pinned
+    # there) evicts v, whose pod a finalizer keeps: hi waits. Then fill-a100 goes and long is
+    # moved onto its GPUs (hi's CPUs, of a lower priority, do not stop it); a finalizer keeps
+    # long's old pod. v's pod goes: hi's wait has ended, but its 70 CPUs do not fit beside the
+    # 100 long will ask: it is not bound (before, it was, and long, short of CPU at its rebind,
+    # lost its reservation); long is bound on the node once its old pod is gone.
+    kube.create_job(ns, training_job("fill-h100", 3, gpus=8, gpu_type="H100-80GB", priority=100))
+    fill = training_job("fill-a100", 1, gpus=4, gpu_type="A100-80GB", priority=100)
+    kube.create_job(ns, _pinned(fill))
+    kube.create_job(ns, _pinned(training_job("v", 1, gpus=4, gpu_type="A100-80GB", priority=1)))
+    for job in ("fill-h100", "fill-a100", "v"):
+        wait_for(lambda j=job: kube.phase(ns, j) == "Running", f"{job} running", 60)
+    long = _long()
+    long["spec"]["priority"] = 20
+    kube.create_job(ns, long)
+    (old,) = wait_for(lambda: kube.bound(ns, "long", started=True), "long running", 60)
+    assert old["spec"]["nodeName"].startswith("l4-")
+    uid = old["metadata"]["uid"]
+    (v,) = kube.bound(ns, "v")
+    held = [(old["metadata"]["name"], "long"), (v["metadata"]["name"], "v")]
+    for name, _ in held:
+        _linger(kube, ns, name, hold=True)
+    try:
+        hi = training_job("hi", 1, gpus=4, gpu_type="A100-80GB", priority=10)
+        kube.create_job(ns, _pinned(_cpu(hi, "70")))
+        wait_for(
+            lambda: "WaitingForPreemption" in kube.scheduled_message(ns, "hi"), "hi waiting", 30
+        )
+        time.sleep(6)  # long past a move's price (cycles follow events)
+        kube.delete_job(ns, "fill-a100")
+        wait_for(lambda: _moving(kube, ns, uid), "long's pod deleted for a move", 60)
+        _linger(kube, ns, v["metadata"]["name"], hold=False)  # hi's wait ends
+        wait_for(
+            lambda: v["metadata"]["uid"] not in _pods_of(kube, ns, "v").values(), "v's pod gone"
+        )
+        wait_for(
+            lambda: kube.bound(ns, "hi") or "NodeResourcesFit" in kube.scheduled_message(ns, "hi"),
+            "hi bound or its reason",
+            30,
+        )
+        for _ in range(15):
+            assert kube.bound(ns, "hi") == []
+            time.sleep(0.2)
+        assert not _gone(kube, ns, uid)  # long's old pod still exits
+        assert invariants.check(kube.core) == []
+    finally:
+        for name, job in held:
+            if name in _pods_of(kube, ns, job):
+                _linger(kube, ns, name, hold=False)
+    (new,) = wait_for(lambda: kube.bound(ns, "long", started=True), "long running again", 60)
+    assert new["spec"]["nodeName"] == NODE
+    assert kube.bound(ns, "hi") == []  # 28 CPUs left beside long's 100
     assert invariants.check(kube.core) == []
