@@ -19,7 +19,8 @@ Model (built in `_Model`, solved in `place_cpsat`, turned into GPUs by `_extract
 Preemption victims are not chosen by the model: greedy's evictions come in as freed GPUs plus
 gangs that must be admitted, and later evictions run after the solve (see place.py).
 Gangs that differ only in id and wait are admitted first come, first served (`_build_fifo`);
-inside a queue, those that differ in attained service too, fresh ones first (service_tier.py).
+inside a queue, those that differ in attained service too, fresh ones first (service_tier.py),
+and with queues in the order greedy tries them (a gang waiting past the aging time first).
 With queues, the queues' order (fair share and aging, fairshare.py) holds across queues as
 greedy keeps it: a gang after one greedy admitted is admitted on a type that one may use only
 if that one is admitted too (`_build_queue_order`). The greedy repair pass after the solve
@@ -212,7 +213,7 @@ class _Model:
         self.in_line: list[cp_model.IntVar] = []
         self.pricing = Pricing(state, policy, gangs)
         self._build_options(gangs, layouts)
-        self._build_fifo(gangs)
+        self._build_fifo(gangs, line)
         if state.gate is not None and greedy is not None:
             self._build_queue_order(line, greedy)
         if state.gate is not None:
@@ -272,9 +273,15 @@ class _Model:
     # longer is. They are worth the same, so without this the solver picked among them at
     # random, and a gang could be passed over for hours by identical ones that came later.
     # Gangs that must run (they preempted) are left out: they are admitted whatever the order.
-    def _build_fifo(self, gangs: Sequence[Gang]) -> None:
+    def _build_fifo(self, gangs: Sequence[Gang], line: Sequence[Gang] = ()) -> None:
         # Alike but for id, wait and service: admitted in the queue's order, the service tier's
         # fresh gangs first (service_tier.py), then the earliest in line (`Gang.in_line_s`).
+        # With queues, in the order greedy tries them (`line`): a gang waiting past the aging
+        # time goes ahead of fresh ones there (fairshare.py), and a chain that put the fresh
+        # ones first contradicted greedy's decision, so the hint was no solution; with the
+        # queues' order kept as well, the model had none when a gang behind had to be admitted
+        # (it preempted), and the decision fell back to greedy's.
+        place_in_line = {g.id: i for i, g in enumerate(line)}
         gate = self.state.gate
         alike: dict[Gang, list[Gang]] = {}
         for gang in gangs:
@@ -283,7 +290,12 @@ class _Model:
                 alike.setdefault(key, []).append(gang)
         for same in alike.values():
             same.sort(
-                key=lambda g: (-(gate.rank(g)[1] if gate is not None else 0), -g.in_line_s, g.id)
+                key=lambda g: (
+                    place_in_line.get(g.id, len(place_in_line)),
+                    -(gate.rank(g)[1] if gate is not None else 0),
+                    -g.in_line_s,
+                    g.id,
+                )
             )
             for first, then in itertools.pairwise(same):
                 self.model.add(

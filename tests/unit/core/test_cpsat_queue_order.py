@@ -7,13 +7,14 @@ as worth more, passed over an 8-GPU gang of a queue under its share for two 4-GP
 queue over it, and over an aged gang the same way. Now a gang greedy admits keeps its place for
 the GPU types it may use: a gang behind it is placed on those types only if it is placed too.
 
-Aspects, with both engines: fair share and aging across queues; a gang ahead that greedy could
-not fit binds nothing (one behind it still takes the free GPUs); the solver still improves on
-greedy where that keeps the order (a gang ahead moved to another type to make room for one
-behind); what runs after the solve keeps the order too (the greedy repair pass and the evictions
-for the gangs still stuck: kept_order.py); and a property on random queued clusters: a gang
-greedy admits is left pending by CP-SAT only if no gang behind it in the queues' order is placed
-on a type it may use, and greedy's decision, which hints every boolean of the order, is a
+Aspects, with both engines: fair share and aging across queues; aging inside a queue against
+the model's chain of alike gangs (the service tier's fresh ones first); a gang ahead that
+greedy could not fit binds nothing (one behind it still takes the free GPUs); the solver still
+improves on greedy where that keeps the order (a gang ahead moved to another type to make room
+for one behind); what runs after the solve keeps the order too (the greedy repair pass and the
+evictions for the gangs still stuck: kept_order.py); and a property on random queued clusters:
+a gang greedy admits is left pending by CP-SAT only if no gang behind it in the queues' order is
+placed on a type it may use, and greedy's decision, which hints every boolean of the order, is a
 solution of the model.
 """
 
@@ -80,6 +81,56 @@ def test_an_aged_gang_goes_before_the_fair_share_order(engine: Engine) -> None:
     assert checked_decision(rich_and_poor(), pending, engine).admitted_ids == {"r1"}
     fresh = [g if g.id != "r1" else gang("r1", gpus=8, queue="rich") for g in pending]
     assert checked_decision(rich_and_poor(), fresh, engine).admitted_ids == {"p1", "p2"}
+
+
+def aged_and_fresh() -> tuple[Snapshot, list[Gang]]:
+    """Queue poor, on two H100 nodes: h0 free; on h1 a served gang (past the service tier's
+    threshold) runs on GPUs 0-3 beside a non-preemptible one. Pending, alike but for wait and
+    service: `served` (8 GPUs, a run before, waiting past the aging time) and `fresh` (8 GPUs,
+    just come); then `small` (4 GPUs, fresh). In line the aged gang goes first (fairshare.py),
+    ahead of the service tier's order. Greedy: `served` on h0, `fresh` finds no room and no
+    victims, `small` evicts the served runner on h1 (service tier) and must be admitted."""
+    tree = QueueTree.build([QueueSpec("poor")])
+    snapshot = (
+        cluster()
+        .node("h0", H100)
+        .node("h1", H100)
+        .run("old", "h1", (0, 1, 2, 3), queue="poor")
+        .run("pinned", "h1", (4, 5, 6, 7), preemptible=False, queue="poor")
+        .queues(tree)
+        .build()
+    )
+    running = tuple(
+        replace(r, attained_gpu_s=1e5) if r.id == "old" else r for r in snapshot.running
+    )
+    served = replace(gang("served", gpus=8, queue="poor", waited_s=AGED), attained_gpu_s=1e5)
+    pending = [
+        gang("fresh", gpus=8, queue="poor", waited_s=60.0),
+        served,
+        gang("small", gpus=4, queue="poor"),
+    ]
+    return replace(snapshot, running=running), pending
+
+
+@ENGINES
+def test_an_aged_gang_goes_before_a_fresh_alike_one(engine: Engine) -> None:
+    # The model's first-come chain of alike gangs put the service tier's fresh gang first, the
+    # queues' order the aged one; with `small` (behind both) bound to be admitted, the model had
+    # no solution and the decision fell back to greedy's.
+    snapshot, pending = aged_and_fresh()
+    decision = checked_decision(snapshot, pending, engine)
+    assert decision.admitted_ids == {"served", "small"}
+    assert [p.gang_id for p in decision.preemptions] == ["old"]
+    assert decision.stats.engine == engine.value
+
+
+def test_greedy_admitting_the_aged_gang_is_a_solution_of_the_model() -> None:
+    snapshot, pending = aged_and_fresh()
+    with solved_on_the_hint() as built:
+        hinted = place(snapshot, pending, Policy(solver=SolverSettings(engine=Engine.CPSAT)))
+    assert built
+    assert hinted.stats.status.startswith(("OPTIMAL", "FEASIBLE"))
+    assert hinted.admitted_ids == {"served", "small"}
 
 
 @ENGINES
