@@ -21,8 +21,6 @@ from gpufleet.testing.operator import Kube, training_job, wait_for
 
 __all__ = ["H100", "T4", "Fleet", "HoldScene", "in_queue", "on_node"]
 
-LINGER = "gpufleet.io/test-linger"  # a finalizer that keeps v2's evicted pod shown
-
 
 @dataclass(frozen=True, slots=True)
 class Fleet:
@@ -105,8 +103,7 @@ class HoldScene:
             self._linger(kube, ns, hold=False)
 
     def _linger(self, kube: Kube, ns: str, hold: bool) -> None:
-        body = {"metadata": {"finalizers": [LINGER] if hold else None}}
-        kube.core.patch_namespaced_pod(self.v2_name, ns, body)
+        kube.linger(ns, self.v2_name, hold)
 
     def _v1_gone_v2_evicted(self, kube: Kube, ns: str) -> bool:
         uids = {p["metadata"]["uid"]: p for p in kube.pods(ns)}

@@ -187,6 +187,11 @@ def wait_for(check: Callable[[], T | None], what: str, timeout: float = 20.0) ->
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
+# A finalizer tests put on a pod to keep it in the API once deleted: kwok deletes evicted and
+# deleted pods at once, which would leave no grace period to watch.
+LINGER = "gpufleet.io/test-linger"
+
+
 class Kube:
     """Small typed helpers over the API for tests: jobs, pods, namespaces, as JSON dicts."""
 
@@ -284,6 +289,11 @@ class Kube:
                 return {}
             out[job] = pods[0]
         return out
+
+    def linger(self, namespace: str, pod: str, hold: bool) -> None:
+        """Keep the pod in the API after its deletion (`LINGER`), or let it go."""
+        body = {"metadata": {"finalizers": [LINGER] if hold else None}}
+        self.core.patch_namespaced_pod(pod, namespace, body)
 
     def scheduled_message(self, namespace: str, job: str) -> str:
         """The message of the PodScheduled condition of `job`'s pods: why the scheduler left

@@ -50,7 +50,6 @@ placement:
   weights:
     scarcity: 0
 """
-LINGER = "gpufleet.io/test-linger"  # a finalizer that keeps long's deleted pod shown
 
 
 @pytest.fixture(scope="module")
@@ -86,11 +85,6 @@ def _late() -> dict[str, Any]:
     return job
 
 
-def _linger(kube: Kube, ns: str, pod: str, hold: bool) -> None:
-    body = {"metadata": {"finalizers": [LINGER] if hold else None}}
-    kube.core.patch_namespaced_pod(pod, ns, body)
-
-
 def _moving(kube: Kube, ns: str, uid: str) -> bool:
     for p in kube.job_pods(ns, "long"):
         meta = p["metadata"]
@@ -112,7 +106,7 @@ def test_a_gang_is_not_bound_on_the_cpu_a_moved_gang_will_need(kube: Kube, ns: s
     (old,) = wait_for(lambda: kube.bound(ns, "long", started=True), "long running", 60)
     assert old["spec"]["nodeName"].startswith("l4-")
     uid, pod = old["metadata"]["uid"], old["metadata"]["name"]
-    _linger(kube, ns, pod, hold=True)
+    kube.linger(ns, pod, hold=True)
     # Cycles follow events: long must have run longer than a move costs it (restart and
     # grace) when the A100 node frees, so that moving it is worth it then.
     started = parse_time(old["status"]["startTime"])
@@ -132,7 +126,7 @@ def test_a_gang_is_not_bound_on_the_cpu_a_moved_gang_will_need(kube: Kube, ns: s
         assert invariants.check(kube.core) == []
     finally:
         if not _gone(kube, ns, uid):
-            _linger(kube, ns, pod, hold=False)
+            kube.linger(ns, pod, hold=False)
     (new,) = wait_for(lambda: kube.bound(ns, "long", started=True), "long running again", 60)
     assert new["spec"]["nodeName"] == NODE
     assert kube.bound(ns, "late") == []  # 28 CPUs left beside long's 100
@@ -142,6 +136,24 @@ def test_a_gang_is_not_bound_on_the_cpu_a_moved_gang_will_need(kube: Kube, ns: s
 def _pinned(job: dict[str, Any]) -> dict[str, Any]:
     job["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODE}
     return job
+
+
+def _fill_a100_beside_v(kube: Kube, ns: str) -> None:
+    """The H100 nodes full; on the A100 node `fill-a100` (4 GPUs, priority 100) and `v` (4
+    GPUs, priority 1), running."""
+    kube.create_job(ns, training_job("fill-h100", 3, gpus=8, gpu_type="H100-80GB", priority=100))
+    fill = training_job("fill-a100", 1, gpus=4, gpu_type="A100-80GB", priority=100)
+    kube.create_job(ns, _pinned(fill))
+    kube.create_job(ns, _pinned(training_job("v", 1, gpus=4, gpu_type="A100-80GB", priority=1)))
+    for job in ("fill-h100", "fill-a100", "v"):
+        wait_for(lambda j=job: kube.phase(ns, j) == "Running", f"{job} running", 60)
+
+
+def _hi_waits_for_v(kube: Kube, ns: str) -> None:
+    """`hi` (4 A100 GPUs, 70 CPUs, priority 10, pinned to the A100 node) evicts v and waits."""
+    hi = training_job("hi", 1, gpus=4, gpu_type="A100-80GB", priority=10)
+    kube.create_job(ns, _pinned(_cpu(hi, "70")))
+    wait_for(lambda: "WaitingForPreemption" in kube.scheduled_message(ns, "hi"), "hi waiting", 30)
 
 
 def _pods_of(kube: Kube, ns: str, job: str) -> dict[str, str]:
@@ -159,12 +171,7 @@ def test_a_moved_gang_is_not_bound_on_the_cpu_a_waiting_preemptor_will_need(
     # Each of pair's pods fits beside hi's CPUs, both together (80) do not: once pair's old
     # pods are gone it is not bound there (before, it was, and hi, short of CPU once v was
     # gone, was decided afresh and stayed pending); hi is bound there once v's pod is gone.
-    kube.create_job(ns, training_job("fill-h100", 3, gpus=8, gpu_type="H100-80GB", priority=100))
-    fill = training_job("fill-a100", 1, gpus=4, gpu_type="A100-80GB", priority=100)
-    kube.create_job(ns, _pinned(fill))
-    kube.create_job(ns, _pinned(training_job("v", 1, gpus=4, gpu_type="A100-80GB", priority=1)))
-    for job in ("fill-h100", "fill-a100", "v"):
-        wait_for(lambda j=job: kube.phase(ns, j) == "Running", f"{job} running", 60)
+    _fill_a100_beside_v(kube, ns)
     pair = _cpu(training_job("pair", 2, gpus=2), "40")
     pair["spec"]["gpuTypes"] = _long()["spec"]["gpuTypes"]
     pair["spec"]["checkpoint"] = {"onSignal": True, "gracePeriodSeconds": 1}
@@ -174,13 +181,9 @@ def test_a_moved_gang_is_not_bound_on_the_cpu_a_waiting_preemptor_will_need(
     (v,) = kube.bound(ns, "v")
     held = [(name, "pair") for name in old] + [(v["metadata"]["name"], "v")]
     for name, _ in held:
-        _linger(kube, ns, name, hold=True)
+        kube.linger(ns, name, hold=True)
     try:
-        hi = training_job("hi", 1, gpus=4, gpu_type="A100-80GB", priority=10)
-        kube.create_job(ns, _pinned(_cpu(hi, "70")))
-        wait_for(
-            lambda: "WaitingForPreemption" in kube.scheduled_message(ns, "hi"), "hi waiting", 30
-        )
+        _hi_waits_for_v(kube, ns)
         time.sleep(6)  # pair past a move's price (cycles follow events)
         kube.delete_job(ns, "fill-a100")
 
@@ -194,7 +197,7 @@ def test_a_moved_gang_is_not_bound_on_the_cpu_a_waiting_preemptor_will_need(
 
         wait_for(moving, "pair's pods deleted for a move", 60)
         for name in old:  # pair's old pods go; v's stays
-            _linger(kube, ns, name, hold=False)
+            kube.linger(ns, name, hold=False)
         wait_for(
             lambda: (
                 not set(old.values()) & set(_pods_of(kube, ns, "pair").values())
@@ -211,7 +214,7 @@ def test_a_moved_gang_is_not_bound_on_the_cpu_a_waiting_preemptor_will_need(
     finally:
         for name, job in held:
             if name in _pods_of(kube, ns, job):
-                _linger(kube, ns, name, hold=False)
+                kube.linger(ns, name, hold=False)
     (placed,) = wait_for(lambda: kube.bound(ns, "hi"), "hi bound", 60)
     assert placed["spec"]["nodeName"] == NODE
     assert all(p["spec"]["nodeName"] != NODE for p in kube.bound(ns, "pair"))
@@ -228,12 +231,7 @@ def test_a_nominated_gang_is_not_bound_at_the_end_of_its_wait_on_the_cpu_a_move_
     # long's old pod. v's pod goes: hi's wait has ended, but its 70 CPUs do not fit beside the
     # 100 long will ask: it is not bound (before, it was, and long, short of CPU at its rebind,
     # lost its reservation); long is bound on the node once its old pod is gone.
-    kube.create_job(ns, training_job("fill-h100", 3, gpus=8, gpu_type="H100-80GB", priority=100))
-    fill = training_job("fill-a100", 1, gpus=4, gpu_type="A100-80GB", priority=100)
-    kube.create_job(ns, _pinned(fill))
-    kube.create_job(ns, _pinned(training_job("v", 1, gpus=4, gpu_type="A100-80GB", priority=1)))
-    for job in ("fill-h100", "fill-a100", "v"):
-        wait_for(lambda j=job: kube.phase(ns, j) == "Running", f"{job} running", 60)
+    _fill_a100_beside_v(kube, ns)
     long = _long()
     long["spec"]["priority"] = 20
     kube.create_job(ns, long)
@@ -243,17 +241,13 @@ def test_a_nominated_gang_is_not_bound_at_the_end_of_its_wait_on_the_cpu_a_move_
     (v,) = kube.bound(ns, "v")
     held = [(old["metadata"]["name"], "long"), (v["metadata"]["name"], "v")]
     for name, _ in held:
-        _linger(kube, ns, name, hold=True)
+        kube.linger(ns, name, hold=True)
     try:
-        hi = training_job("hi", 1, gpus=4, gpu_type="A100-80GB", priority=10)
-        kube.create_job(ns, _pinned(_cpu(hi, "70")))
-        wait_for(
-            lambda: "WaitingForPreemption" in kube.scheduled_message(ns, "hi"), "hi waiting", 30
-        )
+        _hi_waits_for_v(kube, ns)
         time.sleep(6)  # long past a move's price (cycles follow events)
         kube.delete_job(ns, "fill-a100")
         wait_for(lambda: _moving(kube, ns, uid), "long's pod deleted for a move", 60)
-        _linger(kube, ns, v["metadata"]["name"], hold=False)  # hi's wait ends
+        kube.linger(ns, v["metadata"]["name"], hold=False)  # hi's wait ends
         wait_for(
             lambda: v["metadata"]["uid"] not in _pods_of(kube, ns, "v").values(), "v's pod gone"
         )
@@ -270,7 +264,7 @@ def test_a_nominated_gang_is_not_bound_at_the_end_of_its_wait_on_the_cpu_a_move_
     finally:
         for name, job in held:
             if name in _pods_of(kube, ns, job):
-                _linger(kube, ns, name, hold=False)
+                kube.linger(ns, name, hold=False)
     (new,) = wait_for(lambda: kube.bound(ns, "long", started=True), "long running again", 60)
     assert new["spec"]["nodeName"] == NODE
     assert kube.bound(ns, "hi") == []  # 28 CPUs left beside long's 100

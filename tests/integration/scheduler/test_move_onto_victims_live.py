@@ -35,7 +35,6 @@ from gpufleet.testing.operator import Kube, OperatorProcess, configured_operator
 pytestmark = pytest.mark.integration
 
 SCENE = MoveScene(f"mv-{uuid.uuid4().hex[:6]}-")
-LINGER = "gpufleet.io/test-linger"  # a finalizer that keeps a deleted pod shown
 FIXED = {"full-1": ("full", 4, "t4-1"), "full-2": ("full", 3, "t4-2"),
          "full-3": ("full", 3, "t4-3"), "fill-2": ("ones", 1, "t4-2"),
          "fill-3": ("ones", 1, "t4-3")}  # fmt: skip
@@ -79,11 +78,6 @@ def _set_up(kube: Kube, ns: str) -> dict[str, dict[str, Any]]:
     return {**started, **kube.one_started_each(ns, list(FILLERS))}
 
 
-def _linger(kube: Kube, ns: str, pod: str, hold: bool) -> None:
-    body = {"metadata": {"finalizers": [LINGER] if hold else None}}
-    kube.core.patch_namespaced_pod(pod, ns, body)
-
-
 def _now(kube: Kube, ns: str, job: str, uid: str) -> dict[str, Any] | None:
     """The pod of `job` with `uid`, as the API shows it now (None: gone)."""
     return next((p for p in kube.job_pods(ns, job) if p["metadata"]["uid"] == uid), None)
@@ -104,7 +98,7 @@ def test_a_gang_moved_onto_a_victims_gpus_waits_for_it_with_its_reservation(
     uids = {job: str(pod["metadata"]["uid"]) for job, pod in started.items()}
     held = (*FILLERS, "keep-0", "keep-1")  # the keepers' only until the move is seen
     for job in held:
-        _linger(kube, ns, started[job]["metadata"]["name"], hold=True)
+        kube.linger(ns, started[job]["metadata"]["name"], hold=True)
     try:
         kube.create_job(ns, SCENE.job("lender", "lender", 4))
 
@@ -117,7 +111,7 @@ def test_a_gang_moved_onto_a_victims_gpus_waits_for_it_with_its_reservation(
 
         mover, filler = wait_for(decided, "a keeper moved and a filler evicted", 60)
         for job in ("keep-0", "keep-1"):
-            _linger(kube, ns, started[job]["metadata"]["name"], hold=False)
+            kube.linger(ns, started[job]["metadata"]["name"], hold=False)
         node = str(started[filler]["spec"]["nodeName"])
         wait_for(lambda: _now(kube, ns, mover, uids[mover]) is None, f"{mover}'s old pod gone", 30)
         # A job of a queue owed its nominal quota, pinned to the filler's node, may reclaim
@@ -133,7 +127,7 @@ def test_a_gang_moved_onto_a_victims_gpus_waits_for_it_with_its_reservation(
     finally:
         for job in held:
             if _now(kube, ns, job, uids[job]) is not None:
-                _linger(kube, ns, started[job]["metadata"]["name"], hold=False)
+                kube.linger(ns, started[job]["metadata"]["name"], hold=False)
     # Before: the rival was given the filler's GPU (the reservation dropped as "GPUs taken").
     (again,) = wait_for(lambda: kube.bound(ns, mover, started=True), f"{mover} running again", 60)
     assert again["spec"]["nodeName"] == node

@@ -26,7 +26,6 @@ from gpufleet.testing.operator import Kube, OperatorProcess, configured_operator
 pytestmark = pytest.mark.integration
 
 SCENE = MoveScene(f"mq-{uuid.uuid4().hex[:6]}-")
-LINGER = "gpufleet.io/test-linger"  # a finalizer that keeps a deleted pod shown
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +39,6 @@ def operator(
         configured_operator(sandbox.kubeconfig, kube, folder, SETTINGS) as proc,
     ):
         yield proc
-
-
-def _linger(kube: Kube, ns: str, pod: str, hold: bool) -> None:
-    body = {"metadata": {"finalizers": [LINGER] if hold else None}}
-    kube.core.patch_namespaced_pod(pod, ns, body)
 
 
 def _status(kube: Kube) -> dict[str, Any]:
@@ -83,7 +77,7 @@ def test_a_moved_gang_is_used_once_and_its_reservation_held(kube: Kube, ns: str)
     pods = {name: str(started[name]["metadata"]["name"]) for name in uids}
     wait_for(lambda: _t4(kube).get("used") == 2, "the keeper queue using 2 GPUs", 30)
     for pod in pods.values():
-        _linger(kube, ns, pod, hold=True)
+        kube.linger(ns, pod, hold=True)
     try:
         kube.create_job(ns, SCENE.job("lender", "lender", 4))
         wait_for(
@@ -93,7 +87,7 @@ def test_a_moved_gang_is_used_once_and_its_reservation_held(kube: Kube, ns: str)
         )
         (mover,) = [n for n, u in uids.items() if _moved(kube, ns, n, u)]
         (victim,) = set(uids) - {mover}
-        _linger(kube, ns, pods[victim], hold=False)
+        kube.linger(ns, pods[victim], hold=False)
         wait_for(lambda: _gone(kube, ns, victim, uids[victim]), f"{victim}'s pod gone", 30)
         # Before: used stayed 2 (the old pod and the reservation), borrowed 1, held 0.
         row = wait_for(lambda: (r := _t4(kube)).get("used") == 1 and r, "the queue using 1", 30)
@@ -103,6 +97,6 @@ def test_a_moved_gang_is_used_once_and_its_reservation_held(kube: Kube, ns: str)
     finally:
         for name, pod in pods.items():
             if not _gone(kube, ns, name, uids[name]):
-                _linger(kube, ns, pod, hold=False)
+                kube.linger(ns, pod, hold=False)
     wait_for(lambda: kube.bound(ns, mover, started=True), f"{mover} running again", 60)
     wait_for(lambda: (r := _t4(kube)).get("held") == 0 and r.get("used") == 1, "nothing held", 30)

@@ -40,7 +40,6 @@ from gpufleet.testing.operator import (
 pytestmark = pytest.mark.integration
 
 SCENE = MoveScene(f"mw-{uuid.uuid4().hex[:6]}-")
-LINGER = "gpufleet.io/test-linger"  # a finalizer that keeps a deleted pod shown
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +57,6 @@ def operator(
 
 def _uids(pods: dict[str, dict[str, Any]]) -> dict[str, str]:
     return {job: str(pod["metadata"]["uid"]) for job, pod in pods.items()}
-
-
-def _linger(kube: Kube, ns: str, pod: str, hold: bool) -> None:
-    """Keep the pod in the API after its deletion, or let it go."""
-    body = {"metadata": {"finalizers": [LINGER] if hold else None}}
-    kube.core.patch_namespaced_pod(pod, ns, body)
 
 
 def _deleting(kube: Kube, ns: str, pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -87,7 +80,7 @@ def test_the_gang_waits_for_the_moved_gangs_pod_then_runs_where_it_was_placed(
     keepers = {name: started[name] for name in ("keep-0", "keep-1")}
     others = _uids(kube.one_started_each(ns, ["full-1", "full-2", "full-3"]))
     for pod in keepers.values():
-        _linger(kube, ns, pod["metadata"]["name"], hold=True)
+        kube.linger(ns, pod["metadata"]["name"], hold=True)
     try:
         kube.create_job(ns, SCENE.job("lender", "lender", 4))
 
@@ -106,7 +99,7 @@ def test_the_gang_waits_for_the_moved_gangs_pod_then_runs_where_it_was_placed(
         (mover,) = moved
         (victim,) = set(keepers) - {mover}
         # The victims go: the ones jobs' pods at once, the evicted keeper's once let go.
-        _linger(kube, ns, keepers[victim]["metadata"]["name"], hold=False)
+        kube.linger(ns, keepers[victim]["metadata"]["name"], hold=False)
         for name in ("ones-0", "ones-1", victim):
             wait_for(lambda n=name: _gone(kube, ns, started[n]), f"{name}'s pod gone", 30)
         # Only the moved keeper's old pod is left: the lender waits for it, by name, unbound.
@@ -122,7 +115,7 @@ def test_the_gang_waits_for_the_moved_gangs_pod_then_runs_where_it_was_placed(
     finally:
         for pod in keepers.values():
             if not _gone(kube, ns, pod):
-                _linger(kube, ns, pod["metadata"]["name"], hold=False)
+                kube.linger(ns, pod["metadata"]["name"], hold=False)
     (runs,) = wait_for(lambda: kube.bound(ns, "lender", started=True), "the lender running", 60)
     assert runs["spec"]["nodeName"] == "t4-0", runs["spec"]["nodeName"]
     (again,) = wait_for(lambda: kube.bound(ns, mover, started=True), f"{mover} running again", 60)

@@ -30,7 +30,6 @@ pytestmark = pytest.mark.integration
 
 SUFFIX = uuid.uuid4().hex[:6]
 QUEUE_A, QUEUE_B = f"wait-a-{SUFFIX}", f"wait-b-{SUFFIX}"
-LINGER = "gpufleet.io/test-linger"  # a finalizer that keeps the victim's evicted pod shown
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +48,6 @@ def _job(name: str, queue: str, gpus: int, priority: int) -> dict[str, Any]:
 
 def _uids(pods: list[dict[str, Any]]) -> set[str]:
     return {str(p["metadata"]["uid"]) for p in pods}
-
-
-def _linger(kube: Kube, ns: str, pod: str, hold: bool) -> None:
-    """Keep the pod in the API after its deletion (kwok deletes evicted pods at once, which
-    would leave no grace period to watch), or let it go."""
-    body = {"metadata": {"finalizers": [LINGER] if hold else None}}
-    kube.core.patch_namespaced_pod(pod, ns, body)
 
 
 def test_a_gang_on_another_gangs_victims_gpus_waits_for_its_pod_to_go(
@@ -86,7 +78,7 @@ def test_a_gang_on_another_gangs_victims_gpus_waits_for_its_pod_to_go(
     assert kube.bound(ns, "y") == []
     assert {job: _uids(kube.bound(ns, job)) for job in lenders} == lenders
 
-    _linger(kube, ns, victim_name, hold=True)
+    kube.linger(ns, victim_name, hold=True)
     try:
         kube.create_job(ns, _job("x", QUEUE_B, 2, 3))
 
@@ -103,7 +95,7 @@ def test_a_gang_on_another_gangs_victims_gpus_waits_for_its_pod_to_go(
             time.sleep(0.2)
         assert invariants.check(kube.core) == []
     finally:
-        _linger(kube, ns, victim_name, hold=False)
+        kube.linger(ns, victim_name, hold=False)
     for job in ("x", "y"):
         wait_for(lambda j=job: kube.bound(ns, j), f"{job} bound", 60)
     (placed,) = kube.bound(ns, "y")
