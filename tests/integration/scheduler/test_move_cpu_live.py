@@ -156,6 +156,16 @@ def _hi_waits_for_v(kube: Kube, ns: str) -> None:
     wait_for(lambda: "WaitingForPreemption" in kube.scheduled_message(ns, "hi"), "hi waiting", 30)
 
 
+def _free_a100_while_hi_waits(kube: Kube, ns: str, kept: list[str]) -> None:
+    """Keep the `kept` pods in the API once deleted, let `hi` wait for v, then free
+    fill-a100's GPUs, so that the gang on L4 is moved onto them."""
+    for name in kept:
+        kube.linger(ns, name, hold=True)
+    _hi_waits_for_v(kube, ns)
+    time.sleep(6)  # the gang on L4 past a move's price (cycles follow events)
+    kube.delete_job(ns, "fill-a100")
+
+
 def _pods_of(kube: Kube, ns: str, job: str) -> dict[str, str]:
     """Name -> uid of `job`'s pods now."""
     return {p["metadata"]["name"]: p["metadata"]["uid"] for p in kube.job_pods(ns, job)}
@@ -180,12 +190,8 @@ def test_a_moved_gang_is_not_bound_on_the_cpu_a_waiting_preemptor_will_need(
     old = _pods_of(kube, ns, "pair")
     (v,) = kube.bound(ns, "v")
     held = [(name, "pair") for name in old] + [(v["metadata"]["name"], "v")]
-    for name, _ in held:
-        kube.linger(ns, name, hold=True)
     try:
-        _hi_waits_for_v(kube, ns)
-        time.sleep(6)  # pair past a move's price (cycles follow events)
-        kube.delete_job(ns, "fill-a100")
+        _free_a100_while_hi_waits(kube, ns, [name for name, _ in held])
 
         def moving() -> bool:
             pods = [p for p in kube.job_pods(ns, "pair") if p["metadata"]["uid"] in old.values()]
@@ -240,12 +246,8 @@ def test_a_nominated_gang_is_not_bound_at_the_end_of_its_wait_on_the_cpu_a_move_
     uid = old["metadata"]["uid"]
     (v,) = kube.bound(ns, "v")
     held = [(old["metadata"]["name"], "long"), (v["metadata"]["name"], "v")]
-    for name, _ in held:
-        kube.linger(ns, name, hold=True)
     try:
-        _hi_waits_for_v(kube, ns)
-        time.sleep(6)  # long past a move's price (cycles follow events)
-        kube.delete_job(ns, "fill-a100")
+        _free_a100_while_hi_waits(kube, ns, [name for name, _ in held])
         wait_for(lambda: _moving(kube, ns, uid), "long's pod deleted for a move", 60)
         kube.linger(ns, v["metadata"]["name"], hold=False)  # hi's wait ends
         wait_for(
