@@ -94,8 +94,8 @@ class ReadSteps:
             return view
         # The reservations the scheduler would keep this cycle are those `take` then sees.
         reserved = self.reservations
-        view, self.reservations, dropped = held(reserved, view, self.now, self.reserve_s)
-        self.dropped = {**self.dropped, **dropped_texts(reserved, dropped)}
+        view, self.reservations, dropped, given_up = held(reserved, view, self.now, self.reserve_s)
+        self.dropped = {**self.dropped, **dropped_texts(reserved, dropped), **given_up}
         return view
 
     def explain(self, pending: Mapping[str, str]) -> dict[str, str]:

@@ -219,9 +219,11 @@ class GangMover:
         # Never changed in place, only replaced whole: the admin API reads it from its own
         # threads (`reservations`).
         self._reserved: dict[str, Reservation] = {}
-        # Gang -> why its reservation was dropped, said on its pods while it stays pending
-        # (`explain`): the core's reason alone would not say it had a placement. Replaced
-        # whole, like `_reserved`: the admin API's what-if reads it (`dropped`).
+        # Gang -> why its reservation was dropped (or, for a nominated gang, why its hold was
+        # given up beside the moves' reservations: `nominated.refit`), said on its pods while
+        # it stays pending (`explain`): the core's reason alone would not say it had a
+        # placement. Replaced whole, like `_reserved`: the admin API's what-if reads it
+        # (`dropped`).
         self._dropped: dict[str, str] = {}
 
     @property
@@ -428,18 +430,21 @@ class GangMover:
         checks a placement of the core passes (`held`)."""
         if not self._reserved:
             return view
-        view, kept, dropped = held(self._reserved, view, self.clock(), self.reserve_s)
+        view, kept, dropped, given_up = held(self._reserved, view, self.clock(), self.reserve_s)
         for gid, why in dropped.items():
             log.info("moved gang %s: reservation dropped: %s; it is decided afresh", gid, why)
-        self._dropped = {**self._dropped, **dropped_texts(self._reserved, dropped)}
+        for gid, why in given_up.items():
+            log.info("nominated gang %s: %s", gid, why)
+        self._dropped = {**self._dropped, **dropped_texts(self._reserved, dropped), **given_up}
         self._reserved = kept
         return view
 
     def explain(self, pending: Mapping[str, str]) -> dict[str, str]:
         """`pending` (gang -> why it waits this cycle: `waiting.pending_messages`) with why its
         move's reservation was dropped (`hold`) added to the message of each gang whose
-        reservation was, for as long as it stays pending; a gang bound, running again or gone
-        is forgotten."""
+        reservation was, and why its hold was given up to each nominated gang's whose hold
+        `nominated.refit` dropped, for as long as it stays pending; a gang bound, running
+        again or gone is forgotten."""
         if not self._dropped:
             return dict(pending)
         self._dropped = {g: d for g, d in self._dropped.items() if g in pending}
@@ -530,7 +535,7 @@ _NO_TAKER = 2**63
 
 def held(
     reserved: Mapping[str, Reservation], view: ClusterView, now: float, reserve_s: float
-) -> tuple[ClusterView, dict[str, Reservation], dict[str, str]]:
+) -> tuple[ClusterView, dict[str, Reservation], dict[str, str], dict[str, str]]:
     """`view` with every reservation's GPUs held by `<gang>#moving` (GPUs the gang's old pods
     still hold aside); the reservations kept (with when they expire, once their old pods are
     gone), and gang -> why its reservation ends (expired, its GPUs or nodes taken, not by the
@@ -543,7 +548,8 @@ def held(
     check of their placements), as its GPUs are held: a gang placed beside the reservation
     meanwhile does not leave it short at its rebind; nor does a nominated gang bound now at the
     end of its wait, whose hold is dropped (it is decided afresh) when its pods do not fit
-    beside what the moved gangs are promised (`nominated.refit`). What the pods bound now
+    beside what the moved gangs are promised (`nominated.refit`: the last item returned is
+    such gang -> what its pending message adds, `nominated.given_up_text`). What the pods bound now
     (`taken`) take is taken from the view's `free` resources, which the cycle's other
     placements are checked against (`eligibility.overcommitted`). Pure: `GangMover.hold` keeps
     the result, the admin API's what-if only looks."""
@@ -578,7 +584,8 @@ def held(
     # those being bound now among them. A nominated gang bound now at the end of its wait was
     # checked before any reservation was known: it may take none, nor those bound now.
     promised = [Kept(g, _NO_TAKER, r.asks()) for g, r in kept.items() if not r.requests.empty]
-    view = keep(refit(view, promised), [k for k in promised if k.gang not in now_bound])
+    view, given_up = refit(view, promised)
+    view = keep(view, [k for k in promised if k.gang not in now_bound])
     snapshot = view.snapshot  # without the holds `refit` dropped
     free = dict(view.free)
     pending = {pg.gang.id: pg for pg in view.pending}
@@ -624,7 +631,7 @@ def held(
         view = replace(view, snapshot=replace(snapshot, running=(*running, *extra)))
     if free != view.free:
         view = replace(view, free=free)
-    return view, kept, dropped
+    return view, kept, dropped, given_up
 
 
 def dropped_text(placement: GangPlacement, why: str) -> str:

@@ -26,7 +26,9 @@ keeps waiting for the pods it waits for, which are going anyway, says which gang
 GPUs, and is then decided afresh. A hold whose wait has ended is bound in the same cycle
 (`ready`) and is not preemptible then: the one decision never gives its GPUs twice. Its bind
 is checked again against the moved gangs' reservations once the mover shows them (`refit`):
-no gang may take a move's reservation.
+no gang may take a move's reservation. A gang whose hold `refit` drops is decided afresh, and its
+pending message says, while it waits, that its hold was given up and for which move
+(`given_up_text`, added by the mover's `explain`).
 
 The gangs a nominated gang waits for are exiting (their pods evicted, in their grace period)
 and still shown to the core as running gangs, preemptible: at the waiting gang's priority if
@@ -74,6 +76,7 @@ from gpufleet.model.mig import MigPlacement
 from gpufleet.scheduler.cache import HELD_SUFFIX, Nomination, SchedulerCache, is_hold
 from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
 from gpufleet.scheduler.eligibility import (
+    RESOURCES_FIT,
     Reservation,
     Resources,
     asks,
@@ -83,7 +86,17 @@ from gpufleet.scheduler.eligibility import (
     reserve,
 )
 
-__all__ = ["HELD_SUFFIX", "TakenHold", "give_up", "hold", "keep", "ready", "refit", "taken"]
+__all__ = [
+    "HELD_SUFFIX",
+    "TakenHold",
+    "give_up",
+    "given_up_text",
+    "hold",
+    "keep",
+    "ready",
+    "refit",
+    "taken",
+]
 
 # A hold runs nothing: taking it loses no work and restarts nothing (borrowing.lost_work_gpu_s).
 _NOTHING_RUNS = RunProgress(expected_remaining_s=0.0, unsaved_s=0.0, restart_s=0.0)
@@ -256,21 +269,25 @@ def keep(view: ClusterView, reservations: Sequence[Reservation]) -> ClusterView:
     return replace(view, pending=tuple(pending), eligibility=outcomes)
 
 
-def refit(view: ClusterView, reservations: Sequence[Reservation]) -> ClusterView:
+def refit(
+    view: ClusterView, reservations: Sequence[Reservation]
+) -> tuple[ClusterView, dict[str, str]]:
     """`view` without the holds of the nominated gangs bound this cycle (their wait ended:
     `hold`, which checked them on the nodes' free resources less the nominated gangs'
     reservations only) whose pods no longer fit beside `reservations` too (the moved gangs',
     known after `hold`: mover.py), checked again in `hold`'s order: those gangs are decided
     afresh, and what they took of `free` is given back, so no gang bound at the end of its
-    wait takes what a move's reservation keeps."""
+    wait takes what a move's reservation keeps. Also gang -> what its pending message adds
+    for each hold dropped (`given_up_text`): the core's reason alone (NodeResourcesFit) would
+    not say that it had a placement and why it lost it."""
     if not reservations:
-        return view
+        return view, {}
     bound = sorted(
         (g for g in view.snapshot.running if is_hold(g.id) and not g.preemptible),
         key=lambda g: (-g.priority, g.id),
     )
     if not bound:
-        return view
+        return view, {}
     wants = {
         g.id: asks(
             GangPlacement(g.id.removesuffix(HELD_SUFFIX), g.gpu_type, g.replicas), view.eligibility
@@ -281,21 +298,36 @@ def refit(view: ClusterView, reservations: Sequence[Reservation]) -> ClusterView
     for want in wants.values():  # as before `hold` took them
         for node, part in want.items():
             free[node] = free.get(node, Resources()) + part
-    dropped: set[str] = set()
+    dropped: dict[str, str] = {}
     for g in bound:
         gid, want = g.id.removesuffix(HELD_SUFFIX), wants[g.id]
         room = dict(available(free, view.eligibility.get(gid)))
-        for promise in reservations:
-            if promise.gang != gid:
-                deduct(room, promise.nodes)
-        if misfit(None, want, room) is not None:
-            dropped.add(g.id)
+        others = [p for p in reservations if p.gang != gid]
+        for promise in others:
+            deduct(room, promise.nodes)
+        why = misfit(None, want, room)
+        if why is not None:
+            movers = sorted({p.gang for p in others if set(p.nodes) & set(want)})
+            dropped[g.id] = given_up_text(sorted(want), why, movers)
             continue
         deduct(free, want)
     if not dropped:
-        return view
+        return view, {}
     running = tuple(g for g in view.snapshot.running if g.id not in dropped)
-    return replace(view, snapshot=replace(view.snapshot, running=running), free=free)
+    view = replace(view, snapshot=replace(view.snapshot, running=running), free=free)
+    return view, {g.removesuffix(HELD_SUFFIX): text for g, text in dropped.items()}
+
+
+def given_up_text(nodes: Sequence[str], why: str, movers: Sequence[str]) -> str:
+    """What a nominated gang's pending message adds once `refit` gave up its hold on `nodes`
+    at the end of its wait (`why`: `eligibility.misfit`'s words) beside what moved gangs
+    `movers` are promised there."""
+    short = why.removeprefix(f"{RESOURCES_FIT}: ")
+    whose = f"moved gang {', '.join(movers)} is" if movers else "moved gangs are"
+    return (
+        f"its hold on {', '.join(nodes)} was given up at the end of its wait: {short} beside "
+        f"what {whose} promised there; it is decided afresh"
+    )
 
 
 def ready(

@@ -22,8 +22,9 @@ Phase 3, after the heal phase (which the what-if does not take: it restarts noth
    are bound there (`mover.taken`), if it passes the node filters and fits the nodes' CPU and
    memory (checked by step 1, `mover.held`: else the gang is offered, decided afresh);
 9. a nominated gang whose wait ended, its planned placement still free, passing the node
-   filters and fitting the nodes' CPU and memory, held for it, is bound there rather than
-   offered (`nominated.ready`).
+   filters and fitting the nodes' CPU and memory beside what the moved gangs' reservations
+   keep there (checked again by step 1: `nominated.refit`), held for it, is bound there
+   rather than offered (`nominated.ready`).
 The loop's steps (`LoopSteps`) update the scheduler's trackers; the admin API's
 (`gpufleet.admin.steps`) only read them, or what the cluster shows when it runs standalone.
 """

@@ -13,7 +13,8 @@ CPU at its rebind, lost its reservation), and long is bound on the node once its
 gone. No GPU is double-booked. And a moved gang's rebind is checked against the node's CPU
 less what a waiting preemptor it may not take from is promised there (the second test); a
 nominated gang whose wait ends while a move waits for its old pod is not bound on the CPU the
-move needs (the third: nominated.refit).
+move needs, and its reason says its hold was given up for that move (the third:
+nominated.refit).
 """
 
 from __future__ import annotations
@@ -258,6 +259,13 @@ def test_a_nominated_gang_is_not_bound_at_the_end_of_its_wait_on_the_cpu_a_move_
             "hi bound or its reason",
             30,
         )
+        # Its reason says its hold was given up for long's move (before: the core's
+        # NodeResourcesFit alone, as for a gang that never had a placement).
+        given_up = (
+            f"its hold on {NODE} was given up at the end of its wait: its pods together need "
+            f"more cpu than {NODE} has to spare beside what moved gang {ns}/long is promised"
+        )
+        wait_for(lambda: given_up in kube.scheduled_message(ns, "hi"), "hi's reason", 30)
         for _ in range(15):
             assert kube.bound(ns, "hi") == []
             time.sleep(0.2)

@@ -325,7 +325,7 @@ def test_the_trackers_hand_out_copies() -> None:
     load(cache, nodes, pending_pods(job_manifest("long", 4, "A100-80GB")))
     view = sched.views.build_state(cache.state())
     reservations = dict(sched.mover.reservations)
-    shown, kept, dropped = held(reservations, view, clock.t + 1.0, 120.0)
+    shown, kept, dropped, _ = held(reservations, view, clock.t + 1.0, 120.0)
     assert reservations == dict(sched.mover.reservations) and not dropped
     assert [g.id for g in shown.snapshot.running] == ["ns/long#moving"]
     left = taken(kept, shown, list(shown.pending))

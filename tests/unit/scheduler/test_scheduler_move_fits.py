@@ -136,12 +136,12 @@ def test_held_says_why_a_reservation_is_dropped_and_takes_the_cpu_of_one_kept() 
     reserved = sched.mover.reservations
     load(cache, _nodes(), [_recreated()])
     view = sched.views.build(cache.state().nodes, cache.state().pods, {})
-    shown, kept, dropped = held(reserved, view, clock(), 60.0)
+    shown, kept, dropped, _ = held(reserved, view, clock(), 60.0)
     assert set(kept) == {"ns/long"} and dropped == {}
     assert shown.free["a100-0"].cpu == view.free["a100-0"].cpu - 6000
     load(cache, _nodes(), [_foreign("web", "a100-0", "8"), _recreated()])
     view = sched.views.build(cache.state().nodes, cache.state().pods, {})
-    shown, kept, dropped = held(reserved, view, clock(), 60.0)
+    shown, kept, dropped, _ = held(reserved, view, clock(), 60.0)
     assert kept == {} and shown.free == view.free
     assert "a100-0" in dropped["ns/long"]
 
@@ -237,6 +237,13 @@ def test_a_nominated_gang_is_not_bound_at_the_end_of_its_wait_on_the_cpu_a_move_
     # reservation was kept), and long, short of CPU at its rebind, decided afresh.
     assert binder.bound == {}, report.bound
     assert "NodeResourcesFit" in report.pending["ns/hi"]
+    # Its message says its hold was given up, and for which move (before: the core's reason
+    # alone, as if it had never had a placement).
+    assert (
+        "its hold on a100-0 was given up at the end of its wait: its pods together need more "
+        "cpu than a100-0 has to spare beside what moved gang ns/long is promised there; it is "
+        "decided afresh"
+    ) in report.pending["ns/hi"], report.pending["ns/hi"]
     # long's pod is recreated: it is bound on its reservation; hi still waits.
     load(cache, _nodes(), [_recreated(), hi])
     clock.t += 1

@@ -293,7 +293,7 @@ def test_a_move_onto_gpus_a_reclaim_frees_keeps_its_reservation_while_the_victim
     assert "ns/long-0" not in binder.bound
     # Meanwhile v is shown not preemptible, its GPUs not held twice: no gang is given them.
     view = sched.views.build(cache.state().nodes, cache.state().pods, {})
-    shown, kept, _ = held(sched.mover.reservations, view, clock(), 60.0)
+    shown, kept, _, _ = held(sched.mover.reservations, view, clock(), 60.0)
     running = {g.id: g for g in shown.snapshot.running}
     assert set(kept) == {"ns/long"} and not running["ns/v"].preemptible
     assert f"ns/long{RESERVED_SUFFIX}" not in running
