@@ -262,7 +262,9 @@ class Scheduler:
         self.waiting.write(report.pending, view, busy=self.bindings.busy)  # 10
         timer.done("explain")
         if self.queue_status is not None and view.snapshot.queues is not None:  # 11
-            self.queue_status.write(view.snapshot, [pg.gang for pg in view.pending])
+            # Exiting victims a move's reservation waits for count in their own queue.
+            snapshot = self.mover.as_charged(view.snapshot)
+            self.queue_status.write(snapshot, [pg.gang for pg in view.pending])
             timer.done("queues")
         self._log(report, self.clock() - timer.started)
         return report

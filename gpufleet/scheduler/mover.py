@@ -44,9 +44,15 @@ A move goes in three steps, one per cycle that sees it:
    to which its pods add, while it stays pending, why the reservation was dropped (`explain`).
 A move onto GPUs the same decision frees by evicting reclaim victims (core/evacuation.py: a
 reclaim with moves) keeps its reservation while those victims exit (`Reservation.waits`): their
-GPUs are not "taken", nor shown held twice (the victims are shown not preemptible instead, so
-that no other gang is given them meanwhile), and the gang is bound once its old pods and
-those victims' pods are all gone (the wait allows the longer of their grace periods).
+GPUs are not "taken", nor shown held twice, and the gang is bound once its old pods and those
+victims' pods are all gone (the wait allows the longer of their grace periods). Meanwhile the
+victims stand for the moved gang (`held`): shown at its priority if below, charged to its queue
+(the GPUQueue status counts them in their own: `as_charged`), with no work left to lose, so
+that only a gang that could preempt the moved gang were it running there (of higher priority;
+with queues, of its queue, or a reclaim of quota its queue borrows) is given their GPUs. Such
+a decision evicts them again (already going: nothing changes) and the mover drops the
+reservation at once (`give_way`): the moved gang, which would not be bound there, is decided
+afresh, and its pods say which gang was given the GPUs.
 A reservation ends when its gang is bound, when something else holds one of its GPUs (a pod of
 another scheduler, say) or a node of it is gone, when its recreated pods fail the checks,
 `move_reserve_s` after its old pods are gone, or when they are still there `move_reserve_s`
@@ -95,7 +101,7 @@ from gpufleet.scheduler.disruption import Obj
 from gpufleet.scheduler.eligibility import Reservation as Kept
 from gpufleet.scheduler.eligibility import Resources, asks, available, deduct, misfit, pod_requests
 from gpufleet.scheduler.heal import Notify
-from gpufleet.scheduler.nominated import keep, refit
+from gpufleet.scheduler.nominated import NOTHING_RUNS, keep, refit
 from gpufleet.scheduler.pods import pod_annotations
 
 log = logging.getLogger("gpufleet.scheduler")
@@ -225,6 +231,14 @@ class GangMover:
         # placement. Replaced whole, like `_reserved`: the admin API's what-if reads it
         # (`dropped`).
         self._dropped: dict[str, str] = {}
+        # Gang whose reservation `give_way` dropped after the cycle's offer -> until when it
+        # keeps its `_dropped` text while not pending (its recreated pods may be neither
+        # offered nor waiting for a cycle or two: settling), until it is seen pending.
+        self._given_away: dict[str, float] = {}
+        # Exiting victim -> its own queue, for those `hold` charged to the queue of the moved
+        # gang they stand for (`held`): the GPUQueue status counts them in their own
+        # (`as_charged`).
+        self._own_queues: dict[str, str | None] = {}
 
     @property
     def reserved(self) -> dict[str, GangPlacement]:
@@ -273,6 +287,7 @@ class GangMover:
         forbids it; reserve its new placement. Moves made for a gang in `stopped` (placed, but
         its victims' evictions did not go ahead: it is decided again) are not started. Returns
         gang placed on GPUs of gangs moved for it -> why it waits (`_wait_for_moves`)."""
+        self.give_way(decision, view, stopped, report.cycle)
         # A move onto GPUs the decision also repartitions waits: the new layout is applied
         # by the node, later (the next decisions see the gang where it runs and may move it).
         cut = {(r.node, r.gpu) for r in decision.repartitions}
@@ -334,6 +349,32 @@ class GangMover:
             if failed:
                 log.warning("cycle=%d gang %s: deleting %s failed", report.cycle, gid, failed)
         return self._wait_for_moves(decision, started, stopped, report.cycle)
+
+    def give_way(
+        self, decision: Decision, view: ClusterView, stopped: Collection[str], cycle: int
+    ) -> None:
+        """Drop the reservations whose exiting victims (`Reservation.waits`) the decision
+        evicts again for another gang (its evictions gone ahead: not in `stopped`), one that
+        may evict a gang of the moved gang's priority (`held`): that gang is given their GPUs,
+        so the moved gang will not be bound there; it is decided afresh once its pods are
+        recreated, and says why while it waits (`explain`)."""
+        if not self._reserved:
+            return
+        takers = {p.gang_id: p.for_gang for p in decision.preemptions if p.for_gang not in stopped}
+        dropped: dict[str, str] = {}
+        for gid, reservation in self._reserved.items():
+            given = sorted((v, takers[v]) for v in _exiting(reservation, view) if v in takers)
+            if given:
+                victim, taker = given[0]
+                dropped[gid] = f"gang {taker} was given the GPUs {victim} frees there"
+        if not dropped:
+            return
+        for gid, why in dropped.items():
+            log.info("cycle=%d moved gang %s: reservation dropped: %s", cycle, gid, why)
+        self._dropped = {**self._dropped, **dropped_texts(self._reserved, dropped)}
+        until = self.clock() + self.reserve_s
+        self._given_away = {**self._given_away, **dict.fromkeys(dropped, until)}
+        self._reserved = {g: r for g, r in self._reserved.items() if g not in dropped}
 
     def _victims_on(
         self, move: Move, decision: Decision, view: ClusterView, stopped: Collection[str]
@@ -428,9 +469,16 @@ class GangMover:
         pods still hold aside), and the CPU and memory of those bound this cycle taken; drops
         reservations that expired or were taken, and those whose recreated pods fail the
         checks a placement of the core passes (`held`)."""
+        self._own_queues = {}
         if not self._reserved:
             return view
+        queues = {g.id: g.queue for g in view.snapshot.running}
         view, kept, dropped, given_up = held(self._reserved, view, self.clock(), self.reserve_s)
+        self._own_queues = {
+            g.id: queues[g.id]
+            for g in view.snapshot.running
+            if g.id in queues and g.queue != queues[g.id]
+        }
         for gid, why in dropped.items():
             log.info("moved gang %s: reservation dropped: %s; it is decided afresh", gid, why)
         for gid, why in given_up.items():
@@ -438,6 +486,16 @@ class GangMover:
         self._dropped = {**self._dropped, **dropped_texts(self._reserved, dropped), **given_up}
         self._reserved = kept
         return view
+
+    def as_charged(self, snapshot: Snapshot) -> Snapshot:
+        """`snapshot` (this cycle's, after `hold`) with the exiting victims that `hold`
+        charged to a moved gang's queue back in their own: what the GPUQueue status counts
+        (their GPUs are still theirs until they are gone)."""
+        if not self._own_queues:
+            return snapshot
+        own = self._own_queues
+        running = tuple(replace(g, queue=own[g.id]) if g.id in own else g for g in snapshot.running)
+        return replace(snapshot, running=running)
 
     def explain(self, pending: Mapping[str, str]) -> dict[str, str]:
         """`pending` (gang -> why it waits this cycle: `waiting.pending_messages`) with why its
@@ -447,7 +505,12 @@ class GangMover:
         again or gone is forgotten."""
         if not self._dropped:
             return dict(pending)
-        self._dropped = {g: d for g, d in self._dropped.items() if g in pending}
+        now = self.clock()
+        self._given_away = {
+            g: until for g, until in self._given_away.items() if g not in pending and until > now
+        }
+        kept = self._given_away
+        self._dropped = {g: d for g, d in self._dropped.items() if g in pending or g in kept}
         return with_dropped(pending, self._dropped)
 
     def take(
@@ -621,13 +684,34 @@ def held(
                 )
             )
     # Victims exiting from a reservation's GPUs are not shown held by it (their GPUs would be
-    # counted twice): they are shown not preemptible instead, so that no gang is given those
-    # GPUs (nominated on them) meanwhile, as none may take the reservation.
-    exiting = set().union(*(shown_by[g] for g in kept))
+    # counted twice). They stand for the moved gang there: shown at its priority if theirs is
+    # below, charged to its queue (their own gave them up: the decision evicted them; the
+    # GPUQueue status still counts them in their own: `GangMover.as_charged`), with no work
+    # left to lose, so that only a gang that could preempt the moved gang, were it running
+    # there, is given their GPUs (one of higher priority, of its queue when there are queues,
+    # or a reclaim of quota its queue borrows: the core's rules); the mover then drops the
+    # reservation (`GangMover.give_way`). Shown not preemptible, they kept their GPUs even
+    # from a gang of higher priority; left in their own queue, a reclaim by the moved gang's
+    # own queue (not charged for the GPUs it is to get) could take them from it.
+    standing: dict[str, RunningGang] = {}  # victim -> the moved gang it stands for
+    for gid, victims in shown_by.items():
+        if gid in kept:
+            moved = kept[gid].running
+            for v in victims:
+                if v not in standing or standing[v].priority < moved.priority:
+                    standing[v] = moved
     running = tuple(
-        replace(g, preemptible=False) if g.id in exiting else g for g in snapshot.running
+        replace(
+            g,
+            priority=max(g.priority, standing[g.id].priority),
+            queue=standing[g.id].queue,
+            progress=NOTHING_RUNS,
+        )
+        if g.id in standing
+        else g
+        for g in snapshot.running
     )
-    if extra or exiting:
+    if extra or standing:
         view = replace(view, snapshot=replace(snapshot, running=(*running, *extra)))
     if free != view.free:
         view = replace(view, free=free)

@@ -88,6 +88,7 @@ from gpufleet.scheduler.eligibility import (
 
 __all__ = [
     "HELD_SUFFIX",
+    "NOTHING_RUNS",
     "TakenHold",
     "give_up",
     "given_up_text",
@@ -99,7 +100,7 @@ __all__ = [
 ]
 
 # A hold runs nothing: taking it loses no work and restarts nothing (borrowing.lost_work_gpu_s).
-_NOTHING_RUNS = RunProgress(expected_remaining_s=0.0, unsaved_s=0.0, restart_s=0.0)
+NOTHING_RUNS = RunProgress(expected_remaining_s=0.0, unsaved_s=0.0, restart_s=0.0)
 
 
 Slice = tuple[str, int, MigPlacement]
@@ -211,14 +212,14 @@ def hold(view: ClusterView, nominations: Mapping[str, Nomination]) -> ClusterVie
                     priority=gang.priority,
                     # Bound this cycle once its wait has ended: no other gang may take it then.
                     preemptible=not nomination.ready,
-                    progress=None if nomination.ready else _NOTHING_RUNS,
+                    progress=None if nomination.ready else NOTHING_RUNS,
                     queue=gang.queue,
                 )
             )
     if not extra and not raised:
         return view
     running = tuple(
-        replace(g, priority=max(g.priority, raised[g.id]), progress=_NOTHING_RUNS)
+        replace(g, priority=max(g.priority, raised[g.id]), progress=NOTHING_RUNS)
         if g.id in raised
         else g
         for g in snapshot.running

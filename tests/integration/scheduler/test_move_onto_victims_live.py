@@ -1,18 +1,22 @@
 """A gang a reclaim moves onto GPUs of a victim evicted in the same decision keeps its
-reservation there while the victim exits (mover.py, `Reservation.waits`), on the sandbox,
-through `gpufleet operator` as a real process (moves priced with a 1 s restart) and the
-sandbox's real API server.
+reservation there while the victim exits (mover.py, `Reservation.waits`), unless a gang that
+could preempt the moved gang is given those GPUs, on the sandbox, through `gpufleet operator` as
+a real process (moves priced with a 1 s restart) and the sandbox's real API server.
 
 The scene of `gpufleet.testing.move_scene`, except that the one-GPU fillers on t4-2 and t4-3
 stay, in the `ones` queue (nominal 0: borrowed): no T4 GPU is free. The lender's 4-GPU job is
 owed its quota; the core reclaims the `ones` jobs on t4-0 and one `keeper` job, moves the other
 keeper onto a filler's GPU and reclaims that filler too. A finalizer keeps both fillers' pods
 shown once deleted (and the keepers' until the move is seen). While the evicted filler's pod
-exits, the moved keeper waits for it, its move's reservation kept, and no other gang is given
-that GPU (before, the reservation was dropped as "GPUs taken" and the keeper decided afresh:
-its pods said so, and a job of a queue owed its quota, pinned to that node, reclaimed the GPU);
-once that pod is gone, the keeper runs on the filler's node and the lender on t4-0. No GPU is
-double-booked.
+exits, the moved keeper waits for it, its move's reservation kept, and no gang that could not
+preempt the keeper is given that GPU (before the last stop, the reservation was dropped as
+"GPUs taken" and the keeper decided afresh: its pods said so, and a job of a queue owed its
+quota, pinned to that node, reclaimed the GPU); once that pod is gone, the keeper runs on the
+filler's node and the lender on t4-0 (the first test). A job of the keeper's queue and a higher
+priority, pinned there, evicts the exiting filler again and is given its GPU: the keeper's
+reservation is dropped at once and its pods say why; once the filler's pod is gone, that job
+runs there (before, the filler was shown not preemptible: the job stayed pending and the
+keeper was bound there; the second test). No GPU is double-booked.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ FILLERS = ("fill-2", "fill-3")
 def operator(
     sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    """This module's operator (moves priced with a 1 s restart); the queues."""
+    """This module's operator (moves priced with a 1 s restart); the scene's queues."""
     folder = tmp_path_factory.mktemp("operator")
     kube.create_queue(SCENE.queue("rival"), T4, 1)
     try:
@@ -91,6 +95,34 @@ def _deleted_by(kube: Kube, ns: str, job: str, uid: str) -> str | None:
     return str((pod["metadata"].get("annotations") or {}).get(names.DISRUPTED_BY, "deleted"))
 
 
+def _pinned(name: str, of: str, node: str, priority: int = 0) -> dict[str, Any]:
+    """A one-GPU job of queue `of` at `priority`, pinned to `node`."""
+    job = SCENE.job(name, of, 1, node)
+    job["spec"]["priority"] = priority
+    return job
+
+
+def _moved_onto_a_filler(
+    kube: Kube, ns: str, started: dict[str, dict[str, Any]], uids: dict[str, str]
+) -> tuple[str, str, str]:
+    """Once the lender comes: the keeper moved, the filler evicted for it (its pod kept) and
+    that filler's node, once the keeper's old pod is gone."""
+    kube.create_job(ns, SCENE.job("lender", "lender", 4))
+
+    def decided() -> tuple[str, str] | None:
+        moved = [k for k in ("keep-0", "keep-1") if _deleted_by(kube, ns, k, uids[k])]
+        evicted = [f for f in FILLERS if _deleted_by(kube, ns, f, uids[f])]
+        marks = {k: _deleted_by(kube, ns, k, uids[k]) for k in moved}
+        movers = [k for k, m in marks.items() if m == names.MOVED_REASON]
+        return (movers[0], evicted[0]) if len(movers) == 1 and len(evicted) == 1 else None
+
+    mover, filler = wait_for(decided, "a keeper moved and a filler evicted", 60)
+    for job in ("keep-0", "keep-1"):
+        kube.linger(ns, started[job]["metadata"]["name"], hold=False)
+    wait_for(lambda: _now(kube, ns, mover, uids[mover]) is None, f"{mover}'s old pod gone", 30)
+    return mover, filler, str(started[filler]["spec"]["nodeName"])
+
+
 def test_a_gang_moved_onto_a_victims_gpus_waits_for_it_with_its_reservation(
     kube: Kube, ns: str
 ) -> None:
@@ -100,23 +132,11 @@ def test_a_gang_moved_onto_a_victims_gpus_waits_for_it_with_its_reservation(
     for job in held:
         kube.linger(ns, started[job]["metadata"]["name"], hold=True)
     try:
-        kube.create_job(ns, SCENE.job("lender", "lender", 4))
-
-        def decided() -> tuple[str, str] | None:
-            moved = [k for k in ("keep-0", "keep-1") if _deleted_by(kube, ns, k, uids[k])]
-            evicted = [f for f in FILLERS if _deleted_by(kube, ns, f, uids[f])]
-            marks = {k: _deleted_by(kube, ns, k, uids[k]) for k in moved}
-            movers = [k for k, m in marks.items() if m == names.MOVED_REASON]
-            return (movers[0], evicted[0]) if len(movers) == 1 and len(evicted) == 1 else None
-
-        mover, filler = wait_for(decided, "a keeper moved and a filler evicted", 60)
-        for job in ("keep-0", "keep-1"):
-            kube.linger(ns, started[job]["metadata"]["name"], hold=False)
-        node = str(started[filler]["spec"]["nodeName"])
-        wait_for(lambda: _now(kube, ns, mover, uids[mover]) is None, f"{mover}'s old pod gone", 30)
+        mover, filler, node = _moved_onto_a_filler(kube, ns, started, uids)
         # A job of a queue owed its nominal quota, pinned to the filler's node, may reclaim
-        # the GPU of the filler (borrowed) but not a move's reservation.
-        kube.create_job(ns, SCENE.job("rival", "rival", 1, node))
+        # the GPU of the filler (borrowed) but not a move's reservation, nor the filler that
+        # stands for it (charged to the keeper's queue, within its nominal quota).
+        kube.create_job(ns, _pinned("rival", "rival", node))
         wait_for(lambda: kube.scheduled_message(ns, "rival"), "the rival's reason", 30)
         for _ in range(25):  # the keeper waits for the filler's pod, its reservation kept
             assert "was dropped" not in kube.scheduled_message(ns, mover)
@@ -128,11 +148,45 @@ def test_a_gang_moved_onto_a_victims_gpus_waits_for_it_with_its_reservation(
         for job in held:
             if _now(kube, ns, job, uids[job]) is not None:
                 kube.linger(ns, started[job]["metadata"]["name"], hold=False)
-    # Before: the rival was given the filler's GPU (the reservation dropped as "GPUs taken").
     (again,) = wait_for(lambda: kube.bound(ns, mover, started=True), f"{mover} running again", 60)
     assert again["spec"]["nodeName"] == node
     assert kube.bound(ns, "rival") == []
     (runs,) = wait_for(lambda: kube.bound(ns, "lender", started=True), "the lender running", 60)
     assert runs["spec"]["nodeName"] == "t4-0"
     assert "was dropped" not in kube.scheduled_message(ns, mover)
+    assert invariants.check(kube.core) == []
+
+
+def test_a_higher_priority_gang_is_given_the_gpu_a_moves_victim_frees(kube: Kube, ns: str) -> None:
+    started = _set_up(kube, ns)
+    uids = {job: str(pod["metadata"]["uid"]) for job, pod in started.items()}
+    held = (*FILLERS, "keep-0", "keep-1")
+    for job in held:
+        kube.linger(ns, started[job]["metadata"]["name"], hold=True)
+    try:
+        mover, filler, node = _moved_onto_a_filler(kube, ns, started, uids)
+        # Of the keeper's queue and a higher priority: it could preempt the keeper, so it may
+        # evict the exiting filler again and is given its GPU; the reservation goes at once.
+        kube.create_job(ns, _pinned("hi", "keeper", node, 10))
+        dropped = (
+            f"its move's reservation on {node} was dropped: gang {ns}/hi was given the GPUs "
+            f"{ns}/{filler} frees there"
+        )
+        wait_for(lambda: dropped in kube.scheduled_message(ns, mover), f"{mover}'s reason", 30)
+        wait_for(
+            lambda: "WaitingForPreemption" in kube.scheduled_message(ns, "hi"), "hi waiting", 30
+        )
+        assert kube.bound(ns, "hi") == []
+        assert all(p["spec"]["nodeName"] != node for p in kube.bound(ns, mover))
+        assert invariants.check(kube.core) == []
+    finally:
+        for job in held:
+            if _now(kube, ns, job, uids[job]) is not None:
+                kube.linger(ns, started[job]["metadata"]["name"], hold=False)
+    # Before: the filler was not preemptible; hi stayed pending and the keeper was bound there.
+    (runs,) = wait_for(lambda: kube.bound(ns, "hi", started=True), "hi running", 60)
+    assert runs["spec"]["nodeName"] == node
+    (lender,) = wait_for(lambda: kube.bound(ns, "lender", started=True), "the lender running", 60)
+    assert lender["spec"]["nodeName"] == "t4-0"
+    assert all(p["spec"]["nodeName"] != node for p in kube.bound(ns, mover))
     assert invariants.check(kube.core) == []

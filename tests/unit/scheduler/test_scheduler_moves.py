@@ -25,6 +25,7 @@ from gpufleet.model.contract import names
 from gpufleet.model.contract.timestamps import format_time
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.mover import RESERVED_SUFFIX, held
+from gpufleet.scheduler.nominated import NOTHING_RUNS
 from gpufleet.scheduler.progress import ProgressTracker, run_length
 from tests.unit.scheduler.scheduler_builders import NodeBuilder, PodBuilder
 from tests.unit.scheduler.scheduler_fakes import Clock, FakeBinder, load, scheduler
@@ -291,14 +292,121 @@ def test_a_move_onto_gpus_a_reclaim_frees_keeps_its_reservation_while_the_victim
     # Before: dropped as "GPUs taken" (v's), and long was decided afresh.
     assert "ns/long" in sched.mover.reserved, sched.mover.dropped
     assert "ns/long-0" not in binder.bound
-    # Meanwhile v is shown not preemptible, its GPUs not held twice: no gang is given them.
+    # Meanwhile v is shown at long's priority (if below) with no work left to lose, its GPUs
+    # not held twice: only a gang that could evict a gang of that priority is given them.
     view = sched.views.build(cache.state().nodes, cache.state().pods, {})
     shown, kept, _, _ = held(sched.mover.reservations, view, clock(), 60.0)
     running = {g.id: g for g in shown.snapshot.running}
-    assert set(kept) == {"ns/long"} and not running["ns/v"].preemptible
+    assert set(kept) == {"ns/long"} and running["ns/v"].progress == NOTHING_RUNS
     assert f"ns/long{RESERVED_SUFFIX}" not in running
     load(cache, nodes(), [wide.obj(), long_pod(uid="u2", bound=False)])
     clock.t += 1
     sched.run_cycle()
     bound = binder.bound["ns/long-0"]
     assert (bound.node, bound.annotations[names.ASSIGNED_GPUS]) == ("a100-0", "0,1,2,3")
+
+
+def _reclaim_with_a_move(
+    cache: SchedulerCache, binder: FakeBinder, clock: Clock, queues: bool = False
+) -> Any:
+    """`test_a_move_onto_gpus_a_reclaim_frees_...`'s first cycle: for `wide`, v evicted from
+    a100-0's GPUs 0-3 and long moved onto them; the scheduler and v's pod."""
+
+    def decide(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decision:
+        if not any(g.id == "ns/wide" for g in pending):
+            return place(snapshot, pending, policy)
+        l4 = GangPlacement("ns/wide", "L4", (ReplicaPlacement("l4-0", (0, 1, 2, 3)),))
+        a100 = GangPlacement("ns/long", "A100-80GB", (ReplicaPlacement("a100-0", (0, 1, 2, 3)),))
+        return Decision(
+            placements=(l4,),
+            preemptions=(Preemption("ns/v", "ns/wide", reclaim=True),),
+            moves=(Move("ns/long", "L4", a100, -60.0, for_gang="ns/wide"),),
+        )
+
+    victim = PodBuilder("v-0", "ns").gang("v", 1, 0).gpus(4).annotate(names.GPU_TYPES, TYPES)
+    victim = victim.bound("a100-0", "0,1,2,3").annotate(names.ASSIGNED_TYPE, "A100-80GB")
+    if queues:
+        victim = victim.annotate(names.QUEUE, "ones")
+    v = victim.obj()
+    v["metadata"]["uid"] = "v1"
+    charged = {names.QUEUE: "keeper"} if queues else {}
+    load(cache, nodes(), [long_pod(**charged), v, _wide()])
+    sched = scheduler(cache, binder, clock=clock, decide=decide)
+    report = sched.run_cycle()
+    assert report.moved == ["ns/long"] and report.preempted == ["ns/v"]
+    # The watch shows long's and v's pods deleting.
+    old = long_pod(**charged)
+    for pod in (old, v):
+        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    load(cache, nodes(), [old, v, _wide()])
+    clock.t += 1
+    sched.run_cycle()
+    return sched, v
+
+
+def _wide() -> dict[str, Any]:
+    wide = PodBuilder("wide-0", "ns").gang("wide", 1, 0).gpus(4).annotate(names.GPU_TYPES, "L4")
+    return wide.obj()
+
+
+def test_a_higher_priority_gang_may_take_the_gpus_a_moves_victim_frees() -> None:
+    # As above, but while v's pod exits (long's recreated, waiting for it), `hi` (priority 10,
+    # the whole A100 node) arrives. v, exiting, is shown at long's priority with nothing left
+    # to lose: hi may evict it again and is given its GPUs; long's reservation is dropped at
+    # once (it would never be bound there) and says why; once v is gone hi is bound on the
+    # whole node and long is not: no GPU given twice. Before, v was shown not preemptible:
+    # hi fit nowhere and long was bound there.
+    cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
+    sched, v = _reclaim_with_a_move(cache, binder, clock)
+    hi = PodBuilder("hi-0", "ns").gang("hi", 1, 0).gpus(8).annotate(names.GPU_TYPES, TYPES)
+    hi = hi.annotate(names.PRIORITY, "10").obj()
+    load(cache, nodes(), [v, _wide(), long_pod(uid="u2", bound=False), hi])
+    clock.t += 1
+    report = sched.run_cycle()
+    assert report.preempted == ["ns/v"], report.pending.get("ns/hi")
+    assert "ns/long" not in sched.mover.reserved
+    assert sched.mover.dropped["ns/long"] == (
+        "its move's reservation on a100-0 was dropped: gang ns/hi was given the GPUs ns/v "
+        "frees there"
+    )
+    assert "ns/long-0" not in binder.bound and "ns/hi-0" not in binder.bound
+    load(cache, nodes(), [_wide(), long_pod(uid="u2", bound=False), hi])
+    clock.t += 1
+    report = sched.run_cycle()
+    bound = binder.bound["ns/hi-0"]
+    assert (bound.node, bound.annotations[names.ASSIGNED_GPUS]) == ("a100-0", "0,1,2,3,4,5,6,7")
+    assert "ns/long-0" not in binder.bound, report.bound
+    assert "was dropped: gang ns/hi" in report.pending["ns/long"]
+
+
+def test_a_gang_of_the_moves_priority_is_not_given_the_gpus_its_victim_frees() -> None:
+    # The same, `hi` at long's priority (0): it may not evict v again, nor take the move's
+    # reservation; long is bound once v is gone.
+    cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
+    sched, v = _reclaim_with_a_move(cache, binder, clock)
+    peer = PodBuilder("peer-0", "ns").gang("peer", 1, 0).gpus(8).annotate(names.GPU_TYPES, TYPES)
+    load(cache, nodes(), [v, _wide(), long_pod(uid="u2", bound=False), peer.obj()])
+    clock.t += 1
+    report = sched.run_cycle()
+    assert report.preempted == [] and "ns/long" in sched.mover.reserved
+    load(cache, nodes(), [_wide(), long_pod(uid="u2", bound=False), peer.obj()])
+    clock.t += 1
+    sched.run_cycle()
+    assert binder.bound["ns/long-0"].node == "a100-0" and "ns/peer-0" not in binder.bound
+
+
+def test_a_moves_exiting_victim_is_charged_to_the_moved_gangs_queue_but_counted_in_its_own() -> (
+    None
+):
+    # While v exits, it stands for long on the reserved GPUs: charged to long's queue in the
+    # core's view (a gang that could not preempt long is not given its GPUs, nor does long's
+    # queue look short of them), counted in its own queue in the GPUQueue status.
+    cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
+    sched, v = _reclaim_with_a_move(cache, binder, clock, queues=True)
+    load(cache, nodes(), [v, _wide(), long_pod(uid="u2", bound=False)])
+    view = sched.views.build(cache.state().nodes, cache.state().pods, {})
+    shown = sched.mover.hold(view)
+    by_id = {g.id: g for g in shown.snapshot.running}
+    assert by_id["ns/v"].queue == "keeper" and by_id["ns/v"].progress == NOTHING_RUNS
+    counted = {g.id: g for g in sched.mover.as_charged(shown.snapshot).running}
+    assert counted["ns/v"].queue == "ones"
