@@ -30,6 +30,7 @@ from gpufleet.kubeerrors import api_error_text
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import disruption_marker, pending_condition
 from gpufleet.model.contract.timestamps import format_time
+from gpufleet.model.crd_common import API_GROUP
 from gpufleet.scheduler.apiwriter import ApiWriter
 
 log = logging.getLogger("gpufleet.scheduler.binder")
@@ -253,6 +254,25 @@ class Binder:
     def list_budgets(self, namespaces: Iterable[str]) -> list[dict[str, Any]]:
         """The PodDisruptionBudgets of `namespaces`, as JSON objects."""
         return list_budgets(self.api.api_client, namespaces)
+
+    def job_template(self, job: Mapping[str, str]) -> dict[str, Any] | None:
+        """The current pod template (`spec.template`) of `job` (a pod's controller, as
+        `mover.job_reference` gives it) when it is a TrainingJob, read from the API server;
+        None for another kind or a job that is gone. Other errors raise."""
+        group, _, version = job.get("apiVersion", "").partition("/")
+        if group != API_GROUP or job.get("kind") != "TrainingJob":
+            return None
+        api = client.CustomObjectsApi(self.api.api_client)
+        try:
+            raw: Any = api.get_namespaced_custom_object(
+                group, version, job["namespace"], "trainingjobs", job["name"]
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        template = (raw.get("spec") or {}).get("template")
+        return dict(template) if isinstance(template, dict) else None
 
     def delete_pods(
         self, keys: Iterable[str], reason: str, message: str, force: bool = False

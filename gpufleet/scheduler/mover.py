@@ -22,7 +22,9 @@ A move goes in three steps, one per cycle that sees it:
 2. `hold` (every cycle, after the snapshot): the reserved GPUs are shown to the core as held by
    `<gang>#moving`, a running gang no one may preempt, so nothing else is placed there;
    GPUs the old pods still hold are not shown twice. What the gang's pods will ask of the
-   reserved nodes' CPU, memory and ephemeral storage (read from the old pods) is kept from
+   reserved nodes' CPU, memory and ephemeral storage (read at `start` from the job's current
+   pod template, which the operator makes the new pods from; from the old pods when it cannot
+   be read: `_requests`) is kept from
    every pending gang the same way (`nominated.keep`), so that a gang placed beside the
    reservation meanwhile does not leave the moved gang short at its rebind. The GPUQueue
    status shows the reservation as `held`, not as a second use of the gang's queue
@@ -169,7 +171,8 @@ class Reservation:
     exit_by: float
     expires: float | None = None  # set once the old pods are gone
     # What one of its pods asks of its node (CPU, memory, ephemeral storage), read from its
-    # old pods: kept on the reserved nodes while they exit (`held`).
+    # job's current pod template (else its old pods: `GangMover._requests`): kept on the
+    # reserved nodes while the old pods exit (`held`).
     requests: Resources = field(default_factory=Resources)
     # (pod key, uid) of the pods of reclaim victims evicted in the move's decision on GPUs of
     # the new placement (core/evacuation.py): those GPUs are the move's once they exit, not
@@ -334,7 +337,7 @@ class GangMover:
                 frozenset((k, uids[k]) for k in keys if k in uids),
                 running,
                 exit_by=self.clock() + 2 * grace + self.reserve_s,
-                requests=Resources() if first is None else pod_requests(first.pod),
+                requests=Resources() if first is None else self._requests(first.pod, report),
                 waits=waits,
             )
             self._reserved = {**self._reserved, gid: reservation}
@@ -375,6 +378,26 @@ class GangMover:
         until = self.clock() + self.reserve_s
         self._given_away = {**self._given_away, **dict.fromkeys(dropped, until)}
         self._reserved = {g: r for g, r in self._reserved.items() if g not in dropped}
+
+    def _requests(self, pod: Obj, report: CycleReport) -> Resources:
+        """What one of the moved gang's recreated pods will ask of its node: the requests of
+        its job's current pod template (the operator builds the new pods from it, so a
+        template changed since the old pods were made is seen), with the old pod's overhead
+        (set at admission, not in the template); the old pod's own requests when the job's
+        template cannot be read (a bare pod, the job gone, the API unreachable: logged)."""
+        try:
+            template = self.binder.job_template(job_reference(pod))
+        except Exception as exc:
+            log.warning(
+                "cycle=%d cannot read the pod template of %s's job, its old pods' requests are "
+                "kept: %s", report.cycle, pod["metadata"]["name"], exc,
+            )  # fmt: skip
+            template = None
+        spec = None if template is None else template.get("spec")
+        if not isinstance(spec, dict):
+            return pod_requests(pod)
+        overhead = (pod.get("spec") or {}).get("overhead")
+        return pod_requests({"spec": {**spec, "overhead": overhead}})
 
     def _victims_on(
         self, move: Move, decision: Decision, view: ClusterView, stopped: Collection[str]

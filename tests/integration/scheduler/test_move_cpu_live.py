@@ -14,7 +14,8 @@ gone. No GPU is double-booked. And a moved gang's rebind is checked against the 
 less what a waiting preemptor it may not take from is promised there (the second test); a
 nominated gang whose wait ends while a move waits for its old pod is not bound on the CPU the
 move needs, and its reason says its hold was given up for that move (the third:
-nominated.refit).
+nominated.refit); and what a move keeps is what its job's current pod template asks, a
+template changed since the old pod was made included (the fourth).
 """
 
 from __future__ import annotations
@@ -131,6 +132,58 @@ def test_a_gang_is_not_bound_on_the_cpu_a_moved_gang_will_need(kube: Kube, ns: s
     (new,) = wait_for(lambda: kube.bound(ns, "long", started=True), "long running again", 60)
     assert new["spec"]["nodeName"] == NODE
     assert kube.bound(ns, "late") == []  # 28 CPUs left beside long's 100
+    assert invariants.check(kube.core) == []
+
+
+def test_a_move_keeps_the_cpu_of_its_jobs_current_template(kube: Kube, ns: str) -> None:
+    # As above, but long's template is changed to 120 CPUs while its pod (100) runs: the pod
+    # the operator recreates after the move asks 120. `small` (4 A100 GPUs, 20 CPUs, pinned)
+    # fits the node's 128 CPUs beside the old pod's 100, not beside the new one's 120: it is
+    # not bound while long's old pod exits (before, it was: the reservation kept the old
+    # pod's 100, and long, short of CPU at its rebind, lost it), and long is bound there.
+    kube.create_job(ns, training_job("fill-h100", 3, gpus=8, gpu_type="H100-80GB", priority=100))
+    kube.create_job(ns, training_job("fill-a100", 1, gpus=8, gpu_type="A100-80GB", priority=100))
+    for job in ("fill-h100", "fill-a100"):
+        wait_for(lambda j=job: kube.phase(ns, j) == "Running", f"{job} running", 60)
+    kube.create_job(ns, _long())
+    (old,) = wait_for(lambda: kube.bound(ns, "long", started=True), "long running", 60)
+    assert old["spec"]["nodeName"].startswith("l4-")
+    uid, pod = old["metadata"]["uid"], old["metadata"]["name"]
+    kube.patch_job(ns, "long", {"spec": {"template": _cpu(_long(), "120")["spec"]["template"]}})
+    wait_for(
+        lambda: (
+            (kube.job(ns, "long") or {})["spec"]["template"]["spec"]["containers"][0]["resources"][
+                "requests"
+            ]["cpu"]
+            == "120"
+        ),
+        "long's template changed",
+    )
+    kube.linger(ns, pod, hold=True)
+    started = parse_time(old["status"]["startTime"])
+    assert started is not None
+    wait_for(lambda: (datetime.now(UTC) - started).total_seconds() > 6, "long past a move's price")
+    try:
+        kube.delete_job(ns, "fill-a100")
+        wait_for(lambda: _moving(kube, ns, uid), "long's pod deleted for a move", 60)
+        small = _cpu(training_job("small", 1, gpus=4, gpu_type="A100-80GB"), "20")
+        kube.create_job(ns, _pinned(small))
+        wait_for(
+            lambda: "NodeResourcesFit" in kube.scheduled_message(ns, "small"), "small's reason", 30
+        )
+        for _ in range(15):
+            assert kube.bound(ns, "small") == []
+            time.sleep(0.2)
+        assert not _gone(kube, ns, uid)  # its old pod still exits
+        assert invariants.check(kube.core) == []
+    finally:
+        if not _gone(kube, ns, uid):
+            kube.linger(ns, pod, hold=False)
+    (new,) = wait_for(lambda: kube.bound(ns, "long", started=True), "long running again", 60)
+    assert new["spec"]["nodeName"] == NODE
+    (container,) = new["spec"]["containers"]
+    assert container["resources"]["requests"]["cpu"] == "120"
+    assert kube.bound(ns, "small") == []  # 8 CPUs left beside long's 120
     assert invariants.check(kube.core) == []
 
 

@@ -51,6 +51,7 @@ class FakeBinder:
         self.patched: list[tuple[str, dict[str, Any]]] = []  # (pod key, merge patch)
         self.refuse_patch: dict[str, str] = {}  # pod key -> the API's refusal
         self.preempted: list[tuple[str, str]] = []  # (pod key, cause) deleted as a preemption
+        self.templates: dict[str, dict[str, Any]] = {}  # job "namespace/name" -> pod template
 
     def bind_async(self, requests: Iterable[BindRequest]) -> Future[dict[str, str | None]]:
         """Done at once, unless `hold` is set: then the test completes `held` itself."""
@@ -108,6 +109,9 @@ class FakeBinder:
     def preempt_pods(self, keys: Iterable[str], reason: str, message: str) -> list[str]:
         self.preempted.extend((k, reason) for k in keys)
         return []
+
+    def job_template(self, job: Mapping[str, str]) -> dict[str, Any] | None:
+        return self.templates.get(f"{job['namespace']}/{job['name']}")
 
     def list_budgets(self, namespaces: Iterable[str]) -> list[dict[str, Any]]:
         wanted = set(namespaces)

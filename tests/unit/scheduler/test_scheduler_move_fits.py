@@ -174,6 +174,54 @@ def test_a_gang_is_not_bound_on_the_cpu_a_moved_gang_will_need() -> None:
     assert binder.bound["ns/long-0"].node == "a100-0"
 
 
+def _owned(pod: dict[str, Any]) -> dict[str, Any]:
+    """`pod` as a worker of TrainingJob `long` (its controller)."""
+    pod["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "gpufleet.io/v1alpha1",
+            "kind": "TrainingJob",
+            "name": "long",
+            "uid": "job-1",
+            "controller": True,
+        }
+    ]
+    return pod
+
+
+def test_a_move_keeps_the_cpu_its_jobs_current_template_asks_not_its_old_pods() -> None:
+    cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
+    # long's job template was changed to 6 CPUs since its pod (3 CPUs) was made: the pods the
+    # operator recreates after the move ask 6.
+    binder.templates["ns/long"] = {
+        "spec": {"containers": [{"name": "m", "resources": {"requests": {"cpu": "6"}}}]}
+    }
+    load(cache, _nodes(), [_owned(_cpu(long_pod(), "3"))])
+    sched = scheduler(cache, binder, clock=clock)
+    assert sched.run_cycle().moved == ["ns/long"]
+    assert sched.mover.reservations["ns/long"].requests.cpu == 6000
+    # While long's old pod exits, late (6 CPUs) fits the A100 node's other 4 GPUs and its 10
+    # CPUs beside the 3 the old pod asks, not beside the 6 the new one will.
+    load(cache, _nodes(), [_owned(_cpu(long_pod(), "3")), _late(50)])
+    clock.t += 1
+    report = sched.run_cycle()
+    # Before: late bound on a100-0 (3 CPUs kept), and long, short of CPU at its rebind,
+    # decided afresh.
+    assert binder.bound == {}, report.bound
+    assert "NodeResourcesFit" in report.pending["ns/late"]
+    load(cache, _nodes(), [_owned(_recreated()), _late(50)])
+    clock.t += 1
+    assert sched.run_cycle().bound == ["ns/long"]
+    assert binder.bound["ns/long-0"].node == "a100-0"
+
+
+def test_a_move_keeps_its_old_pods_cpu_when_its_jobs_template_cannot_be_read() -> None:
+    cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
+    load(cache, _nodes(), [_owned(_cpu(long_pod(), "3"))])  # the job's template not there
+    sched = scheduler(cache, binder, clock=clock)
+    assert sched.run_cycle().moved == ["ns/long"]
+    assert sched.mover.reservations["ns/long"].requests.cpu == 3000
+
+
 def _pair(uid: str, bound: bool) -> list[dict[str, Any]]:
     """pair: two pods of 2 GPUs each asking 3 CPUs, like long on the L4 node when `bound`."""
     out = []
