@@ -6,6 +6,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from gpufleet.scheduler import binder as binder_module
 from gpufleet.scheduler.binder import Binder, BindRequest
 from gpufleet.testing.operator import wait_for
 
@@ -23,6 +27,8 @@ class Answer:
 
 
 class FakeCore:
+    api_client = None  # what the binder hands other API groups' clients
+
     def __init__(self) -> None:
         self.bindings: list[dict[str, Any]] = []
         self.status_patches: list[tuple[str, str]] = []
@@ -63,3 +69,37 @@ def test_pending_reasons_are_written_once_in_the_background() -> None:
     wait_for(lambda: core.status_patches, "the first write")
     binder.close()
     assert core.status_patches == [("a", "Reason: x")]
+
+
+class FakeCustom:
+    """TrainingJobs by (namespace, name); any other raises the API's 404."""
+
+    def __init__(self, jobs: dict[tuple[str, str], dict[str, Any]]) -> None:
+        self.jobs = jobs
+        self.asked: list[tuple[str, str, str, str, str]] = []
+
+    def get_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, name: str
+    ) -> dict[str, Any]:
+        self.asked.append((group, version, namespace, plural, name))
+        if (namespace, name) not in self.jobs:
+            raise ApiException(status=404, reason="Not Found")
+        return self.jobs[(namespace, name)]
+
+
+def test_a_jobs_pod_template_is_read_for_a_trainingjob_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    template = {"spec": {"containers": [{"name": "m", "resources": {"requests": {"cpu": "6"}}}]}}
+    custom = FakeCustom({("ns", "long"): {"spec": {"template": template}}})
+    monkeypatch.setattr(binder_module.client, "CustomObjectsApi", lambda _api: custom)
+    core = FakeCore()
+    binder = Binder(core)  # type: ignore[arg-type]
+    job = {"apiVersion": "gpufleet.io/v1alpha1", "kind": "TrainingJob", "namespace": "ns"}
+    assert binder.job_template({**job, "name": "long"}) == template
+    assert custom.asked == [("gpufleet.io", "v1alpha1", "ns", "trainingjobs", "long")]
+    assert binder.job_template({**job, "name": "gone"}) is None  # deleted since
+    pod = {"apiVersion": "v1", "kind": "Pod", "namespace": "ns", "name": "long-0"}
+    assert binder.job_template(pod) is None  # a bare pod: nothing asked
+    assert len(custom.asked) == 2
+    binder.close()
