@@ -23,12 +23,11 @@ A move goes in three steps, one per cycle that sees it:
    `<gang>#moving`, a running gang no one may preempt, so nothing else is placed there;
    GPUs the old pods still hold are not shown twice. What the gang's pods will ask of the
    reserved nodes' CPU, memory and ephemeral storage (read at `start` from the job's current
-   pod template, which the operator makes the new pods from; from the old pods when it cannot
-   be read: `_requests`) is kept from
-   every pending gang the same way (`nominated.keep`), so that a gang placed beside the
-   reservation meanwhile does not leave the moved gang short at its rebind. The GPUQueue
-   status shows the reservation as `held`, not as a second use of the gang's queue
-   (queue_objects.py).
+   pod template, which the operator makes the new pods from, else from the old pods:
+   `_requests`) is kept from every pending gang the same way (`nominated.keep`), so that a
+   gang placed beside the reservation meanwhile does not leave the moved gang short at its
+   rebind. The GPUQueue status shows the reservation as `held`, not as a second use of the
+   gang's queue (queue_objects.py).
 3. `take` (before the decision): once the gang's recreated pods are all pending and no old pod
    is left, they are bound to the reserved placement (through the same assume-then-bind batch
    as the core's placements) instead of being offered to the core, if they pass the checks a
@@ -54,7 +53,7 @@ that only a gang that could preempt the moved gang were it running there (of hig
 with queues, of its queue, or a reclaim of quota its queue borrows) is given their GPUs. Such
 a decision evicts them again (already going: nothing changes) and the mover drops the
 reservation at once (`give_way`): the moved gang, which would not be bound there, is decided
-afresh, and its pods say which gang was given the GPUs.
+afresh, and its pods say which gang preempted those victims.
 A reservation ends when its gang is bound, when something else holds one of its GPUs (a pod of
 another scheduler, say) or a node of it is gone, when its recreated pods fail the checks,
 `move_reserve_s` after its old pods are gone, or when they are still there `move_reserve_s`
@@ -358,9 +357,9 @@ class GangMover:
     ) -> None:
         """Drop the reservations whose exiting victims (`Reservation.waits`) the decision
         evicts again for another gang (its evictions gone ahead: not in `stopped`), one that
-        may evict a gang of the moved gang's priority (`held`): that gang is given their GPUs,
-        so the moved gang will not be bound there; it is decided afresh once its pods are
-        recreated, and says why while it waits (`explain`)."""
+        could preempt the moved gang were it running there (`held`): that gang is given their
+        GPUs, so the moved gang will not be bound there; it is decided afresh once its pods
+        are recreated, and says why while it waits (`explain`)."""
         if not self._reserved:
             return
         takers = {p.gang_id: p.for_gang for p in decision.preemptions if p.for_gang not in stopped}
@@ -369,7 +368,7 @@ class GangMover:
             given = sorted((v, takers[v]) for v in _exiting(reservation, view) if v in takers)
             if given:
                 victim, taker = given[0]
-                dropped[gid] = f"gang {taker} was given the GPUs {victim} frees there"
+                dropped[gid] = f"gang {taker} preempted {victim}, exiting from them, for itself"
         if not dropped:
             return
         for gid, why in dropped.items():
@@ -635,8 +634,8 @@ def held(
     meanwhile does not leave it short at its rebind; nor does a nominated gang bound now at the
     end of its wait, whose hold is dropped (it is decided afresh) when its pods do not fit
     beside what the moved gangs are promised (`nominated.refit`: the last item returned is
-    such gang -> what its pending message adds, `nominated.given_up_text`). What the pods bound now
-    (`taken`) take is taken from the view's `free` resources, which the cycle's other
+    such gang -> what its pending message adds, `nominated.given_up_text`). What the pods
+    bound now (`taken`) take is taken from the view's `free` resources, which the cycle's other
     placements are checked against (`eligibility.overcommitted`). Pure: `GangMover.hold` keeps
     the result, the admin API's what-if only looks."""
     snapshot = view.snapshot

@@ -169,8 +169,8 @@ def test_a_higher_priority_gang_is_given_the_gpu_a_moves_victim_frees(kube: Kube
         # evict the exiting filler again and is given its GPU; the reservation goes at once.
         kube.create_job(ns, _pinned("hi", "keeper", node, 10))
         dropped = (
-            f"its move's reservation on {node} was dropped: gang {ns}/hi was given the GPUs "
-            f"{ns}/{filler} frees there"
+            f"its move's reservation on {node} was dropped: gang {ns}/hi preempted "
+            f"{ns}/{filler}, exiting from them, for itself"
         )
         wait_for(lambda: dropped in kube.scheduled_message(ns, mover), f"{mover}'s reason", 30)
         wait_for(

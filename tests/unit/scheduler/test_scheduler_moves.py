@@ -366,8 +366,8 @@ def test_a_higher_priority_gang_may_take_the_gpus_a_moves_victim_frees() -> None
     assert report.preempted == ["ns/v"], report.pending.get("ns/hi")
     assert "ns/long" not in sched.mover.reserved
     assert sched.mover.dropped["ns/long"] == (
-        "its move's reservation on a100-0 was dropped: gang ns/hi was given the GPUs ns/v "
-        "frees there"
+        "its move's reservation on a100-0 was dropped: gang ns/hi preempted ns/v, exiting from "
+        "them, for itself"
     )
     assert "ns/long-0" not in binder.bound and "ns/hi-0" not in binder.bound
     load(cache, nodes(), [_wide(), long_pod(uid="u2", bound=False), hi])
@@ -376,7 +376,7 @@ def test_a_higher_priority_gang_may_take_the_gpus_a_moves_victim_frees() -> None
     bound = binder.bound["ns/hi-0"]
     assert (bound.node, bound.annotations[names.ASSIGNED_GPUS]) == ("a100-0", "0,1,2,3,4,5,6,7")
     assert "ns/long-0" not in binder.bound, report.bound
-    assert "was dropped: gang ns/hi" in report.pending["ns/long"]
+    assert "was dropped: gang ns/hi preempted ns/v" in report.pending["ns/long"]
 
 
 def test_a_gang_of_the_moves_priority_is_not_given_the_gpus_its_victim_frees() -> None:
