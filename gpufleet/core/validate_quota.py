@@ -8,9 +8,10 @@ the decision, and reports:
 - the same while victims still run: with the placements bound at once (they wait for no
   victim), and once the victims some placements wait for (their own and their `waits_for`)
   have gone and the others still run, with every placement bound by then: victims exit in
-  any order, so every union of the placements' awaited sets is such a moment (up to
-  `MAX_MOMENT_SETS` distinct sets; past that each set alone). A gang that fits only on quota
-  the victims give back must wait for them (preempt.py `quota_waits`); before any wait was
+  any order, so every set of gone victims is such a moment. Per resource, the unions of its
+  placements' awaited sets cover them all, and a branch of unions that cannot break a limit
+  is not searched (`_Moments`), so the check is exact. A gang that fits only on quota the
+  victims give back must wait for them (preempt.py `quota_waits`); before any wait was
   checked, one bound at once kept its queue over its limit for the victims' grace period;
 - an admitted non-preemptible gang that borrows what a reclaim might need back (neither within
   nominal all the way up nor on capacity no queue is promised);
@@ -28,8 +29,11 @@ the decision, and reports:
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
 
 from gpufleet.core.borrowing import growth_job
 from gpufleet.core.decision import Decision
@@ -39,12 +43,7 @@ from gpufleet.core.queues import QueueTree, resource_key, split_resource
 from gpufleet.core.service_tier import rank
 from gpufleet.core.snapshot import RunningGang, Snapshot
 
-__all__ = ["MAX_MOMENT_SETS", "quota_problems", "start_moments"]
-
-# Distinct awaited victim sets whose every union is checked as a moment (`start_moments`):
-# 2**10 moments at most. The scheduler checks a placement in at most 64 such states
-# (preempt.py MAX_START_STATES) on one resource.
-MAX_MOMENT_SETS = 10
+__all__ = ["quota_problems"]
 
 Usage = dict[str | None, Counter[str]]  # queue (None: outside) -> own usage per resource
 
@@ -180,72 +179,203 @@ def _start_problems(
 ) -> list[str]:
     """The queues' limits while victims still run. A placement is bound once every gang it
     waits for has gone (its own victims, if it preempted, and its `waits_for`); one waiting for
-    none, at once. At each such moment (`start_moments`: no victim gone yet, then the victims
-    of any placements' awaited sets gone, the others running), with the placements whose
-    awaited victims are all gone bound, no queue may be over a limit the decision made it
-    exceed: a gang that fits only on quota the victims give back must wait for them (preempt.py
-    `quota_waits`). The moment every victim has gone is the decision's own account, judged
-    above."""
+    none, at once. Victims exit in any order, so every set of gone victims short of all of them
+    is a moment (the moment every victim has gone is the decision's own account, judged above):
+    with the placements whose awaited victims are all gone bound, no queue may be over a limit
+    the decision made it exceed: a gang that fits only on quota the victims give back must wait
+    for them (preempt.py `quota_waits`). Each resource is judged alone (`_Moments`)."""
     if not decision.preemptions:
         return []
     own: dict[str, set[str]] = {}
     for pre in decision.preemptions:
         own.setdefault(pre.for_gang, set()).add(pre.gang_id)
     victims = frozenset(p.gang_id for p in decision.preemptions)
-    awaits = {  # a wait for a gang not evicted frees nothing (validate.py reports it)
-        p.gang_id: (frozenset(own.get(p.gang_id, set()) | set(p.waits_for)) & victims, p)
-        for p in decision.placements
-        if p.gang_id in gangs
-    }
-    moments = start_moments([gone for gone, _ in awaits.values()], victims)
+    starts: dict[str, list[_Start]] = {}
+    for p in decision.placements:
+        gang = gangs.get(p.gang_id)
+        if gang is None:
+            continue
+        # A wait for a gang not evicted frees nothing (validate.py reports it); one placement
+        # that awaits every victim starts in the decision's own account only.
+        awaited = frozenset(own.get(p.gang_id, set()) | set(p.waits_for)) & victims
+        if awaited and victims <= awaited:
+            continue
+        resource = resource_key(p.gpu_type, gang.mig_profile)
+        start = _Start(
+            p.gang_id, _home(tree, gang.queue), gang.gpus_needed(p.replica_count), awaited
+        )
+        starts.setdefault(resource, []).append(start)
+    gone_charges: dict[str, dict[str, tuple[str | None, int]]] = {}
+    for victim_id in victims:
+        victim = running.get(victim_id)
+        if victim is not None:
+            resource, amount = _charge(victim)
+            gone_charges.setdefault(resource, {})[victim_id] = (_home(tree, victim.queue), amount)
+    found: list[tuple[frozenset[str], str, list[str], list[str]]] = []
+    for resource, on_resource in sorted(starts.items()):
+        charges = gone_charges.get(resource, {})
+        moments = _Moments(snapshot, tree, old, before, resource, on_resource, victims, charges)
+        for gone, problems in moments.with_problems():
+            ids = sorted(s.gang_id for s in on_resource if s.awaited <= gone)
+            found.append((gone, resource, ids, problems))
     out: list[str] = []
-    for gone in sorted(moments, key=lambda m: (len(m), sorted(m))):
-        usage: Usage = {k: Counter(v) for k, v in before.items()}
-        for victim_id in gone:
-            victim = running.get(victim_id)
-            if victim is not None:
-                resource, amount = _charge(victim)
-                usage[_home(tree, victim.queue)][resource] -= amount
-        bound: dict[str, list[str]] = {}  # resource -> gangs bound by this moment
-        for gang_id, (awaited, placement) in awaits.items():
-            if not awaited <= gone:
-                continue
-            gang = gangs[gang_id]
-            resource = resource_key(placement.gpu_type, gang.mig_profile)
-            amount = gang.gpus_needed(placement.replica_count)
-            usage.setdefault(_home(tree, gang.queue), Counter())[resource] += amount
-            bound.setdefault(resource, []).append(gang_id)
-        account = _Account(tree, usage)
+    for gone, _, ids, problems in sorted(found, key=lambda f: (len(f[0]), sorted(f[0]), f[1])):
         when = (
             "bound at once, while the victims still run"
             if not gone
             else f"bound once {', '.join(sorted(gone))} {'has' if len(gone) == 1 else 'have'} "
             "gone, while other victims still run"
         )
-        for resource, ids in sorted(bound.items()):
-            out.extend(
-                f"{', '.join(sorted(ids))} {when}: {problem} (a gang waits for the victims "
-                "whose GPUs or queue quota it takes: waits_for)"
-                for problem in _limit_problems(snapshot, tree, old, account, resource)
-            )
+        out.extend(
+            f"{', '.join(ids)} {when}: {problem} (a gang waits for the victims whose GPUs or "
+            "queue quota it takes: waits_for)"
+            for problem in problems
+        )
     return out
 
 
-def start_moments(
-    awaited: Sequence[frozenset[str]], victims: frozenset[str]
-) -> set[frozenset[str]]:
-    """The sets of gone victims to check placements' starts at (`_start_problems`): none gone,
-    and every union of the `awaited` sets short of all `victims` (which the decision's own
-    account covers). Any other set of gone victims binds the same placements as the union of
-    the awaited sets inside it, with no fewer victims gone, so no queue holds more then.
-    Past `MAX_MOMENT_SETS` distinct sets, each set alone (no union)."""
-    sets = sorted({a for a in awaited if a and not victims <= a}, key=sorted)
-    if len(sets) > MAX_MOMENT_SETS:
-        return {frozenset(), *sets}
-    moments: set[frozenset[str]] = {frozenset()}
-    for one in sets:
-        moments |= {m | one for m in moments}
-    return {m for m in moments if not victims <= m}
+@dataclass(frozen=True)
+class _Start:
+    """A placement on one resource: its gang, home queue, amount and awaited victims."""
+
+    gang_id: str
+    home: str | None
+    amount: int
+    awaited: frozenset[str]
+
+
+class _Moments:
+    """The moments one resource's account must be judged at, and their problems.
+
+    Only the placements on the resource and the victims charged on it change its account, and
+    a level's (a queue's, or the cluster's) load only those under it. Take a level and any set
+    G of gone victims: the placements under it bound at G are those whose awaited set is inside
+    G, and they are as well bound at M, the union of those awaited sets; M is inside G, so no
+    more victims are gone at M, and a load only grows with the usage of a queue under it: the
+    level holds at least as much at M as at G. So each level is judged at the unions of its
+    placements' distinct awaited sets (the empty one too): `witness` searches them, fewest
+    victims gone first, and stops at the first that breaks the level's limit."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        tree: QueueTree,
+        old: _Account,
+        before: Usage,
+        resource: str,
+        starts: Sequence[_Start],
+        victims: frozenset[str],
+        charges: Mapping[str, tuple[str | None, int]],
+    ) -> None:
+        """`charges`: the victims charged on `resource`, each with its home queue and amount."""
+        self.snapshot, self.tree, self.old, self.resource = snapshot, tree, old, resource
+        self.base = {q: c[resource] for q, c in before.items() if c[resource]}
+        self.starts, self.victims, self.charges = starts, victims, charges
+        # A level breaks a limit when its load passes both its limit and its load before.
+        self.threshold: dict[str | None, float] = {
+            q: max(tree.queues[q].quota(resource).ceiling, old.load(q, resource))
+            for q in tree.queues
+            if tree.usable(q)
+        }
+        self.threshold[None] = max(_capacity(snapshot, resource), old.load(None, resource))
+
+    def account(self, gone: frozenset[str], reach: frozenset[str]) -> _Account:
+        """With the victims in `gone` gone and every placement whose awaited set is inside
+        `reach` bound."""
+        own = dict(self.base)
+        for victim_id in gone & self.charges.keys():
+            home, amount = self.charges[victim_id]
+            own[home] = own.get(home, 0) - amount
+        for start in self.starts:
+            if start.awaited <= reach:
+                own[start.home] = own.get(start.home, 0) + start.amount
+        return _Account(self.tree, {q: Counter({self.resource: n}) for q, n in own.items()})
+
+    def with_problems(self) -> list[tuple[frozenset[str], list[str]]]:
+        """A moment for each level broken at some moment, with all its problems."""
+        most = self.account(frozenset(), self.victims)  # every placement bound, no victim gone
+        moments = {
+            self.witness(level)
+            for level, limit in self.threshold.items()
+            if most.load(level, self.resource) > limit
+        }
+        return [
+            (
+                gone,
+                _limit_problems(
+                    self.snapshot, self.tree, self.old, self.account(gone, gone), self.resource
+                ),
+            )
+            for gone in moments
+            if gone is not None
+        ]
+
+    def _block(self, home: str | None, level: str | None) -> str | bool | None:
+        """The block of `level`'s load a queue's usage is in: its nearest queue up to `level`
+        (not included) that keeps some quota (its load counts at least that much, so what its
+        subtree gains and loses there does not pass on below it), else `level`; False: not
+        under `level`."""
+        if home is None:
+            return None if level is None else False
+        for name in self.tree.path(home):
+            if name == level:
+                return level
+            if self.tree.queues[name].quota(self.resource).kept > 0:
+                return name
+        return level if level is None else False
+
+    def witness(self, level: str | None) -> frozenset[str] | None:
+        """The first moment (fewest victims gone, then by name) at which `level` breaks its
+        limit; None: none. A search that puts each awaited set in or out in turn, and drops a
+        branch when even the most its moments can hold (`_most`) breaks nothing."""
+        blocks = {s.home: self._block(s.home, level) for s in self.starts}
+        blocks |= {h: self._block(h, level) for h, _ in self.charges.values()}
+        mine = [s for s in self.starts if blocks[s.home] is not False]
+        sets = sorted({s.awaited for s in mine if s.awaited}, key=sorted)
+        reach = [frozenset[str]()] * (len(sets) + 1)  # reach[i]: what sets i... can add
+        for i in range(len(sets) - 1, -1, -1):
+            reach[i] = reach[i + 1] | sets[i]
+        seen: set[tuple[frozenset[str], int]] = set()
+        todo: list[tuple[int, tuple[str, ...], int, frozenset[str]]] = [(0, (), 0, frozenset())]
+        while todo:
+            _, _, i, gone = heapq.heappop(todo)
+            if (gone, i) in seen:
+                continue
+            seen.add((gone, i))
+            if self._most(level, blocks, mine, gone, gone | reach[i]) <= self.threshold[level]:
+                continue
+            if i == len(sets):
+                return gone  # nothing left to reach: the moment's own load
+            for nxt in {gone, gone | sets[i]}:
+                if not self.victims <= nxt:
+                    heapq.heappush(todo, (len(nxt), tuple(sorted(nxt)), i + 1, nxt))
+        return None
+
+    def _most(
+        self,
+        level: str | None,
+        blocks: Mapping[str | None, str | bool | None],
+        mine: Sequence[_Start],
+        gone: frozenset[str],
+        reach: frozenset[str],
+    ) -> Fraction:
+        """The most `level`'s load can be at a moment from `gone` up to `reach`: its load at
+        `gone`, plus what each placement bound on the way can add, net of a share of the victims
+        it needs that could still go: each such victim's amount split among the placements in
+        its block that need it (every such victim gone is paid once in full, by at most all
+        of them; and within a block, the load is a sum)."""
+        most = Fraction(self.account(gone, gone).load(level, self.resource))
+        coming = [s for s in mine if not s.awaited <= gone and s.awaited <= reach]
+        needs: Counter[tuple[str, str | bool | None]] = Counter()
+        for s in coming:
+            needs.update((v, blocks[s.home]) for v in s.awaited - gone)
+        for s in coming:
+            share = Fraction(0)
+            for v in s.awaited - gone:
+                if v in self.charges and blocks[self.charges[v][0]] == blocks[s.home]:
+                    share += Fraction(self.charges[v][1], needs[v, blocks[s.home]])
+            most += max(Fraction(0), s.amount - share)
+        return most
 
 
 def _preemption_problems(
