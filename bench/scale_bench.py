@@ -71,6 +71,7 @@ from gpufleet.core.place import place
 from gpufleet.core.policy import Engine, Policy, SolverSettings
 from gpufleet.core.queues import QueueSpec, QueueTree, Quota
 from gpufleet.core.snapshot import Snapshot
+from gpufleet.core.validate import decision_problems
 from gpufleet.model.contract import names
 from gpufleet.model.contract.resources import gpu_resources
 from gpufleet.model.contract.wishes import TypeOption, wish_annotations
@@ -135,6 +136,20 @@ def timed_place(
     return time.perf_counter() - wall, time.process_time() - cpu, decision.stats.engine
 
 
+def validator_cpu(
+    nodes: int, gangs: int, seed: int, policy: Policy, queues: int = 0
+) -> tuple[float, int, int]:
+    """(CPU s, preemptions, problems found) of the core's validator (`decision_problems`, with
+    the queues' rules) on the decision `timed_place` times for the same instance."""
+    snapshot, pending = make_instance(nodes, gangs, seed=seed)
+    if queues:
+        snapshot, pending = with_queues(snapshot, pending, queues, seed)
+    decision = place(snapshot, pending, policy)
+    cpu = time.process_time()
+    problems = decision_problems(snapshot, pending, decision, policy.service_tier_gpu_s)
+    return time.process_time() - cpu, len(decision.preemptions), len(problems)
+
+
 def fit_exponents(cells: list[tuple[int, int, float]]) -> tuple[float, float]:
     """Least-squares (a, b) of log t = c + a log nodes + b log gangs."""
     rows = [(math.log(n), math.log(g), math.log(t)) for n, g, t in cells]
@@ -159,21 +174,28 @@ def run_core(args: Any) -> dict[str, Any]:
     shared = f", {args.queues} queues" if args.queues else ""
     print(f"{args.nodes} nodes x {args.gangs} gangs{shared}, {args.samples} instances (s):",
           flush=True)  # fmt: skip
-    target: dict[str, list[float]] = {"wall": [], "cpu": [], "greedy_wall": []}
+    target: dict[str, list[float]] = {
+        "wall": [], "cpu": [], "greedy_wall": [], "validator_cpu": []
+    }  # fmt: skip
     engines: dict[str, int] = {}
     for s in range(args.samples):
         wall, cpu, engine = timed_place(args.nodes, args.gangs, 7000 + s, policy, args.queues)
         gwall, _, _ = timed_place(args.nodes, args.gangs, 7000 + s, greedy, args.queues)
+        vcpu, evicted, wrong = validator_cpu(args.nodes, args.gangs, 7000 + s, policy, args.queues)
         target["wall"].append(wall)
         target["cpu"].append(cpu)
         target["greedy_wall"].append(gwall)
+        target["validator_cpu"].append(vcpu)
         engines[engine] = engines.get(engine, 0) + 1
-        print(f"  sample {s + 1}: wall {wall:.2f} cpu {cpu:.2f} ({engine}); greedy {gwall:.2f}")
+        print(f"  sample {s + 1}: wall {wall:.2f} cpu {cpu:.2f} ({engine}); greedy {gwall:.2f}; "
+              f"validator cpu {vcpu:.3f} ({evicted} preemptions, {wrong} problems)")  # fmt: skip
     summary = {
         k: {"p50": round(pct(v, 0.5), 3), "p99": round(pct(v, 0.99), 3)} for k, v in target.items()
     }
     print(f"  p50/p99 wall {summary['wall']['p50']}/{summary['wall']['p99']}  "
           f"cpu {summary['cpu']['p50']}/{summary['cpu']['p99']}  engines {engines}")  # fmt: skip
+    print(f"  validator cpu p50/p99 {summary['validator_cpu']['p50']}/"
+          f"{summary['validator_cpu']['p99']}")  # fmt: skip
     print("time (s, median of wall / of CPU) against nodes x gangs:", flush=True)
     cells: list[tuple[int, int, float]] = []
     cpu_cells: list[tuple[int, int, float]] = []
