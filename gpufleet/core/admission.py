@@ -10,10 +10,12 @@ preemption and CP-SAT then ask it (and only it) about queues:
   (`allows`, `replicas_allowed`), and the usage it then adds (`take`);
 - which running gangs a stuck gang may evict (`may_evict`): never one a disruption budget
   protects now (`RunningGang.disruptable`); inside its own queue, preemptible gangs of lower
-  rank (priority, then the service tier: service_tier.py); in other queues, only when this is a
-  reclaim: the stuck gang stays within its queue's nominal quota and the victim's queue borrows
-  the victim's resource. Priorities are never compared across queues (a queue's guarantee does
-  not depend on how others rank their work), as with Kueue's reclaimWithinCohort.
+  rank (priority, then the service tier: service_tier.py, but not a gang the tier evicted
+  before whose run is still short: `service_tier.rerun_guarded`); in other queues, only when
+  this is a reclaim: the stuck gang stays within its queue's nominal quota and the victim's
+  queue borrows the victim's resource. Priorities are never compared across queues (a queue's
+  guarantee does not depend on how others rank their work), as with Kueue's
+  reclaimWithinCohort.
 The gate is copied with the working state, so what-ifs and the CP-SAT pass keep their own
 accounts; `after(decision)` gives the account of a finished decision.
 """
@@ -27,7 +29,7 @@ from gpufleet.core.demand import Gang
 from gpufleet.core.fairshare import QueueShare, order_pending, queue_shares
 from gpufleet.core.queues import resource_key, split_resource
 from gpufleet.core.quota import ROOT, Charge, QuotaBook, running_charge
-from gpufleet.core.service_tier import Rank, rank, served_note, threshold
+from gpufleet.core.service_tier import Rank, rank, rerun_guarded, served_note, threshold
 from gpufleet.core.snapshot import RunningGang, Snapshot
 
 __all__ = ["QueueGate", "namespace_refusal"]
@@ -44,7 +46,8 @@ def namespace_refusal(snapshot: Snapshot, gang: Gang) -> str | None:
 
 class QueueGate:
     """The queues' view of one decision (see the module docstring). `tier_gpu_s` is the
-    service tier's threshold (`Policy.service_tier_gpu_s`; None: no tier)."""
+    service tier's threshold (`Policy.service_tier_gpu_s`; None: no tier) and `tier_rerun_s`
+    its limit on re-evictions (`Policy.service_tier_rerun_s`; None: no limit)."""
 
     def __init__(
         self,
@@ -52,6 +55,7 @@ class QueueGate:
         aging_s: float,
         book: QuotaBook | None = None,
         tier_gpu_s: float | None = None,
+        tier_rerun_s: float | None = None,
     ) -> None:
         if snapshot.queues is None:
             raise ValueError("a queue gate needs a snapshot with queues")
@@ -59,6 +63,7 @@ class QueueGate:
         self.tree = snapshot.queues
         self.aging_s = aging_s
         self.tier_gpu_s = tier_gpu_s
+        self.tier_rerun_s = tier_rerun_s
         self.book = book if book is not None else QuotaBook(self.tree, snapshot)
         self.shares: dict[str, QueueShare] = {}
         # Nodes reserved for aged wide gangs in this state (reservation.py): (node, GPUs).
@@ -66,7 +71,9 @@ class QueueGate:
         self.reserved_for: dict[int, Gang] = {}  # node -> the gang it is reserved for
 
     def copy(self) -> QueueGate:
-        twin = QueueGate(self.snapshot, self.aging_s, self.book.copy(), self.tier_gpu_s)
+        twin = QueueGate(
+            self.snapshot, self.aging_s, self.book.copy(), self.tier_gpu_s, self.tier_rerun_s
+        )
         twin.shares = self.shares
         twin.reserved = list(self.reserved)
         twin.reserved_for = dict(self.reserved_for)
@@ -170,6 +177,8 @@ class QueueGate:
         if not victim.preemptible or not victim.disruptable:
             return False
         if not self.is_reclaim(victim, gang):
+            if self.by_tier(victim, gang) and rerun_guarded(victim, self.tier_rerun_s):
+                return False
             return self.rank(victim) < self.rank(gang)
         home = self._home(gang.queue)
         if home == ROOT:

@@ -76,7 +76,10 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
     refused: list[Pending] = []
     if snapshot.queues is not None:
         initial.gate = QueueGate(
-            snapshot, policy.queue_aging_s, tier_gpu_s=policy.service_tier_gpu_s
+            snapshot,
+            policy.queue_aging_s,
+            tier_gpu_s=policy.service_tier_gpu_s,
+            tier_rerun_s=policy.service_tier_rerun_s,
         )
         refused = [p for p in map(initial.gate.refusal, pending) if p is not None]
         if refused:

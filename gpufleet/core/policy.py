@@ -210,6 +210,12 @@ class Policy:
     # team's long ones. The tier never lifts a gang over a higher priority and is never
     # compared across queues; outside queues it does nothing. None: no tier (priority only).
     service_tier_gpu_s: float | None = SERVICE_TIER_GPU_S
+    # With the service tier: a running gang the tier evicted before (`RunningGang.
+    # tier_evictions`) is not evicted by the tier again until its current run has lasted this
+    # many seconds (`RunningGang.run_s`), which bounds the loop of a served gang evicted, back
+    # ahead of its queue's fresh gangs, and evicted again (service_tier.rerun_guarded).
+    # None: no limit.
+    service_tier_rerun_s: float | None = None
     # Where an evicted gang goes back in line (`RequeueTimestamp`). The core does not read it:
     # the callers that build the gangs (the live view, the simulator) set `Gang.queued_s` by it.
     requeue_timestamp: RequeueTimestamp = REQUEUE_TIMESTAMP
@@ -217,6 +223,8 @@ class Policy:
     def __post_init__(self) -> None:
         if self.service_tier_gpu_s is not None and not self.service_tier_gpu_s > 0:
             raise ValueError("service_tier_gpu_s must be positive (None: no service tier)")
+        if self.service_tier_rerun_s is not None and not self.service_tier_rerun_s > 0:
+            raise ValueError("service_tier_rerun_s must be positive (None: no limit)")
 
     def priority_weight(self, priority: int) -> float:
         """Multiplier of a gang's work in the objective: each priority level doubles it, so

@@ -23,6 +23,12 @@ back in tier 0 and cannot evict the gangs of tier 0 it queues behind, so two ser
 evict each other for the tier. With theta None, or outside every usable queue (none named, or
 one missing from the tree or with a broken ancestry: `threshold`), the rank is the priority and
 a running gang is worth all its work.
+
+A limit on re-evictions (`Policy.service_tier_rerun_s`, `rerun_guarded`): a running gang the
+tier evicted before is not evicted by the tier again until its current run has lasted that
+long. Requeued by its job's creation (`Policy.requeue_timestamp`), an evicted served gang goes
+back ahead of its queue's fresh gangs, takes the GPUs that come free, and a fresh gang then
+evicts it again: the limit bounds that loop without touching reclaims or higher priorities.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ __all__ = [
     "SERVED_VALUE_SHARE",
     "Rank",
     "rank",
+    "rerun_guarded",
     "served_note",
     "served_share",
     "threshold",
@@ -66,6 +73,12 @@ def threshold(tree: QueueTree | None, queue: str | None, theta: float | None) ->
 def rank(gang: Gang | RunningGang, theta: float | None) -> Rank:
     """The gang's rank among the gangs of its own queue (module docstring)."""
     return (gang.priority, tier(gang.attained_gpu_s, theta))
+
+
+def rerun_guarded(victim: RunningGang, rerun_s: float | None) -> bool:
+    """Whether the limit on re-evictions keeps the tier from evicting `victim` now: the tier
+    evicted it before and its current run is shorter than `rerun_s` (None: no limit)."""
+    return rerun_s is not None and victim.tier_evictions > 0 and victim.run_s < rerun_s
 
 
 def served_note(gang: Gang, theta: float) -> str:

@@ -77,10 +77,17 @@ class RunningGang:
     # run held x the seconds it held them, summed over its runs; `Gang.attained_gpu_s` plus
     # this run's share). Inside a queue it ranks the gang (service_tier.py).
     attained_gpu_s: float = 0.0
+    # Its eviction history, for the limit on the service tier's re-evictions
+    # (`Policy.service_tier_rerun_s`, service_tier.rerun_guarded): how many of the job's earlier
+    # runs the service tier ended, and the seconds its current run has lasted so far.
+    tier_evictions: int = 0
+    run_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.attained_gpu_s >= 0:  # also refuses NaN
             raise ValueError(f"running gang {self.id}: attained_gpu_s must be >= 0")
+        if self.tier_evictions < 0 or not self.run_s >= 0:
+            raise ValueError(f"running gang {self.id}: tier_evictions and run_s must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ no threshold (None) the old behaviour holds; the validator judges the same rule;
 left waiting says why; a preemption says whether the tier made it; CP-SAT admits gangs alike
 but for their service in the queue's order; a gang of a missing or unusable queue has no tier,
 neither in its rank nor in its value; a tier eviction pays for the work the victim has not
-checkpointed.
+checkpointed; with a limit on re-evictions, a gang the tier evicted before is not evicted by the
+tier again before its current run has lasted the limit (both engines), while a higher priority
+still may, and without a limit (the default) it is evicted as before.
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ from gpufleet.core.objective import running_value
 from gpufleet.core.place import place
 from gpufleet.core.policy import SERVICE_TIER_GPU_S, Engine, Policy, SolverSettings
 from gpufleet.core.queues import QueueSpec, QueueTree, Quota
-from gpufleet.core.service_tier import SERVED_VALUE_SHARE, rank, served_share, tier
+from gpufleet.core.service_tier import (
+    SERVED_VALUE_SHARE,
+    rank,
+    rerun_guarded,
+    served_share,
+    tier,
+)
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress, Snapshot
 from gpufleet.core.validate import decision_problems
 from tests.unit.core.placement_builders import cluster, gang
@@ -56,8 +64,13 @@ def decide(
     pending: list[Gang],
     theta: float | None = THETA,
     engine: Engine = Engine.GREEDY,
+    rerun_s: float | None = None,
 ) -> Decision:
-    policy = Policy(solver=SolverSettings(engine=engine), service_tier_gpu_s=theta)
+    policy = Policy(
+        solver=SolverSettings(engine=engine),
+        service_tier_gpu_s=theta,
+        service_tier_rerun_s=rerun_s,
+    )
     decision = place(snapshot, pending, policy)
     assert decision_problems(snapshot, pending, decision, theta) == []
     return decision
@@ -334,3 +347,78 @@ def test_a_priority_eviction_is_not_priced_for_lost_work(engine: Engine) -> None
     decision = decide(snapshot, [gang("new", gpus=2, priority=1, queue="a")], engine=engine)
     assert decision.admitted_ids == {"new"}
     assert [p.gang_id for p in decision.preemptions] == ["long"]
+
+
+# --- the limit on re-evictions ---------------------------------------------------------------
+
+RERUN = 1800.0  # the limit: a re-evicted gang runs this long before the tier may evict it again
+
+
+def evicted_before(snapshot: Snapshot, times: int, run_s: float) -> Snapshot:
+    """The snapshot with `long` evicted by the tier `times` times before, now `run_s` into its
+    current run."""
+    running = tuple(
+        replace(r, tier_evictions=times, run_s=run_s) if r.id == "long" else r
+        for r in snapshot.running
+    )
+    return replace(snapshot, running=running)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("tier_evictions", -1), ("run_s", -1.0), ("run_s", math.nan)]
+)
+def test_the_eviction_history_is_never_negative(field: str, value: float) -> None:
+    with pytest.raises(ValueError, match="tier_evictions and run_s"):
+        RunningGang("r", H100, (ReplicaPlacement("n", (0,)),), **{field: value})
+
+
+@pytest.mark.parametrize("rerun_s", [0.0, -5.0], ids=["zero", "negative"])
+def test_the_limit_is_positive_or_none(rerun_s: float) -> None:
+    with pytest.raises(ValueError, match="service_tier_rerun_s"):
+        Policy(service_tier_rerun_s=rerun_s)
+    assert Policy().service_tier_rerun_s is None
+
+
+@pytest.mark.parametrize(
+    ("times", "run_s", "rerun_s", "guarded"),
+    [
+        pytest.param(1, 0.0, RERUN, True, id="just-back"),
+        pytest.param(3, RERUN - 1, RERUN, True, id="short-run"),
+        pytest.param(1, RERUN, RERUN, False, id="ran-the-limit"),
+        pytest.param(0, 0.0, RERUN, False, id="never-evicted"),
+        pytest.param(1, 0.0, None, False, id="no-limit"),
+    ],
+)
+def test_the_guard_holds_after_a_tier_eviction_for_the_limit_only(
+    times: int, run_s: float, rerun_s: float | None, guarded: bool
+) -> None:
+    victim = RunningGang(
+        "r", H100, (ReplicaPlacement("n", (0,)),), tier_evictions=times, run_s=run_s
+    )
+    assert rerun_guarded(victim, rerun_s) is guarded
+
+
+@ENGINES
+@pytest.mark.parametrize(
+    ("run_s", "rerun_s", "evicted"),
+    [
+        pytest.param(600.0, RERUN, False, id="run-short"),
+        pytest.param(RERUN, RERUN, True, id="run-the-limit"),
+        pytest.param(600.0, None, True, id="no-limit"),
+    ],
+)
+def test_the_tier_does_not_evict_a_gang_it_evicted_before_until_it_has_run_the_limit(
+    engine: Engine, run_s: float, rerun_s: float | None, evicted: bool
+) -> None:
+    snapshot = evicted_before(two_gpus_of_queue_a(), 1, run_s)
+    decision = decide(snapshot, [gang("new", queue="a")], engine=engine, rerun_s=rerun_s)
+    assert decision.admitted_ids == ({"new"} if evicted else set())
+    # Never the fresh gang beside it instead: the tier evicts served gangs only.
+    assert [p.gang_id for p in decision.preemptions] == (["long"] if evicted else [])
+
+
+def test_the_limit_leaves_evictions_for_a_higher_priority() -> None:
+    snapshot = evicted_before(two_gpus_of_queue_a(), 2, 0.0)
+    decision = decide(snapshot, [gang("new", queue="a", priority=1)], rerun_s=RERUN)
+    assert decision.admitted_ids == {"new"}
+    assert [(p.gang_id, p.service_tier) for p in decision.preemptions] == [("long", False)]
