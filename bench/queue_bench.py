@@ -37,9 +37,9 @@ on samples no change was chosen or checked on.
 Usage: `python bench/queue_bench.py [--set scoring|tuning|heldout|fresh|diagnosis|unseen]
 [--windows D1,D2] [--seeds 0,1] [--jobs N] [--load K] [--history-days D] [--engine greedy|cpsat]
 [--type-delay SHARE] [--aging-s S] [--service-tier-gpu-s S] [--requeue-timestamp eviction|creation]
-[--checkpoint-interval S] [--weights equal|share] [--policies gpufleet,kueue,...]`;
-the last line printed is
-one JSON object. `--policies` must include gpufleet and kueue (the targets compare them).
+[--tier-rerun-s S] [--checkpoint-interval S] [--weights equal|share]
+[--policies gpufleet,kueue,...]`; the last line printed is one JSON object. `--policies` must
+include gpufleet and kueue (the targets compare them).
 """
 
 from __future__ import annotations
@@ -184,6 +184,15 @@ def _parser() -> argparse.ArgumentParser:
         "Policy.requeue_timestamp; default the core's); kueue always requeues by eviction",
     )
     parser.add_argument(
+        "--tier-rerun-s",
+        type=positive_float,
+        default=None,
+        metavar="S",
+        help="gpufleet: the service tier does not evict a gang it evicted before until its "
+        "current run has lasted S seconds (core Policy.service_tier_rerun_s; default the "
+        "core's)",
+    )
+    parser.add_argument(
         "--checkpoint-interval",
         type=non_negative_float,
         default=0.0,
@@ -227,6 +236,7 @@ def sample(window: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
             requeue_timestamp=RequeueTimestamp(args.requeue_timestamp)
             if args.requeue_timestamp
             else None,
+            tier_rerun_s=args.tier_rerun_s,
         )
         reports[name] = run.report.as_dict() | {"wall_s": time.perf_counter() - t0}
     for r in reports.values():
@@ -320,7 +330,8 @@ def _run(args: argparse.Namespace) -> int:
         f"service tier {args.service_tier_gpu_s:g} GPU-s, checkpoint "
         f"{checkpoint}, "
         f"requeue timestamp "
-        f"{args.requeue_timestamp or Policy().requeue_timestamp.value}, {args.weights} weights\n"
+        f"{args.requeue_timestamp or Policy().requeue_timestamp.value}, "
+        f"tier re-evictions after {args.tier_rerun_s or 0:g} s of run, {args.weights} weights\n"
     )
     print(
         "| window | seed | tenants | policy | avg JCT (h) | util. (arrivals) | work util. "
@@ -374,6 +385,7 @@ def _run(args: argparse.Namespace) -> int:
             "aging_s": args.aging_s,
             "service_tier_gpu_s": args.service_tier_gpu_s,
             "requeue_timestamp": args.requeue_timestamp or Policy().requeue_timestamp.value,
+            "tier_rerun_s": args.tier_rerun_s,
             "checkpoint_interval_s": args.checkpoint_interval,
             "weights": args.weights,
             "policies": args.policies,

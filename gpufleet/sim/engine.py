@@ -25,7 +25,9 @@ hour and an expected remaining time estimated from the lengths of jobs already c
 those of a history given in the settings), never from the job's own length. With queues, every
 gang also carries the service its job has received so far (GPUs x run time over its runs,
 `attained_gpu_s`: a pending gang its earlier runs, a running one its current run too), which the
-core's service tier ranks gangs of one queue by.
+core's service tier ranks gangs of one queue by; a running gang the tier evicted before also
+carries how many times it did (`tier_evictions`, from the decisions' `Preemption.service_tier`)
+and how long its current run has lasted (`run_s`), for the tier's limit on re-evictions.
 
 Waiting: a gang waits (`Gang.waited_s`) from its arrival, or from its last eviction (a
 preempted gang, or a partial one that gave up its GPUs), as the live scheduler counts from its
@@ -252,6 +254,7 @@ class _Job:
     run_start: float = 0.0  # when the current run began (for interval checkpoints)
     observed: dict[int, float] = field(default_factory=dict)  # replicas -> reported throughput
     moves: list[float] = field(default_factory=list)  # times the policy moved the gang
+    tier_evictions: int = 0  # times the service tier evicted it (Preemption.service_tier)
 
 
 def _mig_profile_for(gpu: GpuType, g: int) -> str | None:
@@ -654,12 +657,18 @@ class Simulation:
 
     def _with_attained(self, running: Sequence[RunningGang]) -> tuple[RunningGang, ...]:
         """Running jobs with the service they have received (GPU-seconds over their runs, the
-        current one included), for the core's service tier; growth units keep none."""
+        current one included), for the core's service tier, and, once the tier has evicted
+        them, their eviction history (its limit on re-evictions); growth units keep none."""
         out: list[RunningGang] = []
         for gang in running:
             job = self.jobs.get(gang.id)
             served = 0.0 if job is None else self._attained_gpu_s(job)
-            out.append(replace(gang, attained_gpu_s=served) if served > 0 else gang)
+            if served > 0:
+                gang = replace(gang, attained_gpu_s=served)
+            if job is not None and job.tier_evictions:
+                ran = self.now - job.run_start if job.state is _State.RUNNING else 0.0
+                gang = replace(gang, tier_evictions=job.tier_evictions, run_s=ran)
+            out.append(gang)
         return tuple(out)
 
     def _attained_gpu_s(self, job: _Job) -> float:
@@ -851,6 +860,8 @@ class Simulation:
                 self._lose_unsaved(job)
                 self._release(job)
                 job.record.preemptions += 1
+                if pre.service_tier:
+                    job.tier_evictions += 1
                 # Waits again from its eviction, as live (its pods are recreated then); its
                 # place in line is there too unless the policy requeues by creation.
                 job.queue_key = self.now

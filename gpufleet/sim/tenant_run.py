@@ -51,14 +51,17 @@ def make_tenant_policy(
     aging_s: float | None = None,
     service_tier_gpu_s: float | None = SERVICE_TIER_GPU_S,
     requeue_timestamp: RequeueTimestamp | None = None,
+    tier_rerun_s: float | None = None,
 ) -> SimPolicy:
     """A policy of `TENANT_POLICIES`. For gpufleet only: `engine` and `seed` are the core's
     solver settings, `type_delay` its delay scheduling across GPU types (off by default),
     `aging_s` its queue aging (`Policy.queue_aging_s`, 1 h by default) and
     `service_tier_gpu_s` its service tier's threshold (`Policy.service_tier_gpu_s`, the core's
     default; None: no tier) and `requeue_timestamp` where an evicted gang goes back in line
-    (`Policy.requeue_timestamp`; None: the core's default). The Kueue-like baseline always
-    requeues by eviction, Kueue's default (`waitForPodsReady.requeuingStrategy.timestamp`)."""
+    (`Policy.requeue_timestamp`; None: the core's default), `tier_rerun_s` the tier's limit
+    on re-evictions (`Policy.service_tier_rerun_s`; None: the core's default). The Kueue-like
+    baseline always requeues by eviction, Kueue's default
+    (`waitForPodsReady.requeuingStrategy.timestamp`)."""
     if name == "gpufleet":
         solver = SolverSettings(engine=engine, seed=seed)
         policy = preset_policy("balanced", solver, type_delay)
@@ -67,6 +70,8 @@ def make_tenant_policy(
             policy = replace(policy, queue_aging_s=aging_s)
         if requeue_timestamp is not None:
             policy = replace(policy, requeue_timestamp=requeue_timestamp)
+        if tier_rerun_s is not None:
+            policy = replace(policy, service_tier_rerun_s=tier_rerun_s)
         return SimPolicy(name=name, place=place, policy=policy)
     if name == "kueue":
         kueue = Policy(requeue_timestamp=RequeueTimestamp.EVICTION)
@@ -107,6 +112,7 @@ def run_tenants(
     aging_s: float | None = None,
     service_tier_gpu_s: float | None = SERVICE_TIER_GPU_S,
     requeue_timestamp: RequeueTimestamp | None = None,
+    tier_rerun_s: float | None = None,
 ) -> TenantRun:
     """Replay `workload` with `setup`'s queues under the named policy and score it (the
     gpufleet-only settings as `make_tenant_policy` takes them)."""
@@ -122,6 +128,7 @@ def run_tenants(
         aging_s=aging_s,
         service_tier_gpu_s=service_tier_gpu_s,
         requeue_timestamp=requeue_timestamp,
+        tier_rerun_s=tier_rerun_s,
     )
     monitor = QuotaMonitor(setup.tree)
     sim_settings = replace(settings or SimSettings(), queues=setup.tree)

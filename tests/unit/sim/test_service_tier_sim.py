@@ -7,7 +7,10 @@ attained service; with the tier a short job of a tenant evicts its own tenant's 
 has run past the threshold, and the long job finishes after it; without the tier (None) it
 waits behind it; with interval checkpoints the eviction waits while the long job's work since
 its last checkpoint is not paid back (the core's price of lost work, fed by the simulator's
-progress); the Kueue-like baseline is the same replay either way.
+progress); a running gang the tier evicted carries how many times it did and how long its
+current run has lasted, so that with a limit on re-evictions the tier's second eviction of the
+long job waits until it has run the limit; the Kueue-like baseline is the same replay either
+way.
 """
 
 from __future__ import annotations
@@ -70,11 +73,16 @@ class Recorder:
 
     policy: Policy
     seen: list[tuple[float, str, bool, float]] = field(default_factory=list)
+    # (now, running gang, its tier evictions, its run so far) for gangs the tier evicted.
+    history: list[tuple[float, str, int, float]] = field(default_factory=list)
     sim: Simulation | None = None
 
     def __call__(self, snapshot: Snapshot, pending: list[Gang], policy: Policy) -> Decision:
         now = self.sim.now if self.sim is not None else 0.0
         self.seen += [(now, r.id, True, r.attained_gpu_s) for r in snapshot.running]
+        self.history += [
+            (now, r.id, r.tier_evictions, r.run_s) for r in snapshot.running if r.tier_evictions
+        ]
         self.seen += [(now, g.id, False, g.attained_gpu_s) for g in pending]
         return place(snapshot, pending, policy)
 
@@ -87,10 +95,15 @@ def _replay(
     resize: bool = False,
     checkpoint_interval_s: float | None = None,
     round_s: float | None = None,
+    rerun_s: float | None = None,
 ) -> tuple[SimResult, Recorder]:
     workload = Workload("test", jobs or _jobs(), profile, catalog)
     setup = tenant_setup({"a": 1.0}, FLEET)
-    policy = Policy(solver=SolverSettings(engine=Engine.GREEDY), service_tier_gpu_s=theta)
+    policy = Policy(
+        solver=SolverSettings(engine=Engine.GREEDY),
+        service_tier_gpu_s=theta,
+        service_tier_rerun_s=rerun_s,
+    )
     recorder = Recorder(policy)
     sim = Simulation(
         SimCluster(FLEET, catalog),
@@ -142,6 +155,40 @@ def test_a_tier_eviction_waits_for_the_long_jobs_checkpoint(
     rec = {r.job_id: r for r in result.jobs}
     assert rec["long"].preemptions == 1
     assert rec["short"].first_start_s == pytest.approx(start_s, abs=110.0)
+
+
+@pytest.mark.parametrize("rerun_s", [None, 1_800.0], ids=["no-limit", "limit"])
+def test_the_tiers_second_eviction_waits_for_the_limit(
+    catalog: Catalog, profile: GavelProfile, rerun_s: float | None
+) -> None:
+    """The long job is evicted for `short` at 5,000 s and runs again from about 6,060 s (the
+    short job's 1,000 s, then a 60 s restart); `again` (fresh) arrives at 6,500 s. Without a
+    limit it evicts the long job at once; with 1,800 s, once the long job's run reaches it
+    (rounds of 100 s re-decide meanwhile)."""
+    again = TraceJob(
+        "again", 6_500.0, 1_000.0, replicas=8, gpus_per_replica=1, model=MODEL, queue="a",
+        same_node=True,
+    )  # fmt: skip
+    result, recorder = _replay(
+        catalog, profile, THETA, [*_jobs(), again], round_s=100.0, rerun_s=rerun_s
+    )
+    rec = {r.job_id: r for r in result.jobs}
+    assert rec["long"].preemptions == 2
+    # Every decision while it runs again sees one tier eviction and its run since about 6,060 s.
+    seen = [(t, n, r) for t, gid, n, r in recorder.history if gid == "long"]
+    assert seen and all(n == 1 for _, n, _ in seen)
+    assert all(t - r == pytest.approx(6_060.0, abs=10.0) for t, _, r in seen)
+    back = seen[0][0] - seen[0][2]
+    # What the core saw of the long job's run at the second eviction's decision.
+    start = rec["again"].first_start_s
+    assert start is not None
+    run_s = next(r for t, _, r in seen if t >= start)
+    if rerun_s is None:
+        assert start == pytest.approx(6_500.0, abs=10.0)
+        assert run_s < 500.0
+    else:
+        assert start >= back + rerun_s - 10.0
+        assert start == pytest.approx(back + rerun_s, abs=210.0) and run_s >= rerun_s
 
 
 def test_a_running_jobs_room_to_grow_carries_the_jobs_service(
