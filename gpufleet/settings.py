@@ -235,6 +235,14 @@ class PlacementSettings(_Group):
         "and may preempt one that has received more (least attained service first); never "
         "over a higher priority, never across queues. 0: no service tier.",
     )
+    service_tier_rerun_s: float = Field(
+        0.0,
+        ge=0,
+        description="With the service tier: a job the tier preempted before (its "
+        "status.tierEvictions) is not preempted by the tier again until its current run has "
+        "lasted this many seconds (a limit on a served job's loop of eviction and return); "
+        "higher priorities and queues' reclaims may still preempt it. 0: no limit.",
+    )
     queue_aging_s: float = Field(
         QUEUE_AGING_S,
         gt=0,
@@ -263,6 +271,7 @@ class PlacementSettings(_Group):
             policy,
             moves=self.moves.rule(),
             service_tier_gpu_s=self.service_tier_gpu_s or None,  # 0: no tier
+            service_tier_rerun_s=self.service_tier_rerun_s or None,  # 0: no limit
             queue_aging_s=self.queue_aging_s,
             requeue_timestamp=self.requeue_timestamp,
         )

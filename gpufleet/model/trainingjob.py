@@ -608,6 +608,16 @@ class TrainingJobStatus(UsageStatus):
             "placement.service_tier_gpu_s it goes first and may preempt a job past it."
         ),
     )
+    tier_evictions: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "How many of the job's runs the service tier ended (a preemption for a job of its "
+            "queue and priority with less service), counted when its next run's pods are "
+            "created; absent while none. With placement.service_tier_rerun_s the tier does not "
+            "preempt the job again until its current run has lasted that long."
+        ),
+    )
     move_times: list[datetime] | None = Field(
         default=None,
         max_length=MAX_MOVE_TIMES,

@@ -19,7 +19,7 @@ from gpufleet.core.scaling import linear, refine
 from gpufleet.model.contract import names
 from gpufleet.model.contract.moves import checkpoint_annotations, move_times_annotations
 from gpufleet.model.contract.scaling import DIGITS, scaling_annotations
-from gpufleet.model.contract.service import attained_annotations
+from gpufleet.model.contract.service import attained_annotations, tier_evictions_annotations
 from gpufleet.model.contract.submitted import submitted_annotations
 from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.model.contract.wishes import wish_annotations
@@ -107,6 +107,13 @@ def _attained(status: Mapping[str, Any]) -> float:
     return float(value) if isinstance(value, int | float) and value > 0 else 0.0
 
 
+def _tier_evictions(status: Mapping[str, Any]) -> int:
+    """How many of the job's runs the service tier ended, as its status records (0 when none
+    or unreadable)."""
+    value = status.get("tierEvictions")
+    return value if isinstance(value, int) and value > 0 else 0
+
+
 def throughput_reports(status: Mapping[str, Any]) -> dict[int, float]:
     """Replica count -> latest reported throughput, from the job's `status.throughput`."""
     out: dict[int, float] = {}
@@ -152,6 +159,7 @@ def worker_pod(
         **scheduling_annotations(spec),
         **move_annotations(job),
         **attained_annotations(_attained(job.status)),
+        **tier_evictions_annotations(_tier_evictions(job.status)),
         **submitted_annotations(parse_time(job.created)),
         **scaling_annotations(scaling_curve(spec, throughput_reports(job.status))),
     }

@@ -15,7 +15,9 @@ the run policy is unit-tested here without an API server:
   service tier) says so in the Preempted condition (`PreemptedForLessServedJob`);
 - pods created while no worker holds a node start a new run (`starts_run`): the handlers first
   record the service of the job's ended runs in `status.attainedGpuSeconds`, which the new pods
-  carry for the scheduler's service tier (`model.contract.service`);
+  carry for the scheduler's service tier (`model.contract.service`), and, when the run that
+  ended was ended by the tier (`ended_by_tier`), count it in `status.tierEvictions`, which the
+  new pods carry too (the tier's limit on re-evictions);
 - while the gang waits, the Admitted condition carries the scheduler's (the core's) reason;
 - an elastic job's reported throughput (its `gpufleet.io/throughput` annotation) is kept per
   replica count in `status.throughput`, its scaling curve refined from it in `status.scaling`
@@ -132,6 +134,18 @@ def starts_run(pods: Sequence[Obj], out: Plan) -> bool:
         if not _deleting(p)
     )
     return bool(out.create) and not held
+
+
+def ended_by_tier(out: Plan) -> bool:
+    """Whether the job's last run was ended by the service tier: its Preempted condition says
+    so until the job is admitted again, so the pass that starts the next run (`starts_run`)
+    still sees it."""
+    return any(
+        c.get("type") == Cond.PREEMPTED
+        and c.get("status") == "True"
+        and c.get("reason") == Reason.PREEMPTED_FOR_LESS_SERVED
+        for c in out.status.get("conditions") or []
+    )
 
 
 def pending_reason(pods: Sequence[Obj]) -> tuple[str, str]:

@@ -59,6 +59,7 @@ _STATUS_KEYS = (
 # Written by the pass that starts a new run only (`reconcile.starts_run`), so, like the usage
 # fields, not among the keys a pass removes when its plan lacks them.
 ATTAINED_KEY = "attainedGpuSeconds"
+TIER_EVICTIONS_KEY = "tierEvictions"
 
 log = logging.getLogger("gpufleet.operator")
 
@@ -259,11 +260,15 @@ def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> 
             # used so far (no worker holds a node now), written beside the pass's status.
             attained = round(state.usage.total(uid, current, pods, now), 1)
             if attained > 0:
+                # A run the tier ended is counted once: a pass that starts the same run again
+                # (its pods' creation failed) finds the service already recorded.
+                if reconcile.ended_by_tier(plan) and current.get(ATTAINED_KEY) != attained:
+                    plan.status[TIER_EVICTIONS_KEY] = int(current.get(TIER_EVICTIONS_KEY) or 0) + 1
                 plan.status[ATTAINED_KEY] = attained
         if plan.create:
             _ensure_service(state, job)
-            # The new pods carry the move just counted (the scheduler's per-hour limit) and
-            # the service just recorded (its service tier).
+            # The new pods carry the move just counted (the scheduler's per-hour limit), the
+            # service just recorded (its service tier) and the tier's evictions (its limit).
             counted = dataclasses.replace(job, status={**job.status, **plan.status})
             error = _create_pods(state, counted, plan.create)
             if error is not None:

@@ -12,6 +12,9 @@ clock (`model.contract.service`).
   service like the running gang named after the job: a served job's growth is no fresh gang.
   The tier ranks jobs: an elastic job's growth units (`<gang>#extra-<i>`, priority 0) and the
   parts of a gang split over two types get none, as in the simulator.
+- A running job the tier evicted before also gets its eviction history, for the tier's limit
+  on re-evictions: the count the operator wrote on its pods (the largest among them, as for
+  the service) and how long its current run has lasted (`model.contract.service.run_s`).
 - A ServingJob's replicas get none: a server has no finish time that least-attained-service
   could favour, and its `preemptible` promises eviction by higher priorities only.
 Nothing here looks past now: a pod's service ends at the clock's reading, and a start time
@@ -27,8 +30,9 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from gpufleet.core.policy import Policy
+from gpufleet.core.snapshot import RunningGang
 from gpufleet.model.contract import names
-from gpufleet.model.contract.service import read_attained, run_gpu_s
+from gpufleet.model.contract.service import read_attained, read_tier_evictions, run_gpu_s, run_s
 from gpufleet.model.gpus import Catalog
 from gpufleet.scheduler import pods
 from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
@@ -73,9 +77,20 @@ class AttainedService:
             + run_gpu_s(members[job], self.catalog, now)
             for job in jobs
         }
+        evictions = {
+            job: max(
+                (read_tier_evictions(pods.pod_annotations(p)) for p in members[job]), default=0
+            )
+            for job in jobs
+        }
         with_running = tuple(
-            replace(g, attained_gpu_s=value)
-            if g.queue is not None and "#" not in g.id and (value := served[g.id])
+            _with_history(
+                replace(g, attained_gpu_s=value) if (value := served[g.id]) else g,
+                evictions[g.id],
+                members[g.id],
+                now,
+            )
+            if g.queue is not None and "#" not in g.id
             else g
             for g in snapshot.running
         )
@@ -86,3 +101,12 @@ class AttainedService:
             for pg in view.pending
         )
         return replace(view, snapshot=replace(snapshot, running=with_running), pending=with_pending)
+
+
+def _with_history(
+    gang: RunningGang, evictions: int, members: list[Pod], now: datetime
+) -> RunningGang:
+    """`gang` with its eviction history by the tier, when the tier has evicted it."""
+    if not evictions:
+        return gang
+    return replace(gang, tier_evictions=evictions, run_s=run_s(members, now))

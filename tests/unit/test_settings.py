@@ -354,6 +354,15 @@ def test_the_service_tier_is_the_cores_default_and_zero_turns_it_off() -> None:
         load(environ={env: "-1"})
 
 
+def test_the_tiers_limit_on_re_evictions_is_off_by_default_and_zero_turns_it_off() -> None:
+    assert load(environ={}).placement.policy().service_tier_rerun_s is None
+    env = "GPUFLEET_PLACEMENT__SERVICE_TIER_RERUN_S"
+    assert load(environ={env: "1800"}).placement.policy().service_tier_rerun_s == 1800.0
+    assert load(environ={env: "0"}).placement.policy().service_tier_rerun_s is None
+    with pytest.raises(SettingsError, match=env):
+        load(environ={env: "-1"})
+
+
 def test_the_queue_aging_is_the_cores_default_and_must_be_positive() -> None:
     assert load(environ={}).placement.policy().queue_aging_s == QUEUE_AGING_S
     env = "GPUFLEET_PLACEMENT__QUEUE_AGING_S"

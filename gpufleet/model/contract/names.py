@@ -35,6 +35,8 @@ MOVE_TIMES: Final = "gpufleet.io/move-times"
 # GPU-seconds of service the job's ended runs received (`service` module), written by the
 # operator from the job's status so the service tier outlives restarts and preemptions.
 ATTAINED: Final = "gpufleet.io/attained-gpu-seconds"
+# How many of the job's ended runs the service tier ended (the tier's limit on re-evictions).
+TIER_EVICTIONS: Final = "gpufleet.io/tier-evictions"
 # When the gang's job was submitted (RFC 3339; a TrainingJob's creationTimestamp), written by the
 # operator on every TrainingJob worker pod it creates, so a gang whose pods are recreated after
 # an eviction keeps its place in line with the requeue timestamp `creation` (`submitted` module;

@@ -10,7 +10,13 @@ restart of the scheduler or of the operator, and no part is ever taken from the 
   value on every pod it creates (`attained_annotations`; `read_attained` reads it back);
 - its current run: from its running pods, each pod's share times the seconds since its
   `status.startTime`, up to the scheduler's now (`run_gpu_s`).
-Reading is lenient, as for the wishes: an unreadable value reads as no service received.
+The job's eviction history, for the tier's limit on re-evictions
+(`placement.service_tier_rerun_s`), has the same two parts: how many of its ended runs the
+service tier ended (the operator's `status.tierEvictions`, written on the pods it creates:
+`tier_evictions_annotations`, `read_tier_evictions`), and how long its current run has lasted
+(`run_s`: since the latest `status.startTime` of its running pods, when the whole gang runs).
+Reading is lenient, as for the wishes: an unreadable value reads as no service received (no
+tier eviction).
 """
 
 from __future__ import annotations
@@ -26,7 +32,15 @@ from gpufleet.model.contract.resources import gpu_request
 from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.model.gpus import Catalog
 
-__all__ = ["attained_annotations", "held_share", "read_attained", "run_gpu_s"]
+__all__ = [
+    "attained_annotations",
+    "held_share",
+    "read_attained",
+    "read_tier_evictions",
+    "run_gpu_s",
+    "run_s",
+    "tier_evictions_annotations",
+]
 
 
 def attained_annotations(gpu_s: float) -> dict[str, str]:
@@ -75,3 +89,31 @@ def run_gpu_s(pods: Iterable[Mapping[str, Any]], catalog: Catalog, now: datetime
         if share > 0 and start is not None:
             total += share * max(0.0, (now - start).total_seconds())
     return total
+
+
+def tier_evictions_annotations(count: int) -> dict[str, str]:
+    """The annotation of how many of the job's ended runs the service tier ended (none when
+    it ended none)."""
+    return {names.TIER_EVICTIONS: str(count)} if count > 0 else {}
+
+
+def read_tier_evictions(annotations: Mapping[str, str]) -> int:
+    """How many runs a pod's annotations say the tier ended; 0 when absent or unreadable."""
+    raw = annotations.get(names.TIER_EVICTIONS, "0")
+    return int(raw) if raw.isdigit() else 0
+
+
+def run_s(pods: Iterable[Mapping[str, Any]], now: datetime) -> float:
+    """How long the running `pods` have all been running at `now`: since the latest
+    `status.startTime` among them (a gang runs once its last member does); 0 when none has
+    started, or one started after `now`."""
+    starts = [
+        parse_time((pod.get("status") or {}).get("startTime"))
+        for pod in pods
+        if (pod.get("status") or {}).get("phase") == "Running"
+        and not pod["metadata"].get("deletionTimestamp")
+    ]
+    known = [s for s in starts if s is not None]
+    if not known:
+        return 0.0
+    return max(0.0, (now - max(known)).total_seconds())

@@ -5,7 +5,10 @@ unreadable, negative or non-finite value reads as none; a running pod holds its 
 MIG slice's compute fraction, a pod not running, being deleted or on a slice of unknown size none;
 the current run's service is each running pod's share times the seconds since its start, up to
 now and never past it (a start after now counts nothing, nothing the pod says about its end is
-read), and it grows with now alone.
+read), and it grows with now alone; the tier's evictions round-trip through their annotation
+(none written for none, an unreadable count reads as none); the current run has lasted since
+the latest start among the running pods (pods not running or being deleted not counted, 0 when
+none runs or a start is after now).
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ from gpufleet.model.contract.service import (
     attained_annotations,
     held_share,
     read_attained,
+    read_tier_evictions,
     run_gpu_s,
+    run_s,
+    tier_evictions_annotations,
 )
 from gpufleet.model.contract.timestamps import format_time
 from gpufleet.model.gpus import load_catalog
@@ -122,3 +128,27 @@ def test_the_current_run_grows_with_now_alone(a: int, b: int) -> None:
     at = [run_gpu_s(pods, CATALOG, T0 + timedelta(seconds=s)) for s in (early, late)]
     assert at[0] <= at[1]
     assert at[1] == pytest.approx(3.0 * late)
+
+
+@pytest.mark.parametrize("count", [1, 3, 12])
+def test_the_tiers_evictions_round_trip(count: int) -> None:
+    assert read_tier_evictions(tier_evictions_annotations(count)) == count
+
+
+@pytest.mark.parametrize("raw", [None, "", "two", "-1", "1.5"])
+def test_no_or_an_unreadable_count_is_no_tier_eviction(raw: str | None) -> None:
+    assert tier_evictions_annotations(0) == {}
+    annotations = {} if raw is None else {names.TIER_EVICTIONS: raw}
+    assert read_tier_evictions(annotations) == 0
+
+
+def test_the_current_run_lasts_since_the_latest_running_start() -> None:
+    now = T0 + timedelta(seconds=100)
+    later = T0 + timedelta(seconds=30)
+    running = [pod(gpus=1), pod(gpus=1, started=later)]
+    assert run_s(running, now) == pytest.approx(70.0)
+    # Pods not running, being deleted or not started do not set it.
+    others = [pod(gpus=1, phase="Pending", started=None), pod(gpus=1, deleting=True, started=now)]
+    assert run_s([*running, *others], now) == pytest.approx(70.0)
+    assert run_s(others, now) == 0.0
+    assert run_s([pod(gpus=1, started=now + timedelta(seconds=5))], now) == 0.0

@@ -140,3 +140,43 @@ def test_a_restarted_operator_records_the_same_service(
     run_for(restarted, 1)
     assert restarted.stored["status"]["attainedGpuSeconds"] == pytest.approx(kept + 2 * 20, abs=2)
     restarted.state.pool.shutdown(wait=True)
+
+
+def end_run(h: Harness, seconds: int, reason: str) -> None:
+    """The job runs `seconds` on its two workers (started now), then is preempted for
+    `reason`, its workers go, and the next pass recreates them."""
+    h.pods.pods = [worker(0), worker(1)]
+    for p in h.pods.pods:
+        p["status"]["startTime"] = format_time(h.now)
+    run_for(h, seconds)
+    h.pods.pods = [evicted(0, reason), evicted(1, reason)]
+    run_for(h, 1)
+    h.pods.pods = []
+    run_for(h, 1)
+
+
+def test_the_runs_the_tier_ended_are_counted_once_each(harness: Harness) -> None:
+    harness.run()
+    assert "tierEvictions" not in harness.stored["status"]
+    end_run(harness, 50, names.SERVICE_PREEMPTED_REASON)
+    assert harness.stored["status"]["tierEvictions"] == 1
+    assert [p["metadata"]["annotations"][names.TIER_EVICTIONS] for p in created(harness)] == [
+        "1"
+    ] * 2
+    # Passes that start the same run again (the workers were not created: none is listed)
+    # count nothing more.
+    run_for(harness, 10)
+    assert harness.stored["status"]["tierEvictions"] == 1
+    # A run ended by a higher priority is not the tier's; the next one the tier ends is.
+    end_run(harness, 50, names.PREEMPTED_REASON)
+    assert harness.stored["status"]["tierEvictions"] == 1
+    end_run(harness, 50, names.SERVICE_PREEMPTED_REASON)
+    assert harness.stored["status"]["tierEvictions"] == 2
+    assert {p["metadata"]["annotations"][names.TIER_EVICTIONS] for p in created(harness)} >= {"2"}
+
+
+def test_a_job_the_tier_never_ended_carries_no_count(harness: Harness) -> None:
+    harness.run()
+    end_run(harness, 50, names.PREEMPTED_REASON)
+    assert "tierEvictions" not in harness.stored["status"]
+    assert all(names.TIER_EVICTIONS not in p["metadata"]["annotations"] for p in created(harness))

@@ -9,7 +9,10 @@ gang when the policy has no service tier, get none, and so do a ServingJob's rep
 long they have run (a server has no finish time to favour); a restarted scheduler (a new tracker)
 computes the same values from the same pods, and a later clock only adds the time between;
 the live cycle hands the values to the core; a gang evicted for a gang of its own queue and
-priority is marked as evicted by the service tier, one evicted for a higher priority is not.
+priority is marked as evicted by the service tier, one evicted for a higher priority is not;
+a running gang the tier evicted before (the count the operator wrote on its pods, the largest
+among them) carries the count and how long its whole gang has run, a gang never evicted by the
+tier and a pending one carry none.
 """
 
 from __future__ import annotations
@@ -186,3 +189,23 @@ def test_a_victim_of_the_service_tier_is_marked_so(priority: int, cause: str) ->
     binder = FakeBinder()
     scheduler(cache, binder, decide=decide).run_cycle()
     assert sorted(binder.evicted) == [("ns/long-0", cause), ("ns/long-1", cause)]
+
+
+def test_a_running_gang_the_tier_evicted_carries_its_count_and_run() -> None:
+    late = T0 + timedelta(seconds=40)  # its rank 1 started 40 s after its rank 0
+    pods = [
+        worker("long", 0, node="n0", ended=500.0),
+        worker("long", 1, node="n0", ended=500.0, started=late),
+        worker("back", 0, ended=300.0),
+        worker("back", 1, ended=300.0),
+        worker("never", 0, size=1, node="n1", ended=900.0),
+    ]
+    # The rank recreated first may carry the count before the last eviction (as for service).
+    pods[0]["metadata"]["annotations"][names.TIER_EVICTIONS] = "1"
+    pods[1]["metadata"]["annotations"][names.TIER_EVICTIONS] = "2"
+    for p in pods[2:4]:
+        p["metadata"]["annotations"][names.TIER_EVICTIONS] = "3"
+    v = at(100).attach(view(pods), POLICY)
+    history = {g.id: (g.tier_evictions, g.run_s) for g in v.snapshot.running}
+    assert history == {"ns/long": (2, pytest.approx(60.0)), "ns/never": (0, 0.0)}
+    assert [pg.gang.id for pg in v.pending] == ["ns/back"]  # a pending gang has no run
