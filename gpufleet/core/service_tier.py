@@ -26,9 +26,10 @@ a running gang is worth all its work.
 
 A limit on re-evictions (`Policy.service_tier_rerun_s`, `rerun_guarded`): a running gang the
 tier evicted before is not evicted by the tier again until its current run has lasted that
-long. Requeued by its job's creation (`Policy.requeue_timestamp`), an evicted served gang goes
-back ahead of its queue's fresh gangs, takes the GPUs that come free, and a fresh gang then
-evicts it again: the limit bounds that loop without touching reclaims or higher priorities.
+long. An evicted served gang that comes back ahead of its queue's fresh gangs (aged) takes the
+GPUs that come free, and a fresh gang then evicts it again: the limit bounds that loop without
+touching reclaims or higher priorities. Off by default: on the queue bench's tuning windows
+every limit tried lost worst-tenant fairness (bench/README.md, Queues, "Twenty-ninth pass").
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def tier_evictions_annotations(count: int) -> dict[str, str]:
 def read_tier_evictions(annotations: Mapping[str, str]) -> int:
     """How many runs a pod's annotations say the tier ended; 0 when absent or unreadable."""
     raw = annotations.get(names.TIER_EVICTIONS, "0")
-    return int(raw) if raw.isdigit() else 0
+    return int(raw) if raw.isascii() and raw.isdigit() else 0
 
 
 def run_s(pods: Iterable[Mapping[str, Any]], now: datetime) -> float:

@@ -135,7 +135,7 @@ def test_the_tiers_evictions_round_trip(count: int) -> None:
     assert read_tier_evictions(tier_evictions_annotations(count)) == count
 
 
-@pytest.mark.parametrize("raw", [None, "", "two", "-1", "1.5"])
+@pytest.mark.parametrize("raw", [None, "", "two", "-1", "1.5", "\u00b2"])
 def test_no_or_an_unreadable_count_is_no_tier_eviction(raw: str | None) -> None:
     assert tier_evictions_annotations(0) == {}
     annotations = {} if raw is None else {names.TIER_EVICTIONS: raw}
