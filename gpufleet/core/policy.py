@@ -214,7 +214,7 @@ class Policy:
     # tier_evictions`) is not evicted by the tier again until its current run has lasted this
     # many seconds (`RunningGang.run_s`), which bounds the loop of a served gang evicted, back
     # ahead of its queue's fresh gangs once aged, and evicted again (service_tier.py).
-    # None: no limit (the default: bench/README.md, Queues, "Twenty-ninth pass").
+    # None: no limit (the default: bench/README.md, Queues, "Thirty-second pass").
     service_tier_rerun_s: float | None = None
     # Where an evicted gang goes back in line (`RequeueTimestamp`). The core does not read it:
     # the callers that build the gangs (the live view, the simulator) set `Gang.queued_s` by it.

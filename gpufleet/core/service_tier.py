@@ -29,7 +29,7 @@ tier evicted before is not evicted by the tier again until its current run has l
 long. An evicted served gang that comes back ahead of its queue's fresh gangs (aged) takes the
 GPUs that come free, and a fresh gang then evicts it again: the limit bounds that loop without
 touching reclaims or higher priorities. Off by default: on the queue bench's tuning windows
-every limit tried lost worst-tenant fairness (bench/README.md, Queues, "Twenty-ninth pass").
+every limit tried lost worst-tenant fairness (bench/README.md, Queues, "Thirty-second pass").
 """
 
 from __future__ import annotations
