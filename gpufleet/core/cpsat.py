@@ -70,7 +70,8 @@ from gpufleet.core.patterns import (
 from gpufleet.core.policy import Policy
 from gpufleet.core.preempt import release_gang
 from gpufleet.core.pricing import Pricing
-from gpufleet.core.quota_cpsat import QuotaOption, add_quota_constraints
+from gpufleet.core.quota import ROOT, running_charge
+from gpufleet.core.quota_cpsat import QuotaOption, add_quota_constraints, add_reclaim_floors
 from gpufleet.core.scarcity import gpu_use, is_flexible, pays_for
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.core.state import ClusterState
@@ -194,6 +195,7 @@ class _Model:
         forced: frozenset[str] = frozenset(),
         line: Sequence[Gang] = (),
         greedy: Mapping[str, GangPlacement] | None = None,
+        floors: Mapping[tuple[str, str], int] | None = None,
     ) -> None:
         self.state = state
         self.forced = forced
@@ -217,7 +219,9 @@ class _Model:
         if state.gate is not None and greedy is not None:
             self._build_queue_order(line, greedy)
         if state.gate is not None:
-            add_quota_constraints(self.model, state.gate, self._quota_options())
+            quota_options = self._quota_options()
+            add_quota_constraints(self.model, state.gate, quota_options)
+            add_reclaim_floors(self.model, state.gate, quota_options, floors or {})
         self._build_groups()
         self._build_whole_supply()
         self._build_mig(layouts)
@@ -977,6 +981,35 @@ def _repair(
         ]
 
 
+def _used(state: ClusterState, queue: str, resource: str) -> int:
+    return 0 if state.gate is None else state.gate.book.used(queue, resource)
+
+
+def _reclaimed(
+    initial: ClusterState, preemptions: Sequence[Preemption], pending: Sequence[Gang]
+) -> dict[tuple[str, str], tuple[int, int]]:
+    """(queue, resource) -> (nominal, usage before the decision) of each queue greedy reclaimed
+    from: a victim of another usable queue than its winner's (the queue borrowed the victim's
+    resource when greedy evicted it: `QueueGate.may_evict`)."""
+    gate = initial.gate
+    if gate is None:
+        return {}
+    running = {r.id: r for r in initial.snapshot.running}
+    winners = {g.id: g for g in pending}
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    for pre in preemptions:
+        victim, winner = running.get(pre.gang_id), winners.get(pre.for_gang)
+        if victim is None or winner is None or not gate.is_reclaim(victim, winner):
+            continue
+        home = gate.book.home(victim.queue)
+        if home == ROOT:
+            continue
+        resource = running_charge(victim).resource
+        nominal = gate.tree.queues[home].quota(resource).nominal
+        out[home, resource] = (nominal, gate.book.used(home, resource))
+    return out
+
+
 def _solve(
     initial: ClusterState,
     greedy_state: ClusterState,
@@ -998,6 +1031,8 @@ def _solve(
     for running in state.snapshot.running:
         if running.id in victims:
             release_gang(state, running)
+    reclaimed = _reclaimed(initial, preemptions, pending)
+    released = {k: _used(state, *k) for k in reclaimed}
     forced = frozenset(p.for_gang for p in preemptions)
     fixed = {
         g.id: greedy[g.id]
@@ -1007,8 +1042,14 @@ def _solve(
     by_id = {g.id: g for g in pending}
     for placement in fixed.values():
         _take(state, greedy_state, placement, by_id[placement.gang_id])
+    # What the model must still admit into each reclaimed queue for it to borrow: its nominal
+    # + 1, less its usage before the decision and what the gangs kept out of the model add.
+    floors = {
+        k: nominal + 1 - before - (_used(state, *k) - released[k])
+        for k, (nominal, before) in reclaimed.items()
+    }
     free = [g for g in pending if g.id not in fixed and g.allowed_nodes is None]
-    built = _Model(state, free, policy, layouts, forced - fixed.keys(), line, greedy)
+    built = _Model(state, free, policy, layouts, forced - fixed.keys(), line, greedy, floors)
     if not built.options:
         return greedy_state, greedy, SolveStats("greedy", "NOTHING_TO_SOLVE")
     built.hint(greedy_state, greedy)
