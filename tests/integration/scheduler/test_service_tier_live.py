@@ -21,22 +21,15 @@ from typing import Any
 
 import pytest
 
-from gpufleet.model.contract import names
 from gpufleet.model.contract.service import read_attained
 from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.testing import invariants
-from gpufleet.testing.operator import (
-    Kube,
-    OperatorProcess,
-    configured_operator,
-    training_job,
-    wait_for,
-)
+from gpufleet.testing.operator import Kube, OperatorProcess, wait_for
+from gpufleet.testing.tier_scene import GPUS, job_status, live_pods, tier_operator, whole_fleet_job
 
 pytestmark = pytest.mark.integration
 
 THETA = 8.0  # GPU-seconds: half a second of the long job's 16 GPUs
-GPUS = 16  # every T4 of the default fleet: 4 nodes x 4
 QUEUE = f"tier-{uuid.uuid4().hex[:6]}"
 SETTINGS = f"""\
 placement:
@@ -49,31 +42,13 @@ def operator(
     sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
     """This module's operator, with a small service tier threshold; the module's queue."""
-    kube.create_queue(QUEUE, "T4", GPUS)
     folder = tmp_path_factory.mktemp("operator")
-    try:
-        with configured_operator(sandbox.kubeconfig, kube, folder, SETTINGS) as proc:
-            yield proc
-    finally:
-        sandbox.kubectl("delete", "gq", QUEUE, "--ignore-not-found", check=False)
+    with tier_operator(sandbox, kube, folder, QUEUE, SETTINGS) as proc:
+        yield proc
 
 
 def job(name: str) -> dict[str, Any]:
-    """Four workers of 4 T4 each (every T4 of the fleet) in the module's queue, priority 0,
-    stopping within a second when evicted."""
-    manifest = training_job(name, replicas=4, gpus=4, gpu_type="T4")
-    manifest["spec"]["queue"] = QUEUE
-    manifest["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 1
-    return manifest
-
-
-def status(kube: Kube, ns: str, name: str) -> dict[str, Any]:
-    return dict((kube.job(ns, name) or {}).get("status") or {})
-
-
-def live_pods(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
-    pods = kube.pods(ns, f"{names.TRAININGJOB_LABEL}={name}")
-    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    return whole_fleet_job(name, QUEUE)
 
 
 def bound(kube: Kube, ns: str, name: str) -> int:
@@ -85,13 +60,13 @@ def test_a_fresh_job_preempts_a_long_one_of_its_queue(
 ) -> None:
     created = time.monotonic()  # the long job cannot receive more than GPUS a second since
     kube.create_job(ns, job("long"))
-    wait_for(lambda: status(kube, ns, "long").get("phase") == "Running", "long Running", 60)
+    wait_for(lambda: job_status(kube, ns, "long").get("phase") == "Running", "long Running", 60)
     # Well past theta (the scheduler counts from the pods' start times; the operator's record
     # may miss one tick of the run): then a fresh job comes.
     time.sleep(THETA / GPUS + 1.0)
     started = time.monotonic()
     kube.create_job(ns, job("fresh"))
-    wait_for(lambda: status(kube, ns, "fresh").get("phase") == "Running", "fresh Running", 60)
+    wait_for(lambda: job_status(kube, ns, "fresh").get("phase") == "Running", "fresh Running", 60)
     print(f"[service tier] fresh job running {time.monotonic() - started:.1f}s after creation")
 
     preempted = wait_for(
@@ -102,7 +77,9 @@ def test_a_fresh_job_preempts_a_long_one_of_its_queue(
     assert preempted["reason"] == "PreemptedForLessServedJob", preempted
     # Its run's service is kept on its status and on its recreated (pending) pods.
     kept = wait_for(
-        lambda: status(kube, ns, "long").get("attainedGpuSeconds"), "long's attained service", 30
+        lambda: job_status(kube, ns, "long").get("attainedGpuSeconds"),
+        "long's attained service",
+        30,
     )
     assert THETA <= kept <= GPUS * (time.monotonic() - created), kept
     recreated = wait_for(
@@ -126,7 +103,7 @@ def test_a_fresh_job_preempts_a_long_one_of_its_queue(
     )
     time.sleep(THETA / GPUS + 0.5)
     assert bound(kube, ns, "fresh") == 4 and bound(kube, ns, "long") == 0, waiting
-    assert status(kube, ns, "fresh").get("phase") == "Running"
+    assert job_status(kube, ns, "fresh").get("phase") == "Running"
     assert invariants.check(kube.core) == []
     # `kubectl get tj -o wide` shows the GPU-seconds each job has received.
     wide = sandbox.kubectl("get", "tj", "long", "-n", ns, "-o", "wide").stdout.splitlines()

@@ -21,24 +21,17 @@ from typing import Any
 
 import pytest
 
-from gpufleet.model.contract import names
 from gpufleet.model.contract.service import read_tier_evictions
 from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.testing import invariants
-from gpufleet.testing.operator import (
-    Kube,
-    OperatorProcess,
-    configured_operator,
-    training_job,
-    wait_for,
-)
+from gpufleet.testing.operator import Kube, OperatorProcess, wait_for
+from gpufleet.testing.tier_scene import GPUS, job_status, live_pods, tier_operator, whole_fleet_job
 
 pytestmark = pytest.mark.integration
 
 THETA = 8.0  # GPU-seconds: half a second of the long job's 16 GPUs
 RERUN = 15.0  # seconds a job the tier evicted runs before the tier may evict it again
-GPUS = 16  # every T4 of the default fleet: 4 nodes x 4
 QUEUE = f"rerun-{uuid.uuid4().hex[:6]}"
 SETTINGS = f"""\
 placement:
@@ -52,31 +45,13 @@ def operator(
     sandbox: Sandbox, kube: Kube, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
     """This module's operator, with a small threshold and the limit; the module's queue."""
-    kube.create_queue(QUEUE, "T4", GPUS)
     folder = tmp_path_factory.mktemp("operator")
-    try:
-        with configured_operator(sandbox.kubeconfig, kube, folder, SETTINGS) as proc:
-            yield proc
-    finally:
-        sandbox.kubectl("delete", "gq", QUEUE, "--ignore-not-found", check=False)
+    with tier_operator(sandbox, kube, folder, QUEUE, SETTINGS) as proc:
+        yield proc
 
 
 def job(name: str) -> dict[str, Any]:
-    """Four workers of 4 T4 each (every T4 of the fleet) in the module's queue, priority 0,
-    stopping within a second when evicted."""
-    manifest = training_job(name, replicas=4, gpus=4, gpu_type="T4")
-    manifest["spec"]["queue"] = QUEUE
-    manifest["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 1
-    return manifest
-
-
-def status(kube: Kube, ns: str, name: str) -> dict[str, Any]:
-    return dict((kube.job(ns, name) or {}).get("status") or {})
-
-
-def live_pods(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
-    pods = kube.pods(ns, f"{names.TRAININGJOB_LABEL}={name}")
-    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    return whole_fleet_job(name, QUEUE)
 
 
 def running_since(kube: Kube, ns: str, name: str) -> datetime | None:
@@ -99,12 +74,12 @@ def preempted_by_tier(kube: Kube, ns: str, name: str) -> bool:
 
 def test_the_tier_evicts_a_job_it_evicted_before_only_after_the_limit(kube: Kube, ns: str) -> None:
     kube.create_job(ns, job("long"))
-    wait_for(lambda: status(kube, ns, "long").get("phase") == "Running", "long Running", 60)
+    wait_for(lambda: job_status(kube, ns, "long").get("phase") == "Running", "long Running", 60)
     time.sleep(THETA / GPUS + 1.0)  # past theta
     kube.create_job(ns, job("first"))
     wait_for(lambda: preempted_by_tier(kube, ns, "long"), "the tier preempts long", 60)
     # The operator counts the run the tier ended and writes the count on the new workers.
-    wait_for(lambda: status(kube, ns, "long").get("tierEvictions") == 1, "long's count", 30)
+    wait_for(lambda: job_status(kube, ns, "long").get("tierEvictions") == 1, "long's count", 30)
     recreated = wait_for(
         lambda: len(p := live_pods(kube, ns, "long")) == 4 and p, "long's workers recreated", 30
     )
@@ -122,5 +97,5 @@ def test_the_tier_evicts_a_job_it_evicted_before_only_after_the_limit(kube: Kube
     assert waited >= RERUN - 1.0, waited  # start times are whole seconds
     # The operator sees the second preemption a moment later.
     wait_for(lambda: preempted_by_tier(kube, ns, "long"), "the tier preempts long again", 30)
-    wait_for(lambda: status(kube, ns, "long").get("tierEvictions") == 2, "long's count 2", 30)
+    wait_for(lambda: job_status(kube, ns, "long").get("tierEvictions") == 2, "long's count 2", 30)
     assert invariants.check(kube.core) == []
