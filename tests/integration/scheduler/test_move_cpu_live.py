@@ -100,20 +100,10 @@ def _gone(kube: Kube, ns: str, uid: str) -> bool:
 
 
 def test_a_gang_is_not_bound_on_the_cpu_a_moved_gang_will_need(kube: Kube, ns: str) -> None:
-    kube.create_job(ns, training_job("fill-h100", 3, gpus=8, gpu_type="H100-80GB", priority=100))
-    kube.create_job(ns, training_job("fill-a100", 1, gpus=8, gpu_type="A100-80GB", priority=100))
-    for job in ("fill-h100", "fill-a100"):
-        wait_for(lambda j=job: kube.phase(ns, j) == "Running", f"{job} running", 60)
-    kube.create_job(ns, _long())
-    (old,) = wait_for(lambda: kube.bound(ns, "long", started=True), "long running", 60)
-    assert old["spec"]["nodeName"].startswith("l4-")
+    old = _long_on_l4(kube, ns)
     uid, pod = old["metadata"]["uid"], old["metadata"]["name"]
     kube.linger(ns, pod, hold=True)
-    # Cycles follow events: long must have run longer than a move costs it (restart and
-    # grace) when the A100 node frees, so that moving it is worth it then.
-    started = parse_time(old["status"]["startTime"])
-    assert started is not None
-    wait_for(lambda: (datetime.now(UTC) - started).total_seconds() > 6, "long past a move's price")
+    _past_a_moves_price(old)
     try:
         kube.delete_job(ns, "fill-a100")
         wait_for(lambda: _moving(kube, ns, uid), "long's pod deleted for a move", 60)
@@ -141,13 +131,7 @@ def test_a_move_keeps_the_cpu_of_its_jobs_current_template(kube: Kube, ns: str) 
     # fits the node's 128 CPUs beside the old pod's 100, not beside the new one's 120: it is
     # not bound while long's old pod exits (before, it was: the reservation kept the old
     # pod's 100, and long, short of CPU at its rebind, lost it), and long is bound there.
-    kube.create_job(ns, training_job("fill-h100", 3, gpus=8, gpu_type="H100-80GB", priority=100))
-    kube.create_job(ns, training_job("fill-a100", 1, gpus=8, gpu_type="A100-80GB", priority=100))
-    for job in ("fill-h100", "fill-a100"):
-        wait_for(lambda j=job: kube.phase(ns, j) == "Running", f"{job} running", 60)
-    kube.create_job(ns, _long())
-    (old,) = wait_for(lambda: kube.bound(ns, "long", started=True), "long running", 60)
-    assert old["spec"]["nodeName"].startswith("l4-")
+    old = _long_on_l4(kube, ns)
     uid, pod = old["metadata"]["uid"], old["metadata"]["name"]
     kube.patch_job(ns, "long", {"spec": {"template": _cpu(_long(), "120")["spec"]["template"]}})
     wait_for(
@@ -160,9 +144,7 @@ def test_a_move_keeps_the_cpu_of_its_jobs_current_template(kube: Kube, ns: str) 
         "long's template changed",
     )
     kube.linger(ns, pod, hold=True)
-    started = parse_time(old["status"]["startTime"])
-    assert started is not None
-    wait_for(lambda: (datetime.now(UTC) - started).total_seconds() > 6, "long past a move's price")
+    _past_a_moves_price(old)
     try:
         kube.delete_job(ns, "fill-a100")
         wait_for(lambda: _moving(kube, ns, uid), "long's pod deleted for a move", 60)
@@ -185,6 +167,27 @@ def test_a_move_keeps_the_cpu_of_its_jobs_current_template(kube: Kube, ns: str) 
     assert container["resources"]["requests"]["cpu"] == "120"
     assert kube.bound(ns, "small") == []  # 8 CPUs left beside long's 120
     assert invariants.check(kube.core) == []
+
+
+def _long_on_l4(kube: Kube, ns: str) -> dict[str, Any]:
+    """The H100 nodes and the A100 node full (priority 100); `long` running on an L4 node:
+    its pod."""
+    kube.create_job(ns, training_job("fill-h100", 3, gpus=8, gpu_type="H100-80GB", priority=100))
+    kube.create_job(ns, training_job("fill-a100", 1, gpus=8, gpu_type="A100-80GB", priority=100))
+    for job in ("fill-h100", "fill-a100"):
+        wait_for(lambda j=job: kube.phase(ns, j) == "Running", f"{job} running", 60)
+    kube.create_job(ns, _long())
+    (old,) = wait_for(lambda: kube.bound(ns, "long", started=True), "long running", 60)
+    assert old["spec"]["nodeName"].startswith("l4-")
+    return dict(old)
+
+
+def _past_a_moves_price(old: dict[str, Any]) -> None:
+    """Cycles follow events: wait until long has run longer than a move costs it (restart and
+    grace), so that moving it is worth it once the A100 node frees."""
+    started = parse_time(old["status"]["startTime"])
+    assert started is not None
+    wait_for(lambda: (datetime.now(UTC) - started).total_seconds() > 6, "long past a move's price")
 
 
 def _pinned(job: dict[str, Any]) -> dict[str, Any]:
