@@ -101,26 +101,9 @@ def _gone(kube: Kube, ns: str, uid: str) -> bool:
 
 def test_a_gang_is_not_bound_on_the_cpu_a_moved_gang_will_need(kube: Kube, ns: str) -> None:
     old = _long_on_l4(kube, ns)
-    uid, pod = old["metadata"]["uid"], old["metadata"]["name"]
-    kube.linger(ns, pod, hold=True)
+    kube.linger(ns, old["metadata"]["name"], hold=True)
     _past_a_moves_price(old)
-    try:
-        kube.delete_job(ns, "fill-a100")
-        wait_for(lambda: _moving(kube, ns, uid), "long's pod deleted for a move", 60)
-        kube.create_job(ns, _late())
-        wait_for(
-            lambda: "NodeResourcesFit" in kube.scheduled_message(ns, "late"), "late's reason", 30
-        )
-        for _ in range(15):
-            assert kube.bound(ns, "late") == []
-            time.sleep(0.2)
-        assert not _gone(kube, ns, uid)  # its old pod still exits
-        assert invariants.check(kube.core) == []
-    finally:
-        if not _gone(kube, ns, uid):
-            kube.linger(ns, pod, hold=False)
-    (new,) = wait_for(lambda: kube.bound(ns, "long", started=True), "long running again", 60)
-    assert new["spec"]["nodeName"] == NODE
+    _move_with_one_kept_off(kube, ns, old, _late())
     assert kube.bound(ns, "late") == []  # 28 CPUs left beside long's 100
     assert invariants.check(kube.core) == []
 
@@ -132,7 +115,6 @@ def test_a_move_keeps_the_cpu_of_its_jobs_current_template(kube: Kube, ns: str) 
     # not bound while long's old pod exits (before, it was: the reservation kept the old
     # pod's 100, and long, short of CPU at its rebind, lost it), and long is bound there.
     old = _long_on_l4(kube, ns)
-    uid, pod = old["metadata"]["uid"], old["metadata"]["name"]
     kube.patch_job(ns, "long", {"spec": {"template": _cpu(_long(), "120")["spec"]["template"]}})
     wait_for(
         lambda: (
@@ -143,26 +125,10 @@ def test_a_move_keeps_the_cpu_of_its_jobs_current_template(kube: Kube, ns: str) 
         ),
         "long's template changed",
     )
-    kube.linger(ns, pod, hold=True)
+    kube.linger(ns, old["metadata"]["name"], hold=True)
     _past_a_moves_price(old)
-    try:
-        kube.delete_job(ns, "fill-a100")
-        wait_for(lambda: _moving(kube, ns, uid), "long's pod deleted for a move", 60)
-        small = _cpu(training_job("small", 1, gpus=4, gpu_type="A100-80GB"), "20")
-        kube.create_job(ns, _pinned(small))
-        wait_for(
-            lambda: "NodeResourcesFit" in kube.scheduled_message(ns, "small"), "small's reason", 30
-        )
-        for _ in range(15):
-            assert kube.bound(ns, "small") == []
-            time.sleep(0.2)
-        assert not _gone(kube, ns, uid)  # its old pod still exits
-        assert invariants.check(kube.core) == []
-    finally:
-        if not _gone(kube, ns, uid):
-            kube.linger(ns, pod, hold=False)
-    (new,) = wait_for(lambda: kube.bound(ns, "long", started=True), "long running again", 60)
-    assert new["spec"]["nodeName"] == NODE
+    small = _cpu(training_job("small", 1, gpus=4, gpu_type="A100-80GB"), "20")
+    new = _move_with_one_kept_off(kube, ns, old, _pinned(small))
     (container,) = new["spec"]["containers"]
     assert container["resources"]["requests"]["cpu"] == "120"
     assert kube.bound(ns, "small") == []  # 8 CPUs left beside long's 120
@@ -188,6 +154,33 @@ def _past_a_moves_price(old: dict[str, Any]) -> None:
     started = parse_time(old["status"]["startTime"])
     assert started is not None
     wait_for(lambda: (datetime.now(UTC) - started).total_seconds() > 6, "long past a move's price")
+
+
+def _move_with_one_kept_off(
+    kube: Kube, ns: str, old: dict[str, Any], other: dict[str, Any]
+) -> dict[str, Any]:
+    """Free the A100 node so that long (its pod `old`, kept shown as it exits) moves there;
+    then create `other`, which must not be bound while long's old pod exits (NodeResourcesFit);
+    let the old pod go and return long's new pod, on the A100 node."""
+    uid, pod, name = old["metadata"]["uid"], old["metadata"]["name"], other["metadata"]["name"]
+    try:
+        kube.delete_job(ns, "fill-a100")
+        wait_for(lambda: _moving(kube, ns, uid), "long's pod deleted for a move", 60)
+        kube.create_job(ns, other)
+        wait_for(
+            lambda: "NodeResourcesFit" in kube.scheduled_message(ns, name), f"{name}'s reason", 30
+        )
+        for _ in range(15):
+            assert kube.bound(ns, name) == []
+            time.sleep(0.2)
+        assert not _gone(kube, ns, uid)  # its old pod still exits
+        assert invariants.check(kube.core) == []
+    finally:
+        if not _gone(kube, ns, uid):
+            kube.linger(ns, pod, hold=False)
+    (new,) = wait_for(lambda: kube.bound(ns, "long", started=True), "long running again", 60)
+    assert new["spec"]["nodeName"] == NODE
+    return dict(new)
 
 
 def _pinned(job: dict[str, Any]) -> dict[str, Any]:
