@@ -61,6 +61,10 @@ class Gang:
     # its job was created. None: its place in line is its wait (`waited_s`). It orders gangs
     # of one queue (and alike gangs) only; aging, reservations and the type delay read waits.
     queued_s: float | None = None
+    # Its speed when its replicas sit on more nodes than the fewest of the type that could hold
+    # them, relative to that fewest-nodes placement (synchronous training waits on the network
+    # between nodes; Gavel measures 0.1-1.0 by model). 1.0: no slowdown known (the default).
+    spread_speed: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.acceptable:
@@ -83,6 +87,8 @@ class Gang:
             raise ValueError(f"gang {self.id}: max_slowdown must be in (0, 1)")
         if self.max_slowdown is not None and self.energy is EnergyPreference.PERFORMANCE:
             raise ValueError(f"gang {self.id}: a performance gang is never power-capped")
+        if not 0 < self.spread_speed <= 1:  # also refuses NaN
+            raise ValueError(f"gang {self.id}: spread_speed must be in (0, 1]")
         if self.grows_from < 0:
             raise ValueError(f"gang {self.id}: grows_from must be >= 0")
         if self.scaling and (

@@ -26,6 +26,7 @@ from gpufleet.core.quota import ROOT
 from gpufleet.core.reservation import MAX_RESERVED, reservable, reserve_node
 from gpufleet.core.scarcity import gpu_use, is_flexible
 from gpufleet.core.snapshot import ReplicaPlacement
+from gpufleet.core.spread import fewest_node_count as fewest_node_count
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import base_throughput, gang_value, replica_value
 from gpufleet.model.gpus import GpuType
@@ -323,13 +324,6 @@ def fewest_nodes(
         if not left:
             break
     return chosen
-
-
-def fewest_node_count(state: ClusterState, gpu_type: str, size: int, replicas: int) -> int | None:
-    """Fewest nodes of the type that can hold `replicas` replicas of `size` whole GPUs each
-    (as many per node as its largest node holds), or None when no node holds one."""
-    per_node = state.max_node_size.get(gpu_type, 0) // size
-    return -(-replicas // per_node) if per_node else None
 
 
 def _plan_fewest(

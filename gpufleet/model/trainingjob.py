@@ -450,6 +450,17 @@ class TrainingJobSpec(CRDModel):
             "GPUs of the job within one NVLink domain."
         ),
     )
+    spread_slowdown_percent: int | None = Field(
+        default=None,
+        ge=0,
+        le=99,
+        description=(
+            "How much slower (percent) the job trains when its replicas sit on more nodes than "
+            "the fewest of their GPU type that could hold them (synchronous training waits on "
+            "the network between nodes). The scheduler weighs it when it moves the job to "
+            "other GPUs. Unset: 0, no slowdown known."
+        ),
+    )
     energy: EnergyPolicy = Field(
         default_factory=EnergyPolicy,
         description="Energy preference and an optional power-cap slowdown budget.",

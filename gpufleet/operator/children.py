@@ -87,6 +87,7 @@ def scheduling_annotations(spec: TrainingJobSpec) -> dict[str, str]:
         gpu_types=podtemplate.type_options(spec.gpu_types),
         max_slowdown_percent=spec.energy.max_slowdown_percent,
         queue=spec.queue,
+        spread_slowdown_percent=spec.spread_slowdown_percent,
     )
 
 

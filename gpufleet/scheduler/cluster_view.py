@@ -664,6 +664,7 @@ def _gang_of(
         topology=pods.topology(first.pod),
         energy=pods.energy(first.pod),
         max_slowdown=pods.max_slowdown(first.pod),
+        spread_speed=pods.spread_speed(first.pod),
         queue=pods.queue(first.pod),
         namespace=first.pod["metadata"].get("namespace", "default"),
         allowed_nodes=allowed,

@@ -49,6 +49,7 @@ __all__ = [
     "priority",
     "rank",
     "scaling",
+    "spread_speed",
     "topology",
     "wishes",
 ]
@@ -146,6 +147,12 @@ def scaling(pod: Pod) -> tuple[float, ...]:
 def max_slowdown(pod: Pod) -> float | None:
     """The largest slowdown (a fraction) the gang accepts from a power cap, if it says."""
     return wishes(pod).max_slowdown
+
+
+def spread_speed(pod: Pod) -> float:
+    """The gang's speed spread over more nodes than it needs, relative to the fewest (1.0
+    when it says nothing)."""
+    return wishes(pod).spread_speed
 
 
 def gpu_types(pod: Pod) -> tuple[TypeOption, ...] | None:

@@ -62,10 +62,12 @@ Demand: a trace job becomes a core `Gang` whose acceptable types are the fleet's
 the job, each with the job's relative throughput from the speed model. A fractional job asks for
 the MIG profile of its compute size on the fleet's MIG-capable types of one memory class; when no
 acceptable type supports MIG it takes a whole GPU instead. A job with `same_node` asks for the
-core's same-node topology. An elastic job (`min_replicas` set) becomes a gang of
-`min_replicas..replicas` replicas with the scaling curve its owner states
-(`SimSettings.elastic_prior`: linear, what an owner states without measuring, or its model
-class's curve from the speed model's profile, as an owner who profiled it states it in
+core's same-node topology. A whole-GPU gang is told how much slower it runs spread over more
+nodes than it needs (`Gang.spread_speed`: the speed model's spread factor, the one its runs
+get), as a TrainingJob's `spreadSlowdownPercent` tells the live scheduler. An elastic job
+(`min_replicas` set) becomes a gang of `min_replicas..replicas` replicas with the scaling curve
+its owner states (`SimSettings.elastic_prior`: linear, what an owner states without measuring,
+or its model class's curve from the speed model's profile, as an owner who profiled it states it in
 `spec.elastic.scaling`); while it runs it reports its throughput at its size, and the curve the
 policy sees is refined from those reports (`gpufleet.core.scaling.refine`; off with
 `refine_curves=False`), while its true speed follows the speed model's measured curve. The core
@@ -289,6 +291,7 @@ def gang_for_job(job: TraceJob, fleet_types: Sequence[GpuType], speed: SpeedMode
         gpus_per_replica=max(1, job.gpus_per_replica),
         priority=job.priority,
         topology=Topology.SAME_NODE if job.same_node and job.replicas > 1 else Topology.ANY,
+        spread_speed=speed.spread_factor(job),
     )
 
 

@@ -8,7 +8,8 @@
   Gavel's measurements. This extrapolation beyond the measured K80/P100/V100 is an ESTIMATE.
 * **Spread.** A multi-replica job whose replicas sit on more nodes than the fewest that could
   hold it runs at Gavel's unconsolidated/consolidated ratio for its class; on mixed GPU types
-  it runs at the slowest type's speed (synchronous training waits for the slowest worker).
+  it runs at the slowest type's speed (synchronous training waits for the slowest worker). The
+  core is told the same factor (`Gang.spread_speed`, `spread_factor`).
 * **Elastic size.** With r of `replicas` replicas the speed is the full gang's times
   `f(r) / f(replicas)`, where f is the job's scaling curve from Gavel's measurements of its
   model class at 1, 2, 4 and 8 GPUs (aggregate rates, consolidated, on V100), linear between
@@ -122,6 +123,11 @@ class SpeedModel:
         per_node = min(self.max_gpus_per_node.get(t, 8) for t in types)
         return max(1, math.ceil(job.num_gpus / max(per_node, 1)))
 
+    def spread_factor(self, job: TraceJob) -> float:
+        """The job's speed spread over more nodes than it needs, relative to the fewest (Gavel's
+        unconsolidated/consolidated ratio for its class; 1 for a one-GPU job)."""
+        return self.profile.spread_factor(job.model, gavel_scale(job.num_gpus))
+
     def placement_speed(
         self,
         job: TraceJob,
@@ -135,7 +141,7 @@ class SpeedModel:
         types = {gpu_type_of[r.node] for r in replicas}
         speed = min(self.type_speed(job, t) for t in types)
         if len({r.node for r in replicas}) > self._min_nodes(job, types):
-            speed *= self.profile.spread_factor(job.model, gavel_scale(job.num_gpus))
+            speed *= self.spread_factor(job)
         curve = self.scaling(job)
         speed *= curve[min(len(replicas), job.replicas) - 1] / curve[job.replicas - 1]
         if cap_w is not None:

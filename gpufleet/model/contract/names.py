@@ -25,6 +25,9 @@ TOPOLOGY: Final = "gpufleet.io/topology"  # wishes.Topology value: any, same-nod
 ENERGY: Final = "gpufleet.io/energy"  # wishes.EnergyPreference value
 # Largest slowdown in percent the job accepts from a power cap (TrainingJob maxSlowdownPercent).
 MAX_SLOWDOWN: Final = "gpufleet.io/max-slowdown-percent"
+# How much slower in percent the gang trains spread over more nodes than it needs (TrainingJob
+# spreadSlowdownPercent), for the scheduler's comparison of placements.
+SPREAD_SLOWDOWN: Final = "gpufleet.io/spread-slowdown-percent"
 QUEUE: Final = "gpufleet.io/queue"  # the GPUQueue the gang is charged to (the job's spec.queue)
 RANK_LABEL: Final = "gpufleet.io/rank"  # replica index; placements are matched to pods by rank
 # How the gang saves progress (`moves` module): "interval=600" or "signal=30" (grace seconds).

@@ -1,5 +1,6 @@
 """A gang's wishes as pods carry them: size, priority, preemptibility, topology, energy (and the
-largest slowdown a power cap may cost), types, and the queue it is charged to.
+largest slowdown a power cap may cost), types, the queue it is charged to, and how much slower
+it trains spread over more nodes than it needs.
 
 The operator writes them on every pod it builds (`wish_annotations`); the scheduler reads them
 back (`GangWishes.read`) and hands them to the core, whose `Gang` uses the enums defined here.
@@ -126,6 +127,7 @@ def wish_annotations(
     gpu_types: Iterable[TypeOption] = (),
     max_slowdown_percent: int | None = None,
     queue: str | None = None,
+    spread_slowdown_percent: int | None = None,
 ) -> dict[str, str]:
     """The annotations that state these wishes; a wish given as None (or no types) is left
     out, so the reader takes its default."""
@@ -143,6 +145,8 @@ def wish_annotations(
         out[names.GPU_TYPES] = types
     if queue is not None:
         out[names.QUEUE] = queue
+    if spread_slowdown_percent is not None:
+        out[names.SPREAD_SLOWDOWN] = str(int(spread_slowdown_percent))
     return out
 
 
@@ -162,6 +166,14 @@ class GangWishes:
     # The GPUQueue the gang is charged to; None (no annotation): outside every queue, as
     # pods written by other clients are.
     queue: str | None = None
+    # How much slower (0-99 %) the gang trains when its replicas sit on more nodes than the
+    # fewest that could hold them; 0 (no annotation): no slowdown known.
+    spread_slowdown_percent: int = 0
+
+    @property
+    def spread_speed(self) -> float:
+        """The gang's speed spread, relative to its fewest-nodes placement (`Gang.spread_speed`)."""
+        return 1.0 - self.spread_slowdown_percent / 100
 
     @property
     def max_slowdown(self) -> float | None:
@@ -179,6 +191,7 @@ class GangWishes:
             gpu_types=self.gpu_types or (),
             max_slowdown_percent=self.max_slowdown_percent,
             queue=self.queue,
+            spread_slowdown_percent=self.spread_slowdown_percent or None,
         )
 
     @classmethod
@@ -198,6 +211,9 @@ class GangWishes:
             slowdown = None
         if energy is EnergyPreference.PERFORMANCE:
             slowdown = None  # performance is never capped
+        spread = _int(annotations.get(names.SPREAD_SLOWDOWN))
+        if spread is None or not 0 <= spread <= 99:
+            spread = 0
         return cls(
             size=read_gang_size(annotations),
             priority=max(0, _int(annotations.get(names.PRIORITY)) or DEFAULT_PRIORITY),
@@ -207,4 +223,5 @@ class GangWishes:
             gpu_types=parse_gpu_types(annotations.get(names.GPU_TYPES, "")),
             max_slowdown_percent=slowdown,
             queue=annotations.get(names.QUEUE) or None,
+            spread_slowdown_percent=spread,
         )

@@ -73,6 +73,7 @@ wait_reasons = st.sampled_from([*PendingReason, *SchedulerReason])
         gpu_types=st.none() | st.lists(type_options, min_size=1, max_size=6).map(tuple),
         max_slowdown_percent=st.none() | st.integers(1, 99),
         queue=st.none() | st.from_regex(NAME_PATTERN, fullmatch=True),
+        spread_slowdown_percent=st.integers(0, 99),
     ).filter(
         lambda w: w.energy is not EnergyPreference.PERFORMANCE or w.max_slowdown_percent is None
     )
@@ -109,6 +110,9 @@ def test_wishes_left_out_read_as_the_defaults(priority: int, preemptible: bool) 
         ),
         pytest.param({names.MAX_SLOWDOWN: "0"}, id="no-slowdown"),
         pytest.param({names.MAX_SLOWDOWN: "100"}, id="all-slowdown"),
+        pytest.param({names.SPREAD_SLOWDOWN: "100"}, id="spread-stops-it"),
+        pytest.param({names.SPREAD_SLOWDOWN: "-5"}, id="spread-speeds-it-up"),
+        pytest.param({names.SPREAD_SLOWDOWN: "a lot"}, id="spread-unreadable"),
     ],
 )
 def test_unreadable_wishes_are_the_defaults(annotations: dict[str, str]) -> None:
@@ -120,6 +124,11 @@ def test_a_performance_gang_states_no_slowdown() -> None:
     read = GangWishes.read({names.ENERGY: "performance", names.MAX_SLOWDOWN: "20"})
     assert read.energy is EnergyPreference.PERFORMANCE and read.max_slowdown is None
     assert GangWishes.read({names.MAX_SLOWDOWN: "20"}).max_slowdown == 0.2
+
+
+def test_a_gang_states_its_spread_slowdown_as_a_speed() -> None:
+    assert GangWishes.read({names.SPREAD_SLOWDOWN: "40"}).spread_speed == pytest.approx(0.6)
+    assert GangWishes.read({}).spread_speed == 1.0  # not stated: no slowdown known
 
 
 def test_throughputs_that_are_not_positive_numbers_read_as_none() -> None:

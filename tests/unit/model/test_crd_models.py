@@ -234,6 +234,8 @@ INVALID: list[Any] = [
     pytest.param(TrainingJobSpec, TJ, {"gpuTypes": [{"name": "L4"}, {"name": "L4"}]},
                  "more than once", id="duplicate-gpu-type"),
     pytest.param(TrainingJobSpec, TJ, {"replicas": 0}, "greater than or equal to 1", id="zero"),
+    pytest.param(TrainingJobSpec, TJ, {"spreadSlowdownPercent": 100}, "less than or equal to 99",
+                 id="spread-stops-the-job"),
     pytest.param(TrainingJobSpec, TJ, {"template": {"spec": {"containers": []}}},
                  "at least 1", id="no-containers"),
     pytest.param(TrainingJobSpec, TJ, {"checkpoint": {}}, "exactly one of intervalSeconds",

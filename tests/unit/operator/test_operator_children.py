@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from gpufleet.model.contract import names
 from gpufleet.model.contract.moves import Checkpoint, read_move_times
 from gpufleet.model.contract.submitted import read_submitted
@@ -14,7 +16,14 @@ from gpufleet.model.trainingjob import TrainingJobSpec
 from gpufleet.operator import children
 from gpufleet.operator.children import JOB_LABEL, MASTER_PORT, min_replicas, replica_count
 from gpufleet.operator.objects import TrainingJobObject
-from gpufleet.scheduler.pods import energy, gpu_request, gpu_types, max_slowdown, topology
+from gpufleet.scheduler.pods import (
+    energy,
+    gpu_request,
+    gpu_types,
+    max_slowdown,
+    spread_speed,
+    topology,
+)
 
 
 def job(**spec: Any) -> dict[str, Any]:
@@ -103,6 +112,15 @@ def test_the_slowdown_a_job_accepts_from_a_power_cap_reaches_the_scheduler() -> 
     assert pod["metadata"]["annotations"][names.MAX_SLOWDOWN] == "15"
     assert max_slowdown(pod) == 0.15
     assert energy(pod).value == "efficient"
+
+
+def test_the_slowdown_a_job_states_for_spread_placements_reaches_the_scheduler() -> None:
+    pod = worker_pod(job(spreadSlowdownPercent=35), 0)
+    assert pod["metadata"]["annotations"][names.SPREAD_SLOWDOWN] == "35"
+    assert spread_speed(pod) == pytest.approx(0.65)
+    plain = worker_pod(job(), 0)
+    assert names.SPREAD_SLOWDOWN not in plain["metadata"]["annotations"]
+    assert spread_speed(plain) == 1.0
 
 
 def test_mig_job_asks_for_one_slice_on_the_first_container_only() -> None:

@@ -184,6 +184,12 @@ def test_a_gang_carries_the_slowdown_its_pods_accept_from_a_power_cap() -> None:
     assert pg.gang.max_slowdown == 0.2
 
 
+def test_a_gang_carries_the_slowdown_its_pods_state_for_spread_placements() -> None:
+    pods = [PodBuilder("w0").gpus(1).annotate(names.SPREAD_SLOWDOWN, "30").obj()]
+    (pg,) = view([NodeBuilder("h0").obj()], pods).pending
+    assert pg.gang.spread_speed == pytest.approx(0.7)
+
+
 def test_incomplete_gang_is_held() -> None:
     pods = [PodBuilder("w0").gpus(1).gang("g", 3, 0).obj()]
     v = view([NodeBuilder("h0").obj()], pods)

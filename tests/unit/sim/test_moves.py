@@ -24,7 +24,7 @@ from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
 from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import Catalog
 from gpufleet.sim.baselines import TiresiasLikePolicy
-from gpufleet.sim.engine import SimPolicy, SimSettings, Simulation
+from gpufleet.sim.engine import SimPolicy, SimSettings, Simulation, gang_for_job
 from gpufleet.sim.gavel_profiles import GavelProfile
 from gpufleet.sim.occupancy import SimCluster
 from gpufleet.sim.results import SimResult
@@ -243,3 +243,23 @@ def test_an_elastic_job_grows_when_gpus_free_and_its_curve_is_refined(
     assert grown, "the policy saw the grown gang"
     # Reports at 4 and 8 replicas: the refined curve has the measured ratio between them.
     assert grown[-1].scaling[7] / grown[-1].scaling[3] == pytest.approx(true[7] / true[3])
+
+
+def test_a_gang_is_told_the_spread_slowdown_its_runs_get(
+    catalog: Catalog, profile: GavelProfile
+) -> None:
+    speed = SpeedModel(catalog, profile, {H100: 4, T4: 4})
+    wide = TraceJob("wide", 0.0, 1000.0, replicas=8, gpus_per_replica=1, model="LM (batch size 20)")
+    types = [catalog[H100], catalog[T4]]
+    told = gang_for_job(wide, types, speed).spread_speed
+    assert told == pytest.approx(profile.spread_factor("LM (batch size 20)", 8)) and told < 0.2
+    # The simulator runs the gang at that factor on more nodes than the fewest (two 4-GPU nodes).
+    spread = [ReplicaPlacement(f"h-{i % 4}", (i // 4,)) for i in range(8)]
+    packed = [ReplicaPlacement(f"h-{i // 4}", (i % 4,)) for i in range(8)]
+    types_of = {f"h-{i}": H100 for i in range(4)}
+    ratio = speed.placement_speed(wide, spread, types_of) / speed.placement_speed(
+        wide, packed, types_of
+    )
+    assert ratio == pytest.approx(told)
+    one = TraceJob("one", 0.0, 1000.0, replicas=1, gpus_per_replica=1, model="LM (batch size 20)")
+    assert gang_for_job(one, types, speed).spread_speed == 1.0
