@@ -624,9 +624,10 @@ class TrainingJobStatus(UsageStatus):
         ge=0,
         description=(
             "How many of the job's runs the service tier ended (a preemption for a job of its "
-            "queue and priority with less service), counted when its next run's pods are "
-            "created; absent while none. With placement.service_tier_rerun_s the tier does not "
-            "preempt the job again until its current run has lasted that long."
+            "queue and priority with less service), each counted once, as soon as the operator "
+            "sees the run's workers evicted, whether or not they had started; absent while "
+            "none. With placement.service_tier_rerun_s the tier does not preempt the job again "
+            "until its current run has lasted that long."
         ),
     )
     move_times: list[datetime] | None = Field(

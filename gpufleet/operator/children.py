@@ -108,7 +108,7 @@ def _attained(status: Mapping[str, Any]) -> float:
     return float(value) if isinstance(value, int | float) and value > 0 else 0.0
 
 
-def _tier_evictions(status: Mapping[str, Any]) -> int:
+def recorded_tier_evictions(status: Mapping[str, Any]) -> int:
     """How many of the job's runs the service tier ended, as its status records (0 when none
     or unreadable)."""
     value = status.get("tierEvictions")
@@ -160,7 +160,7 @@ def worker_pod(
         **scheduling_annotations(spec),
         **move_annotations(job),
         **attained_annotations(_attained(job.status)),
-        **tier_evictions_annotations(_tier_evictions(job.status)),
+        **tier_evictions_annotations(recorded_tier_evictions(job.status)),
         **submitted_annotations(parse_time(job.created)),
         **scaling_annotations(scaling_curve(spec, throughput_reports(job.status))),
     }

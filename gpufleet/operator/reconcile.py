@@ -15,9 +15,12 @@ the run policy is unit-tested here without an API server:
   service tier) says so in the Preempted condition (`PreemptedForLessServedJob`);
 - pods created while no worker holds a node start a new run (`starts_run`): the handlers first
   record the service of the job's ended runs in `status.attainedGpuSeconds`, which the new pods
-  carry for the scheduler's service tier (`model.contract.service`), and, when the run that
-  ended was ended by the tier (`ended_by_tier`), count it in `status.tierEvictions`, which the
-  new pods carry too (the tier's limit on re-evictions);
+  carry for the scheduler's service tier (`model.contract.service`);
+- a run the tier ends is counted in `status.tierEvictions` as soon as its evicted pods are seen
+  (or one was seen vanish), whether or not any of them had started: once per run, since each
+  run's pods carry the count from when they were created, and the eviction of a run that
+  carried n makes the count at least n + 1 (`_count_tier_eviction`); the new pods carry it (the
+  tier's limit on re-evictions);
 - while the gang waits, the Admitted condition carries the scheduler's (the core's) reason;
 - an elastic job's reported throughput (its `gpufleet.io/throughput` annotation) is kept per
   replica count in `status.throughput`, its scaling curve refined from it in `status.scaling`
@@ -39,6 +42,7 @@ from gpufleet.model.contract.assignment import assigned_gpus, assigned_mig, assi
 from gpufleet.model.contract.moves import moved_at
 from gpufleet.model.contract.reasons import disruption_reason, is_preemption, read_pending
 from gpufleet.model.contract.scaling import parse_throughput, scaling_annotations
+from gpufleet.model.contract.service import read_tier_evictions
 from gpufleet.model.contract.timestamps import format_time, parse_time
 from gpufleet.model.contract.wishes import read_gang_size, read_rank
 from gpufleet.model.trainingjob import (
@@ -55,6 +59,7 @@ from gpufleet.model.trainingjob import (
 )
 from gpufleet.operator.children import (
     min_replicas,
+    recorded_tier_evictions,
     replica_count,
     scaling_curve,
     start_replicas,
@@ -134,18 +139,6 @@ def starts_run(pods: Sequence[Obj], out: Plan) -> bool:
         if not _deleting(p)
     )
     return bool(out.create) and not held
-
-
-def ended_by_tier(out: Plan) -> bool:
-    """Whether the job's last run was ended by the service tier: its Preempted condition says
-    so until the job is admitted again, so the pass that starts the next run (`starts_run`)
-    still sees it."""
-    return any(
-        c.get("type") == Cond.PREEMPTED
-        and c.get("status") == "True"
-        and c.get("reason") == Reason.PREEMPTED_FOR_LESS_SERVED
-        for c in out.status.get("conditions") or []
-    )
 
 
 def pending_reason(pods: Sequence[Obj]) -> tuple[str, str]:
@@ -231,6 +224,7 @@ class _Pass:
     completion: datetime | None
     move_times: list[datetime] = field(default_factory=list)
     moves: int = 0
+    tier_evictions: int = 0
     throughput: dict[int, float] = field(default_factory=dict)
     scaling: tuple[float, ...] = ()
     out: Plan = field(default_factory=Plan)
@@ -258,10 +252,12 @@ def plan(
     disruption: str | None = None,
     create_error: str | None = None,
     moved: datetime | None = None,
+    tier_run: int | None = None,
 ) -> Plan:
     """What to do for `job` given its pods. `disruption` is the DisruptionTarget reason of a
-    pod seen deleted since the last pass and `moved` when its move began, if it was deleted
-    for one; `create_error` a rejected pod creation."""
+    pod seen deleted since the last pass, `moved` when its move began, if it was deleted
+    for one, and `tier_run` the tier's count it carried, if the tier evicted it;
+    `create_error` a rejected pod creation."""
     status = job.status
     step = _Pass(
         job,
@@ -274,8 +270,10 @@ def plan(
         parse_time(status.get("completionTime")),
         [t for raw in status.get("moveTimes") or [] if (t := parse_time(raw))],
         int(status.get("moves") or 0),
+        recorded_tier_evictions(status),
     )
     _count_moves(step, moved)
+    _count_tier_eviction(step, tier_run)
     # A spec edit after a rejected template gives the job another try.
     retry = step.conds.reason(Cond.FAILED) == TEMPLATE_REJECTED and job.id.generation > int(
         status.get("observedGeneration") or 0
@@ -348,6 +346,24 @@ def _count_moves(step: _Pass, moved: datetime | None) -> None:
         step.move_times = [*step.move_times, t][-MAX_MOVE_TIMES:]
         message = f"restarted whole to move to faster GPUs (move {step.moves})"
         step.out.events.append(("Normal", MOVED, message))
+
+
+def _count_tier_eviction(step: _Pass, tier_run: int | None) -> None:
+    """Count the run the service tier ended, once: each pod of a run carries the count the job
+    had when the pod was created (`model.contract.service.read_tier_evictions`), so the evicted
+    pods of a run that carried n make the count at least n + 1, and every later pass that sees
+    them (or a pod of that run seen vanish, `tier_run`) finds it so. A run whose pods never
+    started counts too: the eviction is the tier's all the same."""
+    carried = [
+        read_tier_evictions(p["metadata"].get("annotations") or {})
+        for p in step.pods
+        if (_deleting(p) or _phase(p) == "Failed")
+        and _disrupted(p) == names.SERVICE_PREEMPTED_REASON
+    ]
+    if tier_run is not None:
+        carried.append(tier_run)
+    if carried:
+        step.tier_evictions = max(step.tier_evictions, max(carried) + 1)
 
 
 def _admission_wait(conditions: Sequence[Obj]) -> tuple[str, str] | None:
@@ -439,6 +455,8 @@ def _write_status(step: _Pass, old_phase: str | None) -> None:
     if step.moves:
         out.status["moves"] = step.moves
         out.status["moveTimes"] = [format_time(t) for t in step.move_times]
+    if step.tier_evictions:
+        out.status["tierEvictions"] = step.tier_evictions
     if step.completion is not None and phase in (Phase.SUCCEEDED, Phase.FAILED):
         out.status["completionTime"] = format_time(step.completion)
     if phase != old_phase:

@@ -34,6 +34,7 @@ from pydantic import ValidationError
 from gpufleet import kubepool
 from gpufleet.model.contract import names
 from gpufleet.model.contract.moves import moved_at
+from gpufleet.model.contract.service import read_tier_evictions
 from gpufleet.model.gpus import load_catalog
 from gpufleet.operator import (
     children,
@@ -57,9 +58,9 @@ _STATUS_KEYS = (
 )  # fmt: skip
 
 # Written by the pass that starts a new run only (`reconcile.starts_run`), so, like the usage
-# fields, not among the keys a pass removes when its plan lacks them.
+# fields, not among the keys a pass removes when its plan lacks them. (The tier's count,
+# `tierEvictions`, is the plan's own: every plan of a job the tier evicted carries it.)
 ATTAINED_KEY = "attainedGpuSeconds"
-TIER_EVICTIONS_KEY = "tierEvictions"
 
 log = logging.getLogger("gpufleet.operator")
 
@@ -89,6 +90,8 @@ class State:
         self.locks = fresh_read.JobLocks()
         self.disruptions: dict[str, str] = {}  # job uid -> reason a pod was disrupted
         self.moves: dict[str, datetime] = {}  # job uid -> when a move deleted its pods
+        # job uid -> the tier's count a pod the tier evicted carried (reconcile.plan's tier_run)
+        self.tier_runs: dict[str, int] = {}
         self.services: set[str] = set()  # job uids whose Service exists
         # GPU time and energy per job uid, accrued every pass.
         self.usage = UsageLedger(load_catalog())
@@ -100,15 +103,20 @@ class State:
 
 def record_disruption(state: State, pod: dict[str, Any]) -> None:
     """Pods of a preempted or restarted gang may vanish between two passes; remember why (not
-    for an elastic job's replica beyond its minimum given to other work: `job_disruption`)."""
+    for an elastic job's replica beyond its minimum given to other work: `job_disruption`),
+    and, for the service tier's eviction, the tier's count the pod carried (its run's)."""
     reason = reconcile.job_disruption(pod)
     moved = moved_at(pod)
+    carried = read_tier_evictions(pod["metadata"].get("annotations") or {})
     if reason is not None:
         for owner in pod["metadata"].get("ownerReferences") or []:
+            uid = owner["uid"]
             with state.guard:
-                state.disruptions[owner["uid"]] = reason
+                state.disruptions[uid] = reason
                 if moved is not None:
-                    state.moves[owner["uid"]] = max(moved, state.moves.get(owner["uid"], moved))
+                    state.moves[uid] = max(moved, state.moves.get(uid, moved))
+                if reason == names.SERVICE_PREEMPTED_REASON:
+                    state.tier_runs[uid] = max(carried, state.tier_runs.get(uid, carried))
 
 
 def _now() -> datetime:
@@ -252,18 +260,15 @@ def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> 
         with state.guard:
             disruption = state.disruptions.pop(uid, None)
             moved = state.moves.pop(uid, None)
+            tier_run = state.tier_runs.pop(uid, None)
         now = _now()
-        plan = reconcile.plan(job, pods, now, disruption, moved=moved)
+        plan = reconcile.plan(job, pods, now, disruption, moved=moved, tier_run=tier_run)
         current = raw.get("status") or {}
         if reconcile.starts_run(pods, plan):
             # The service of its ended runs, for the scheduler's service tier: the GPU time
             # used so far (no worker holds a node now), written beside the pass's status.
             attained = round(state.usage.total(uid, current, pods, now), 1)
             if attained > 0:
-                # A run the tier ended is counted once: a pass that starts the same run again
-                # (its pods' creation failed) finds the service already recorded.
-                if reconcile.ended_by_tier(plan) and current.get(ATTAINED_KEY) != attained:
-                    plan.status[TIER_EVICTIONS_KEY] = int(current.get(TIER_EVICTIONS_KEY) or 0) + 1
                 plan.status[ATTAINED_KEY] = attained
         if plan.create:
             _ensure_service(state, job)
@@ -272,7 +277,9 @@ def reconcile_pass(state: State, body: Mapping[str, Any], patch: kopf.Patch) -> 
             counted = dataclasses.replace(job, status={**job.status, **plan.status})
             error = _create_pods(state, counted, plan.create)
             if error is not None:
-                plan = reconcile.plan(job, pods, now, disruption, create_error=error, moved=moved)
+                plan = reconcile.plan(
+                    job, pods, now, disruption, create_error=error, moved=moved, tier_run=tier_run
+                )
         _delete_pods(state, namespace, plan.delete)
         _annotate_pods(state, namespace, plan.annotate)
         changes = fresh_read.status_changes(current, plan.status, _STATUS_KEYS)
@@ -346,3 +353,4 @@ def forget(state: State, uid: str) -> None:
     with state.guard:
         state.disruptions.pop(uid, None)
         state.moves.pop(uid, None)
+        state.tier_runs.pop(uid, None)

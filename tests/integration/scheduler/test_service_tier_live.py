@@ -9,7 +9,9 @@ the same queue and priority preempts the long one whole and starts; the long job
 (`status.attainedGpuSeconds`: at least theta, at most its GPUs times the time it was up) and
 copied onto its recreated pods, which the scheduler reads; the long job then waits with the
 scheduler's reason and does not evict the fresh job back; no GPU is double-booked; `kubectl get
-tj -o wide` shows the GPU-seconds received.
+tj -o wide` shows the GPU-seconds received. A run the tier ends before any of its pods started
+(bound on nodes whose kubelet does not start them) is counted in `status.tierEvictions` all the
+same, once, and the next run's pods carry the count.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from typing import Any
 
 import pytest
 
-from gpufleet.model.contract.service import read_attained
+from gpufleet.model.contract.service import read_attained, read_tier_evictions
 from gpufleet.sandbox.control_plane import Sandbox
+from gpufleet.sandbox.node_manifests import KWOK_ANNOTATION
 from gpufleet.testing import invariants
+from gpufleet.testing.node_faults import restore_nodes
 from gpufleet.testing.operator import Kube, OperatorProcess, wait_for
 from gpufleet.testing.tier_scene import GPUS, job_status, live_pods, tier_operator, whole_fleet_job
 
@@ -109,3 +113,48 @@ def test_a_fresh_job_preempts_a_long_one_of_its_queue(
     wide = sandbox.kubectl("get", "tj", "long", "-n", ns, "-o", "wide").stdout.splitlines()
     at = wide[0].index("GPU-SECONDS")  # columns are left-aligned; empty cells print blank
     assert float(wide[1][at:].split()[0]) >= kept
+
+
+def started(kube: Kube, ns: str, name: str) -> int:
+    return len(kube.bound(ns, name, started=True))
+
+
+def test_a_run_the_tier_ends_before_its_pods_start_is_counted(kube: Kube, ns: str) -> None:
+    kube.create_job(ns, job("long"))
+    wait_for(lambda: started(kube, ns, "long") == 4, "long runs", 60)
+    time.sleep(THETA / GPUS + 1.0)  # past theta
+    kube.create_job(ns, job("first"))
+    wait_for(lambda: started(kube, ns, "first") == 4, "first runs", 60)
+    wait_for(lambda: job_status(kube, ns, "long").get("tierEvictions") == 1, "long's count", 30)
+    attained = job_status(kube, ns, "long")["attainedGpuSeconds"]
+    # The kubelet of first's nodes (kwok) stops starting pods there; the nodes stay Ready for
+    # the node-lifecycle controller's grace (40 s), enough for what follows.
+    nodes = sorted({p["spec"]["nodeName"] for p in kube.bound(ns, "first")})
+    for node in nodes:
+        kube.core.patch_node(node, {"metadata": {"annotations": {KWOK_ANNOTATION: None}}})
+    try:
+        # first goes (no kubelet confirms its pods' deletion: they are removed at once), and
+        # long's waiting workers are bound there but never start.
+        kube.delete_job(ns, "first")
+        wait_for(lambda: kube.job(ns, "first") is None, "first deleted", 20)
+        for p in kube.job_pods(ns, "first"):
+            kube.core.delete_namespaced_pod(p["metadata"]["name"], ns, grace_period_seconds=0)
+        wait_for(lambda: len(kube.bound(ns, "long")) == 4, "long bound again", 20)
+        # A fresh job comes: the tier evicts long (served by its first run) before it starts.
+        kube.create_job(ns, job("second"))
+        wait_for(
+            lambda: job_status(kube, ns, "long").get("tierEvictions") == 2,
+            "long's count 2 for the run that never started",
+            20,
+        )
+        assert started(kube, ns, "long") == 0
+        assert job_status(kube, ns, "long")["attainedGpuSeconds"] == attained  # no service
+    finally:
+        restore_nodes(kube.core, nodes, report_ready=True)
+    wait_for(lambda: started(kube, ns, "second") == 4, "second runs", 60)
+    recreated = wait_for(
+        lambda: len(p := live_pods(kube, ns, "long")) == 4 and p, "long's workers recreated", 30
+    )
+    assert {read_tier_evictions(p["metadata"]["annotations"]) for p in recreated} == {2}
+    assert job_status(kube, ns, "long")["tierEvictions"] == 2  # once
+    assert invariants.check(kube.core) == []

@@ -11,15 +11,17 @@ Preempted condition, and an elastic job's growth given away that way is still no
 
 from __future__ import annotations
 
+import copy
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from operator_fakes import VERSIONS
 from test_operator_reconcile import NOW, cond, given_away, job, plan, pod
-from test_trainingjob_quiet_passes import Harness, harness, worker
+from test_trainingjob_quiet_passes import T0, Harness, harness, worker
 
 from gpufleet.model.contract import names
-from gpufleet.model.contract.service import read_attained
+from gpufleet.model.contract.service import read_attained, tier_evictions_annotations
 from gpufleet.model.contract.timestamps import format_time
 from gpufleet.operator import reconcile
 
@@ -31,11 +33,15 @@ def created(h: Harness) -> list[dict[str, Any]]:
     return [c.args[1] for c in h.state.core.create_namespaced_pod.call_args_list]
 
 
-def evicted(rank: int, reason: str = names.SERVICE_PREEMPTED_REASON) -> dict[str, Any]:
-    """Worker `rank` being evicted by a gpufleet preemption for `reason`."""
-    p = worker(rank)
+def evicted(
+    rank: int | dict[str, Any], reason: str = names.SERVICE_PREEMPTED_REASON
+) -> dict[str, Any]:
+    """Worker `rank` (or this worker) being evicted by a gpufleet preemption for `reason`."""
+    p = worker(rank) if isinstance(rank, int) else copy.deepcopy(rank)
+    p["metadata"]["resourceVersion"] = next(VERSIONS)  # a changed pod, as the API server has it
     p["metadata"]["annotations"][names.DISRUPTED_BY] = reason
-    p["metadata"]["deletionTimestamp"] = p["status"]["startTime"]
+    p["metadata"]["deletionTimestamp"] = format_time(T0)
+    p["metadata"]["ownerReferences"] = [{"uid": "u1"}]  # the harness's job
     return p
 
 
@@ -142,14 +148,21 @@ def test_a_restarted_operator_records_the_same_service(
     restarted.state.pool.shutdown(wait=True)
 
 
+def of_this_run(h: Harness, p: dict[str, Any]) -> dict[str, Any]:
+    """Worker `p` as the operator creates it now: with the job's tier count on it."""
+    status = h.stored["status"]
+    p["metadata"]["annotations"] |= tier_evictions_annotations(status.get("tierEvictions", 0))
+    return p
+
+
 def end_run(h: Harness, seconds: int, reason: str) -> None:
     """The job runs `seconds` on its two workers (started now), then is preempted for
     `reason`, its workers go, and the next pass recreates them."""
-    h.pods.pods = [worker(0), worker(1)]
+    h.pods.pods = [of_this_run(h, worker(0)), of_this_run(h, worker(1))]
     for p in h.pods.pods:
         p["status"]["startTime"] = format_time(h.now)
     run_for(h, seconds)
-    h.pods.pods = [evicted(0, reason), evicted(1, reason)]
+    h.pods.pods = [evicted(p, reason) for p in h.pods.pods]
     run_for(h, 1)
     h.pods.pods = []
     run_for(h, 1)
@@ -180,3 +193,54 @@ def test_a_job_the_tier_never_ended_carries_no_count(harness: Harness) -> None:
     end_run(harness, 50, names.PREEMPTED_REASON)
     assert "tierEvictions" not in harness.stored["status"]
     assert all(names.TIER_EVICTIONS not in p["metadata"]["annotations"] for p in created(harness))
+
+
+def never_started(h: Harness) -> list[dict[str, Any]]:
+    """The job's two workers as the operator creates them now, bound but not started yet."""
+    pods = [of_this_run(h, worker(0, "Pending")), of_this_run(h, worker(1, "Pending"))]
+    for p in pods:
+        del p["status"]["startTime"]
+    return pods
+
+
+def test_a_run_the_tier_ended_before_its_pods_started_is_counted(harness: Harness) -> None:
+    harness.run()
+    for count in (1, 2):
+        # Bound, not started: no service, so the ended run adds none; still the tier's eviction.
+        harness.pods.pods = never_started(harness)
+        run_for(harness, 5)
+        harness.pods.pods = [evicted(p) for p in harness.pods.pods]
+        run_for(harness, 1)
+        assert harness.stored["status"]["tierEvictions"] == count
+        assert "attainedGpuSeconds" not in harness.stored["status"]
+        harness.pods.pods = []
+        run_for(harness, 1)
+        new = created(harness)
+        assert [p["metadata"]["annotations"][names.TIER_EVICTIONS] for p in new] == [str(count)] * 2
+
+
+def test_a_run_the_tier_ended_is_counted_once_while_its_pods_exit_or_vanish(
+    harness: Harness,
+) -> None:
+    harness.running()
+    # Its workers exit over several passes, then one vanishes between two passes.
+    harness.pods.pods = [evicted(0), evicted(1)]
+    run_for(harness, 5)
+    assert harness.stored["status"]["tierEvictions"] == 1
+    harness.pods.hook(harness.pods.pods[0])
+    harness.pods.pods = [harness.pods.pods[1]]
+    run_for(harness, 1)
+    harness.pods.hook(harness.pods.pods[0])
+    harness.pods.pods = []
+    run_for(harness, 3)
+    assert harness.stored["status"]["tierEvictions"] == 1
+    # The next run's pods carry 1; its pods, evicted by the tier, vanish before any pass sees
+    # them: the operator's memory of the vanished pod counts it, once.
+    harness.pods.pods = [of_this_run(harness, worker(0)), of_this_run(harness, worker(1))]
+    run_for(harness, 10)
+    for p in harness.pods.pods:
+        harness.pods.hook(evicted(p))
+    harness.pods.pods = []
+    run_for(harness, 3)
+    assert harness.stored["status"]["tierEvictions"] == 2
+    assert {p["metadata"]["annotations"][names.TIER_EVICTIONS] for p in created(harness)} <= {"2"}

@@ -273,6 +273,7 @@ def kept(state: trainingjob_handlers.State, uid: str) -> list[str]:
         "usage": uid in state.usage._jobs,
         "disruptions": uid in state.disruptions,
         "moves": uid in state.moves,
+        "tier_runs": uid in state.tier_runs,
     }
     return [name for name, there in held.items() if there]
 
@@ -312,5 +313,18 @@ def test_a_job_deleted_after_a_move_before_its_next_pass_leaves_nothing_behind(
     harness.pods.hook(moved)  # the move deleted a worker; the job is deleted before a pass
     assert "disruptions" in kept(harness.state, "u1")
     assert "moves" in kept(harness.state, "u1")
+    delete(harness)
+    assert kept(harness.state, "u1") == []
+
+
+def test_a_job_deleted_after_a_tier_eviction_before_its_next_pass_leaves_nothing_behind(
+    harness: Harness,
+) -> None:
+    harness.running()
+    evicted = worker(0)
+    evicted["metadata"]["ownerReferences"] = [{"uid": "u1"}]
+    evicted["metadata"]["annotations"][names.DISRUPTED_BY] = names.SERVICE_PREEMPTED_REASON
+    harness.pods.hook(evicted)  # the tier evicted a worker; the job is deleted before a pass
+    assert "tier_runs" in kept(harness.state, "u1")
     delete(harness)
     assert kept(harness.state, "u1") == []
