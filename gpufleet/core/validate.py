@@ -23,9 +23,11 @@ def decision_problems(
     pending: Sequence[Gang],
     decision: Decision,
     tier_gpu_s: float | None = SERVICE_TIER_GPU_S,
+    tier_rerun_s: float | None = None,
 ) -> list[str]:
     """What is wrong with `decision` for `pending` on `snapshot` (empty: nothing). `tier_gpu_s`
-    is the service tier's threshold the decision was made with (`Policy.service_tier_gpu_s`)."""
+    is the service tier's threshold the decision was made with (`Policy.service_tier_gpu_s`)
+    and `tier_rerun_s` its limit on re-evictions (`Policy.service_tier_rerun_s`)."""
     problems: list[str] = []
     gangs = {g.id: g for g in pending}
     running = {r.id: r for r in snapshot.running}
@@ -158,7 +160,7 @@ def decision_problems(
                     slices.add((r.node, g, r.mig))
                     used_gpus.add(key)
     problems.extend(_wait_problems(running, decision))
-    problems.extend(quota_problems(snapshot, pending, decision, tier_gpu_s))
+    problems.extend(quota_problems(snapshot, pending, decision, tier_gpu_s, tier_rerun_s))
     return problems
 
 

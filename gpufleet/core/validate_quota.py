@@ -22,7 +22,11 @@ the decision, and reports:
   judged on the most it can have held then (its usage before plus all its placements) and the
   winner's on the least (its usage before less all its evicted gangs);
 - inside one queue, a preemption of a gang of equal or higher priority (but an elastic job's
-  growth unit may go for a gang of its own priority: rebalance.py);
+  growth unit may go for a gang of its own priority: rebalance.py), and, with the service
+  tier's limit on re-evictions (`Policy.service_tier_rerun_s`), the tier's eviction (of a gang
+  of the winner's priority) of a gang it evicted before whose current run is shorter than the
+  limit; restated here rather than calling `service_tier.rerun_guarded`, so that a fault in
+  the rule shows;
 - a gang of an unusable queue, with a priority outside its queue's range, or from a namespace
   its queue's namespace selector does not take (or whose labels are unknown), that is placed.
 """
@@ -106,9 +110,11 @@ def quota_problems(
     pending: Sequence[Gang],
     decision: Decision,
     tier_gpu_s: float | None = SERVICE_TIER_GPU_S,
+    tier_rerun_s: float | None = None,
 ) -> list[str]:
     """The decision's breaches of the queues' rules; `tier_gpu_s` is the service tier's
-    threshold the decision was made with (`Policy.service_tier_gpu_s`)."""
+    threshold the decision was made with (`Policy.service_tier_gpu_s`) and `tier_rerun_s` its
+    limit on re-evictions (`Policy.service_tier_rerun_s`; None: no limit)."""
     tree = snapshot.queues
     if tree is None:
         return []
@@ -150,7 +156,9 @@ def quota_problems(
         victim, winner = running.get(pre.gang_id), gangs.get(pre.for_gang)
         if victim is None or winner is None:
             continue  # validate.py reports unknown gangs
-        problems.extend(_preemption_problems(tree, highest, least, victim, winner, tier_gpu_s))
+        problems.extend(
+            _preemption_problems(tree, highest, least, victim, winner, tier_gpu_s, tier_rerun_s)
+        )
     new = _Account(tree, after)
     resources = sorted({r for usage in after.values() for r in usage})
     for resource in resources:
@@ -385,6 +393,7 @@ def _preemption_problems(
     victim: RunningGang,
     winner: Gang,
     tier_gpu_s: float | None,
+    tier_rerun_s: float | None,
 ) -> list[str]:
     """`most`/`least`: the most and the least each queue can have held when the engine took
     this preemption (module docstring)."""
@@ -395,6 +404,17 @@ def _preemption_problems(
         theta = None if vq is None else tier_gpu_s  # the service tier holds inside queues
         if rank(victim, theta) >= rank(winner, theta) and not shrink:
             return [f"{victim.id} preempted inside its queue for {winner.id} of no higher priority"]
+        by_tier = victim.priority == winner.priority and not shrink
+        if (
+            by_tier
+            and tier_rerun_s is not None
+            and victim.tier_evictions > 0
+            and victim.run_s < tier_rerun_s
+        ):
+            return [
+                f"{victim.id} evicted by the service tier again for {winner.id} after "
+                f"{victim.run_s:g} s of its run, under the limit of {tier_rerun_s:g} s"
+            ]
         return []
     if wq is None:
         return [f"{victim.id} reclaimed for {winner.id}, which is outside any queue"]

@@ -11,7 +11,8 @@ but for their service in the queue's order; a gang of a missing or unusable queu
 neither in its rank nor in its value; a tier eviction pays for the work the victim has not
 checkpointed; with a limit on re-evictions, a gang the tier evicted before is not evicted by the
 tier again before its current run has lasted the limit (both engines), while a higher priority
-still may, and without a limit (the default) it is evicted as before.
+still may, and without a limit (the default) it is evicted as before; the validator judges the
+limit independently of the engine's rule, on hand-made decisions and on random queues.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import math
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpufleet.core.admission import QueueGate
 from gpufleet.core.decision import Decision, PendingReason
@@ -38,6 +41,8 @@ from gpufleet.core.service_tier import (
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, RunProgress, Snapshot
 from gpufleet.core.validate import decision_problems
 from tests.unit.core.placement_builders import cluster, gang
+from tests.unit.core.test_placement_properties import FAST
+from tests.unit.core.test_queue_properties import contended
 
 H100 = "H100-80GB"
 ENGINES = pytest.mark.parametrize("engine", [Engine.GREEDY, Engine.CPSAT], ids=str)
@@ -72,7 +77,7 @@ def decide(
         service_tier_rerun_s=rerun_s,
     )
     decision = place(snapshot, pending, policy)
-    assert decision_problems(snapshot, pending, decision, theta) == []
+    assert decision_problems(snapshot, pending, decision, theta, rerun_s) == []
     return decision
 
 
@@ -422,3 +427,56 @@ def test_the_limit_leaves_evictions_for_a_higher_priority() -> None:
     decision = decide(snapshot, [gang("new", queue="a", priority=1)], rerun_s=RERUN)
     assert decision.admitted_ids == {"new"}
     assert [(p.gang_id, p.service_tier) for p in decision.preemptions] == [("long", False)]
+
+
+@pytest.mark.parametrize(
+    ("times", "run_s", "priority", "problem"),
+    [
+        pytest.param(1, 600.0, 0, True, id="re-evicted-early"),
+        pytest.param(1, RERUN, 0, False, id="ran-the-limit"),
+        pytest.param(0, 0.0, 0, False, id="first-eviction"),
+        pytest.param(1, 0.0, 1, False, id="higher-priority"),
+    ],
+)
+def test_the_validator_judges_tier_evictions_by_the_limit(
+    times: int, run_s: float, priority: int, problem: bool
+) -> None:
+    # The decision made without the limit, judged with it.
+    snapshot = evicted_before(two_gpus_of_queue_a(), times, run_s)
+    pending = [gang("new", queue="a", priority=priority)]
+    decision = decide(snapshot, pending)
+    assert [p.gang_id for p in decision.preemptions] == ["long"]
+    expected = (
+        [f"long evicted by the service tier again for new after {run_s:g} s of its run, "
+         f"under the limit of {RERUN:g} s"]
+        if problem
+        else []
+    )  # fmt: skip
+    assert decision_problems(snapshot, pending, decision, THETA, RERUN) == expected
+    assert decision_problems(snapshot, pending, decision, THETA, None) == []
+
+
+@st.composite
+def with_history(draw: st.DrawFn) -> tuple[Snapshot, list[Gang]]:
+    """`contended` queues, every gang of one priority (so that inside a queue only the tier
+    evicts), the running ones served or not, some evicted by the tier before and some way into
+    their current run; fresh pending gangs."""
+    snapshot, pending = draw(contended())
+    running = tuple(
+        replace(
+            r,
+            priority=0,
+            attained_gpu_s=draw(st.sampled_from((0.0, LONG, LONG))),
+            tier_evictions=draw(st.sampled_from((0, 1, 1, 2))),
+            run_s=draw(st.sampled_from((0.0, RERUN / 3, 2 * RERUN / 3, RERUN - 1, RERUN))),
+        )
+        for r in snapshot.running
+    )
+    return replace(snapshot, running=running), [replace(g, priority=0) for g in pending]
+
+
+@FAST
+@given(case=with_history(), engine=st.sampled_from(list(Engine)))
+def test_no_decision_breaks_the_limit(case: tuple[Snapshot, list[Gang]], engine: Engine) -> None:
+    snapshot, pending = case
+    decide(snapshot, pending, engine=engine, rerun_s=RERUN)
