@@ -2,7 +2,9 @@
 progress (the core's `RunProgress`), from its pods and the clock.
 
 - Run time: since the gang's pods started (the latest `status.startTime` of its pods; a moved
-  or restarted gang starts counting again, as it resumes from its checkpoint).
+  or restarted gang starts counting again, as it resumes from its checkpoint), once each of
+  them has started (`model.contract.service.since_last_start`, as the tier's `run_s` does over
+  its running pods only).
 - Expected remaining time: `core.moves.expected_remaining` over the run lengths of gangs this
   process saw finish (their pods Succeeded), never the gang's own future; with none longer, the
   run time so far (the heavy tail of training jobs).
@@ -33,20 +35,16 @@ from gpufleet.core.borrowing import growth_job
 from gpufleet.core.moves import expected_remaining, unsaved_s
 from gpufleet.core.snapshot import RunningGang, RunProgress
 from gpufleet.model.contract.moves import Checkpoint, read_move_times
+from gpufleet.model.contract.service import since_last_start, started_at
 from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.scheduler import pods
 from gpufleet.scheduler.cluster_view import ClusterView
 from gpufleet.scheduler.pods import Pod, PodFacts
 
-__all__ = ["ProgressTracker", "run_length", "started_at"]
+__all__ = ["ProgressTracker", "run_length"]
 
 _HOUR = timedelta(hours=1)
 _KEEP = 2048  # run lengths remembered (the most recent); enough for a stable mean
-
-
-def started_at(pod: Pod) -> datetime | None:
-    """When the pod's containers were started (`status.startTime`)."""
-    return parse_time((pod.get("status") or {}).get("startTime"))
 
 
 def run_length(pod: Pod) -> float | None:
@@ -140,14 +138,12 @@ class ProgressTracker:
         lengths: list[float],
     ) -> RunningGang:
         gang_pods = [facts[k].pod for k in members.get(gang.id, ()) if k in facts]
-        starts = [started_at(p) for p in gang_pods]
-        known = [t for t in starts if t is not None]
+        ran = since_last_start(gang_pods, now, each_started=True)
         first = pods.pod_annotations(gang_pods[0]) if gang_pods else {}
         checkpoint = Checkpoint.read(first)
-        if checkpoint is None or not known or len(known) < len(starts):
+        if checkpoint is None or ran is None:
             # Not every pod has started yet: nothing to weigh a move against.
             return replace(gang, demand=None)
-        ran = max(0.0, (now - max(known)).total_seconds())
         recent = sum(1 for t in read_move_times(first) if t > now - _HOUR)
         progress = RunProgress(
             expected_remaining_s=expected_remaining(lengths, ran),

@@ -14,7 +14,9 @@ The job's eviction history, for the tier's limit on re-evictions
 (`placement.service_tier_rerun_s`), has the same two parts: how many of its ended runs the
 service tier ended (the operator's `status.tierEvictions`, written on the pods it creates:
 `tier_evictions_annotations`, `read_tier_evictions`), and how long its current run has lasted
-(`run_s`: since the latest `status.startTime` of its running pods, when the whole gang runs).
+(`run_s`: since the latest `status.startTime` of its running pods). The scheduler's moves time
+a run with the same helper (`since_last_start`) over a different set of pods
+(scheduler/progress.py).
 Reading is lenient, as for the wishes: an unreadable value reads as no service received (no
 tier eviction).
 """
@@ -39,6 +41,8 @@ __all__ = [
     "read_tier_evictions",
     "run_gpu_s",
     "run_s",
+    "since_last_start",
+    "started_at",
     "tier_evictions_annotations",
 ]
 
@@ -85,7 +89,7 @@ def run_gpu_s(pods: Iterable[Mapping[str, Any]], catalog: Catalog, now: datetime
     total = 0.0
     for pod in pods:
         share = held_share(pod, catalog)
-        start = parse_time((pod.get("status") or {}).get("startTime"))
+        start = started_at(pod)
         if share > 0 and start is not None:
             total += share * max(0.0, (now - start).total_seconds())
     return total
@@ -103,17 +107,34 @@ def read_tier_evictions(annotations: Mapping[str, str]) -> int:
     return int(raw) if raw.isascii() and raw.isdigit() else 0
 
 
+def started_at(pod: Mapping[str, Any]) -> datetime | None:
+    """When the pod's containers were started (`status.startTime`; None before, or unreadable)."""
+    return parse_time((pod.get("status") or {}).get("startTime"))
+
+
+def since_last_start(
+    pods: Iterable[Mapping[str, Any]], now: datetime, *, each_started: bool
+) -> float | None:
+    """Seconds from the latest start among `pods` to `now` (a gang runs once its last member
+    does; 0 for a start after `now`). None when none of them has started, and with
+    `each_started` also when one of them has not: a pod without a start is otherwise skipped.
+    Which pods to pass is the caller's filter (`run_s`, scheduler/progress.py)."""
+    starts = [started_at(pod) for pod in pods]
+    known = [s for s in starts if s is not None]
+    if not known or (each_started and len(known) < len(starts)):
+        return None
+    return max(0.0, (now - max(known)).total_seconds())
+
+
 def run_s(pods: Iterable[Mapping[str, Any]], now: datetime) -> float:
-    """How long the running `pods` have all been running at `now`: since the latest
-    `status.startTime` among them (a gang runs once its last member does); 0 when none has
-    started, or one started after `now`."""
-    starts = [
-        parse_time((pod.get("status") or {}).get("startTime"))
+    """How long the job's current run has lasted at `now`, for the tier's limit on
+    re-evictions: since the latest start among its pods that run (phase Running, not being
+    deleted; one that says no start is skipped); 0 when none has started, or one started after
+    `now`. (A move's run time reads every bound pod and waits for each: progress.py.)"""
+    running = [
+        pod
         for pod in pods
         if (pod.get("status") or {}).get("phase") == "Running"
         and not pod["metadata"].get("deletionTimestamp")
     ]
-    known = [s for s in starts if s is not None]
-    if not known:
-        return 0.0
-    return max(0.0, (now - max(known)).total_seconds())
+    return since_last_start(running, now, each_started=False) or 0.0

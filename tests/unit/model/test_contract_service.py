@@ -150,5 +150,8 @@ def test_the_current_run_lasts_since_the_latest_running_start() -> None:
     # Pods not running, being deleted or not started do not set it.
     others = [pod(gpus=1, phase="Pending", started=None), pod(gpus=1, deleting=True, started=now)]
     assert run_s([*running, *others], now) == pytest.approx(70.0)
+    # A running pod that says no start is skipped (a move's run time waits for it instead:
+    # scheduler/progress.py).
+    assert run_s([*running, pod(gpus=1, started=None)], now) == pytest.approx(70.0)
     assert run_s(others, now) == 0.0
     assert run_s([pod(gpus=1, started=now + timedelta(seconds=5))], now) == 0.0

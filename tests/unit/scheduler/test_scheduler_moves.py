@@ -246,6 +246,28 @@ def test_progress_from_pods() -> None:
     assert progress is not None and progress.expected_remaining_s == 350.0  # (400+800)/2-250
 
 
+def test_a_moves_run_time_reads_every_bound_pod_and_needs_each_started() -> None:
+    # Unlike the tier's run time (model.contract.service.run_s: Running pods only, one not
+    # started skipped), a move's counts a bound pod whatever its phase, and waits for each.
+    now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    tracker = ProgressTracker(7.0, wall=lambda: now)
+    starting = long_pod()
+    started = format_time(now - timedelta(seconds=90))
+    starting["status"] |= {"phase": "Pending", "startTime": started}
+    unstarted = long_pod()
+    del unstarted["status"]["startTime"]
+    for pod, ran in ((starting, 90.0), (unstarted, None)):
+        cache = SchedulerCache()
+        load(cache, nodes(), [pod])
+        sched = scheduler(cache, FakeBinder(), clock=Clock())
+        view = tracker.attach(sched.views.build(cache.state().nodes, cache.state().pods, {}))
+        gang = next(g for g in view.snapshot.running if g.id == "ns/long")
+        if ran is None:
+            assert gang.demand is None and gang.progress is None
+        else:
+            assert gang.progress is not None and gang.progress.expected_remaining_s == ran
+
+
 def test_a_reservation_ends_when_the_old_pods_never_go() -> None:
     cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
     load(cache, nodes(), [long_pod()])
