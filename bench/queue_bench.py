@@ -37,9 +37,11 @@ on samples no change was chosen or checked on.
 Usage: `python bench/queue_bench.py [--set scoring|tuning|heldout|fresh|diagnosis|unseen]
 [--windows D1,D2] [--seeds 0,1] [--jobs N] [--load K] [--history-days D] [--engine greedy|cpsat]
 [--type-delay SHARE] [--aging-s S] [--service-tier-gpu-s S] [--requeue-timestamp eviction|creation]
-[--tier-rerun-s S] [--checkpoint-interval S] [--weights equal|share]
+[--tier-rerun-s S] [--checkpoint-interval S] [--weights equal|share] [--validate]
 [--policies gpufleet,kueue,...]`; the last line printed is one JSON object. `--policies` must
-include gpufleet and kueue (the targets compare them).
+include gpufleet and kueue (the targets compare them). `--validate` checks each of gpufleet's
+decisions with the core's validator as it is made (`gpufleet/sim/checked.py`; slower) and
+reports the problems found per sample and in all.
 """
 
 from __future__ import annotations
@@ -203,6 +205,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--weights", choices=WEIGHTS, default="equal", help="queue weights")
     parser.add_argument(
+        "--validate",
+        action="store_true",
+        help="check each of gpufleet's decisions with the core's validator (decision_problems, "
+        "with its service tier settings) and report the problems found",
+    )
+    parser.add_argument(
         "--policies", type=_policy_list, default=list(TENANT_POLICIES), help="comma-separated"
     )
     return parser
@@ -237,8 +245,11 @@ def sample(window: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
             if args.requeue_timestamp
             else None,
             tier_rerun_s=args.tier_rerun_s,
+            validate=args.validate,
         )
         reports[name] = run.report.as_dict() | {"wall_s": time.perf_counter() - t0}
+        if run.checked is not None:
+            reports[name]["validator"] = run.checked.as_dict()
     for r in reports.values():
         r["held"] = 1.0 - r["utilisation"] - r["idle"]  # without MIG: busy + held + idle = 1
     gf, kq = reports["gpufleet"], reports["kueue"]
@@ -310,6 +321,25 @@ def _print_idle(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
+def _print_validator(samples: list[dict[str, Any]]) -> dict[str, int]:
+    """The validator's findings on gpufleet's decisions per sample (`--validate`); the totals."""
+    print("\n## The core's validator on gpufleet's decisions\n")
+    print("| window | seed | decisions | problems | first problem |")
+    print("|---|---|---|---|---|")
+    total = {"decisions": 0, "problems": 0}
+    for s in samples:
+        found = s["reports"]["gpufleet"]["validator"]
+        first = found["examples"][0] if found["examples"] else "-"
+        print(
+            f"| {s['window']} | {s['seed']} | {found['decisions']} | {found['problems']} "
+            f"| {first} |"
+        )
+        total["decisions"] += found["decisions"]
+        total["problems"] += found["problems"]
+    print(f"\nIn all: {total['problems']} problems in {total['decisions']} decisions.")
+    return total
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -350,6 +380,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"| {r['preemptions']} | {r['wall_s']:.0f} |"
             )
     idle_summary = _print_idle(samples)
+    validator = _print_validator(samples) if args.validate else None
     summary: dict[str, dict[str, Any]] = {}
     print("\n## Targets (gpufleet vs kueue)\n")
     print("| target | limit | median | worst | met in samples |")
@@ -386,6 +417,7 @@ def _run(args: argparse.Namespace) -> int:
             "service_tier_gpu_s": args.service_tier_gpu_s,
             "requeue_timestamp": args.requeue_timestamp or Policy().requeue_timestamp.value,
             "tier_rerun_s": args.tier_rerun_s,
+            "validate": args.validate,
             "checkpoint_interval_s": args.checkpoint_interval,
             "weights": args.weights,
             "policies": args.policies,
@@ -393,6 +425,7 @@ def _run(args: argparse.Namespace) -> int:
         },
         "targets": summary,
         "idle_vs_kueue": idle_summary,
+        "validator": validator,
         "samples": samples,
     }
     print(json.dumps(doc, default=str))

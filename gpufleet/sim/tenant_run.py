@@ -27,6 +27,7 @@ from gpufleet.core.policy import (
 from gpufleet.core.presets import preset_policy
 from gpufleet.model.fleet import FleetSpec
 from gpufleet.sim.baselines import GavelTenantPolicy
+from gpufleet.sim.checked import CheckedPlace
 from gpufleet.sim.engine import SimPolicy, SimSettings, Simulation
 from gpufleet.sim.kueue_like import KueueLikePolicy
 from gpufleet.sim.occupancy import SimCluster
@@ -97,6 +98,7 @@ class TenantRun:
 
     result: SimResult
     report: TenantReport
+    checked: CheckedPlace | None = None  # the validator's count (run_tenants' `validate`)
 
 
 def run_tenants(
@@ -113,9 +115,11 @@ def run_tenants(
     service_tier_gpu_s: float | None = SERVICE_TIER_GPU_S,
     requeue_timestamp: RequeueTimestamp | None = None,
     tier_rerun_s: float | None = None,
+    validate: bool = False,
 ) -> TenantRun:
     """Replay `workload` with `setup`'s queues under the named policy and score it (the
-    gpufleet-only settings as `make_tenant_policy` takes them)."""
+    gpufleet-only settings as `make_tenant_policy` takes them). With `validate`, each of
+    gpufleet's decisions is checked by the core's validator as it is made (`checked`)."""
     cluster = SimCluster(fleet, workload.catalog)
     speed = speed_model(fleet, workload)
     clock = SimClock()
@@ -130,6 +134,9 @@ def run_tenants(
         requeue_timestamp=requeue_timestamp,
         tier_rerun_s=tier_rerun_s,
     )
+    checked = CheckedPlace(policy.place) if validate and name == "gpufleet" else None
+    if checked is not None:
+        policy = replace(policy, place=checked)
     monitor = QuotaMonitor(setup.tree)
     sim_settings = replace(settings or SimSettings(), queues=setup.tree)
     node_gpus: dict[str, int] = {}
@@ -143,4 +150,4 @@ def run_tenants(
     result = sim.run()
     fleet_gpus = fleet_gpus_by_type(fleet)
     report = tenant_report(result, workload.jobs, speed, fleet_gpus, monitor, setup.shares, idle)
-    return TenantRun(result, report)
+    return TenantRun(result, report, checked)

@@ -10,12 +10,14 @@ its last checkpoint is not paid back (the core's price of lost work, fed by the 
 progress); a running gang the tier evicted carries how many times it did and how long its
 current run has lasted, so that with a limit on re-evictions the tier's second eviction of the
 long job waits until it has run the limit; the Kueue-like baseline is the same replay either
-way.
+way; the core's validator, run on each decision of a replay (`CheckedPlace`, the queue bench's
+`--validate`), finds nothing in the core's decisions with the limit and flags a place function
+that ignores it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -26,6 +28,7 @@ from gpufleet.core.policy import Engine, Policy, SolverSettings
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import Catalog
+from gpufleet.sim.checked import CheckedPlace
 from gpufleet.sim.engine import SimPolicy, SimSettings, Simulation
 from gpufleet.sim.gavel_profiles import GavelProfile
 from gpufleet.sim.occupancy import SimCluster
@@ -84,7 +87,17 @@ class Recorder:
             (now, r.id, r.tier_evictions, r.run_s) for r in snapshot.running if r.tier_evictions
         ]
         self.seen += [(now, g.id, False, g.attained_gpu_s) for g in pending]
+        return self.decide(snapshot, pending, policy)
+
+    def decide(self, snapshot: Snapshot, pending: list[Gang], policy: Policy) -> Decision:
         return place(snapshot, pending, policy)
+
+
+class Limitless(Recorder):
+    """A place function that ignores the limit on re-evictions (a fault the validator finds)."""
+
+    def decide(self, snapshot: Snapshot, pending: list[Gang], policy: Policy) -> Decision:
+        return place(snapshot, pending, replace(policy, service_tier_rerun_s=None))
 
 
 def _replay(
@@ -96,7 +109,8 @@ def _replay(
     checkpoint_interval_s: float | None = None,
     round_s: float | None = None,
     rerun_s: float | None = None,
-) -> tuple[SimResult, Recorder]:
+    recorder_type: type[Recorder] = Recorder,
+) -> tuple[SimResult, Recorder, CheckedPlace]:
     workload = Workload("test", jobs or _jobs(), profile, catalog)
     setup = tenant_setup({"a": 1.0}, FLEET)
     policy = Policy(
@@ -104,22 +118,23 @@ def _replay(
         service_tier_gpu_s=theta,
         service_tier_rerun_s=rerun_s,
     )
-    recorder = Recorder(policy)
+    recorder = recorder_type(policy)
+    checked = CheckedPlace(recorder)
     sim = Simulation(
         SimCluster(FLEET, catalog),
         workload.jobs,
-        SimPolicy("gpufleet", recorder, policy, round_s=round_s, resize=resize),
+        SimPolicy("gpufleet", checked, policy, round_s=round_s, resize=resize),
         speed_model(FLEET, workload),
         SimSettings(queues=setup.tree, checkpoint_interval_s=checkpoint_interval_s),
     )
     recorder.sim = sim
-    return sim.run(), recorder
+    return sim.run(), recorder, checked
 
 
 def test_a_short_job_evicts_its_tenants_served_long_job(
     catalog: Catalog, profile: GavelProfile
 ) -> None:
-    result, recorder = _replay(catalog, profile, THETA)
+    result, recorder, _ = _replay(catalog, profile, THETA)
     rec = {r.job_id: r for r in result.jobs}
     assert rec["short"].first_start_s == pytest.approx(5_000.0, abs=10.0)
     assert rec["long"].preemptions == 1 and rec["short"].preemptions == 0
@@ -151,10 +166,16 @@ def test_a_tier_eviction_waits_for_the_long_jobs_checkpoint(
     1,000 s unsaved, not with 5,000 s; at its checkpoint at 6,000 s nothing is unsaved. A
     checkpoint is no event of the simulator: rounds of 100 s re-decide while the short one
     waits."""
-    result, _ = _replay(catalog, profile, THETA, checkpoint_interval_s=interval_s, round_s=100.0)
+    result, _, _ = _replay(catalog, profile, THETA, checkpoint_interval_s=interval_s, round_s=100.0)
     rec = {r.job_id: r for r in result.jobs}
     assert rec["long"].preemptions == 1
     assert rec["short"].first_start_s == pytest.approx(start_s, abs=110.0)
+
+
+AGAIN = TraceJob(
+    "again", 6_500.0, 1_000.0, replicas=8, gpus_per_replica=1, model=MODEL, queue="a",
+    same_node=True,
+)  # fmt: skip
 
 
 @pytest.mark.parametrize("rerun_s", [None, 1_800.0], ids=["no-limit", "limit"])
@@ -165,13 +186,10 @@ def test_the_tiers_second_eviction_waits_for_the_limit(
     short job's 1,000 s, then a 60 s restart); `again` (fresh) arrives at 6,500 s. Without a
     limit it evicts the long job at once; with 1,800 s, once the long job's run reaches it
     (rounds of 100 s re-decide meanwhile)."""
-    again = TraceJob(
-        "again", 6_500.0, 1_000.0, replicas=8, gpus_per_replica=1, model=MODEL, queue="a",
-        same_node=True,
-    )  # fmt: skip
-    result, recorder = _replay(
-        catalog, profile, THETA, [*_jobs(), again], round_s=100.0, rerun_s=rerun_s
+    result, recorder, checked = _replay(
+        catalog, profile, THETA, [*_jobs(), AGAIN], round_s=100.0, rerun_s=rerun_s
     )
+    assert checked.decisions > 0 and checked.problems == 0
     rec = {r.job_id: r for r in result.jobs}
     assert rec["long"].preemptions == 2
     # Every decision while it runs again sees one tier eviction and its run since about 6,060 s.
@@ -191,6 +209,21 @@ def test_the_tiers_second_eviction_waits_for_the_limit(
         assert start == pytest.approx(back + rerun_s, abs=210.0) and run_s >= rerun_s
 
 
+def test_the_validator_on_each_decision_flags_a_place_that_ignores_the_limit(
+    catalog: Catalog, profile: GavelProfile
+) -> None:
+    result, _, checked = _replay(
+        catalog, profile, THETA, [*_jobs(), AGAIN], round_s=100.0, rerun_s=1_800.0,
+        recorder_type=Limitless,
+    )  # fmt: skip
+    assert {r.job_id: r.preemptions for r in result.jobs}["long"] == 2
+    assert checked.problems == 1
+    assert checked.examples == [
+        "long evicted by the service tier again for again after 440 s of its run, under the "
+        "limit of 1800 s"
+    ]
+
+
 def test_a_running_jobs_room_to_grow_carries_the_jobs_service(
     catalog: Catalog, profile: GavelProfile
 ) -> None:
@@ -204,14 +237,14 @@ def test_a_running_jobs_room_to_grow_carries_the_jobs_service(
         ),
         TraceJob("late", 1_000.0, 100.0, replicas=8, gpus_per_replica=1, model=MODEL, queue="a"),
     ]  # fmt: skip
-    _, recorder = _replay(catalog, profile, THETA, jobs, resize=True)
+    _, recorder, _ = _replay(catalog, profile, THETA, jobs, resize=True)
     rest = [(t, a) for t, gid, run, a in recorder.seen if gid == "el#rest" and not run]
     later = [a for t, a in rest if t >= 1_000.0]
     assert later and later[0] == pytest.approx(2 * 1_000.0, rel=0.05)
 
 
 def test_without_the_tier_the_short_job_waits(catalog: Catalog, profile: GavelProfile) -> None:
-    result, _ = _replay(catalog, profile, None)
+    result, _, _ = _replay(catalog, profile, None)
     rec = {r.job_id: r for r in result.jobs}
     assert rec["long"].preemptions == 0
     assert rec["short"].first_start_s is not None and rec["short"].first_start_s >= 20_000.0
