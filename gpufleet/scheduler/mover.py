@@ -53,7 +53,11 @@ that only a gang that could preempt the moved gang were it running there (of hig
 with queues, of its queue, or a reclaim of quota its queue borrows) is given their GPUs. Such
 a decision evicts them again (already going: nothing changes) and the mover drops the
 reservation at once (`give_way`): the moved gang, which would not be bound there, is decided
-afresh, and its pods say which gang preempted those victims.
+afresh, and its pods say which gang preempted those victims. Its old pods, while they exit,
+stand for the gang it was moved for (shown at its priority: nominated.py) and are charged to
+that gang's queue (`held`; counted in their own by the GPUQueue status too): the moved gang's
+queue is charged once, for its new placement, so it does not look borrowing for the length of
+the move and have a gang reclaimed for that.
 A reservation ends when its gang is bound, when something else holds one of its GPUs (a pod of
 another scheduler, say) or a node of it is gone, when its recreated pods fail the checks,
 `move_reserve_s` after its old pods are gone, or when they are still there `move_reserve_s`
@@ -177,6 +181,9 @@ class Reservation:
     # the new placement (core/evacuation.py): those GPUs are the move's once they exit, not
     # taken by another gang; the gang is bound once they are gone too.
     waits: frozenset[tuple[str, str]] = frozenset()
+    # The gang the move makes room for (`Move.for_gang`: a reclaim with moves), which waits
+    # for the old pods: while they exit they stand for it (`held`).
+    for_gang: str | None = None
 
     def asks(self) -> dict[str, Resources]:
         """Node -> what the gang's pods will ask of it on the reserved placement."""
@@ -237,9 +244,9 @@ class GangMover:
         # keeps its `_dropped` text while not pending (its recreated pods may be neither
         # offered nor waiting for a cycle or two: settling), until it is seen pending.
         self._given_away: dict[str, float] = {}
-        # Exiting victim -> its own queue, for those `hold` charged to the queue of the moved
-        # gang they stand for (`held`): the GPUQueue status counts them in their own
-        # (`as_charged`).
+        # Exiting victim (or moved gang's old pods) -> its own queue, for those `hold` charged
+        # to the queue of the gang they stand for (`held`): the GPUQueue status counts them in
+        # their own (`as_charged`).
         self._own_queues: dict[str, str | None] = {}
 
     @property
@@ -338,6 +345,7 @@ class GangMover:
                 exit_by=self.clock() + 2 * grace + self.reserve_s,
                 requests=Resources() if first is None else self._requests(first.pod, report),
                 waits=waits,
+                for_gang=move.for_gang,
             )
             self._reserved = {**self._reserved, gid: reservation}
             started[gid] = reservation
@@ -511,7 +519,8 @@ class GangMover:
 
     def as_charged(self, snapshot: Snapshot) -> Snapshot:
         """`snapshot` (this cycle's, after `hold`) with the exiting victims that `hold`
-        charged to a moved gang's queue back in their own: what the GPUQueue status counts
+        charged to a moved gang's queue, and the moved gangs' old pods it charged to the queue
+        of the gang they were moved for, back in their own: what the GPUQueue status counts
         (their GPUs are still theirs until they are gone)."""
         if not self._own_queues:
             return snapshot
@@ -636,8 +645,10 @@ def held(
     beside what the moved gangs are promised (`nominated.refit`: the last item returned is
     such gang -> what its pending message adds, `nominated.given_up_text`). What the pods
     bound now (`taken`) take is taken from the view's `free` resources, which the cycle's other
-    placements are checked against (`eligibility.overcommitted`). Pure: `GangMover.hold` keeps
-    the result, the admin API's what-if only looks."""
+    placements are checked against (`eligibility.overcommitted`). Victims exiting from a
+    reservation's GPUs stand for its moved gang, and a moved gang's old pods for the gang it
+    was moved for (their queue and priority: see the comments below). Pure: `GangMover.hold`
+    keeps the result, the admin API's what-if only looks."""
     snapshot = view.snapshot
     pending = {pg.gang.id: pg for pg in view.pending}
     kept: dict[str, Reservation] = {}
@@ -722,6 +733,17 @@ def held(
             for v in victims:
                 if v not in standing or standing[v].priority < moved.priority:
                     standing[v] = moved
+    # A moved gang's old pods, while they exit, stand for the gang it was moved for, which
+    # waits for them (`nominated.hold` shows them at its priority): charged to that gang's
+    # queue while it is pending. The moved gang's queue is then charged once, for its new
+    # placement (`#moving` and the victims standing for it there), not for that and its old
+    # pods too: charged twice, it could look borrowing and have a gang reclaimed wrongly
+    # (those victims, the old pods, another of its gangs).
+    old_for = {
+        gid: pending[r.for_gang].gang.queue
+        for gid, r in kept.items()
+        if r.for_gang is not None and r.for_gang in pending and gid not in standing
+    }
     running = tuple(
         replace(
             g,
@@ -730,10 +752,12 @@ def held(
             progress=NOTHING_RUNS,
         )
         if g.id in standing
+        else replace(g, queue=old_for[g.id])
+        if g.id in old_for
         else g
         for g in snapshot.running
     )
-    if extra or standing:
+    if extra or standing or old_for:
         view = replace(view, snapshot=replace(snapshot, running=(*running, *extra)))
     if free != view.free:
         view = replace(view, free=free)

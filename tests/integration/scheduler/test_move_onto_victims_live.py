@@ -16,7 +16,11 @@ filler's node and the lender on t4-0 (the first test). A job of the keeper's que
 priority, pinned there, evicts the exiting filler again and is given its GPU: the keeper's
 reservation is dropped at once and its pods say why; once the filler's pod is gone, that job
 runs there (before, the filler was shown not preemptible: the job stayed pending and the
-keeper was bound there; the second test). No GPU is double-booked.
+keeper was bound there; the second test). While the moved keeper's old pod exits too, the
+keeper queue is charged once for it (its old pod stands for the lender, charged to the lender's
+queue): the job of the queue owed its quota, pinned to the filler's node, does not reclaim the
+filler (before, the keeper queue looked borrowing, charged for both; the third test). No GPU is
+double-booked.
 """
 
 from __future__ import annotations
@@ -103,10 +107,15 @@ def _pinned(name: str, of: str, node: str, priority: int = 0) -> dict[str, Any]:
 
 
 def _moved_onto_a_filler(
-    kube: Kube, ns: str, started: dict[str, dict[str, Any]], uids: dict[str, str]
+    kube: Kube,
+    ns: str,
+    started: dict[str, dict[str, Any]],
+    uids: dict[str, str],
+    old_gone: bool = True,
 ) -> tuple[str, str, str]:
     """Once the lender comes: the keeper moved, the filler evicted for it (its pod kept) and
-    that filler's node, once the keeper's old pod is gone."""
+    that filler's node, once the keeper's old pod is gone (`old_gone`), else once the
+    reclaimed keeper's pod is gone, the moved keeper's old pod kept."""
     kube.create_job(ns, SCENE.job("lender", "lender", 4))
 
     def decided() -> tuple[str, str] | None:
@@ -117,9 +126,10 @@ def _moved_onto_a_filler(
         return (movers[0], evicted[0]) if len(movers) == 1 and len(evicted) == 1 else None
 
     mover, filler = wait_for(decided, "a keeper moved and a filler evicted", 60)
-    for job in ("keep-0", "keep-1"):
+    gone = mover if old_gone else next(k for k in ("keep-0", "keep-1") if k != mover)
+    for job in ("keep-0", "keep-1") if old_gone else (gone,):
         kube.linger(ns, started[job]["metadata"]["name"], hold=False)
-    wait_for(lambda: _now(kube, ns, mover, uids[mover]) is None, f"{mover}'s old pod gone", 30)
+    wait_for(lambda: _now(kube, ns, gone, uids[gone]) is None, f"{gone}'s old pod gone", 30)
     return mover, filler, str(started[filler]["spec"]["nodeName"])
 
 
@@ -189,4 +199,38 @@ def test_a_higher_priority_gang_is_given_the_gpu_a_moves_victim_frees(kube: Kube
     (lender,) = wait_for(lambda: kube.bound(ns, "lender", started=True), "the lender running", 60)
     assert lender["spec"]["nodeName"] == "t4-0"
     assert all(p["spec"]["nodeName"] != node for p in kube.bound(ns, mover))
+    assert invariants.check(kube.core) == []
+
+
+def test_the_moved_keepers_queue_is_charged_once_while_its_old_pod_exits(
+    kube: Kube, ns: str
+) -> None:
+    started = _set_up(kube, ns)
+    uids = {job: str(pod["metadata"]["uid"]) for job, pod in started.items()}
+    held = (*FILLERS, "keep-0", "keep-1")
+    for job in held:
+        kube.linger(ns, started[job]["metadata"]["name"], hold=True)
+    try:
+        mover, filler, node = _moved_onto_a_filler(kube, ns, started, uids, old_gone=False)
+        # The moved keeper's old pod (on t4-0, standing for the lender, which waits for it) and
+        # the filler (standing for the keeper on its new GPU) both exit: the keeper queue is
+        # charged once, within its nominal quota, so the rival may not reclaim the filler.
+        # Before, it was charged for both (2 of 1): the rival reclaimed the filler, the
+        # keeper's reservation was dropped and the rival was bound there.
+        kube.create_job(ns, _pinned("rival", "rival", node))
+        wait_for(lambda: kube.scheduled_message(ns, "rival"), "the rival's reason", 30)
+        for _ in range(25):
+            assert "WaitingForPreemption" not in kube.scheduled_message(ns, "rival")
+            assert _now(kube, ns, mover, uids[mover]) is not None
+            assert _now(kube, ns, filler, uids[filler]) is not None
+            time.sleep(0.2)
+        assert invariants.check(kube.core) == []
+    finally:
+        for job in held:
+            if _now(kube, ns, job, uids[job]) is not None:
+                kube.linger(ns, started[job]["metadata"]["name"], hold=False)
+    (again,) = wait_for(lambda: kube.bound(ns, mover, started=True), f"{mover} running again", 60)
+    assert again["spec"]["nodeName"] == node
+    assert "was dropped" not in kube.scheduled_message(ns, mover)
+    assert kube.bound(ns, "rival") == []
     assert invariants.check(kube.core) == []
