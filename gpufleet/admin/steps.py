@@ -9,7 +9,8 @@ read from the API's threads:
   replaces whole, never changes), shown held (`mover.held`) and taken (`mover.taken`) without
   dropping or binding any; a gang whose reservation `held` would drop, or the mover dropped
   in an earlier cycle (`GangMover.dropped`), says why in its pending message, as the
-  scheduler writes it on its pods (`mover.with_dropped`, which `GangMover.explain` uses too);
+  scheduler writes it on its pods (`mover.with_dropped`, which `GangMover.explain` uses too),
+  unless its reason changed since (`GangMover.said`);
 - the workload estimate: its `ArrivalTracker`'s counts with the pending gangs it has not counted
   yet (the manifest's among them) counted, nothing kept (`ArrivalTracker.with_arrivals`);
 - the cap on identical gangs: its `scheduler.cap_identical_above`.
@@ -39,6 +40,7 @@ from typing import Protocol
 
 from gpufleet.core.decision import GangPlacement
 from gpufleet.core.workload import ArrivalCounts
+from gpufleet.model.contract.reasons import WaitReason
 from gpufleet.scheduler.arrivals import WINDOW_TASKS, CountsStore, with_counts
 from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
 from gpufleet.scheduler.loop import Scheduler
@@ -78,6 +80,7 @@ class ReadSteps:
         now: float = 0.0,
         reserve_s: float = 0.0,
         dropped: Mapping[str, str] | None = None,
+        said: Mapping[str, WaitReason | None] | None = None,
     ) -> None:
         self.cap_identical_above = cap_identical_above
         self.tracker = tracker
@@ -88,6 +91,9 @@ class ReadSteps:
         # Gang -> why its move's reservation was dropped (`GangMover.dropped`), with those
         # `hold` drops added: what the scheduler's pending messages add (`explain`).
         self.dropped: Mapping[str, str] = dropped or {}
+        # Gang -> the reason its message gave when that text was first added (`GangMover.said`):
+        # a gang given another reason now no longer says it.
+        self.said: Mapping[str, WaitReason | None] = said or {}
 
     def hold(self, view: ClusterView) -> ClusterView:
         if not self.reservations:
@@ -96,10 +102,11 @@ class ReadSteps:
         reserved = self.reservations
         view, self.reservations, dropped, given_up = held(reserved, view, self.now, self.reserve_s)
         self.dropped = {**self.dropped, **dropped_texts(reserved, dropped), **given_up}
+        self.said = {g: c for g, c in self.said.items() if g not in dropped and g not in given_up}
         return view
 
     def explain(self, pending: Mapping[str, str]) -> dict[str, str]:
-        return with_dropped(pending, self.dropped)
+        return with_dropped(pending, self.dropped, self.said)
 
     def progress(self, view: ClusterView) -> ClusterView:
         self.tracker.observe(view.facts.values())
@@ -143,6 +150,7 @@ class BesideScheduler:
             mover.clock(),
             mover.reserve_s,
             mover.dropped,
+            mover.said,
         )
 
 

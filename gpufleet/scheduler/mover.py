@@ -42,7 +42,8 @@ A move goes in three steps, one per cycle that sees it:
    the node are checked against what is left (`eligibility.overcommitted`). A gang that fails
    the checks loses its reservation and is offered to the core, decided afresh: placed
    elsewhere, or pending with the core's reason (which names the taint or the resource),
-   to which its pods add, while it stays pending, why the reservation was dropped (`explain`).
+   to which its pods add, while it stays pending for that reason, why the reservation was
+   dropped (`explain`; once a later decision gives another reason, the text goes).
 A move onto GPUs the same decision frees by evicting reclaim victims (core/evacuation.py: a
 reclaim with moves) keeps its reservation while those victims exit (`Reservation.waits`): their
 GPUs are not "taken", nor shown held twice, and the gang is bound once its old pods and those
@@ -94,7 +95,7 @@ from gpufleet.core.decision import Decision, GangPlacement, Move
 from gpufleet.core.snapshot import ReplicaPlacement, RunningGang, Snapshot
 from gpufleet.model.contract import names
 from gpufleet.model.contract.moves import Checkpoint, move_marker
-from gpufleet.model.contract.reasons import SchedulerReason, pending_text
+from gpufleet.model.contract.reasons import PendingNote, SchedulerReason, WaitReason, pending_text
 from gpufleet.model.mig import MigPlacement
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import RESERVED_SUFFIX, SchedulerCache
@@ -244,6 +245,11 @@ class GangMover:
         # keeps its `_dropped` text while not pending (its recreated pods may be neither
         # offered nor waiting for a cycle or two: settling), until it is seen pending.
         self._given_away: dict[str, float] = {}
+        # Gang -> the reason code of its pending message when its `_dropped` text was first
+        # added (`explain`): once a later decision gives it another reason (it waits to preempt,
+        # its queue is short, say), the text no longer explains its wait and is forgotten.
+        # Replaced whole, like `_dropped` (`said`).
+        self._said: dict[str, WaitReason | None] = {}
         # Exiting victim (or moved gang's old pods) -> its own queue, for those `hold` charged
         # to the queue of the gang they stand for (`held`): the GPUQueue status counts them in
         # their own (`as_charged`).
@@ -263,6 +269,12 @@ class GangMover:
         """Gang -> why its move's reservation was dropped, for the gangs whose pending message
         says it (`explain`; a mapping no one changes: see `_dropped`)."""
         return self._dropped
+
+    @property
+    def said(self) -> Mapping[str, WaitReason | None]:
+        """Gang -> the reason its pending message gave when its `dropped` text was first
+        added (a mapping no one changes: see `_said`)."""
+        return self._said
 
     def _budgets(
         self, gangs: Collection[str], view: ClusterView, cycle: int
@@ -382,6 +394,7 @@ class GangMover:
         for gid, why in dropped.items():
             log.info("cycle=%d moved gang %s: reservation dropped: %s", cycle, gid, why)
         self._dropped = {**self._dropped, **dropped_texts(self._reserved, dropped)}
+        self._said = {g: c for g, c in self._said.items() if g not in dropped}
         until = self.clock() + self.reserve_s
         self._given_away = {**self._given_away, **dict.fromkeys(dropped, until)}
         self._reserved = {g: r for g, r in self._reserved.items() if g not in dropped}
@@ -514,6 +527,7 @@ class GangMover:
         for gid, why in given_up.items():
             log.info("nominated gang %s: %s", gid, why)
         self._dropped = {**self._dropped, **dropped_texts(self._reserved, dropped), **given_up}
+        self._said = {g: c for g, c in self._said.items() if g not in dropped and g not in given_up}
         self._reserved = kept
         return view
 
@@ -532,8 +546,10 @@ class GangMover:
         """`pending` (gang -> why it waits this cycle: `waiting.pending_messages`) with why its
         move's reservation was dropped (`hold`) added to the message of each gang whose
         reservation was, and why its hold was given up to each nominated gang's whose hold
-        `nominated.refit` dropped, for as long as it stays pending; a gang bound, running
-        again or gone is forgotten."""
+        `nominated.refit` dropped, for as long as it stays pending for the reason it gave when
+        the text was first added (`said`); a gang bound, running again or gone, or given
+        another reason since (nominated to preempt, say: the text no longer explains its
+        wait), is forgotten."""
         if not self._dropped:
             return dict(pending)
         now = self.clock()
@@ -541,8 +557,19 @@ class GangMover:
             g: until for g, until in self._given_away.items() if g not in pending and until > now
         }
         kept = self._given_away
-        self._dropped = {g: d for g, d in self._dropped.items() if g in pending or g in kept}
-        return with_dropped(pending, self._dropped)
+        said = dict(self._said)
+        dropped: dict[str, str] = {}
+        for g, text in self._dropped.items():
+            if g in pending:
+                reason = reason_of(pending[g])
+                if said.setdefault(g, reason) != reason:
+                    continue
+            elif g not in kept:
+                continue
+            dropped[g] = text
+        self._dropped = dropped
+        self._said = {g: c for g, c in said.items() if g in dropped}
+        return with_dropped(pending, dropped, self._said)
 
     def take(
         self, view: ClusterView, offered: Sequence[PendingGang]
@@ -779,11 +806,25 @@ def dropped_texts(
     return {gid: dropped_text(reserved[gid].placement, why) for gid, why in dropped.items()}
 
 
-def with_dropped(pending: Mapping[str, str], dropped: Mapping[str, str]) -> dict[str, str]:
+def reason_of(message: str) -> WaitReason | None:
+    """The reason code a pending message (`Code: detail`) starts with; None for none known."""
+    return PendingNote.parse(message).reason
+
+
+def with_dropped(
+    pending: Mapping[str, str],
+    dropped: Mapping[str, str],
+    said: Mapping[str, WaitReason | None] | None = None,
+) -> dict[str, str]:
     """`pending` (gang -> why it waits) with, for each gang in `dropped`, what it adds since
-    its move's reservation was dropped (`dropped_texts`). Shared by `GangMover.explain` and the
-    admin API's what-if, so that both say the same."""
-    return {g: f"{m}; {dropped[g]}" if g in dropped else m for g, m in pending.items()}
+    its move's reservation was dropped (`dropped_texts`), unless `said` (gang -> the reason
+    its message gave when that was first added: `GangMover.said`) shows another reason now.
+    Shared by `GangMover.explain` and the admin API's what-if, so that both say the same."""
+    said = said or {}
+    return {
+        g: f"{m}; {dropped[g]}" if g in dropped and said.get(g, reason_of(m)) == reason_of(m) else m
+        for g, m in pending.items()
+    }
 
 
 def _closed(placement: GangPlacement, snapshot: Snapshot) -> str | None:

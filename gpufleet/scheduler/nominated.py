@@ -27,8 +27,8 @@ GPUs, and is then decided afresh. A hold whose wait has ended is bound in the sa
 (`ready`) and is not preemptible then: the one decision never gives its GPUs twice. Its bind
 is checked again against the moved gangs' reservations once the mover shows them (`refit`):
 no gang may take a move's reservation. A gang whose hold `refit` drops is decided afresh, and its
-pending message says, while it waits, that its hold was given up and for which move
-(`given_up_text`, added by the mover's `explain`).
+pending message says, while it waits for the reason the next decision gives, that its hold was
+given up and for which move (`given_up_text`, added by the mover's `explain`).
 
 The gangs a nominated gang waits for are exiting (their pods evicted, in their grace period)
 and still shown to the core as running gangs, preemptible: at the waiting gang's priority if

@@ -19,8 +19,11 @@ runs there (before, the filler was shown not preemptible: the job stayed pending
 keeper was bound there; the second test). While the moved keeper's old pod exits too, the
 keeper queue is charged once for it (its old pod stands for the lender, charged to the lender's
 queue): the job of the queue owed its quota, pinned to the filler's node, does not reclaim the
-filler (before, the keeper queue looked borrowing, charged for both; the third test). No GPU is
-double-booked.
+filler (before, the keeper queue looked borrowing, charged for both; the third test). The
+keeper's pods say why its reservation was dropped only while the reason the next decision gave
+holds: with its queue's quota cut to 0 it waits for free GPUs and says so; its quota back, it
+reclaims the other filler and says that alone (before, the text stayed; the fourth test). No
+GPU is double-booked.
 """
 
 from __future__ import annotations
@@ -233,4 +236,51 @@ def test_the_moved_keepers_queue_is_charged_once_while_its_old_pod_exits(
     assert again["spec"]["nodeName"] == node
     assert "was dropped" not in kube.scheduled_message(ns, mover)
     assert kube.bound(ns, "rival") == []
+    assert invariants.check(kube.core) == []
+
+
+def _says(kube: Kube, ns: str, job: str, text: str) -> str | None:
+    """`job`'s pending message once it has `text`; None before."""
+    message = kube.scheduled_message(ns, job)
+    return message if text in message else None
+
+
+def _keeper_nominal(kube: Kube, gpus: int) -> None:
+    """Set the keeper queue's nominal quota of T4 GPUs."""
+    body = {"spec": {"quotas": [{"gpuType": T4, "nominal": gpus}]}}
+    kube.custom.patch_cluster_custom_object(
+        "gpufleet.io", "v1alpha1", "gpuqueues", SCENE.queue("keeper"), body
+    )
+
+
+def test_a_dropped_reservations_text_goes_once_the_gang_waits_for_another_reason(
+    kube: Kube, ns: str
+) -> None:
+    started = _set_up(kube, ns)
+    uids = {job: str(pod["metadata"]["uid"]) for job, pod in started.items()}
+    held = (*FILLERS, "keep-0", "keep-1")
+    for job in held:
+        kube.linger(ns, started[job]["metadata"]["name"], hold=True)
+    try:
+        mover, _, node = _moved_onto_a_filler(kube, ns, started, uids)
+        # With no quota left to the keeper queue, the keeper, its reservation given to hi,
+        # may reclaim nothing: it waits for free GPUs and says why its reservation went.
+        _keeper_nominal(kube, 0)
+        kube.create_job(ns, _pinned("hi", "keeper", node, 10))
+        dropped = f"its move's reservation on {node} was dropped: gang {ns}/hi preempted"
+        first = wait_for(lambda: _says(kube, ns, mover, dropped), f"{mover}'s reason", 30)
+        assert not first.startswith("WaitingForPreemption"), first
+        # Its quota back, it reclaims the other filler: its message says that alone (before,
+        # the dropped reservation's text stayed while it waited).
+        _keeper_nominal(kube, 1)
+        waits = "WaitingForPreemption"
+        then = wait_for(lambda: _says(kube, ns, mover, waits), f"{mover} reclaiming", 30)
+        assert "was dropped" not in then, then
+    finally:
+        _keeper_nominal(kube, 1)
+        for job in held:
+            if _now(kube, ns, job, uids[job]) is not None:
+                kube.linger(ns, started[job]["metadata"]["name"], hold=False)
+    (runs,) = wait_for(lambda: kube.bound(ns, mover, started=True), f"{mover} running again", 60)
+    assert runs["spec"]["nodeName"] != node
     assert invariants.check(kube.core) == []

@@ -191,10 +191,15 @@ def test_a_gang_whose_moves_reservation_is_dropped_says_why_as_the_scheduler_doe
     assert "ns/long" not in sched.mover.reservations
     key = pods.pod_key(pending_pods(job)[0])
     assert binder.marked[key] == f"{gang.waiting.reason}: {gang.waiting.message}"
-    # Dropped in an earlier cycle, it is still said while the gang waits (GangMover.dropped).
+    # Dropped in an earlier cycle, it is still said while the gang waits for the reason it
+    # gave then (GangMover.dropped, GangMover.said), and not once it waits for another.
     steps = BesideScheduler(sched).look(["ns/long"])
-    (said,) = steps.explain({"ns/long": "Unschedulable: x"}).values()
-    assert said.startswith(f"Unschedulable: x; {dropped}"), said
+    same = f"{gang.waiting.reason}: x"
+    (said,) = steps.explain({"ns/long": same}).values()
+    assert said.startswith(f"{same}; {dropped}"), said
+    other = "WaitingForPreemption: x"
+    assert gang.waiting.reason != "WaitingForPreemption"
+    assert steps.explain({"ns/long": other}) == {"ns/long": other}
 
 
 def test_progress_and_the_estimate_are_read_from_the_scheduler_and_left_alone() -> None:

@@ -9,6 +9,7 @@ them to go."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -24,7 +25,7 @@ from gpufleet.core.snapshot import ReplicaPlacement, Snapshot
 from gpufleet.model.contract import names
 from gpufleet.model.contract.timestamps import format_time
 from gpufleet.scheduler.cache import SchedulerCache
-from gpufleet.scheduler.mover import RESERVED_SUFFIX, held
+from gpufleet.scheduler.mover import RESERVED_SUFFIX, held, reason_of, with_dropped
 from gpufleet.scheduler.nominated import NOTHING_RUNS
 from gpufleet.scheduler.progress import ProgressTracker, run_length
 from tests.unit.scheduler.scheduler_builders import NodeBuilder, PodBuilder
@@ -399,6 +400,29 @@ def test_a_higher_priority_gang_may_take_the_gpus_a_moves_victim_frees() -> None
     assert (bound.node, bound.annotations[names.ASSIGNED_GPUS]) == ("a100-0", "0,1,2,3,4,5,6,7")
     assert "ns/long-0" not in binder.bound, report.bound
     assert "was dropped: gang ns/hi preempted ns/v" in report.pending["ns/long"]
+    # long's job is given priority 10 (its pods recreated): long is to preempt wide, and says
+    # that alone (the dropped reservation no longer explains its wait). Before, the text stayed.
+    running = [
+        _as_bound(_wide(), "l4-0", "0,1,2,3", "L4"),
+        _as_bound(hi, "a100-0", "0,1,2,3,4,5,6,7", "A100-80GB"),
+    ]
+    load(cache, nodes(), [*running, long_pod(uid="u3", bound=False, **{names.PRIORITY: "10"})])
+    clock.t += 1
+    report = sched.run_cycle()
+    assert report.preempted == ["ns/wide"], report.pending
+    assert report.pending["ns/long"].startswith("WaitingForPreemption"), report.pending
+    assert "was dropped" not in report.pending["ns/long"] and "ns/long" not in sched.mover.dropped
+
+
+def _as_bound(pod: dict[str, Any], node: str, gpus: str, gpu_type: str) -> dict[str, Any]:
+    """`pod` as bound to `gpus` of `node`, running."""
+    out = copy.deepcopy(pod)
+    out["spec"]["nodeName"] = node
+    out["status"]["phase"] = "Running"
+    out["metadata"]["annotations"].update(
+        {names.ASSIGNED_GPUS: gpus, names.ASSIGNED_TYPE: gpu_type}
+    )
+    return out
 
 
 def test_a_gang_of_the_moves_priority_is_not_given_the_gpus_its_victim_frees() -> None:
@@ -432,3 +456,20 @@ def test_a_moves_exiting_victim_is_charged_to_the_moved_gangs_queue_but_counted_
     assert by_id["ns/v"].queue == "keeper" and by_id["ns/v"].progress == NOTHING_RUNS
     counted = {g.id: g for g in sched.mover.as_charged(shown.snapshot).running}
     assert counted["ns/v"].queue == "ones"
+
+
+def test_a_dropped_reservations_text_is_added_while_the_reason_it_was_added_to_holds() -> None:
+    # What the admin API's what-if adds too (`with_dropped` with the mover's `said`): a gang
+    # given another reason since the text was first added no longer says it; one never seen
+    # pending yet does.
+    pending = {
+        "ns/a": "InsufficientFreeGpus: needs 4 x L4; 1 free",
+        "ns/b": "WaitingForPreemption: waiting for ns/x to exit",
+        "ns/c": "InsufficientFreeGpus: needs 4 x L4; 0 free",
+    }
+    dropped = dict.fromkeys(pending, "its move's reservation on n0 was dropped: expired")
+    said = dict.fromkeys(["ns/a", "ns/b"], reason_of("InsufficientFreeGpus: needs 4 x L4; 0 free"))
+    out = with_dropped(pending, dropped, said)
+    assert out["ns/a"].endswith("; its move's reservation on n0 was dropped: expired")
+    assert out["ns/b"] == pending["ns/b"]
+    assert out["ns/c"].endswith("was dropped: expired")
