@@ -274,6 +274,20 @@ class Binder:
         template = (raw.get("spec") or {}).get("template")
         return dict(template) if isinstance(template, dict) else None
 
+    def runtime_class_overhead(self, name: str) -> dict[str, Any] | None:
+        """The pod overhead (`overhead.podFixed`) of RuntimeClass `name`, which the API
+        server's RuntimeClass admission sets on a pod naming it: None when it has none or is
+        gone. Other errors raise."""
+        api = client.NodeV1Api(self.api.api_client)
+        try:
+            raw: Any = api.read_runtime_class(name, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        fixed = (json.loads(raw.data).get("overhead") or {}).get("podFixed")
+        return dict(fixed) if isinstance(fixed, dict) and fixed else None
+
     def delete_pods(
         self, keys: Iterable[str], reason: str, message: str, force: bool = False
     ) -> list[str]:

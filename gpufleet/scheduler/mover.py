@@ -402,8 +402,8 @@ class GangMover:
     def _requests(self, pod: Obj, report: CycleReport) -> Resources:
         """What one of the moved gang's recreated pods will ask of its node: the requests of
         its job's current pod template (the operator builds the new pods from it, so a
-        template changed since the old pods were made is seen), with the old pod's overhead
-        (set at admission, not in the template); the old pod's own requests when the job's
+        template changed since the old pods were made is seen), with the overhead the API
+        server will set on them (`_overhead`); the old pod's own requests when the job's
         template cannot be read (a bare pod, the job gone, the API unreachable: logged)."""
         try:
             template = self.binder.job_template(job_reference(pod))
@@ -416,8 +416,28 @@ class GangMover:
         spec = None if template is None else template.get("spec")
         if not isinstance(spec, dict):
             return pod_requests(pod)
-        overhead = (pod.get("spec") or {}).get("overhead")
-        return pod_requests({"spec": {**spec, "overhead": overhead}})
+        return pod_requests({"spec": {**spec, "overhead": self._overhead(spec, pod, report)}})
+
+    def _overhead(self, spec: Obj, pod: Obj, report: CycleReport) -> object:
+        """The pod overhead the API server's RuntimeClass admission will set on a pod made from
+        `spec` (the template's pod spec): the old pod's when the template names the same
+        RuntimeClass (none named: none); else that of the RuntimeClass it now names, read
+        from the API server (none when it has none or is gone), or the old pod's when it
+        cannot be read (logged)."""
+        old = pod.get("spec") or {}
+        name = spec.get("runtimeClassName")
+        if name == old.get("runtimeClassName"):
+            return old.get("overhead")
+        if not name:
+            return None
+        try:
+            return self.binder.runtime_class_overhead(str(name))
+        except Exception as exc:
+            log.warning(
+                "cycle=%d cannot read RuntimeClass %s, %s's old overhead is kept: %s",
+                report.cycle, name, pod["metadata"]["name"], exc,
+            )  # fmt: skip
+            return old.get("overhead")
 
     def _victims_on(
         self, move: Move, decision: Decision, view: ClusterView, stopped: Collection[str]

@@ -74,6 +74,7 @@ CLUSTER_WIDE = {
     ("pods/binding", "", "create"),
     ("pods/eviction", "", "create"),
     ("pods/status", "", "patch"),
+    ("runtimeclasses.node.k8s.io", "", "get"),
     ("servingjobs.gpufleet.io", "", "get list patch watch"),
     ("servingjobs.gpufleet.io/status", "", "patch"),
     ("services", "", "create delete"),

@@ -15,17 +15,20 @@ less what a waiting preemptor it may not take from is promised there (the second
 nominated gang whose wait ends while a move waits for its old pod is not bound on the CPU the
 move needs, and its reason says its hold was given up for that move (the third:
 nominated.refit); and what a move keeps is what its job's current pod template asks, a
-template changed since the old pod was made included (the fourth).
+template changed since the old pod was made included (the fourth), and the pod overhead of
+the RuntimeClass it now names (the fifth).
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from gpufleet.model.contract import names
 from gpufleet.model.contract.timestamps import parse_time
@@ -133,6 +136,47 @@ def test_a_move_keeps_the_cpu_of_its_jobs_current_template(kube: Kube, ns: str) 
     assert container["resources"]["requests"]["cpu"] == "120"
     assert kube.bound(ns, "small") == []  # 8 CPUs left beside long's 120
     assert invariants.check(kube.core) == []
+
+
+def test_a_move_keeps_the_overhead_of_the_runtime_class_its_template_names(
+    kube: Kube, ns: str
+) -> None:
+    # As above, but long's template is changed to name RuntimeClass `heavy` (20 CPUs of pod
+    # overhead) while its pod (100 CPUs, no RuntimeClass) runs: the API server sets that
+    # overhead on the pod the operator recreates, which asks 120 in all. `small` (20 CPUs,
+    # pinned) is not bound while long's old pod exits (before, it was: the reservation kept
+    # the old pod's overhead, none) and long is bound there.
+    nodes = client.NodeV1Api(kube.core.api_client)
+    heavy = f"heavy-{uuid.uuid4().hex[:6]}"
+    body = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": heavy},
+        "handler": "heavy",
+        "overhead": {"podFixed": {"cpu": "20"}},
+    }
+    nodes.create_runtime_class(body)
+    try:
+        old = _long_on_l4(kube, ns)
+        template = _long()["spec"]["template"]
+        template["spec"]["runtimeClassName"] = heavy
+        kube.patch_job(ns, "long", {"spec": {"template": template}})
+        wait_for(
+            lambda: (
+                (kube.job(ns, "long") or {})["spec"]["template"]["spec"].get("runtimeClassName")
+                == heavy
+            ),
+            "long's template changed",
+        )
+        kube.linger(ns, old["metadata"]["name"], hold=True)
+        _past_a_moves_price(old)
+        small = _cpu(training_job("small", 1, gpus=4, gpu_type="A100-80GB"), "20")
+        new = _move_with_one_kept_off(kube, ns, old, _pinned(small))
+        assert new["spec"]["overhead"] == {"cpu": "20"}
+        assert kube.bound(ns, "small") == []  # 8 CPUs left beside long's 100 and 20
+        assert invariants.check(kube.core) == []
+    finally:
+        nodes.delete_runtime_class(heavy)
 
 
 def _long_on_l4(kube: Kube, ns: str) -> dict[str, Any]:

@@ -3,7 +3,9 @@ writes go out in the background, once per message, and never after the pod was b
 
 from __future__ import annotations
 
+import json
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -102,4 +104,37 @@ def test_a_jobs_pod_template_is_read_for_a_trainingjob_only(
     pod = {"apiVersion": "v1", "kind": "Pod", "namespace": "ns", "name": "long-0"}
     assert binder.job_template(pod) is None  # a bare pod: nothing asked
     assert len(custom.asked) == 2
+    binder.close()
+
+
+class FakeNode:
+    """RuntimeClasses by name, answered as raw JSON; any other raises the API's 404, and
+    `broken` the API's 500."""
+
+    def __init__(self, classes: dict[str, dict[str, Any]]) -> None:
+        self.classes = classes
+
+    def read_runtime_class(self, name: str, _preload_content: bool = True) -> Any:
+        assert _preload_content is False
+        if name == "broken":
+            raise ApiException(status=500, reason="Internal Server Error")
+        if name not in self.classes:
+            raise ApiException(status=404, reason="Not Found")
+        return SimpleNamespace(data=json.dumps(self.classes[name]).encode())
+
+
+def test_a_runtime_classs_pod_overhead_is_read_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    node = FakeNode(
+        {
+            "kata": {"handler": "kata", "overhead": {"podFixed": {"cpu": "250m", "memory": "1Gi"}}},
+            "runc": {"handler": "runc"},
+        }
+    )
+    monkeypatch.setattr(binder_module.client, "NodeV1Api", lambda _api: node)
+    binder = Binder(FakeCore())  # type: ignore[arg-type]
+    assert binder.runtime_class_overhead("kata") == {"cpu": "250m", "memory": "1Gi"}
+    assert binder.runtime_class_overhead("runc") is None  # no overhead
+    assert binder.runtime_class_overhead("gone") is None
+    with pytest.raises(ApiException):
+        binder.runtime_class_overhead("broken")
     binder.close()

@@ -12,6 +12,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from gpufleet.core.decision import GangPlacement
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.model.contract import names
@@ -220,6 +222,48 @@ def test_a_move_keeps_its_old_pods_cpu_when_its_jobs_template_cannot_be_read() -
     sched = scheduler(cache, binder, clock=clock)
     assert sched.run_cycle().moved == ["ns/long"]
     assert sched.mover.reservations["ns/long"].requests.cpu == 3000
+
+
+def _with_runtime(spec: dict[str, Any], name: str | None, cpu: str | None) -> dict[str, Any]:
+    """`spec` (a pod's or template's spec) naming RuntimeClass `name`, with overhead `cpu`."""
+    if name is not None:
+        spec["runtimeClassName"] = name
+    if cpu is not None:
+        spec["overhead"] = {"cpu": cpu}
+    return spec
+
+
+@pytest.mark.parametrize(
+    ("template_class", "classes", "cpu"),
+    [
+        # Another RuntimeClass (overhead 2 CPUs): its overhead, as the API server will set it.
+        ("kata", {"kata": {"cpu": "2"}, "gvisor": {"cpu": "1"}}, 5000),
+        # The same one: the old pod's overhead, nothing read.
+        ("gvisor", None, 4000),
+        # None now: no overhead.
+        (None, {}, 3000),
+        # A RuntimeClass without overhead, or gone: none.
+        ("runc", {}, 3000),
+        # Unreadable (the API unreachable): the old pod's, logged.
+        ("kata", None, 4000),
+    ],
+)
+def test_a_moves_cpu_ask_has_the_overhead_of_the_runtime_class_its_template_names(
+    template_class: str | None, classes: dict[str, dict[str, Any]] | None, cpu: int
+) -> None:
+    # long's pod (3 CPUs) runs under RuntimeClass gvisor (1 CPU of overhead); the template it
+    # is recreated from names `template_class`.
+    cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
+    template = {"containers": [{"name": "m", "resources": {"requests": {"cpu": "3"}}}]}
+    binder.templates["ns/long"] = {"spec": _with_runtime(template, template_class, None)}
+    binder.runtime_classes = classes
+    pod = _owned(_cpu(long_pod(), "3"))
+    _with_runtime(pod["spec"], "gvisor", "1")
+    load(cache, _nodes(), [pod])
+    sched = scheduler(cache, binder, clock=clock)
+    assert sched.run_cycle().moved == ["ns/long"]
+    # Before: the old pod's overhead always (4 CPUs).
+    assert sched.mover.reservations["ns/long"].requests.cpu == cpu
 
 
 def _pair(uid: str, bound: bool) -> list[dict[str, Any]]:
