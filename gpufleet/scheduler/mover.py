@@ -786,10 +786,15 @@ def held(
     # placement (`#moving` and the victims standing for it there), not for that and its old
     # pods too: charged twice, it could look borrowing and have a gang reclaimed wrongly
     # (those victims, the old pods, another of its gangs).
+    # Not when that gang is outside every queue: counted outside, the old pods would be
+    # anyone's to reclaim (the GPUs that gang waits for).
     old_for = {
-        gid: pending[r.for_gang].gang.queue
+        gid: queue
         for gid, r in kept.items()
-        if r.for_gang is not None and r.for_gang in pending and gid not in standing
+        if r.for_gang is not None
+        and r.for_gang in pending
+        and (queue := pending[r.for_gang].gang.queue) is not None
+        and gid not in standing
     }
     running = tuple(
         replace(

@@ -7,7 +7,8 @@ Two H100 nodes: n0 (4 GPUs) and n1 (8). Queues (nominal H100 GPUs): keeper 4, on
 same type). While long's old pods and v's exit, v stands for long on n0 (charged to keeper)
 and long's old pods for wide, which waits for them (charged to lender): keeper is charged for
 long once, at its nominal quota. Before, keeper was charged for long's old pods and for v
-(8 of 4): it looked borrowing, and rival's gang reclaimed v (or long's old pods) from it.
+(8 of 4): it looked borrowing, and rival's gang reclaimed v (or long's old pods) from it. When
+the gang moved for is outside every queue, long's old pods stay in keeper.
 """
 
 from __future__ import annotations
@@ -56,10 +57,11 @@ def _decide(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Deci
     )
 
 
-def test_a_moved_gangs_queue_is_charged_once_while_its_old_pods_exit() -> None:
+def _moved_for(wide: dict[str, Any], *pending: dict[str, Any]) -> Any:
+    """The scheduler, its cache and binder once long is moved for `wide`, with long's old
+    pods and v's still exiting and the gangs `pending` come (the next cycle not run yet)."""
     long = _pod("long", "keeper", 4, ("n1", "0,1,2,3")).annotate(names.CHECKPOINT, "signal=2")
     v = _pod("v", "ones", 4, ("n0", "0,1,2,3"))
-    wide = _pod("wide", "lender", 8).obj()
     cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
     load(cache, _nodes(), [long.obj(), v.obj(), wide])
     cache.replace_queues([_queue(q) for q in QUOTAS])
@@ -67,13 +69,18 @@ def test_a_moved_gangs_queue_is_charged_once_while_its_old_pods_exit() -> None:
     sched = scheduler(cache, binder, clock=clock, decide=_decide)
     report = sched.run_cycle()
     assert report.moved == ["default/long"] and report.preempted == ["default/v"]
-    # The watch shows long's and v's pods deleting, still there; rival's gang comes.
+    # The watch shows long's and v's pods deleting, still there.
     exiting = [long.obj(), v.obj()]
     for pod in exiting:
         pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    rival = _pod("r", "rival", 4).obj()
-    load(cache, _nodes(), [*exiting, wide, rival])
+    load(cache, _nodes(), [*exiting, wide, *pending])
     clock.t += 1
+    return sched, cache, binder
+
+
+def test_a_moved_gangs_queue_is_charged_once_while_its_old_pods_exit() -> None:
+    rival = _pod("r", "rival", 4).obj()  # rival's gang comes
+    sched, cache, binder = _moved_for(_pod("wide", "lender", 8).obj(), rival)
     binder.evicted.clear()
     report = sched.run_cycle()
     # keeper is within its nominal quota (long counted once): nothing of it may be reclaimed.
@@ -87,3 +94,12 @@ def test_a_moved_gangs_queue_is_charged_once_while_its_old_pods_exit() -> None:
     assert (queues["default/long"], queues["default/v"]) == ("lender", "keeper")
     counted = {g.id: g.queue for g in sched.mover.as_charged(shown.snapshot).running}
     assert (counted["default/long"], counted["default/v"]) == ("keeper", "ones")
+
+
+def test_a_moved_gangs_old_pods_stay_in_its_queue_when_the_gang_it_was_moved_for_has_none() -> None:
+    # Charged outside every queue, they would be anyone's to reclaim.
+    wide = PodBuilder("wide-0").gang("wide", 1, 0).gpus(8).obj()
+    sched, cache, _ = _moved_for(wide)
+    view = sched.views.build(cache.state().nodes, cache.state().pods, {})
+    queues = {g.id: g.queue for g in sched.mover.hold(view).snapshot.running}
+    assert (queues["default/long"], queues["default/v"]) == ("keeper", "keeper")
