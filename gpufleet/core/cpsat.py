@@ -290,7 +290,10 @@ class _Model:
         alike: dict[Gang, list[Gang]] = {}
         for gang in gangs:
             if gang.id in self.by_gang and gang.id not in self.forced:
-                key = replace(gang, id="", waited_s=0.0, queued_s=None, attained_gpu_s=0.0)
+                # Nothing here weighs a spread slowdown (`Gang.spread_speed`): alike whatever it is.
+                key = replace(
+                    gang, id="", waited_s=0.0, queued_s=None, attained_gpu_s=0.0, spread_speed=1.0
+                )
                 alike.setdefault(key, []).append(gang)
         for same in alike.values():
             same.sort(
