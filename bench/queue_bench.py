@@ -21,6 +21,13 @@ on slow types); worst-tenant finish-time fairness rho <= 0.8x kueue's; average J
 kueue's; 0 quota violations. The queues' weights are equal by default (`--weights share`: each
 tenant's history share, as before; see `gpufleet/sim/tenants.py`).
 
+Idle GPUs are reported two ways: quota-blind per type (`tenant_metrics.IdleMonitor`: a type's
+idle GPUs count while any waiting gang fits them), and *usable* (`gpufleet/sim/usable_idle.py`):
+the idle GPUs the waiting gangs could legally take at once (their queue's quota allows it, they
+fit node by node, each GPU counted once), split into those awaiting the next cycle and those
+the last decision left so, by cause on the policy's side (a reservation, a move's or an
+eviction's freed GPUs, the gang's pending reason, not offered to the decision).
+
 Windows: the tuning windows (`--set tuning`) are for trying policy changes; the scoring windows
 (`--set scoring`, the default) are the ones reported, and nothing was tuned on them; the
 held-out windows (`--set heldout`) were added later, unseen by every change before them, and
@@ -72,6 +79,7 @@ from gpufleet.sim.simulate_command import default_fleet_path
 from gpufleet.sim.tenant_run import TENANT_POLICIES, run_tenants
 from gpufleet.sim.tenants import WEIGHTS, history_before, philly_gpu_hours, tenant_setup
 from gpufleet.sim.traces.common import default_data_dir
+from gpufleet.sim.usable_idle import CAUSES
 
 PROG = "queue_bench.py"
 FLEET = "hetero-256.yaml"
@@ -119,6 +127,12 @@ IDLE_FIGURES: dict[str, str] = {
     "idle_with_demand_left": "with demand, left by a decision",
     "idle_placeable_left": "placeable, left by a decision",
 }
+
+
+# Idle GPUs the waiting gangs could legally take at once (`gpufleet/sim/usable_idle.py`): their
+# quota allows it and they fit node by node, each GPU counted once; split into those a decision
+# left so (by cause on the policy's side) and those awaiting the next cycle.
+USABLE_CAUSES = CAUSES
 
 
 def _window_date(text: str) -> str:
@@ -262,6 +276,12 @@ def sample(window: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     }
     # Idle GPUs as shares of the capacity over the arrival span: gpufleet's minus kueue's.
     idle_gap = {key: gf[key] - kq[key] for key in IDLE_FIGURES}
+    for r in reports.values():
+        r["usable_idle_next_cycle"] = r["usable_idle"] - r["usable_idle_left"]
+    idle_gap |= {
+        key: gf[key] - kq[key]
+        for key in ("usable_idle", "usable_idle_left", "usable_idle_next_cycle")
+    }
     tenants = sorted({j.queue for j in work.jobs})
     return {
         "window": window,
@@ -340,6 +360,43 @@ def _print_validator(samples: list[dict[str, Any]]) -> dict[str, int]:
     return total
 
 
+def _print_usable(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """The usable idle GPUs per sample and policy, those a decision left by cause, then
+    gpufleet's minus kueue's over the samples; returns that summary."""
+    print(
+        "\n## Usable idle GPUs (GPU-seconds / (fleet GPUs x arrival span) that waiting gangs "
+        "could legally take at once: quota allows, fits node by node; left: by the last "
+        "decision, by cause; next cycle: freed or arrived since)\n"
+    )
+    causes = " | ".join(USABLE_CAUSES)
+    print(f"| window | seed | policy | usable | next cycle | left | {causes} |")
+    print("|---" * (6 + len(USABLE_CAUSES)) + "|")
+    for s in samples:
+        for name, r in s["reports"].items():
+            by_cause = r["usable_idle_left_by_cause"]
+            split = " | ".join(f"{by_cause.get(c, 0.0):.4f}" for c in USABLE_CAUSES)
+            print(
+                f"| {s['window']} | {s['seed']} | {name} | {r['usable_idle']:.4f} "
+                f"| {r['usable_idle_next_cycle']:.4f} | {r['usable_idle_left']:.4f} | {split} |"
+            )
+    print("\n| gpufleet - kueue | median | max | samples gpufleet <= kueue |")
+    print("|---|---|---|---|")
+    out: dict[str, dict[str, float]] = {}
+    for key in ("usable_idle", "usable_idle_next_cycle", "usable_idle_left"):
+        gaps = [s["idle_vs_kueue"][key] for s in samples]
+        out[key] = {
+            "median": statistics.median(gaps),
+            "max": max(gaps),
+            "not_above": sum(1 for g in gaps if g <= 0),
+            "samples": len(gaps),
+        }
+        print(
+            f"| {key} | {out[key]['median']:+.4f} | {out[key]['max']:+.4f} "
+            f"| {out[key]['not_above']} of {len(gaps)} |"
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -380,6 +437,7 @@ def _run(args: argparse.Namespace) -> int:
                 f"| {r['preemptions']} | {r['wall_s']:.0f} |"
             )
     idle_summary = _print_idle(samples)
+    idle_summary |= _print_usable(samples)
     validator = _print_validator(samples) if args.validate else None
     summary: dict[str, dict[str, Any]] = {}
     print("\n## Targets (gpufleet vs kueue)\n")

@@ -33,6 +33,9 @@ Definitions (N = tenants with at least one job in the replay, C = the fleet's GP
   fleet the plain figure rises when jobs run on slow types (the same work keeps GPUs busy for
   longer), so it favours a heterogeneity-blind policy for being slow; the work figure counts
   the work done, which is what keeping the fleet busy is for.
+* **Usable idle GPU-seconds** (`usable_idle.UsableIdleMonitor`): the idle GPUs the waiting
+  gangs could legally take at once (quota allowing, node by node, each GPU once), left by a
+  decision (by cause) or awaiting the next cycle; that module defines them.
 * **Idle GPU-seconds with demand** (`IdleMonitor`, from the engine's `on_event` hook after every
   event), over the same span, as fractions of C x span. A GPU is *idle* when nothing is
   allocated on it (no replica, no MIG instance; a GPU held by a gang that is restarting is
@@ -74,6 +77,7 @@ from gpufleet.sim.baselines import best_fit, gang_gpus, place_gang, release_repl
 from gpufleet.sim.results import SimResult, summarise
 from gpufleet.sim.speed import SpeedModel
 from gpufleet.sim.traces.common import TraceJob
+from gpufleet.sim.usable_idle import UsableIdleMonitor, usable_gpu_seconds
 
 __all__ = [
     "IdleMonitor",
@@ -387,6 +391,11 @@ class TenantReport:
     idle_placeable_left: float = math.nan
     idle_packable: float = math.nan
     idle_with_demand_by_type: Mapping[str, float] = field(default_factory=dict)
+    # Idle GPUs waiting gangs could legally take (usable_idle.py): all, left by a decision, and
+    # those by cause; NaN unmeasured.
+    usable_idle: float = math.nan
+    usable_idle_left: float = math.nan
+    usable_idle_left_by_cause: Mapping[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -411,6 +420,9 @@ class TenantReport:
             "idle_placeable_left": self.idle_placeable_left,
             "idle_packable": self.idle_packable,
             "idle_with_demand_by_type": dict(self.idle_with_demand_by_type),
+            "usable_idle": self.usable_idle,
+            "usable_idle_left": self.usable_idle_left,
+            "usable_idle_left_by_cause": dict(self.usable_idle_left_by_cause),
             "tenants": {
                 r.tenant: {"jobs": r.jobs, "avg_jct_h": r.avg_jct_h, "rho": r.rho}
                 for r in self.rows
@@ -426,9 +438,10 @@ def tenant_report(
     monitor: QuotaMonitor,
     shares: Mapping[str, float],
     idle: IdleMonitor | None = None,
+    usable: UsableIdleMonitor | None = None,
 ) -> TenantReport:
     """The per-tenant metrics of one replay (module docstring); the idle GPU figures when
-    `idle` watched the replay."""
+    `idle` watched the replay, and the usable ones when `usable` did."""
     by_id = {j.job_id: j for j in jobs}
     tenants = sorted({j.queue for j in jobs})
     n = len(tenants)
@@ -472,7 +485,17 @@ def tenant_report(
         examples=tuple(monitor.examples),
     )
     capacity = result.fleet_gpus * (result.last_arrival_s - result.start_s)
-    if idle is None or capacity <= 0:
+    if capacity <= 0:
+        return report
+    if usable is not None:
+        got = usable_gpu_seconds(usable.steps, result.start_s, result.last_arrival_s)
+        report = replace(
+            report,
+            usable_idle=got.usable / capacity,
+            usable_idle_left=got.left / capacity,
+            usable_idle_left_by_cause={c: v / capacity for c, v in got.left_by_cause.items()},
+        )
+    if idle is None:
         return report
     seconds = idle_gpu_seconds(idle.steps, result.start_s, result.last_arrival_s)
     return replace(

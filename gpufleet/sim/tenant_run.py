@@ -13,8 +13,10 @@ the same snapshot (with the tenants' `QueueTree`):
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from gpufleet.core.demand import Gang
 from gpufleet.core.place import place
 from gpufleet.core.policy import (
     SERVICE_TIER_GPU_S,
@@ -36,6 +38,7 @@ from gpufleet.sim.results import SimResult
 from gpufleet.sim.runner import Workload, speed_model
 from gpufleet.sim.tenant_metrics import IdleMonitor, QuotaMonitor, TenantReport, tenant_report
 from gpufleet.sim.tenants import TenantSetup, fleet_gpus_by_type
+from gpufleet.sim.usable_idle import DecisionTap, UsableIdleMonitor
 
 __all__ = ["TENANT_POLICIES", "TenantRun", "make_tenant_policy", "run_tenants"]
 
@@ -142,12 +145,31 @@ def run_tenants(
     node_gpus: dict[str, int] = {}
     for pool in fleet.node_pools:
         node_gpus[pool.gpu_type] = max(node_gpus.get(pool.gpu_type, 0), pool.gpus_per_node)
-    idle = IdleMonitor(node_gpus)
+    demand = IdleMonitor(node_gpus)
+    # The usable idle GPUs and, through the tap on its decisions, why the policy left them.
+    tap = DecisionTap(policy.place)
+    policy = replace(policy, place=tap)
+    usable = UsableIdleMonitor(
+        cluster,
+        setup.tree,
+        tap,
+        aging_s=policy.policy.queue_aging_s if name == "gpufleet" else None,
+        until=max((j.arrival_s for j in workload.jobs), default=0.0),
+    )
+
+    def watch(
+        now: float, idle: Mapping[str, Sequence[int]], waiting: Sequence[Gang], decided: bool
+    ) -> None:
+        demand(now, idle, waiting, decided)
+        usable(now, idle, waiting, decided)
+
     sim = Simulation(
-        cluster, workload.jobs, policy, speed, sim_settings, on_cycle=monitor, on_event=idle
+        cluster, workload.jobs, policy, speed, sim_settings, on_cycle=monitor, on_event=watch
     )
     clock.sim = sim
     result = sim.run()
     fleet_gpus = fleet_gpus_by_type(fleet)
-    report = tenant_report(result, workload.jobs, speed, fleet_gpus, monitor, setup.shares, idle)
+    report = tenant_report(
+        result, workload.jobs, speed, fleet_gpus, monitor, setup.shares, demand, usable
+    )
     return TenantRun(result, report, checked)
