@@ -26,7 +26,8 @@ idle GPUs count while any waiting gang fits them), and *usable* (`gpufleet/sim/u
 the idle GPUs the waiting gangs could legally take at once (their queue's quota allows it, they
 fit node by node, each GPU counted once), split into those awaiting the next cycle and those
 the last decision left so, by cause on the policy's side (a reservation, a move's or an
-eviction's freed GPUs, the gang's pending reason, not offered to the decision).
+eviction's freed GPUs, the gang's pending reason, not offered to the decision); the same
+count with quotas ignored (*quota-blind*) shows the idle capacity the quotas alone keep.
 
 Windows: the tuning windows (`--set tuning`) are for trying policy changes; the scoring windows
 (`--set scoring`, the default) are the ones reported, and nothing was tuned on them; the
@@ -280,7 +281,12 @@ def sample(window: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
         r["usable_idle_next_cycle"] = r["usable_idle"] - r["usable_idle_left"]
     idle_gap |= {
         key: gf[key] - kq[key]
-        for key in ("usable_idle", "usable_idle_left", "usable_idle_next_cycle")
+        for key in (
+            "usable_idle",
+            "usable_idle_left",
+            "usable_idle_next_cycle",
+            "usable_idle_quota_blind",
+        )
     }
     tenants = sorted({j.queue for j in work.jobs})
     return {
@@ -366,23 +372,30 @@ def _print_usable(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     print(
         "\n## Usable idle GPUs (GPU-seconds / (fleet GPUs x arrival span) that waiting gangs "
         "could legally take at once: quota allows, fits node by node; left: by the last "
-        "decision, by cause; next cycle: freed or arrived since)\n"
+        "decision, by cause; next cycle: freed or arrived since; quota-blind: usable with "
+        "quotas ignored)\n"
     )
     causes = " | ".join(USABLE_CAUSES)
-    print(f"| window | seed | policy | usable | next cycle | left | {causes} |")
-    print("|---" * (6 + len(USABLE_CAUSES)) + "|")
+    print(f"| window | seed | policy | quota-blind | usable | next cycle | left | {causes} |")
+    print("|---" * (7 + len(USABLE_CAUSES)) + "|")
     for s in samples:
         for name, r in s["reports"].items():
             by_cause = r["usable_idle_left_by_cause"]
             split = " | ".join(f"{by_cause.get(c, 0.0):.4f}" for c in USABLE_CAUSES)
             print(
-                f"| {s['window']} | {s['seed']} | {name} | {r['usable_idle']:.4f} "
+                f"| {s['window']} | {s['seed']} | {name} | {r['usable_idle_quota_blind']:.4f} "
+                f"| {r['usable_idle']:.4f} "
                 f"| {r['usable_idle_next_cycle']:.4f} | {r['usable_idle_left']:.4f} | {split} |"
             )
     print("\n| gpufleet - kueue | median | max | samples gpufleet <= kueue |")
     print("|---|---|---|---|")
     out: dict[str, dict[str, float]] = {}
-    for key in ("usable_idle", "usable_idle_next_cycle", "usable_idle_left"):
+    for key in (
+        "usable_idle_quota_blind",
+        "usable_idle",
+        "usable_idle_next_cycle",
+        "usable_idle_left",
+    ):
         gaps = [s["idle_vs_kueue"][key] for s in samples]
         out[key] = {
             "median": statistics.median(gaps),

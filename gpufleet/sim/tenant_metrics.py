@@ -396,6 +396,7 @@ class TenantReport:
     usable_idle: float = math.nan
     usable_idle_left: float = math.nan
     usable_idle_left_by_cause: Mapping[str, float] = field(default_factory=dict)
+    usable_idle_quota_blind: float = math.nan
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -423,6 +424,7 @@ class TenantReport:
             "usable_idle": self.usable_idle,
             "usable_idle_left": self.usable_idle_left,
             "usable_idle_left_by_cause": dict(self.usable_idle_left_by_cause),
+            "usable_idle_quota_blind": self.usable_idle_quota_blind,
             "tenants": {
                 r.tenant: {"jobs": r.jobs, "avg_jct_h": r.avg_jct_h, "rho": r.rho}
                 for r in self.rows
@@ -494,6 +496,7 @@ def tenant_report(
             usable_idle=got.usable / capacity,
             usable_idle_left=got.left / capacity,
             usable_idle_left_by_cause={c: v / capacity for c, v in got.left_by_cause.items()},
+            usable_idle_quota_blind=got.blind / capacity,
         )
     if idle is None:
         return report

@@ -12,7 +12,9 @@ where
 * its replicas fit the idle GPUs node by node (best fit: the fullest node that holds a replica;
   a same-node gang all on one node; NVLink domains are not checked, MIG gangs not counted).
 
-A gang of the same queue and shape as one that found no room finds none either (the free GPUs
+The same count with quotas ignored (*quota-blind*) tells how much
+idle capacity the queues' quotas alone keep from waiting gangs (no policy may use it). A gang of
+the same queue and shape as one that found no room finds none either (the free GPUs
 and the quota only shrink as gangs take them), so it is skipped. Every node must be on (the
 queue bench's policies never switch nodes off); the monitor refuses a replay where one is not.
 
@@ -205,15 +207,18 @@ class UsableStep:
     t: float
     usable: Mapping[str, int]
     left: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    blind: int = 0  # GPUs usable with quotas ignored
 
 
 @dataclass(frozen=True)
 class UsableSeconds:
-    """Usable idle GPU-seconds over a span: all, left by a decision, and those by cause."""
+    """Usable idle GPU-seconds over a span: all, left by a decision, those by cause, and all
+    with quotas ignored."""
 
     usable: float
     left: float
     left_by_cause: Mapping[str, float]
+    blind: float = 0.0
 
     @property
     def next_cycle(self) -> float:
@@ -223,7 +228,7 @@ class UsableSeconds:
 def usable_gpu_seconds(steps: Sequence[UsableStep], start: float, end: float) -> UsableSeconds:
     """Integrate the steps (in time order; each holds until the next, the last until `end`)
     over [start, end]."""
-    usable = left = 0.0
+    usable = left = blind = 0.0
     by_cause: dict[str, float] = {}
     for i, step in enumerate(steps):
         until = steps[i + 1].t if i + 1 < len(steps) else end
@@ -231,10 +236,12 @@ def usable_gpu_seconds(steps: Sequence[UsableStep], start: float, end: float) ->
         if dt <= 0:
             continue
         usable += sum(step.usable.values()) * dt
+        blind += step.blind * dt
         for (_, cause), n in step.left.items():
             left += n * dt
             by_cause[cause] = by_cause.get(cause, 0.0) + n * dt
-    return UsableSeconds(usable, left, {c: by_cause[c] for c in CAUSES if c in by_cause})
+    causes = {c: by_cause[c] for c in CAUSES if c in by_cause}
+    return UsableSeconds(usable, left, causes, blind)
 
 
 @dataclass(frozen=True)
@@ -306,9 +313,11 @@ class UsableIdleMonitor:
         if seen is None:
             return
         takes: list[Take] = []
+        blind = 0
         if seen.waiting and any(seen.idle.values()):
             book = QuotaBook(self.tree, seen.snapshot) if self.tree is not None else None
             takes = fill(seen.idle, self.type_of, seen.waiting, book)
+            blind = sum(t.gpus for t in fill(seen.idle, self.type_of, seen.waiting, None))
         usable: Counter[str] = Counter()
         for take in takes:
             usable[take.gpu_type] += take.gpus
@@ -323,9 +332,9 @@ class UsableIdleMonitor:
             kept = min(at_decision[gpu_type], usable[gpu_type]) / at_decision[gpu_type]
             if kept > 0:
                 left[(gpu_type, cause)] = n * kept
-        step = UsableStep(seen.t, dict(usable), left)
+        step = UsableStep(seen.t, dict(usable), left, blind)
         last = self._steps[-1] if self._steps else None
-        if last is None or (last.usable, last.left) != (step.usable, step.left):
+        if last is None or (last.usable, last.left, last.blind) != (usable, left, blind):
             self._steps.append(step)
 
     def _causes(self, seen: _Seen, takes: Sequence[Take]) -> Counter[tuple[str, str]]:

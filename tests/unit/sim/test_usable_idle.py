@@ -4,10 +4,10 @@ Aspects: the fill takes idle GPUs only for gangs whose queue's quota allows them
 gangs taken before), node by node (best fit, a same-node gang on one node), on the fastest type
 that fits, each GPU once; the monitor splits what a decision left from what awaits the next
 cycle and gives each GPU left its cause (a move's freed GPUs, the reserved node, the gang's
-pending reason, a gang not offered); the integral; replays: a queue at its borrowing limit
-leaves idle GPUs its gang fits but may not use (none usable, where the quota-blind figure
-counts them all), an arrival awaits the next cycle, and watching (with the tap on the policy)
-does not change a replay.
+pending reason, a gang not offered); the integral; the count with quotas ignored; replays: a
+queue at its borrowing limit leaves idle GPUs its gang fits but may not use (none usable, where
+the quota-blind figures count them), an arrival awaits the next cycle, and watching (with the
+tap on the policy) does not change a replay.
 """
 
 from __future__ import annotations
@@ -157,6 +157,7 @@ def test_the_monitor_gives_each_gpu_a_decision_left_its_cause(catalog: Catalog) 
     monitor(20.0, idle, [], True)  # the next decision leaves nothing waiting
     decided, awaiting, empty = monitor.steps
     assert decided.usable == {V100: 9}  # x 2, y 2, z 1, w 4; r fits nowhere
+    assert decided.blind == 9  # a may borrow what b and c do not use
     assert decided.left == {
         (V100, "move"): 2,
         (V100, "not offered"): 2,
@@ -164,11 +165,13 @@ def test_the_monitor_gives_each_gpu_a_decision_left_its_cause(catalog: Catalog) 
         (V100, "reservation"): 4,
     }
     assert awaiting.usable == {V100: 10} and awaiting.left == decided.left
+    assert awaiting.blind == 10
     assert empty.usable == {} and empty.left == {}
     got = usable_gpu_seconds(monitor.steps, 0.0, 30.0)
     assert got.usable == pytest.approx(9 * 5 + 10 * 5)
     assert got.left == pytest.approx(9 * 10)
     assert got.next_cycle == pytest.approx(1 * 5)
+    assert got.blind == got.usable
     assert got.left_by_cause == {
         "reservation": pytest.approx(40.0),
         "move": pytest.approx(20.0),
@@ -227,6 +230,8 @@ def test_a_queue_at_its_limit_leaves_no_usable_gpus(
     run = run_tenants(policy, _fleet(), Workload("test", jobs, profile, catalog), _setup())
     capacity = 16 * 2000.0
     assert run.report.idle_placeable == pytest.approx(12 * 1000.0 / capacity)  # quota-blind
+    # With quotas ignored c2 would take 4 of them until c1 ends at 1,000 s.
+    assert run.report.usable_idle_quota_blind == pytest.approx(4 * 1000.0 / capacity)
     # c may not borrow: nothing is usable (the first cycle runs at 0 s, on the arrivals).
     assert run.report.usable_idle == 0.0
     assert run.report.usable_idle_left == 0.0
