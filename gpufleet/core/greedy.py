@@ -27,6 +27,7 @@ from gpufleet.core.reservation import MAX_RESERVED, reservable, reserve_node
 from gpufleet.core.scarcity import gpu_use, is_flexible
 from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.core.spread import fewest_node_count as fewest_node_count
+from gpufleet.core.spread import spread_factor
 from gpufleet.core.state import ClusterState
 from gpufleet.core.valuation import base_throughput, gang_value, replica_value
 from gpufleet.model.gpus import GpuType
@@ -531,6 +532,37 @@ def greedy_order(gangs: Sequence[Gang], state: ClusterState | None = None) -> li
     )
 
 
+def placed_value(state: ClusterState, plan: Plan, policy: Policy) -> float:
+    """`gang_value` of a plan, its work at the speed the gang keeps there (`spread_factor`: a
+    wide synchronous gang spread over more nodes than it needs may train at a fifth of its
+    speed, so a packed plan on a slower type can be worth more than a spread one on a faster
+    type). The energy is scaled with the work: a simplification (the GPUs draw the same)."""
+    value = gang_value(plan.gang, state.catalog[plan.gpu_type], policy, len(plan.replicas))
+    return value * spread_factor(state, plan.gang, plan.gpu_type, plan.replicas)
+
+
+def _plan_first(
+    state: ClusterState, gang: Gang, types: list[str], policy: Policy, memo: Memo
+) -> Plan | None:
+    """The plan on the most valuable type that fits; when that plan spreads the gang over more
+    nodes than it needs, a packed plan on a later type instead if it is worth more at the
+    speeds the two would get (`placed_value`)."""
+    best: tuple[float, Plan] | None = None
+    for t in types:
+        plan = plan_gang(state, gang, t, policy, memo)
+        if plan is None:
+            continue
+        factor = spread_factor(state, gang, t, plan.replicas)
+        if best is None:
+            if factor >= 1.0:
+                return plan
+            best = (placed_value(state, plan, policy), plan)
+        elif factor >= 1.0:  # a later packed plan; types come best first, so the last to try
+            value = placed_value(state, plan, policy)
+            return plan if value > best[0] else best[1]
+    return None if best is None else best[1]
+
+
 def _plan_priced(
     state: ClusterState,
     gang: Gang,
@@ -546,7 +578,7 @@ def _plan_priced(
         plan = plan_gang(state, gang, t, policy, memo)
         if plan is None:
             continue
-        value = gang_value(gang, state.catalog[t], policy, len(plan.replicas))
+        value = placed_value(state, plan, policy)
         value -= pricing.cost(state, gang, t, plan.replicas, plan.repartitions)
         if best is None or (-value, order) < (-best[0], best[1]):
             best = (value, order, plan)
@@ -584,10 +616,7 @@ def place_greedy(
         if pricing.active and is_flexible(types):
             plan = _plan_priced(state, gang, types, policy, pricing, layouts)
         else:
-            for gpu_type in types:
-                plan = plan_gang(state, gang, gpu_type, policy, layouts)
-                if plan is not None:
-                    break
+            plan = _plan_first(state, gang, types, policy, layouts)
         if plan is not None:
             placed[gang.id] = commit_priced(state, plan, policy, pricing)
         elif (
