@@ -60,6 +60,7 @@ from gpufleet.core.refill import plan_refills
 from gpufleet.core.reservation import lift_reservations, renew_reservations, with_reservations
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.spare_caps import lift_contended_caps
+from gpufleet.core.spread_hold import HOLD_S, spread_holds
 from gpufleet.core.state import ClusterState
 
 
@@ -92,6 +93,13 @@ def place(snapshot: Snapshot, pending: Sequence[Gang], policy: Policy) -> Decisi
         refused += [_held(gid, hold) for gid, hold in holds.items()]
         held = [g for g in pending if g.id in holds]
         pending = [g for g in pending if g.id not in holds]
+    # Wide gangs that would start spread now wait a while for packed room (spread_hold.py).
+    packed = spread_holds(initial, pending, policy, memo)
+    if packed:
+        refused += [_spread_held(g) for g in packed]
+        held += packed
+        out = {g.id for g in packed}
+        pending = [g for g in pending if g.id not in out]
     # Greedy on free capacity, then preemption for what is still stuck.
     greedy_state = initial.copy()
     greedy = place_greedy(greedy_state, pending, policy, memo)
@@ -290,6 +298,15 @@ def _held(gang_id: str, hold: BootHold) -> Pending:
         f"waits {hold.wait_s:.0f} s for switched-off {hold.placement.gpu_type} node(s) "
         f"{', '.join(hold.nodes)} to boot: faster over an expected run than starting now on "
         f"{hold.instead_of}",
+    )
+
+
+def _spread_held(gang: Gang) -> Pending:
+    return Pending(
+        gang.id,
+        PendingReason.TOPOLOGY,
+        f"waits up to {HOLD_S - gang.waited_s:.0f} s more for room on the fewest nodes that "
+        f"hold it: spread over more it would train at {gang.spread_speed:.2f} of its speed",
     )
 
 
