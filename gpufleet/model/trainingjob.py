@@ -457,8 +457,10 @@ class TrainingJobSpec(CRDModel):
         description=(
             "How much slower (percent) the job trains when its replicas sit on more nodes than "
             "the fewest of their GPU type that could hold them (synchronous training waits on "
-            "the network between nodes). The scheduler weighs it when it moves the job to "
-            "other GPUs. Unset: 0, no slowdown known."
+            "the network between nodes). The scheduler weighs it when it places the job: a "
+            "packed placement on a slower GPU type beats a spread one worth less, and at 50 or "
+            "more the job waits up to 30 minutes for packed room rather than start spread. "
+            "Unset: 0, no slowdown known."
         ),
     )
     energy: EnergyPolicy = Field(
