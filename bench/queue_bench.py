@@ -59,6 +59,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Mapping
 from datetime import date
 from typing import Any
 
@@ -310,6 +311,29 @@ def _worst(key: str, values: list[float]) -> float:
     return min(values) if TARGETS[key][1] == "min" else max(values)
 
 
+def _print_gaps(
+    samples: list[dict[str, Any]], labels: Mapping[str, str]
+) -> dict[str, dict[str, float]]:
+    """gpufleet's figure minus kueue's over the samples, per key of `labels` (printed under its
+    label): median, max and how many samples are not above kueue's; printed and returned."""
+    print("\n| gpufleet - kueue | median | max | samples gpufleet <= kueue |")
+    print("|---|---|---|---|")
+    out: dict[str, dict[str, float]] = {}
+    for key, label in labels.items():
+        gaps = [s["idle_vs_kueue"][key] for s in samples]
+        out[key] = {
+            "median": statistics.median(gaps),
+            "max": max(gaps),
+            "not_above": sum(1 for g in gaps if g <= 0),
+            "samples": len(gaps),
+        }
+        print(
+            f"| {label} | {out[key]['median']:+.4f} | {out[key]['max']:+.4f} "
+            f"| {out[key]['not_above']} of {len(gaps)} |"
+        )
+    return out
+
+
 def _print_idle(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """The idle-GPU table per sample and policy, then gpufleet's minus kueue's over the
     samples; returns that summary."""
@@ -329,22 +353,7 @@ def _print_idle(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
                 f"| {s['window']} | {s['seed']} | {name} | {r['utilisation']:.3f} | {figures} "
                 f"| {by_type or '-'} |"
             )
-    print("\n| gpufleet - kueue | median | max | samples gpufleet <= kueue |")
-    print("|---|---|---|---|")
-    out: dict[str, dict[str, float]] = {}
-    for key, label in IDLE_FIGURES.items():
-        gaps = [s["idle_vs_kueue"][key] for s in samples]
-        out[key] = {
-            "median": statistics.median(gaps),
-            "max": max(gaps),
-            "not_above": sum(1 for g in gaps if g <= 0),
-            "samples": len(gaps),
-        }
-        print(
-            f"| {label} | {out[key]['median']:+.4f} | {out[key]['max']:+.4f} "
-            f"| {out[key]['not_above']} of {len(gaps)} |"
-        )
-    return out
+    return _print_gaps(samples, IDLE_FIGURES)
 
 
 def _print_validator(samples: list[dict[str, Any]]) -> dict[str, int]:
@@ -387,27 +396,8 @@ def _print_usable(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
                 f"| {r['usable_idle']:.4f} "
                 f"| {r['usable_idle_next_cycle']:.4f} | {r['usable_idle_left']:.4f} | {split} |"
             )
-    print("\n| gpufleet - kueue | median | max | samples gpufleet <= kueue |")
-    print("|---|---|---|---|")
-    out: dict[str, dict[str, float]] = {}
-    for key in (
-        "usable_idle_quota_blind",
-        "usable_idle",
-        "usable_idle_next_cycle",
-        "usable_idle_left",
-    ):
-        gaps = [s["idle_vs_kueue"][key] for s in samples]
-        out[key] = {
-            "median": statistics.median(gaps),
-            "max": max(gaps),
-            "not_above": sum(1 for g in gaps if g <= 0),
-            "samples": len(gaps),
-        }
-        print(
-            f"| {key} | {out[key]['median']:+.4f} | {out[key]['max']:+.4f} "
-            f"| {out[key]['not_above']} of {len(gaps)} |"
-        )
-    return out
+    keys = ("usable_idle_quota_blind", "usable_idle", "usable_idle_next_cycle", "usable_idle_left")
+    return _print_gaps(samples, {key: key for key in keys})
 
 
 def main(argv: list[str] | None = None) -> int:
