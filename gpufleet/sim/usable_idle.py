@@ -27,11 +27,10 @@ are shares of the fleet's GPUs x that span, like the utilisation).
 The part left by a decision is split by cause on the policy's side, per GPU taken, the first
 that applies (`CAUSES`):
 
-* `reservation`: on the node the core's reservation rule (core/reservation.py) keeps for the
-  longest-waiting reservable gang that fits no idle GPUs: of the types it accepts, a node that
-  holds it with the most idle GPUs, then the fewest running gangs (the rule re-computed from
-  the state after the decision, which does not report its reservations; the quota check of the
-  rule and its eligible nodes are left out);
+* `reservation`: on the node the core's reservation rule (`core.reservation.reserve_node`)
+  keeps for the longest-waiting reservable gang that fits no idle GPUs, applied to the state
+  after the decision, which does not report its reservations (without the rule's quota check
+  and the gang's eligible nodes);
 * `move`: freed on that node by the decision's moves (the core places gangs before it plans
   moves, so what a move frees waits for the next decision);
 * `eviction`: freed by the decision's preemptions and not taken again in it;
@@ -56,8 +55,9 @@ from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.policy import Policy
 from gpufleet.core.queues import QueueTree
 from gpufleet.core.quota import Charge, QuotaBook
-from gpufleet.core.reservation import MAX_RESERVED, reservable
+from gpufleet.core.reservation import MAX_RESERVED, reservable, reserve_node
 from gpufleet.core.snapshot import Snapshot
+from gpufleet.core.state import ClusterState
 from gpufleet.model.contract.reasons import PendingReason
 from gpufleet.sim.engine import PlaceFn
 from gpufleet.sim.occupancy import SimCluster
@@ -393,24 +393,12 @@ class UsableIdleMonitor:
             if g.id in waiting and reservable(g, self.aging_s) and not self._fits_idle(seen, g)
         ]
         aged.sort(key=lambda g: (-g.waited_s, g.id))
-        gangs_on: Counter[str] = Counter()
-        for running in seen.snapshot.running:
-            for name in {r.node for r in running.replicas}:
-                gangs_on[name] += 1
-        nodes = self.cluster.nodes
+        state = ClusterState(seen.snapshot)
         out: set[str] = set()
         for gang in aged[:MAX_RESERVED]:
-            need = gang.gpus_needed(gang.replicas_min)
-            best: tuple[int, int, int, str] | None = None
-            for order, gpu_type in enumerate(_fastest_first(gang)):
-                for name, node in nodes.items():
-                    if node.gpu_type != gpu_type or node.gpu_count < need or name in out:
-                        continue
-                    key = (-seen.idle.get(name, 0), gangs_on[name], order, name)
-                    if best is None or key < best:
-                        best = key
-            if best is not None:
-                out.add(best[3])
+            node = reserve_node(state, gang, _fastest_first(gang))
+            if node is not None:
+                out.add(state.nodes[node].name)
         return out
 
     def _fits_idle(self, seen: _Seen, gang: Gang) -> bool:
