@@ -18,7 +18,6 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.core.demand import Gang, Topology, TypeOption
-from gpufleet.core.queues import QueueSpec, QueueTree, Quota
 from gpufleet.model.fleet import FleetSpec, NodePoolSpec
 from gpufleet.model.gpus import Catalog
 from gpufleet.sim.engine import SimSettings, Simulation
@@ -33,8 +32,7 @@ from gpufleet.sim.tenant_metrics import (
     packed,
 )
 from gpufleet.sim.tenant_run import SimClock, make_tenant_policy, run_tenants
-from gpufleet.sim.tenants import TenantSetup
-from gpufleet.sim.traces.common import TraceJob
+from gpufleet.testing.limit_scene import limited_setup, trace_job
 
 MODEL = "ResNet-50 (batch size 64)"
 V100 = "V100-32GB"
@@ -154,32 +152,16 @@ def test_the_monitor_counts_idle_gpus_a_waiting_gang_fits_once_packed() -> None:
     assert plain.steps[0].packable == {}
 
 
-def _job(jid: str, queue: str, arrival: float, work: float, gpus: int) -> TraceJob:
-    return TraceJob(
-        jid, arrival, work, replicas=gpus, gpus_per_replica=1, model=MODEL, queue=queue,
-        same_node=gpus > 1,
-    )  # fmt: skip
-
-
-def _setup() -> TenantSetup:
-    # c may use 4 V100s and never borrow; a has the other 12.
-    specs = [
-        QueueSpec("a", quotas={V100: Quota(12)}),
-        QueueSpec("c", quotas={V100: Quota(4, borrowing_limit=0)}),
-    ]
-    return TenantSetup(QueueTree.build(specs), {"a": 0.75, "c": 0.25}, None)
-
-
 @pytest.mark.parametrize("policy", ["gpufleet", "kueue"])
 def test_a_queue_at_its_limit_leaves_idle_gpus_its_gang_fits(
     catalog: Catalog, profile: GavelProfile, policy: str
 ) -> None:
     jobs = [
-        _job("c1", "c", 0.0, 1000.0, 4),
-        _job("c2", "c", 0.0, 1000.0, 4),  # waits for c1: c's limit, with 12 GPUs idle
-        _job("a1", "a", 2000.0, 100.0, 1),  # the last arrival ends the span
+        trace_job("c1", "c", 0.0, 1000.0, 4),
+        trace_job("c2", "c", 0.0, 1000.0, 4),  # waits for c1: c's limit, with 12 GPUs idle
+        trace_job("a1", "a", 2000.0, 100.0, 1),  # the last arrival ends the span
     ]
-    run = run_tenants(policy, FLEET, Workload("test", jobs, profile, catalog), _setup())
+    run = run_tenants(policy, FLEET, Workload("test", jobs, profile, catalog), limited_setup())
     rec = {r.job_id: r for r in run.result.jobs}
     assert rec["c2"].first_start_s == 1000.0  # V100 speed 1: c1 ran 1,000 s
     capacity = 16 * 2000.0
@@ -196,8 +178,8 @@ def test_a_queue_at_its_limit_leaves_idle_gpus_its_gang_fits(
 def test_an_arrival_waits_for_the_next_cycle_with_every_gpu_idle(
     catalog: Catalog, profile: GavelProfile
 ) -> None:
-    jobs = [_job("x", "a", 5.0, 50.0, 1), _job("y", "a", 100.0, 50.0, 1)]
-    run = run_tenants("kueue", FLEET, Workload("test", jobs, profile, catalog), _setup())
+    jobs = [trace_job("x", "a", 5.0, 50.0, 1), trace_job("y", "a", 100.0, 50.0, 1)]
+    run = run_tenants("kueue", FLEET, Workload("test", jobs, profile, catalog), limited_setup())
     capacity = 16 * 95.0
     # x waits from 5 s to the cycle at 10 s with all 16 GPUs idle; nothing else waits.
     assert run.report.idle_with_demand == pytest.approx(16 * 5.0 / capacity)
@@ -206,7 +188,7 @@ def test_an_arrival_waits_for_the_next_cycle_with_every_gpu_idle(
 
 
 def test_watching_a_replay_does_not_change_it(catalog: Catalog, profile: GavelProfile) -> None:
-    jobs = [_job(f"j{i}", "ac"[i % 2], 40.0 * i, 300.0 + 50 * i, 1 + i % 4) for i in range(12)]
+    jobs = [trace_job(f"j{i}", "ac"[i % 2], 40.0 * i, 300.0 + 50 * i, 1 + i % 4) for i in range(12)]
     workload = Workload("test", jobs, profile, catalog)
     outcomes = []
     for observer in (None, IdleMonitor()):
@@ -215,7 +197,7 @@ def test_watching_a_replay_does_not_change_it(catalog: Catalog, profile: GavelPr
             jobs,
             make_tenant_policy("gpufleet", SimClock()),
             speed_model(FLEET, workload),
-            SimSettings(queues=_setup().tree),
+            SimSettings(queues=limited_setup().tree),
             on_event=observer,
         )
         result = sim.run()

@@ -28,8 +28,6 @@ from gpufleet.sim.gavel_profiles import GavelProfile
 from gpufleet.sim.occupancy import SimCluster
 from gpufleet.sim.runner import Workload, speed_model
 from gpufleet.sim.tenant_run import SimClock, make_tenant_policy, run_tenants
-from gpufleet.sim.tenants import TenantSetup
-from gpufleet.sim.traces.common import TraceJob
 from gpufleet.sim.usable_idle import (
     DecisionTap,
     Take,
@@ -38,6 +36,7 @@ from gpufleet.sim.usable_idle import (
     fill,
     usable_gpu_seconds,
 )
+from gpufleet.testing.limit_scene import limited_setup, trace_job
 
 V100 = "V100-32GB"
 T4 = "T4"
@@ -203,31 +202,16 @@ def test_the_monitor_needs_every_node_on(catalog: Catalog) -> None:
         monitor(0.0, {V100: []}, [_gang("g", "a", 1)], True)  # v-0 switched off
 
 
-def _job(jid: str, queue: str, arrival: float, work: float, gpus: int) -> TraceJob:
-    return TraceJob(
-        jid, arrival, work, replicas=gpus, gpus_per_replica=1, model=MODEL, queue=queue,
-        same_node=gpus > 1,
-    )  # fmt: skip
-
-
-def _setup() -> TenantSetup:
-    specs = [
-        QueueSpec("a", quotas={V100: Quota(12)}),
-        QueueSpec("c", quotas={V100: Quota(4, borrowing_limit=0)}),
-    ]
-    return TenantSetup(QueueTree.build(specs), {"a": 0.75, "c": 0.25}, None)
-
-
 @pytest.mark.parametrize("policy", ["gpufleet", "kueue"])
 def test_a_queue_at_its_limit_leaves_no_usable_gpus(
     catalog: Catalog, profile: GavelProfile, policy: str
 ) -> None:
     jobs = [
-        _job("c1", "c", 0.0, 1000.0, 4),
-        _job("c2", "c", 0.0, 1000.0, 4),  # waits for c1: c's limit, with 12 GPUs idle
-        _job("a1", "a", 2000.0, 100.0, 1),
+        trace_job("c1", "c", 0.0, 1000.0, 4),
+        trace_job("c2", "c", 0.0, 1000.0, 4),  # waits for c1: c's limit, with 12 GPUs idle
+        trace_job("a1", "a", 2000.0, 100.0, 1),
     ]
-    run = run_tenants(policy, _fleet(), Workload("test", jobs, profile, catalog), _setup())
+    run = run_tenants(policy, _fleet(), Workload("test", jobs, profile, catalog), limited_setup())
     capacity = 16 * 2000.0
     assert run.report.idle_placeable == pytest.approx(12 * 1000.0 / capacity)  # quota-blind
     # With quotas ignored c2 would take 4 of them until c1 ends at 1,000 s.
@@ -238,8 +222,10 @@ def test_a_queue_at_its_limit_leaves_no_usable_gpus(
 
 
 def test_an_arrival_awaits_the_next_cycle(catalog: Catalog, profile: GavelProfile) -> None:
-    jobs = [_job("x", "a", 5.0, 50.0, 2), _job("y", "a", 100.0, 50.0, 1)]
-    run = run_tenants("gpufleet", _fleet(), Workload("test", jobs, profile, catalog), _setup())
+    jobs = [trace_job("x", "a", 5.0, 50.0, 2), trace_job("y", "a", 100.0, 50.0, 1)]
+    run = run_tenants(
+        "gpufleet", _fleet(), Workload("test", jobs, profile, catalog), limited_setup()
+    )
     capacity = 16 * 95.0
     assert run.report.usable_idle == pytest.approx(2 * 5.0 / capacity)  # x's 2 GPUs, 5 s
     assert run.report.usable_idle_left == 0.0
@@ -249,16 +235,16 @@ def test_an_arrival_awaits_the_next_cycle(catalog: Catalog, profile: GavelProfil
 def test_watching_with_the_tap_does_not_change_a_replay(
     catalog: Catalog, profile: GavelProfile
 ) -> None:
-    jobs = [_job(f"j{i}", "ac"[i % 2], 40.0 * i, 300.0 + 50 * i, 1 + i % 4) for i in range(12)]
+    jobs = [trace_job(f"j{i}", "ac"[i % 2], 40.0 * i, 300.0 + 50 * i, 1 + i % 4) for i in range(12)]
     workload = Workload("test", jobs, profile, catalog)
     plain = Simulation(
         SimCluster(_fleet(), catalog),
         jobs,
         make_tenant_policy("gpufleet", SimClock()),
         speed_model(_fleet(), workload),
-        SimSettings(queues=_setup().tree),
+        SimSettings(queues=limited_setup().tree),
     ).run()
-    watched = run_tenants("gpufleet", _fleet(), workload, _setup()).result
+    watched = run_tenants("gpufleet", _fleet(), workload, limited_setup()).result
     outcome = [
         [(r.job_id, r.first_start_s, r.completion_s) for r in res.jobs] for res in (plain, watched)
     ]
