@@ -21,6 +21,7 @@ from gpufleet.scheduler.pods import (
     gpu_request,
     gpu_types,
     max_slowdown,
+    queue,
     spread_speed,
     topology,
 )
@@ -100,6 +101,13 @@ def test_scheduler_reads_back_what_the_operator_wrote() -> None:
     assert [o.gpu_type for o in gpu_types(pod) or ()] == ["H100-80GB", "A100-80GB"]
     assert topology(pod).value == "nvlink-domain"
     assert max_slowdown(pod) is None  # not given: the placement policy decides
+
+
+def test_the_jobs_queue_reaches_the_scheduler() -> None:
+    # The scheduler charges a gang to the queue its pods name; a job that names none is in
+    # the default queue (the CRD's default), not outside every queue.
+    assert queue(worker_pod(job(queue="research"), 0)) == "research"
+    assert queue(worker_pod(job(), 0)) == "default"
 
 
 def test_worker_pods_name_the_configured_scheduler() -> None:

@@ -25,6 +25,7 @@ from gpufleet.scheduler.pods import (
     gpu_types,
     preemptible,
     priority,
+    queue,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -134,6 +135,13 @@ def test_pod_template_is_for_the_gpufleet_scheduler() -> None:
     assert preemptible(pod) is False  # the CRD's default for serving
     assert [t.gpu_type for t in gpu_types(pod) or ()] == ["H100-80GB"]
     assert pod["metadata"]["annotations"]["a"] == "b"
+
+
+def test_replicas_are_charged_to_the_jobs_queue() -> None:
+    # Every pool's replicas name the ServingJob's queue; none named: the default queue.
+    for pool in ("prefill", "decode"):
+        assert queue(pod_of(deployment(job(queue="serving"), pool, 1))) == "serving"
+        assert queue(pod_of(deployment(job(), pool, 1))) == "default"
 
 
 def test_replicas_carry_no_submission_time() -> None:
