@@ -4,10 +4,10 @@ Aspects: a GPUQueue object becomes the core's `QueueSpec` (quotas keyed by type 
 profile, limits, weight, priority range, parent); an unreadable object is left out (its gangs
 then wait with QueueNotFound); the tree is rebuilt only when an object changed; a pod's queue
 annotation reaches the core's pending and running gangs; the status figures (used, borrowed,
-lent, pending, job counts, conditions) match the running gangs, and GPUs held for a waiting
-gang are shown apart (`held`), not as usage; the writer writes only what
-changed, keeps a condition's transition time while its status holds, and retries a failed write
-at the next cycle.
+lent, pending, job counts, fair and attained shares, conditions, a parent cycle named) match the
+running gangs, and GPUs held for a waiting gang are shown apart (`held`), not as usage; the
+writer writes only what changed, keeps a condition's transition time while its status holds,
+and retries a failed write at the next cycle.
 """
 
 from __future__ import annotations
@@ -169,6 +169,40 @@ def test_status_body_names_why_a_queue_takes_no_jobs() -> None:
     )
     assert active["message"] == "parent gone does not exist"
     assert (over["type"], over["status"]) == ("Oversubscribed", "False")
+
+
+def test_status_body_carries_the_shares_and_names_a_parent_cycle() -> None:
+    # b runs 8 of the 16 H100s: half the fleet's throughput for its work. Idle a deserves
+    # nothing; once a has work too, the two equal weights split the fleet.
+    tree = QueueTree.build(
+        [
+            QueueSpec("a", quotas={H100: Quota(8)}),
+            QueueSpec("b", quotas={H100: Quota(8)}),
+            QueueSpec("x", parent="z"),
+            QueueSpec("y", parent="x"),
+            QueueSpec("z", parent="y"),
+        ]
+    )
+    snapshot = (
+        cluster().nodes_of("h", H100, 2).run("b1", "h0", tuple(range(8)), queue="b").queues(tree)
+    ).build()
+    stamp = "2026-01-01T00:00:00Z"
+    alone = queue_report(snapshot, [gang("y1", queue="y")])
+    bodies = {n: status_body(alone[n], stamp) for n in "ab"}
+    shares = {n: (b["fairShare"], b["attainedShare"]) for n, b in bodies.items()}
+    assert shares == {"a": (0.0, 0.0), "b": (1.0, 0.5)}
+    both = queue_report(snapshot, [gang("a1", gpus=8, queue="a")])
+    assert [status_body(both[n], stamp)["fairShare"] for n in "ab"] == [0.5, 0.5]
+    # A queue on a parent cycle longer than two (the admission policy refuses only two-queue
+    # cycles) takes no jobs and says why.
+    active = status_body(alone["y"], stamp)["conditions"][0]
+    assert (active["type"], active["status"], active["reason"]) == (
+        "Active",
+        "False",
+        "ParentCycle",
+    )
+    assert active["message"] == "parent cycle y -> x -> z -> y"
+    GPUQueueStatus.model_validate(status_body(alone["y"], stamp))
 
 
 def test_gpus_held_for_a_waiting_gang_are_shown_apart_not_as_usage() -> None:
