@@ -6,7 +6,10 @@ A department with a nominal quota of 8 T4 and two teams under it whose nominal q
   say False; a team's running job counts in its own and the department's `used`, matching the
   pods;
 - a queue whose parent does not exist is Active=False (ParentNotFound) and its job waits with
-  QueueNotFound naming the missing parent.
+  QueueNotFound naming the missing parent;
+- three queues each other's parents in a ring (the admission policy refuses two-queue cycles
+  only: it compares a queue with one other) are accepted, each Active=False (ParentCycle), and
+  a job in one of them waits with QueueNotFound naming the cycle.
 Every queue made here is deleted at the end of the module.
 """
 
@@ -27,11 +30,12 @@ pytestmark = pytest.mark.integration
 SUFFIX = uuid.uuid4().hex[:6]
 DEPT, TEAM_X, TEAM_Y = f"dept-{SUFFIX}", f"team-x-{SUFFIX}", f"team-y-{SUFFIX}"
 ORPHAN, GONE = f"orphan-{SUFFIX}", f"gone-{SUFFIX}"
+RING = (f"ring-a-{SUFFIX}", f"ring-b-{SUFFIX}", f"ring-c-{SUFFIX}")
 GROUP, VERSION = "gpufleet.io", "v1alpha1"
 
 
 def _queue(name: str, t4: int, parent: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"quotas": [{"gpuType": "T4", "nominal": t4}]}
+    spec: dict[str, Any] = {"quotas": [{"gpuType": "T4", "nominal": t4}]} if t4 else {}
     if parent is not None:
         spec["parent"] = parent
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUQueue",
@@ -51,6 +55,14 @@ def _condition(kube: Kube, name: str, kind: str) -> dict[str, Any] | None:
 def _t4_used(kube: Kube, name: str) -> int | None:
     rows = _status(kube, name).get("resources") or []
     return next((r["used"] for r in rows if r["gpuType"] == "T4" and "migProfile" not in r), None)
+
+
+def _reason(kube: Kube, ns: str, job: str) -> tuple[str, str] | None:
+    """The job's pending reason once the scheduler has given one."""
+    condition = kube.condition(ns, job, "Admitted")
+    if condition is None or condition["reason"] in ("WaitingForScheduler", "Admitted"):
+        return None
+    return str(condition["reason"]), str(condition["message"])
 
 
 def _job(name: str, queue: str) -> dict[str, Any]:
@@ -105,11 +117,32 @@ def test_a_queue_whose_parent_is_missing_takes_no_jobs(
     assert active["reason"] == "ParentNotFound" and GONE in active["message"], active
     kube.create_job(ns, _job("lost", ORPHAN))
 
-    def reason() -> tuple[str, str] | None:
-        condition = kube.condition(ns, "lost", "Admitted")
-        if condition is None or condition["reason"] in ("WaitingForScheduler", "Admitted"):
-            return None
-        return str(condition["reason"]), str(condition["message"])
-
-    why = wait_for(reason, "the orphan's job says why it waits", 30)
+    why = wait_for(lambda: _reason(kube, ns, "lost"), "the orphan's job says why it waits", 30)
     assert why[0] == "QueueNotFound" and f"parent {GONE} does not exist" in why[1], why
+
+
+def test_queues_on_a_longer_parent_cycle_take_no_jobs(
+    kube: Kube, ns: str, sandbox: Sandbox
+) -> None:
+    a, b, c = RING
+    try:
+        # a -> b -> c -> a, created while each parent is still missing or not yet closing the
+        # ring, so the policy (one other queue at a time) sees no two-queue cycle.
+        for name, parent in ((a, b), (b, c), (c, a)):
+            kube.custom.create_cluster_custom_object(
+                GROUP, VERSION, "gpuqueues", _queue(name, 0, parent)
+            )
+        for name in RING:
+            active = wait_for(
+                lambda n=name: (
+                    (got := _condition(kube, n, "Active")) and got["status"] == "False" and got
+                ),
+                f"{name}'s status saying it takes no jobs",
+                30,
+            )
+            assert active["reason"] == "ParentCycle" and "parent cycle" in active["message"]
+        kube.create_job(ns, _job("ringed", a))
+        why = wait_for(lambda: _reason(kube, ns, "ringed"), "the ring's job says why it waits", 30)
+        assert why[0] == "QueueNotFound" and f"parent cycle {a} -> " in why[1], why
+    finally:
+        sandbox.kubectl("delete", "gq", *RING, "--ignore-not-found", check=False)
