@@ -2,7 +2,9 @@
 
 Two teams share the 16 T4 GPUs of the default fleet, each with a nominal quota of 8:
 - while team A is idle, team B borrows A's unused quota (two gangs of 8 GPUs run) and the
-  queues' status shows it (B uses 16 and borrows 8, A lends 8; the numbers match the pods);
+  queues' status shows it (B uses 16 and borrows 8, A lends 8; the numbers match the pods; B
+  has a fair and an attained share, idle A a fair share of 0; `kubectl get gq -o wide` shows
+  the shares);
 - when A's job arrives, one whole gang of B is preempted and A's job runs; the time from A's
   job's creation to its pods bound is printed and stays within one scheduler cycle plus the
   victims' grace period (plus the operator's and kwok's reaction, bounded below); B's evicted
@@ -92,7 +94,9 @@ def _reason(kube: Kube, ns: str, job: str) -> tuple[str, str] | None:
     return str(condition["reason"]), str(condition["message"])
 
 
-def test_borrow_while_idle_then_reclaim_by_preemption(kube: Kube, ns: str, teams: None) -> None:
+def test_borrow_while_idle_then_reclaim_by_preemption(
+    kube: Kube, ns: str, sandbox: Sandbox, teams: None
+) -> None:
     # Team B alone: two gangs of 2 x 4 T4 each, 16 GPUs, 8 of them borrowed from team A.
     for job in ("b1", "b2"):
         kube.create_job(ns, _job(job, TEAM_B, 2))
@@ -113,6 +117,14 @@ def test_borrow_while_idle_then_reclaim_by_preemption(kube: Kube, ns: str, teams
     assert status_b["runningJobs"] == 2 and status_b["pendingJobs"] == 0
     active = {c["type"]: c for c in status_b["conditions"]}["Active"]
     assert (active["status"], active["reason"]) == ("True", "Ready")
+    # Shares: idle team A deserves none; `kubectl get gq -o wide` shows both columns.
+    assert status_b["fairShare"] > 0 and status_b["attainedShare"] > 0
+    assert _status(kube, TEAM_A)["fairShare"] == 0
+    wide = sandbox.kubectl("get", "gq", TEAM_B, "-o", "wide").stdout.splitlines()
+    assert wide[0].split()[5:9] == ["PENDING", "FAIR", "SHARE", "ATTAINED"], wide[0]
+    # Read from the right: an empty PARENT cell prints nothing.
+    fair, attained = (float(x) for x in wide[1].split()[-3:-1])
+    assert (fair, attained) == (status_b["fairShare"], status_b["attainedShare"]), wide
 
     # Team A's job arrives: its nominal quota is lent, so a whole gang of B is preempted.
     started = time.monotonic()
@@ -143,6 +155,7 @@ def test_borrow_while_idle_then_reclaim_by_preemption(kube: Kube, ns: str, teams
     )
     b = _t4(kube, TEAM_B)
     assert b is not None and (b["borrowed"], b["pending"]) == (0, 8)
+    assert _status(kube, TEAM_A)["fairShare"] > 0  # A has work now
     assert invariants.check(kube.core) == []
 
 
