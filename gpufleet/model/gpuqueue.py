@@ -289,7 +289,11 @@ class ResourceUsage(CRDModel):
     borrowed: int = Field(ge=0, description="Of `used`, how much is above the nominal quota.")
     lent: int = Field(ge=0, description="Of the unused nominal quota, how much others use now.")
     pending: int = Field(
-        ge=0, description="Asked for by the queue's waiting jobs (their minimum size)."
+        ge=0,
+        description=(
+            "Asked for by the waiting jobs of the queue and its children: each job's minimum "
+            "size, on the first GPU type it accepts."
+        ),
     )
     held: int | None = Field(
         default=None,
@@ -327,8 +331,12 @@ class GPUQueueStatus(CRDModel):
             "each GPU counted at its jobs' speed on that type."
         ),
     )
-    pending_jobs: int | None = Field(default=None, ge=0, description="Jobs waiting in it.")
-    running_jobs: int | None = Field(default=None, ge=0, description="Jobs running in it.")
+    pending_jobs: int | None = Field(
+        default=None, ge=0, description="Jobs waiting in it (its children's not counted)."
+    )
+    running_jobs: int | None = Field(
+        default=None, ge=0, description="Jobs running in it (its children's not counted)."
+    )
     conditions: list[Condition] | None = Field(
         default=None,
         max_length=16,

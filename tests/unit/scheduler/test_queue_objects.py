@@ -4,10 +4,10 @@ Aspects: a GPUQueue object becomes the core's `QueueSpec` (quotas keyed by type 
 profile, limits, weight, priority range, parent); an unreadable object is left out (its gangs
 then wait with QueueNotFound); the tree is rebuilt only when an object changed; a pod's queue
 annotation reaches the core's pending and running gangs; the status figures (used, borrowed,
-lent, pending, job counts, fair and attained shares, conditions, a parent cycle named) match the
-running gangs, and GPUs held for a waiting gang are shown apart (`held`), not as usage; the
-writer writes only what changed, keeps a condition's transition time while its status holds,
-and retries a failed write at the next cycle.
+lent, pending: the subtree's; job counts: the queue's own; fair and attained shares;
+conditions, a parent cycle named) match the running gangs, and GPUs held for a waiting gang
+are shown apart (`held`), not as usage; the writer writes only what changed, keeps a
+condition's transition time while its status holds, and retries a failed write at the next cycle.
 """
 
 from __future__ import annotations
@@ -132,6 +132,21 @@ def test_figures_show_borrowing_lending_and_pending() -> None:
     assert report["orphan"].unusable == "parent gone does not exist"
     assert report["orphan"].pending == 1
     assert report["a"].fair_share > 0 and report["b"].attained_share > 0
+
+
+def test_pending_counts_the_childrens_demand_and_the_job_counts_do_not() -> None:
+    # As the CRD says: `pending` per resource is the subtree's waiting demand, each gang at its
+    # minimum size on the first type it accepts; pendingJobs counts the queue's own jobs.
+    a100 = "A100-80GB"
+    tree = QueueTree.build(
+        [QueueSpec("dept", quotas={H100: Quota(8)}), QueueSpec("team", parent="dept")]
+    )
+    snapshot = cluster().nodes_of("h", H100, 1).nodes_of("a", a100, 1).queues(tree).build()
+    either = gang("t1", (a100, H100), gpus=2, replicas=(1, 3), queue="team")
+    report = queue_report(snapshot, [either, gang("d1", H100, queue="dept")])
+    pending = {n: {r.resource: r.pending for r in f.resources} for n, f in report.items()}
+    assert pending == {"dept": {a100: 2, H100: 1}, "team": {a100: 2}}
+    assert (report["dept"].pending, report["team"].pending) == (1, 1)
 
 
 def test_the_writer_writes_what_changed_and_keeps_transition_times() -> None:
