@@ -11,7 +11,9 @@ Two teams share the 16 T4 GPUs of the default fleet, each with a nominal quota o
   job waits with QuotaExceeded naming the queue, the type and the numbers;
 - a job naming a queue that does not exist waits with QueueNotFound, and runs once the queue is
   created (queues and jobs may come in any order);
-- a job whose priority is outside its queue's range waits with QueueNotAllowed.
+- a job whose priority is outside its queue's range waits with QueueNotAllowed;
+- a queue with a borrowing limit of 0 runs its first job within its nominal quota while its
+  second, which would borrow, waits with QuotaExceeded naming the limit.
 """
 
 from __future__ import annotations
@@ -177,5 +179,24 @@ def test_a_priority_outside_the_queues_range_waits(kube: Kube, ns: str, sandbox:
         kube.create_job(ns, _job("casual", name, 1, priority=5))
         reason = wait_for(lambda: _reason(kube, ns, "casual"), "casual says why it waits", 30)
         assert reason[0] == "QueueNotAllowed" and "priority 5" in reason[1], reason
+    finally:
+        sandbox.kubectl("delete", "gq", name, "--ignore-not-found", check=False)
+
+
+def test_a_borrowing_limit_of_0_keeps_a_queue_within_its_nominal(
+    kube: Kube, ns: str, sandbox: Sandbox
+) -> None:
+    name = f"capped-{SUFFIX}"
+    body = _queue(name, 4)
+    body["spec"]["quotas"][0]["borrowingLimit"] = 0
+    kube.custom.create_cluster_custom_object(GROUP, VERSION, "gpuqueues", body)
+    try:
+        kube.create_job(ns, _job("within", name, 1))
+        wait_for(lambda: kube.phase(ns, "within") == "Running", "within Running", 60)
+        kube.create_job(ns, _job("beyond", name, 1))
+        reason = wait_for(lambda: _reason(kube, ns, "beyond"), "beyond says why it waits", 30)
+        assert reason[0] == "QuotaExceeded", reason
+        assert f"queue {name} would exceed its quota for 4 x T4" in reason[1], reason
+        assert "uses 4 of nominal 4 + borrowing limit 0" in reason[1], reason
     finally:
         sandbox.kubectl("delete", "gq", name, "--ignore-not-found", check=False)
