@@ -112,6 +112,11 @@ def test_deploy_manifests_are_the_rendered_chart() -> None:
             id="service-tier",
         ),
         pytest.param(
+            "config.placement.service_tier_rerun_s=-1",
+            "'/config/placement/service_tier_rerun_s'",
+            id="service-tier-rerun",
+        ),
+        pytest.param(
             "jobPodTolerations[0].operator=Maybe",
             "'/jobPodTolerations/0/operator': value must be one of 'Exists', 'Equal'",
             id="toleration",
