@@ -4,8 +4,8 @@ Properties: every decision keeps the queue rules (no queue or ancestor above nom
 limit, the cluster within capacity, lending limits kept, non-preemptible gangs never on
 reclaimable capacity; checked by the independent validator in validate_quota.py), reclaim
 takes only gangs of queues above their nominal and only for gangs within theirs, a queue's
-usage is its own plus its children's (hierarchy sums), decisions are deterministic; and the
-validator itself is not vacuous.
+usage is its own plus its children's (hierarchy sums), decisions are deterministic (the first,
+second and last with both engines); and the validator itself is not vacuous.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -172,14 +173,15 @@ def test_every_decision_keeps_the_queue_rules(
     assert all(p.message for p in decision.pending)
 
 
+@pytest.mark.parametrize("engine", list(Engine))
 @FAST
 @given(case=contended() | queued() | blocked())
 def test_reclaim_takes_borrowers_only_for_gangs_within_nominal(
-    case: tuple[Snapshot, list[Gang]],
+    case: tuple[Snapshot, list[Gang]], engine: Engine
 ) -> None:
     snapshot, pending = case
     assert snapshot.queues is not None
-    decision = place(snapshot, pending, Policy(solver=SolverSettings(engine=Engine.GREEDY)))
+    decision = place(snapshot, pending, Policy(solver=SolverSettings(engine=engine)))
     # The engine takes each reclaim on its account after the decision's earlier steps, whose
     # order the decision does not keep: the victim's queue borrowed at most with every
     # placement made, the winner's queue was entitled at least with every eviction made.
@@ -245,11 +247,15 @@ def test_a_queues_usage_is_its_own_plus_its_childrens(case: tuple[Snapshot, list
             assert book.used(name, resource) == own + kids
 
 
+@pytest.mark.parametrize("engine", list(Engine))
 @FAST
 @given(case=queued())
-def test_same_input_gives_the_same_decision(case: tuple[Snapshot, list[Gang]]) -> None:
+def test_same_input_gives_the_same_decision(
+    case: tuple[Snapshot, list[Gang]], engine: Engine
+) -> None:
     snapshot, pending = case
-    assert place(snapshot, pending, Policy()) == place(snapshot, list(pending), Policy())
+    policy = Policy(solver=SolverSettings(engine=engine))
+    assert place(snapshot, pending, policy) == place(snapshot, list(pending), policy)
 
 
 def test_the_validator_catches_quota_breaches() -> None:
