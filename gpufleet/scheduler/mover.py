@@ -420,14 +420,14 @@ class GangMover:
 
     def _overhead(self, spec: Obj, pod: Obj, report: CycleReport) -> object:
         """The pod overhead the API server's RuntimeClass admission will set on a pod made from
-        `spec` (the template's pod spec): the old pod's when the template names the same
-        RuntimeClass (none named: none); else that of the RuntimeClass it now names, read
-        from the API server (none when it has none or is gone), or the old pod's when it
-        cannot be read (logged)."""
+        `spec` (the template's pod spec): none when it names no RuntimeClass; else that of the
+        RuntimeClass it names, read from the API server now (none when it has none or is
+        gone), or the old pod's when it cannot be read (logged). Read even when it is the old
+        pod's own: a RuntimeClass may have been edited, or deleted and made again, under the
+        same name since the old pod was made (its overhead was set then). One read per move
+        started; nothing is kept."""
         old = pod.get("spec") or {}
         name = spec.get("runtimeClassName")
-        if name == old.get("runtimeClassName"):
-            return old.get("overhead")
         if not name:
             return None
         try:

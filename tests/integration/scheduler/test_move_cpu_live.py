@@ -16,7 +16,8 @@ nominated gang whose wait ends while a move waits for its old pod is not bound o
 move needs, and its reason says its hold was given up for that move (the third:
 nominated.refit); and what a move keeps is what its job's current pod template asks, a
 template changed since the old pod was made included (the fourth), and the pod overhead of
-the RuntimeClass it now names (the fifth).
+the RuntimeClass it now names (the fifth), read again when it is the old pod's own, edited
+since (the sixth).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -146,17 +148,7 @@ def test_a_move_keeps_the_overhead_of_the_runtime_class_its_template_names(
     # overhead on the pod the operator recreates, which asks 120 in all. `small` (20 CPUs,
     # pinned) is not bound while long's old pod exits (before, it was: the reservation kept
     # the old pod's overhead, none) and long is bound there.
-    nodes = client.NodeV1Api(kube.core.api_client)
-    heavy = f"heavy-{uuid.uuid4().hex[:6]}"
-    body = {
-        "apiVersion": "node.k8s.io/v1",
-        "kind": "RuntimeClass",
-        "metadata": {"name": heavy},
-        "handler": "heavy",
-        "overhead": {"podFixed": {"cpu": "20"}},
-    }
-    nodes.create_runtime_class(body)
-    try:
+    with _runtime_class(kube, "heavy", {"cpu": "20"}) as heavy:
         old = _long_on_l4(kube, ns)
         template = _long()["spec"]["template"]
         template["spec"]["runtimeClassName"] = heavy
@@ -175,18 +167,65 @@ def test_a_move_keeps_the_overhead_of_the_runtime_class_its_template_names(
         assert new["spec"]["overhead"] == {"cpu": "20"}
         assert kube.bound(ns, "small") == []  # 8 CPUs left beside long's 100 and 20
         assert invariants.check(kube.core) == []
+
+
+def test_a_move_reads_again_the_runtime_class_edited_under_its_old_pods_name(
+    kube: Kube, ns: str
+) -> None:
+    # As above, but long's pod already runs under RuntimeClass `edited`, made without
+    # overhead; `edited` is then given 20 CPUs of pod overhead under the same name. The pod
+    # the operator recreates gets the 20: `small` is not bound beside the reservation (before,
+    # it was: for the RuntimeClass the old pod names, the old pod's overhead, none, was kept).
+    with _runtime_class(kube, "edited", None) as edited:
+        old = _long_on_l4(kube, ns, runtime_class=edited)
+        assert old["spec"].get("overhead") is None
+        nodes = client.NodeV1Api(kube.core.api_client)
+        nodes.patch_runtime_class(edited, {"overhead": {"podFixed": {"cpu": "20"}}})
+        kube.linger(ns, old["metadata"]["name"], hold=True)
+        _past_a_moves_price(old)
+        small = _cpu(training_job("small", 1, gpus=4, gpu_type="A100-80GB"), "20")
+        new = _move_with_one_kept_off(kube, ns, old, _pinned(small))
+        assert new["spec"]["runtimeClassName"] == edited
+        assert new["spec"]["overhead"] == {"cpu": "20"}
+        assert kube.bound(ns, "small") == []  # 8 CPUs left beside long's 100 and 20
+        assert invariants.check(kube.core) == []
+
+
+@contextmanager
+def _runtime_class(
+    kube: Kube, prefix: str, overhead: dict[str, str] | None, **fields: Any
+) -> Iterator[str]:
+    """A RuntimeClass named `prefix` and a random suffix, with `overhead` as its pod overhead
+    and `fields` (`scheduling`, say), deleted after: its name."""
+    nodes = client.NodeV1Api(kube.core.api_client)
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    body: dict[str, Any] = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": name},
+        "handler": prefix,
+        **fields,
+    }
+    if overhead is not None:
+        body["overhead"] = {"podFixed": overhead}
+    nodes.create_runtime_class(body)
+    try:
+        yield name
     finally:
-        nodes.delete_runtime_class(heavy)
+        nodes.delete_runtime_class(name)
 
 
-def _long_on_l4(kube: Kube, ns: str) -> dict[str, Any]:
-    """The H100 nodes and the A100 node full (priority 100); `long` running on an L4 node:
-    its pod."""
+def _long_on_l4(kube: Kube, ns: str, runtime_class: str | None = None) -> dict[str, Any]:
+    """The H100 nodes and the A100 node full (priority 100); `long` (its template naming
+    `runtime_class`, if any) running on an L4 node: its pod."""
     kube.create_job(ns, training_job("fill-h100", 3, gpus=8, gpu_type="H100-80GB", priority=100))
     kube.create_job(ns, training_job("fill-a100", 1, gpus=8, gpu_type="A100-80GB", priority=100))
     for job in ("fill-h100", "fill-a100"):
         wait_for(lambda j=job: kube.phase(ns, j) == "Running", f"{job} running", 60)
-    kube.create_job(ns, _long())
+    job = _long()
+    if runtime_class is not None:
+        job["spec"]["template"]["spec"]["runtimeClassName"] = runtime_class
+    kube.create_job(ns, job)
     (old,) = wait_for(lambda: kube.bound(ns, "long", started=True), "long running", 60)
     assert old["spec"]["nodeName"].startswith("l4-")
     return dict(old)

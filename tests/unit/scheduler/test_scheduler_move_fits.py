@@ -238,8 +238,13 @@ def _with_runtime(spec: dict[str, Any], name: str | None, cpu: str | None) -> di
     [
         # Another RuntimeClass (overhead 2 CPUs): its overhead, as the API server will set it.
         ("kata", {"kata": {"cpu": "2"}, "gvisor": {"cpu": "1"}}, 5000),
-        # The same one: the old pod's overhead, nothing read.
-        ("gvisor", None, 4000),
+        # The same one, its overhead edited since the old pod was made (1 -> 2 CPUs): read
+        # again, as the API server will set it on the new pod.
+        ("gvisor", {"gvisor": {"cpu": "2"}}, 5000),
+        # The same one, unchanged.
+        ("gvisor", {"gvisor": {"cpu": "1"}}, 4000),
+        # The same one, deleted since: none.
+        ("gvisor", {}, 3000),
         # None now: no overhead.
         (None, {}, 3000),
         # A RuntimeClass without overhead, or gone: none.
@@ -262,7 +267,7 @@ def test_a_moves_cpu_ask_has_the_overhead_of_the_runtime_class_its_template_name
     load(cache, _nodes(), [pod])
     sched = scheduler(cache, binder, clock=clock)
     assert sched.run_cycle().moved == ["ns/long"]
-    # Before: the old pod's overhead always (4 CPUs).
+    # Once: the old pod's overhead always (4 CPUs); then the old pod's for the same name.
     assert sched.mover.reservations["ns/long"].requests.cpu == cpu
 
 
