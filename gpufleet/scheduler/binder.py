@@ -274,10 +274,11 @@ class Binder:
         template = (raw.get("spec") or {}).get("template")
         return dict(template) if isinstance(template, dict) else None
 
-    def runtime_class_overhead(self, name: str) -> dict[str, Any] | None:
-        """The pod overhead (`overhead.podFixed`) of RuntimeClass `name`, which the API
-        server's RuntimeClass admission sets on a pod naming it: None when it has none or is
-        gone. Other errors raise."""
+    def runtime_class(self, name: str) -> dict[str, Any] | None:
+        """RuntimeClass `name` as the API server has it now (its `overhead` and `scheduling`
+        are what admission sets on a pod naming it: runtime_class.py): None when it is gone.
+        Other errors raise. Read at each call: a RuntimeClass may be edited, or deleted and
+        made again, under the same name."""
         api = client.NodeV1Api(self.api.api_client)
         try:
             raw: Any = api.read_runtime_class(name, _preload_content=False)
@@ -285,8 +286,8 @@ class Binder:
             if exc.status == 404:
                 return None
             raise
-        fixed = (json.loads(raw.data).get("overhead") or {}).get("podFixed")
-        return dict(fixed) if isinstance(fixed, dict) and fixed else None
+        found = json.loads(raw.data)
+        return dict(found) if isinstance(found, dict) else None
 
     def delete_pods(
         self, keys: Iterable[str], reason: str, message: str, force: bool = False

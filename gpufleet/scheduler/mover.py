@@ -14,7 +14,13 @@ A move goes in three steps, one per cycle that sees it:
    and the action) and a move one of them now forbids is skipped, with a log line and a
    `MoveBlockedByDisruptionBudget` Event on the job (the pods' controller, the TrainingJob:
    what `kubectl describe` shows its user) and on the scheduler's Lease; moves of one cycle
-   draw on a shared budget in turn. Otherwise the gang's pods are marked (`gpufleet.io/disrupted-by:
+   draw on a shared budget in turn. A move whose recreated pods could not run on its new
+   placement is skipped the same way (`MoveBlockedByNodeFilters`): they are made from the
+   job's current pod template, with what the API server's RuntimeClass admission adds
+   (runtime_class.py: the RuntimeClass read now, edited or not), which the old pods the
+   core's placement was checked against may not have had (`_recreated`, `_unfit`); while the
+   same pods run, for UNFIT_RECHECK_S, the gang's moves are kept to the nodes those pods could
+   use (`protect`). Otherwise the gang's pods are marked (`gpufleet.io/disrupted-by:
    MoveByGpufleet`, the move's time) and deleted with their own grace period, SIGTERM first,
    so a job that checkpoints on a signal saves its progress; the operator counts the move in
    the job's status and, once every old pod is gone, recreates the gang (as after any gang
@@ -104,11 +110,23 @@ from gpufleet.scheduler.cycle_report import CycleReport
 from gpufleet.scheduler.decision_view import blocked_by_budget, budget_protected
 from gpufleet.scheduler.deletions import Deletions
 from gpufleet.scheduler.disruption import Obj
+from gpufleet.scheduler.eligibility import (
+    Constraints,
+    NodeFacts,
+    Resources,
+    asks,
+    available,
+    constraints,
+    deduct,
+    misfit,
+    pod_requests,
+    static_rejection,
+)
 from gpufleet.scheduler.eligibility import Reservation as Kept
-from gpufleet.scheduler.eligibility import Resources, asks, available, deduct, misfit, pod_requests
 from gpufleet.scheduler.heal import Notify
 from gpufleet.scheduler.nominated import NOTHING_RUNS, keep, refit
 from gpufleet.scheduler.pods import pod_annotations
+from gpufleet.scheduler.runtime_class import admitted
 
 log = logging.getLogger("gpufleet.scheduler")
 
@@ -117,6 +135,12 @@ MOVED_FOR_MESSAGE = pending_text(
     SchedulerReason.PREEMPTING, "waiting for the gangs moved to make room for it to exit"
 )
 MOVE_BLOCKED = "MoveBlockedByDisruptionBudget"  # Event reason of a move a budget stopped
+# Event reason of a move not started because its recreated pods could not run on its new
+# placement (`GangMover._unfit`: their template or RuntimeClass changed since the old pods).
+MOVE_UNFIT = "MoveBlockedByNodeFilters"
+# How long the nodes such a gang's recreated pods could not use are kept from its moves
+# (`GangMover.protect`) before its template and RuntimeClass are read again at a move.
+UNFIT_RECHECK_S = 300.0
 
 # Posts an Event about an object: (its reference as an Event's involvedObject, type, reason,
 # message).
@@ -194,6 +218,30 @@ class Reservation:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class UnfitAsk:
+    """What a gang's recreated pods would ask of nodes, found unfit for a move's placement
+    (`GangMover._unfit`), kept while the same pods run (`pods`), until `until`."""
+
+    pods: frozenset[tuple[str, str]]  # (pod key, uid) of the gang's pods then
+    ask: Constraints | None  # None: the API server would refuse the pods anywhere
+    until: float
+
+
+def _pods(keys: Sequence[str], uids: Mapping[str, str]) -> frozenset[tuple[str, str]]:
+    return frozenset((k, uids[k]) for k in keys if k in uids)
+
+
+def _static_misfit(ask: Constraints, node: Obj | None) -> str | None:
+    """Why pods asking `ask` may not use `node` by its taints, labels or name (filter:
+    detail); None when they may or the node is not known (`held` drops a reservation on a
+    node gone). Cordoning is not judged here: it is checked at the rebind."""
+    if node is None:
+        return None
+    found = static_rejection(ask, replace(NodeFacts.of(node), unschedulable=False))
+    return None if found is None else f"{found[0]}: {found[1]}"
+
+
 def _conflicts(
     replica: ReplicaPlacement,
     whole: set[tuple[str, int]],
@@ -254,6 +302,11 @@ class GangMover:
         # to the queue of the gang they stand for (`held`): the GPUQueue status counts them in
         # their own (`as_charged`).
         self._own_queues: dict[str, str | None] = {}
+        # Gang -> what its recreated pods would ask of nodes, when a move was not started
+        # because they could not run on its new placement (`start`, `_unfit`): its moves are
+        # kept to the nodes they could use (`protect`) while the same pods run, for
+        # UNFIT_RECHECK_S. Replaced whole.
+        self._unfit_asks: dict[str, UnfitAsk] = {}
 
     @property
     def reserved(self) -> dict[str, GangPlacement]:
@@ -295,7 +348,40 @@ class GangMover:
         movable = [g.id for g in view.snapshot.running if g.progress is not None]
         if not movable:
             return view
-        return budget_protected(view, movable, self._budgets(movable, view, cycle))
+        view = budget_protected(view, movable, self._budgets(movable, view, cycle))
+        return self._kept_to_fit(view)
+
+    def _kept_to_fit(self, view: ClusterView) -> ClusterView:
+        """`view` with the demand of each gang a move was not started for because its
+        recreated pods could not run there (`_unfit_asks`) allowed only the nodes those pods
+        could use (none when the API server would refuse them), so that the core does not
+        choose such a move again every cycle; forgotten once the gang's pods change or after
+        UNFIT_RECHECK_S, when the next move reads its template and RuntimeClass again."""
+        if not self._unfit_asks:
+            return view
+        now = self.clock()
+        live: dict[str, UnfitAsk] = {}
+        for gid, kept in self._unfit_asks.items():
+            keys = view.running_pods.get(gid, ())
+            if kept.until > now and keys and _pods(keys, self.cache.uids(keys)) == kept.pods:
+                live[gid] = kept
+        self._unfit_asks = live
+        running: list[RunningGang] = []
+        for gang in view.snapshot.running:
+            unfit = live.get(gang.id)
+            if unfit is None or gang.demand is None:
+                running.append(gang)
+                continue
+            ask = unfit.ask
+            fit = frozenset(
+                n.name
+                for n in view.snapshot.nodes
+                if ask is not None and _static_misfit(ask, self.cache.node(n.name)) is None
+            )
+            if gang.demand.allowed_nodes is not None:
+                fit &= gang.demand.allowed_nodes
+            running.append(replace(gang, demand=replace(gang.demand, allowed_nodes=fit)))
+        return replace(view, snapshot=replace(view.snapshot, running=tuple(running)))
 
     def start(
         self,
@@ -343,6 +429,14 @@ class GangMover:
                 continue
             uids = self.cache.uids(keys)
             first = view.facts.get(keys[0])
+            spec = None if first is None else self._recreated(first.pod, report)
+            unfit = None if spec is None else self._unfit(move, spec)
+            if spec is not None and unfit is not None:
+                self._skipped(gid, view, move.placement.gpu_type, unfit, report.cycle, MOVE_UNFIT)
+                ask = None if isinstance(spec, str) else constraints({"spec": spec})
+                unfit_ask = UnfitAsk(_pods(keys, uids), ask, self.clock() + UNFIT_RECHECK_S)
+                self._unfit_asks = {**self._unfit_asks, gid: unfit_ask}
+                continue
             checkpoint = None if first is None else Checkpoint.read(pod_annotations(first.pod))
             waits = self._victims_on(move, decision, view, stopped)
             # Its old pods' grace, or its victims' if longer: all must be gone before the bind.
@@ -355,7 +449,7 @@ class GangMover:
                 frozenset((k, uids[k]) for k in keys if k in uids),
                 running,
                 exit_by=self.clock() + 2 * grace + self.reserve_s,
-                requests=Resources() if first is None else self._requests(first.pod, report),
+                requests=Resources() if spec is None else pod_requests({"spec": spec}),
                 waits=waits,
                 for_gang=move.for_gang,
             )
@@ -399,12 +493,17 @@ class GangMover:
         self._given_away = {**self._given_away, **dict.fromkeys(dropped, until)}
         self._reserved = {g: r for g, r in self._reserved.items() if g not in dropped}
 
-    def _requests(self, pod: Obj, report: CycleReport) -> Resources:
-        """What one of the moved gang's recreated pods will ask of its node: the requests of
-        its job's current pod template (the operator builds the new pods from it, so a
-        template changed since the old pods were made is seen), with the overhead the API
-        server will set on them (`_overhead`); the old pod's own requests when the job's
-        template cannot be read (a bare pod, the job gone, the API unreachable: logged)."""
+    def _recreated(self, pod: Obj, report: CycleReport) -> dict[str, object] | str:
+        """The pod spec of the moved gang's recreated pods (`pod` one of its old ones) as the
+        API server will admit them, or why it would refuse them. Their job's current pod
+        template (the operator builds the new pods from it, so a template changed since the
+        old pods were made is seen) with the overhead, node selector and tolerations of the
+        RuntimeClass it names (`runtime_class.admitted`), read now, even when it is the old
+        pods' own: one edited, or deleted and made again, under the same name since the old
+        pods were made gives the new pods another (one read per move started; nothing is
+        kept). When the RuntimeClass cannot be read: the old pod's overhead and none of its
+        node selector or tolerations (logged); when the template cannot be read (a bare pod,
+        the job gone, the API unreachable: logged), the old pod's own spec."""
         try:
             template = self.binder.job_template(job_reference(pod))
         except Exception as exc:
@@ -414,30 +513,43 @@ class GangMover:
             )  # fmt: skip
             template = None
         spec = None if template is None else template.get("spec")
-        if not isinstance(spec, dict):
-            return pod_requests(pod)
-        return pod_requests({"spec": {**spec, "overhead": self._overhead(spec, pod, report)}})
-
-    def _overhead(self, spec: Obj, pod: Obj, report: CycleReport) -> object:
-        """The pod overhead the API server's RuntimeClass admission will set on a pod made from
-        `spec` (the template's pod spec): none when it names no RuntimeClass; else that of the
-        RuntimeClass it names, read from the API server now (none when it has none or is
-        gone), or the old pod's when it cannot be read (logged). Read even when it is the old
-        pod's own: a RuntimeClass may have been edited, or deleted and made again, under the
-        same name since the old pod was made (its overhead was set then). One read per move
-        started; nothing is kept."""
         old = pod.get("spec") or {}
+        if not isinstance(spec, dict):
+            return dict(old)
+        # The operator adds tolerations of its own (its settings') that the template does not
+        # carry; the old pods have them. Tolerations only widen where pods may run, so the
+        # old pods' are kept too: this may pass a node the new pods turn out not to tolerate
+        # (one dropped from the template since), which the rebind's checks then catch.
+        own = list(spec.get("tolerations") or [])
+        own += [t for t in old.get("tolerations") or [] if t not in own]
+        spec = {**spec, "tolerations": own} if own else spec
         name = spec.get("runtimeClassName")
         if not name:
-            return None
+            return admitted(spec, None)
         try:
-            return self.binder.runtime_class_overhead(str(name))
+            found = self.binder.runtime_class(str(name))
         except Exception as exc:
             log.warning(
                 "cycle=%d cannot read RuntimeClass %s, %s's old overhead is kept: %s",
                 report.cycle, name, pod["metadata"]["name"], exc,
             )  # fmt: skip
-            return old.get("overhead")
+            return {**spec, "overhead": old.get("overhead")}
+        return admitted(spec, found)
+
+    def _unfit(self, move: Move, spec: dict[str, object] | str) -> str | None:
+        """Why the recreated pods (`spec`, from `_recreated`) could not run on `move`'s new
+        placement: the API server would refuse them, or a node of it has a taint they do not
+        tolerate or does not match their node selector or required affinity (their job's
+        template or RuntimeClass changed since the old pods were made, which the core's
+        placement was checked against); None when they could."""
+        if isinstance(spec, str):
+            return spec
+        ask = constraints({"spec": spec})
+        for name in sorted({r.node for r in move.placement.replicas}):
+            why = _static_misfit(ask, self.cache.node(name))
+            if why is not None:
+                return f"its recreated pods could not use {name} ({why})"
+        return None
 
     def _victims_on(
         self, move: Move, decision: Decision, view: ClusterView, stopped: Collection[str]
@@ -508,24 +620,30 @@ class GangMover:
             out[gang] = message
         return out
 
-    def _skipped(self, gid: str, view: ClusterView, gpu_type: str, why: str, cycle: int) -> None:
-        """Log a move a budget stopped; an Event on the job (its user sees it there) and on
-        the Lease."""
+    def _skipped(
+        self,
+        gid: str,
+        view: ClusterView,
+        gpu_type: str,
+        why: str,
+        cycle: int,
+        reason: str = MOVE_BLOCKED,
+    ) -> None:
+        """Log a move a budget (or, `reason` MOVE_UNFIT, its recreated pods' node filters)
+        stopped; an Event on the job (its user sees it there) and on the Lease."""
         text = f"gang {gid}: move to {gpu_type} skipped: {why}"
         log.info("cycle=%d %s", cycle, text)
         posts: list[Callable[[], None]] = []
         first = next((f for k in view.running_pods.get(gid, ()) if (f := view.facts.get(k))), None)
         if self.notify_on is not None and first is not None:
-            posts.append(
-                partial(self.notify_on, job_reference(first.pod), "Normal", MOVE_BLOCKED, text)
-            )
+            posts.append(partial(self.notify_on, job_reference(first.pod), "Normal", reason, text))
         if self.notify is not None:
-            posts.append(partial(self.notify, "Normal", MOVE_BLOCKED, text))
+            posts.append(partial(self.notify, "Normal", reason, text))
         for post in posts:
             try:
                 post()
             except Exception:  # an Event is a report: never let it stop the cycle
-                log.exception("cycle=%d posting the %s Event failed", cycle, MOVE_BLOCKED)
+                log.exception("cycle=%d posting the %s Event failed", cycle, reason)
 
     def hold(self, view: ClusterView) -> ClusterView:
         """`view` with every reservation's GPUs held by `<gang>#moving` (GPUs the gang's old

@@ -17,7 +17,8 @@ move needs, and its reason says its hold was given up for that move (the third:
 nominated.refit); and what a move keeps is what its job's current pod template asks, a
 template changed since the old pod was made included (the fourth), and the pod overhead of
 the RuntimeClass it now names (the fifth), read again when it is the old pod's own, edited
-since (the sixth).
+since (the sixth); a move is not started onto a node that the pods it would recreate could
+not use, their RuntimeClass given a node selector since (the seventh).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from kubernetes import client
 from gpufleet.model.contract import names
 from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.sandbox.control_plane import Sandbox
+from gpufleet.sandbox.node_manifests import POOL_LABEL
+from gpufleet.scheduler.mover import MOVE_UNFIT
 from gpufleet.testing import invariants
 from gpufleet.testing.operator import (
     Kube,
@@ -188,6 +191,37 @@ def test_a_move_reads_again_the_runtime_class_edited_under_its_old_pods_name(
         assert new["spec"]["runtimeClassName"] == edited
         assert new["spec"]["overhead"] == {"cpu": "20"}
         assert kube.bound(ns, "small") == []  # 8 CPUs left beside long's 100 and 20
+        assert invariants.check(kube.core) == []
+
+
+def test_a_move_is_not_started_onto_a_node_its_runtime_class_now_keeps_its_pods_off(
+    kube: Kube, ns: str
+) -> None:
+    # long's pod runs on L4 under RuntimeClass `pinned`, made without scheduling; `pinned` is
+    # then given a node selector of the L4 pool under the same name. The pod the operator
+    # would recreate after a move gets that selector from the API server, and the A100 node
+    # does not match it: once that node frees, long is not moved there (before, it was: its
+    # pod was deleted and its new one could not be bound on the reservation), the job gets a
+    # MoveBlockedByNodeFilters Event, and long keeps running where it is.
+    with _runtime_class(kube, "pinned", None) as pinned:
+        old = _long_on_l4(kube, ns, runtime_class=pinned)
+        node = kube.core.read_node(old["spec"]["nodeName"])
+        pool = {POOL_LABEL: node.metadata.labels[POOL_LABEL]}
+        nodes = client.NodeV1Api(kube.core.api_client)
+        nodes.patch_runtime_class(pinned, {"scheduling": {"nodeSelector": pool}})
+        _past_a_moves_price(old)
+        kube.delete_job(ns, "fill-a100")
+        (event,) = wait_for(
+            lambda: [e for e in kube.events(ns, "long") if e["reason"] == MOVE_UNFIT],
+            "long's move not started",
+            30,
+        )
+        assert f"could not use {NODE} (NodeAffinity: nodeSelector)" in event["message"]
+        for _ in range(15):
+            (pod,) = kube.job_pods(ns, "long")
+            assert pod["metadata"]["uid"] == old["metadata"]["uid"]
+            assert not pod["metadata"].get("deletionTimestamp")
+            time.sleep(0.2)
         assert invariants.check(kube.core) == []
 
 

@@ -52,8 +52,9 @@ class FakeBinder:
         self.refuse_patch: dict[str, str] = {}  # pod key -> the API's refusal
         self.preempted: list[tuple[str, str]] = []  # (pod key, cause) deleted as a preemption
         self.templates: dict[str, dict[str, Any]] = {}  # job "namespace/name" -> pod template
-        # RuntimeClass -> its overhead.podFixed (None: reading any fails)
+        # RuntimeClass name -> the object (None: reading any fails); the names read, in turn
         self.runtime_classes: dict[str, dict[str, Any]] | None = {}
+        self.runtime_class_reads: list[str] = []
 
     def bind_async(self, requests: Iterable[BindRequest]) -> Future[dict[str, str | None]]:
         """Done at once, unless `hold` is set: then the test completes `held` itself."""
@@ -115,7 +116,8 @@ class FakeBinder:
     def job_template(self, job: Mapping[str, str]) -> dict[str, Any] | None:
         return self.templates.get(f"{job['namespace']}/{job['name']}")
 
-    def runtime_class_overhead(self, name: str) -> dict[str, Any] | None:
+    def runtime_class(self, name: str) -> dict[str, Any] | None:
+        self.runtime_class_reads.append(name)
         if self.runtime_classes is None:
             raise RuntimeError("the API server is unreachable")
         return self.runtime_classes.get(name)

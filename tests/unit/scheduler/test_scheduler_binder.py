@@ -123,18 +123,21 @@ class FakeNode:
         return SimpleNamespace(data=json.dumps(self.classes[name]).encode())
 
 
-def test_a_runtime_classs_pod_overhead_is_read_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    node = FakeNode(
-        {
-            "kata": {"handler": "kata", "overhead": {"podFixed": {"cpu": "250m", "memory": "1Gi"}}},
-            "runc": {"handler": "runc"},
-        }
-    )
+def test_a_runtime_class_is_read_by_name_at_each_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    kata = {
+        "handler": "kata",
+        "overhead": {"podFixed": {"cpu": "250m", "memory": "1Gi"}},
+        "scheduling": {"nodeSelector": {"pool": "kata"}},
+    }
+    node = FakeNode({"kata": kata, "runc": {"handler": "runc"}})
     monkeypatch.setattr(binder_module.client, "NodeV1Api", lambda _api: node)
     binder = Binder(FakeCore())  # type: ignore[arg-type]
-    assert binder.runtime_class_overhead("kata") == {"cpu": "250m", "memory": "1Gi"}
-    assert binder.runtime_class_overhead("runc") is None  # no overhead
-    assert binder.runtime_class_overhead("gone") is None
+    assert binder.runtime_class("kata") == kata
+    assert binder.runtime_class("runc") == {"handler": "runc"}
+    assert binder.runtime_class("gone") is None
     with pytest.raises(ApiException):
-        binder.runtime_class_overhead("broken")
+        binder.runtime_class("broken")
+    # Edited under the same name: the next read sees it.
+    node.classes["kata"] = {"handler": "kata"}
+    assert binder.runtime_class("kata") == {"handler": "kata"}
     binder.close()

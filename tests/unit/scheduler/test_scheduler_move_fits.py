@@ -20,7 +20,7 @@ from gpufleet.model.contract import names
 from gpufleet.model.contract.timestamps import format_time
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.loop import Scheduler
-from gpufleet.scheduler.mover import held
+from gpufleet.scheduler.mover import UNFIT_RECHECK_S, held
 from tests.unit.scheduler.scheduler_builders import NodeBuilder, PodBuilder
 from tests.unit.scheduler.scheduler_fakes import Clock, FakeBinder, load, scheduler
 from tests.unit.scheduler.test_scheduler_moves import TYPES, long_pod
@@ -233,22 +233,32 @@ def _with_runtime(spec: dict[str, Any], name: str | None, cpu: str | None) -> di
     return spec
 
 
+def _class(cpu: str | None = None, **scheduling: Any) -> dict[str, Any]:
+    """A RuntimeClass with `cpu` of pod overhead and `scheduling` (nodeSelector, tolerations)."""
+    out: dict[str, Any] = {"handler": "h"}
+    if cpu is not None:
+        out["overhead"] = {"podFixed": {"cpu": cpu}}
+    if scheduling:
+        out["scheduling"] = scheduling
+    return out
+
+
 @pytest.mark.parametrize(
     ("template_class", "classes", "cpu"),
     [
         # Another RuntimeClass (overhead 2 CPUs): its overhead, as the API server will set it.
-        ("kata", {"kata": {"cpu": "2"}, "gvisor": {"cpu": "1"}}, 5000),
+        ("kata", {"kata": _class("2"), "gvisor": _class("1")}, 5000),
         # The same one, its overhead edited since the old pod was made (1 -> 2 CPUs): read
         # again, as the API server will set it on the new pod.
-        ("gvisor", {"gvisor": {"cpu": "2"}}, 5000),
+        ("gvisor", {"gvisor": _class("2")}, 5000),
         # The same one, unchanged.
-        ("gvisor", {"gvisor": {"cpu": "1"}}, 4000),
-        # The same one, deleted since: none.
-        ("gvisor", {}, 3000),
+        ("gvisor", {"gvisor": _class("1")}, 4000),
+        # The same one, its overhead taken off since.
+        ("gvisor", {"gvisor": _class()}, 3000),
         # None now: no overhead.
         (None, {}, 3000),
-        # A RuntimeClass without overhead, or gone: none.
-        ("runc", {}, 3000),
+        # A RuntimeClass without overhead: none.
+        ("runc", {"runc": _class()}, 3000),
         # Unreadable (the API unreachable): the old pod's, logged.
         ("kata", None, 4000),
     ],
@@ -258,17 +268,31 @@ def test_a_moves_cpu_ask_has_the_overhead_of_the_runtime_class_its_template_name
 ) -> None:
     # long's pod (3 CPUs) runs under RuntimeClass gvisor (1 CPU of overhead); the template it
     # is recreated from names `template_class`.
+    sched, _, _ = _long_under_gvisor(template_class, classes)
+    assert sched.run_cycle().moved == ["ns/long"]
+    # Once: the old pod's overhead always (4 CPUs); then the old pod's for the same name.
+    assert sched.mover.reservations["ns/long"].requests.cpu == cpu
+
+
+def _long_under_gvisor(
+    template_class: str | None,
+    classes: dict[str, dict[str, Any]] | None,
+    nodes: list[dict[str, Any]] | None = None,
+    tolerations: list[dict[str, str]] | None = None,
+) -> tuple[Scheduler, FakeBinder, Clock]:
+    """long (3 CPUs) on the L4 node under RuntimeClass gvisor (1 CPU of overhead; its pod
+    carrying `tolerations`), its template naming `template_class`; the RuntimeClasses
+    `classes`; the A100 node free (`nodes`, else `_nodes()`)."""
     cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
     template = {"containers": [{"name": "m", "resources": {"requests": {"cpu": "3"}}}]}
     binder.templates["ns/long"] = {"spec": _with_runtime(template, template_class, None)}
     binder.runtime_classes = classes
     pod = _owned(_cpu(long_pod(), "3"))
     _with_runtime(pod["spec"], "gvisor", "1")
-    load(cache, _nodes(), [pod])
-    sched = scheduler(cache, binder, clock=clock)
-    assert sched.run_cycle().moved == ["ns/long"]
-    # Once: the old pod's overhead always (4 CPUs); then the old pod's for the same name.
-    assert sched.mover.reservations["ns/long"].requests.cpu == cpu
+    if tolerations is not None:
+        pod["spec"]["tolerations"] = tolerations
+    load(cache, nodes or _nodes(), [pod])
+    return scheduler(cache, binder, clock=clock), binder, clock
 
 
 def _pair(uid: str, bound: bool) -> list[dict[str, Any]]:
@@ -347,3 +371,59 @@ def test_a_nominated_gang_is_not_bound_at_the_end_of_its_wait_on_the_cpu_a_move_
     assert sched.run_cycle().bound == ["ns/long"]
     assert binder.bound["ns/long-0"].node == "a100-0"
     assert "ns/hi" not in binder.bound
+
+
+def _pooled(taint: bool = False) -> list[dict[str, Any]]:
+    """`_nodes`, labelled pool=l4 and pool=a100."""
+    out = _nodes(taint=taint)
+    for node, pool in zip(out, ("l4", "a100"), strict=True):
+        node["metadata"].setdefault("labels", {})["pool"] = pool
+    return out
+
+
+@pytest.mark.parametrize(
+    ("classes", "template_selector"),
+    [
+        # kata (named by the template since the old pod was made) selects pool=l4: its new pods
+        # could not run on the A100 node.
+        ({"kata": _class(nodeSelector={"pool": "l4"})}, None),
+        # kata selects pool=a100, the template pool=l4: the API server would refuse its pods.
+        ({"kata": _class(nodeSelector={"pool": "a100"})}, {"pool": "l4"}),
+        # kata is gone: the API server would refuse its pods.
+        ({}, None),
+    ],
+)
+def test_a_move_is_not_started_where_its_recreated_pods_could_not_run(
+    classes: dict[str, dict[str, Any]], template_selector: dict[str, str] | None
+) -> None:
+    sched, binder, clock = _long_under_gvisor("kata", classes, _pooled())
+    if template_selector is not None:
+        binder.templates["ns/long"]["spec"]["nodeSelector"] = template_selector
+    # Before: long moved to the A100 node (its old pod passes there), and its recreated pods,
+    # refused or not fitting it, lost the reservation.
+    assert sched.run_cycle().moved == []
+    assert binder.moved == []
+    assert binder.runtime_class_reads == ["kata"]
+    # Not chosen again each cycle (its moves kept to the nodes those pods could use) ...
+    clock.t += 1
+    assert sched.run_cycle().moved == []
+    assert binder.runtime_class_reads == ["kata"]
+    # ... until they are read again.
+    clock.t += UNFIT_RECHECK_S
+    assert sched.run_cycle().moved == []
+    assert binder.runtime_class_reads == ["kata", "kata"]
+
+
+def test_a_move_is_started_where_its_runtime_classs_scheduling_lets_its_pods_run() -> None:
+    # kata selects pool=a100: the A100 node matches. Or the A100 node is tainted and the old
+    # pod tolerates it by a toleration its template lacks (one the operator adds, or its
+    # RuntimeClass's, which admission adds again): so will the new pods.
+    tolerate = [{"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"}]
+    for template_class, classes in (
+        ("kata", {"kata": _class(nodeSelector={"pool": "a100"})}),
+        ("gvisor", {"gvisor": _class("1", tolerations=tolerate)}),
+    ):
+        nodes = _pooled(taint=template_class == "gvisor")
+        sched, _, _ = _long_under_gvisor(template_class, classes, nodes, tolerate)
+        # Without the old pod's tolerations: not moved (the taint not tolerated).
+        assert sched.run_cycle().moved == ["ns/long"], template_class
