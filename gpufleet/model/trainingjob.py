@@ -627,9 +627,11 @@ class TrainingJobStatus(UsageStatus):
         description=(
             "How many of the job's runs the service tier ended (a preemption for a job of its "
             "queue and priority with less service), each counted once, as soon as the operator "
-            "sees the run's workers evicted, whether or not they had started; absent while "
-            "none. With placement.service_tier_rerun_s the tier does not preempt the job again "
-            "until its current run has lasted that long."
+            "sees the run's workers evicted, whether or not they had started, or reads the "
+            "count the scheduler wrote on the job as it evicted them (the annotation "
+            "gpufleet.io/tier-evictions: the workers may be gone before the operator runs); "
+            "absent while none. With placement.service_tier_rerun_s the tier does not preempt "
+            "the job again until its current run has lasted that long."
         ),
     )
     move_times: list[datetime] | None = Field(

@@ -19,7 +19,11 @@ from gpufleet.core.scaling import linear, refine
 from gpufleet.model.contract import names
 from gpufleet.model.contract.moves import checkpoint_annotations, move_times_annotations
 from gpufleet.model.contract.scaling import DIGITS, scaling_annotations
-from gpufleet.model.contract.service import attained_annotations, tier_evictions_annotations
+from gpufleet.model.contract.service import (
+    attained_annotations,
+    read_tier_evictions,
+    tier_evictions_annotations,
+)
 from gpufleet.model.contract.submitted import submitted_annotations
 from gpufleet.model.contract.timestamps import parse_time
 from gpufleet.model.contract.wishes import wish_annotations
@@ -108,11 +112,14 @@ def _attained(status: Mapping[str, Any]) -> float:
     return float(value) if isinstance(value, int | float) and value > 0 else 0.0
 
 
-def recorded_tier_evictions(status: Mapping[str, Any]) -> int:
-    """How many of the job's runs the service tier ended, as its status records (0 when none
-    or unreadable)."""
+def recorded_tier_evictions(status: Mapping[str, Any], annotations: Mapping[str, str]) -> int:
+    """How many of the job's runs the service tier ended, as recorded: the larger of its
+    status (the operator's count) and its `gpufleet.io/tier-evictions` annotation (what the
+    scheduler wrote as it evicted: `Binder.record_tier_eviction`, which outlives evicted
+    pods that vanish before any pass sees them); 0 when neither says (or is unreadable)."""
     value = status.get("tierEvictions")
-    return value if isinstance(value, int) and value > 0 else 0
+    counted = value if isinstance(value, int) and value > 0 else 0
+    return max(counted, read_tier_evictions(annotations))
 
 
 def throughput_reports(status: Mapping[str, Any]) -> dict[int, float]:
@@ -160,7 +167,7 @@ def worker_pod(
         **scheduling_annotations(spec),
         **move_annotations(job),
         **attained_annotations(_attained(job.status)),
-        **tier_evictions_annotations(recorded_tier_evictions(job.status)),
+        **tier_evictions_annotations(recorded_tier_evictions(job.status, job.annotations)),
         **submitted_annotations(parse_time(job.created)),
         **scaling_annotations(scaling_curve(spec, throughput_reports(job.status))),
     }

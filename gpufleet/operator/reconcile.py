@@ -20,7 +20,9 @@ the run policy is unit-tested here without an API server:
   (or one was seen vanish), whether or not any of them had started: once per run, since each
   run's pods carry the count from when they were created, and the eviction of a run that
   carried n makes the count at least n + 1 (`_count_tier_eviction`); the new pods carry it (the
-  tier's limit on re-evictions);
+  tier's limit on re-evictions); the count the scheduler wrote on the job as it evicted (its
+  `gpufleet.io/tier-evictions` annotation: `children.recorded_tier_evictions`) counts too, so a
+  run whose pods vanished before any pass saw them (no operator running) is not lost;
 - while the gang waits, the Admitted condition carries the scheduler's (the core's) reason;
 - an elastic job's reported throughput (its `gpufleet.io/throughput` annotation) is kept per
   replica count in `status.throughput`, its scaling curve refined from it in `status.scaling`
@@ -270,7 +272,7 @@ def plan(
         parse_time(status.get("completionTime")),
         [t for raw in status.get("moveTimes") or [] if (t := parse_time(raw))],
         int(status.get("moves") or 0),
-        recorded_tier_evictions(status),
+        recorded_tier_evictions(status, job.annotations),
     )
     _count_moves(step, moved)
     _count_tier_eviction(step, tier_run)

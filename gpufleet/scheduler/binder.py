@@ -274,6 +274,21 @@ class Binder:
         template = (raw.get("spec") or {}).get("template")
         return dict(template) if isinstance(template, dict) else None
 
+    def record_tier_eviction(self, job: Mapping[str, str], count: int) -> None:
+        """Write on TrainingJob `job` (an Event's involvedObject, as `mover.job_reference`
+        gives it) that the service tier has now ended `count` of its runs: its
+        `gpufleet.io/tier-evictions` annotation, which the operator reads beside
+        `status.tierEvictions` (the larger counts), so the count outlives evicted pods that
+        vanish before any operator pass sees them. Nothing for another kind; errors raise."""
+        group, _, version = job.get("apiVersion", "").partition("/")
+        if group != API_GROUP or job.get("kind") != "TrainingJob":
+            return
+        api = client.CustomObjectsApi(self.api.api_client)
+        body = {"metadata": {"annotations": {names.TIER_EVICTIONS: str(count)}}}
+        api.patch_namespaced_custom_object(
+            group, version, job["namespace"], "trainingjobs", job["name"], body
+        )
+
     def runtime_class(self, name: str) -> dict[str, Any] | None:
         """RuntimeClass `name` as the API server has it now (its `overhead` and `scheduling`
         are what admission sets on a pod naming it: runtime_class.py): None when it is gone.

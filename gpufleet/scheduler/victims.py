@@ -32,12 +32,14 @@ from gpufleet.core.borrowing import growth_job
 from gpufleet.core.decision import Decision
 from gpufleet.model.contract import names
 from gpufleet.model.contract.reasons import PendingReason, SchedulerReason, pending_text
+from gpufleet.model.contract.service import read_tier_evictions
 from gpufleet.scheduler import pods
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import CachedState, SchedulerCache
 from gpufleet.scheduler.cluster_view import ClusterView
 from gpufleet.scheduler.cycle_report import CycleReport
-from gpufleet.scheduler.disruption import gang_blocked
+from gpufleet.scheduler.disruption import Obj, gang_blocked
+from gpufleet.scheduler.mover import job_reference
 from gpufleet.scheduler.pods import PodFacts
 from gpufleet.scheduler.waiting import PREEMPTING_MESSAGE
 
@@ -241,9 +243,11 @@ class VictimEvictor:
             [k for k in keys if k not in by_tier], names.PREEMPTED_REASON, message
         )
         if by_tier:
+            tier_pods = {k: p for k in by_tier if (p := self.cache.pod(k)) is not None}
             results |= self.binder.evict_pods(
                 [k for k in keys if k in by_tier], names.SERVICE_PREEMPTED_REASON, tier_message
             )
+            self._record_tier_evictions(tier_pods, results, report.cycle)
         refused = {k: e for k, e in results.items() if e is not None}
         evicted = frozenset(k for k, e in results.items() if e is None)
         planned = None if refused else decision.placement(gang)
@@ -261,6 +265,33 @@ class VictimEvictor:
         )
         self._stop(gang, victims, why, until)
         return why, evicted
+
+    def _record_tier_evictions(
+        self, tier_pods: Mapping[str, Obj], results: Mapping[str, str | None], cycle: int
+    ) -> None:
+        """Record on each job whose pods the service tier just evicted (`tier_pods`, those
+        evicted: None in `results`) the count of runs the tier has ended, one more than the
+        pods carry (`model.contract.service`): the operator counts the run from the evicted
+        pods when it sees them, and from this record when they vanish first (no operator
+        running meanwhile, say). A failed write is logged: the pods still carry the mark."""
+        jobs: dict[str, dict[str, str]] = {}
+        counts: dict[str, int] = {}
+        for key, pod in tier_pods.items():
+            if results.get(key, "") is not None:
+                continue
+            job = job_reference(pod)
+            at = f"{job['kind']}/{job['namespace']}/{job['name']}"
+            count = read_tier_evictions(pod["metadata"].get("annotations") or {}) + 1
+            jobs[at], counts[at] = job, max(count, counts.get(at, 0))
+        for at, count in counts.items():
+            job = jobs[at]
+            try:
+                self.binder.record_tier_eviction(job, count)
+            except Exception as exc:
+                log.warning(
+                    "cycle=%d cannot record the service tier's eviction %d on %s %s/%s: %s",
+                    cycle, count, job["kind"], job["namespace"], job["name"], exc,
+                )  # fmt: skip
 
     def _stop(self, gang: str, victims: list[str], message: str, until: float) -> None:
         self._protected.update(dict.fromkeys(victims, until))

@@ -13,9 +13,10 @@ restart of the scheduler or of the operator, and no part is ever taken from the 
 The job's eviction history, for the tier's limit on re-evictions
 (`placement.service_tier_rerun_s`), has the same two parts: how many of its ended runs the
 service tier ended (the operator's `status.tierEvictions`, written on the pods it creates:
-`tier_evictions_annotations`, `read_tier_evictions`), and how long its current run has lasted
-(`run_s`: since the latest `status.startTime` of its running pods). The scheduler's moves time
-a run with the same helper (`since_last_start`) over a different set of pods
+`tier_evictions_annotations`, `read_tier_evictions`; the scheduler writes the same annotation
+on the TrainingJob as it evicts, which the operator counts too), and how long its current run
+has lasted (`run_s`: since the latest `status.startTime` of its running pods). The scheduler's
+moves time a run with the same helper (`since_last_start`) over a different set of pods
 (scheduler/progress.py).
 Reading is lenient, as for the wishes: an unreadable value reads as no service received (no
 tier eviction).

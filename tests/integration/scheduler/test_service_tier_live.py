@@ -11,7 +11,8 @@ copied onto its recreated pods, which the scheduler reads; the long job then wai
 scheduler's reason and does not evict the fresh job back; no GPU is double-booked; `kubectl get
 tj -o wide` shows the GPU-seconds received. A run the tier ends before any of its pods started
 (bound on nodes whose kubelet does not start them) is counted in `status.tierEvictions` all the
-same, once, and the next run's pods carry the count.
+same, once, and the next run's pods carry the count; so is a run the tier ends while no
+operator runs, its pods gone before one starts again (the scheduler's record on the job).
 """
 
 from __future__ import annotations
@@ -19,13 +20,19 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
 from gpufleet.model.contract.service import read_attained, read_tier_evictions
+from gpufleet.operator.children import worker_pod
+from gpufleet.operator.objects import TrainingJobObject
 from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.sandbox.node_manifests import KWOK_ANNOTATION
+from gpufleet.scheduler.loop_settings import SchedulerSettings
+from gpufleet.scheduler.runtime import SchedulerRuntime, api_client
+from gpufleet.settings import PlacementSettings
 from gpufleet.testing import invariants
 from gpufleet.testing.node_faults import restore_nodes
 from gpufleet.testing.operator import Kube, OperatorProcess, wait_for
@@ -157,4 +164,51 @@ def test_a_run_the_tier_ends_before_its_pods_start_is_counted(kube: Kube, ns: st
     )
     assert {read_tier_evictions(p["metadata"]["annotations"]) for p in recreated} == {2}
     assert job_status(kube, ns, "long")["tierEvictions"] == 2  # once
+    assert invariants.check(kube.core) == []
+
+
+@contextmanager
+def scheduler_alone(sandbox: Sandbox) -> Iterator[None]:
+    """The gpufleet scheduler alone (no operator), in this process, with the module's tier."""
+    runtime = SchedulerRuntime(
+        api_client(str(sandbox.kubeconfig)),
+        PlacementSettings(service_tier_gpu_s=THETA).policy(),
+        SchedulerSettings(),
+    )
+    runtime.start()
+    try:
+        yield
+    finally:
+        runtime.stop()
+
+
+def test_a_run_the_tier_ends_while_no_operator_runs_is_counted(
+    kube: Kube, ns: str, sandbox: Sandbox, operator: OperatorProcess
+) -> None:
+    # long runs past theta; the operator (and its scheduler) stops. A fresh job's workers come
+    # (made as the operator makes them) and the scheduler, running alone, evicts long for
+    # them; long's pods are gone before any operator sees them. Started again, the operator
+    # counts the run all the same, from what the scheduler wrote on the job as it evicted
+    # (before, nothing said the run was the tier's: the count stayed 0), and long's recreated
+    # workers carry it.
+    kube.create_job(ns, job("long"))
+    wait_for(lambda: started(kube, ns, "long") == 4, "long runs", 60)
+    time.sleep(THETA / GPUS + 1.0)  # past theta
+    operator.stop()
+    try:
+        kube.create_job(ns, job("fresh"))
+        fresh = TrainingJobObject.of(wait_for(lambda: kube.job(ns, "fresh"), "fresh made"))
+        for index in range(4):
+            kube.core.create_namespaced_pod(ns, worker_pod(fresh, index))
+        with scheduler_alone(sandbox):
+            wait_for(lambda: started(kube, ns, "fresh") == 4, "fresh runs", 60)
+            wait_for(lambda: not kube.job_pods(ns, "long"), "long's pods gone", 30)
+        assert "tierEvictions" not in job_status(kube, ns, "long")  # no operator saw it
+    finally:
+        operator.start()
+    wait_for(lambda: job_status(kube, ns, "long").get("tierEvictions") == 1, "long's count", 30)
+    recreated = wait_for(
+        lambda: len(p := live_pods(kube, ns, "long")) == 4 and p, "long's workers recreated", 30
+    )
+    assert {read_tier_evictions(p["metadata"]["annotations"]) for p in recreated} == {1}
     assert invariants.check(kube.core) == []

@@ -244,3 +244,25 @@ def test_a_run_the_tier_ended_is_counted_once_while_its_pods_exit_or_vanish(
     run_for(harness, 3)
     assert harness.stored["status"]["tierEvictions"] == 2
     assert {p["metadata"]["annotations"][names.TIER_EVICTIONS] for p in created(harness)} <= {"2"}
+
+
+def test_a_run_the_tier_ended_unseen_is_counted_from_the_schedulers_record(
+    harness: Harness,
+) -> None:
+    harness.running()
+    # The tier evicted the run and its pods vanished before any pass saw them (no operator ran
+    # meanwhile): only what the scheduler wrote on the job as it evicted says so.
+    harness.stored["metadata"].setdefault("annotations", {})[names.TIER_EVICTIONS] = "1"
+    harness.pods.pods = []
+    run_for(harness, 3)
+    assert harness.stored["status"]["tierEvictions"] == 1
+    new = created(harness)
+    assert new and {p["metadata"]["annotations"][names.TIER_EVICTIONS] for p in new} == {"1"}
+    # The next run evicted the same way, seen by the operator this time and recorded by the
+    # scheduler: counted once.
+    harness.pods.pods = [of_this_run(harness, worker(0)), of_this_run(harness, worker(1))]
+    run_for(harness, 10)
+    harness.stored["metadata"]["annotations"][names.TIER_EVICTIONS] = "2"
+    harness.pods.pods = [evicted(p) for p in harness.pods.pods]
+    run_for(harness, 3)
+    assert harness.stored["status"]["tierEvictions"] == 2

@@ -55,6 +55,8 @@ class FakeBinder:
         # RuntimeClass name -> the object (None: reading any fails); the names read, in turn
         self.runtime_classes: dict[str, dict[str, Any]] | None = {}
         self.runtime_class_reads: list[str] = []
+        # (job reference, count) recorded for the service tier's evictions, in turn
+        self.tier_records: list[tuple[dict[str, str], int]] = []
 
     def bind_async(self, requests: Iterable[BindRequest]) -> Future[dict[str, str | None]]:
         """Done at once, unless `hold` is set: then the test completes `held` itself."""
@@ -115,6 +117,9 @@ class FakeBinder:
 
     def job_template(self, job: Mapping[str, str]) -> dict[str, Any] | None:
         return self.templates.get(f"{job['namespace']}/{job['name']}")
+
+    def record_tier_eviction(self, job: Mapping[str, str], count: int) -> None:
+        self.tier_records.append((dict(job), count))
 
     def runtime_class(self, name: str) -> dict[str, Any] | None:
         self.runtime_class_reads.append(name)

@@ -17,6 +17,7 @@ tier and a pending one carry none.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -41,6 +42,10 @@ from gpufleet.scheduler.cluster_view import ClusterView, build_view
 CATALOG = load_catalog()
 T0 = datetime(2026, 12, 5, 3, 0, tzinfo=UTC)
 POLICY = Policy(service_tier_gpu_s=600.0)
+
+
+JOB_OWNER = {"apiVersion": "gpufleet.io/v1alpha1", "kind": "TrainingJob", "name": "long",
+             "uid": "job-long", "controller": True}  # fmt: skip
 
 
 def gq(name: str) -> dict[str, Any]:
@@ -183,12 +188,22 @@ def test_a_victim_of_the_service_tier_is_marked_so(priority: int, cause: str) ->
     fresh = [worker("fresh", r) for r in range(2)]
     for p in fresh:
         p["metadata"]["annotations"][names.PRIORITY] = str(priority)
+    # long's workers (TrainingJob long's) carry the tier's count from their creation: 1, and
+    # 2 on the rank recreated after a later eviction was counted.
+    long = copy.deepcopy(PODS[:2])
+    for p, count in zip(long, ("1", "2"), strict=True):
+        p["metadata"]["ownerReferences"] = [JOB_OWNER]
+        p["metadata"]["annotations"][names.TIER_EVICTIONS] = count
     cache = SchedulerCache()
-    load(cache, [NodeBuilder("n0").obj()], [*PODS[:2], *fresh])
+    load(cache, [NodeBuilder("n0").obj()], [*long, *fresh])
     cache.replace_queues([gq("team")])
     binder = FakeBinder()
     scheduler(cache, binder, decide=decide).run_cycle()
     assert sorted(binder.evicted) == [("ns/long-0", cause), ("ns/long-1", cause)]
+    # The tier's eviction is recorded on the job at once (one more than its pods carry), so
+    # it is counted even if they vanish before the operator sees them.
+    job = {**{k: JOB_OWNER[k] for k in ("apiVersion", "kind", "name", "uid")}, "namespace": "ns"}
+    assert binder.tier_records == ([(job, 3)] if cause == names.SERVICE_PREEMPTED_REASON else [])
 
 
 def test_a_running_gang_the_tier_evicted_carries_its_count_and_run() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from gpufleet.model.contract import names
 from gpufleet.scheduler import binder as binder_module
 from gpufleet.scheduler.binder import Binder, BindRequest
 from gpufleet.testing.operator import wait_for
@@ -79,6 +80,7 @@ class FakeCustom:
     def __init__(self, jobs: dict[tuple[str, str], dict[str, Any]]) -> None:
         self.jobs = jobs
         self.asked: list[tuple[str, str, str, str, str]] = []
+        self.patched: list[tuple[tuple[str, str, str, str, str], Any]] = []
 
     def get_namespaced_custom_object(
         self, group: str, version: str, namespace: str, plural: str, name: str
@@ -87,6 +89,12 @@ class FakeCustom:
         if (namespace, name) not in self.jobs:
             raise ApiException(status=404, reason="Not Found")
         return self.jobs[(namespace, name)]
+
+    def patch_namespaced_custom_object(
+        self, group: str, version: str, namespace: str, plural: str, name: str, body: Any
+    ) -> dict[str, Any]:
+        self.patched.append(((group, version, namespace, plural, name), body))
+        return {}
 
 
 def test_a_jobs_pod_template_is_read_for_a_trainingjob_only(
@@ -140,4 +148,23 @@ def test_a_runtime_class_is_read_by_name_at_each_call(monkeypatch: pytest.Monkey
     # Edited under the same name: the next read sees it.
     node.classes["kata"] = {"handler": "kata"}
     assert binder.runtime_class("kata") == {"handler": "kata"}
+    binder.close()
+
+
+def test_the_tiers_eviction_is_recorded_on_a_trainingjob_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    custom = FakeCustom({})
+    monkeypatch.setattr(binder_module.client, "CustomObjectsApi", lambda _api: custom)
+    binder = Binder(FakeCore())  # type: ignore[arg-type]
+    job = {"apiVersion": "gpufleet.io/v1alpha1", "kind": "TrainingJob", "namespace": "ns"}
+    binder.record_tier_eviction({**job, "name": "long"}, 3)
+    bare = {"apiVersion": "v1", "kind": "Pod", "namespace": "ns", "name": "p"}
+    binder.record_tier_eviction(bare, 1)  # a gang of bare pods: nothing to record on
+    assert custom.patched == [
+        (
+            ("gpufleet.io", "v1alpha1", "ns", "trainingjobs", "long"),
+            {"metadata": {"annotations": {names.TIER_EVICTIONS: "3"}}},
+        )
+    ]
     binder.close()
