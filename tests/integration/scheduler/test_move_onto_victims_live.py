@@ -172,7 +172,7 @@ def test_a_gang_moved_onto_a_victims_gpus_waits_for_it_with_its_reservation(
             assert _now(kube, ns, filler, uids[filler]) is not None
             time.sleep(0.2)
         assert invariants.check(kube.core) == []
-    (again,) = wait_for(lambda: kube.bound(ns, mover, started=True), f"{mover} running again", 60)
+    (again,) = wait_for(lambda: kube.bound(ns, mover, started=True), f"{mover} running again", 120)
     assert again["spec"]["nodeName"] == node
     assert kube.bound(ns, "rival") == []
     (runs,) = wait_for(lambda: kube.bound(ns, "lender", started=True), "the lender running", 60)
@@ -223,7 +223,7 @@ def test_the_moved_keepers_queue_is_charged_once_while_its_old_pod_exits(
             assert _now(kube, ns, filler, uids[filler]) is not None
             time.sleep(0.2)
         assert invariants.check(kube.core) == []
-    (again,) = wait_for(lambda: kube.bound(ns, mover, started=True), f"{mover} running again", 60)
+    (again,) = wait_for(lambda: kube.bound(ns, mover, started=True), f"{mover} running again", 120)
     assert again["spec"]["nodeName"] == node
     assert "was dropped" not in kube.scheduled_message(ns, mover)
     assert kube.bound(ns, "rival") == []
@@ -265,6 +265,6 @@ def test_a_dropped_reservations_text_goes_once_the_gang_waits_for_another_reason
             assert "was dropped" not in then, then
         finally:
             _keeper_nominal(kube, 1)
-    (runs,) = wait_for(lambda: kube.bound(ns, mover, started=True), f"{mover} running again", 60)
+    (runs,) = wait_for(lambda: kube.bound(ns, mover, started=True), f"{mover} running again", 120)
     assert runs["spec"]["nodeName"] != node
     assert invariants.check(kube.core) == []
