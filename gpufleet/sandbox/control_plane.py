@@ -29,7 +29,14 @@ import yaml
 from gpufleet.admin.tls import ensure_self_signed
 from gpufleet.model.fleet import load_fleet
 from gpufleet.model.migparted import load_default_configs
-from gpufleet.sandbox import fleetnodes, kwok_readiness, processes, serving_stand_in, supervisor
+from gpufleet.sandbox import (
+    fleetnodes,
+    kwok_grace,
+    kwok_readiness,
+    processes,
+    serving_stand_in,
+    supervisor,
+)
 from gpufleet.sandbox.binaries import Binaries, ensure_binaries
 from gpufleet.sandbox.node_manifests import fleet_manifests, sandbox_pool_check
 from gpufleet.sandbox.pki import ensure_pki, issue_client_cert, write_kubeconfig
@@ -42,13 +49,13 @@ MIG_CONFIGMAP = "default-mig-parted-config"
 FAKE_NODE_IP = "198.51.100.1"
 FAKE_POD_CIDR = "10.244.0.0/16"
 # kwok stages from its module: nodes become Ready and keep a lease; bound pods become Running;
-# deleted pods go away (there is no kubelet to confirm deletion); and `kwok_readiness`'s own
-# stages: Ready follows the pods' readiness gates, as a kubelet's does.
+# `kwok_grace`'s: deleted pods go away (there is no kubelet to confirm deletion), at once or, when
+# a pod asks, after its grace period; and `kwok_readiness`'s own stages: Ready follows the pods'
+# readiness gates, as a kubelet's does.
 KWOK_STAGES = (
     "node/fast/node-initialize.yaml",
     "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
     "pod/fast/pod-ready.yaml",
-    "pod/fast/pod-delete.yaml",
 )
 KWOK_WORKERS = 32  # parallel node stages, pod stages and node-lease renewals in kwok
 # Start order; `down` stops in reverse. The operator is optional (`up(operator=True)`): tests
@@ -526,7 +533,7 @@ class Sandbox:
         lease = fleetnodes.NODE_LEASE_S * heartbeat_factor
         config = self.state_dir / "kwok.yaml"
         stages = [(b.kwok_stages / stage).read_text() for stage in KWOK_STAGES]
-        stages += [yaml.safe_dump(stage) for stage in kwok_readiness.STAGES]
+        stages += [yaml.safe_dump(stage) for stage in (*kwok_grace.STAGES, *kwok_readiness.STAGES)]
         config.write_text("\n---\n".join([yaml.safe_dump(_kwok_configuration()), *stages]))
         return [
             str(b.kwok), f"--kubeconfig={self.kubeconfig}", f"--config={config}",

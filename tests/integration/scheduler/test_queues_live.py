@@ -7,8 +7,10 @@ Two teams share the 16 T4 GPUs of the default fleet, each with a nominal quota o
   the shares);
 - when A's job arrives, one whole gang of B is preempted and A's job runs; the time from A's
   job's creation to its pods bound is printed and stays within one scheduler cycle plus the
-  victims' grace period (plus the operator's and kwok's reaction, bounded below); B's evicted
-  job waits with QuotaExceeded naming the queue, the type and the numbers;
+  victims' grace period (plus the operator's and kwok's reaction, bounded below); B's pods
+  take their whole grace period to go (kwok's stage `kwok_grace.HONOUR_GRACE`), so A's job
+  cannot be bound sooner; B's evicted job waits with QuotaExceeded naming the queue, the type
+  and the numbers;
 - a job naming a queue that does not exist waits with QueueNotFound, and runs once the queue is
   created (queues and jobs may come in any order);
 - a job whose priority is outside its queue's range waits with QueueNotAllowed;
@@ -26,6 +28,7 @@ from typing import Any
 import pytest
 
 from gpufleet.model.contract import names
+from gpufleet.sandbox import kwok_grace
 from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.testing import invariants
@@ -36,8 +39,8 @@ pytestmark = pytest.mark.integration
 SUFFIX = uuid.uuid4().hex[:6]
 TEAM_A, TEAM_B, LATE = f"team-a-{SUFFIX}", f"team-b-{SUFFIX}", f"late-{SUFFIX}"
 GROUP, VERSION = "gpufleet.io", "v1alpha1"
-# The victims' pods: the API server's default grace period (the pod template sets none).
-VICTIM_GRACE_S = 30.0
+# The victims' grace period: their pods stay (holding their GPUs) this long once deleted.
+VICTIM_GRACE_S = 5
 # What the operator (recreating nothing here: it only watches) and kwok (deleting the evicted
 # pods, reporting the new ones Running) add to a scheduler cycle; measured at 1-3 s here.
 REACTION_S = 10.0
@@ -52,9 +55,15 @@ def _queue(name: str, t4: int, **spec: Any) -> dict[str, Any]:
     }
 
 
-def _job(name: str, queue: str, replicas: int, priority: int = 0) -> dict[str, Any]:
+def _job(
+    name: str, queue: str, replicas: int, priority: int = 0, grace: int | None = None
+) -> dict[str, Any]:
     manifest = training_job(name, replicas, gpus=4, gpu_type="T4", priority=priority)
     manifest["spec"]["queue"] = queue
+    if grace is not None:  # its pods go only once their grace period is over
+        template = manifest["spec"]["template"]
+        template["metadata"] = {"annotations": {kwok_grace.HONOUR_GRACE: "true"}}
+        template["spec"]["terminationGracePeriodSeconds"] = grace
     return manifest
 
 
@@ -101,7 +110,7 @@ def test_borrow_while_idle_then_reclaim_by_preemption(
 ) -> None:
     # Team B alone: two gangs of 2 x 4 T4 each, 16 GPUs, 8 of them borrowed from team A.
     for job in ("b1", "b2"):
-        kube.create_job(ns, _job(job, TEAM_B, 2))
+        kube.create_job(ns, _job(job, TEAM_B, 2, grace=VICTIM_GRACE_S))
     for job in ("b1", "b2"):
         wait_for(lambda j=job: kube.phase(ns, j) == "Running", f"{job} Running", 60)
     used = _bound_gpus(kube, ns, "b1") + _bound_gpus(kube, ns, "b2")
@@ -135,8 +144,10 @@ def test_borrow_while_idle_then_reclaim_by_preemption(
     latency = time.monotonic() - started
     bound = SchedulerSettings().resync_s + VICTIM_GRACE_S + REACTION_S
     print(f"[queues] lender's job bound {latency:.1f}s after creation (bound {bound:.0f}s)")
-    assert latency <= bound
+    # Not before the victims' pods are gone (deletionTimestamp has whole seconds: 1 s early).
+    assert VICTIM_GRACE_S - 1 <= latency <= bound
     wait_for(lambda: kube.phase(ns, "a1") == "Running", "a1 Running", 30)
+    print(f"[queues] lender's job Running {time.monotonic() - started:.1f}s after creation")
     running = wait_for(
         lambda: [j for j in ("b1", "b2") if _bound_gpus(kube, ns, j) == 8],
         "one of team B's gangs still bound",
