@@ -2,7 +2,8 @@
 
 Aspects under test, in order (one install shared by the module; the last test uninstalls):
 - `helm install` creates every object of the chart and the Deployment's pods (kwok's fake
-  pods) become Ready; the time it takes is printed;
+  pods) become Ready; the time it takes is printed; the default GPUQueue, deleted from the
+  sandbox first, is created by the chart (a cluster that lacks it gets it);
 - the ServiceAccount's effective permissions (`kubectl auth can-i --list`) are exactly the list
   kept here, cluster-wide and in the release's namespace: a widened role is a visible diff;
 - the RBAC proof: `gpufleet operator`, run with the Deployment's own arguments and settings
@@ -38,6 +39,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gpufleet.model.contract import names
+from gpufleet.model.gpuqueue_policy import DEFAULT_QUEUE, default_queue
 from gpufleet.sandbox.binaries import ensure_binaries
 from gpufleet.sandbox.control_plane import Sandbox
 from gpufleet.scheduler.mig_request import CONFIG_PREFIX
@@ -134,14 +136,24 @@ def release(sandbox: Sandbox, kube: Kube) -> Iterator[float]:
     applied the same files); yields the seconds from `helm install` to every pod Ready."""
     # Operators of earlier test modules left their Lease; the chart owns that object.
     sandbox.kubectl("delete", "lease", "gpufleet-operator", "-n", NAMESPACE, "--ignore-not-found")
-    started = time.monotonic()
-    helm(sandbox, "install", RELEASE, str(CHART), "-n", NAMESPACE, "--force-conflicts", *VALUES)
-    wait_for(lambda: _deployment_ready(kube), "the operator's pods Ready", 120)
-    elapsed = time.monotonic() - started
-    print(f"[chart] install to ready: {elapsed:.1f}s")
-    yield elapsed
-    if helm(sandbox, "status", RELEASE, "-n", NAMESPACE, check=False).returncode == 0:
-        helm(sandbox, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
+    # The sandbox made the default queue with the CRDs; the chart must make it where it is
+    # missing (its template creates it only then).
+    sandbox.kubectl("delete", "gq", DEFAULT_QUEUE, "--ignore-not-found")
+    try:
+        started = time.monotonic()
+        helm(sandbox, "install", RELEASE, str(CHART), "-n", NAMESPACE, "--force-conflicts", *VALUES)
+        wait_for(lambda: _deployment_ready(kube), "the operator's pods Ready", 120)
+        elapsed = time.monotonic() - started
+        print(f"[chart] install to ready: {elapsed:.1f}s")
+        yield elapsed
+        if helm(sandbox, "status", RELEASE, "-n", NAMESPACE, check=False).returncode == 0:
+            helm(sandbox, "uninstall", RELEASE, "-n", NAMESPACE, "--wait")
+    finally:
+        # Later modules' jobs use it (kept by helm's uninstall; made again if the install failed).
+        if sandbox.kubectl("get", "gq", DEFAULT_QUEUE, check=False).returncode != 0:
+            kube.custom.create_cluster_custom_object(
+                "gpufleet.io", "v1alpha1", "gpuqueues", default_queue()
+            )
 
 
 def test_install_creates_every_object(sandbox: Sandbox, release: float) -> None:
@@ -157,6 +169,14 @@ def test_install_creates_every_object(sandbox: Sandbox, release: float) -> None:
     for crd in CRDS:
         sandbox.kubectl("get", "crd", crd)
     assert release < 120
+
+
+def test_the_default_queue_is_created_where_missing(sandbox: Sandbox, release: float) -> None:
+    found = json.loads(sandbox.kubectl("get", "gq", DEFAULT_QUEUE, "-o", "json").stdout)
+    meta = found["metadata"]
+    assert meta["annotations"]["meta.helm.sh/release-name"] == RELEASE  # helm made it
+    assert meta["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert found["spec"] == {"weight": 1.0}  # no quota: jobs naming no queue only borrow
 
 
 def _kept(doc: dict[str, Any]) -> bool:
