@@ -7,7 +7,9 @@ preemption and CP-SAT then ask it (and only it) about queues:
   QueueNotAllowed); a refused gang takes no quota and counts in no queue's fair share;
 - in which order pending gangs are tried (`order`, fairshare.py);
 - whether a gang fits its queue's quota on a GPU type, and with how many replicas
-  (`allows`, `replicas_allowed`), and the usage it then adds (`take`);
+  (`allows`, `replicas_allowed`), and the usage it then adds (`take`); a gang outside every
+  queue (none named) is held to the rules of a top-level queue with nominal 0 (quota.py ROOT):
+  it only borrows, and a queue within its nominal quota reclaims it;
 - which running gangs a stuck gang may evict (`may_evict`): never one a disruption budget
   protects now (`RunningGang.disruptable`); inside its own queue, preemptible gangs of lower
   rank (priority, then the service tier: service_tier.py, but not a gang the tier evicted
@@ -114,13 +116,13 @@ class QueueGate:
         return Charge(gang.queue, resource, gang.gpus_needed(replicas))
 
     def allows(self, gang: Gang, gpu_type: str, replicas: int) -> bool:
-        """`replicas` replicas of the gang on `gpu_type` fit its queue's quota."""
-        if gang.queue is None:
-            return True
-        if not self.tree.usable(gang.queue):
+        """`replicas` replicas of the gang on `gpu_type` fit its queue's quota (outside every
+        queue: ROOT's, nominal 0)."""
+        if gang.queue is not None and not self.tree.usable(gang.queue):
             return False
         charge = self.charge(gang, gpu_type, replicas)
-        return self.book.fits(gang.queue, charge.resource, charge.amount, gang.preemptible)
+        home = self._home(gang.queue)
+        return self.book.fits(home, charge.resource, charge.amount, gang.preemptible)
 
     def replicas_allowed(self, gang: Gang, gpu_type: str, upto: int) -> int:
         """The most replicas (at least the gang's minimum, at most `upto`) the quota allows;
@@ -215,14 +217,13 @@ class QueueGate:
     def quota_reason(self, gang: Gang, types: Sequence[str]) -> Pending | None:
         """QuotaExceeded (or WaitingForReclaim for a gang within its nominal quota) when the
         gang fits its queue's quota on none of `types`; None when it fits on one."""
-        if gang.queue is None or not types:
+        if (gang.queue is not None and not self.tree.usable(gang.queue)) or not types:
             return None
+        home = self._home(gang.queue)
         texts: list[str] = []
         for gpu_type in types:
             charge = self.charge(gang, gpu_type, gang.replicas_min)
-            short = self.book.shortfall(
-                gang.queue, charge.resource, charge.amount, gang.preemptible
-            )
+            short = self.book.shortfall(home, charge.resource, charge.amount, gang.preemptible)
             if short is None or not short.quota:
                 return None  # fits, or only the GPUs in use stop it: a capacity reason
             texts.append(short.text)

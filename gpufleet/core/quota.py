@@ -16,6 +16,12 @@ theirs. A non-preemptible gang may not borrow what could have to be reclaimed: i
 within the nominal quota of its queue and every ancestor, or take only capacity no queue is
 promised at all (KAI Scheduler's rule that non-preemptible workloads run within quota).
 
+Gangs outside every queue (pods naming none) are held to the same rules as one more top-level
+queue, ROOT, with nominal 0 on every resource and no borrowing limit: they only borrow, so a
+queue within its nominal quota reclaims them, and a non-preemptible one takes only capacity no
+queue is promised (as Kueue and KAI treat a workload no quota covers). Without it such a gang
+took a queue's idle nominal quota and, non-preemptible, kept it from the queue for good.
+
 A queue *borrows* a resource while its subtree uses more than its nominal quota; only gangs of
 borrowing queues are taken back by reclaim (reclaim.py).
 """
@@ -29,7 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
-from gpufleet.core.queues import QueueTree, resource_key, split_resource
+from gpufleet.core.queues import NO_QUOTA, QueueTree, Quota, resource_key, split_resource
 from gpufleet.core.snapshot import RunningGang, Snapshot
 
 __all__ = ["Charge", "QuotaBook", "Shortfall", "running_charge"]
@@ -135,8 +141,12 @@ class QuotaBook:
         return queue if queue is not None and self.tree.usable(queue) else ROOT
 
     def used(self, queue: str, resource: str) -> int:
-        """Usage of the queue's subtree."""
+        """Usage of the queue's subtree (ROOT: of the gangs outside every queue)."""
         return self.sub.get(queue, _NONE)[resource]
+
+    def quota(self, queue: str, resource: str) -> Quota:
+        """The queue's quota of `resource`; ROOT's is nominal 0 with no limits (docstring)."""
+        return NO_QUOTA if queue == ROOT else self.tree.queues[queue].quota(resource)
 
     def outside(self, resource: str) -> int:
         """Usage of gangs outside any usable queue."""
@@ -144,16 +154,15 @@ class QuotaBook:
 
     def borrowing(self, queue: str, resource: str) -> bool:
         """The queue's subtree uses more than its nominal quota of `resource`."""
-        return self.used(queue, resource) > self.tree.queues[queue].quota(resource).nominal
+        return self.used(queue, resource) > self.quota(queue, resource).nominal
 
     def borrowed(self, queue: str, resource: str) -> int:
-        return max(0, self.used(queue, resource) - self.tree.queues[queue].quota(resource).nominal)
+        return max(0, self.used(queue, resource) - self.quota(queue, resource).nominal)
 
     def _add(self, home: str, resource: str, amount: int) -> None:
         self.own.setdefault(home, Counter())[resource] += amount
-        if home != ROOT:
-            for name in self.tree.path(home):
-                self.sub.setdefault(name, Counter())[resource] += amount
+        for name in self.tree.path(home) if home != ROOT else (ROOT,):
+            self.sub.setdefault(name, Counter())[resource] += amount
         self._effective = {k: v for k, v in self._effective.items() if k[1] != resource}
 
     def hold(self, gang_id: str, charge: Charge) -> None:
@@ -188,8 +197,9 @@ class QuotaBook:
         return self._effective[key]
 
     def _levels(self, queue: str, resource: str, amount: int) -> Iterable[tuple[str, int, float]]:
-        """(level, load with `amount` added to `queue`, limit) from the queue up to the root."""
-        path = self.tree.path(queue)
+        """(level, load with `amount` added to `queue`, limit) from the queue up to the root;
+        for `queue` ROOT (outside every queue), the root's only."""
+        path = self.tree.path(queue) if queue != ROOT else ()
         below: str | None = None
         below_effective = 0
         for name in path:
@@ -199,7 +209,7 @@ class QuotaBook:
             load += sum(self.effective(k, resource) for k in self.tree.kids(name) if k != below)
             yield name, load, spec.quota(resource).ceiling
             below, below_effective = name, max(load, spec.quota(resource).kept)
-        load = self.outside(resource) + below_effective
+        load = self.outside(resource) + below_effective + (amount if queue == ROOT else 0)
         load += sum(self.effective(k, resource) for k in self.tree.kids(None) if k != below)
         yield ROOT, load, float(self.capacity(resource))
 
@@ -221,12 +231,20 @@ class QuotaBook:
         )
 
     def safe_unreclaimable(self, queue: str, resource: str, amount: int) -> bool:
-        """Within nominal all the way up, or only capacity that no queue is promised."""
-        path = self.tree.path(queue)
+        """Within nominal all the way up, or only capacity that no queue is promised (ROOT,
+        with nominal 0: the latter only)."""
         queues = self.tree.queues
-        if all(self.used(a, resource) + amount <= queues[a].quota(resource).nominal for a in path):
-            return True
-        top = path[-1]
+        if queue == ROOT:
+            if amount <= 0:
+                return True
+            path: tuple[str, ...] = ()
+        else:
+            path = self.tree.path(queue)
+            if all(
+                self.used(a, resource) + amount <= queues[a].quota(resource).nominal for a in path
+            ):
+                return True
+        top = path[-1] if path else ROOT
         promised = sum(
             max(
                 self.used(t, resource) + (amount if t == top else 0),
@@ -234,12 +252,12 @@ class QuotaBook:
             )
             for t in self.tree.kids(None)
         )
-        return self.outside(resource) + promised <= self.capacity(resource)
+        outside = self.outside(resource) + (amount if queue == ROOT else 0)
+        return outside + promised <= self.capacity(resource)
 
     def entitled(self, queue: str, resource: str, amount: int) -> bool:
         """`amount` more keeps the queue within its own nominal quota (so it may reclaim)."""
-        nominal = self.tree.queues[queue].quota(resource).nominal
-        return self.used(queue, resource) + amount <= nominal
+        return self.used(queue, resource) + amount <= self.quota(queue, resource).nominal
 
     def room(self, queue: str, resource: str, upto: int, preemptible: bool = True) -> int:
         """The most of `resource` (at most `upto`) the queue could take now."""
@@ -267,12 +285,20 @@ class QuotaBook:
             is_quota = level != ROOT or bool(self._kept(None, resource))
             if not is_quota and self._beyond_guarantees(queue, resource, need):
                 is_quota = True
-                nominal = self.tree.queues[queue].quota(resource).nominal
+                nominal = self.quota(queue, resource).nominal
                 text += (
-                    f"; beyond its nominal quota ({self.used(queue, resource)} of {nominal} "
+                    "; it has no nominal quota and the rest is the queues' nominal quota, in use"
+                    if queue == ROOT
+                    else f"; beyond its nominal quota ({self.used(queue, resource)} of {nominal} "
                     "used) the rest is other queues' nominal quota, in use"
                 )
             return Shortfall(resource, need, room, text, is_quota)
+        if queue == ROOT:
+            text = (
+                f"{_who(queue)} needs {what}; a non-preemptible job in no queue may use only "
+                f"capacity no queue is promised ({room} free)"
+            )
+            return Shortfall(resource, need, room, text)
         quota = self.tree.queues[queue].quota(resource)
         text = (
             f"queue {queue} needs {what}; a non-preemptible job may use only its queues' "
@@ -288,7 +314,7 @@ class QuotaBook:
         Otherwise the GPUs are in use by borrowers or the queue itself: a capacity reason."""
         if self.entitled(queue, resource, need):
             return False
-        top = self.tree.path(queue)[-1]
+        top = self.tree.path(queue)[-1] if queue != ROOT else ROOT
         guaranteed = sum(
             max(min(self.used(t, resource), nominal), kept)
             for t in self.tree.kids(None)
@@ -296,7 +322,9 @@ class QuotaBook:
             for nominal, kept in [(self.tree.queues[t].quota(resource).nominal,
                                    self.tree.queues[t].quota(resource).kept)]
         )  # fmt: skip
-        room = self.capacity(resource) - self.outside(resource) - guaranteed
+        room = self.capacity(resource) - guaranteed
+        if top != ROOT:  # for ROOT, the outside usage is its own, `used(top)`
+            room -= self.outside(resource)
         return self.used(top, resource) + need > room
 
     def _kept(self, parent: str | None, resource: str) -> list[tuple[str, int]]:
@@ -315,7 +343,7 @@ class QuotaBook:
             )
             detail = "".join(f", {t} keeps {k} it does not lend" for t, k in kept)
             return (
-                f"queue {queue} needs {what}; of the cluster's {self.capacity(resource)}, "
+                f"{_who(queue)} needs {what}; of the cluster's {self.capacity(resource)}, "
                 f"{used} are in use{detail}"
             )
         quota = self.tree.queues[level].quota(resource)
@@ -326,6 +354,10 @@ class QuotaBook:
         )
         kept = self._kept(level, resource)
         return text + "".join(f", {k} keeps {n} it does not lend" for k, n in kept)
+
+
+def _who(queue: str) -> str:
+    return "a job in no queue" if queue == ROOT else f"queue {queue}"
 
 
 def _units(resource: str, count: int) -> str:

@@ -116,12 +116,12 @@ class _ResourceQuota:
         now = book.outside(resource) + sum(
             book.effective(t, resource) for t in self.tree.kids(None)
         )
-        # Gangs outside any queue are not held to the queues' account (QueueGate.allows).
-        every = _sum([o.amount for home, opts in self.homes.items() if home != ROOT for o in opts])
+        # Gangs outside every queue count as a top-level queue with nominal 0 (quota.py ROOT).
+        every = _sum([o.amount for opts in self.homes.values() for o in opts])
         self._at_most(outside + _sum(tops), now, book.capacity(resource), every)
         for home, opts in sorted(self.homes.items()):
             for o in opts:
-                if home != ROOT and not o.gang.preemptible:
+                if not o.gang.preemptible:
                     self._non_preemptible(home, o, outside)
 
     def _own(self, home: str) -> Any:
@@ -164,7 +164,9 @@ class _ResourceQuota:
         within = model.new_bool_var(f"within_nominal[{key}]")
         unpromised = model.new_bool_var(f"unpromised[{key}]")
         model.add_bool_or([within, unpromised]).only_enforce_if(option.admit)
-        for name in tree.path(home):
+        if home == ROOT:
+            model.add(within == 0)  # ROOT's nominal is 0
+        for name in tree.path(home) if home != ROOT else ():
             nominal = tree.queues[name].quota(resource).nominal
             used = book.used(name, resource) + self.added[name]
             model.add(used <= nominal).only_enforce_if(within)

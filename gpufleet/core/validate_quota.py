@@ -14,7 +14,9 @@ the decision, and reports:
   victims give back must wait for them (preempt.py `quota_waits`); before any wait was
   checked, one bound at once kept its queue over its limit for the victims' grace period;
 - an admitted non-preemptible gang that borrows what a reclaim might need back (neither within
-  nominal all the way up nor on capacity no queue is promised);
+  nominal all the way up nor on capacity no queue is promised); a gang outside every queue
+  counts as one of a top-level queue with nominal 0 (quota.py ROOT), so one of them must fit
+  capacity no queue is promised (outside-queue usage is in the cluster's load above already);
 - a preemption across queues that is not a reclaim: the victim's queue did not borrow the
   victim's resource, or the winner's queue would go above its own nominal quota. The engine
   decides each reclaim on its working account, after the evictions and placements it made
@@ -166,10 +168,12 @@ def quota_problems(
     problems.extend(_start_problems(snapshot, tree, old, before, gangs, running, decision))
     for placement in decision.placements:
         admitted = gangs.get(placement.gang_id)
-        if admitted is None or admitted.preemptible or _home(tree, admitted.queue) is None:
+        if admitted is None or admitted.preemptible:
             continue
+        if admitted.queue is not None and not tree.usable(admitted.queue):
+            continue  # reported above
         resource = resource_key(placement.gpu_type, admitted.mig_profile)
-        if not _safe(snapshot, tree, new, admitted.queue or "", resource):
+        if not _safe(snapshot, tree, new, admitted.queue, resource):
             problems.append(
                 f"non-preemptible {admitted.id} borrows {resource} that may be reclaimed"
             )
@@ -449,10 +453,15 @@ def _limit_problems(
     return out
 
 
-def _safe(snapshot: Snapshot, tree: QueueTree, new: _Account, queue: str, resource: str) -> bool:
+def _safe(
+    snapshot: Snapshot, tree: QueueTree, new: _Account, queue: str | None, resource: str
+) -> bool:
+    """Within nominal all the way up, or within capacity no queue is promised; outside every
+    queue (None: nominal 0), only the latter."""
     queues = tree.queues
-    path = tree.path(queue)
-    if all(new.subtree(a, resource) <= queues[a].quota(resource).nominal for a in path):
+    if queue is not None and all(
+        new.subtree(a, resource) <= queues[a].quota(resource).nominal for a in tree.path(queue)
+    ):
         return True
     promised = sum(
         max(new.subtree(t, resource), queues[t].quota(resource).nominal) for t in tree.kids(None)

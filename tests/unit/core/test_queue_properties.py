@@ -56,7 +56,8 @@ def trees(draw: st.DrawFn) -> QueueTree:
 def queued(draw: st.DrawFn) -> tuple[Snapshot, list[Gang]]:
     snapshot = draw(clusters())
     tree = draw(trees())
-    names = [*tree.queues, "missing"]
+    # None: a gang outside every queue (pods naming none), held as a queue with nominal 0.
+    names = [*tree.queues, None, "missing"]
     running = tuple(replace(r, queue=draw(st.sampled_from(names[:-1]))) for r in snapshot.running)
     pending = [
         replace(g, queue=draw(st.sampled_from(names)), preemptible=draw(st.booleans()))
@@ -66,7 +67,7 @@ def queued(draw: st.DrawFn) -> tuple[Snapshot, list[Gang]]:
 
 
 def busy_nodes(
-    draw: st.DrawFn, gpu_type: str, sizes: tuple[int, ...], queues: list[str]
+    draw: st.DrawFn, gpu_type: str, sizes: tuple[int, ...], queues: list[str | None]
 ) -> ClusterBuilder:
     """One to three 8-GPU nodes of `gpu_type`, every GPU held by a running gang of a size drawn
     from `sizes`, of random queue and priority, most of them preemptible."""
@@ -100,14 +101,15 @@ def contended(draw: st.DrawFn) -> tuple[Snapshot, list[Gang]]:
         parent = "a" if i == 3 and draw(st.booleans()) else None
         specs.append(QueueSpec(name, parent, 1.0, {gpu_type: quota}))
     tree = QueueTree.build(specs)
-    builder = busy_nodes(draw, gpu_type, (1, 2, 4), list(tree.queues))
+    builder = busy_nodes(draw, gpu_type, (1, 2, 4), [*tree.queues, None])
     pending = [
         gang(
             f"p{i}",
             gpu_type,
             gpus=draw(st.sampled_from((1, 2, 4))),
             priority=draw(st.integers(0, 3)),
-            queue=draw(st.sampled_from(list(tree.queues))),
+            preemptible=draw(st.integers(0, 3)) > 0,
+            queue=draw(st.sampled_from([*tree.queues, None])),
         )
         for i in range(draw(st.integers(1, 4)))
     ]
@@ -196,8 +198,8 @@ def test_reclaim_takes_borrowers_only_for_gangs_within_nominal(
             assert victim.queue == winner.queue and victim.priority < winner.priority
             continue
         assert victim.queue != winner.queue and winner.queue is not None
-        charge = running_charge(victim)
-        assert most.borrowing(victim.queue or "", charge.resource)
+        charge = running_charge(victim)  # outside every queue: ROOT, which borrows all it uses
+        assert most.borrowing(most.home(victim.queue), charge.resource)
         need = resource_key(victim.gpu_type, winner.mig_profile)
         assert least.entitled(winner.queue, need, winner.gpus_needed(winner.replicas_min))
 
