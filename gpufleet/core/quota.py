@@ -323,9 +323,11 @@ class QuotaBook:
                                    self.tree.queues[t].quota(resource).kept)]
         )  # fmt: skip
         room = self.capacity(resource) - guaranteed
-        if top != ROOT:  # for ROOT, the outside usage is its own, `used(top)`
-            room -= self.outside(resource)
-        return self.used(top, resource) + need > room
+        if top == ROOT:
+            # Outside every queue, what it uses comes back as its gangs end (nothing else is
+            # charged there): only the queues' guarantees make it a quota reason.
+            return need > room
+        return self.used(top, resource) + need > room - self.outside(resource)
 
     def _kept(self, parent: str | None, resource: str) -> list[tuple[str, int]]:
         """Children of `parent` (None: the top level) keeping unused nominal they do not lend."""

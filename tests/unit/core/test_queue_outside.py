@@ -94,6 +94,26 @@ def test_a_gang_in_no_queue_does_not_take_what_a_queue_keeps(engine: Engine) -> 
     )
 
 
+def test_a_gang_in_no_queue_on_a_fleet_its_like_fill_waits_for_gpus() -> None:
+    """Gangs outside every queue hold all 16 GPUs; `own`'s nominal 8 is idle: the next gang of
+    no queue waits for GPUs (InsufficientFreeGpus, as without queues: they come back as those
+    gangs end), not for quota. With `own` using its nominal 8, what is left is short of the
+    16 even once every gang of no queue ends: quota."""
+    for first, expected in ((None, PendingReason.INSUFFICIENT_GPUS), ("own", None)):
+        snapshot = (
+            cluster()
+            .nodes_of("h", H100, 2)
+            .run("x0", "h0", tuple(range(8)), queue=first)
+            .run("x1", "h1", tuple(range(8)))
+            .queues(queues(8))
+            .build()
+        )
+        decision = decide(snapshot, [gang("bare", gpus=8, replicas=2)], Engine.GREEDY)
+        reason = decision.pending_for("bare")
+        assert reason is not None
+        assert reason.reason is (expected or PendingReason.QUOTA_EXCEEDED), reason
+
+
 @ENGINES
 def test_without_queues_a_gang_in_no_queue_has_no_quota_at_all(engine: Engine) -> None:
     """No queue objects (no gate) or none listed (an empty tree): nothing is promised."""
