@@ -411,12 +411,13 @@ def quota_waits(
     over its limits while victims run in their grace period, and a gang does not wait for a
     victim whose quota it does not need.
 
-    A gang of no queue fits at once. A placement that does not fit even with every victim on
-    its type gone (the engine charged in another order), or that would have to be checked in
-    more than `MAX_START_STATES` states (unions of earlier placements' awaited sets), awaits,
-    if it evicts nothing, every victim on its type (the decision's own account covers it), and
-    if it is a preemptor, its own victims only (as before these checks). Moves are left out of
-    the account."""
+    A gang of no queue is checked as one of ROOT, a top-level queue with nominal 0 (quota.py),
+    by the strict check only (not the no-worse one). A placement that does not fit even with
+    every victim on its type gone (the engine charged in another order), or that would have to
+    be checked in more than `MAX_START_STATES` states (unions of earlier placements' awaited
+    sets), awaits, if it evicts nothing, every victim on its type (the decision's own account
+    covers it), and if it is a preemptor, its own victims only (as before these checks). Moves
+    are left out of the account."""
     if not decision.preemptions:
         return decision
     account = gate.copy()
