@@ -12,7 +12,7 @@ from placement_builders import checked_decision, cluster, gang
 from gpufleet.core.decision import Decision, PendingReason
 from gpufleet.core.demand import Gang
 from gpufleet.core.policy import Engine
-from gpufleet.core.snapshot import Snapshot
+from gpufleet.core.snapshot import RunProgress, Snapshot
 from gpufleet.core.spread_hold import HOLD_S
 from gpufleet.core.workload import TaskShape, WorkloadEstimate
 
@@ -68,11 +68,14 @@ def test_a_mild_spread_on_the_faster_type_is_still_taken(engine: Engine) -> None
 
 
 def half_full_h100s_only() -> Snapshot:
-    """Four 8-GPU H100 nodes with 4 GPUs free on each: 16 free, but no 2 nodes hold 16."""
+    """Four 8-GPU H100 nodes with 4 GPUs free on each: 16 free, but no 2 nodes hold 16 until
+    the gangs on them end, expected in 5 minutes (packed room in sight)."""
     builder = cluster().nodes_of("h", "H100-80GB", 4)
     for i in range(4):
         builder.run(f"r{i}", f"h{i}", (0, 1, 2, 3))
-    return builder.build()
+    snapshot = builder.build()
+    soon = RunProgress(expected_remaining_s=300.0)
+    return replace(snapshot, running=tuple(replace(r, progress=soon) for r in snapshot.running))
 
 
 def waiting_wide(spread_speed: float, waited_s: float) -> Gang:
