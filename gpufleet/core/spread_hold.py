@@ -15,8 +15,8 @@ pass: a 24-GPU gang waited 4.6 h after a hold of 20 s). Two held gangs never cou
 node's room.
 
 Keeping the room's free GPUs for a held gang as well (a reservation) was measured and not kept:
-it made CP-SAT's worst tenant worse on a diagnosis sample (bench/README.md, Queues, the pass on
-this module's room).
+it made CP-SAT's worst tenant worse on a diagnosis sample (bench/README.md, Queues, forty-sixth
+pass).
 """
 
 from __future__ import annotations
