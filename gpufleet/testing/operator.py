@@ -315,6 +315,15 @@ class Kube:
                 return dict(c)
         return None
 
+    def waiting_reason(self, namespace: str, name: str) -> tuple[str, str] | None:
+        """The job's pending reason and message once the scheduler has given one (its
+        `Admitted` condition False for a reason other than `WaitingForScheduler`, which pods
+        carry until a cycle has seen them); None before or once admitted."""
+        found = self.condition(namespace, name, "Admitted")
+        if found is None or found["status"] != "False" or found["reason"] == "WaitingForScheduler":
+            return None
+        return str(found["reason"]), str(found["message"])
+
     def events(self, namespace: str, name: str) -> list[dict[str, Any]]:
         raw: Any = self.core.list_namespaced_event(
             namespace, field_selector=f"involvedObject.name={name}", _preload_content=False

@@ -50,15 +50,6 @@ def _profile_row(kube: Kube) -> dict[str, Any] | None:
     return next((r for r in rows if r["gpuType"] == TYPE and r.get("migProfile") == PROFILE), None)
 
 
-def _reason(kube: Kube, ns: str, job: str) -> tuple[str, str] | None:
-    condition = kube.condition(ns, job, "Admitted")
-    if condition is None or condition["status"] != "False":
-        return None
-    if condition["reason"] == "WaitingForScheduler":
-        return None
-    return str(condition["reason"]), str(condition["message"])
-
-
 def test_a_mig_profile_quota_holds_the_second_slice_back(kube: Kube, ns: str, queue: str) -> None:
     kube.create_job(ns, _job("first"))
     wait_for(lambda: kube.phase(ns, "first") == "Running", "first Running", 90)
@@ -72,7 +63,7 @@ def test_a_mig_profile_quota_holds_the_second_slice_back(kube: Kube, ns: str, qu
     assert (row["nominal"], row["borrowed"]) == (1, 0), row
 
     kube.create_job(ns, _job("second"))
-    reason = wait_for(lambda: _reason(kube, ns, "second"), "second says why it waits", 30)
+    reason = wait_for(lambda: kube.waiting_reason(ns, "second"), "second says why it waits", 30)
     assert reason[0] == "QuotaExceeded", reason
     assert f"queue {queue} would exceed its quota for 1 x {PROFILE} on {TYPE}" in reason[1], reason
     assert "uses 1 of nominal 1 + borrowing limit 0" in reason[1], reason

@@ -36,16 +36,6 @@ def _job(name: str, queue: str) -> dict[str, Any]:
     return manifest
 
 
-def _reason(kube: Kube, ns: str, job: str) -> tuple[str, str] | None:
-    """The job's pending reason once the scheduler has given one."""
-    condition = kube.condition(ns, job, "Admitted")
-    if condition is None or condition["status"] != "False":
-        return None
-    if condition["reason"] == "WaitingForScheduler":
-        return None
-    return str(condition["reason"]), str(condition["message"])
-
-
 def _bound(kube: Kube, ns: str, job: str) -> int:
     pods = kube.pods(ns, f"gpufleet.io/trainingjob={job}")
     return sum(1 for p in pods if p["spec"].get("nodeName"))
@@ -87,7 +77,7 @@ def test_only_the_selected_namespace_runs_until_the_other_is_relabelled(
     kube.create_job(NS_A, _job("a1", QUEUE))
     kube.create_job(NS_B, _job("b1", QUEUE))
     wait_for(lambda: kube.phase(NS_A, "a1") == "Running", "team a's job Running", 60)
-    reason = wait_for(lambda: _reason(kube, NS_B, "b1"), "team b's job says why it waits", 30)
+    reason = wait_for(lambda: kube.waiting_reason(NS_B, "b1"), "team b's job says why it waits", 30)
     assert reason[0] == "QueueNotAllowed", reason
     assert f"queue {QUEUE} does not take jobs from namespace {NS_B}" in reason[1], reason
     assert f"{TEAM}=a" in reason[1], reason
@@ -113,7 +103,7 @@ def test_a_selector_change_admits_waiting_jobs_and_stops_no_running_one(
     kube.create_job(NS_A, _job("a2", QUEUE))
     wait_for(lambda: kube.phase(NS_A, "a2") == "Running", "team a's job Running", 60)
     kube.create_job(NS_C, _job("c1", QUEUE))
-    reason = wait_for(lambda: _reason(kube, NS_C, "c1"), "c1 says why it waits", 30)
+    reason = wait_for(lambda: kube.waiting_reason(NS_C, "c1"), "c1 says why it waits", 30)
     assert reason[0] == "QueueNotAllowed" and NS_C in reason[1], reason
     # The selector now takes every namespace but team a's: c (unlabelled) is taken, a is not.
     selector = {"matchExpressions": [{"key": TEAM, "operator": "NotIn", "values": ["a"]}]}

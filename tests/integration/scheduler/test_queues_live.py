@@ -94,17 +94,6 @@ def _bound_gpus(kube: Kube, ns: str, job: str) -> int:
     )
 
 
-def _reason(kube: Kube, ns: str, job: str) -> tuple[str, str] | None:
-    """The job's pending reason once the scheduler has given one (its recreated pods first
-    wait without a word from it)."""
-    condition = kube.condition(ns, job, "Admitted")
-    if condition is None or condition["status"] != "False":
-        return None
-    if condition["reason"] == "WaitingForScheduler":
-        return None
-    return str(condition["reason"]), str(condition["message"])
-
-
 def test_borrow_while_idle_then_reclaim_by_preemption(
     kube: Kube, ns: str, sandbox: Sandbox, teams: None
 ) -> None:
@@ -155,7 +144,7 @@ def test_borrow_while_idle_then_reclaim_by_preemption(
     )
     assert len(running) == 1  # one whole gang preempted, the other untouched
     loser = "b2" if running == ["b1"] else "b1"
-    reason = wait_for(lambda: _reason(kube, ns, loser), f"{loser} says why it waits", 30)
+    reason = wait_for(lambda: kube.waiting_reason(ns, loser), f"{loser} says why it waits", 30)
     assert reason[0] == "QuotaExceeded", reason
     assert TEAM_B in reason[1] and "T4" in reason[1], reason
     wait_for(
@@ -174,7 +163,7 @@ def test_borrow_while_idle_then_reclaim_by_preemption(
 
 def test_a_job_in_a_missing_queue_waits_until_the_queue_exists(kube: Kube, ns: str) -> None:
     kube.create_job(ns, _job("early", LATE, 1))
-    reason = wait_for(lambda: _reason(kube, ns, "early"), "early says why it waits", 30)
+    reason = wait_for(lambda: kube.waiting_reason(ns, "early"), "early says why it waits", 30)
     assert reason[0] == "QueueNotFound" and f"queue {LATE} does not exist" in reason[1], reason
     kube.custom.create_cluster_custom_object(GROUP, VERSION, "gpuqueues", _queue(LATE, 4))
     wait_for(
@@ -188,7 +177,7 @@ def test_a_priority_outside_the_queues_range_waits(kube: Kube, ns: str, sandbox:
     kube.custom.create_cluster_custom_object(GROUP, VERSION, "gpuqueues", body)
     try:
         kube.create_job(ns, _job("casual", name, 1, priority=5))
-        reason = wait_for(lambda: _reason(kube, ns, "casual"), "casual says why it waits", 30)
+        reason = wait_for(lambda: kube.waiting_reason(ns, "casual"), "casual says why it waits", 30)
         assert reason[0] == "QueueNotAllowed" and "priority 5" in reason[1], reason
     finally:
         sandbox.kubectl("delete", "gq", name, "--ignore-not-found", check=False)
@@ -205,7 +194,7 @@ def test_a_borrowing_limit_of_0_keeps_a_queue_within_its_nominal(
         kube.create_job(ns, _job("within", name, 1))
         wait_for(lambda: kube.phase(ns, "within") == "Running", "within Running", 60)
         kube.create_job(ns, _job("beyond", name, 1))
-        reason = wait_for(lambda: _reason(kube, ns, "beyond"), "beyond says why it waits", 30)
+        reason = wait_for(lambda: kube.waiting_reason(ns, "beyond"), "beyond says why it waits", 30)
         assert reason[0] == "QuotaExceeded", reason
         assert f"queue {name} would exceed its quota for 4 x T4" in reason[1], reason
         assert "uses 4 of nominal 4 + borrowing limit 0" in reason[1], reason
