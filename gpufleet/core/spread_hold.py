@@ -9,10 +9,11 @@ do not idle while others wait. It is held only when it would otherwise start spr
 type has a spread plan and none a packed one), and only while packed room is in sight: some
 acceptable type has, on its fewest nodes, enough GPUs that are free or held by running gangs
 expected to end within the hold's time left (`RunProgress`; a gang without an estimate counts as
-staying). Without that bound a hold gave away the only room the gang had for hours: its free
-GPUs went to the gangs behind it and nothing brought them back (bench/README.md, Queues, fortieth
-pass: a 24-GPU gang waited 4.6 h after a hold of 20 s). Two held gangs never count the same
-node's room.
+staying), so a gang with no room coming starts now. The bound does not cover room in sight that
+then does not come or that gangs ahead take: the held gang keeps none, and its wait can exceed the
+hold (bench/README.md, Queues, fortieth and forty-seventh passes: a 24-GPU gang waited 4.6 h
+after a hold of 20 s, with and without the bound). Two held gangs never count the same node's
+room.
 
 Keeping the room's free GPUs for a held gang as well (a reservation) was measured and not kept:
 it made CP-SAT's worst tenant worse on a diagnosis sample (bench/README.md, Queues, forty-sixth
