@@ -274,17 +274,16 @@ class VictimEvictor:
         pods carry (`model.contract.service`): the operator counts the run from the evicted
         pods when it sees them, and from this record when they vanish first (no operator
         running meanwhile, say). A failed write is logged: the pods still carry the mark."""
-        jobs: dict[str, dict[str, str]] = {}
-        counts: dict[str, int] = {}
+        # Per job (kind/namespace/name): its reference and the largest count its pods give.
+        records: dict[str, tuple[dict[str, str], int]] = {}
         for key, pod in tier_pods.items():
             if results.get(key, "") is not None:
                 continue
             job = job_reference(pod)
             at = f"{job['kind']}/{job['namespace']}/{job['name']}"
             count = read_tier_evictions(pod["metadata"].get("annotations") or {}) + 1
-            jobs[at], counts[at] = job, max(count, counts.get(at, 0))
-        for at, count in counts.items():
-            job = jobs[at]
+            records[at] = (job, max(count, records[at][1] if at in records else 0))
+        for job, count in records.values():
             try:
                 self.binder.record_tier_eviction(job, count)
             except Exception as exc:
