@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.lifecycle import StartStop
 from gpufleet.model.contract import names
+from gpufleet.operator.reconcile import GANG_RESTART, WAITING_FOR_SCHEDULER
 from gpufleet.sandbox.processes import free_port
 from gpufleet.scheduler.lease import DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE
 from gpufleet.testing import invariants
@@ -192,6 +193,10 @@ def wait_for(check: Callable[[], T | None], what: str, timeout: float = 20.0) ->
 LINGER = "gpufleet.io/test-linger"
 
 
+# Pending reasons the operator writes before the scheduler has had its say.
+_OPERATOR_REASONS = frozenset({WAITING_FOR_SCHEDULER, GANG_RESTART})
+
+
 class Kube:
     """Small typed helpers over the API for tests: jobs, pods, namespaces, as JSON dicts."""
 
@@ -317,10 +322,12 @@ class Kube:
 
     def waiting_reason(self, namespace: str, name: str) -> tuple[str, str] | None:
         """The job's pending reason and message once the scheduler has given one (its
-        `Admitted` condition False for a reason other than `WaitingForScheduler`, which pods
-        carry until a cycle has seen them); None before or once admitted."""
+        `Admitted` condition False for a reason other than the two the operator gives before
+        the scheduler can: `WaitingForScheduler`, which pods carry until a cycle has seen them,
+        and `GangRestart`, while a preempted gang's old pods take their grace period to go);
+        None before or once admitted."""
         found = self.condition(namespace, name, "Admitted")
-        if found is None or found["status"] != "False" or found["reason"] == "WaitingForScheduler":
+        if found is None or found["status"] != "False" or found["reason"] in _OPERATOR_REASONS:
             return None
         return str(found["reason"]), str(found["message"])
 
