@@ -43,7 +43,7 @@ from gpufleet.model.gpus import Catalog
 from gpufleet.model.inventory import Node
 from gpufleet.scheduler import pods
 from gpufleet.scheduler.cache import CachedState
-from gpufleet.scheduler.eligibility import Eligibility, Outcome, Resources
+from gpufleet.scheduler.eligibility import Eligibility, NodeFacts, Outcome, Resources
 from gpufleet.scheduler.nodes import to_core_node
 from gpufleet.scheduler.pods import Pod, PodFacts
 from gpufleet.scheduler.queue_objects import QueueTrees
@@ -80,6 +80,9 @@ class ClusterView:
     # node's free CPU, memory and ephemeral storage (eligibility.py).
     eligibility: Mapping[str, Outcome] = field(default_factory=dict)
     free: Mapping[str, Resources] = field(default_factory=dict)
+    # GPU node name -> what the node filters read of it (`Eligibility.nodes`, memoised per
+    # node object), for the checks of a move's target (mover.py).
+    node_facts: Mapping[str, NodeFacts] = field(default_factory=dict)
 
 
 def closed_to_new_pods(view: ClusterView, node_names: Collection[str]) -> ClusterView:
@@ -529,6 +532,7 @@ class ViewBuilder:
             facts,
             outcomes,
             free,
+            self._eligibility.nodes,
         )
 
 

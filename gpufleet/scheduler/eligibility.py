@@ -255,10 +255,13 @@ def _taint_text(taint: Obj) -> str:
     return f"{key}:{taint.get('effect')}"
 
 
-def static_rejection(ask: Constraints, node: NodeFacts) -> tuple[str, str] | None:
+def static_rejection(
+    ask: Constraints, node: NodeFacts, cordon: bool = True
+) -> tuple[str, str] | None:
     """(filter, detail) of the first filter that does not depend on what runs where and
-    excludes the node; None when the node passes them all."""
-    if node.unschedulable:
+    excludes the node; None when the node passes them all. `cordon` False: a cordon is not
+    judged (a move's checks leave it to the rebind)."""
+    if cordon and node.unschedulable:
         return UNSCHEDULABLE, "cordoned"
     for taint in node.taints:
         if taint.get("effect") in _EXCLUDING_EFFECTS and not ask.tolerates(taint):
@@ -327,6 +330,13 @@ class Eligibility:
         self._nodes: dict[int, tuple[Obj, NodeFacts]] = {}
         self._asks: dict[int, tuple[Pod, Constraints]] = {}
         self._verdicts: dict[tuple[Constraints, int], tuple[str, str] | None] = {}
+        self._by_name: Mapping[str, NodeFacts] = {}
+
+    @property
+    def nodes(self) -> Mapping[str, NodeFacts]:
+        """Node name -> its facts, for the nodes of the last `evaluate` (read once per node
+        object: a move's checks reuse them rather than reading the nodes again)."""
+        return self._by_name
 
     def _node(self, node: Obj) -> NodeFacts:
         seen = self._nodes.get(id(node))
@@ -352,6 +362,7 @@ class Eligibility:
         new_nodes = {id(n): (n, self._node(n)) for n in node_objs.values()}
         self._nodes = new_nodes
         by_name = {f.name: f for _, f in new_nodes.values()}
+        self._by_name = by_name
         used: dict[str, Resources] = {}
         new_asks: dict[int, tuple[Pod, Constraints]] = {}
         for f in facts.values():

@@ -136,7 +136,7 @@ MOVED_FOR_MESSAGE = pending_text(
 )
 MOVE_BLOCKED = "MoveBlockedByDisruptionBudget"  # Event reason of a move a budget stopped
 # Event reason of a move not started because its recreated pods could not run on its new
-# placement (`GangMover._unfit`: their template or RuntimeClass changed since the old pods).
+# placement (`_unfit`: their template or RuntimeClass changed since the old pods).
 MOVE_UNFIT = "MoveBlockedByNodeFilters"
 # How long the nodes such a gang's recreated pods could not use are kept from its moves
 # (`GangMover.protect`) before its template and RuntimeClass are read again at a move.
@@ -221,7 +221,7 @@ class Reservation:
 @dataclass(frozen=True, slots=True)
 class UnfitAsk:
     """What a gang's recreated pods would ask of nodes, found unfit for a move's placement
-    (`GangMover._unfit`), kept while the same pods run (`pods`), until `until`."""
+    (`_unfit`), kept while the same pods run (`pods`), until `until`."""
 
     pods: frozenset[tuple[str, str]]  # (pod key, uid) of the gang's pods then
     ask: Constraints | None  # None: the API server would refuse the pods anywhere
@@ -232,14 +232,31 @@ def _pods(keys: Sequence[str], uids: Mapping[str, str]) -> frozenset[tuple[str, 
     return frozenset((k, uids[k]) for k in keys if k in uids)
 
 
-def _static_misfit(ask: Constraints, node: Obj | None) -> str | None:
+def _static_misfit(ask: Constraints, node: NodeFacts | None) -> str | None:
     """Why pods asking `ask` may not use `node` by its taints, labels or name (filter:
     detail); None when they may or the node is not known (`held` drops a reservation on a
-    node gone). Cordoning is not judged here: it is checked at the rebind."""
+    node gone). Cordoning is not judged here: it is checked at the rebind. `node`: the facts
+    the cycle's view read of it (`ClusterView.node_facts`), not read again."""
     if node is None:
         return None
-    found = static_rejection(ask, replace(NodeFacts.of(node), unschedulable=False))
+    found = static_rejection(ask, node, cordon=False)
     return None if found is None else f"{found[0]}: {found[1]}"
+
+
+def _unfit(move: Move, spec: dict[str, object] | str, view: ClusterView) -> str | None:
+    """Why the recreated pods (`spec`, from `GangMover._recreated`) could not run on `move`'s
+    new placement: the API server would refuse them, or a node of it has a taint they do not
+    tolerate or does not match their node selector or required affinity (their job's template
+    or RuntimeClass changed since the old pods were made, which the core's placement was
+    checked against); None when they could."""
+    if isinstance(spec, str):
+        return spec
+    ask = constraints({"spec": spec})
+    for name in sorted({r.node for r in move.placement.replicas}):
+        why = _static_misfit(ask, view.node_facts.get(name))
+        if why is not None:
+            return f"its recreated pods could not use {name} ({why})"
+    return None
 
 
 def _conflicts(
@@ -376,7 +393,7 @@ class GangMover:
             fit = frozenset(
                 n.name
                 for n in view.snapshot.nodes
-                if ask is not None and _static_misfit(ask, self.cache.node(n.name)) is None
+                if ask is not None and _static_misfit(ask, view.node_facts.get(n.name)) is None
             )
             if gang.demand.allowed_nodes is not None:
                 fit &= gang.demand.allowed_nodes
@@ -430,7 +447,7 @@ class GangMover:
             uids = self.cache.uids(keys)
             first = view.facts.get(keys[0])
             spec = None if first is None else self._recreated(first.pod, report)
-            unfit = None if spec is None else self._unfit(move, spec)
+            unfit = None if spec is None else _unfit(move, spec, view)
             if spec is not None and unfit is not None:
                 self._skipped(gid, view, move.placement.gpu_type, unfit, report.cycle, MOVE_UNFIT)
                 ask = None if isinstance(spec, str) else constraints({"spec": spec})
@@ -535,21 +552,6 @@ class GangMover:
             )  # fmt: skip
             return {**spec, "overhead": old.get("overhead")}
         return admitted(spec, found)
-
-    def _unfit(self, move: Move, spec: dict[str, object] | str) -> str | None:
-        """Why the recreated pods (`spec`, from `_recreated`) could not run on `move`'s new
-        placement: the API server would refuse them, or a node of it has a taint they do not
-        tolerate or does not match their node selector or required affinity (their job's
-        template or RuntimeClass changed since the old pods were made, which the core's
-        placement was checked against); None when they could."""
-        if isinstance(spec, str):
-            return spec
-        ask = constraints({"spec": spec})
-        for name in sorted({r.node for r in move.placement.replicas}):
-            why = _static_misfit(ask, self.cache.node(name))
-            if why is not None:
-                return f"its recreated pods could not use {name} ({why})"
-        return None
 
     def _victims_on(
         self, move: Move, decision: Decision, view: ClusterView, stopped: Collection[str]

@@ -19,6 +19,7 @@ from gpufleet.core.snapshot import ReplicaPlacement
 from gpufleet.model.contract import names
 from gpufleet.model.contract.timestamps import format_time
 from gpufleet.scheduler.cache import SchedulerCache
+from gpufleet.scheduler.eligibility import NodeFacts
 from gpufleet.scheduler.loop import Scheduler
 from gpufleet.scheduler.mover import UNFIT_RECHECK_S, held
 from tests.unit.scheduler.scheduler_builders import NodeBuilder, PodBuilder
@@ -427,3 +428,28 @@ def test_a_move_is_started_where_its_runtime_classs_scheduling_lets_its_pods_run
         sched, _, _ = _long_under_gvisor(template_class, classes, nodes, tolerate)
         # Without the old pod's tolerations: not moved (the taint not tolerated).
         assert sched.run_cycle().moved == ["ns/long"], template_class
+
+
+def test_a_move_kept_to_fit_reads_no_node_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # long's move refused (kata selects pool=l4) and kept to the nodes its pods could use: the
+    # check reuses what the cycle's node filters read of each node (one lookup per node),
+    # rather than reading every node again each cycle. Before, each cycle read both nodes
+    # again (4 reads over these two cycles, not 0).
+    sched, binder, clock = _long_under_gvisor(
+        "kata", {"kata": _class(nodeSelector={"pool": "l4"})}, _pooled()
+    )
+    assert sched.run_cycle().moved == []
+    reads: list[str] = []
+    real = NodeFacts.of.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[NodeFacts], node: dict[str, Any]) -> NodeFacts:
+        reads.append(node["metadata"]["name"])
+        return real(cls, node)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(NodeFacts, "of", classmethod(counted))
+    for _ in range(2):
+        clock.t += 1
+        assert sched.run_cycle().moved == []
+    assert reads == []
+    # Still kept off the A100 node: the move is not chosen (nor its RuntimeClass read) again.
+    assert binder.runtime_class_reads == ["kata"]
