@@ -109,6 +109,7 @@ def run(settings: Settings) -> int:
         policy_watch=policy,
         estimate_namespace=lease_settings.namespace,
         lease=(lease_settings.namespace, lease_settings.name),
+        pod_tolerations=settings.operator.tolerations(),
     )
     scheduler.start()
     health.scheduler_alive = scheduler.alive

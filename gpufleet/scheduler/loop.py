@@ -58,9 +58,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 from gpufleet.core.decision import Decision, GangPlacement
 from gpufleet.core.demand import Gang
@@ -140,6 +141,7 @@ class Scheduler:
         notify: Notify | None = None,
         notify_on: ObjectNotify | None = None,
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+        pod_tolerations: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         self.cache = cache
         self.mig = mig
@@ -176,6 +178,8 @@ class Scheduler:
             settings.move_reserve_s,
             notify=notify,
             notify_on=notify_on,
+            # The operator's own tolerations, which a move's recreated pods get (mover.py).
+            pod_tolerations=pod_tolerations,
         )
         # The request shapes seen so far, for the core's fragmentation term (arrivals.py).
         self.arrivals = ArrivalTracker()

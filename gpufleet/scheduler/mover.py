@@ -126,7 +126,7 @@ from gpufleet.scheduler.eligibility import Reservation as Kept
 from gpufleet.scheduler.heal import Notify
 from gpufleet.scheduler.nominated import NOTHING_RUNS, keep, refit
 from gpufleet.scheduler.pods import pod_annotations
-from gpufleet.scheduler.runtime_class import admitted
+from gpufleet.scheduler.runtime_class import admitted, defaulted, operator_made
 
 log = logging.getLogger("gpufleet.scheduler")
 
@@ -288,6 +288,7 @@ class GangMover:
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
         notify: Notify | None = None,
         notify_on: ObjectNotify | None = None,
+        pod_tolerations: Sequence[Obj] | None = None,
     ) -> None:
         self.cache = cache
         self.binder = binder
@@ -297,6 +298,10 @@ class GangMover:
         self.wall = wall
         self.notify = notify  # on the scheduler's Lease
         self.notify_on = notify_on  # on the moved gang's job
+        # The tolerations the operator appends to every pod it makes (its setting
+        # operator.pod_tolerations), for a move's recreated pods (`_recreated`); None when not
+        # known (no operator in this process): the old pods' tolerations are kept instead.
+        self.pod_tolerations = pod_tolerations
         # Never changed in place, only replaced whole: the admin API reads it from its own
         # threads (`reservations`).
         self._reserved: dict[str, Reservation] = {}
@@ -514,8 +519,11 @@ class GangMover:
         """The pod spec of the moved gang's recreated pods (`pod` one of its old ones) as the
         API server will admit them, or why it would refuse them. Their job's current pod
         template (the operator builds the new pods from it, so a template changed since the
-        old pods were made is seen) with the overhead, node selector and tolerations of the
-        RuntimeClass it names (`runtime_class.admitted`), read now, even when it is the old
+        old pods were made is seen) with the tolerations the operator appends and the API
+        server's admission adds (`runtime_class.operator_made`, `defaulted`: a toleration the
+        template has dropped since is not counted) and the overhead, node selector and
+        tolerations of the RuntimeClass it names (`runtime_class.admitted`), read now, even
+        when it is the old
         pods' own: one edited, or deleted and made again, under the same name since the old
         pods were made gives the new pods another (one read per move started; nothing is
         kept). When the RuntimeClass cannot be read: the old pod's overhead and none of its
@@ -533,16 +541,13 @@ class GangMover:
         old = pod.get("spec") or {}
         if not isinstance(spec, dict):
             return dict(old)
-        # The operator adds tolerations of its own (its settings') that the template does not
-        # carry; the old pods have them. Tolerations only widen where pods may run, so the
-        # old pods' are kept too: this may pass a node the new pods turn out not to tolerate
-        # (one dropped from the template since), which the rebind's checks then catch.
-        own = list(spec.get("tolerations") or [])
-        own += [t for t in old.get("tolerations") or [] if t not in own]
-        spec = {**spec, "tolerations": own} if own else spec
+        # The operator appends tolerations of its own (its settings') the template lacks;
+        # the API server's admission adds more (runtime_class.py).
+        spec = operator_made(spec, self.pod_tolerations, old)
         name = spec.get("runtimeClassName")
         if not name:
-            return admitted(spec, None)
+            made = admitted(spec, None)
+            return made if isinstance(made, str) else defaulted(made)
         try:
             found = self.binder.runtime_class(str(name))
         except Exception as exc:
@@ -550,8 +555,9 @@ class GangMover:
                 "cycle=%d cannot read RuntimeClass %s, %s's old overhead is kept: %s",
                 report.cycle, name, pod["metadata"]["name"], exc,
             )  # fmt: skip
-            return {**spec, "overhead": old.get("overhead")}
-        return admitted(spec, found)
+            return defaulted({**spec, "overhead": old.get("overhead")})
+        made = admitted(spec, found)
+        return made if isinstance(made, str) else defaulted(made)
 
     def _victims_on(
         self, move: Move, decision: Decision, view: ClusterView, stopped: Collection[str]

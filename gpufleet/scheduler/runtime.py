@@ -6,7 +6,8 @@ import functools
 import gc
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from kubernetes import client, config
 
@@ -117,6 +118,7 @@ class SchedulerRuntime:
         policy_watch: PolicyWatch | None = None,
         estimate_namespace: str | None = None,
         lease: tuple[str, str] | None = None,
+        pod_tolerations: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
@@ -141,6 +143,9 @@ class SchedulerRuntime:
             notify=None if lease is None else lease_events(self.core, *lease),
             # A move a PodDisruptionBudget stopped: an Event on the job too (mover.py).
             notify_on=object_events(self.core),
+            # The operator's tolerations, when it runs in this process: a move's recreated
+            # pods get them (mover.py).
+            pod_tolerations=pod_tolerations,
         )
         if estimate_namespace is not None and settings.estimate_configmap:
             # The estimate starts from what the last leader kept (arrivals.py); read at start.

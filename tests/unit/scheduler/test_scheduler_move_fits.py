@@ -280,10 +280,11 @@ def _long_under_gvisor(
     classes: dict[str, dict[str, Any]] | None,
     nodes: list[dict[str, Any]] | None = None,
     tolerations: list[dict[str, str]] | None = None,
+    **options: Any,
 ) -> tuple[Scheduler, FakeBinder, Clock]:
     """long (3 CPUs) on the L4 node under RuntimeClass gvisor (1 CPU of overhead; its pod
     carrying `tolerations`), its template naming `template_class`; the RuntimeClasses
-    `classes`; the A100 node free (`nodes`, else `_nodes()`)."""
+    `classes`; the A100 node free (`nodes`, else `_nodes()`); `options`: the scheduler's."""
     cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
     template = {"containers": [{"name": "m", "resources": {"requests": {"cpu": "3"}}}]}
     binder.templates["ns/long"] = {"spec": _with_runtime(template, template_class, None)}
@@ -293,7 +294,7 @@ def _long_under_gvisor(
     if tolerations is not None:
         pod["spec"]["tolerations"] = tolerations
     load(cache, nodes or _nodes(), [pod])
-    return scheduler(cache, binder, clock=clock), binder, clock
+    return scheduler(cache, binder, clock=clock, **options), binder, clock
 
 
 def _pair(uid: str, bound: bool) -> list[dict[str, Any]]:
@@ -453,3 +454,60 @@ def test_a_move_kept_to_fit_reads_no_node_again(monkeypatch: pytest.MonkeyPatch)
     assert reads == []
     # Still kept off the A100 node: the move is not chosen (nor its RuntimeClass read) again.
     assert binder.runtime_class_reads == ["kata"]
+
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+MAINTENANCE = {"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize(
+    ("operator_adds", "moved"),
+    [
+        # The operator adds the GPU toleration only: the maintenance toleration long's pod has
+        # came from its template, which has dropped it since, so the new pods will not have it.
+        # Before, it was counted (kept from the old pod): long was moved, and its recreated
+        # pods, not tolerating the A100 node's taint, lost the reservation at the rebind.
+        ([GPU_TOLERATION], []),
+        # The operator adds it itself (its setting operator.pod_tolerations): the new pods
+        # will have it.
+        ([GPU_TOLERATION, MAINTENANCE], ["ns/long"]),
+        # Not known (no operator in this process): the old pods' tolerations are kept.
+        (None, ["ns/long"]),
+    ],
+)
+def test_a_toleration_the_template_dropped_is_not_counted_on_a_moves_target(
+    operator_adds: list[dict[str, str]] | None, moved: list[str]
+) -> None:
+    nodes = _pooled(taint=True)  # the A100 node tainted maintenance:NoSchedule
+    sched, binder, _ = _long_under_gvisor(
+        "gvisor",
+        {"gvisor": _class("1")},
+        nodes,
+        [GPU_TOLERATION, MAINTENANCE],
+        pod_tolerations=operator_adds,
+    )
+    assert sched.run_cycle().moved == moved
+    assert [key for key, _ in binder.moved] == [f"{g}-0" for g in moved]
+
+
+def test_a_toleration_admission_adds_for_the_gpus_asked_is_counted_on_a_moves_target() -> None:
+    # The A100 node is tainted nvidia.com/gpu; the operator adds no toleration (its setting
+    # empty), and long's pod tolerates the taint by the toleration the API server's
+    # ExtendedResourceToleration gave it for the nvidia.com/gpu it asks: its new pods, asking
+    # the same, will get it again. A toleration of another key (`maintenance`) is not kept.
+    nodes = _nodes()
+    nodes[1]["spec"]["taints"] = [GPU_TAINT]
+    sched, _, _ = _long_under_gvisor(
+        "gvisor", {"gvisor": _class("1")}, nodes, [GPU_TOLERATION], pod_tolerations=[]
+    )
+    assert sched.run_cycle().moved == ["ns/long"]
+    nodes[1]["spec"]["taints"] = [GPU_TAINT, {"key": "maintenance", "effect": "NoSchedule"}]
+    sched, _, _ = _long_under_gvisor(
+        "gvisor",
+        {"gvisor": _class("1")},
+        nodes,
+        [GPU_TOLERATION, MAINTENANCE],
+        pod_tolerations=[],
+    )
+    assert sched.run_cycle().moved == []
