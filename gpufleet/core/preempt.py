@@ -412,8 +412,11 @@ def quota_waits(
     victim whose quota it does not need.
 
     A gang of no queue is checked as one of ROOT, a top-level queue with nominal 0 (quota.py),
-    by the strict check only (not the no-worse one). A placement that does not fit even with
-    every victim on its type gone (the engine charged in another order), or that would have to
+    the same way: its only level is the cluster's, which its start may leave no worse than
+    before the decision (before, it was held to the strict check and, a preemptor on a cluster
+    over its capacity, waited for other gangs' victims it did not need). A placement that
+    does not fit even with every victim on its type gone (the engine charged in another
+    order), or that would have to
     be checked in more than `MAX_START_STATES` states (unions of earlier placements' awaited
     sets), awaits, if it evicts nothing, every victim on its type (the decision's own account
     covers it), and if it is a preemptor, its own victims only (as before these checks). Moves
@@ -477,7 +480,8 @@ class _Waiter:
 
     def fits(self, account: QueueGate, before: QueueGate) -> bool:
         """Whether it may start in the state `account`: it fits there, or it leaves no level
-        of its queue's path that was over its limit `before` the decision more loaded than
+        of its queue's path (outside every queue: the cluster's, ROOT's only level) that was
+        over its limit `before` the decision more loaded than
         then, as when a preemptor takes back what its own victims held in a queue over its
         limit: a wait for other victims would buy nothing the validator asks
         (validate_quota.py). A non-preemptible gang must also take nothing a reclaim could
@@ -487,15 +491,15 @@ class _Waiter:
         gang, gpu_type, count = self.gang, self.placement.gpu_type, self.placement.replica_count
         if account.allows(gang, gpu_type, count):
             return True
-        if gang.queue is None or not account.tree.usable(gang.queue):
+        if gang.queue is not None and not account.tree.usable(gang.queue):
             return False
+        # A gang of no queue is charged to ROOT (quota.py), the cluster its only level.
+        home = account.book.home(gang.queue)
         charge = account.charge(gang, gpu_type, count)
         book = account.book
-        if not book.no_worse(gang.queue, charge.resource, charge.amount, before.book):
+        if not book.no_worse(home, charge.resource, charge.amount, before.book):
             return False
-        return gang.preemptible or book.safe_unreclaimable(
-            gang.queue, charge.resource, charge.amount
-        )
+        return gang.preemptible or book.safe_unreclaimable(home, charge.resource, charge.amount)
 
 
 def _fewest(

@@ -250,6 +250,62 @@ def test_a_non_preemptible_preemptor_within_nominal_waits_for_no_more_either(
     assert pc is not None and pc.waits_for == ()
 
 
+def outside_over_capacity_case() -> tuple[Snapshot, list[Gang]]:
+    """`over_capacity_case` with c's place taken by gangs of no queue: a (nominal 4) keeps
+    all of its quota, b (nominal 0) borrows v1 and v2 (2 GPUs each, on n0), and ro, of no
+    queue, holds n1: an account of 12 on 8 GPUs. a's pa reclaims v1 and v2 (the account comes
+    down to 8); po, of no queue (priority 1, 4 GPUs, on n1), evicts ro (priority 0) and takes
+    its GPUs: started once ro has gone, the account is 12 again, over the capacity as before
+    the decision but no higher."""
+    tree = QueueTree.build(
+        [
+            QueueSpec("a", quotas={"L4": Quota(4, lending_limit=0)}),
+            QueueSpec("b", quotas={"L4": Quota(0)}),
+        ]
+    )
+    snapshot = (
+        cluster()
+        .node("n0", "L4", 4)
+        .node("n1", "L4", 4)
+        .run("v1", "n0", (0, 1), queue="b")
+        .run("v2", "n0", (2, 3), queue="b")
+        .run("ro", "n1", (0, 1, 2, 3))
+        .queues(tree)
+        .build()
+    )
+    pending = [
+        gang("pa", "L4", gpus=2, queue="a", priority=5, allowed={"n0"}),
+        gang("po", "L4", gpus=4, priority=1, allowed={"n1"}),
+    ]
+    return snapshot, pending
+
+
+@pytest.mark.parametrize("engine", [Engine.GREEDY, Engine.CPSAT])
+def test_a_preemptor_of_no_queue_keeping_the_cluster_where_it_was_waits_for_no_more(
+    engine: Engine,
+) -> None:
+    snapshot, pending = outside_over_capacity_case()
+    decision = checked_decision(snapshot, pending, engine)
+    assert set(decision.preemptions) == {
+        Preemption("v1", "pa", reclaim=True),
+        Preemption("v2", "pa", reclaim=True),
+        Preemption("ro", "po"),
+    }
+    # Before, po also waited for pa's victims v1 and v2: a gang of no queue was held to the
+    # strict check, though its start leaves the cluster's account, over the capacity before
+    # the decision, no higher (as a queue's preemptor may: the validator's rule).
+    po = decision.placement("po")
+    assert po is not None and po.replicas == (ReplicaPlacement("n1", (0, 1, 2, 3)),)
+    assert po.waits_for == ()
+    # Not preemptible, po may take only capacity no queue is promised outside every queue,
+    # and while v1 and v2 run (b borrows 4 beyond a's kept 4) there is none: it still waits
+    # for them, as a queue's borrowing non-preemptible gang does.
+    stiff = [replace(g, preemptible=False) if g.id == "po" else g for g in pending]
+    gate = QueueGate(snapshot, aging_s=3600.0)
+    waited = quota_waits(gate, stiff, decision, snapshot.running)
+    assert waited.placement("po") == replace(po, waits_for=("v1", "v2"))
+
+
 def test_a_non_preemptible_gang_borrowing_while_over_the_limit_still_waits() -> None:
     # The same scene with c's nominal at 2: pc (4 GPUs) borrows 2 that a reclaim could want
     # back, which it may take only on capacity no queue is promised; with v1 and v2 still
