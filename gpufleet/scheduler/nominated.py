@@ -26,9 +26,18 @@ keeps waiting for the pods it waits for, which are going anyway, says which gang
 GPUs, and is then decided afresh. A hold whose wait has ended is bound in the same cycle
 (`ready`) and is not preemptible then: the one decision never gives its GPUs twice. Its bind
 is checked again against the moved gangs' reservations once the mover shows them (`refit`):
-no gang may take a move's reservation. A gang whose hold `refit` drops is decided afresh, and its
-pending message says, while it waits for the reason the next decision gives, that its hold was
-given up and for which move (`given_up_text`, added by the mover's `explain`).
+no gang may take a move's reservation. Both checks are needed: which reservations survive
+depends on the holds (a hold bound on a reservation's GPUs ends it: mover.held), so they are
+known only after `hold`; and `refit` is `hold`'s CPU, memory and storage check redone, in the
+same order on the same free resources, with those reservations deducted too, so it drops
+only what they leave no room for (without it, such a gang is bound beside a move's pods; the
+post-decision check, `eligibility.overcommitted`, covers the decision's placements, not
+these binds). The core may still place a gang whose hold `refit` gave up on the same node in
+that cycle, when the move is bound then (the nodes a gang may use count a moved gang's pods
+bound now only from the next cycle): the post-decision check holds it a cycle. A gang whose
+hold `refit` drops is decided afresh, and its pending message says, while it waits for the
+reason the next decision gives, that its hold was given up and for which move
+(`given_up_text`, added by the mover's `explain`).
 
 The gangs a nominated gang waits for are exiting (their pods evicted, in their grace period)
 and still shown to the core as running gangs, preemptible: at the waiting gang's priority if

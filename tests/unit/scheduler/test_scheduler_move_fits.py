@@ -375,6 +375,38 @@ def test_a_nominated_gang_is_not_bound_at_the_end_of_its_wait_on_the_cpu_a_move_
     assert "ns/hi" not in binder.bound
 
 
+def test_where_refit_and_the_core_part_a_move_bound_the_same_cycle() -> None:
+    # Whether `nominated.refit` (the second check of a hold bound at the end of its wait, once
+    # the moves' reservations are known) can disagree with the core: it can, for one cycle,
+    # when the move is bound in the same cycle. long's old pod is gone and its pod recreated,
+    # and hi's wait for the A100 node's other 4 GPUs ends, in one cycle: `hold` bound hi (6 of
+    # the node's 10 CPUs); `refit` gives the hold up beside long's 6, bound now. The core,
+    # which counts a gang bound now on CPU only through the post-decision check (not in the
+    # nodes a gang may use), places hi there again; that check (`overcommitted`) holds it:
+    # nothing is over-committed, and hi says both why. The next cycle sees long's pod bound
+    # and leaves the node out.
+    cache, binder, clock = SchedulerCache(), FakeBinder(), Clock()
+    load(cache, _nodes(), [_cpu(long_pod(), "6")])
+    sched = scheduler(cache, binder, clock=clock)
+    assert sched.run_cycle().moved == ["ns/long"]
+    hi = _late(10, "hi")
+    plan = GangPlacement("ns/hi", "A100-80GB", (ReplicaPlacement("a100-0", (4, 5, 6, 7)),))
+    load(cache, _nodes(), [_recreated(), hi])
+    cache.nominate("ns/hi", frozenset({"ns/x"}), placement=plan)
+    assert cache.state().nominations["ns/hi"].ready
+    clock.t += 1
+    report = sched.run_cycle()
+    assert report.bound == ["ns/long"] and binder.bound["ns/long-0"].node == "a100-0"
+    assert report.pending["ns/hi"].startswith(
+        "NodeResourcesFit: its pods together need more cpu than a100-0 has to spare; its hold "
+        "on a100-0 was given up at the end of its wait"
+    )
+    clock.t += 1
+    report = sched.run_cycle()
+    assert "ns/hi" not in binder.bound
+    assert "NodeResourcesFit: 1 node does not have the cpu to spare" in report.pending["ns/hi"]
+
+
 def _pooled(taint: bool = False) -> list[dict[str, Any]]:
     """`_nodes`, labelled pool=l4 and pool=a100."""
     out = _nodes(taint=taint)
