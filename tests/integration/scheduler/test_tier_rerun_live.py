@@ -31,7 +31,10 @@ from gpufleet.testing.tier_scene import GPUS, job_status, live_pods, tier_operat
 pytestmark = pytest.mark.integration
 
 THETA = 8.0  # GPU-seconds: half a second of the long job's 16 GPUs
-RERUN = 15.0  # seconds a job the tier evicted runs before the tier may evict it again
+# Seconds a job the tier evicted runs before the tier may evict it again. Without the limit
+# (service_tier_rerun_s 0) "second" ran 0 s after long's new run began (whole-second
+# stamps); 6 s keeps a wide margin over that.
+RERUN = 6.0
 QUEUE = f"rerun-{uuid.uuid4().hex[:6]}"
 SETTINGS = f"""\
 placement:
