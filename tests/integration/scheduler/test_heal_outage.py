@@ -18,7 +18,7 @@ from gpufleet.scheduler.lease import DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE
 from gpufleet.testing.node_faults import break_nodes, restore_nodes
 from gpufleet.testing.operator import Kube, training_job, wait_for
 
-OUTAGE_S = 20.0  # ten times the operator's node-failure grace in the tests (2 s)
+OUTAGE_S = 10.0  # five times the operator's node-failure grace in the tests (2 s)
 
 
 def _nodes(kube: Kube) -> list[str]:
