@@ -108,11 +108,14 @@ def standby(
     operator: OperatorProcess,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
-    """A second `gpufleet operator`, not started; afterwards it is stopped and the module's
-    operator (which the test stopped, killed or paused) runs again for the clean-up."""
+    """A second `gpufleet operator`, not started; afterwards, if it took over, it stays as the
+    module's operator (which the test killed or paused), else it is stopped and the module's
+    operator runs again for the clean-up."""
     log = tmp_path_factory.mktemp("standby") / "operator.log"
     second = OperatorProcess(sandbox.kubeconfig, log, kube.coordination)
     yield second
+    if operator.adopt(second):
+        return
     second.stop()
     if operator.proc is not None and operator.proc.poll() is None:
         os.kill(operator.pid, signal.SIGCONT)  # a test that failed while it was stopped

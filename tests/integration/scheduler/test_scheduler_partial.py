@@ -139,8 +139,9 @@ def standby(
     operator: OperatorProcess,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
-    """A second `gpufleet operator`, waiting for the Lease; afterwards it is stopped and the
-    module's operator (which the test killed) runs again."""
+    """A second `gpufleet operator`, waiting for the Lease; afterwards, if it took over, it
+    stays as the module's operator (which the test killed), else it is stopped and the
+    module's operator runs again."""
     log = tmp_path_factory.mktemp("standby") / "operator.log"
     second = OperatorProcess(sandbox.kubeconfig, log, kube.coordination)
     second.start(timeout=120, lead=False)
@@ -149,6 +150,8 @@ def standby(
     yield second
     if second.proc is not None and second.proc.poll() is None:
         os.kill(second.pid, signal.SIGCONT)  # a test that failed while it was paused
+    if operator.adopt(second):
+        return
     second.stop()
     if operator.proc is not None and operator.proc.poll() is None:
         os.kill(operator.pid, signal.SIGKILL)
