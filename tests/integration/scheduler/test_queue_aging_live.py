@@ -4,7 +4,7 @@ sandbox's real API server, which stamps the pods' creation times the scheduler c
 
 Aspects: two queues without nominal quota share the 16 T4 GPUs of the default fleet; queue
 "busy" holds every one of them (four jobs of one 4-GPU worker), so its next job ("old") waits;
-once it has waited past the aging threshold (10 s here), a job of the idle queue ("young")
+once it has waited past the aging threshold (7 s here), a job of the idle queue ("young")
 arrives and waits too; then one of busy's jobs ends, freeing one node. By fair share the idle
 queue's job would go first (busy holds 12 GPUs, idle none); aged, "old" goes first and takes
 the node, and "young" keeps waiting. (Before the scheduler counted waits, every gang's wait
@@ -38,7 +38,9 @@ from gpufleet.testing.operator import (
 
 pytestmark = pytest.mark.integration
 
-AGING_S = 10.0
+# Twice the longest "young" waited before "old" was placed (3.5 s, loaded machine; printed),
+# so young is not aged when the node frees.
+AGING_S = 7.0
 SUFFIX = uuid.uuid4().hex[:6]
 
 
@@ -119,7 +121,13 @@ def test_an_aged_job_goes_before_the_fair_share_order(
     wait_for(
         lambda: kube.all_bound(ns, "old") or kube.all_bound(ns, "young"), "one of them bound", 60
     )
+    born = parse_time(kube.live_pods(ns, "young")[0]["metadata"]["creationTimestamp"])
+    assert born is not None
+    young_waited = (datetime.now(UTC) - born).total_seconds()
     assert kube.all_bound(ns, "old") and not kube.all_bound(ns, "young")
     waiting = wait_for(lambda: says_why_it_waits(kube, ns, "young"), "young still waits", 30)
-    print(f"[queue aging] old placed first; young waits: {waiting['reason']}: {waiting['message']}")
+    print(
+        f"[queue aging] old placed first ({young_waited:.1f}s after young came, aging at"
+        f" {AGING_S:g}s); young waits: {waiting['reason']}: {waiting['message']}"
+    )
     assert invariants.check(kube.core) == []
