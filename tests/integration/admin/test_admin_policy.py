@@ -114,8 +114,9 @@ def _serving_label(kube: Kube, pod: str) -> str | None:
 
 
 def test_the_serving_replica_labels_its_pod(served: ServedOperator, kube: Kube) -> None:
-    # The pod of the process serving the API carries the label.
-    assert _serving_label(kube, served.pod) == "serving"
+    # The pod of the process serving the API carries the label (written just after the API
+    # starts answering: on a loaded machine the test can read the pod before the write lands).
+    wait_for(lambda: _serving_label(kube, served.pod) == "serving", "the label set", 30)
     served.proc.stop()
     assert _serving_label(kube, served.pod) is None  # a stopped process serves nothing
     served.start()
