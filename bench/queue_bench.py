@@ -81,7 +81,7 @@ from gpufleet.sim.simulate_command import default_fleet_path
 from gpufleet.sim.tenant_run import TENANT_POLICIES, run_tenants
 from gpufleet.sim.tenants import WEIGHTS, history_before, philly_gpu_hours, tenant_setup
 from gpufleet.sim.traces.common import default_data_dir
-from gpufleet.sim.usable_idle import CAUSES
+from gpufleet.sim.usable_idle import CAUSES, NONE_FITS
 
 PROG = "queue_bench.py"
 FLEET = "hetero-256.yaml"
@@ -135,6 +135,9 @@ IDLE_FIGURES: dict[str, str] = {
 # quota allows it and they fit node by node, each GPU counted once; split into those a decision
 # left so (by cause on the policy's side) and those awaiting the next cycle.
 USABLE_CAUSES = CAUSES
+# Idle GPUs while gangs wait but none fits them even ignoring quotas, by why
+# (`usable_idle.NONE_FITS`): report key per cause.
+NONE_FITS_KEYS: dict[str, str] = {f"none_fits_{c.replace(' ', '_')}": c for c in NONE_FITS}
 
 
 def _window_date(text: str) -> str:
@@ -280,6 +283,8 @@ def sample(window: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     idle_gap = {key: gf[key] - kq[key] for key in IDLE_FIGURES}
     for r in reports.values():
         r["usable_idle_next_cycle"] = r["usable_idle"] - r["usable_idle_left"]
+        for key, cause in NONE_FITS_KEYS.items():
+            r[key] = r["idle_none_fits_by_cause"].get(cause, 0.0)
     idle_gap |= {
         key: gf[key] - kq[key]
         for key in (
@@ -287,6 +292,7 @@ def sample(window: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
             "usable_idle_left",
             "usable_idle_next_cycle",
             "usable_idle_quota_blind",
+            *NONE_FITS_KEYS,
         )
     }
     tenants = sorted({j.queue for j in work.jobs})
@@ -400,6 +406,24 @@ def _print_usable(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return _print_gaps(samples, {key: key for key in keys})
 
 
+def _print_none_fits(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """The idle GPUs no waiting gang fits even ignoring quotas, by cause, per sample and
+    policy, then gpufleet's minus kueue's; returns that summary."""
+    print(
+        "\n## Idle while gangs wait but none fits, quotas ignored (GPU-seconds / (fleet GPUs x "
+        "arrival span), by why: no gang left wants the type; the gangs left need more GPUs on "
+        "one node than its nodes hold; more than it has idle; enough idle, not node by node)\n"
+    )
+    causes = " | ".join(NONE_FITS_KEYS.values())
+    print(f"| window | seed | policy | {causes} |")
+    print("|---" * (3 + len(NONE_FITS_KEYS)) + "|")
+    for s in samples:
+        for name, r in s["reports"].items():
+            split = " | ".join(f"{r[key]:.4f}" for key in NONE_FITS_KEYS)
+            print(f"| {s['window']} | {s['seed']} | {name} | {split} |")
+    return _print_gaps(samples, NONE_FITS_KEYS)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -441,6 +465,7 @@ def _run(args: argparse.Namespace) -> int:
             )
     idle_summary = _print_idle(samples)
     idle_summary |= _print_usable(samples)
+    idle_summary |= _print_none_fits(samples)
     validator = _print_validator(samples) if args.validate else None
     summary: dict[str, dict[str, Any]] = {}
     print("\n## Targets (gpufleet vs kueue)\n")

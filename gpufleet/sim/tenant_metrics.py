@@ -35,7 +35,8 @@ Definitions (N = tenants with at least one job in the replay, C = the fleet's GP
   the work done, which is what keeping the fleet busy is for.
 * **Usable idle GPU-seconds** (`usable_idle.UsableIdleMonitor`): the idle GPUs the waiting
   gangs could legally take at once (quota allowing, node by node, each GPU once), left by a
-  decision (by cause) or awaiting the next cycle; that module defines them.
+  decision (by cause) or awaiting the next cycle; that module defines them, and splits the
+  idle GPUs no waiting gang fits even ignoring quotas by why (`usable_idle.NONE_FITS`).
 * **Idle GPU-seconds with demand** (`IdleMonitor`, from the engine's `on_event` hook after every
   event), over the same span, as fractions of C x span. A GPU is *idle* when nothing is
   allocated on it (no replica, no MIG instance; a GPU held by a gang that is restarting is
@@ -397,6 +398,8 @@ class TenantReport:
     usable_idle_left: float = math.nan
     usable_idle_left_by_cause: Mapping[str, float] = field(default_factory=dict)
     usable_idle_quota_blind: float = math.nan
+    # Idle while gangs wait but none fits them, quotas ignored, by cause (usable_idle.py).
+    idle_none_fits_by_cause: Mapping[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -425,6 +428,7 @@ class TenantReport:
             "usable_idle_left": self.usable_idle_left,
             "usable_idle_left_by_cause": dict(self.usable_idle_left_by_cause),
             "usable_idle_quota_blind": self.usable_idle_quota_blind,
+            "idle_none_fits_by_cause": dict(self.idle_none_fits_by_cause),
             "tenants": {
                 r.tenant: {"jobs": r.jobs, "avg_jct_h": r.avg_jct_h, "rho": r.rho}
                 for r in self.rows
@@ -497,6 +501,7 @@ def tenant_report(
             usable_idle_left=got.left / capacity,
             usable_idle_left_by_cause={c: v / capacity for c, v in got.left_by_cause.items()},
             usable_idle_quota_blind=got.blind / capacity,
+            idle_none_fits_by_cause={c: v / capacity for c, v in got.none_fits.items()},
         )
     if idle is None:
         return report

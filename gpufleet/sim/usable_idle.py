@@ -24,6 +24,13 @@ while they stay usable (between decisions no GPU is taken and no waiting gang le
 `SimSettings.cycle_s`). Only the arrival span counts (`until`, the last arrival: the figures
 are shares of the fleet's GPUs x that span, like the utilisation).
 
+*None fits* (`NONE_FITS`): the idle GPUs left after the quota-blind count while gangs wait,
+per type, by why no gang left waiting takes them: `no taker` (every waiting gang that accepts
+the type was counted on some type: more idle than waiting demand), `node too small` (those
+left need more GPUs on one node than the type's nodes hold: an 8-GPU one-node gang on 4-GPU
+nodes), `too few` (more GPUs than the type has idle), `fragmented` (enough idle, not node by
+node). Node filters (`allowed_nodes`) are ignored here.
+
 The part left by a decision is split by cause on the policy's side, per GPU taken, the first
 that applies (`CAUSES`):
 
@@ -64,12 +71,14 @@ from gpufleet.sim.occupancy import SimCluster
 
 __all__ = [
     "CAUSES",
+    "NONE_FITS",
     "DecisionTap",
     "Take",
     "UsableIdleMonitor",
     "UsableSeconds",
     "UsableStep",
     "fill",
+    "none_fits",
     "usable_gpu_seconds",
 ]
 
@@ -86,6 +95,8 @@ CAUSES: tuple[str, ...] = (
     "not offered",
     "unexplained",
 )
+
+NONE_FITS: tuple[str, ...] = ("no taker", "node too small", "too few", "fragmented")
 
 _REASON_CAUSE: dict[PendingReason, str] = {
     PendingReason.QUOTA_EXCEEDED: "quota",
@@ -199,6 +210,46 @@ def fill(
     return takes
 
 
+def _on_one_node(gang: Gang) -> int:
+    """GPUs the gang needs on one node: all of them for a same-node gang, else a replica's."""
+    if gang.topology is Topology.SAME_NODE:
+        return gang.gpus_needed(gang.replicas_min)
+    return gang.gpus_per_replica
+
+
+def none_fits(
+    idle: Mapping[str, int],
+    type_of: Mapping[str, str],
+    node_size: Mapping[str, int],
+    waiting: Sequence[Gang],
+    takes: Sequence[Take],
+) -> Counter[str]:
+    """The idle GPUs per node left after the quota-blind `takes`, by why no waiting gang takes
+    them (module docstring, `NONE_FITS`); `node_size`: the GPUs of each type's largest node."""
+    left = dict(idle)
+    for take in takes:
+        left[take.node] -= take.gpus
+    per_type: Counter[str] = Counter()
+    for node, n in left.items():
+        if n > 0:
+            per_type[type_of[node]] += n
+    taken = {take.gang_id for take in takes}
+    rest = [g for g in waiting if not g.uses_mig and g.id not in taken]
+    out: Counter[str] = Counter()
+    for gpu_type, n in per_type.items():
+        takers = [g for g in rest if gpu_type in g.type_names()]
+        fitting = [g for g in takers if _on_one_node(g) <= node_size.get(gpu_type, 0)]
+        if not takers:
+            out["no taker"] += n
+        elif not fitting:
+            out["node too small"] += n
+        elif min(g.gpus_needed(g.replicas_min) for g in fitting) > n:
+            out["too few"] += n
+        else:
+            out["fragmented"] += n
+    return out
+
+
 @dataclass(frozen=True)
 class UsableStep:
     """From `t` until the next step: the usable idle GPUs per type, and of them the ones the
@@ -208,17 +259,19 @@ class UsableStep:
     usable: Mapping[str, int]
     left: Mapping[tuple[str, str], float] = field(default_factory=dict)
     blind: int = 0  # GPUs usable with quotas ignored
+    none_fits: Mapping[str, int] = field(default_factory=dict)  # idle left by cause, NONE_FITS
 
 
 @dataclass(frozen=True)
 class UsableSeconds:
-    """Usable idle GPU-seconds over a span: all, left by a decision, those by cause, and all
-    with quotas ignored."""
+    """Usable idle GPU-seconds over a span: all, left by a decision, those by cause, all
+    with quotas ignored, and the idle ones no waiting gang fits by cause (`NONE_FITS`)."""
 
     usable: float
     left: float
     left_by_cause: Mapping[str, float]
     blind: float = 0.0
+    none_fits: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def next_cycle(self) -> float:
@@ -230,6 +283,7 @@ def usable_gpu_seconds(steps: Sequence[UsableStep], start: float, end: float) ->
     over [start, end]."""
     usable = left = blind = 0.0
     by_cause: dict[str, float] = {}
+    unfit: dict[str, float] = {}
     for i, step in enumerate(steps):
         until = steps[i + 1].t if i + 1 < len(steps) else end
         dt = min(until, end) - max(step.t, start)
@@ -237,11 +291,15 @@ def usable_gpu_seconds(steps: Sequence[UsableStep], start: float, end: float) ->
             continue
         usable += sum(step.usable.values()) * dt
         blind += step.blind * dt
+        for cause, n in step.none_fits.items():
+            unfit[cause] = unfit.get(cause, 0.0) + n * dt
         for (_, cause), n in step.left.items():
             left += n * dt
             by_cause[cause] = by_cause.get(cause, 0.0) + n * dt
     causes = {c: by_cause[c] for c in CAUSES if c in by_cause}
-    return UsableSeconds(usable, left, causes, blind)
+    return UsableSeconds(
+        usable, left, causes, blind, {c: unfit[c] for c in NONE_FITS if c in unfit}
+    )
 
 
 @dataclass(frozen=True)
@@ -277,6 +335,10 @@ class UsableIdleMonitor:
         self.aging_s = aging_s
         self.until = until
         self.type_of = {name: node.gpu_type for name, node in cluster.nodes.items()}
+        self.node_size: dict[str, int] = {}
+        for node in cluster.nodes.values():
+            size = self.node_size.get(node.gpu_type, 0)
+            self.node_size[node.gpu_type] = max(size, node.gpu_count)
         self._steps: list[UsableStep] = []
         self._seen: _Seen | None = None
         self._left_at: Counter[tuple[str, str]] = Counter()  # right after the last decision
@@ -314,10 +376,13 @@ class UsableIdleMonitor:
             return
         takes: list[Take] = []
         blind = 0
+        unfit: Counter[str] = Counter()
         if seen.waiting and any(seen.idle.values()):
             book = QuotaBook(self.tree, seen.snapshot) if self.tree is not None else None
             takes = fill(seen.idle, self.type_of, seen.waiting, book)
-            blind = sum(t.gpus for t in fill(seen.idle, self.type_of, seen.waiting, None))
+            blind_takes = fill(seen.idle, self.type_of, seen.waiting, None)
+            blind = sum(t.gpus for t in blind_takes)
+            unfit = none_fits(seen.idle, self.type_of, self.node_size, seen.waiting, blind_takes)
         usable: Counter[str] = Counter()
         for take in takes:
             usable[take.gpu_type] += take.gpus
@@ -332,9 +397,14 @@ class UsableIdleMonitor:
             kept = min(at_decision[gpu_type], usable[gpu_type]) / at_decision[gpu_type]
             if kept > 0:
                 left[(gpu_type, cause)] = n * kept
-        step = UsableStep(seen.t, dict(usable), left, blind)
+        step = UsableStep(seen.t, dict(usable), left, blind, dict(unfit))
         last = self._steps[-1] if self._steps else None
-        if last is None or (last.usable, last.left, last.blind) != (usable, left, blind):
+        if last is None or (last.usable, last.left, last.blind, last.none_fits) != (
+            usable,
+            left,
+            blind,
+            unfit,
+        ):
             self._steps.append(step)
 
     def _causes(self, seen: _Seen, takes: Sequence[Take]) -> Counter[tuple[str, str]]:

@@ -34,6 +34,7 @@ from gpufleet.sim.usable_idle import (
     UsableIdleMonitor,
     UsableStep,
     fill,
+    none_fits,
     usable_gpu_seconds,
 )
 from gpufleet.testing.limit_scene import limited_setup, trace_job
@@ -113,6 +114,28 @@ def test_the_fill_tries_the_fastest_type_first(catalog: Catalog) -> None:
     assert fill({"v-0": 8, "t-0": 4}, type_of, waiting, book) == [Take("g", V100, "v-0", 2)]
 
 
+def test_idle_gpus_no_waiting_gang_fits_are_split_by_why() -> None:
+    h100, a100 = "H100-80GB", "A100-80GB"
+    type_of = {"v-0": V100, "v-1": V100, "t-0": T4, "h-0": h100, "a-0": a100}
+    node_size = {V100: 8, T4: 4, h100: 8, a100: 8}
+    idle = {"v-0": 4, "v-1": 5, "t-0": 4, "h-0": 2, "a-0": 8}
+    types = (TypeOption(V100), TypeOption(T4), TypeOption(h100))
+    waiting = [
+        _gang("small", "a", 1),  # counted on v-0 by the fill
+        _gang("wide", "a", 8, topology=Topology.SAME_NODE, acceptable=types),
+    ]
+    takes = [Take("small", V100, "v-0", 1)]
+    assert none_fits(idle, type_of, node_size, waiting, takes) == {
+        "fragmented": 8,  # V100: 3 + 5 left, 8 needed on one node
+        "node too small": 4,  # T4 nodes hold 4
+        "too few": 2,  # H100: 2 idle
+        "no taker": 8,  # no waiting gang wants A100
+    }
+    # A gang of one node's GPUs per replica fits a T4 node replica by replica.
+    spread = [_gang("spread", "a", 2, per=4, acceptable=(TypeOption(T4),))]
+    assert none_fits({"t-0": 4}, type_of, node_size, spread, []) == {"too few": 4}
+
+
 def _three_node_scene(catalog: Catalog) -> tuple[SimCluster, DecisionTap, list[Gang]]:
     """After a decision that moved m from v-0 to v-2: v-0 has 2 idle (freed by the move),
     v-1 4, v-2 6; an aged gang of 8 GPUs on one node fits nowhere (its reserved node: v-2)."""
@@ -166,7 +189,11 @@ def test_the_monitor_gives_each_gpu_a_decision_left_its_cause(catalog: Catalog) 
     assert awaiting.usable == {V100: 10} and awaiting.left == decided.left
     assert awaiting.blind == 10
     assert empty.usable == {} and empty.left == {}
+    # Left over: v-1 1, v-2 2; r (8 on one node) needs more than the 3 idle.
+    assert decided.none_fits == {"too few": 3} and awaiting.none_fits == {"too few": 2}
+    assert empty.none_fits == {}
     got = usable_gpu_seconds(monitor.steps, 0.0, 30.0)
+    assert got.none_fits == {"too few": pytest.approx(3 * 5 + 2 * 5)}
     assert got.usable == pytest.approx(9 * 5 + 10 * 5)
     assert got.left == pytest.approx(9 * 10)
     assert got.next_cycle == pytest.approx(1 * 5)
