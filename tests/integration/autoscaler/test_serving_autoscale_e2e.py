@@ -40,7 +40,6 @@ import re
 import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,9 +109,12 @@ def operator(
     proc.stop()
 
 
-@pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[PrometheusServer]:
-    with PrometheusServer(tmp_path / "prometheus", scrape_interval_s=1.0) as server:
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    """One Prometheus for the module: each burst reloads it with its simulator's targets, and
+    every query selects the test's own namespace, so no test reads another's series."""
+    state = tmp_path_factory.mktemp("prometheus")
+    with PrometheusServer(state, scrape_interval_s=1.0) as server:
         yield server
 
 
