@@ -21,13 +21,13 @@ a preemptible TrainingJob gang runs on the standbys' GPUs (never a non-preemptib
 next burst recalls the standbys and the gang is preempted whole before they wake, and it runs
 on their GPUs again once they sleep; the invariant checker finds nothing at every step.
 
-Time is compressed so the run stays under two minutes: the trace slice plays twice as fast,
-the ServingJob decides every 2 s with a 10 s rate/staleness window and a 10 s scale-down
-window, and the operator's policy defaults (window, forecast horizon, burst memory, feedback
-half-life) are shortened through `GPUFLEET_AUTOSCALER_SETTINGS`. The replica profile is the
+Time is compressed so a burst plays out in about half a minute: the trace slice plays four
+times as fast, the ServingJob decides every second with a 5 s rate/staleness window and a 5 s
+scale-down window, and the operator's policy defaults (window, forecast horizon, burst memory,
+feedback half-life) are shortened through `GPUFLEET_AUTOSCALER`. The replica profile is the
 simulator's Llama-8B on H100; the decode batch in the CRD's capacity profile is small (16)
 because the code trace's answers are short (a few dozen tokens), so decode would otherwise
-never need a second replica in a 30-second burst.
+never need a second replica in so short a burst.
 """
 
 from __future__ import annotations
@@ -71,8 +71,13 @@ from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_
 GROUP, VERSION, PLURAL = "gpufleet.io", "v1alpha1", "servingjobs"
 TRACE = default_data_dir() / "traces" / "azure-llm-2023-code.csv"
 # The slice: 60 s of the trace from second 840, a burst of up to 72k prompt tokens/s that
-# falls to a few thousand, then silence. Played 2x faster after a 5 s lead-in at zero load.
-SLICE_START_S, SLICE_S, TIME_SCALE, LEAD_IN_S = 840.0, 60.0, 2.0, 5.0
+# falls to a few thousand, then silence. Played 4x faster after a 5 s lead-in at zero load.
+SLICE_START_S, SLICE_S, TIME_SCALE, LEAD_IN_S = 840.0, 60.0, 4.0, 5.0
+# The periods below and in COMPRESSED are those the slice played at 2x was tuned with, halved
+# with the replay's time, so a burst sees as many decisions as it did then. The scrape interval
+# stays 1 s (a rate window holds 5 scrapes instead of 10): a shorter one is also a shorter
+# scrape timeout, and scrapes missed on a loaded machine would read as stale metrics.
+DECIDE_S, STALE_S, SCALE_DOWN_WINDOW_S, SCRAPE_S = 1, 5, 5, 1.0
 PROFILE = replica_profile("H100-SXM-80GB")
 JOB = "coder"
 POOLS = ("prefill", "decode")
@@ -80,11 +85,11 @@ POOLS = ("prefill", "decode")
 # The operator-wide autoscaler settings, a whole group as one JSON object.
 AUTOSCALER_ENV = "GPUFLEET_AUTOSCALER"
 COMPRESSED = {
-    "window_s": 30,
-    "forecast_horizon_s": 5,
-    "backlog_drain_s": 5,
-    "burst_memory_half_life_s": 3,
-    "feedback_half_life_s": 10,
+    "window_s": 15,
+    "forecast_horizon_s": 2.5,
+    "backlog_drain_s": 2.5,
+    "burst_memory_half_life_s": 1.5,
+    "feedback_half_life_s": 5,
 }
 SCALED = re.compile(r"^(prefill|decode): scale (\d+)->(\d+) \((\w+)\)")
 
@@ -114,7 +119,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusS
     """One Prometheus for the module: each burst reloads it with its simulator's targets, and
     every query selects the test's own namespace, so no test reads another's series."""
     state = tmp_path_factory.mktemp("prometheus")
-    with PrometheusServer(state, scrape_interval_s=1.0) as server:
+    with PrometheusServer(state, scrape_interval_s=SCRAPE_S) as server:
         yield server
 
 
@@ -137,14 +142,14 @@ def servingjob(url: str, gpu_type: str = "H100-80GB", priority: int = 0) -> dict
             "decode": pool,
             "slo": {"ttftP90Seconds": 0.5, "itlP90Seconds": 0.05},
             "autoscaling": {
-                "intervalSeconds": 2,
-                "prometheus": {"url": url, "staleAfterSeconds": 10},
+                "intervalSeconds": DECIDE_S,
+                "prometheus": {"url": url, "staleAfterSeconds": STALE_S},
                 "capacity": {
                     "prefillTokensPerSecond": PROFILE.prefill_tokens_per_s,
                     "decodeBatchSize": 16,
                 },
                 "scaleUp": {"stabilizationWindowSeconds": 0, "maxStep": 2},
-                "scaleDown": {"stabilizationWindowSeconds": 10, "maxStep": 2},
+                "scaleDown": {"stabilizationWindowSeconds": SCALE_DOWN_WINDOW_S, "maxStep": 2},
             },
         },
     }
