@@ -38,6 +38,7 @@ import json
 import os
 import re
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -121,6 +122,18 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusS
     state = tmp_path_factory.mktemp("prometheus")
     with PrometheusServer(state, scrape_interval_s=SCRAPE_S) as server:
         yield server
+
+
+def scheduler_cycles(operator: OperatorProcess) -> float:
+    """The scheduling cycles the operator has run (its `gpufleet_scheduler_cycles_total`)."""
+    url = f"http://127.0.0.1:{operator.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("gpufleet_scheduler_cycles_total{")
+    )
 
 
 def servingjob(url: str, gpu_type: str = "H100-80GB", priority: int = 0) -> dict[str, Any]:
@@ -502,7 +515,7 @@ def test_standby_replicas_wake_before_new_ones_are_created(
 
 
 def test_an_asleep_standby_lends_its_gpu_to_preemptible_training_only(
-    kube: Kube, ns: str, prometheus: PrometheusServer
+    kube: Kube, ns: str, prometheus: PrometheusServer, operator: OperatorProcess
 ) -> None:
     # T4 (16 GPUs), one standby per pool. Burst 1 leaves one awake and one asleep replica per
     # pool; a non-preemptible job then takes the 12 free GPUs. A preemptible 2-worker job runs
@@ -593,7 +606,10 @@ def test_an_asleep_standby_lends_its_gpu_to_preemptible_training_only(
             20,
         )
         lend_uids = {p["metadata"]["uid"] for p in job_pods("lend")}
-        time.sleep(3)  # a few scheduler cycles: keep still waits, nothing over-booked
+        # Two more scheduling cycles, one at least wholly after the borrower runs: keep still
+        # waits, nothing is over-booked.
+        cycles = scheduler_cycles(operator)
+        wait_for(lambda: scheduler_cycles(operator) >= cycles + 2, "two scheduler cycles", 20)
         lent_state_is_sound()
         assert kube.phase(ns, "keep") != "Running"
 
