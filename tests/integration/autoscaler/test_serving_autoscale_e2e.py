@@ -24,7 +24,9 @@ on their GPUs again once they sleep; the invariant checker finds nothing at ever
 Time is compressed so a burst plays out in about half a minute: the trace slice plays four
 times as fast, the ServingJob decides every second with a 5 s rate/staleness window and a 5 s
 scale-down window, and the operator's policy defaults (window, forecast horizon, burst memory,
-feedback half-life) are shortened through `GPUFLEET_AUTOSCALER`. The replica profile is the
+feedback half-life) are shortened through `GPUFLEET_AUTOSCALER`. One Prometheus, configured
+once per module, scrapes fixed addresses that expose the simulator playing now, so a replay
+starts without waiting for Prometheus to apply new targets. The replica profile is the
 simulator's Llama-8B on H100; the decode batch in the CRD's capacity profile is small (16)
 because the code trace's answers are short (a few dozen tokens), so decode would otherwise
 never need a second replica in so short a burst.
@@ -43,6 +45,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from kubernetes import client
 
@@ -68,12 +71,14 @@ from gpufleet.sim.serving.trace import load_azure_code_trace
 from gpufleet.sim.traces.common import default_data_dir
 from gpufleet.testing import invariants
 from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
+from gpufleet.testing.serving_metrics import SwitchedServingMetrics
 
 GROUP, VERSION, PLURAL = "gpufleet.io", "v1alpha1", "servingjobs"
 TRACE = default_data_dir() / "traces" / "azure-llm-2023-code.csv"
 # The slice: 60 s of the trace from second 840, a burst of up to 72k prompt tokens/s that
-# falls to a few thousand, then silence. Played 4x faster after a 5 s lead-in at zero load.
-SLICE_START_S, SLICE_S, TIME_SCALE, LEAD_IN_S = 840.0, 60.0, 4.0, 5.0
+# falls to a few thousand, then silence. Played 4x faster after a 2 s lead-in at zero load,
+# a scrape or two: Prometheus then has the simulator's series before the burst comes.
+SLICE_START_S, SLICE_S, TIME_SCALE, LEAD_IN_S = 840.0, 60.0, 4.0, 2.0
 # The periods below and in COMPRESSED are those the slice played at 2x was tuned with, halved
 # with the replay's time, so a burst sees as many decisions as it did then. The scrape interval
 # stays 1 s (a rate window holds 5 scrapes instead of 10): a shorter one is also a shorter
@@ -115,13 +120,45 @@ def operator(
     proc.stop()
 
 
+@dataclasses.dataclass(frozen=True)
+class Scraping:
+    """The module's Prometheus and the fixed addresses it scrapes the simulators at."""
+
+    server: PrometheusServer
+    metrics: SwitchedServingMetrics
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def has_fresh_series(self, ns: str, since: float) -> bool:
+        """Whether Prometheus holds a sample of both pools of the job in `ns` scraped after
+        `since` (Unix time)."""
+        # Either spelling of the name (OpenMetrics scrapes get it underscore-escaped).
+        name = '__name__=~"vllm[:_]num_requests_running"'
+        query = f'timestamp({{{name},namespace="{ns}",servingjob="{JOB}"}})'
+        response = httpx.get(f"{self.url}/api/v1/query", params={"query": query}, timeout=5)
+        response.raise_for_status()
+        fresh = {
+            r["metric"].get("pool")
+            for r in response.json()["data"]["result"]
+            if float(r["value"][1]) > since
+        }
+        return fresh == set(POOLS)
+
+
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
-    """One Prometheus for the module: each burst reloads it with its simulator's targets, and
-    every query selects the test's own namespace, so no test reads another's series."""
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraping]:
+    """One Prometheus for the module, configured once: it scrapes fixed addresses that expose
+    whichever simulator plays now (each burst's own simulator, labelled with its test's
+    namespace), so no burst waits for Prometheus to apply new targets (up to 10 s each)."""
     state = tmp_path_factory.mktemp("prometheus")
-    with PrometheusServer(state, scrape_interval_s=SCRAPE_S) as server:
-        yield server
+    with (
+        SwitchedServingMetrics(POOLS) as metrics,
+        PrometheusServer(state, metrics.targets(), scrape_interval_s=SCRAPE_S) as server,
+    ):
+        server.wait_scraped(timeout_s=30)
+        yield Scraping(server, metrics)
 
 
 def scheduler_cycles(operator: OperatorProcess) -> float:
@@ -266,7 +303,7 @@ def servingjob_running(kube: Kube, ns: str, body: dict[str, Any]) -> Iterator[No
 
 
 @contextlib.contextmanager
-def live_sim(kube: Kube, ns: str, prometheus: PrometheusServer) -> Iterator[LiveServingSim]:
+def live_sim(kube: Kube, ns: str, prometheus: Scraping) -> Iterator[LiveServingSim]:
     """The serving simulator on the trace slice, serving with the job's Running pods, for the
     block; `prometheus` scrapes it (once at least before the block starts)."""
     requests = load_azure_code_trace(TRACE, start_s=SLICE_START_S, duration_s=SLICE_S)
@@ -284,14 +321,19 @@ def live_sim(kube: Kube, ns: str, prometheus: PrometheusServer) -> Iterator[Live
         poll_s=0.5,
     )
     with sim:
-        prometheus.reload(sim.scrape_targets())
-        prometheus.wait_scraped(timeout_s=20)
-        yield sim
+        since = time.time()
+        # gpufleet's label convention (the simulator's own targets carry the same labels).
+        prometheus.metrics.serve(sim.exporter, {"namespace": ns, "servingjob": JOB})
+        try:
+            wait_for(
+                lambda: prometheus.has_fresh_series(ns, since), "Prometheus scrapes the sim", 20
+            )
+            yield sim
+        finally:
+            prometheus.metrics.serve(None)
 
 
-def test_both_pools_follow_a_code_trace_burst(
-    kube: Kube, ns: str, prometheus: PrometheusServer
-) -> None:
+def test_both_pools_follow_a_code_trace_burst(kube: Kube, ns: str, prometheus: Scraping) -> None:
     started = time.monotonic()
     custom = kube.custom
 
@@ -337,7 +379,7 @@ def test_both_pools_follow_a_code_trace_burst(
 
 
 def test_a_burst_borrows_gpus_from_preemptible_training_only(
-    kube: Kube, ns: str, prometheus: PrometheusServer
+    kube: Kube, ns: str, prometheus: Scraping
 ) -> None:
     # The 16 T4 GPUs: the ServingJob's two replicas (priority 5), a non-preemptible gang of 6
     # and a preemptible gang of 8 (priority 0). The burst's scale-up finds no free T4: the core
@@ -391,7 +433,7 @@ def test_a_burst_borrows_gpus_from_preemptible_training_only(
 
 
 def test_standby_replicas_wake_before_new_ones_are_created(
-    kube: Kube, ns: str, prometheus: PrometheusServer
+    kube: Kube, ns: str, prometheus: Scraping
 ) -> None:
     # One standby per pool, woken in 2 s. Burst 1 grows both pools; their scale-down puts one
     # replica per pool to sleep (still Running, marked asleep). Burst 2 (the same slice again)
@@ -515,7 +557,7 @@ def test_standby_replicas_wake_before_new_ones_are_created(
 
 
 def test_an_asleep_standby_lends_its_gpu_to_preemptible_training_only(
-    kube: Kube, ns: str, prometheus: PrometheusServer, operator: OperatorProcess
+    kube: Kube, ns: str, prometheus: Scraping, operator: OperatorProcess
 ) -> None:
     # T4 (16 GPUs), one standby per pool. Burst 1 leaves one awake and one asleep replica per
     # pool; a non-preemptible job then takes the 12 free GPUs. A preemptible 2-worker job runs
