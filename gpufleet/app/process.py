@@ -133,6 +133,7 @@ def run(settings: Settings) -> int:
         serving.mark(True)
 
     kopf_setup.register_login(api)
+    kopf_setup.register_stop_on_cleanup(stop)
     tick, scheduler_name = settings.operator.tick_s, settings.scheduler.name
     tolerations = settings.operator.tolerations()
     trainingjob_handlers.register_timer(tick)
@@ -166,8 +167,8 @@ def run(settings: Settings) -> int:
                 stop_flag=stop,
             )
         finally:
-            # kopf may stop on its own signal handlers; release its thread waiting on `stop`
-            # before asyncio.run() waits for the executor threads.
+            # Should kopf stop without its cleanup activity (kopf_setup.register_stop_on_cleanup),
+            # release its thread waiting on `stop` before asyncio.run() waits for the executor's.
             stop.set()
 
     try:

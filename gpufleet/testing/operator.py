@@ -103,7 +103,7 @@ class OperatorProcess(StartStop):
         """Carry on as `standby` (its process, port and log) if it leads, with the same
         arguments, and this process is gone; then `standby` no longer owns that process.
         A fixture's operator whose test had a standby take over keeps that one rather than
-        stopping it and starting its own again (a graceful stop alone takes ~6 s)."""
+        stopping it and starting its own again (a graceful stop and a fresh start take seconds)."""
         if self.proc is not None and self.proc.poll() is None:
             return False
         if standby.proc is None or standby.proc.poll() is not None:
