@@ -124,6 +124,15 @@ class QueueGate:
         home = self._home(gang.queue)
         return self.book.fits(home, charge.resource, charge.amount, gang.preemptible)
 
+    def allows_in_queues(self, gang: Gang, gpu_type: str, replicas: int) -> bool:
+        """As `allows`, but up to the top-level queue only: the cluster's capacity, which
+        running gangs give back as they end, is left aside (reservation.py)."""
+        if gang.queue is not None and not self.tree.usable(gang.queue):
+            return False
+        charge = self.charge(gang, gpu_type, replicas)
+        home = self._home(gang.queue)
+        return self.book.fits_queues(home, charge.resource, charge.amount)
+
     def replicas_allowed(self, gang: Gang, gpu_type: str, upto: int) -> int:
         """The most replicas (at least the gang's minimum, at most `upto`) the quota allows;
         0 when not even the minimum fits."""

@@ -218,6 +218,15 @@ class QuotaBook:
             return False
         return preemptible or self.safe_unreclaimable(queue, resource, amount)
 
+    def fits_queues(self, queue: str, resource: str, amount: int) -> bool:
+        """`amount` more of `resource` in `queue` keeps each queue level within its limit; the
+        cluster's capacity aside (reservation.py: a drain waits for running gangs to end)."""
+        return all(
+            load <= limit
+            for name, load, limit in self._levels(queue, resource, amount)
+            if name != ROOT
+        )
+
     def no_worse(self, queue: str, resource: str, amount: int, than: QuotaBook) -> bool:
         """`amount` more of `resource` in `queue` leaves each level from the queue up to the
         cluster within its limit or no more loaded than in `than` (the account before a

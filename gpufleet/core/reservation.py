@@ -36,6 +36,7 @@ from contextlib import contextmanager
 
 from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.snapshot import ReplicaPlacement
+from gpufleet.core.spread import fewest_node_count
 from gpufleet.core.state import ClusterState
 
 __all__ = [
@@ -52,11 +53,15 @@ MAX_RESERVED = 1  # gangs given a node per decision
 
 
 def reservable(gang: Gang, aging_s: float) -> bool:
-    """Whether `gang` may be given a node when it fits nowhere (module docstring)."""
+    """Whether `gang` may be given a node (or a spreadable gang nodes) when it fits nowhere
+    (module docstring)."""
     if gang.mig_profile is not None or gang.waited_s < aging_s:
         return False
-    one_node = gang.topology is Topology.SAME_NODE or gang.replicas_min == 1
-    return one_node and gang.gpus_needed(gang.replicas_min) > 1
+    return gang.gpus_needed(gang.replicas_min) > 1
+
+
+def _one_node(gang: Gang) -> bool:
+    return gang.topology is Topology.SAME_NODE or gang.replicas_min == 1
 
 
 def reserve_node(
@@ -67,14 +72,14 @@ def reserve_node(
 ) -> int | None:
     """Reserve for `gang` the node closest to holding it (module docstring): take its free
     whole GPUs in `state` and return its index; None when no node of `types` could hold it.
-    `types` are the gang's usable types, best first; `allowed` the nodes it may use."""
+    `types` are the gang's usable types, best first; `allowed` the nodes it may use. A gang
+    whose replicas may sit on different nodes gets the fewest nodes closest to holding it
+    instead (`_reserve_room`; the first of them is returned)."""
+    gangs_on = _gangs_on(state)
+    if not _one_node(gang):
+        return _reserve_room(state, gang, types, allowed, gangs_on)
     need = gang.gpus_needed(gang.replicas_min)
     gate = state.gate
-    gangs_on: Counter[int] = Counter()
-    for running in state.snapshot.running:
-        for name in {r.node for r in running.replicas}:
-            if name in state.node_index:
-                gangs_on[state.node_index[name]] += 1
     best: tuple[int, int, int, int] | None = None
     for order, gpu_type in enumerate(types):
         if gate is not None and not gate.allows(gang, gpu_type, gang.replicas_min):
@@ -94,6 +99,60 @@ def reserve_node(
         gate.reserved.append((node, gpus))
         gate.reserved_for[node] = gang
     return node
+
+
+def _gangs_on(state: ClusterState) -> Counter[int]:
+    """Running gangs per node index."""
+    gangs_on: Counter[int] = Counter()
+    for running in state.snapshot.running:
+        for name in {r.node for r in running.replicas}:
+            if name in state.node_index:
+                gangs_on[state.node_index[name]] += 1
+    return gangs_on
+
+
+def _reserve_room(
+    state: ClusterState,
+    gang: Gang,
+    types: Sequence[str],
+    allowed: frozenset[int] | None,
+    gangs_on: Counter[int],
+) -> int | None:
+    """Reserve for a spreadable `gang` the fewest nodes that hold it packed, on the type where
+    they are closest to it (module docstring); the first node's index, None when no type has
+    such nodes. Not recorded in `reserved_for`: evacuation empties one node for one gang."""
+    size = gang.gpus_per_replica
+    need = gang.replicas_min
+    gate = state.gate
+    best: tuple[tuple[int, int, int], list[int]] | None = None
+    for order, gpu_type in enumerate(types):
+        # The cluster's capacity aside: on a full type what runs there is what the room waits
+        # for (a quota check with it refused every drain of a busy type).
+        if gate is not None and not gate.allows_in_queues(gang, gpu_type, need):
+            continue
+        fewest = fewest_node_count(state, gpu_type, size, need)
+        if fewest is None:
+            continue
+        ranked = sorted(
+            (-(len(state.whole_mode_gpus(n)) // size), gangs_on[n], n)
+            for n in state.nodes_by_type.get(gpu_type, [])
+            if state.nodes[n].gpu_count >= size and (allowed is None or n in allowed)
+        )
+        chosen = ranked[:fewest]
+        if sum(state.nodes[n].gpu_count // size for _, _, n in chosen) < need:
+            continue  # too few nodes of the type it may use to hold it packed
+        held = min(need, -sum(r for r, _, _ in chosen))
+        key = (-held, sum(g for _, g, _ in chosen), order)
+        if best is None or key < best[0]:
+            best = (key, [n for _, _, n in chosen])
+    if best is None:
+        return None
+    for n in best[1]:
+        gpus = tuple(state.whole_mode_gpus(n))
+        state.take_whole(n, gpus)
+        if gate is not None:
+            gate.reserved.append((n, gpus))
+    return best[1][0]
 
 
 def with_reservations(initial: ClusterState, reserved_in: ClusterState) -> ClusterState:

@@ -2,17 +2,21 @@
 
 Aspects: an aged gang that needs a whole node and fits nowhere keeps the node with the most free
 GPUs from later gangs (which would otherwise take it); ties go to the node with fewer running
-gangs; a reservation never stops a reclaim; young gangs, one-GPU gangs, MIG gangs and spread
-multi-replica gangs get no node; one gang per decision; without queues nothing is reserved.
+gangs; an aged gang whose replicas may spread keeps the fewest nodes that hold it packed, on
+both engines (small gangs behind it took every GPU they freed: held-out 2017-11-22 s0, a
+24-GPU gang waited 4.6 h); a reservation never stops a reclaim; young gangs, one-GPU gangs and
+MIG gangs get no node; one gang per decision; without queues nothing is reserved.
 """
 
 from __future__ import annotations
+
+import pytest
 
 from gpufleet.core.admission import QueueGate
 from gpufleet.core.decision import Decision
 from gpufleet.core.demand import Gang, Topology
 from gpufleet.core.place import place
-from gpufleet.core.policy import Policy
+from gpufleet.core.policy import Engine, Policy
 from gpufleet.core.queues import QueueSpec, QueueTree, Quota
 from gpufleet.core.reservation import (
     lift_reservations,
@@ -23,7 +27,7 @@ from gpufleet.core.reservation import (
 from gpufleet.core.snapshot import Snapshot
 from gpufleet.core.state import ClusterState
 from gpufleet.core.validate import decision_problems
-from tests.unit.core.placement_builders import ClusterBuilder, cluster, gang
+from tests.unit.core.placement_builders import ClusterBuilder, checked_decision, cluster, gang
 
 H100 = "H100-80GB"
 AGED = 7200.0  # past Policy().queue_aging_s (3600 s)
@@ -136,8 +140,9 @@ def test_which_gangs_may_be_given_a_node() -> None:
     assert not reservable(gang("w", gpus=8, waited_s=aging - 1), aging)  # not aged yet
     assert not reservable(gang("one", gpus=1, waited_s=aging), aging)  # any free GPU fits it
     assert not reservable(gang("mig", mig="1g.10gb", waited_s=aging), aging)
-    spread = gang("spread", gpus=2, replicas=4, waited_s=aging)  # replicas may use any nodes
-    assert not reservable(spread, aging)
+    spread = gang("spread", gpus=2, replicas=4, waited_s=aging)  # gets nodes: its fewest
+    assert reservable(spread, aging)
+    assert not reservable(gang("ones", replicas=4, waited_s=aging - 1), aging)
     together = gang("together", gpus=2, replicas=4, topology=Topology.SAME_NODE, waited_s=aging)
     assert reservable(together, aging)
 
@@ -156,3 +161,29 @@ def test_a_second_reservation_of_a_node_with_nothing_left_lifts_and_renews() -> 
     assert state.gate.reserved == [] and state.whole_mode_gpus(0) == [4, 5, 6, 7]
     renew_reservations(state, lifted)
     assert state.gate.reserved == [(0, (4, 5, 6, 7))] and state.whole_mode_gpus(0) == []
+
+
+def t4_fleet() -> Snapshot:
+    """Four 4-GPU T4 nodes, 6 GPUs free: t0 2, t1 3, t3 1; t2 full. Everything in one queue
+    whose quota holds what runs and the wide gang."""
+    t4 = "T4"
+    builder = cluster().nodes_of("t", t4, 4, count=4)
+    builder.run("a", "t0", (0, 1), queue="q").run("b", "t1", (0,), queue="q")
+    builder.run("c", "t2", (0, 1, 2, 3), queue="q").run("d", "t3", (0, 1, 2), queue="q")
+    return builder.queues(QueueTree.build([QueueSpec("q", quotas={t4: Quota(18)})])).build()
+
+
+@pytest.mark.parametrize("engine", [Engine.GREEDY, Engine.CPSAT])
+def test_an_aged_spreadable_gang_keeps_its_fewest_nodes_from_the_gangs_behind(
+    engine: Engine,
+) -> None:
+    # The wide gang (8 one-GPU replicas: 2 nodes packed) fits nowhere; the one-GPU gangs behind
+    # it would take all 6 free GPUs, and the next ones every GPU a finishing gang frees. Aged,
+    # it keeps t1 and t0 (the 2 nodes with the most free GPUs): only t3's GPU is left to them.
+    smalls = [gang(f"s{i}", "T4", queue="q") for i in range(6)]
+    young = [gang("wide", "T4", replicas=8, queue="q", waited_s=600.0), *smalls]
+    assert len(checked_decision(t4_fleet(), young, engine).placements) == 6
+    aged = [gang("wide", "T4", replicas=8, queue="q", waited_s=AGED), *smalls]
+    decision = checked_decision(t4_fleet(), aged, engine)
+    assert {r.node for p in decision.placements for r in p.replicas} == {"t3"}
+    assert len(decision.placements) == 1 and not decision.moves
