@@ -249,7 +249,7 @@ class PlacementSettings(_Group):
         description="With GPUQueues: a job pending this many seconds (since its pods were "
         "created, i.e. since it was submitted or last evicted) goes before the queues' "
         "fair-share order, and one needing many GPUs on one node that fits nowhere has a node "
-        "reserved for it.",
+        "reserved for it (one whose replicas may spread: the fewest nodes that hold it packed).",
     )
     requeue_timestamp: RequeueTimestamp = Field(
         REQUEUE_TIMESTAMP,

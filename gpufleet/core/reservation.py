@@ -16,16 +16,27 @@ chosen from the current state only (never from job lengths). Choosing instead th
 running gangs' progress estimates (`RunProgress`) end first was tried on the tuning windows and
 did no better: the largest of a node's estimates understates when its last gang ends.
 
-At most `MAX_RESERVED` gangs get a node per decision, the first aged ones in the queues' order
-(the longest waiting first), which bounds the capacity held idle. Gangs of one GPU (any free GPU
-fits them), MIG gangs and gangs whose replicas may spread over nodes get no reservation. The
+An aged gang whose replicas may sit on different nodes (topology `any` with several replicas)
+fits nowhere when too few GPUs of any type are free at once, and it starves the same way: the
+gangs behind it take every GPU a finishing job frees (held-out 2017-11-22 s0, greedy: a 24-GPU
+gang of one-GPU replicas waited 4.6 h). It is given the fewest nodes that hold it packed
+(`spread.fewest_node_count`) of the type where those nodes, the ones with the most free
+GPUs (then the fewest running gangs), hold most of it now; its queue's quota is checked up to
+the top-level queue only, since on a full type the cluster's capacity is what the drain waits
+for. These nodes are not evacuated (evacuation.py empties one node for one gang).
+
+At most `MAX_RESERVED` gangs get a reservation per decision, the first aged ones in the queues'
+order (the longest waiting first), which bounds the capacity held idle. Gangs of one GPU (any
+free GPU fits them) and MIG gangs get no reservation. The
 rule belongs to the queues (it needs their aging order), so it applies when the snapshot carries
 queues; the greedy pass makes the reservations and CP-SAT starts from a state with the same GPUs
 taken, so both engines keep the node free. A reservation never stands in the way of preemption:
 the reserved GPUs are given back while stuck gangs look for victims (a queue's reclaim of its
 nominal quota, or a higher priority, comes before a drain) and taken again, where still free,
 after. A gang that needs no victim of its own there, placed on queue quota other gangs' victims
-gave back (preempt.py), plans with them kept (`kept_while`).
+gave back (preempt.py), plans with them kept (`kept_while`). A preemptor may still evict a
+victim and then land on lifted GPUs without using the victim's; refusing that was measured and
+not kept (bench/README.md, Queues, forty-eighth pass).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ expected to end within the hold's time left (`RunProgress`; a gang without an es
 staying), so a gang with no room coming starts now. The bound does not cover room in sight that
 then does not come or that gangs ahead take: the held gang keeps none, and its wait can exceed the
 hold (bench/README.md, Queues, fortieth and forty-seventh passes: a 24-GPU gang waited 4.6 h
-after a hold of 20 s, with and without the bound). Two held gangs never count the same node's
-room.
+after a hold of 20 s, with and without the bound); once it has waited the queues' aging time,
+reservation.py keeps its fewest nodes for it. Two held gangs never count the same node's room.
 
 Keeping the room's free GPUs for a held gang as well (a reservation) was measured and not kept:
 it made CP-SAT's worst tenant worse on a diagnosis sample (bench/README.md, Queues, forty-sixth
