@@ -190,44 +190,6 @@ def test_an_aged_spreadable_gang_keeps_its_fewest_nodes_from_the_gangs_behind(
     assert len(decision.placements) == 1 and not decision.moves
 
 
-def three_h100s() -> Snapshot:
-    """h0 and h1 4 GPUs free each (h1 with more gangs: h0 is reserved for an aged 8-GPU gang),
-    h2 full: a 1-GPU gang of priority 0 beside 7 GPUs that may not be preempted."""
-    return (
-        cluster()
-        .node("h0", H100)
-        .node("h1", H100)
-        .node("h2", H100)
-        .run("x0", "h0", (0, 1, 2, 3), queue="q", preemptible=False)
-        .run("y0", "h1", (0, 1), queue="q", preemptible=False)
-        .run("y1", "h1", (2, 3), queue="q", preemptible=False)
-        .run("v", "h2", (0,), queue="q")
-        .run("k", "h2", (1, 2, 3, 4, 5, 6, 7), queue="q", preemptible=False)
-        .queues(QueueTree.build([QueueSpec("q", quotas={H100: Quota(24)})]))
-        .build()
-    )
-
-
-@pytest.mark.parametrize("engine", [Engine.GREEDY, Engine.CPSAT])
-def test_a_preemptor_never_evicts_only_to_land_on_a_reserved_node(engine: Engine) -> None:
-    # s (2 GPUs, priority 5 as w) may use h0 and h2 only: h0 is kept for w, h2 is full. Evicting v
-    # frees one GPU of h2, too few for s; reservations are lifted while stuck gangs preempt,
-    # and s used to evict v and then land on h0's lifted GPUs, none of v's: an eviction that
-    # bought nothing but a hole in the drain (diagnosis 2017-10-26 s2, a kept room).
-    s = gang("s", gpus=2, priority=5, queue="q", allowed={"h0", "h2"})
-    pending = [gang("w", gpus=8, priority=5, queue="q", waited_s=AGED), s]
-    decision = checked_decision(three_h100s(), pending, engine)
-    assert decision.preemptions == () and decision.admitted_ids == set()
-    # With v's GPUs enough for it (1 GPU), it evicts v and takes them, not the drain's.
-    one = gang("s", gpus=1, priority=5, queue="q", allowed={"h0", "h2"})
-    decision = checked_decision(three_h100s(), [pending[0], one], engine)
-    assert [p.gang_id for p in decision.preemptions] == ["v"]
-    placement = decision.placement("s")
-    assert placement is not None and [(r.node, r.gpus) for r in placement.replicas] == [
-        ("h2", (0,))
-    ]
-
-
 def test_no_nodes_are_kept_for_a_spreadable_gang_its_queue_would_not_admit() -> None:
     # The queue may use 16 T4s at most (10 run): the wide gang waits for quota, not for room,
     # and keeping nodes idle for it would help nobody.
