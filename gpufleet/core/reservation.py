@@ -36,7 +36,7 @@ nominal quota, or a higher priority, comes before a drain) and taken again, wher
 after. A gang that needs no victim of its own there, placed on queue quota other gangs' victims
 gave back (preempt.py), plans with them kept (`kept_while`). A preemptor may still evict a
 victim and then land on lifted GPUs without using the victim's; refusing that was measured and
-not kept (bench/README.md, Queues, forty-ninth pass).
+not kept (bench/README.md, Queues, fiftieth pass).
 """
 
 from __future__ import annotations
