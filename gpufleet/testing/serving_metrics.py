@@ -22,7 +22,12 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from gpufleet.lifecycle import StartStop
-from gpufleet.sim.serving.exporter import LOOPBACK, PoolCollector, ServingExporter
+from gpufleet.sim.serving.exporter import (
+    LOOPBACK,
+    PoolCollector,
+    ServingExporter,
+    stop_servers,
+)
 
 __all__ = ["SwitchedServingMetrics"]
 
@@ -70,11 +75,7 @@ class SwitchedServingMetrics(StartStop):
             self.addresses[pool] = f"{LOOPBACK}:{server.server_address[1]}"
 
     def stop(self) -> None:
-        for server, thread in self._servers:
-            server.shutdown()
-            server.server_close()
-            thread.join(timeout=5)
-        self._servers.clear()
+        stop_servers(self._servers)
         self.addresses.clear()
 
 

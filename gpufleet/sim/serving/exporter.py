@@ -159,6 +159,15 @@ class PoolEndpoint:
         return f"http://{self.host}:{self.port}/metrics"
 
 
+def stop_servers(servers: list[tuple[WSGIServer, threading.Thread]]) -> None:
+    """Shut the /metrics servers down, wait for their threads, and forget them."""
+    for server, thread in servers:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    servers.clear()
+
+
 class ServingExporter:
     """Serves `/metrics` for every pool of a model on loopback ports (0 = pick a free one)."""
 
@@ -181,11 +190,7 @@ class ServingExporter:
         return dict(self.endpoints)
 
     def stop(self) -> None:
-        for server, thread in self._servers:
-            server.shutdown()
-            server.server_close()
-            thread.join(timeout=5)
-        self._servers.clear()
+        stop_servers(self._servers)
 
     def __enter__(self) -> ServingExporter:
         self.start()
