@@ -52,6 +52,10 @@ def _now() -> str:
     return format_time(datetime.now(UTC))
 
 
+class JobGone(Exception):
+    """A TrainingJob gone or being deleted: no pod of it will be made again."""
+
+
 class Binder:
     def __init__(
         self,
@@ -258,7 +262,8 @@ class Binder:
     def job_template(self, job: Mapping[str, str]) -> dict[str, Any] | None:
         """The current pod template (`spec.template`) of `job` (a pod's controller, as
         `mover.job_reference` gives it) when it is a TrainingJob, read from the API server;
-        None for another kind or a job that is gone. Other errors raise."""
+        None for another kind. A TrainingJob gone or being deleted raises `JobGone` (nothing
+        will recreate its pods); other errors raise."""
         group, _, version = job.get("apiVersion", "").partition("/")
         if group != API_GROUP or job.get("kind") != "TrainingJob":
             return None
@@ -269,8 +274,10 @@ class Binder:
             )
         except ApiException as exc:
             if exc.status == 404:
-                return None
+                raise JobGone(f"TrainingJob {job['namespace']}/{job['name']} is gone") from exc
             raise
+        if (raw.get("metadata") or {}).get("deletionTimestamp"):
+            raise JobGone(f"TrainingJob {job['namespace']}/{job['name']} is being deleted")
         template = (raw.get("spec") or {}).get("template")
         return dict(template) if isinstance(template, dict) else None
 

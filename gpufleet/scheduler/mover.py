@@ -103,7 +103,7 @@ from gpufleet.model.contract import names
 from gpufleet.model.contract.moves import Checkpoint, move_marker
 from gpufleet.model.contract.reasons import PendingNote, SchedulerReason, WaitReason, pending_text
 from gpufleet.model.mig import MigPlacement
-from gpufleet.scheduler.binder import Binder
+from gpufleet.scheduler.binder import Binder, JobGone
 from gpufleet.scheduler.cache import RESERVED_SUFFIX, SchedulerCache
 from gpufleet.scheduler.cluster_view import ClusterView, PendingGang
 from gpufleet.scheduler.cycle_report import CycleReport
@@ -528,9 +528,13 @@ class GangMover:
         pods were made gives the new pods another (one read per move started; nothing is
         kept). When the RuntimeClass cannot be read: the old pod's overhead and none of its
         node selector or tolerations (logged); when the template cannot be read (a bare pod,
-        the job gone, the API unreachable: logged), the old pod's own spec."""
+        the API unreachable: logged), the old pod's own spec; when the TrainingJob is gone or
+        being deleted, why the move is pointless."""
         try:
             template = self.binder.job_template(job_reference(pod))
+        except JobGone as exc:
+            # Nothing would recreate the pods: a move would only hold its new GPUs idle.
+            return f"nothing would recreate its pods ({exc})"
         except Exception as exc:
             log.warning(
                 "cycle=%d cannot read the pod template of %s's job, its old pods' requests are "

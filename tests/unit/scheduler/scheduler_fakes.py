@@ -10,7 +10,7 @@ from typing import Any
 from gpufleet.core.policy import Engine, Policy, SolverSettings
 from gpufleet.model.gpus import load_catalog
 from gpufleet.model.mig import MigLayout
-from gpufleet.scheduler.binder import BindRequest
+from gpufleet.scheduler.binder import BindRequest, JobGone
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.loop import Scheduler
 from gpufleet.scheduler.loop_settings import SchedulerSettings
@@ -52,6 +52,7 @@ class FakeBinder:
         self.refuse_patch: dict[str, str] = {}  # pod key -> the API's refusal
         self.preempted: list[tuple[str, str]] = []  # (pod key, cause) deleted as a preemption
         self.templates: dict[str, dict[str, Any]] = {}  # job "namespace/name" -> pod template
+        self.gone: set[str] = set()  # jobs "namespace/name" gone or being deleted
         # RuntimeClass name -> the object (None: reading any fails); the names read, in turn
         self.runtime_classes: dict[str, dict[str, Any]] | None = {}
         self.runtime_class_reads: list[str] = []
@@ -116,7 +117,10 @@ class FakeBinder:
         return []
 
     def job_template(self, job: Mapping[str, str]) -> dict[str, Any] | None:
-        return self.templates.get(f"{job['namespace']}/{job['name']}")
+        key = f"{job['namespace']}/{job['name']}"
+        if key in self.gone:
+            raise JobGone(f"TrainingJob {key} is being deleted")
+        return self.templates.get(key)
 
     def record_tier_eviction(self, job: Mapping[str, str], count: int) -> None:
         self.tier_records.append((dict(job), count))

@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.model.contract import names
 from gpufleet.scheduler import binder as binder_module
-from gpufleet.scheduler.binder import Binder, BindRequest
+from gpufleet.scheduler.binder import Binder, BindRequest, JobGone
 from gpufleet.testing.operator import wait_for
 
 
@@ -108,7 +108,8 @@ def test_a_jobs_pod_template_is_read_for_a_trainingjob_only(
     job = {"apiVersion": "gpufleet.io/v1alpha1", "kind": "TrainingJob", "namespace": "ns"}
     assert binder.job_template({**job, "name": "long"}) == template
     assert custom.asked == [("gpufleet.io", "v1alpha1", "ns", "trainingjobs", "long")]
-    assert binder.job_template({**job, "name": "gone"}) is None  # deleted since
+    with pytest.raises(JobGone, match="ns/gone is gone"):  # deleted since
+        binder.job_template({**job, "name": "gone"})
     pod = {"apiVersion": "v1", "kind": "Pod", "namespace": "ns", "name": "long-0"}
     assert binder.job_template(pod) is None  # a bare pod: nothing asked
     assert len(custom.asked) == 2

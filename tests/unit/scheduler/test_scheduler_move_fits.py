@@ -448,6 +448,19 @@ def test_a_move_is_not_started_where_its_recreated_pods_could_not_run(
     assert binder.runtime_class_reads == ["kata", "kata"]
 
 
+def test_no_move_is_started_for_a_job_being_deleted() -> None:
+    # long's TrainingJob is being deleted: nothing would recreate its pods, so a move would
+    # only hold the A100 node's GPUs idle for the reservation's time (before, it was started
+    # from the old pod's spec, and the reservation kept the next job off the node).
+    sched, binder, _ = _long_under_gvisor("gvisor", {"gvisor": _class("1")})
+    binder.gone.add("ns/long")
+    assert sched.run_cycle().moved == []
+    assert binder.moved == [] and "ns/long" not in sched.mover.reservations
+    # The same job still there: the move is made.
+    sched, binder, _ = _long_under_gvisor("gvisor", {"gvisor": _class("1")})
+    assert sched.run_cycle().moved == ["ns/long"]
+
+
 def test_a_move_is_started_where_its_runtime_classs_scheduling_lets_its_pods_run() -> None:
     # kata selects pool=a100: the A100 node matches. Or the A100 node is tainted and the old
     # pod tolerates it by a toleration its template lacks (one the operator adds, or its
