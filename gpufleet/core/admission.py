@@ -115,22 +115,29 @@ class QueueGate:
         resource = resource_key(gpu_type, gang.mig_profile)
         return Charge(gang.queue, resource, gang.gpus_needed(replicas))
 
+    def _charged(self, gang: Gang, gpu_type: str, replicas: int) -> tuple[str, Charge] | None:
+        """The queue the gang is charged to (outside every queue: ROOT) and the charge; None
+        when its queue may not be used."""
+        if gang.queue is not None and not self.tree.usable(gang.queue):
+            return None
+        return self._home(gang.queue), self.charge(gang, gpu_type, replicas)
+
     def allows(self, gang: Gang, gpu_type: str, replicas: int) -> bool:
         """`replicas` replicas of the gang on `gpu_type` fit its queue's quota (outside every
         queue: ROOT's, nominal 0)."""
-        if gang.queue is not None and not self.tree.usable(gang.queue):
+        charged = self._charged(gang, gpu_type, replicas)
+        if charged is None:
             return False
-        charge = self.charge(gang, gpu_type, replicas)
-        home = self._home(gang.queue)
+        home, charge = charged
         return self.book.fits(home, charge.resource, charge.amount, gang.preemptible)
 
     def allows_in_queues(self, gang: Gang, gpu_type: str, replicas: int) -> bool:
         """As `allows`, but up to the top-level queue only: the cluster's capacity, which
         running gangs give back as they end, is left aside (reservation.py)."""
-        if gang.queue is not None and not self.tree.usable(gang.queue):
+        charged = self._charged(gang, gpu_type, replicas)
+        if charged is None:
             return False
-        charge = self.charge(gang, gpu_type, replicas)
-        home = self._home(gang.queue)
+        home, charge = charged
         return self.book.fits_queues(home, charge.resource, charge.amount)
 
     def replicas_allowed(self, gang: Gang, gpu_type: str, upto: int) -> int:
