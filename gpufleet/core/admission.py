@@ -115,7 +115,7 @@ class QueueGate:
         resource = resource_key(gpu_type, gang.mig_profile)
         return Charge(gang.queue, resource, gang.gpus_needed(replicas))
 
-    def _charged(self, gang: Gang, gpu_type: str, replicas: int) -> tuple[str, Charge] | None:
+    def charged(self, gang: Gang, gpu_type: str, replicas: int) -> tuple[str, Charge] | None:
         """The queue the gang is charged to (outside every queue: ROOT) and the charge; None
         when its queue may not be used."""
         if gang.queue is not None and not self.tree.usable(gang.queue):
@@ -125,7 +125,7 @@ class QueueGate:
     def allows(self, gang: Gang, gpu_type: str, replicas: int) -> bool:
         """`replicas` replicas of the gang on `gpu_type` fit its queue's quota (outside every
         queue: ROOT's, nominal 0)."""
-        charged = self._charged(gang, gpu_type, replicas)
+        charged = self.charged(gang, gpu_type, replicas)
         if charged is None:
             return False
         home, charge = charged
@@ -134,7 +134,7 @@ class QueueGate:
     def allows_in_queues(self, gang: Gang, gpu_type: str, replicas: int) -> bool:
         """As `allows`, but up to the top-level queue only: the cluster's capacity, which
         running gangs give back as they end, is left aside (reservation.py)."""
-        charged = self._charged(gang, gpu_type, replicas)
+        charged = self.charged(gang, gpu_type, replicas)
         if charged is None:
             return False
         home, charge = charged

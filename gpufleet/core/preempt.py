@@ -491,11 +491,11 @@ class _Waiter:
         gang, gpu_type, count = self.gang, self.placement.gpu_type, self.placement.replica_count
         if account.allows(gang, gpu_type, count):
             return True
-        if gang.queue is not None and not account.tree.usable(gang.queue):
-            return False
         # A gang of no queue is charged to ROOT (quota.py), the cluster its only level.
-        home = account.book.home(gang.queue)
-        charge = account.charge(gang, gpu_type, count)
+        charged = account.charged(gang, gpu_type, count)
+        if charged is None:
+            return False
+        home, charge = charged
         book = account.book
         if not book.no_worse(home, charge.resource, charge.amount, before.book):
             return False
