@@ -259,12 +259,16 @@ def as_service_account(
         yield proc
 
 
+# A log line's time stamp ends in milliseconds (",403" is a time, not a refusal).
+_STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
+
+
 def _forbidden(proc: OperatorProcess) -> list[str]:
     """The log lines about a refused request (JSON-escaped quotes unescaped)."""
     return [
         line.replace('\\"', '"')
         for line in proc.log.read_text(errors="replace").splitlines()
-        if re.search(r"\b403\b", line) or "forbidden" in line.lower()
+        if re.search(r"(?<![.,:=])\b403\b", _STAMP.sub("", line)) or "forbidden" in line.lower()
     ]
 
 
