@@ -4,8 +4,8 @@ They are held to the rules of a top-level queue with nominal 0 on every type (qu
 with both engines: a non-preemptible one takes no queue's idle nominal quota (it could never be
 reclaimed) and waits QuotaExceeded saying so, but takes capacity no queue is promised; a
 preemptible one borrows that idle nominal and is reclaimed whole when the queue's job comes;
-none of them goes past a lending limit. The validator flags a decision that lets a
-non-preemptible one take promised capacity.
+none of them goes past a lending limit. A deleted queue's running gang is one of them. The
+validator flags a decision that lets a non-preemptible one take promised capacity.
 """
 
 from __future__ import annotations
@@ -112,6 +112,33 @@ def test_a_gang_in_no_queue_on_a_fleet_its_like_fill_waits_for_gpus() -> None:
         reason = decision.pending_for("bare")
         assert reason is not None
         assert reason.reason is (expected or PendingReason.QUOTA_EXCEEDED), reason
+
+
+@ENGINES
+def test_a_deleted_queues_running_gang_keeps_running_counted_outside_every_queue(
+    engine: Engine,
+) -> None:
+    """Queue `gone` deleted under its running gang: no decision stops the gang for that; it is
+    held to the rules of gangs in no queue (it only borrows), so `own`, within its nominal 8,
+    reclaims it whole; a new job naming `gone` waits with QueueNotFound."""
+    snapshot = (
+        cluster()
+        .nodes_of("h", H100, 2)
+        .run("old", "h0", tuple(range(8)), queue="gone")
+        .run("old", "h1", tuple(range(8)), queue="gone")
+        .queues(queues(8))
+        .build()
+    )
+    idle = decide(snapshot, [], engine)
+    assert (idle.preemptions, idle.moves) == ((), ())
+    again = decide(snapshot, [gang("next", gpus=8, queue="gone")], engine)
+    assert again.preemptions == ()
+    reason = again.pending_for("next")
+    assert reason is not None and reason.reason is PendingReason.QUEUE_NOT_FOUND
+    assert reason.message == "queue gone does not exist"
+    decision = decide(snapshot, [gang("mine", gpus=8, queue="own")], engine)
+    assert decision.admitted_ids == {"mine"}
+    assert [(p.gang_id, p.reclaim) for p in decision.preemptions] == [("old", True)]
 
 
 @ENGINES
