@@ -11,7 +11,9 @@ Aspects under test:
   breaking metav1's rules: bad operator, values with Exists or DoesNotExist, none with In or
   NotIn, bad label keys and values) and by the
   ValidatingAdmissionPolicy that compares a queue with the others (a child's quota above its
-  parent's, a parent lowered below a child's, a two-queue parent cycle); nothing is stored;
+  parent's, for whole GPUs, for a MIG profile, or on a type the parent has none of; a parent
+  lowered below a child's or dropping a child's resource; a two-queue parent cycle); nothing
+  is stored;
 - valid namespace selectors (empty, prefixed keys, empty values, every operator) are accepted
   and stored as written.
 """
@@ -131,6 +133,8 @@ INVALID: list[Any] = [
     pytest.param(queue("neg", quotas=[h100(-1)]), "spec.quotas[0].nominal", id="negative-nominal"),
     pytest.param(queue("negb", quotas=[h100(2, borrowingLimit=-3)]),
                  "spec.quotas[0].borrowingLimit", id="negative-borrowing"),
+    pytest.param(queue("negl", quotas=[h100(2, lendingLimit=-1)]),
+                 "spec.quotas[0].lendingLimit", id="negative-lending"),
     pytest.param(queue("unknown", quotas=[{"gpuType": "B300", "nominal": 1}]),
                  "spec.quotas[0].gpuType", id="unknown-gpu-type"),
     pytest.param(queue("notmig", quotas=[{"gpuType": "T4", "migProfile": "1g.10gb", "nominal": 1}]),
@@ -178,6 +182,17 @@ INVALID: list[Any] = [
     pytest.param(queue(f"greedy-{SUFFIX}", parent=DEPT, quotas=[h100(32)]),
                  f"spec.quotas: the nominal quota exceeds parent {DEPT}'s for H100-80GB",
                  id="child-above-parent"),
+    pytest.param(queue(f"greedy-mig-{SUFFIX}", parent=DEPT,
+                       quotas=[{"gpuType": "A100-80GB", "migProfile": "3g.40gb", "nominal": 9}]),
+                 f"spec.quotas: the nominal quota exceeds parent {DEPT}'s for A100-80GB/3g.40gb",
+                 id="child-above-parent-mig-profile"),
+    pytest.param(queue(f"greedy-t4-{SUFFIX}", parent=DEPT,
+                       quotas=[{"gpuType": "T4", "nominal": 1}]),
+                 f"spec.quotas: the nominal quota exceeds parent {DEPT}'s for T4",
+                 id="child-quota-on-a-type-the-parent-lacks"),
+    pytest.param(queue(DEPT, quotas=[h100(16, lendingLimit=8)]),
+                 f"spec.quotas: the nominal quota is below child {TEAM}'s for "
+                 "A100-80GB/3g.40gb", id="parent-drops-a-childs-mig-profile"),
     pytest.param(queue(DEPT, quotas=[h100(4)]),
                  f"spec.quotas: the nominal quota is below child {TEAM}'s for H100-80GB",
                  id="parent-below-child"),
