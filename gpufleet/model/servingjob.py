@@ -484,7 +484,11 @@ class ServingJobSpec(CRDModel):
         default=0,
         ge=0,
         le=MAX_PRIORITY,
-        description=f"Priority from 0 to {MAX_PRIORITY} against other jobs; higher wins.",
+        description=(
+            f"Priority from 0 to {MAX_PRIORITY} against the other jobs of its queue (all jobs "
+            "where no GPUQueue exists); higher wins. Across queues, quotas and fair share "
+            "decide, not priority."
+        ),
     )
     queue: str = Field(
         default="default",
@@ -498,7 +502,11 @@ class ServingJobSpec(CRDModel):
     )
     preemptible: bool = Field(
         default=False,
-        description="Whether higher-priority jobs may evict this server's replicas.",
+        description=(
+            "Whether gpufleet may evict this server's replicas for others: for example "
+            "higher-priority jobs of its queue, or its queue's lender reclaiming borrowed "
+            "quota. Non-preemptible replicas borrow no quota that a reclaim could want."
+        ),
     )
 
     @model_validator(mode="after")

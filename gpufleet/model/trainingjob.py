@@ -425,8 +425,9 @@ class TrainingJobSpec(CRDModel):
         ge=0,
         le=MAX_PRIORITY,
         description=(
-            f"Priority from 0 to {MAX_PRIORITY}; higher is admitted first and may preempt "
-            "preemptible jobs of lower priority."
+            f"Priority from 0 to {MAX_PRIORITY} among the jobs of its queue (of all jobs where "
+            "no GPUQueue exists): higher is admitted first and may preempt preemptible jobs of "
+            "lower priority. Across queues, quotas and fair share decide, not priority."
         ),
     )
     queue: str = Field(
@@ -441,7 +442,12 @@ class TrainingJobSpec(CRDModel):
     )
     preemptible: bool = Field(
         default=True,
-        description="Whether a higher-priority job may evict this one (it is requeued).",
+        description=(
+            "Whether gpufleet may evict this job for others (it is requeued): for example a "
+            "higher-priority job of its queue, or its queue's lender reclaiming borrowed quota. "
+            "A non-preemptible job is never evicted for another, so it borrows no quota that a "
+            "reclaim could want: it waits instead."
+        ),
     )
     topology: Topology = Field(
         default=Topology.NONE,

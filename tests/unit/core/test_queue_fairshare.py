@@ -4,7 +4,8 @@ core/queues.py).
 Aspects: hierarchical weighted shares among the queues that have work (an idle queue deserves
 nothing and leaves its share to its siblings; a parent's own gangs compete as one more child);
 attained share counted in throughput; the order of pending gangs (within-nominal work first,
-then the queue furthest below its share, aging ahead of both); and the checks of one queue's
+then the queue furthest below its share, aging ahead of both; priority orders a queue's own
+gangs only); and the checks of one queue's
 spec and of the tree (duplicates, weights, priority ranges).
 """
 
@@ -93,6 +94,23 @@ def test_order_puts_work_within_nominal_first_then_the_poorer_queue() -> None:
     ]
     order = order_pending(snapshot, pending, QuotaBook(tree, snapshot), aging_s=3600.0)
     assert [g.id for g in order] == ["owner-1", "poor-1", "rich-1"]
+
+
+def test_priority_orders_gangs_inside_a_queue_never_across_queues() -> None:
+    """The TrainingJob and ServingJob `priority` descriptions: a queue's higher-priority gang
+    goes first in its queue, but the poorer queue's gang of priority 0 goes ahead of the
+    richer queue's of priority 9."""
+    tree = QueueTree.build([spec("rich"), spec("poor")])
+    snapshot = (
+        cluster().nodes_of("h", H100, 2).run("r", "h0", (0, 1), queue="rich").queues(tree).build()
+    )
+    pending = [
+        gang("rich-urgent", queue="rich", gpus=2, priority=9),
+        gang("poor-low", queue="poor", gpus=2, priority=0),
+        gang("poor-high", queue="poor", gpus=2, priority=5),
+    ]
+    order = order_pending(snapshot, pending, QuotaBook(tree, snapshot), aging_s=3600.0)
+    assert [g.id for g in order] == ["poor-high", "poor-low", "rich-urgent"]
 
 
 def test_aged_gangs_go_ahead_of_their_tier_oldest_first() -> None:
