@@ -140,6 +140,13 @@ def test_ready_conditions_per_pool_and_overall() -> None:
         ),
         pytest.param("ReplicaExceedsNode: needs 16 x H100-80GB", "ReplicaExceedsNode", id="core2"),
         pytest.param("GangNotReady: restarting", "GangNotReady", id="scheduler"),
+        # The `queue` field's description: a missing queue, a queue that does not take them.
+        pytest.param("QueueNotFound: queue gone does not exist", "QueueNotFound", id="no-queue"),
+        pytest.param(
+            "QueueNotAllowed: priority 5 is outside queue q's priority range 10-20",
+            "QueueNotAllowed",
+            id="queue-refuses",
+        ),
         pytest.param("0/3 nodes are available", "InsufficientGPUs", id="unknown-code"),
     ],
 )
