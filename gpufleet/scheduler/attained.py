@@ -16,7 +16,7 @@ clock (`model.contract.service`).
   on re-evictions: the count the operator wrote on its pods (the largest among them, as for
   the service) and how long its current run has lasted (`model.contract.service.run_s`).
 - A ServingJob's replicas get none: a server has no finish time that least-attained-service
-  could favour, and its `preemptible` promises eviction by higher priorities only.
+  could favour, and its `preemptible` promises eviction by higher priorities and reclaims only.
 Nothing here looks past now: a pod's service ends at the clock's reading, and a start time
 after it counts nothing. The tier acts only inside queues and with a threshold
 (`Policy.service_tier_gpu_s`); otherwise the view is left as it is (every attained 0).
