@@ -12,7 +12,8 @@ Two teams share the 16 T4 GPUs of the default fleet, each with a nominal quota o
   cannot be bound sooner; B's evicted job waits with QuotaExceeded naming the queue, the type
   and the numbers;
 - a job naming a queue that does not exist waits with QueueNotFound, and runs once the queue is
-  created (queues and jobs may come in any order);
+  created (queues and jobs may come in any order); deleting a queue stops none of its running
+  jobs, and a new job naming it waits with QueueNotFound;
 - a job whose priority is outside its queue's range waits with QueueNotAllowed;
 - a queue with a borrowing limit of 0 runs its first job within its nominal quota while its
   second, which would borrow, waits with QuotaExceeded naming the limit.
@@ -169,6 +170,28 @@ def test_a_job_in_a_missing_queue_waits_until_the_queue_exists(kube: Kube, ns: s
     wait_for(
         lambda: kube.phase(ns, "early") == "Running", "early Running once its queue exists", 60
     )
+
+
+def test_deleting_a_queue_stops_no_running_job(kube: Kube, ns: str, sandbox: Sandbox) -> None:
+    name = f"gone-{SUFFIX}"
+    body = _queue(name, 4)
+    body["spec"]["quotas"][0]["borrowingLimit"] = 0  # `orphan` (8 GPUs) never fits while it exists
+    kube.custom.create_cluster_custom_object(GROUP, VERSION, "gpuqueues", body)
+    try:
+        kube.create_job(ns, _job("kept", name, 1))
+        wait_for(lambda: kube.phase(ns, "kept") == "Running", "kept Running in its queue", 60)
+    finally:
+        sandbox.kubectl("delete", "gq", name, "--ignore-not-found", check=False)
+    kube.create_job(ns, _job("orphan", name, 2))
+
+    def missing() -> tuple[str, str] | None:
+        reason = kube.waiting_reason(ns, "orphan")
+        return reason if reason is not None and reason[0] == "QueueNotFound" else None
+
+    # Once the scheduler has seen the deletion, the new job waits for the queue.
+    reason = wait_for(missing, "orphan waiting with QueueNotFound", 30)
+    assert f"queue {name} does not exist" in reason[1], reason
+    assert kube.phase(ns, "kept") == "Running" and _bound_gpus(kube, ns, "kept") == 4
 
 
 def test_a_priority_outside_the_queues_range_waits(kube: Kube, ns: str, sandbox: Sandbox) -> None:
