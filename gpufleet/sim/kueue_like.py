@@ -7,8 +7,10 @@ Kueue (kubernetes-sigs/kueue, ClusterQueues in one cohort, one ResourceFlavor pe
 * **Quota.** A ClusterQueue's nominal quota per flavor, borrowing what other queues of the
   cohort leave unused. The arithmetic is the core's `QuotaBook`, the same rules the core
   enforces, so both sides are held to one definition of "within quota".
-* **Order.** BestEffortFIFO: each queue's workloads in arrival order, an evicted one from its
-  eviction (Kueue's default requeue timestamp; as the engine passes them); every round takes
+* **Order.** BestEffortFIFO: each queue's workloads by priority, higher first, then in arrival
+  order, an evicted one from its eviction (Kueue's default requeue timestamp; as the engine
+  passes them), as Kueue's ClusterQueue heap orders them (`queueOrderingFunc`,
+  `pkg/queue/cluster_queue.go`: priority, then the queue-order timestamp); every round takes
   the head of each queue, and the heads go in Kueue's order (those that fit without borrowing
   first, then higher priority, then older); a head that does not fit is set aside and its
   queue's next workload becomes the head.
@@ -64,6 +66,8 @@ class KueueLikePolicy:
         lines: dict[str, list[Gang]] = {}
         for gang in pending:
             lines.setdefault(book.home(gang.queue), []).append(gang)
+        for line in lines.values():
+            line.sort(key=lambda g: -g.priority)  # stable: arrival order within a priority
         placements: dict[str, GangPlacement] = {}
         preemptions: list[Preemption] = []
         evicted: set[str] = set()

@@ -2,10 +2,10 @@
 
 Aspects: heterogeneity-blind flavors (a gang that accepts T4 and H100 takes the H100s, the
 fleet's highest catalogue throughput, even when it runs faster on T4); FIFO per queue (a queue's
-gangs in arrival order, whatever their priority; a head that does not fit is set aside and the
-next one becomes the head); heads across queues (those that fit without borrowing first); and
-reclaim (whole gangs of borrowing queues only, lowest priority first, the lender's own and
-non-borrowers left alone).
+gangs by priority, then in arrival order, as Kueue's ClusterQueue heap; a head that does not fit
+is set aside and the next one becomes the head); heads across queues (those that fit without
+borrowing first); and reclaim (whole gangs of borrowing queues only, lowest priority first, the
+lender's own and non-borrowers left alone).
 """
 
 from __future__ import annotations
@@ -37,12 +37,14 @@ def test_flavors_are_tried_fastest_catalogue_type_first_whatever_the_job() -> No
     assert [(p.gang_id, p.gpu_type) for p in decision.placements] == [("odd", H100)]
 
 
-def test_a_queues_gangs_go_in_arrival_order_whatever_their_priority() -> None:
+def test_a_queues_gangs_go_by_priority_then_in_arrival_order() -> None:
     snapshot = cluster().node("h0", H100, 4).queues(tree(a={H100: 4})).build()
     first = gang("first", gpus=4, queue="a", priority=0)
     urgent = gang("urgent", gpus=4, queue="a", priority=9)
+    second = gang("second", gpus=4, queue="a", priority=0)
     decision = KueueLikePolicy()(snapshot, [first, urgent], Policy())
-    assert decision.admitted_ids == {"first"}
+    assert decision.admitted_ids == {"urgent"}
+    assert KueueLikePolicy()(snapshot, [first, second], Policy()).admitted_ids == {"first"}
 
 
 def test_a_head_that_does_not_fit_is_set_aside_for_the_next() -> None:
