@@ -13,7 +13,8 @@ preemption and CP-SAT then ask it (and only it) about queues:
 - which running gangs a stuck gang may evict (`may_evict`): never one a disruption budget
   protects now (`RunningGang.disruptable`); inside its own queue, preemptible gangs of lower
   rank (priority, then the service tier: service_tier.py, but not a gang the tier evicted
-  before whose run is still short: `service_tier.rerun_guarded`); in other queues, only when
+  before whose run is still short, `service_tier.rerun_guarded`, and never for or of a
+  server); in other queues, only when
   this is a reclaim: the stuck gang stays within its queue's nominal quota and the victim's
   queue borrows the victim's resource. Priorities are never compared across queues (a queue's
   guarantee does not depend on how others rank their work), as with Kueue's
@@ -195,7 +196,10 @@ class QueueGate:
         if not victim.preemptible or not victim.disruptable:
             return False
         if not self.is_reclaim(victim, gang):
-            if self.by_tier(victim, gang) and rerun_guarded(victim, self.tier_rerun_s):
+            if self.by_tier(victim, gang) and (
+                rerun_guarded(victim, self.tier_rerun_s)
+                or not (victim.service_ranked and gang.service_ranked)
+            ):
                 return False
             return self.rank(victim) < self.rank(gang)
         home = self._home(gang.queue)

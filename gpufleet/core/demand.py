@@ -56,6 +56,9 @@ class Gang:
     # for a job that never ran. Inside a queue it ranks the gang below same-priority fresh
     # gangs once it reaches `Policy.service_tier_gpu_s` (service_tier.py).
     attained_gpu_s: float = 0.0
+    # False for a server (a ServingJob's replicas): it has no finish time for least attained
+    # service to favour, so the service tier neither evicts for it nor evicts it.
+    service_ranked: bool = True
     # How long the gang has held its place in line, when that is not its wait: with the
     # requeue timestamp `creation` (`Policy.requeue_timestamp`), an evicted gang's time since
     # its job was created. None: its place in line is its wait (`waited_s`). It orders gangs

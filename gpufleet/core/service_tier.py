@@ -17,6 +17,10 @@ is used for
 - the price of such an eviction: a running gang past the threshold is worth
   `SERVED_VALUE_SHARE` of its work (objective.running_value), as a lower priority is worth
   half, so a fresh gang of its queue outweighs it and preemption's value check lets it in.
+A server (a ServingJob's replicas, `Gang.service_ranked` False) is not ranked by service: it
+has no finish time for least attained service to favour, and its `preemptible` promises
+eviction by higher priorities and reclaims only. The tier neither evicts it nor evicts for it
+(admission.QueueGate.may_evict); it is offered in its queue as a gang of no service.
 A pending gang's attained service counts its earlier runs (`Gang.attained_gpu_s`), a running
 gang's its current run too (`RunningGang.attained_gpu_s`): a job preempted after theta comes
 back in tier 0 and cannot evict the gangs of tier 0 it queues behind, so two served jobs never

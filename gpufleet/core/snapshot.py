@@ -77,6 +77,7 @@ class RunningGang:
     # run held x the seconds it held them, summed over its runs; `Gang.attained_gpu_s` plus
     # this run's share). Inside a queue it ranks the gang (service_tier.py).
     attained_gpu_s: float = 0.0
+    service_ranked: bool = True  # False for a server (`Gang.service_ranked`)
     # Its eviction history, for the limit on the service tier's re-evictions
     # (`Policy.service_tier_rerun_s`, service_tier.rerun_guarded): how many of the job's earlier
     # runs the service tier ended, and the seconds its current run has lasted so far.

@@ -28,7 +28,7 @@ the decision, and reports:
   tier's limit on re-evictions (`Policy.service_tier_rerun_s`), the tier's eviction (of a gang
   of the winner's priority) of a gang it evicted before whose current run is shorter than the
   limit; restated here rather than calling `service_tier.rerun_guarded`, so that a fault in
-  the rule shows;
+  the rule shows; and the tier's eviction for or of a server (`service_ranked` False);
 - a gang of an unusable queue, with a priority outside its queue's range, or from a namespace
   its queue's namespace selector does not take (or whose labels are unknown), that is placed.
 """
@@ -409,6 +409,10 @@ def _preemption_problems(
         if rank(victim, theta) >= rank(winner, theta) and not shrink:
             return [f"{victim.id} preempted inside its queue for {winner.id} of no higher priority"]
         by_tier = victim.priority == winner.priority and not shrink
+        if by_tier and not (victim.service_ranked and winner.service_ranked):
+            return [
+                f"{victim.id} evicted by the service tier for {winner.id}: a server has no tier"
+            ]
         if (
             by_tier
             and tier_rerun_s is not None

@@ -15,8 +15,10 @@ clock (`model.contract.service`).
 - A running job the tier evicted before also gets its eviction history, for the tier's limit
   on re-evictions: the count the operator wrote on its pods (the largest among them, as for
   the service) and how long its current run has lasted (`model.contract.service.run_s`).
-- A ServingJob's replicas get none: a server has no finish time that least-attained-service
-  could favour, and its `preemptible` promises eviction by higher priorities and reclaims only.
+- A ServingJob's replicas get none, and are marked as servers (`service_ranked` False), which
+  the tier neither evicts nor evicts for: a server has no finish time that least attained
+  service could favour, and its `preemptible` promises eviction by higher priorities and
+  reclaims only.
 Nothing here looks past now: a pod's service ends at the clock's reading, and a start time
 after it counts nothing. The tier acts only inside queues and with a threshold
 (`Policy.service_tier_gpu_s`); otherwise the view is left as it is (every attained 0).
@@ -67,9 +69,14 @@ class AttainedService:
         if not jobs:
             return view
         members: dict[str, list[Pod]] = defaultdict(list)
+        servers: set[str] = set()
         for f in view.facts.values():
+            if not (f.ours and f.gang in jobs):
+                continue
             # A ServingJob's pods count nothing: its replicas keep no service (docstring).
-            if f.ours and f.gang in jobs and names.SERVINGJOB_LABEL not in pods.pod_labels(f.pod):
+            if names.SERVINGJOB_LABEL in pods.pod_labels(f.pod):
+                servers.add(f.gang)
+            else:
                 members[f.gang].append(f.pod)
         now = self.wall()
         served = {
@@ -84,7 +91,9 @@ class AttainedService:
             for job in jobs
         }
         with_running = tuple(
-            _with_history(
+            replace(g, service_ranked=False)
+            if g.id in servers
+            else _with_history(
                 replace(g, attained_gpu_s=value) if (value := served[g.id]) else g,
                 evictions[g.id],
                 members[g.id],
@@ -95,7 +104,9 @@ class AttainedService:
             for g in snapshot.running
         )
         with_pending = tuple(
-            PendingGang(replace(pg.gang, attained_gpu_s=value), pg.pods)
+            PendingGang(replace(pg.gang, service_ranked=False), pg.pods)
+            if job_of(pg.gang.id) in servers
+            else PendingGang(replace(pg.gang, attained_gpu_s=value), pg.pods)
             if pg.gang.queue is not None and (value := served[job_of(pg.gang.id)])
             else pg
             for pg in view.pending

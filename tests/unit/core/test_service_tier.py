@@ -190,6 +190,34 @@ def test_the_tier_holds_inside_queues_only() -> None:
     assert decision.admitted_ids == set() and decision.preemptions == ()
 
 
+@ENGINES
+def test_a_server_never_evicts_for_the_tier(engine: Engine) -> None:
+    # A ServingJob's pending replica has no service: as a trainer it would be fresh.
+    replica = replace(gang("replica", queue="a"), service_ranked=False)
+    decision = decide(two_gpus_of_queue_a(), [replica], engine=engine)
+    assert decision.admitted_ids == set() and decision.preemptions == ()
+
+
+@ENGINES
+def test_a_running_server_is_never_evicted_by_the_tier(engine: Engine) -> None:
+    snapshot = two_gpus_of_queue_a()
+    running = tuple(
+        replace(r, service_ranked=False) if r.id == "long" else r for r in snapshot.running
+    )
+    decision = decide(replace(snapshot, running=running), [gang("new", queue="a")], engine=engine)
+    assert decision.admitted_ids == set() and decision.preemptions == ()
+
+
+def test_the_validator_refuses_a_tier_eviction_for_a_server() -> None:
+    snapshot = two_gpus_of_queue_a()
+    pending = [gang("new", queue="a")]
+    decision = decide(snapshot, pending)
+    replica = replace(pending[0], service_ranked=False)
+    assert decision_problems(snapshot, [replica], decision, THETA) == [
+        "long evicted by the service tier for new: a server has no tier"
+    ]
+
+
 def test_a_served_gang_that_comes_back_does_not_evict_served_gangs() -> None:
     back = replace(gang("back", queue="a"), attained_gpu_s=THETA)
     decision = decide(two_gpus_of_queue_a(), [back])

@@ -6,13 +6,13 @@ the seconds since its start); a pending gang's is its ended runs' alone, the lar
 among its pods; an elastic job's gang and its room to grow get the whole job's (its growth's
 GPUs included), its growth units none (as in the simulator); gangs outside queues, and every
 gang when the policy has no service tier, get none, and so do a ServingJob's replicas, however
-long they have run (a server has no finish time to favour); a restarted scheduler (a new tracker)
-computes the same values from the same pods, and a later clock only adds the time between;
-the live cycle hands the values to the core; a gang evicted for a gang of its own queue and
-priority is marked as evicted by the service tier, one evicted for a higher priority is not;
-a running gang the tier evicted before (the count the operator wrote on its pods, the largest
-among them) carries the count and how long its whole gang has run, a gang never evicted by the
-tier and a pending one carry none.
+long they have run (a server has no finish time to favour), and are marked as servers; a
+restarted scheduler (a new tracker) computes the same values from the same pods, and a later
+clock only adds the time between; the live cycle hands the values to the core; a gang evicted
+for a gang of its own queue and priority is marked as evicted by the service tier, one evicted
+for a higher priority is not; a running gang the tier evicted before (the count the operator
+wrote on its pods, the largest among them) carries the count and how long its whole gang has
+run, a gang never evicted by the tier and a pending one carry none.
 """
 
 from __future__ import annotations
@@ -123,6 +123,17 @@ def test_serving_replicas_never_accrue_service() -> None:
     out = attained(at(3600).attach(view([*PODS, server]), POLICY))
     assert out["ns/srv"] == 0.0
     assert out["ns/long"] == pytest.approx(500.0 + 2 * 2 * 3600)  # training still counts
+
+
+def test_serving_replicas_are_marked_as_servers_running_or_pending() -> None:
+    running = worker("srv", 0, size=1, node="n1")
+    waiting = worker("srv2", 0, size=1)
+    for pod, job in ((running, "srv"), (waiting, "srv2")):
+        pod["metadata"]["labels"][names.SERVINGJOB_LABEL] = job
+    v = at(60).attach(view([*PODS, running, waiting]), POLICY)
+    ranked = {g.id: g.service_ranked for g in v.snapshot.running}
+    ranked |= {pg.gang.id: pg.gang.service_ranked for pg in v.pending}
+    assert {g for g, r in ranked.items() if not r} == {"ns/srv", "ns/srv2"}
 
 
 def test_without_a_tier_the_view_is_left_as_it_is() -> None:
