@@ -8,11 +8,12 @@ the whole list to `on_list`, so the consumer's store is rebuilt from the cluster
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -21,6 +22,10 @@ log = logging.getLogger("gpufleet.scheduler.informer")
 
 Obj = dict[str, Any]
 ListFn = Callable[..., Any]
+
+# Seconds a stop waits in all for its informers' threads once their watches are ended (they end
+# within milliseconds unless in a list or a callback; they are daemon threads either way).
+INFORMERS_STOP_S = 0.5
 
 
 def _lines(response: Any) -> Iterator[bytes]:
@@ -58,17 +63,29 @@ class Informer:
         self._kwargs = list_kwargs
         self.synced = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
-        self._response: Any = None
+        self._response: Any = None  # the watch being read, under _lock
+        self._lock = threading.Lock()
 
     def start(self) -> Informer:
         self._thread.start()
         return self
 
+    def interrupt(self) -> None:
+        """Once `stop` is set: end the watch's blocked read now rather than at its next event
+        or the server's timeout (up to `watch_timeout`). Closing the response from here would
+        wait on the reader's own lock; shutting its socket down for reading does not, and the
+        reader sees the end of the stream (or an error, which a stopped informer ignores)."""
+        with self._lock:
+            if self._response is not None:
+                # Raises once urllib3 gave the connection back (the stream had just ended).
+                with contextlib.suppress(ValueError, RuntimeError, OSError):
+                    self._response.shutdown()
+
     def join(self, timeout: float | None = None) -> None:
-        # A watch blocked in a read cannot be interrupted safely from another thread (closing
-        # the TLS socket under the reader can block too); the daemon thread ends at the
-        # watch's server-side timeout at the latest.
         self._thread.join(timeout)
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
     def _relist(self) -> str:
         raw = self._list(_preload_content=False, **self._kwargs)
@@ -107,7 +124,7 @@ class Informer:
                 self._stop.wait(1.0)
 
     def _watch(self, version: str) -> str | None:
-        self._response = self._list(
+        response = self._list(
             watch=True,
             resource_version=version,
             allow_watch_bookmarks=True,
@@ -115,8 +132,14 @@ class Informer:
             _preload_content=False,
             **self._kwargs,
         )
+        with self._lock:
+            stopping = self._stop.is_set()  # `interrupt` may have run before this watch opened
+            if not stopping:
+                self._response = response
         try:
-            for line in _lines(self._response):
+            if stopping:
+                return version
+            for line in _lines(response):
                 if self._stop.is_set():
                     return version
                 event = json.loads(line)
@@ -127,6 +150,21 @@ class Informer:
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
                     self._on_event(kind, obj)
         finally:
-            self._response.release_conn()
-            self._response = None
+            with self._lock:
+                self._response = None
+            if self._stop.is_set():
+                response.close()  # left part-read or shut down: its connection is not reusable
+            response.release_conn()
         return version
+
+
+def stop_all(informers: Iterable[Informer], stop: threading.Event, timeout: float) -> None:
+    """Set `stop`, end every informer's watch and wait up to `timeout` in all for their threads
+    (daemon threads: one still in a list or a callback ends on its own)."""
+    stop.set()
+    informers = list(informers)
+    for informer in informers:
+        informer.interrupt()
+    deadline = time.monotonic() + timeout
+    for informer in informers:
+        informer.join(max(0.0, deadline - time.monotonic()))

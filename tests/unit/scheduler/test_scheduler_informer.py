@@ -25,6 +25,9 @@ class Stream:
     def stream(self, amt: int, decode_content: bool) -> Iterator[bytes]:
         yield self.body
 
+    def close(self) -> None:
+        pass
+
     def release_conn(self) -> None:
         pass
 
