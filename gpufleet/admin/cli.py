@@ -229,6 +229,7 @@ def show_fleet(doc: dict[str, Any]) -> str:
     capacity = ", ".join(
         f"{c['gpuType']}{' ' + c['migProfile'] if c.get('migProfile') else ''} "
         f"{c['allocated']}/{c['allocatable']}"
+        + (f" ({c['outsideQueues']} outside queues)" if c.get("outsideQueues") else "")
         for c in doc["capacity"]
     )
     return (

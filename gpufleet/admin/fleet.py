@@ -4,7 +4,9 @@ Who holds each GPU and MIG slice comes from the scheduler's view: its running ga
 replicas' placements in the order of their pods (`ClusterView.running_pods`), for gpufleet's
 pods and for the GPU pods of other schedulers alike. Power is the power model's estimate: an
 idle GPU draws its idle watts, a held one its busy draw under the pod's power cap, and a MIG
-GPU its idle draw plus each held slice's compute share of the busy increment.
+GPU its idle draw plus each held slice's compute share of the busy increment. Where GPUQueues
+exist, the capacity totals also say how much is held outside every queue (no queue's status
+counts it: core/queue_report.py `outside_usage`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from gpufleet.admin.models.fleet import (
 )
 from gpufleet.admin.paging import paginate
 from gpufleet.admin.workloads import job_of_pod, job_ref
+from gpufleet.core.queue_report import outside_usage
+from gpufleet.core.queues import split_resource
 from gpufleet.model.contract import names
 from gpufleet.model.contract.assignment import MigState, power_cap
 from gpufleet.model.gpus import GpuType
@@ -36,6 +40,7 @@ from gpufleet.model.mig import MigPlacement
 from gpufleet.model.power import capped_power_w
 from gpufleet.scheduler import pods
 from gpufleet.scheduler.nodes import node_ready
+from gpufleet.scheduler.queue_objects import without_holds
 
 Obj = Mapping[str, Any]
 
@@ -195,9 +200,16 @@ def capacity(observed: Observed, held: Holdings | None = None) -> list[CapacityP
                 for inst in g.mig_layout:
                     allocatable[(node.gpu_type, inst.profile)] += 1
                     allocated[(node.gpu_type, inst.profile)] += (node.name, g.index, inst) in slices
+    # GPUs held for a waiting gang are no usage, as in the GPUQueues' status (queue_objects.py).
+    outside = outside_usage(without_holds(observed.view.snapshot))
+    outside_of = Counter({split_resource(r): n for r, n in (outside or {}).items()})
     return [
         CapacityPublic(
-            gpu_type=t, mig_profile=p, allocatable=allocatable[(t, p)], allocated=allocated[(t, p)]
+            gpu_type=t,
+            mig_profile=p,
+            allocatable=allocatable[(t, p)],
+            allocated=allocated[(t, p)],
+            outside_queues=None if outside is None else outside_of[(t, p)],
         )
         for t, p in sorted(allocatable, key=lambda k: (k[0], k[1] or ""))
     ]

@@ -5,6 +5,8 @@ jobs' status), registered by whoever owns the live view:
 
 - `gpufleet_fleet_allocatable_gpus{gpu_type, mig_profile}` and `..._allocated_gpus`: whole
   GPUs (mig_profile="") and MIG slices per profile on ready nodes, and those held by pods;
+- `gpufleet_fleet_outside_queues_gpus{gpu_type, mig_profile}`: of those held, the ones held
+  outside every GPUQueue (no queue's status counts them; absent where no GPUQueue exists);
 - `gpufleet_fleet_power_watts{gpu_type}`: the power model's estimate of what the GPUs draw;
 - `gpufleet_job_energy_joules_total{namespace, kind, name}` and
   `gpufleet_job_gpu_seconds_total{...}`: what each job's status accounts (counters: the
@@ -41,6 +43,11 @@ class FleetCollector(Collector):
             "Whole GPUs (mig_profile empty) or MIG slices of a profile held by pods",
             labels=["gpu_type", "mig_profile"],
         )
+        outside = GaugeMetricFamily(
+            "gpufleet_fleet_outside_queues_gpus",
+            "Whole GPUs (mig_profile empty) or MIG slices held by pods outside every GPUQueue",
+            labels=["gpu_type", "mig_profile"],
+        )
         power = GaugeMetricFamily(
             "gpufleet_fleet_power_watts",
             "Estimated draw of the GPUs of a type (power model, pods' power caps)",
@@ -63,6 +70,8 @@ class FleetCollector(Collector):
                 labels = [row.gpu_type, row.mig_profile or ""]
                 allocatable.add_metric(labels, row.allocatable)
                 allocated.add_metric(labels, row.allocated)
+                if row.outside_queues is not None:
+                    outside.add_metric(labels, row.outside_queues)
             watts: dict[str, float] = defaultdict(float)
             for node in all_nodes(observed, held, self.memo):
                 watts[node.gpu_type] += node.power_w
@@ -76,4 +85,4 @@ class FleetCollector(Collector):
                     )
                 if status.get("gpuSeconds") is not None:
                     gpu_time.add_metric([namespace, kind, name], float(status["gpuSeconds"]))
-        yield from (allocatable, allocated, power, energy, gpu_time)
+        yield from (allocatable, allocated, outside, power, energy, gpu_time)

@@ -14,6 +14,9 @@ Per queue and resource (queues.py):
 And per queue: its fair and attained share (fairshare.py), its running and pending gang counts,
 whether it takes jobs (and why not), and the resources whose children's nominal quotas add up
 to more than its own.
+
+Apart from the queues, `outside_usage`: what the running gangs outside every queue hold (no
+queue's status counts them), per resource.
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ from gpufleet.core.admission import namespace_refusal
 from gpufleet.core.demand import Gang
 from gpufleet.core.fairshare import queue_shares
 from gpufleet.core.queues import QueueTree, resource_key
-from gpufleet.core.quota import QuotaBook, running_charge
+from gpufleet.core.quota import ROOT, QuotaBook, running_charge
 from gpufleet.core.snapshot import Snapshot
 
-__all__ = ["QueueFigures", "ResourceFigures", "queue_report"]
+__all__ = ["QueueFigures", "ResourceFigures", "outside_usage", "queue_report"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,3 +139,15 @@ def queue_report(snapshot: Snapshot, pending: Sequence[Gang]) -> dict[str, Queue
             oversubscribed=tuple(tree.oversubscribed.get(name, ())),
         )
     return out
+
+
+def outside_usage(snapshot: Snapshot) -> dict[str, int] | None:
+    """Resource -> GPUs (or slices) held by running gangs outside every usable queue: pods
+    naming no queue (other clients' and other schedulers' pods among them) or a queue that does
+    not exist or takes no jobs, as the quota book counts them (quota.py, ROOT). None when no
+    queue exists: then nothing is promised, so nothing is outside a queue."""
+    tree = snapshot.queues
+    if tree is None or not tree.queues:
+        return None
+    outside = QuotaBook(tree, snapshot).own.get(ROOT, Counter())
+    return {resource: n for resource, n in sorted(outside.items()) if n}

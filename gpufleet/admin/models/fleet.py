@@ -88,6 +88,15 @@ class CapacityPublic(PublicModel):
     mig_profile: str | None = Field(default=None, description="MIG profile; absent for whole GPUs.")
     allocatable: int = Field(ge=0, description="Whole GPUs (or slices) on ready nodes.")
     allocated: int = Field(ge=0, description="Of those, held by pods.")
+    outside_queues: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Of those, held by pods outside every GPUQueue (naming no queue, or one that does"
+            " not exist or takes no jobs): usage no queue's status shows. Absent where no"
+            " GPUQueue exists."
+        ),
+    )
 
 
 class MigReconfigurationPublic(PublicModel):

@@ -140,7 +140,8 @@ function drawFleet(fleet, nodes) {
   $("capacity").replaceChildren(
     ...fleet.capacity.map((c) =>
       el("span", "cap", `${c.gpuType}${c.migProfile ? " " + c.migProfile : ""}: ` +
-        `${c.allocated}/${c.allocatable}`)));
+        `${c.allocated}/${c.allocatable}` +
+        (c.outsideQueues ? ` (${c.outsideQueues} outside queues)` : ""))));
   $("legend").replaceChildren(
     ...[...seen].sort().map((key) => {
       const item = el("span", "legend-item");

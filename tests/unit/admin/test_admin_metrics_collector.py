@@ -4,6 +4,8 @@
   GET /fleet reports;
 - the estimated power per GPU type, equal to the sum of the fleet's nodes;
 - energy and GPU time per job as counters from the jobs' status;
+- where GPUQueues exist, the GPUs held outside every queue (pods naming none, or a queue that
+  does not exist), equal to GET /fleet's capacity rows; no such series without queues;
 - nothing but the empty families before the view is synced.
 """
 
@@ -15,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.admin.fleet import all_nodes, capacity
 from gpufleet.admin.metrics import FleetCollector
+from gpufleet.model.contract import names
 
 
 def _scrape(collector: FleetCollector) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -53,3 +56,45 @@ def test_fleet_and_job_series() -> None:
 def test_nothing_before_the_view_is_synced() -> None:
     live = live_fleet(sandbox_nodes(), [], [], synced=False)
     assert _scrape(FleetCollector(live)) == {}
+
+
+def _queued_and_loose() -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """A job of queue `team` on 2 H100s, one naming no queue on 4 and one naming a missing
+    queue on 1 (bare pods: the operator always writes a queue, `default` at least)."""
+    team = training_job("team-job", gpus=2, queue="team", phase="Running")
+    loose = training_job("loose", gpus=4, phase="Running")
+    typo = training_job("typo", gpus=1, queue="no-such-queue", phase="Running")
+    [team_pod], [loose_pod], [typo_pod] = job_pods(team), job_pods(loose), job_pods(typo)
+    del loose_pod["metadata"]["annotations"][names.QUEUE]
+    pods = [
+        bind(team_pod, "h100-0", "0,1", "H100-80GB"),
+        bind(loose_pod, "h100-0", "2,3,4,5", "H100-80GB"),
+        bind(typo_pod, "h100-1", "0", "H100-80GB"),
+    ]
+    return [team, loose, typo], pods
+
+
+def test_gpus_outside_every_queue() -> None:
+    jobs, pods = _queued_and_loose()
+    live = live_fleet(sandbox_nodes(), pods, jobs)
+    queue = {"metadata": {"name": "team"}, "spec": {"quotas": [{"gpuType": "H100-80GB",
+                                                                "nominal": 8}]}}  # fmt: skip
+    live.cache.replace_queues([queue])
+    rows = {(r.gpu_type, r.mig_profile): r for r in capacity(live.observe())}
+    h100 = rows[("H100-80GB", None)]
+    assert (h100.allocated, h100.outside_queues) == (7, 5)
+    assert rows[("T4", None)].outside_queues == 0
+    series = _scrape(FleetCollector(live))
+    for row in rows.values():
+        labels = (("gpu_type", row.gpu_type), ("mig_profile", row.mig_profile or ""))
+        assert series[("gpufleet_fleet_outside_queues_gpus", labels)] == row.outside_queues
+
+
+def test_no_outside_series_without_queues() -> None:
+    jobs, pods = _queued_and_loose()
+    live = live_fleet(sandbox_nodes(), pods, jobs)  # queues not watched
+    assert all(r.outside_queues is None for r in capacity(live.observe()))
+    live.cache.replace_queues([])  # watched, none exists: nothing is promised
+    assert all(r.outside_queues is None for r in capacity(live.observe()))
+    series = _scrape(FleetCollector(live))
+    assert not any(name == "gpufleet_fleet_outside_queues_gpus" for name, _ in series)

@@ -6,7 +6,8 @@ then wait with QueueNotFound); the tree is rebuilt only when an object changed; 
 annotation reaches the core's pending and running gangs; the status figures (used, borrowed,
 lent, pending: the subtree's; job counts: the queue's own; fair and attained shares;
 conditions, a parent cycle named) match the running gangs, and GPUs held for a waiting gang
-are shown apart (`held`), not as usage; the writer writes only what changed, keeps a
+are shown apart (`held`), not as usage; what gangs outside every queue hold is reported apart
+from every queue's figures; the writer writes only what changed, keeps a
 condition's transition time while its status holds, and retries a failed write at the next cycle.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from gpufleet.core.queue_report import queue_report
+from gpufleet.core.queue_report import outside_usage, queue_report
 from gpufleet.core.queues import QueueSpec, QueueTree, Quota
 from gpufleet.model.contract import names
 from gpufleet.model.gpuqueue import GPUQueueStatus
@@ -132,6 +133,30 @@ def test_figures_show_borrowing_lending_and_pending() -> None:
     assert report["orphan"].unusable == "parent gone does not exist"
     assert report["orphan"].pending == 1
     assert report["a"].fair_share > 0 and report["b"].attained_share > 0
+
+
+def test_usage_outside_every_queue_is_reported_apart() -> None:
+    # Pods naming no queue, a queue that does not exist or one that takes no jobs (its parent
+    # is missing): the quota book's ROOT, in no queue's figures.
+    snapshot = (
+        cluster()
+        .nodes_of("h", H100, 2)
+        .run("b1", "h0", (0, 1, 2, 3), queue="b")
+        .run("loose", "h0", (4, 5))
+        .run("typo", "h1", (0,), queue="missing")
+        .run("lost", "h1", (1, 2, 3), queue="orphan")
+        .queues(_teams())
+        .build()
+    )
+    assert outside_usage(snapshot) == {H100: 6}
+    report = queue_report(snapshot, [])
+    used = {n: sum(r.used for r in f.resources) for n, f in report.items()}
+    assert used == {"a": 0, "b": 4, "c": 0, "orphan": 0}
+    assert outside_usage(cluster().nodes_of("h", H100, 1).queues(_teams()).build()) == {}
+    # No queue at all: nothing is promised, so nothing is outside a queue.
+    lone = cluster().nodes_of("h", H100, 1).run("loose", "h0", (0,))
+    assert outside_usage(lone.build()) is None
+    assert outside_usage(lone.queues(QueueTree.build([])).build()) is None
 
 
 def test_pending_counts_the_childrens_demand_and_the_job_counts_do_not() -> None:
