@@ -176,6 +176,7 @@ class Scheduler:
             deletions,
             clock,
             settings.move_reserve_s,
+            settings.move_unfit_recheck_s,
             notify=notify,
             notify_on=notify_on,
             # The operator's own tolerations, which a move's recreated pods get (mover.py).

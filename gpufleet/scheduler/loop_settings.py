@@ -79,6 +79,14 @@ class SchedulerSettings(BaseModel):
         "old pods are gone (for the operator to recreate them); past it the gang is placed "
         "like any other.",
     )
+    move_unfit_recheck_s: float = Field(
+        300.0,
+        gt=0,
+        description="Seconds a gang whose move was not started, because its recreated pods "
+        "could not run on the new nodes (its job's template and RuntimeClass, read at the "
+        "move), is moved only to nodes those pods could use; then they are read again at its "
+        "next move. Sooner when its pods change.",
+    )
     cap_identical_above: int = Field(
         64,
         ge=1,

@@ -19,12 +19,13 @@ A move goes in three steps, one per cycle that sees it:
    job's current pod template, with what the API server's RuntimeClass admission adds
    (runtime_class.py: the RuntimeClass read now, edited or not), which the old pods the
    core's placement was checked against may not have had (`_recreated`, `_unfit`); while the
-   same pods run, for UNFIT_RECHECK_S, the gang's moves are kept to the nodes those pods could
-   use (`protect`). Otherwise the gang's pods are marked (`gpufleet.io/disrupted-by:
-   MoveByGpufleet`, the move's time) and deleted with their own grace period, SIGTERM first,
-   so a job that checkpoints on a signal saves its progress; the operator counts the move in
-   the job's status and, once every old pod is gone, recreates the gang (as after any gang
-   restart). The new placement is reserved for the gang.
+   same pods run, for `unfit_recheck_s` (the setting `scheduler.move_unfit_recheck_s`), the
+   gang's moves are kept to the nodes those pods could use (`protect`). Otherwise the gang's
+   pods are marked (`gpufleet.io/disrupted-by: MoveByGpufleet`, the move's time) and deleted
+   with their own grace period, SIGTERM first, so a job that checkpoints on a signal saves its
+   progress; the operator counts the move in the job's status and, once every old pod is
+   gone, recreates the gang (as after any gang restart). The new placement is reserved for
+   the gang.
 2. `hold` (every cycle, after the snapshot): the reserved GPUs are shown to the core as held by
    `<gang>#moving`, a running gang no one may preempt, so nothing else is placed there;
    GPUs the old pods still hold are not shown twice. What the gang's pods will ask of the
@@ -138,9 +139,6 @@ MOVE_BLOCKED = "MoveBlockedByDisruptionBudget"  # Event reason of a move a budge
 # Event reason of a move not started because its recreated pods could not run on its new
 # placement (`_unfit`: their template or RuntimeClass changed since the old pods).
 MOVE_UNFIT = "MoveBlockedByNodeFilters"
-# How long the nodes such a gang's recreated pods could not use are kept from its moves
-# (`GangMover.protect`) before its template and RuntimeClass are read again at a move.
-UNFIT_RECHECK_S = 300.0
 
 # Posts an Event about an object: (its reference as an Event's involvedObject, type, reason,
 # message).
@@ -285,6 +283,7 @@ class GangMover:
         deletions: Deletions,
         clock: Callable[[], float],
         reserve_s: float,
+        unfit_recheck_s: float,
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
         notify: Notify | None = None,
         notify_on: ObjectNotify | None = None,
@@ -295,6 +294,9 @@ class GangMover:
         self.deletions = deletions
         self.clock = clock
         self.reserve_s = reserve_s
+        # How long the nodes a gang's recreated pods could not use are kept from its moves
+        # (`protect`) before its template and RuntimeClass are read again at a move.
+        self.unfit_recheck_s = unfit_recheck_s
         self.wall = wall
         self.notify = notify  # on the scheduler's Lease
         self.notify_on = notify_on  # on the moved gang's job
@@ -327,7 +329,7 @@ class GangMover:
         # Gang -> what its recreated pods would ask of nodes, when a move was not started
         # because they could not run on its new placement (`start`, `_unfit`): its moves are
         # kept to the nodes they could use (`protect`) while the same pods run, for
-        # UNFIT_RECHECK_S. Replaced whole.
+        # `unfit_recheck_s`. Replaced whole.
         self._unfit_asks: dict[str, UnfitAsk] = {}
 
     @property
@@ -378,7 +380,7 @@ class GangMover:
         recreated pods could not run there (`_unfit_asks`) allowed only the nodes those pods
         could use (none when the API server would refuse them), so that the core does not
         choose such a move again every cycle; forgotten once the gang's pods change or after
-        UNFIT_RECHECK_S, when the next move reads its template and RuntimeClass again."""
+        `unfit_recheck_s`, when the next move reads its template and RuntimeClass again."""
         if not self._unfit_asks:
             return view
         now = self.clock()
@@ -456,7 +458,7 @@ class GangMover:
             if spec is not None and unfit is not None:
                 self._skipped(gid, view, move.placement.gpu_type, unfit, report.cycle, MOVE_UNFIT)
                 ask = None if isinstance(spec, str) else constraints({"spec": spec})
-                unfit_ask = UnfitAsk(_pods(keys, uids), ask, self.clock() + UNFIT_RECHECK_S)
+                unfit_ask = UnfitAsk(_pods(keys, uids), ask, self.clock() + self.unfit_recheck_s)
                 self._unfit_asks = {**self._unfit_asks, gid: unfit_ask}
                 continue
             checkpoint = None if first is None else Checkpoint.read(pod_annotations(first.pod))

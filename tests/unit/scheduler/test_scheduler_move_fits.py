@@ -21,7 +21,7 @@ from gpufleet.model.contract.timestamps import format_time
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.eligibility import NodeFacts
 from gpufleet.scheduler.loop import Scheduler
-from gpufleet.scheduler.mover import UNFIT_RECHECK_S, held
+from gpufleet.scheduler.mover import held
 from tests.unit.scheduler.scheduler_builders import NodeBuilder, PodBuilder
 from tests.unit.scheduler.scheduler_fakes import Clock, FakeBinder, load, scheduler
 from tests.unit.scheduler.test_scheduler_moves import TYPES, long_pod
@@ -430,7 +430,7 @@ def _pooled(taint: bool = False) -> list[dict[str, Any]]:
 def test_a_move_is_not_started_where_its_recreated_pods_could_not_run(
     classes: dict[str, dict[str, Any]], template_selector: dict[str, str] | None
 ) -> None:
-    sched, binder, clock = _long_under_gvisor("kata", classes, _pooled())
+    sched, binder, clock = _long_under_gvisor("kata", classes, _pooled(), move_unfit_recheck_s=40.0)
     if template_selector is not None:
         binder.templates["ns/long"]["spec"]["nodeSelector"] = template_selector
     # Before: long moved to the A100 node (its old pod passes there), and its recreated pods,
@@ -442,8 +442,11 @@ def test_a_move_is_not_started_where_its_recreated_pods_could_not_run(
     clock.t += 1
     assert sched.run_cycle().moved == []
     assert binder.runtime_class_reads == ["kata"]
-    # ... until they are read again.
-    clock.t += UNFIT_RECHECK_S
+    # ... until they are read again, after the setting's seconds.
+    clock.t += 38
+    assert sched.run_cycle().moved == []
+    assert binder.runtime_class_reads == ["kata"]
+    clock.t += 1
     assert sched.run_cycle().moved == []
     assert binder.runtime_class_reads == ["kata", "kata"]
 
