@@ -20,7 +20,8 @@ from gpufleet.sandbox.processes import free_port
 from gpufleet.scheduler.lease import DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE
 from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
 
-# Seconds from SIGTERM to exit. Measured ~1 s; it was ~6 s while kopf waited out its 5 s.
+# Seconds from SIGTERM to exit. Measured 0.7 s; 1.2 s while each informer's thread was joined
+# for 0.1 s rather than its watch ended at once, ~6 s while kopf waited out its 5 s.
 STOP_BOUND_S = 3.0
 
 
