@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.lifecycle import StartStop
 from gpufleet.model.contract import names
+from gpufleet.operator.podtemplate import GPU_TOLERATIONS
 from gpufleet.operator.reconcile import GANG_RESTART, WAITING_FOR_SCHEDULER
 from gpufleet.sandbox.processes import free_port
 from gpufleet.scheduler.lease import DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE
@@ -192,6 +193,35 @@ def training_job(
             "gpuTypes": [{"name": gpu_type}],
             "priority": priority,
             "template": {"spec": {"containers": [{"name": "m", "image": "registry.example/x:1"}]}},
+        },
+    }
+
+
+def bare_gang_pod(name: str, rank: int, preemptible: bool = True) -> dict[str, Any]:
+    """One of a gang of 2 pods of 4 T4 each made without the operator, naming no queue."""
+    annotations = {
+        names.GANG_SIZE: "2",
+        names.GPU_TYPES: "T4",
+        names.PREEMPTIBLE: str(preemptible).lower(),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{name}-{rank}",
+            "labels": {names.GANG_LABEL: name, names.RANK_LABEL: str(rank)},
+            "annotations": annotations,
+        },
+        "spec": {
+            "schedulerName": names.SCHEDULER_NAME,
+            "tolerations": list(GPU_TOLERATIONS),  # the sandbox's GPU nodes are tainted
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example/x:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "4"}},
+                }
+            ],
         },
     }
 

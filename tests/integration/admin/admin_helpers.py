@@ -147,6 +147,18 @@ def accounts(kube: Kube, namespace: str) -> Iterator[Accounts]:
         made.cleanup()
 
 
+@contextlib.contextmanager
+def admin_with_token(
+    sandbox: Sandbox, kube: Kube, folder: Path, account: str
+) -> Iterator[tuple[AdminApi, str]]:
+    """A standalone admin API and the token of a fresh account `account-<n>` with
+    ADMIN_RULES."""
+    with accounts(kube, "default") as made, AdminApi(sandbox, folder) as api:
+        token = made.create(f"{account}-{id(api) % 10_000}", ADMIN_RULES)
+        wait_settled(1.0)
+        yield api, token
+
+
 def wait_settled(seconds: float) -> None:
     """Give RBAC caches of the API server a moment (bindings apply within a second)."""
     time.sleep(seconds)

@@ -23,14 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
-from admin_helpers import (
-    ADMIN_RULES,
-    AdminApi,
-    accounts,
-    mig_configs,
-    restore_mig_configs,
-    wait_settled,
-)
+from admin_helpers import AdminApi, admin_with_token, mig_configs, restore_mig_configs
 from kubernetes import client
 
 from gpufleet.model.contract import names
@@ -47,13 +40,8 @@ def admin(
     operator: OperatorProcess,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[AdminApi, str]]:
-    with (
-        accounts(kube, "default") as made,
-        AdminApi(sandbox, tmp_path_factory.mktemp("admin")) as api,
-    ):
-        token = made.create(f"actions-{id(api) % 10_000}", ADMIN_RULES)
-        wait_settled(1.0)
-        yield api, token
+    with admin_with_token(sandbox, kube, tmp_path_factory.mktemp("admin"), "actions") as made:
+        yield made
 
 
 def _running(kube: Kube, ns: str, job: str, replicas: int) -> list[dict[str, Any]]:

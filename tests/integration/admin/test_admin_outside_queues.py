@@ -14,14 +14,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from admin_helpers import ADMIN_RULES, AdminApi, accounts, wait_settled
+from admin_helpers import AdminApi, admin_with_token
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.model.contract import names
 from gpufleet.model.crd_common import API_GROUP, API_VERSION
-from gpufleet.operator.podtemplate import GPU_TOLERATIONS
 from gpufleet.sandbox.control_plane import Sandbox
-from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
+from gpufleet.testing.operator import Kube, OperatorProcess, bare_gang_pod, training_job, wait_for
 
 OWN = f"own-{uuid.uuid4().hex[:6]}"
 
@@ -33,13 +32,8 @@ def admin(
     operator: OperatorProcess,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[AdminApi, str]]:
-    with (
-        accounts(kube, "default") as made,
-        AdminApi(sandbox, tmp_path_factory.mktemp("admin")) as api,
-    ):
-        token = made.create(f"outside-{id(api) % 10_000}", ADMIN_RULES)
-        wait_settled(1.0)
-        yield api, token
+    with admin_with_token(sandbox, kube, tmp_path_factory.mktemp("admin"), "outside") as made:
+        yield made
 
 
 @pytest.fixture
@@ -53,31 +47,6 @@ def own(kube: Kube, sandbox: Sandbox) -> Iterator[str]:
     kube.custom.create_cluster_custom_object(API_GROUP, API_VERSION, "gpuqueues", body)
     yield OWN
     sandbox.kubectl("delete", "gq", OWN, "--ignore-not-found", check=False)
-
-
-def _bare_pod(name: str, rank: int) -> dict[str, Any]:
-    """One of a preemptible gang of 2 pods of 4 T4 each, with no queue annotation."""
-    annotations = {names.GANG_SIZE: "2", names.GPU_TYPES: "T4", names.PREEMPTIBLE: "true"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{name}-{rank}",
-            "labels": {names.GANG_LABEL: name, names.RANK_LABEL: str(rank)},
-            "annotations": annotations,
-        },
-        "spec": {
-            "schedulerName": names.SCHEDULER_NAME,
-            "tolerations": list(GPU_TOLERATIONS),  # the sandbox's GPU nodes are tainted
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.example/x:1",
-                    "resources": {"limits": {"nvidia.com/gpu": "4"}},
-                }
-            ],
-        },
-    }
 
 
 def _outside_in_fleet(admin: tuple[AdminApi, str]) -> int | None:
@@ -127,7 +96,7 @@ def test_a_gang_in_no_queue_shows_outside_queues_and_in_no_queue(
     default = _default_figures(kube)
 
     for rank in range(2):
-        kube.core.create_namespaced_pod(ns, _bare_pod("bare", rank))
+        kube.core.create_namespaced_pod(ns, bare_gang_pod("bare", rank))
     bare = f"{names.GANG_LABEL}=bare"
     wait_for(
         lambda: sum(bool(p["spec"].get("nodeName")) for p in kube.pods(ns, bare)) == 2,

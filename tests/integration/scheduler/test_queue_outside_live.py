@@ -19,9 +19,8 @@ from typing import Any
 import pytest
 
 from gpufleet.model.contract import names
-from gpufleet.operator.podtemplate import GPU_TOLERATIONS
 from gpufleet.sandbox.control_plane import Sandbox
-from gpufleet.testing.operator import Kube, training_job, wait_for
+from gpufleet.testing.operator import Kube, bare_gang_pod, training_job, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -38,38 +37,9 @@ def own(kube: Kube, sandbox: Sandbox) -> Iterator[None]:
     sandbox.kubectl("delete", "gq", OWN, "--ignore-not-found", check=False)
 
 
-def _bare_pod(name: str, rank: int, preemptible: bool) -> dict[str, Any]:
-    """One of a gang of 2 pods of 4 T4 each, with no queue annotation."""
-    annotations = {
-        names.GANG_SIZE: "2",
-        names.GPU_TYPES: "T4",
-        names.PREEMPTIBLE: str(preemptible).lower(),
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{name}-{rank}",
-            "labels": {names.GANG_LABEL: name, names.RANK_LABEL: str(rank)},
-            "annotations": annotations,
-        },
-        "spec": {
-            "schedulerName": names.SCHEDULER_NAME,
-            "tolerations": list(GPU_TOLERATIONS),  # the sandbox's GPU nodes are tainted
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.example/x:1",
-                    "resources": {"limits": {"nvidia.com/gpu": "4"}},
-                }
-            ],
-        },
-    }
-
-
 def _bare_gang(kube: Kube, ns: str, name: str, preemptible: bool) -> None:
     for rank in range(2):
-        kube.core.create_namespaced_pod(ns, _bare_pod(name, rank, preemptible))
+        kube.core.create_namespaced_pod(ns, bare_gang_pod(name, rank, preemptible))
 
 
 def _live(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
