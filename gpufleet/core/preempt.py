@@ -45,6 +45,13 @@ engine made it: a placement, a preemptor's too, starts only when the queues' acc
 with the victims it waits for gone and the others still running, so it waits for the fewest
 victims that make it fit, not every victim on its type).
 
+Known and left: a stuck gang that fits with no victim once the reserved GPUs are lifted (stuck
+only by a drain) evicts the first victim it tries, since `release_until_fits` releases one
+before planning and `put_back_unneeded` keeps the last one released, and may then land on the
+drain's GPUs without using the victim's. Searching for such a gang's victims with the lifted
+GPUs kept was measured and not kept: equal or better on tuning and greedy diagnosis, worse on
+two CP-SAT diagnosis samples (bench/README.md, Queues, fifty-second pass).
+
 The what-if steps here (`release_gang`, `retake`, `try_plan`, `release_until_fits`,
 `put_back_unneeded`) are shared: rebalance.py releases and puts back growth units the same way.
 """

@@ -35,8 +35,8 @@ the reserved GPUs are given back while stuck gangs look for victims (a queue's r
 nominal quota, or a higher priority, comes before a drain) and taken again, where still free,
 after. A gang that needs no victim of its own there, placed on queue quota other gangs' victims
 gave back (preempt.py), plans with them kept (`kept_while`). A preemptor may still evict a
-victim and then land on lifted GPUs without using the victim's; refusing that was measured and
-not kept (bench/README.md, Queues, fiftieth pass).
+victim and then land on lifted GPUs without using the victim's (preempt.py); two fixes were
+measured and not kept (bench/README.md, Queues, fiftieth and fifty-second passes).
 """
 
 from __future__ import annotations
