@@ -56,6 +56,7 @@ __all__ = [
     "held_for_queues",
     "namespace_selector",
     "queue_spec",
+    "status_bodies",
     "status_body",
     "without_holds",
 ]
@@ -214,6 +215,16 @@ def without_holds(snapshot: Snapshot) -> Snapshot:
     return replace(snapshot, running=tuple(g for g in snapshot.running if not is_kept(g.id)))
 
 
+def status_bodies(snapshot: Snapshot, pending: Sequence[Gang], now: str) -> dict[str, Obj]:
+    """Queue -> the status body of each queue of `snapshot`, `pending` its waiting gangs: the
+    status writer's, and the admin API's queue route's, figures."""
+    held = held_for_queues(snapshot)
+    report = queue_report(without_holds(snapshot), pending)
+    return {
+        name: status_body(figures, now, held.get(name)) for name, figures in sorted(report.items())
+    }
+
+
 def _comparable(body: Obj) -> Obj:
     """The body without transition times, to tell whether anything changed."""
     conditions = [
@@ -237,15 +248,12 @@ class QueueStatusWriter:
 
     def write(self, snapshot: Snapshot, pending: Sequence[Gang]) -> list[str]:
         """Write what changed; the names of the queues written."""
-        held = held_for_queues(snapshot)
-        report = queue_report(without_holds(snapshot), pending)
-        for gone in set(self._written) - set(report):
+        bodies = status_bodies(snapshot, pending, format_time(self._now()))
+        for gone in set(self._written) - set(bodies):
             del self._written[gone]
-        self._since = {k: v for k, v in self._since.items() if k[0] in report}
-        stamp = format_time(self._now())
+        self._since = {k: v for k, v in self._since.items() if k[0] in bodies}
         written: list[str] = []
-        for name, figures in sorted(report.items()):
-            body = status_body(figures, stamp, held.get(name))
+        for name, body in bodies.items():
             for condition in body["conditions"]:
                 slot = (name, condition["type"])
                 before = self._since.get(slot)
