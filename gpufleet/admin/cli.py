@@ -26,7 +26,7 @@ from gpufleet.settings import CONFIG_FILE_ENV, Settings, SettingsError, load
 SERVER_ENV = "GPUFLEET_ADMIN_SERVER"
 DEFAULT_SERVER = "https://127.0.0.1:8443"
 DEFAULT_PORT = 8443  # of `gpufleet admin`, which always serves (admin.port 0 means serve none)
-CLIENT_COMMANDS = ("fleet", "jobs", "whatif", "drain")
+CLIENT_COMMANDS = ("fleet", "jobs", "queues", "whatif", "drain")
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -76,6 +76,10 @@ def add_admin_parsers(subparsers: Subparsers) -> None:
     jobs.add_argument("--queue", default=None, help="only this queue")
     jobs.add_argument("--phase", default=None, help="only this phase, e.g. Queued")
     jobs.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    queues = _client_parser(
+        subparsers, "queues", "GPUQueues: used, borrowed, lent and pending GPUs, shares"
+    )
+    queues.add_argument("-o", "--output", choices=["table", "json"], default="table")
     whatif = _client_parser(
         subparsers, "whatif", "where a manifest would run now (nothing written)"
     )
@@ -176,6 +180,9 @@ def _command(api: Any, args: argparse.Namespace, out: Callable[[str], None]) -> 
         case "jobs":
             jobs = api.jobs(namespace=args.namespace, queue=args.queue, phase=args.phase)
             out(json.dumps(jobs, indent=2) if as_json else show_jobs(jobs))
+        case "queues":
+            queues = api.queues()
+            out(json.dumps(queues, indent=2) if as_json else show_queues(queues))
         case "whatif":
             manifest = _manifest(args.filename, args.namespace)
             doc = api.whatif(manifest)
@@ -249,6 +256,27 @@ def show_jobs(jobs: list[dict[str, Any]]) -> str:
              j.get("gpuType") or "", nodes, str(j.get("queuePosition") or ""), why]
         )  # fmt: skip
     header = ["NAMESPACE", "KIND", "NAME", "QUEUE", "PHASE", "GPU TYPE", "NODES", "POS", "WHY"]
+    return _table(header, rows)
+
+
+def show_queues(queues: list[dict[str, Any]]) -> str:
+    """One row per queue and resource; a queue without any shows one row of its counts."""
+    rows = []
+    for q in queues:
+        active = next((c for c in q["conditions"] if c["type"] == "Active"), None)
+        state = "Active" if active is None or active["status"] == "True" else active["reason"]
+        jobs = f"{q['runningJobs']}/{q['pendingJobs']}"
+        shares = f"{q['fairShare']:.2f}/{q['attainedShare']:.2f}"
+        head = [q["name"], q.get("parent") or "", state, jobs, shares]
+        for r in q["resources"] or [None]:
+            if r is None:
+                rows.append([*head, "", "", "", "", "", "", ""])
+                continue
+            kind = r["gpuType"] + (f" {r['migProfile']}" if r.get("migProfile") else "")
+            numbers = [r["nominal"], r["used"], r["borrowed"], r["lent"], r["pending"], r["held"]]
+            rows.append([*head, kind, *map(str, numbers)])
+    header = ["QUEUE", "PARENT", "STATE", "RUN/WAIT", "FAIR/ATTAINED", "GPU TYPE", "NOMINAL",
+              "USED", "BORROWED", "LENT", "PENDING", "HELD"]  # fmt: skip
     return _table(header, rows)
 
 

@@ -110,6 +110,11 @@ class AdminClient:
         params["limit"] = 1000
         return [j for p in self._pages("/api/v1/jobs", "items", params) for j in p["items"]]
 
+    def queues(self) -> list[dict[str, Any]]:
+        """Every queue (all pages)."""
+        pages = self._pages("/api/v1/queues", "items", {"limit": 1000})
+        return [q for p in pages for q in p["items"]]
+
     def whatif(self, manifest: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", "/api/v1/whatif", json=manifest)
         return result

@@ -19,7 +19,17 @@ from gpufleet.admin import problems
 from gpufleet.admin.context import AdminContext
 from gpufleet.admin.deps import single_valued_query
 from gpufleet.admin.middleware import AuditLog, BodyLimit
-from gpufleet.admin.routes import API_PREFIX, dashboard, fleet, health, jobs, nodes, policy, whatif
+from gpufleet.admin.routes import (
+    API_PREFIX,
+    dashboard,
+    fleet,
+    health,
+    jobs,
+    nodes,
+    policy,
+    queues,
+    whatif,
+)
 
 TITLE = "gpufleet admin API"
 
@@ -47,7 +57,7 @@ def create_app(context: AdminContext) -> FastAPI:
     app = FastAPI(
         title=TITLE,
         version="v1",
-        summary="Fleet, jobs, what-if placement, node actions and policy of gpufleet.",
+        summary="Fleet, jobs, queues, what-if placement, node actions and policy of gpufleet.",
         description="Authenticated with Kubernetes bearer tokens (TokenReview) and authorized "
         "by Kubernetes RBAC (SubjectAccessReview). Errors are RFC 9457 problem details.",
         lifespan=lifespan,
@@ -58,7 +68,7 @@ def create_app(context: AdminContext) -> FastAPI:
     )
     app.state.context = context
     problems.install(app)
-    routers = (fleet, jobs, whatif, nodes, policy, health)
+    routers = (fleet, jobs, queues, whatif, nodes, policy, health)
     for module in routers:
         app.include_router(module.router)
     app.include_router(dashboard.router)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-# Every route: read the fleet and jobs, what-if, node actions, the policy, /metrics.
+# Every route: read the fleet, jobs and queues, what-if, node actions, the policy, /metrics.
 USER_RULES: Final[list[dict[str, Any]]] = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "patch"]},
     {
@@ -17,10 +17,11 @@ USER_RULES: Final[list[dict[str, Any]]] = [
         "resources": ["trainingjobs", "servingjobs"],
         "verbs": ["get", "list", "create"],
     },
+    {"apiGroups": ["gpufleet.io"], "resources": ["gpuqueues"], "verbs": ["get", "list"]},
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "update"]},
     {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
 ]
-# Reading only: the fleet, the jobs, the policy, /metrics.
+# Reading only: the fleet, the jobs, the queues, the policy, /metrics.
 READER_RULES: Final[list[dict[str, Any]]] = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
     {
@@ -28,6 +29,7 @@ READER_RULES: Final[list[dict[str, Any]]] = [
         "resources": ["trainingjobs", "servingjobs"],
         "verbs": ["get", "list"],
     },
+    {"apiGroups": ["gpufleet.io"], "resources": ["gpuqueues"], "verbs": ["get", "list"]},
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
     {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
 ]

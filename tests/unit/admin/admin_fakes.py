@@ -76,6 +76,8 @@ def admin_grants() -> set[tuple[str, str, str, str]]:
         ("get", "servingjobs"),
         ("create", "trainingjobs"),
         ("create", "servingjobs"),
+        ("list", "gpuqueues"),
+        ("get", "gpuqueues"),
         ("get", "/metrics"),
     }
     return {("admin", verb, resource, "") for verb, resource in verbs}

@@ -68,7 +68,8 @@ def test_operation_ids_and_error_media_types() -> None:
             if path.startswith("/api/v1/"):
                 assert {"401", "403", "429"} <= set(op["responses"]), path
     assert len(ids) == len(set(ids))
-    assert {"fleet-get", "jobs-list", "jobs-get", "whatif-evaluate", "nodes-drain"} <= set(ids)
+    expected = {"fleet-get", "jobs-list", "jobs-get", "queues-list", "queues-get"}
+    assert expected | {"whatif-evaluate", "nodes-drain"} <= set(ids)
 
 
 def test_served_document_and_problem_shapes() -> None:
