@@ -92,5 +92,5 @@ def test_no_server_error_and_responses_match_the_schema(
         run()
         checked.append(operation.label)
         print(f"schemathesis {mode.value} {operation.label}: {time.monotonic() - started:.1f}s")
-    # Every operation (13), and in negative mode those with an input to make invalid (9).
-    assert len(checked) == (13 if mode is GenerationMode.POSITIVE else 9), checked
+    # Every operation (15), and in negative mode those with an input to make invalid (11).
+    assert len(checked) == (15 if mode is GenerationMode.POSITIVE else 11), checked
