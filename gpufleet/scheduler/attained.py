@@ -90,27 +90,26 @@ class AttainedService:
             )
             for job in jobs
         }
-        with_running = tuple(
-            replace(g, service_ranked=False)
-            if g.id in servers
-            else _with_history(
-                replace(g, attained_gpu_s=value) if (value := served[g.id]) else g,
-                evictions[g.id],
-                members[g.id],
-                now,
-            )
-            if g.queue is not None and "#" not in g.id
-            else g
-            for g in snapshot.running
-        )
-        with_pending = tuple(
-            PendingGang(replace(pg.gang, service_ranked=False), pg.pods)
-            if job_of(pg.gang.id) in servers
-            else PendingGang(replace(pg.gang, attained_gpu_s=value), pg.pods)
-            if pg.gang.queue is not None and (value := served[job_of(pg.gang.id)])
-            else pg
-            for pg in view.pending
-        )
+
+        def running_gang(g: RunningGang) -> RunningGang:
+            if g.queue is None or "#" in g.id:
+                return g
+            if g.id in servers:
+                return replace(g, service_ranked=False)
+            value = served[g.id]
+            ranked = replace(g, attained_gpu_s=value) if value else g
+            return _with_history(ranked, evictions[g.id], members[g.id], now)
+
+        def pending_gang(pg: PendingGang) -> PendingGang:
+            job = job_of(pg.gang.id)
+            if job in servers:
+                return PendingGang(replace(pg.gang, service_ranked=False), pg.pods)
+            if pg.gang.queue is None or not served[job]:
+                return pg
+            return PendingGang(replace(pg.gang, attained_gpu_s=served[job]), pg.pods)
+
+        with_running = tuple(running_gang(g) for g in snapshot.running)
+        with_pending = tuple(pending_gang(pg) for pg in view.pending)
         return replace(view, snapshot=replace(snapshot, running=with_running), pending=with_pending)
 
 
