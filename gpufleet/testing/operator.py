@@ -259,13 +259,19 @@ class Kube:
         body: Any = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
         self.core.create_namespace(body)
 
-    def create_queue(self, name: str, gpu_type: str, nominal: int) -> None:
-        """A GPUQueue with a nominal quota of `nominal` GPUs of `gpu_type`."""
+    def create_queue(
+        self, name: str, gpu_type: str, nominal: int, borrowing_limit: int | None = None
+    ) -> None:
+        """A GPUQueue with a nominal quota of `nominal` GPUs of `gpu_type` (and a borrowing
+        limit when given)."""
+        quota: dict[str, Any] = {"gpuType": gpu_type, "nominal": nominal}
+        if borrowing_limit is not None:
+            quota["borrowingLimit"] = borrowing_limit
         body: Any = {
             "apiVersion": "gpufleet.io/v1alpha1",
             "kind": "GPUQueue",
             "metadata": {"name": name},
-            "spec": {"quotas": [{"gpuType": gpu_type, "nominal": nominal}]},
+            "spec": {"quotas": [quota]},
         }
         self.custom.create_cluster_custom_object("gpufleet.io", "v1alpha1", "gpuqueues", body)
 

@@ -23,25 +23,14 @@ from typing import Any
 
 import httpx
 import pytest
-from admin_helpers import AdminApi, admin_with_token, mig_configs, restore_mig_configs
+from admin_helpers import AdminApi, mig_configs, restore_mig_configs
 from kubernetes import client
 
 from gpufleet.model.contract import names
 from gpufleet.model.contract.assignment import assigned_gpus, assigned_type
 from gpufleet.model.crd_common import API_GROUP, API_VERSION
 from gpufleet.sandbox.control_plane import Sandbox
-from gpufleet.testing.operator import Kube, OperatorProcess, training_job, wait_for
-
-
-@pytest.fixture(scope="module")
-def admin(
-    sandbox: Sandbox,
-    kube: Kube,
-    operator: OperatorProcess,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[AdminApi, str]]:
-    with admin_with_token(sandbox, kube, tmp_path_factory.mktemp("admin"), "actions") as made:
-        yield made
+from gpufleet.testing.operator import Kube, training_job, wait_for
 
 
 def _running(kube: Kube, ns: str, job: str, replicas: int) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from admin_helpers import AdminApi, admin_with_token
+from admin_helpers import AdminApi
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.model.contract import names
@@ -25,26 +25,9 @@ from gpufleet.testing.operator import Kube, OperatorProcess, bare_gang_pod, trai
 OWN = f"own-{uuid.uuid4().hex[:6]}"
 
 
-@pytest.fixture(scope="module")
-def admin(
-    sandbox: Sandbox,
-    kube: Kube,
-    operator: OperatorProcess,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[AdminApi, str]]:
-    with admin_with_token(sandbox, kube, tmp_path_factory.mktemp("admin"), "outside") as made:
-        yield made
-
-
 @pytest.fixture
 def own(kube: Kube, sandbox: Sandbox) -> Iterator[str]:
-    body = {
-        "apiVersion": f"{API_GROUP}/{API_VERSION}",
-        "kind": "GPUQueue",
-        "metadata": {"name": OWN},
-        "spec": {"quotas": [{"gpuType": "T4", "nominal": 8}]},
-    }
-    kube.custom.create_cluster_custom_object(API_GROUP, API_VERSION, "gpuqueues", body)
+    kube.create_queue(OWN, "T4", 8)
     yield OWN
     sandbox.kubectl("delete", "gq", OWN, "--ignore-not-found", check=False)
 

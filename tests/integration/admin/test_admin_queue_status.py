@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from admin_helpers import AdminApi, admin_with_token
+from admin_helpers import AdminApi
 
 from gpufleet.model.contract import names
 from gpufleet.model.crd_common import API_GROUP, API_VERSION
@@ -24,30 +24,12 @@ SUFFIX = uuid.uuid4().hex[:6]
 OPEN, CLOSED = f"open-{SUFFIX}", f"closed-{SUFFIX}"
 
 
-@pytest.fixture(scope="module")
-def admin(
-    sandbox: Sandbox,
-    kube: Kube,
-    operator: OperatorProcess,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[AdminApi, str]]:
-    with admin_with_token(sandbox, kube, tmp_path_factory.mktemp("admin"), "queues") as made:
-        yield made
-
-
 @pytest.fixture
 def queues(kube: Kube, sandbox: Sandbox) -> Iterator[tuple[str, str]]:
-    quotas = {OPEN: {"nominal": 4}, CLOSED: {"nominal": 4, "borrowingLimit": 0}}
-    for name, quota in quotas.items():
-        body = {
-            "apiVersion": f"{API_GROUP}/{API_VERSION}",
-            "kind": "GPUQueue",
-            "metadata": {"name": name},
-            "spec": {"quotas": [{"gpuType": "T4", **quota}]},
-        }
-        kube.custom.create_cluster_custom_object(API_GROUP, API_VERSION, "gpuqueues", body)
+    kube.create_queue(OPEN, "T4", 4)
+    kube.create_queue(CLOSED, "T4", 4, borrowing_limit=0)
     yield OPEN, CLOSED
-    for name in quotas:
+    for name in (OPEN, CLOSED):
         sandbox.kubectl("delete", "gq", name, "--ignore-not-found", check=False)
 
 
