@@ -33,7 +33,7 @@ from gpufleet.scheduler.cache import CachedState, SchedulerCache
 from gpufleet.scheduler.cluster_view import ClusterView, ViewBuilder
 from gpufleet.scheduler.decision_view import budget_protected
 from gpufleet.scheduler.estimate_store import EstimateStore
-from gpufleet.scheduler.informer import INFORMERS_STOP_S, Informer, stop_all
+from gpufleet.scheduler.informer import Informer, stop_all
 from gpufleet.scheduler.loop_settings import SchedulerSettings
 from gpufleet.scheduler.runtime import cache_informers
 
@@ -182,7 +182,7 @@ class LiveFleet:
                 raise TimeoutError(f"informer {informer.name} did not sync in {sync_timeout}s")
 
     def stop(self) -> None:
-        stop_all(self.informers, self.stop_event, INFORMERS_STOP_S)
+        stop_all(self.informers, self.stop_event)
 
     def ready(self) -> bool:
         return all(i.synced.is_set() for i in self.informers) and self._also_ready()

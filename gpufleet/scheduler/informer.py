@@ -158,7 +158,9 @@ class Informer:
         return version
 
 
-def stop_all(informers: Iterable[Informer], stop: threading.Event, timeout: float) -> None:
+def stop_all(
+    informers: Iterable[Informer], stop: threading.Event, timeout: float = INFORMERS_STOP_S
+) -> None:
     """Set `stop`, end every informer's watch and wait up to `timeout` in all for their threads
     (daemon threads: one still in a list or a callback ends on its own)."""
     stop.set()

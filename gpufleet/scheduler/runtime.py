@@ -22,7 +22,7 @@ from gpufleet.scheduler.arrivals import ArrivalTracker
 from gpufleet.scheduler.binder import Binder
 from gpufleet.scheduler.cache import SchedulerCache
 from gpufleet.scheduler.estimate_store import EstimateStore
-from gpufleet.scheduler.informer import INFORMERS_STOP_S, Informer, stop_all
+from gpufleet.scheduler.informer import Informer, stop_all
 from gpufleet.scheduler.lease_events import lease_events, object_events
 from gpufleet.scheduler.loop import Decide, Scheduler
 from gpufleet.scheduler.loop_settings import SchedulerSettings
@@ -200,5 +200,5 @@ class SchedulerRuntime:
         self.stop_event.set()
         self.cache.changed.set()
         self._thread.join(10)
-        stop_all(self.informers, self.stop_event, INFORMERS_STOP_S)
+        stop_all(self.informers, self.stop_event)
         self.binder.close()
